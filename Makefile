@@ -1,0 +1,28 @@
+# Two entry points (see README): `make demo` and `make test`. Both create .venv on first use.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup demo test clean
+
+setup: $(VENV)/.installed
+
+# torch is installed first and pinned to the CPU build that lies on this machine's disk: a bare `torch`
+# requirement with no torch present would pull a multi-GB CUDA build. The package itself asks for torch>=2.4.
+$(VENV)/.installed: setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e ".[test]"
+	touch $@
+
+demo: setup
+	$(BIN)/python -m albert_hf.demo
+
+# Tests never touch the network: offline Hub and a throwaway HF_HOME.
+test: setup
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HOME=$$(mktemp -d) \
+		$(BIN)/python -m pytest -q -p no:cacheprovider tests
+
+clean:
+	rm -rf $(VENV) *.egg-info

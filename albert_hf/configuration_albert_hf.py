@@ -1,0 +1,184 @@
+"""AlbertHFConfig: ALBERT's hyper-parameters, named as in transformers' AlbertConfig.
+
+This file is shipped to the Hub next to the weights (remote code): it imports only transformers.
+"""
+
+from transformers import PreTrainedConfig
+
+SHARING_MODES = ("all", "attention", "ffn", "none")
+
+# Official v2 dimensions (ALBERT_SPEC.md §1.2). All share V=30000, E=128, 512 positions, gelu_new, dropout 0.
+# xlarge uses 16 heads, as the released weights do (the paper's H/64 rule would say 32).
+PRESETS = {
+    "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
+    "large": dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096),
+    "xlarge": dict(hidden_size=2048, num_hidden_layers=24, num_attention_heads=16, intermediate_size=8192),
+    "xxlarge": dict(hidden_size=4096, num_hidden_layers=12, num_attention_heads=64, intermediate_size=16384),
+    # For tests and the embedded demo: seconds on a laptop CPU.
+    "tiny": dict(
+        vocab_size=1000,
+        embedding_size=16,
+        hidden_size=32,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=128,
+    ),
+}
+
+
+class AlbertHFConfig(PreTrainedConfig):
+    r"""Configuration of an ALBERT model.
+
+    The fields and defaults are those of transformers' `AlbertConfig` (the constructor defaults equal xxlarge v2),
+    plus two of ours:
+
+    sharing (`str`, defaults to `"all"`):
+        Cross-layer parameter sharing, the paper's Table 4 ablation.
+        - `"all"`: ALBERT. `num_hidden_groups` groups of `inner_group_num` blocks; layer `l` applies group
+          `int(l / num_hidden_layers * num_hidden_groups)` (the official float formula).
+        - `"attention"`: one attention block shared by all layers, a separate FFN per layer.
+        - `"ffn"`: one FFN shared by all layers, a separate attention block per layer.
+        - `"none"`: BERT-style, every layer has its own parameters (needs `num_hidden_groups == num_hidden_layers`,
+          which is set for you when `num_hidden_groups` is left at 1).
+    project_when_equal (`bool`, defaults to `True`):
+        Keep the E->H projection `embedding_hidden_mapping_in` when `embedding_size == hidden_size`. transformers
+        always creates it; the official code only when E != H. Set False to reproduce the paper's E=768 counts.
+    """
+
+    model_type = "albert_hf"
+
+    vocab_size: int = 30000
+    embedding_size: int = 128
+    hidden_size: int = 4096
+    num_hidden_layers: int = 12
+    num_hidden_groups: int = 1
+    num_attention_heads: int = 64
+    intermediate_size: int = 16384
+    inner_group_num: int = 1
+    hidden_act: str = "gelu_new"
+    hidden_dropout_prob: float = 0.0
+    attention_probs_dropout_prob: float = 0.0
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    classifier_dropout_prob: float = 0.1
+    sharing: str = "all"
+    project_when_equal: bool = True
+    pad_token_id: int | None = 0
+    bos_token_id: int | None = 2
+    eos_token_id: int | None = 3
+    tie_word_embeddings: bool = True
+
+    def __post_init__(self, **kwargs):
+        # Fields of the official albert_config.json that the official code ignores (spec §1.1): accept, drop.
+        for ignored in ("down_scale_factor", "net_structure_type", "gap_size", "num_memory_blocks", "layers_to_keep"):
+            kwargs.pop(ignored, None)
+        if self.sharing == "none" and self.num_hidden_groups == 1 and self.num_hidden_layers > 1:
+            self.num_hidden_groups = self.num_hidden_layers
+        super().__post_init__(**kwargs)
+        self.validate()
+
+    def validate(self):
+        """Raise a ValueError naming the offending field."""
+        positive = (
+            "vocab_size",
+            "embedding_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_hidden_groups",
+            "num_attention_heads",
+            "intermediate_size",
+            "inner_group_num",
+            "max_position_embeddings",
+            "type_vocab_size",
+        )
+        for name in positive:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"AlbertHFConfig.{name} must be a positive integer, got {value!r}")
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout_prob"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+                raise ValueError(f"AlbertHFConfig.{name} must be a probability in [0, 1), got {value!r}")
+        for name in ("initializer_range", "layer_norm_eps"):
+            if not isinstance(getattr(self, name), (int, float)) or getattr(self, name) <= 0:
+                raise ValueError(f"AlbertHFConfig.{name} must be positive, got {getattr(self, name)!r}")
+        if self.hidden_size % self.num_attention_heads != 0:
+            raise ValueError(
+                f"AlbertHFConfig.hidden_size ({self.hidden_size}) must be divisible by "
+                f"num_attention_heads ({self.num_attention_heads})"
+            )
+        if self.num_hidden_groups > self.num_hidden_layers:
+            raise ValueError(
+                f"AlbertHFConfig.num_hidden_groups ({self.num_hidden_groups}) cannot exceed "
+                f"num_hidden_layers ({self.num_hidden_layers})"
+            )
+        if self.sharing not in SHARING_MODES:
+            raise ValueError(f"AlbertHFConfig.sharing must be one of {SHARING_MODES}, got {self.sharing!r}")
+        if self.sharing == "none" and self.num_hidden_groups != self.num_hidden_layers:
+            raise ValueError(
+                f"AlbertHFConfig.num_hidden_groups must equal num_hidden_layers ({self.num_hidden_layers}) "
+                f"with sharing='none', got {self.num_hidden_groups}"
+            )
+        if self.sharing in ("attention", "ffn") and (self.num_hidden_groups, self.inner_group_num) != (1, 1):
+            raise ValueError(
+                f"AlbertHFConfig.sharing={self.sharing!r} shares one block across all layers and needs "
+                f"num_hidden_groups=1 and inner_group_num=1, got {self.num_hidden_groups} and {self.inner_group_num}"
+            )
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides) -> "AlbertHFConfig":
+        """`base`, `large`, `xlarge`, `xxlarge` (official v2 dimensions) or `tiny`; keyword arguments override."""
+        if name not in PRESETS:
+            raise ValueError(f"Unknown ALBERT preset {name!r}; choose one of {sorted(PRESETS)}")
+        return cls(**{**PRESETS[name], **overrides})
+
+    @classmethod
+    def from_albert_config(cls, albert_config) -> "AlbertHFConfig":
+        """Build from a transformers `AlbertConfig` (or its dict), keeping every field (e.g. v1's `gelu`)."""
+        values = albert_config if isinstance(albert_config, dict) else albert_config.to_dict()
+        values = {k: v for k, v in values.items() if k not in ("model_type", "architectures", "auto_map")}
+        if values.get("num_hidden_groups", 1) == values.get("num_hidden_layers", 12) > 1:
+            values["sharing"] = "none"
+        return cls(**values)
+
+    @classmethod
+    def get_config_dict(cls, pretrained_model_name_or_path, **kwargs):
+        """Read config.json; a transformers ALBERT config (model_type "albert") is converted on the fly, so every
+        `albert-*` checkpoint loads with `AlbertHFFor*.from_pretrained` (the weight names are the same)."""
+        config_dict, kwargs = super().get_config_dict(pretrained_model_name_or_path, **kwargs)
+        if config_dict.get("model_type") == "albert":
+            config_dict = cls.from_albert_config(config_dict).to_dict()
+        return config_dict, kwargs
+
+    def to_albert_config(self):
+        """The transformers `AlbertConfig` with the same architecture, or a ValueError if it has none."""
+        from transformers import AlbertConfig
+
+        if self.sharing in ("attention", "ffn"):
+            raise ValueError(f"sharing={self.sharing!r} has no transformers AlbertConfig equivalent")
+        if self.embedding_hidden_mapping_skipped:
+            raise ValueError("project_when_equal=False with embedding_size == hidden_size: transformers' ALBERT "
+                             "always has the E->H projection")
+        hf_order = [int(i / (self.num_hidden_layers / self.num_hidden_groups)) for i in range(self.num_hidden_layers)]
+        if hf_order != [self.group_index(i) for i in range(self.num_hidden_layers)]:
+            raise ValueError(
+                f"num_hidden_layers={self.num_hidden_layers}, num_hidden_groups={self.num_hidden_groups}: "
+                "transformers' group formula orders these layers differently from the official one"
+            )
+        values = {k: v for k, v in self.to_dict().items() if k not in ("model_type", "sharing", "project_when_equal",
+                                                                        "auto_map", "architectures")}
+        return AlbertConfig(**values)
+
+    @property
+    def embedding_hidden_mapping_skipped(self) -> bool:
+        return self.embedding_size == self.hidden_size and not self.project_when_equal
+
+    def group_index(self, layer: int) -> int:
+        """The layer group applied at layer `layer`: the official `int(l / L * G)` (spec §1.5)."""
+        return int(layer / self.num_hidden_layers * self.num_hidden_groups)
+
+
+__all__ = ["AlbertHFConfig", "PRESETS", "SHARING_MODES"]

@@ -1,0 +1,678 @@
+"""ALBERT in PyTorch for the Hugging Face stack (Lan et al., "ALBERT: A Lite BERT", ICLR 2020).
+
+The two ideas of the paper live in two named places:
+- factorized embedding: `AlbertHFEmbeddings` works at width E; `AlbertHFTransformer.embedding_hidden_mapping_in`
+  projects E -> H once; the MLM decoder maps back through E with the tied word table.
+- cross-layer sharing: `AlbertHFTransformer` applies a few parameter sets many times (`config.sharing`).
+
+Parameter names follow transformers' ALBERT, so its checkpoints load unchanged (see `AlbertHFConfig.get_config_dict`).
+This file is shipped to the Hub next to the weights (remote code): it imports only torch, transformers and its
+sibling configuration file.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import PreTrainedModel
+from transformers import initialization as init
+from transformers.activations import ACT2FN
+from transformers.masking_utils import create_bidirectional_mask
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    BaseModelOutputWithPooling,
+    MaskedLMOutput,
+    MultipleChoiceModelOutput,
+    QuestionAnsweringModelOutput,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
+)
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.utils import ModelOutput
+from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
+from transformers.utils.output_capturing import capture_outputs
+
+from .configuration_albert_hf import AlbertHFConfig
+
+# Every Auto class a saved checkpoint should answer to, written into config.json on save, so that a fresh process
+# without albert_hf installed can load any head with trust_remote_code=True.
+AUTO_MAP = {
+    "AutoConfig": "configuration_albert_hf.AlbertHFConfig",
+    "AutoModel": "modeling_albert_hf.AlbertHFModel",
+    "AutoModelForPreTraining": "modeling_albert_hf.AlbertHFForPreTraining",
+    "AutoModelForMaskedLM": "modeling_albert_hf.AlbertHFForMaskedLM",
+    "AutoModelForSequenceClassification": "modeling_albert_hf.AlbertHFForSequenceClassification",
+    "AutoModelForMultipleChoice": "modeling_albert_hf.AlbertHFForMultipleChoice",
+    "AutoModelForQuestionAnswering": "modeling_albert_hf.AlbertHFForQuestionAnswering",
+    "AutoModelForTokenClassification": "modeling_albert_hf.AlbertHFForTokenClassification",
+}
+
+
+class AlbertHFEmbeddings(nn.Module):
+    """Word + position + token-type embeddings, all of width E (the factorized embedding), then LayerNorm, dropout.
+
+    No padding_idx, as in the official code (transformers sets one; it only changes init and the pad row's grad).
+    """
+
+    def __init__(self, config: AlbertHFConfig):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.embedding_size)
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.embedding_size)
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.embedding_size)
+        self.LayerNorm = nn.LayerNorm(config.embedding_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.position_ids = nn.Buffer(torch.arange(config.max_position_embeddings).expand((1, -1)), persistent=False)
+
+    def forward(self, input_ids=None, token_type_ids=None, position_ids=None, inputs_embeds=None) -> torch.Tensor:
+        if inputs_embeds is None:
+            inputs_embeds = self.word_embeddings(input_ids)
+        seq_length = inputs_embeds.shape[1]
+        max_positions = self.position_embeddings.num_embeddings
+        if position_ids is None:
+            if seq_length > max_positions:
+                raise ValueError(
+                    f"Sequence length {seq_length} exceeds max_position_embeddings={max_positions}; "
+                    f"truncate the input (e.g. tokenizer(..., truncation=True, max_length={max_positions}))"
+                )
+            position_ids = self.position_ids[:, :seq_length]
+        embeddings = inputs_embeds + self.position_embeddings(position_ids)
+        if token_type_ids is not None:
+            embeddings = embeddings + self.token_type_embeddings(token_type_ids)
+        else:
+            embeddings = embeddings + self.token_type_embeddings.weight[0]
+        return self.dropout(self.LayerNorm(embeddings))
+
+
+def eager_attention_forward(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+    """Plain softmax(QK^T * scaling + mask) V; the only implementation that returns attention weights."""
+    weights = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if attention_mask is not None:
+        weights = weights + attention_mask
+    weights = F.softmax(weights, dim=-1)
+    weights = F.dropout(weights, p=dropout, training=module.training)
+    output = torch.matmul(weights, value).transpose(1, 2).contiguous()
+    return output, weights
+
+
+class AlbertHFAttention(nn.Module):
+    """Multi-head self-attention with its output projection, dropout and post-LN residual (`LayerNorm`)."""
+
+    def __init__(self, config: AlbertHFConfig):
+        super().__init__()
+        self.config = config
+        self.head_size = config.hidden_size // config.num_attention_heads
+        self.scaling = self.head_size**-0.5
+        self.is_causal = False
+        self.query = nn.Linear(config.hidden_size, config.hidden_size)
+        self.key = nn.Linear(config.hidden_size, config.hidden_size)
+        self.value = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.output_dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+
+    def forward(self, hidden_states, attention_mask=None, **kwargs):
+        batch, length, _ = hidden_states.shape
+        heads_shape = (batch, length, -1, self.head_size)
+        query = self.query(hidden_states).view(heads_shape).transpose(1, 2)
+        key = self.key(hidden_states).view(heads_shape).transpose(1, 2)
+        value = self.value(hidden_states).view(heads_shape).transpose(1, 2)
+
+        attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, eager_attention_forward
+        )
+        context, weights = attention(
+            self,
+            query,
+            key,
+            value,
+            attention_mask,
+            dropout=self.config.attention_probs_dropout_prob if self.training else 0.0,
+            scaling=self.scaling,
+            **kwargs,
+        )
+        context = context.reshape(batch, length, -1)
+        output = self.output_dropout(self.dense(context))
+        return self.LayerNorm(hidden_states + output), weights
+
+
+class AlbertHFLayer(GradientCheckpointingLayer):
+    """One transformer block: attention, then the FFN with dropout and post-LN residual (`full_layer_layer_norm`).
+
+    With `borrow_attention_from` / `borrow_ffn_from` (sharing="attention" / "ffn") the block reuses another block's
+    attention or FFN. The borrowed modules are plain attributes, not registered submodules, so their weights are
+    stored once, under the owner.
+    """
+
+    def __init__(self, config: AlbertHFConfig, borrow_attention_from=None, borrow_ffn_from=None):
+        super().__init__()
+        if borrow_attention_from is None:
+            self.attention = AlbertHFAttention(config)
+        else:
+            object.__setattr__(self, "attention", borrow_attention_from.attention)
+        if borrow_ffn_from is None:
+            self.ffn = nn.Linear(config.hidden_size, config.intermediate_size)
+            self.ffn_output = nn.Linear(config.intermediate_size, config.hidden_size)
+            self.full_layer_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        else:
+            for name in ("ffn", "ffn_output", "full_layer_layer_norm"):
+                object.__setattr__(self, name, getattr(borrow_ffn_from, name))
+        self.activation = ACT2FN[config.hidden_act]
+        # transformers defines this dropout but never applies it; the official code does.
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, hidden_states, attention_mask=None, **kwargs):
+        attention_output, _ = self.attention(hidden_states, attention_mask, **kwargs)
+        ffn_output = self.ffn_output(self.activation(self.ffn(attention_output)))
+        return self.full_layer_layer_norm(self.dropout(ffn_output) + attention_output)
+
+
+class AlbertHFLayerGroup(nn.Module):
+    """`inner_group_num` blocks with distinct parameters, run in order each time the group is applied."""
+
+    def __init__(self, config: AlbertHFConfig, layers=None):
+        super().__init__()
+        self.albert_layers = nn.ModuleList(layers or [AlbertHFLayer(config) for _ in range(config.inner_group_num)])
+
+    def forward(self, hidden_states, attention_mask=None, **kwargs):
+        for layer in self.albert_layers:
+            hidden_states = layer(hidden_states, attention_mask, **kwargs)
+        return hidden_states
+
+
+class AlbertHFTransformer(nn.Module):
+    """The E->H projection, then `num_hidden_layers` applications of a few shared layer groups (cross-layer sharing).
+
+    - sharing="all" (ALBERT) and "none" (BERT: G = L): layer l applies group int(l / L * G), the official formula.
+    - sharing="attention" / "ffn": L groups of one block each, all borrowing block 0's attention / FFN.
+    """
+
+    def __init__(self, config: AlbertHFConfig):
+        super().__init__()
+        self.config = config
+        if config.embedding_size != config.hidden_size or config.project_when_equal:
+            self.embedding_hidden_mapping_in = nn.Linear(config.embedding_size, config.hidden_size)
+        else:
+            self.embedding_hidden_mapping_in = None
+
+        if config.sharing in ("attention", "ffn"):
+            first = AlbertHFLayer(config)
+            borrow = {f"borrow_{config.sharing}_from": first}
+            blocks = [first] + [AlbertHFLayer(config, **borrow) for _ in range(config.num_hidden_layers - 1)]
+            self.albert_layer_groups = nn.ModuleList([AlbertHFLayerGroup(config, [block]) for block in blocks])
+            self.group_order = list(range(config.num_hidden_layers))
+        else:
+            self.albert_layer_groups = nn.ModuleList(
+                [AlbertHFLayerGroup(config) for _ in range(config.num_hidden_groups)]
+            )
+            self.group_order = [config.group_index(layer) for layer in range(config.num_hidden_layers)]
+
+    def forward(self, hidden_states, attention_mask=None, **kwargs):
+        if self.embedding_hidden_mapping_in is not None:
+            hidden_states = self.embedding_hidden_mapping_in(hidden_states)
+        for group_index in self.group_order:
+            hidden_states = self.albert_layer_groups[group_index](hidden_states, attention_mask, **kwargs)
+        return BaseModelOutput(last_hidden_state=hidden_states)
+
+
+class AlbertHFPreTrainedModel(PreTrainedModel):
+    config_class = AlbertHFConfig
+    config: AlbertHFConfig
+    base_model_prefix = "albert"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["AlbertHFLayer"]
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
+    # As transformers 5.x: one hidden state per block application (1 + L*K in all), attentions per block.
+    _can_record_outputs = {"hidden_states": AlbertHFLayer, "attentions": AlbertHFAttention}
+    # Old transformers checkpoints store the position_ids buffer.
+    _keys_to_ignore_on_load_unexpected = [r"position_ids", r"token_type_ids"]
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        """Official init: truncated normal cut at +-2 std WITHOUT rescaling (TF), zero biases, unit LayerNorm."""
+        std = self.config.initializer_range
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            init.trunc_normal_(module.weight, mean=0.0, std=std, a=-2 * std, b=2 * std)
+            if getattr(module, "bias", None) is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+        elif isinstance(module, AlbertHFMLMHead):
+            init.zeros_(module.bias)
+        if isinstance(module, AlbertHFEmbeddings):
+            init.copy_(module.position_ids, torch.arange(module.position_ids.shape[-1]).expand((1, -1)))
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        # transformers writes only the saved class into auto_map; write every head (HF_V5_NOTES.md TL;DR 5).
+        self.config.auto_map = dict(AUTO_MAP)
+        return super().save_pretrained(save_directory, *args, **kwargs)
+
+
+@dataclass
+class AlbertHFForPreTrainingOutput(ModelOutput):
+    """Output of `AlbertHFForPreTraining`.
+
+    loss: mlm_loss + sop_loss (whichever labels were given).
+    prediction_logits: (batch, seq, vocab) without labels; with `labels`, only the masked positions,
+        (num_masked, vocab) in row-major order of `labels != -100` (the official sparse MLM head).
+    sop_logits: (batch, 2); label 0 = original order, 1 = swapped.
+    """
+
+    loss: torch.Tensor | None = None
+    prediction_logits: torch.Tensor | None = None
+    sop_logits: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+    mlm_loss: torch.Tensor | None = None
+    sop_loss: torch.Tensor | None = None
+
+
+class AlbertHFModel(AlbertHFPreTrainedModel):
+    """The bare ALBERT encoder: embeddings, shared layers, and the tanh pooler over [CLS]."""
+
+    def __init__(self, config: AlbertHFConfig, add_pooling_layer: bool = True):
+        super().__init__(config)
+        self.embeddings = AlbertHFEmbeddings(config)
+        self.encoder = AlbertHFTransformer(config)
+        self.pooler = nn.Linear(config.hidden_size, config.hidden_size) if add_pooling_layer else None
+        self.pooler_activation = nn.Tanh() if add_pooling_layer else None
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.embeddings.word_embeddings = value
+
+    @merge_with_config_defaults
+    @capture_outputs
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        **kwargs,
+    ) -> BaseModelOutputWithPooling:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of input_ids or inputs_embeds")
+        embeddings = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
+        # None when nothing is padded, so SDPA runs its unmasked kernel.
+        attention_mask = create_bidirectional_mask(
+            config=self.config, inputs_embeds=embeddings, attention_mask=attention_mask
+        )
+        sequence_output = self.encoder(embeddings, attention_mask, **kwargs).last_hidden_state
+        pooled_output = None
+        if self.pooler is not None:
+            pooled_output = self.pooler_activation(self.pooler(sequence_output[:, 0]))
+        return BaseModelOutputWithPooling(last_hidden_state=sequence_output, pooler_output=pooled_output)
+
+
+class AlbertHFMLMHead(nn.Module):
+    """dense H->E, activation, LayerNorm(E), then logits through the tied word table (E->V) plus `bias`."""
+
+    def __init__(self, config: AlbertHFConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.embedding_size)
+        self.activation = ACT2FN[config.hidden_act]
+        self.LayerNorm = nn.LayerNorm(config.embedding_size, eps=config.layer_norm_eps)
+        self.decoder = nn.Linear(config.embedding_size, config.vocab_size)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+        self.decoder.bias = self.bias
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.LayerNorm(self.activation(self.dense(hidden_states))))
+
+
+class AlbertHFSOPHead(nn.Module):
+    """Sentence-order prediction: a 2-way linear layer on the pooled output, without dropout (official)."""
+
+    def __init__(self, config: AlbertHFConfig):
+        super().__init__()
+        self.classifier = nn.Linear(config.hidden_size, 2)
+
+    def forward(self, pooled_output: torch.Tensor) -> torch.Tensor:
+        return self.classifier(pooled_output)
+
+
+def sparse_mlm_logits_and_loss(head, sequence_output, labels):
+    """Run the MLM head only where labels != -100 (the official `masked_lm_positions` gather).
+
+    Returns (logits of shape (num_masked, V), mean cross-entropy over the masked tokens of the whole batch).
+    A batch without masked tokens gives loss 0, as the official `/ (sum(weights) + 1e-5)` does.
+    """
+    masked = labels != -100
+    logits = head(sequence_output[masked])
+    targets = labels[masked]
+    loss = F.cross_entropy(logits.float(), targets, reduction="sum") / masked.sum().clamp(min=1)
+    return logits, loss
+
+
+_TIED_DECODER = {
+    "predictions.decoder.weight": "albert.embeddings.word_embeddings.weight",
+    "predictions.decoder.bias": "predictions.bias",
+}
+
+
+class AlbertHFForPreTraining(AlbertHFPreTrainedModel):
+    """ALBERT with the MLM and SOP heads; loss = MLM loss + SOP loss, both also returned separately."""
+
+    _tied_weights_keys = _TIED_DECODER
+
+    def __init__(self, config: AlbertHFConfig):
+        super().__init__(config)
+        self.albert = AlbertHFModel(config)
+        self.predictions = AlbertHFMLMHead(config)
+        self.sop_classifier = AlbertHFSOPHead(config)
+        self.post_init()
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.predictions.decoder
+
+    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
+        self.predictions.decoder = new_embeddings
+        self.predictions.bias = new_embeddings.bias
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        labels=None,
+        sentence_order_label=None,
+        **kwargs,
+    ) -> AlbertHFForPreTrainingOutput:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`): MLM targets, -100 where not predicted.
+            When given, the MLM head runs only at the predicted positions (see `AlbertHFForPreTrainingOutput`).
+        sentence_order_label (`torch.LongTensor` of shape `(batch_size,)`): 0 = original order, 1 = swapped.
+        """
+        outputs = self.albert(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        )
+        sequence_output, pooled_output = outputs.last_hidden_state, outputs.pooler_output
+        sop_logits = self.sop_classifier(pooled_output)
+
+        mlm_loss = sop_loss = loss = None
+        if labels is not None:
+            prediction_logits, mlm_loss = sparse_mlm_logits_and_loss(self.predictions, sequence_output, labels)
+            loss = mlm_loss
+        else:
+            prediction_logits = self.predictions(sequence_output)
+        if sentence_order_label is not None:
+            sop_loss = F.cross_entropy(sop_logits.float(), sentence_order_label.view(-1))
+            loss = sop_loss if loss is None else loss + sop_loss
+
+        return AlbertHFForPreTrainingOutput(
+            loss=loss,
+            prediction_logits=prediction_logits,
+            sop_logits=sop_logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+            mlm_loss=mlm_loss,
+            sop_loss=sop_loss,
+        )
+
+
+class AlbertHFForMaskedLM(AlbertHFPreTrainedModel):
+    """ALBERT with the MLM head only; full (batch, seq, vocab) logits, as transformers' AlbertForMaskedLM."""
+
+    _tied_weights_keys = _TIED_DECODER
+
+    def __init__(self, config: AlbertHFConfig):
+        super().__init__(config)
+        self.albert = AlbertHFModel(config, add_pooling_layer=False)
+        self.predictions = AlbertHFMLMHead(config)
+        self.post_init()
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.predictions.decoder
+
+    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
+        self.predictions.decoder = new_embeddings
+        self.predictions.bias = new_embeddings.bias
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        labels=None,
+        **kwargs,
+    ) -> MaskedLMOutput:
+        outputs = self.albert(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        )
+        logits = self.predictions(outputs.last_hidden_state)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), labels.view(-1))
+        return MaskedLMOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class AlbertHFForSequenceClassification(AlbertHFPreTrainedModel):
+    """Pooled output -> dropout -> linear. Regression (MSE) when num_labels == 1, as GLUE's STS-B needs."""
+
+    def __init__(self, config: AlbertHFConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.albert = AlbertHFModel(config)
+        self.dropout = nn.Dropout(config.classifier_dropout_prob)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        labels=None,
+        **kwargs,
+    ) -> SequenceClassifierOutput:
+        outputs = self.albert(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        )
+        logits = self.classifier(self.dropout(outputs.pooler_output))
+        loss = None
+        if labels is not None:
+            if self.config.problem_type is None:
+                if self.num_labels == 1:
+                    self.config.problem_type = "regression"
+                elif labels.dtype in (torch.long, torch.int):
+                    self.config.problem_type = "single_label_classification"
+                else:
+                    self.config.problem_type = "multi_label_classification"
+            if self.config.problem_type == "regression":
+                loss = F.mse_loss(logits.float().view(labels.shape[0], -1).squeeze(-1), labels.float().squeeze(-1))
+            elif self.config.problem_type == "single_label_classification":
+                loss = F.cross_entropy(logits.float().view(-1, self.num_labels), labels.view(-1))
+            else:
+                loss = F.binary_cross_entropy_with_logits(logits.float(), labels.float())
+        return SequenceClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class AlbertHFForMultipleChoice(AlbertHFPreTrainedModel):
+    """Each (context, choice) pair is encoded; pooled output -> dropout -> linear(H, 1); softmax over choices."""
+
+    def __init__(self, config: AlbertHFConfig):
+        super().__init__(config)
+        self.albert = AlbertHFModel(config)
+        self.dropout = nn.Dropout(config.classifier_dropout_prob)
+        self.classifier = nn.Linear(config.hidden_size, 1)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        labels=None,
+        **kwargs,
+    ) -> MultipleChoiceModelOutput:
+        r"""
+        input_ids (`torch.LongTensor` of shape `(batch_size, num_choices, sequence_length)`).
+        labels (`torch.LongTensor` of shape `(batch_size,)`): index of the correct choice.
+        """
+        num_choices = (input_ids if input_ids is not None else inputs_embeds).shape[1]
+
+        def flat(tensor):
+            return None if tensor is None else tensor.reshape(-1, *tensor.shape[2:])
+
+        outputs = self.albert(
+            flat(input_ids),
+            attention_mask=flat(attention_mask),
+            token_type_ids=flat(token_type_ids),
+            position_ids=flat(position_ids),
+            inputs_embeds=flat(inputs_embeds),
+            return_dict=True,
+            **kwargs,
+        )
+        logits = self.classifier(self.dropout(outputs.pooler_output)).view(-1, num_choices)
+        loss = F.cross_entropy(logits.float(), labels) if labels is not None else None
+        return MultipleChoiceModelOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class AlbertHFForQuestionAnswering(AlbertHFPreTrainedModel):
+    """Extractive QA: a linear layer gives start and end logits at every position (SQuAD v1.1 head)."""
+
+    def __init__(self, config: AlbertHFConfig):
+        super().__init__(config)
+        self.albert = AlbertHFModel(config, add_pooling_layer=False)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        start_positions=None,
+        end_positions=None,
+        **kwargs,
+    ) -> QuestionAnsweringModelOutput:
+        outputs = self.albert(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        )
+        start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).unbind(dim=-1)
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            # Positions outside the sequence are ignored, as in transformers.
+            ignored = start_logits.shape[1]
+            start_positions = start_positions.view(-1).clamp(0, ignored)
+            end_positions = end_positions.view(-1).clamp(0, ignored)
+            start_loss = F.cross_entropy(start_logits.float(), start_positions, ignore_index=ignored)
+            end_loss = F.cross_entropy(end_logits.float(), end_positions, ignore_index=ignored)
+            loss = (start_loss + end_loss) / 2
+        return QuestionAnsweringModelOutput(
+            loss=loss,
+            start_logits=start_logits.contiguous(),
+            end_logits=end_logits.contiguous(),
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+
+class AlbertHFForTokenClassification(AlbertHFPreTrainedModel):
+    """Sequence output -> dropout -> linear(H, num_labels) per token; labels -100 are ignored."""
+
+    def __init__(self, config: AlbertHFConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.albert = AlbertHFModel(config, add_pooling_layer=False)
+        self.dropout = nn.Dropout(config.classifier_dropout_prob)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        labels=None,
+        **kwargs,
+    ) -> TokenClassifierOutput:
+        outputs = self.albert(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        )
+        logits = self.classifier(self.dropout(outputs.last_hidden_state))
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.view(-1, self.num_labels).float(), labels.view(-1))
+        return TokenClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+__all__ = [
+    "AUTO_MAP",
+    "AlbertHFPreTrainedModel",
+    "AlbertHFModel",
+    "AlbertHFForPreTraining",
+    "AlbertHFForPreTrainingOutput",
+    "AlbertHFForMaskedLM",
+    "AlbertHFForSequenceClassification",
+    "AlbertHFForMultipleChoice",
+    "AlbertHFForQuestionAnswering",
+    "AlbertHFForTokenClassification",
+]
