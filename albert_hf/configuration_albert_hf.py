@@ -139,7 +139,9 @@ class AlbertHFConfig(PreTrainedConfig):
     def from_albert_config(cls, albert_config) -> "AlbertHFConfig":
         """Build from a transformers `AlbertConfig` (or its dict), keeping every field (e.g. v1's `gelu`)."""
         values = albert_config if isinstance(albert_config, dict) else albert_config.to_dict()
-        values = {k: v for k, v in values.items() if k not in ("model_type", "architectures", "auto_map")}
+        values = {k: v for k, v in values.items() if k not in ("model_type", "auto_map")}
+        # AlbertForX -> AlbertHFForX, so the head a checkpoint was saved from is kept
+        values["architectures"] = [a.replace("Albert", "AlbertHF", 1) for a in values.get("architectures") or []] or None
         if values.get("num_hidden_groups", 1) == values.get("num_hidden_layers", 12) > 1:
             values["sharing"] = "none"
         return cls(**values)
@@ -163,22 +165,30 @@ class AlbertHFConfig(PreTrainedConfig):
             raise ValueError("project_when_equal=False with embedding_size == hidden_size: transformers' ALBERT "
                              "always has the E->H projection")
         hf_order = [int(i / (self.num_hidden_layers / self.num_hidden_groups)) for i in range(self.num_hidden_layers)]
-        if hf_order != [self.group_index(i) for i in range(self.num_hidden_layers)]:
+        if hf_order != self.layer_group_order():
             raise ValueError(
                 f"num_hidden_layers={self.num_hidden_layers}, num_hidden_groups={self.num_hidden_groups}: "
                 "transformers' group formula orders these layers differently from the official one"
             )
-        values = {k: v for k, v in self.to_dict().items() if k not in ("model_type", "sharing", "project_when_equal",
-                                                                        "auto_map", "architectures")}
+        ours_only = ("model_type", "sharing", "project_when_equal", "auto_map")
+        values = {k: v for k, v in self.to_dict().items() if k not in ours_only}
+        values["architectures"] = [a.replace("AlbertHF", "Albert", 1) for a in self.architectures or []] or None
         return AlbertConfig(**values)
 
     @property
     def embedding_hidden_mapping_skipped(self) -> bool:
         return self.embedding_size == self.hidden_size and not self.project_when_equal
 
-    def group_index(self, layer: int) -> int:
-        """The layer group applied at layer `layer`: the official `int(l / L * G)` (spec §1.5)."""
-        return int(layer / self.num_hidden_layers * self.num_hidden_groups)
+    def layer_group_order(self) -> list[int]:
+        """The layer group applied at each of the `num_hidden_layers` layers (sharing "all" and "none").
+
+        The official code's float formula `int(l / L * G)` (spec §1.5). With sharing="none" every layer has its own
+        group, in order: the float formula would repeat a group for some L = G (e.g. L = G = 22 at l = 15).
+        """
+        layers, groups = self.num_hidden_layers, self.num_hidden_groups
+        if self.sharing == "none":
+            return list(range(layers))
+        return [int(layer / layers * groups) for layer in range(layers)]
 
 
 __all__ = ["AlbertHFConfig", "PRESETS", "SHARING_MODES"]

@@ -185,7 +185,7 @@ class AlbertHFLayerGroup(nn.Module):
 class AlbertHFTransformer(nn.Module):
     """The E->H projection, then `num_hidden_layers` applications of a few shared layer groups (cross-layer sharing).
 
-    - sharing="all" (ALBERT) and "none" (BERT: G = L): layer l applies group int(l / L * G), the official formula.
+    - sharing="all" (ALBERT): layer l applies group int(l / L * G), the official formula; "none" (BERT): G = L.
     - sharing="attention" / "ffn": L groups of one block each, all borrowing block 0's attention / FFN.
     """
 
@@ -207,7 +207,7 @@ class AlbertHFTransformer(nn.Module):
             self.albert_layer_groups = nn.ModuleList(
                 [AlbertHFLayerGroup(config) for _ in range(config.num_hidden_groups)]
             )
-            self.group_order = [config.group_index(layer) for layer in range(config.num_hidden_layers)]
+            self.group_order = config.layer_group_order()
 
     def forward(self, hidden_states, attention_mask=None, **kwargs):
         if self.embedding_hidden_mapping_in is not None:
@@ -324,8 +324,7 @@ class AlbertHFMLMHead(nn.Module):
         self.activation = ACT2FN[config.hidden_act]
         self.LayerNorm = nn.LayerNorm(config.embedding_size, eps=config.layer_norm_eps)
         self.decoder = nn.Linear(config.embedding_size, config.vocab_size)
-        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
-        self.decoder.bias = self.bias
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))  # tied to decoder.bias by _tied_weights_keys
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.decoder(self.LayerNorm(self.activation(self.dense(hidden_states))))

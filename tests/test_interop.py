@@ -1,0 +1,161 @@
+"""transformers' ALBERT checkpoints load into albert_hf (and back) with identical outputs in fp32."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+import transformers
+from transformers import AlbertConfig
+
+import albert_hf
+from albert_hf.convert import convert
+
+ATOL = 1e-5
+
+
+def hf_config(layers=4, groups=1, inner=1, **kwargs):
+    return AlbertConfig(
+        vocab_size=120,
+        embedding_size=16,
+        hidden_size=32,
+        num_hidden_layers=layers,
+        num_hidden_groups=groups,
+        inner_group_num=inner,
+        num_attention_heads=4,
+        intermediate_size=48,
+        max_position_embeddings=64,
+        **kwargs,
+    )
+
+
+def inputs(batch=3, length=20):
+    input_ids = torch.randint(0, 120, (batch, length))
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[1, 14:] = 0
+    token_type_ids = torch.zeros_like(input_ids)
+    token_type_ids[:, 9:] = 1
+    return dict(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+
+
+BATCH = inputs()
+
+
+def save_theirs(model_class, config, path):
+    model = getattr(transformers, model_class)(config).eval()
+    # transformers initialises the MLM bias with zeros; give it values so that the bias path is compared too
+    if hasattr(model, "predictions"):
+        with torch.no_grad():
+            model.predictions.bias.normal_()
+    model.save_pretrained(path)
+    return model
+
+
+@pytest.mark.parametrize("layers, groups, inner", [(4, 1, 1), (4, 2, 1), (4, 2, 2), (6, 3, 1), (3, 3, 1), (5, 2, 2)])
+def test_pretraining_checkpoint_gives_identical_outputs(tmp_path, layers, groups, inner):
+    theirs = save_theirs("AlbertForPreTraining", hf_config(layers, groups, inner), tmp_path)
+    ours = albert_hf.AlbertHFForPreTraining.from_pretrained(tmp_path).eval()
+    assert ours.config.model_type == "albert_hf"
+    batch = inputs()
+    labels = torch.full_like(batch["input_ids"], -100)
+    labels[:, 2::4] = batch["input_ids"][:, 2::4]
+    order = torch.tensor([1, 0, 1])
+    with torch.no_grad():
+        a = theirs(**batch, labels=labels, sentence_order_label=order, output_hidden_states=True)
+        b_full = ours(**batch, output_hidden_states=True)
+        b = ours(**batch, labels=labels, sentence_order_label=order)
+    assert len(a.hidden_states) == len(b_full.hidden_states) == 1 + layers * inner
+    for x, y in zip(a.hidden_states, b_full.hidden_states):
+        torch.testing.assert_close(y, x, rtol=0, atol=ATOL)
+    torch.testing.assert_close(b_full.prediction_logits, a.prediction_logits, rtol=0, atol=ATOL)
+    torch.testing.assert_close(b.prediction_logits, a.prediction_logits[labels != -100], rtol=0, atol=ATOL)
+    torch.testing.assert_close(b.sop_logits, a.sop_logits, rtol=0, atol=ATOL)
+    torch.testing.assert_close(b.loss, a.loss, rtol=0, atol=ATOL)
+
+
+@pytest.mark.parametrize("layers, groups, inner", [(4, 1, 1), (4, 2, 2)])
+def test_base_model_gives_identical_hidden_states_and_pooled_output(tmp_path, layers, groups, inner):
+    theirs = save_theirs("AlbertModel", hf_config(layers, groups, inner), tmp_path)
+    ours = albert_hf.AlbertHFModel.from_pretrained(tmp_path).eval()
+    with torch.no_grad():
+        a, b = theirs(**BATCH), ours(**BATCH)
+    torch.testing.assert_close(b.last_hidden_state, a.last_hidden_state, rtol=0, atol=ATOL)
+    torch.testing.assert_close(b.pooler_output, a.pooler_output, rtol=0, atol=ATOL)
+
+
+@pytest.mark.parametrize(
+    "head, output",
+    [
+        ("ForMaskedLM", "logits"),
+        ("ForSequenceClassification", "logits"),
+        ("ForTokenClassification", "logits"),
+        ("ForQuestionAnswering", "start_logits"),
+        ("ForQuestionAnswering", "end_logits"),
+    ],
+)
+def test_task_heads_load_with_identical_outputs(tmp_path, head, output):
+    labels = {} if head == "ForQuestionAnswering" else dict(num_labels=3)  # a QA head always has 2 outputs
+    theirs = save_theirs("Albert" + head, hf_config(**labels), tmp_path)
+    ours = getattr(albert_hf, "AlbertHF" + head).from_pretrained(tmp_path).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(getattr(ours(**BATCH), output), getattr(theirs(**BATCH), output), rtol=0, atol=ATOL)
+
+
+def test_multiple_choice_head_loads_with_identical_outputs(tmp_path):
+    theirs = save_theirs("AlbertForMultipleChoice", hf_config(), tmp_path)
+    ours = albert_hf.AlbertHFForMultipleChoice.from_pretrained(tmp_path).eval()
+    choices = {k: v.unsqueeze(0) for k, v in BATCH.items()}
+    with torch.no_grad():
+        torch.testing.assert_close(ours(**choices).logits, theirs(**choices).logits, rtol=0, atol=ATOL)
+
+
+def test_base_model_loads_from_a_pretraining_checkpoint(tmp_path):
+    theirs = save_theirs("AlbertForPreTraining", hf_config(), tmp_path)
+    ours = albert_hf.AlbertHFModel.from_pretrained(tmp_path).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(ours(**BATCH).pooler_output, theirs.albert(**BATCH).pooler_output, rtol=0, atol=ATOL)
+
+
+def test_num_labels_override_applies_to_a_transformers_checkpoint(tmp_path):
+    save_theirs("AlbertForPreTraining", hf_config(), tmp_path)
+    model = albert_hf.AlbertHFForSequenceClassification.from_pretrained(tmp_path, num_labels=5)
+    assert model.classifier.out_features == 5
+
+
+def test_v1_gelu_checkpoint_keeps_its_activation(tmp_path):
+    theirs = save_theirs("AlbertModel", hf_config(hidden_act="gelu"), tmp_path)
+    ours = albert_hf.AlbertHFModel.from_pretrained(tmp_path).eval()
+    assert ours.config.hidden_act == "gelu"
+    with torch.no_grad():
+        torch.testing.assert_close(ours(**BATCH).last_hidden_state, theirs(**BATCH).last_hidden_state, rtol=0, atol=ATOL)
+
+
+def test_convert_cli_round_trip(tmp_path):
+    theirs = save_theirs("AlbertForPreTraining", hf_config(groups=2), tmp_path / "hf")
+    (tmp_path / "hf" / "tokenizer_config.json").write_text("{}")
+    run = [sys.executable, "-m", "albert_hf.convert"]
+    done = subprocess.run(run + [str(tmp_path / "hf"), str(tmp_path / "ours")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1])["format"] == "albert_hf"
+    saved = json.loads((tmp_path / "ours" / "config.json").read_text())
+    assert saved["model_type"] == "albert_hf" and saved["architectures"] == ["AlbertHFForPreTraining"]
+    assert (tmp_path / "ours" / "modeling_albert_hf.py").is_file()
+    assert (tmp_path / "ours" / "tokenizer_config.json").is_file()
+
+    done = subprocess.run(run + [str(tmp_path / "ours"), str(tmp_path / "back")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    back = transformers.AlbertForPreTraining.from_pretrained(tmp_path / "back").eval()
+    with torch.no_grad():
+        torch.testing.assert_close(back(**BATCH).prediction_logits, theirs(**BATCH).prediction_logits)
+
+
+def test_convert_refuses_partial_sharing_and_non_empty_output(tmp_path):
+    model = albert_hf.AlbertHFForPreTraining(albert_hf.AlbertHFConfig.from_preset("tiny", sharing="attention"))
+    model.save_pretrained(tmp_path / "ours")
+    with pytest.raises(ValueError, match="sharing='attention'"):
+        convert(str(tmp_path / "ours"), str(tmp_path / "out"))
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "keep.txt").write_text("x")
+    with pytest.raises(FileExistsError, match="not empty"):
+        convert(str(tmp_path / "ours"), str(tmp_path / "full"))

@@ -1,0 +1,324 @@
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import tiny_config
+
+from albert_hf import (
+    AlbertHFForMaskedLM,
+    AlbertHFForMultipleChoice,
+    AlbertHFForPreTraining,
+    AlbertHFForQuestionAnswering,
+    AlbertHFForSequenceClassification,
+    AlbertHFForTokenClassification,
+    AlbertHFModel,
+)
+
+BATCH, LENGTH = 3, 24
+
+
+def make_inputs(vocab=1000, batch=BATCH, length=LENGTH, pad_from=None):
+    input_ids = torch.randint(5, vocab, (batch, length))
+    attention_mask = torch.ones_like(input_ids)
+    if pad_from is not None:
+        input_ids[1, pad_from:] = 0
+        attention_mask[1, pad_from:] = 0
+    token_type_ids = torch.zeros_like(input_ids)
+    token_type_ids[:, length // 2 :] = 1
+    return dict(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+
+
+def mlm_labels(input_ids, every=5):
+    labels = torch.full_like(input_ids, -100)
+    labels[:, 1::every] = input_ids[:, 1::every]
+    return labels
+
+
+def test_every_head_gives_the_documented_shapes():
+    config = tiny_config(num_labels=3)
+    inputs = make_inputs()
+    with torch.no_grad():
+        base = AlbertHFModel(config).eval()(**inputs)
+        assert base.last_hidden_state.shape == (BATCH, LENGTH, config.hidden_size)
+        assert base.pooler_output.shape == (BATCH, config.hidden_size)
+        pre = AlbertHFForPreTraining(config).eval()(**inputs)
+        assert pre.prediction_logits.shape == (BATCH, LENGTH, config.vocab_size)
+        assert pre.sop_logits.shape == (BATCH, 2) and pre.loss is None
+        assert AlbertHFForMaskedLM(config).eval()(**inputs).logits.shape == (BATCH, LENGTH, config.vocab_size)
+        assert AlbertHFForSequenceClassification(config).eval()(**inputs).logits.shape == (BATCH, 3)
+        assert AlbertHFForTokenClassification(config).eval()(**inputs).logits.shape == (BATCH, LENGTH, 3)
+        qa = AlbertHFForQuestionAnswering(config).eval()(**inputs)
+        assert qa.start_logits.shape == qa.end_logits.shape == (BATCH, LENGTH)
+        choices = {k: v.unsqueeze(0).expand(2, -1, -1) for k, v in inputs.items()}
+        assert AlbertHFForMultipleChoice(config).eval()(**choices).logits.shape == (2, BATCH)
+
+
+def test_return_dict_false_gives_a_tuple():
+    config = tiny_config()
+    model = AlbertHFForSequenceClassification(config).eval()
+    inputs = make_inputs()
+    output = model(**inputs, labels=torch.tensor([0, 1, 0]), return_dict=False)
+    assert isinstance(output, tuple)
+    assert torch.equal(output[1], model(**inputs).logits)
+
+
+def test_sparse_mlm_head_predicts_only_masked_positions():
+    model = AlbertHFForPreTraining(tiny_config()).eval()
+    inputs = make_inputs(pad_from=18)
+    labels = mlm_labels(inputs["input_ids"])
+    labels[1, 18:] = -100
+    with torch.no_grad():
+        full = model(**inputs).prediction_logits
+        sparse = model(**inputs, labels=labels)
+    masked = labels != -100
+    assert sparse.prediction_logits.shape == (int(masked.sum()), model.config.vocab_size)
+    torch.testing.assert_close(sparse.prediction_logits, full[masked], rtol=0, atol=1e-5)
+    # the loss is the mean cross-entropy over all masked tokens of the batch (not a per-sequence mean)
+    expected = F.cross_entropy(full.view(-1, full.shape[-1]), labels.view(-1), ignore_index=-100)
+    torch.testing.assert_close(sparse.mlm_loss, expected, rtol=0, atol=1e-5)
+    assert sparse.loss is sparse.mlm_loss and sparse.sop_loss is None
+
+
+def test_pretraining_loss_is_mlm_plus_sop():
+    model = AlbertHFForPreTraining(tiny_config()).eval()
+    inputs = make_inputs()
+    order = torch.tensor([0, 1, 1])
+    with torch.no_grad():
+        out = model(**inputs, labels=mlm_labels(inputs["input_ids"]), sentence_order_label=order)
+        sop_only = model(**inputs, sentence_order_label=order)
+    torch.testing.assert_close(out.loss, out.mlm_loss + out.sop_loss)
+    torch.testing.assert_close(out.sop_loss, F.cross_entropy(out.sop_logits, order))
+    assert sop_only.mlm_loss is None
+    torch.testing.assert_close(sop_only.loss, out.sop_loss)
+
+
+def test_batch_without_masked_tokens_has_zero_mlm_loss_not_nan():
+    model = AlbertHFForPreTraining(tiny_config())
+    inputs = make_inputs()
+    out = model(**inputs, labels=torch.full_like(inputs["input_ids"], -100))
+    assert out.mlm_loss.item() == 0.0
+    out.loss.backward()  # and it still backpropagates
+
+
+def test_padding_does_not_change_the_real_tokens():
+    model = AlbertHFModel(tiny_config()).eval()
+    inputs = make_inputs(pad_from=15)
+    alone = {k: v[1:2, :15] for k, v in inputs.items()}
+    with torch.no_grad():
+        padded = model(**inputs).last_hidden_state[1, :15]
+        unpadded = model(**alone).last_hidden_state[0]
+    torch.testing.assert_close(padded, unpadded, rtol=0, atol=1e-5)
+
+
+def test_eager_and_sdpa_attention_agree_and_eager_returns_attentions():
+    config = tiny_config(num_hidden_groups=2, inner_group_num=2)
+    inputs = make_inputs(pad_from=10)
+    sdpa = AlbertHFModel(config).eval()
+    eager = AlbertHFModel._from_config(config, attn_implementation="eager").eval()
+    eager.load_state_dict(sdpa.state_dict())
+    with torch.no_grad():
+        a = sdpa(**inputs).last_hidden_state
+        out = eager(**inputs, output_attentions=True, output_hidden_states=True)
+    torch.testing.assert_close(a, out.last_hidden_state, rtol=0, atol=1e-5)
+    blocks = config.num_hidden_layers * config.inner_group_num
+    assert len(out.attentions) == blocks
+    assert out.attentions[0].shape == (BATCH, config.num_attention_heads, LENGTH, LENGTH)
+    # padded keys get no attention
+    assert out.attentions[0][1, :, :, 10:].abs().max() == 0
+    # one hidden state per block application, after the projected embedding (transformers 5.x convention)
+    assert len(out.hidden_states) == 1 + blocks
+    torch.testing.assert_close(out.hidden_states[-1], out.last_hidden_state)
+
+
+def test_inputs_embeds_equals_input_ids():
+    model = AlbertHFModel(tiny_config()).eval()
+    inputs = make_inputs()
+    embeds = model.embeddings.word_embeddings(inputs["input_ids"])
+    with torch.no_grad():
+        a = model(**inputs).last_hidden_state
+        b = model(inputs_embeds=embeds, attention_mask=inputs["attention_mask"],
+                  token_type_ids=inputs["token_type_ids"]).last_hidden_state
+    torch.testing.assert_close(a, b)
+    with pytest.raises(ValueError, match="exactly one"):
+        model(**inputs, inputs_embeds=embeds)
+
+
+def test_sequences_over_the_position_limit_get_a_clear_error():
+    config = tiny_config()
+    model = AlbertHFModel(config)
+    too_long = torch.randint(5, 100, (1, config.max_position_embeddings + 1))
+    with pytest.raises(ValueError, match="max_position_embeddings=128"):
+        model(too_long)
+
+
+def test_all_shared_layers_are_one_module_applied_many_times():
+    config = tiny_config(num_hidden_layers=6)
+    model = AlbertHFModel(config)
+    assert len(model.encoder.albert_layer_groups) == 1
+    calls = []
+    layer = model.encoder.albert_layer_groups[0].albert_layers[0]
+    layer.register_forward_hook(lambda *args: calls.append(1))
+    model(**make_inputs())
+    assert len(calls) == 6
+
+
+@pytest.mark.parametrize("sharing", ["attention", "ffn"])
+def test_partial_sharing_stores_the_shared_block_once(sharing):
+    config = tiny_config(sharing=sharing, num_hidden_layers=4)
+    model = AlbertHFModel(config)
+    layers = [group.albert_layers[0] for group in model.encoder.albert_layer_groups]
+    assert len(layers) == 4
+    shared_name = "attention" if sharing == "attention" else "ffn"
+    own_name = "ffn" if sharing == "attention" else "attention"
+    assert all(getattr(layer, shared_name) is getattr(layers[0], shared_name) for layer in layers)
+    assert len({id(getattr(layer, own_name)) for layer in layers}) == 4
+    # the shared block is stored once, under layer 0
+    stored = [key for key in model.state_dict() if f".{shared_name}" in key]
+    assert stored and all(key.startswith("encoder.albert_layer_groups.0.") for key in stored)
+    # every layer's use of the shared block sends gradient into that single copy
+    shared_weight = layers[0].ffn.weight if sharing == "ffn" else layers[0].attention.query.weight
+    shared_weight.register_hook(lambda grad: uses.append(1))
+    uses = []
+    model(**make_inputs()).last_hidden_state.sum().backward()
+    assert len(uses) == 1 and shared_weight.grad.abs().sum() > 0
+    # parameter count against the spec's per-component formulas (ALBERT_SPEC.md §2.1), 4 layers vs all-shared
+    h, i = config.hidden_size, config.intermediate_size
+    attention_block = 4 * (h * h + h) + 2 * h
+    ffn_block = 2 * h * i + i + h + 2 * h
+    extra_blocks = 3 * (ffn_block if sharing == "attention" else attention_block)
+    all_shared = AlbertHFModel(tiny_config(num_hidden_layers=4))
+    assert count_parameters(model) - count_parameters(all_shared) == extra_blocks
+
+
+def count_parameters(model):
+    return sum(p.numel() for p in model.parameters())
+
+
+def test_ffn_dropout_is_applied_and_sop_head_has_no_dropout():
+    config = tiny_config(hidden_dropout_prob=0.3, classifier_dropout_prob=0.9)
+    model = AlbertHFForPreTraining(config).train()
+    layer = model.albert.encoder.albert_layer_groups[0].albert_layers[0]
+    zeroed = []
+    layer.dropout.register_forward_hook(lambda module, args, out: zeroed.append((out == 0).float().mean().item()))
+    model(**make_inputs())
+    assert len(zeroed) == config.num_hidden_layers  # transformers never calls this dropout; we do
+    assert 0.2 < sum(zeroed) / len(zeroed) < 0.4
+    # SOP: no dropout on the pooled output, so the head is deterministic given the pooled output
+    pooled = torch.randn(4, config.hidden_size)
+    torch.testing.assert_close(model.sop_classifier(pooled), model.sop_classifier(pooled))
+
+
+def test_gradient_checkpointing_gives_the_same_gradients():
+    config = tiny_config(num_hidden_groups=2)
+    inputs = make_inputs()
+    labels = dict(labels=mlm_labels(inputs["input_ids"]), sentence_order_label=torch.tensor([0, 1, 1]))
+    model = AlbertHFForPreTraining(config).train()
+    model(**inputs, **labels).loss.backward()
+    reference = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    model.activation_checkpointing_enable()
+    assert model.is_activation_checkpointing
+    calls = []
+    model.albert.encoder.albert_layer_groups[0].albert_layers[0].attention.register_forward_hook(
+        lambda *args: calls.append(1)
+    )
+    model(**inputs, **labels).loss.backward()
+    # group 0 runs at 2 of the 4 layers; each block is recomputed once in the backward pass
+    assert len(calls) == 4
+    for name, param in model.named_parameters():
+        torch.testing.assert_close(param.grad, reference[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_bf16_autocast_trains_close_to_fp32():
+    model = AlbertHFForPreTraining(tiny_config())
+    inputs = make_inputs()
+    labels = mlm_labels(inputs["input_ids"])
+    order = torch.tensor([0, 1, 0])
+    fp32 = model(**inputs, labels=labels, sentence_order_label=order).loss
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(**inputs, labels=labels, sentence_order_label=order)
+    assert out.prediction_logits.dtype == torch.bfloat16
+    assert out.loss.dtype == torch.float32
+    assert abs(out.loss.item() - fp32.item()) < 0.05 * fp32.item()
+    out.loss.backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+def test_torch_compile_matches_eager():
+    model = AlbertHFForSequenceClassification(tiny_config(num_hidden_layers=2)).eval()
+    inputs = make_inputs()
+    with torch.no_grad():
+        eager = model(**inputs).logits
+        compiled = torch.compile(model)(**inputs).logits
+    torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-5)
+
+
+def test_official_initialisation():
+    config = tiny_config(hidden_size=64, intermediate_size=256, num_attention_heads=4)
+    model = AlbertHFForPreTraining(config)
+    ffn = model.albert.encoder.albert_layer_groups[0].albert_layers[0].ffn.weight
+    # truncated normal cut at +-2 std without rescaling (TF): std ~ 0.88 * 0.02
+    assert ffn.abs().max() <= 0.04
+    assert 0.016 < ffn.std().item() < 0.0192
+    assert torch.all(model.predictions.bias == 0)
+    assert torch.all(model.albert.embeddings.LayerNorm.weight == 1)
+    assert torch.all(model.albert.pooler.bias == 0)
+
+
+def test_decoder_is_tied_to_word_embeddings_also_after_resize():
+    model = AlbertHFForPreTraining(tiny_config())
+    assert model.predictions.decoder.weight is model.albert.embeddings.word_embeddings.weight
+    assert model.predictions.decoder.bias is model.predictions.bias
+    model.resize_token_embeddings(1010)
+    assert model.predictions.decoder.weight is model.albert.embeddings.word_embeddings.weight
+    assert model.predictions.decoder.weight.shape == (1010, model.config.embedding_size)
+    assert model.predictions.bias.shape == (1010,)
+
+
+def test_sequence_classification_regression_and_classification_losses():
+    inputs = make_inputs()
+    regression = AlbertHFForSequenceClassification(tiny_config(num_labels=1)).eval()
+    targets = torch.tensor([0.5, 2.0, 4.5])
+    out = regression(**inputs, labels=targets)
+    torch.testing.assert_close(out.loss, F.mse_loss(out.logits.squeeze(-1), targets))
+    classifier = AlbertHFForSequenceClassification(tiny_config(num_labels=3)).eval()
+    classes = torch.tensor([2, 0, 1])
+    out = classifier(**inputs, labels=classes)
+    torch.testing.assert_close(out.loss, F.cross_entropy(out.logits, classes))
+
+
+def test_multiple_choice_scores_each_choice_independently():
+    config = tiny_config()
+    model = AlbertHFForMultipleChoice(config).eval()
+    choices = make_inputs(batch=4)
+    batched = {k: v.unsqueeze(0) for k, v in choices.items()}  # (1, 4 choices, length)
+    with torch.no_grad():
+        logits = model(**batched, labels=torch.tensor([2])).logits
+        single = [model.classifier(model.albert(**{k: v[i : i + 1] for k, v in choices.items()}).pooler_output)
+                  for i in range(4)]
+    torch.testing.assert_close(logits[0], torch.cat(single).view(-1))
+
+
+def test_question_answering_loss_ignores_positions_outside_the_sequence():
+    model = AlbertHFForQuestionAnswering(tiny_config()).eval()
+    inputs = make_inputs()
+    start, end = torch.tensor([3, 5, 500]), torch.tensor([4, 9, 500])
+    out = model(**inputs, start_positions=start, end_positions=end)
+    expected = (F.cross_entropy(out.start_logits[:2], start[:2]) + F.cross_entropy(out.end_logits[:2], end[:2])) / 2
+    torch.testing.assert_close(out.loss, expected)
+
+
+def test_token_classification_ignores_minus_100():
+    model = AlbertHFForTokenClassification(tiny_config(num_labels=4)).eval()
+    inputs = make_inputs()
+    labels = torch.randint(0, 4, (BATCH, LENGTH))
+    labels[:, :5] = -100
+    out = model(**inputs, labels=labels)
+    expected = F.cross_entropy(out.logits[:, 5:].reshape(-1, 4), labels[:, 5:].reshape(-1))
+    torch.testing.assert_close(out.loss, expected)
+
+
+def test_projection_is_skipped_when_asked_and_e_equals_h():
+    model = AlbertHFModel(tiny_config(embedding_size=32, project_when_equal=False))
+    assert model.encoder.embedding_hidden_mapping_in is None
+    assert model(**make_inputs()).last_hidden_state.shape[-1] == 32
+    assert AlbertHFModel(tiny_config(embedding_size=32)).encoder.embedding_hidden_mapping_in is not None
