@@ -276,6 +276,9 @@ class AlbertHFForPreTrainingOutput(ModelOutput):
 class AlbertHFModel(AlbertHFPreTrainedModel):
     """The bare ALBERT encoder: embeddings, shared layers, and the tanh pooler over [CLS]."""
 
+    # loading the backbone from a checkpoint with heads is expected to leave the heads out
+    _keys_to_ignore_on_load_unexpected = [r"position_ids", r"token_type_ids", r"^predictions\.", r"^sop_classifier\."]
+
     def __init__(self, config: AlbertHFConfig, add_pooling_layer: bool = True):
         super().__init__(config)
         self.embeddings = AlbertHFEmbeddings(config)
