@@ -15,6 +15,7 @@ from transformers import (
 )
 
 from .configuration_albert_hf import PRESETS, AlbertHFConfig
+from .data_collator import DataCollatorForAlbertPretraining
 from .modeling_albert_hf import (
     AlbertHFForMaskedLM,
     AlbertHFForMultipleChoice,
@@ -56,4 +57,5 @@ __all__ = [
     "AlbertHFForMultipleChoice",
     "AlbertHFForQuestionAnswering",
     "AlbertHFForTokenClassification",
+    "DataCollatorForAlbertPretraining",
 ]
