@@ -1,9 +1,9 @@
-# Two entry points (see README): `make demo` and `make test`. Both create .venv on first use.
+# Two entry points (see README): `make pretrain` and `make test`. Both create .venv on first use.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test clean
+.PHONY: setup pretrain test clean
 
 setup: $(VENV)/.installed
 
@@ -16,8 +16,9 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[test]"
 	touch $@
 
-demo: setup
-	$(BIN)/python -m albert_hf.demo
+# The main job on its embedded default: a tiny ALBERT pretrained on the embedded corpus, reloaded with AutoModel.
+pretrain: setup
+	$(BIN)/python run_pretraining.py
 
 # Tests never touch the network: offline Hub and a throwaway HF_HOME.
 test: setup

@@ -1,0 +1,615 @@
+"""The pretraining job behind `run_pretraining.py`: accelerate, LAMB, exact resume, evaluation, Hub push.
+
+    accelerate launch run_pretraining.py --model_config base --train_files corpus/ --max_seq_length 512 ...
+    python run_pretraining.py            # a tiny ALBERT on the embedded corpus, a few minutes on a laptop CPU
+
+Loop: MLM + SOP loss (ALBERT_SPEC.md §4), LAMB with the official poly-decay schedule, global clipping at 1.0,
+gradient accumulation, bf16/fp16 through accelerate. Every `--checkpointing_steps` the full state (model,
+optimizer, scheduler, RNGs, data position) goes atomically into `OUTPUT_DIR/step_N`;
+`--resume_from_checkpoint latest` continues exactly where the last complete checkpoint left off.
+"""
+
+import argparse
+import json
+import logging
+import math
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+import torch
+
+logger = logging.getLogger("albert_hf.pretraining")
+
+STEP_DIR = re.compile(r"^step_(\d+)$")
+STATE_FILE = "training_state.json"  # written last: a step_N folder without it is not a checkpoint
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Command line
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description="Pretrain ALBERT (MLM + sentence-order prediction) with accelerate. With no arguments: a tiny "
+        "ALBERT on the embedded corpus (standard-library docstrings) for a few minutes.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    model = parser.add_argument_group("model")
+    model.add_argument("--model_config", default="tiny",
+                       help="preset: tiny | base | large | xlarge | xxlarge (official v2 dimensions)")
+    model.add_argument("--config_name", default=None,
+                       help="a config.json path or directory (overrides --model_config)")
+    model.add_argument("--model_name_or_path", default=None,
+                       help="continue pretraining from these weights (albert_hf or transformers ALBERT)")
+    model.add_argument("--sharing", default=None, choices=["all", "attention", "ffn", "none"],
+                       help="override the config's cross-layer sharing (the paper's Table 4 ablation)")
+    model.add_argument("--tokenizer_name", default=None,
+                       help="tokenizer directory or Hub name; default: train a SentencePiece unigram model on the "
+                       "training corpus (cached)")
+    model.add_argument("--vocab_size", type=int, default=4000,
+                       help="vocabulary size when training the tokenizer (the official models use 30000)")
+    model.add_argument("--gradient_checkpointing", action="store_true", help="recompute activations in backward")
+    model.add_argument("--torch_compile", action="store_true", help="compile the model with torch.compile")
+
+    data = parser.add_argument_group("data")
+    data.add_argument("--train_files", nargs="+", default=None,
+                      help="text files or folders (.txt), or json/jsonl/parquet/csv files with a text column")
+    data.add_argument("--dataset_name", default=None, help="a datasets Hub name, e.g. wikitext (needs network)")
+    data.add_argument("--dataset_config_name", default=None, help="e.g. wikitext-103-raw-v1")
+    data.add_argument("--text_column", default="text")
+    data.add_argument("--layout", default="document_per_file",
+                      choices=["document_per_file", "blank_line_separated", "sentence_per_line"],
+                      help="how plain-text files hold documents (sentence_per_line = official format)")
+    data.add_argument("--streaming", action="store_true", help="stream the corpus instead of materialising it")
+    data.add_argument("--validation_split_percentage", type=float, default=5.0,
+                      help="documents held out for evaluation")
+    data.add_argument("--max_seq_length", type=int, default=128, help="official: 512")
+    data.add_argument("--short_seq_prob", type=float, default=0.1)
+    data.add_argument("--dupe_factor", type=int, default=5, help="static epochs of pairs (official: 40)")
+    data.add_argument("--task", default="sop", choices=["sop", "nsp", "none"],
+                      help="inter-sentence objective: sentence order (ALBERT), next sentence (BERT) or none")
+    data.add_argument("--mlm_probability", type=float, default=0.15)
+    data.add_argument("--max_ngram", type=int, default=3)
+    data.add_argument("--max_predictions_per_seq", type=int, default=20)
+    data.add_argument("--preprocessing_num_workers", type=int, default=None)
+
+    train = parser.add_argument_group("training")
+    train.add_argument("--per_device_train_batch_size", type=int, default=32)
+    train.add_argument("--per_device_eval_batch_size", type=int, default=64)
+    train.add_argument("--gradient_accumulation_steps", type=int, default=1)
+    train.add_argument("--optimizer", default="lamb", choices=["lamb", "adamw"],
+                       help="lamb: official TF LAMB; adamw: official AdamWeightDecay (no bias correction)")
+    train.add_argument("--learning_rate", type=float, default=5e-3,
+                       help="peak LR (paper: 0.00176 for batch 4096)")
+    train.add_argument("--weight_decay", type=float, default=0.01)
+    train.add_argument("--max_grad_norm", type=float, default=1.0)
+    train.add_argument("--max_train_steps", type=int, default=600)
+    train.add_argument("--num_warmup_steps", type=int, default=None,
+                       help="default: 2.5%% of --max_train_steps, the official ratio (3125 of 125k)")
+    train.add_argument("--mixed_precision", default=None, choices=["no", "fp16", "bf16"],
+                       help="default: accelerate's configuration (bf16 is the fast path on CPUs with AMX)")
+    train.add_argument("--seed", type=int, default=12345)
+
+    io = parser.add_argument_group("evaluation, checkpoints and output")
+    io.add_argument("--output_dir", default="outputs/albert-pretraining")
+    io.add_argument("--eval_steps", type=int, default=200, help="evaluate every N optimizer steps (0: only at the end)")
+    io.add_argument("--max_eval_samples", type=int, default=2000)
+    io.add_argument("--logging_steps", type=int, default=20)
+    io.add_argument("--checkpointing_steps", type=int, default=None, help="save full training state every N steps")
+    io.add_argument("--checkpoints_total_limit", type=int, default=None, help="keep only the newest N step_ folders")
+    io.add_argument("--resume_from_checkpoint", default=None, help="'latest' or a step_N folder")
+    io.add_argument("--with_tracking", action="store_true", help="log to the trackers of --report_to")
+    io.add_argument("--report_to", default="tensorboard", help="accelerate tracker(s): tensorboard, wandb, all, ...")
+    io.add_argument("--push_to_hub", action="store_true")
+    io.add_argument("--hub_model_id", default=None, help="repo id (default: the output_dir name)")
+    io.add_argument("--hub_token", default=None)
+    io.add_argument("--trust_remote_code", action="store_true")
+    return parser
+
+
+def parse_args(argv=None):
+    args = build_parser().parse_args(argv)
+    if args.train_files and args.dataset_name:
+        raise SystemExit("error: pass --train_files or --dataset_name, not both")
+    for name in ("max_train_steps", "per_device_train_batch_size", "gradient_accumulation_steps", "max_seq_length"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"error: --{name} must be at least 1")
+    from .configuration_albert_hf import PRESETS
+
+    if not args.config_name and not args.model_name_or_path and args.model_config not in PRESETS:
+        raise SystemExit(f"error: Unknown ALBERT preset {args.model_config!r}; choose one of {sorted(PRESETS)} "
+                         "or pass --config_name")
+    for path in args.train_files or ():
+        if not Path(path).exists():
+            raise SystemExit(f"error: --train_files: {path} does not exist")
+    if args.num_warmup_steps is None:
+        args.num_warmup_steps = round(0.025 * args.max_train_steps)
+    if args.num_warmup_steps > args.max_train_steps:
+        raise SystemExit("error: --num_warmup_steps exceeds --max_train_steps")
+    if not 0 <= args.validation_split_percentage < 100:
+        raise SystemExit("error: --validation_split_percentage must be in [0, 100)")
+    return args
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Step checkpoints, written atomically
+
+
+class StepCheckpoints:
+    """`output_dir/step_N` folders holding accelerate's full state plus `training_state.json`.
+
+    A checkpoint is written into `.tmp-step_N` and renamed when complete, so a kill at any moment leaves the
+    previous checkpoints untouched and never a half-written `step_N`.
+    """
+
+    def __init__(self, output_dir, accelerator, total_limit=None):
+        self.output_dir = Path(output_dir)
+        self.accelerator = accelerator
+        self.total_limit = total_limit
+
+    def complete(self) -> list[tuple[int, Path]]:
+        found = []
+        if self.output_dir.is_dir():
+            for path in self.output_dir.iterdir():
+                match = STEP_DIR.match(path.name)
+                if match and (path / STATE_FILE).is_file():
+                    found.append((int(match.group(1)), path))
+        return sorted(found)
+
+    def resolve(self, value: str) -> Path | None:
+        if value == "latest":
+            found = self.complete()
+            if not found:
+                logger.info("--resume_from_checkpoint latest: no checkpoint in %s, starting from scratch", self.output_dir)
+            return found[-1][1] if found else None
+        path = Path(value)
+        if not (path / STATE_FILE).is_file():
+            raise FileNotFoundError(f"{path} is not a complete checkpoint (no {STATE_FILE})")
+        return path
+
+    def remove_partial(self):
+        if self.accelerator.is_main_process and self.output_dir.is_dir():
+            for path in self.output_dir.glob(".tmp-step_*"):
+                shutil.rmtree(path, ignore_errors=True)
+        self.accelerator.wait_for_everyone()
+
+    def save(self, step: int, state: dict) -> Path:
+        final = self.output_dir / f"step_{step}"
+        tmp = self.output_dir / f".tmp-step_{step}"
+        if (final / STATE_FILE).is_file():
+            return final
+        self.accelerator.save_state(str(tmp))
+        if self.accelerator.is_main_process:
+            (tmp / STATE_FILE).write_text(json.dumps(state, indent=2))
+            if final.exists():  # an incomplete leftover of the same name
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+            self._rotate()
+        self.accelerator.wait_for_everyone()
+        return final
+
+    def _rotate(self):
+        if self.total_limit:
+            for _, path in self.complete()[: -self.total_limit]:
+                shutil.rmtree(path, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Metrics
+
+
+COUNT_NAMES = ("mlm_loss_sum", "mlm_correct", "mlm_count", "sop_loss_sum", "sop_correct", "sop_count")
+
+
+def example_counts(outputs, batch) -> torch.Tensor:
+    """Per example: [MLM loss sum, MLM correct, MLM count, SOP loss, SOP correct, SOP count], shape (batch, 6).
+
+    Per-example rows let `gather_for_metrics` drop the samples accelerate repeats to even out the last batch.
+    """
+    sop_logits = outputs.sop_logits
+    counts = torch.zeros(sop_logits.shape[0], 6, dtype=torch.float64, device=sop_logits.device)
+    labels = batch.get("labels")
+    if labels is not None and outputs.mlm_loss is not None:
+        masked = labels != -100
+        owner = masked.nonzero()[:, 0]  # the example of each predicted token, in the head's row order
+        targets = labels[masked]
+        logits = outputs.prediction_logits.float()
+        token_loss = torch.nn.functional.cross_entropy(logits, targets, reduction="none").double()
+        counts[:, 0].index_add_(0, owner, token_loss)
+        counts[:, 1].index_add_(0, owner, (logits.argmax(-1) == targets).double())
+        counts[:, 2] = masked.sum(1)
+    order = batch.get("sentence_order_label")
+    if order is not None and outputs.sop_loss is not None:
+        counts[:, 3] = torch.nn.functional.cross_entropy(sop_logits.float(), order, reduction="none").double()
+        counts[:, 4] = (sop_logits.argmax(-1) == order).double()
+        counts[:, 5] = 1
+    return counts
+
+
+def metrics_from_counts(totals: torch.Tensor, prefix: str = "") -> dict:
+    mlm_loss, mlm_correct, mlm_n, sop_loss, sop_correct, sop_n = totals.tolist()
+    metrics = {}
+    if mlm_n:
+        metrics.update({f"{prefix}mlm_loss": mlm_loss / mlm_n, f"{prefix}mlm_accuracy": mlm_correct / mlm_n})
+    if sop_n:
+        metrics.update({f"{prefix}sop_loss": sop_loss / sop_n, f"{prefix}sop_accuracy": sop_correct / sop_n})
+    return metrics
+
+
+@torch.no_grad()
+def evaluate(model, dataloader, accelerator, task: str) -> dict:
+    model.eval()
+    totals = torch.zeros(6, dtype=torch.float64)
+    for batch in dataloader:
+        if task == "none":
+            batch.pop("sentence_order_label", None)
+        with accelerator.autocast():
+            outputs = model(**batch)
+        totals += accelerator.gather_for_metrics(example_counts(outputs, batch)).sum(0).cpu()
+    model.train()
+    return metrics_from_counts(totals, prefix="eval_")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Data, tokenizer, model
+
+
+def load_documents(args):
+    """The corpus as documents ("text" column): files, a Hub dataset, or the embedded default corpus."""
+    from .corpus import load_corpus
+
+    if args.dataset_name:
+        return load_corpus(args.dataset_name, text_column=args.text_column, config_name=args.dataset_config_name,
+                           streaming=args.streaming)
+    if args.train_files:
+        return load_corpus(args.train_files, layout=args.layout, text_column=args.text_column,
+                           streaming=args.streaming)
+    return load_corpus(None)
+
+
+def split_documents(documents, args):
+    """Hold out whole documents for evaluation, so no evaluation sentence was seen in training."""
+    import datasets
+
+    if args.validation_split_percentage == 0:
+        return documents, None
+    if isinstance(documents, datasets.IterableDataset):  # no length: the first documents of the stream
+        held_out = max(1, int(args.validation_split_percentage * 20))
+        return documents.skip(held_out), documents.take(held_out)
+    if len(documents) < 2:
+        raise ValueError(f"The corpus has {len(documents)} document(s); evaluation needs at least 2 "
+                         "(or pass --validation_split_percentage 0)")
+    split = documents.train_test_split(test_size=args.validation_split_percentage / 100, seed=args.seed)
+    return split["train"], split["test"]
+
+
+def load_tokenizer(args, train_documents):
+    from transformers import AutoTokenizer
+
+    from .tokenization import train_tokenizer
+
+    if args.tokenizer_name:
+        return AutoTokenizer.from_pretrained(args.tokenizer_name, trust_remote_code=args.trust_remote_code)
+    if args.model_name_or_path and Path(args.model_name_or_path, "tokenizer.json").is_file():
+        return AutoTokenizer.from_pretrained(args.model_name_or_path)
+    return train_tokenizer(train_documents, vocab_size=args.vocab_size, text_column="text",
+                           sentence_per_line=args.layout == "sentence_per_line")
+
+
+def build_pairs(documents, tokenizer, args, dupe_factor, seed):
+    from .pretraining_data import build_pretraining_dataset
+
+    return build_pretraining_dataset(
+        documents, tokenizer, text_column="text", sentence_per_line=args.layout == "sentence_per_line",
+        num_proc=args.preprocessing_num_workers, max_seq_length=args.max_seq_length,
+        short_seq_prob=args.short_seq_prob, dupe_factor=dupe_factor, task="nsp" if args.task == "nsp" else "sop",
+        seed=seed,
+    )
+
+
+def build_model(args, tokenizer):
+    from . import AlbertHFConfig, AlbertHFForPreTraining
+
+    if args.model_name_or_path:
+        model = AlbertHFForPreTraining.from_pretrained(args.model_name_or_path)
+    else:
+        if args.config_name:
+            config = AlbertHFConfig.from_pretrained(args.config_name)
+        else:
+            config = AlbertHFConfig.from_preset(args.model_config)
+        config.vocab_size = len(tokenizer)
+        if args.sharing:
+            config = AlbertHFConfig(**{**config.to_diff_dict(), "sharing": args.sharing})
+        if args.max_seq_length > config.max_position_embeddings:
+            raise ValueError(f"--max_seq_length {args.max_seq_length} exceeds the model's "
+                             f"max_position_embeddings={config.max_position_embeddings}")
+        model = AlbertHFForPreTraining(config)
+    if len(tokenizer) > model.config.vocab_size:
+        raise ValueError(f"The tokenizer has {len(tokenizer)} tokens but the model only {model.config.vocab_size}")
+    for name in ("pad_token_id", "cls_token_id", "sep_token_id"):
+        setattr(model.config, name.replace("cls", "bos").replace("sep", "eos"), getattr(tokenizer, name))
+    if args.gradient_checkpointing:
+        model.activation_checkpointing_enable()
+    return model
+
+
+def make_optimizer(model, args):
+    from .optimization import AdamWeightDecay, Lamb, parameter_groups
+
+    groups = parameter_groups(model, weight_decay=args.weight_decay)
+    optimizer_class = Lamb if args.optimizer == "lamb" else AdamWeightDecay
+    return optimizer_class(groups, lr=args.learning_rate)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The job
+
+
+def training_step(model, batch, optimizer, scheduler, accelerator, max_grad_norm):
+    """One micro-batch: forward, backward, and on the last micro-batch of an accumulation clipping and the update.
+
+    Under fp16 the grad scaler skips an update whose gradients overflowed (the weights are left untouched);
+    the schedule then does not advance either, as in transformers' Trainer.
+    """
+    with accelerator.accumulate(model):
+        with accelerator.autocast():
+            outputs = model(**batch)
+        accelerator.backward(outputs.loss)
+        if accelerator.sync_gradients and max_grad_norm:
+            accelerator.clip_grad_norm_(model.parameters(), max_grad_norm)  # global norm, after unscaling
+        optimizer.step()
+        if accelerator.sync_gradients and not accelerator.optimizer_step_was_skipped:
+            scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+    return outputs
+
+
+def enable_cpu_fp16(accelerator):
+    """accelerate silently trains in fp32 when asked for fp16 on a CPU; torch has CPU fp16 autocast and loss
+    scaling, so turn them on (slow: CPUs have no fp16 matmul units; use bf16 for speed, fp16 for parity with GPU
+    runs). This sets two attributes of the Accelerator before `prepare`; tests/test_pretraining.py checks it."""
+    accelerator.native_amp = True
+    accelerator.scaler = torch.amp.GradScaler("cpu")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    from accelerate import Accelerator
+    from accelerate.utils import DataLoaderConfiguration, ProjectConfiguration, set_seed
+    from torch.utils.data import DataLoader
+    from tqdm.auto import tqdm
+    from transformers import AutoModel
+
+    from .data_collator import DataCollatorForAlbertPretraining
+    from .hub import push_folder, write_json, write_model_card
+    from .optimization import get_official_schedule
+
+    # Without a GPU, accelerate runs several processes only in its CPU mode (gloo).
+    accelerator = Accelerator(
+        cpu=not torch.cuda.is_available(),
+        mixed_precision=args.mixed_precision,
+        gradient_accumulation_steps=args.gradient_accumulation_steps,
+        log_with=args.report_to if args.with_tracking else None,
+        project_config=ProjectConfiguration(project_dir=args.output_dir, logging_dir=f"{args.output_dir}/runs"),
+        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True),
+    )
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S",
+                        level=logging.INFO if accelerator.is_main_process else logging.WARNING)
+    quiet_library_logs()
+    if accelerator.mixed_precision == "fp16" and accelerator.scaler is None:
+        enable_cpu_fp16(accelerator)
+    set_seed(args.seed)
+    output_dir = Path(args.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    checkpoints = StepCheckpoints(output_dir, accelerator, args.checkpoints_total_limit)
+    checkpoints.remove_partial()
+
+    with accelerator.main_process_first():  # the main process builds the caches, the others read them
+        documents = load_documents(args)
+        train_documents, eval_documents = split_documents(documents, args)
+        tokenizer = load_tokenizer(args, train_documents)
+        train_pairs = build_pairs(train_documents, tokenizer, args, args.dupe_factor, args.seed)
+        eval_pairs = None
+        if eval_documents is not None:
+            eval_pairs = build_pairs(eval_documents, tokenizer, args, 1, args.seed + 1)
+            if hasattr(eval_pairs, "__len__") and args.max_eval_samples:
+                eval_pairs = eval_pairs.select(range(min(args.max_eval_samples, len(eval_pairs))))
+            elif args.max_eval_samples:
+                eval_pairs = eval_pairs.take(args.max_eval_samples)
+
+    # Dynamic masks keyed on (seed, epoch, example) (`set_epoch` below): the same example gets the same mask
+    # whatever the batching, the number of processes or a resume, so runs are exactly reproducible.
+    collate = DataCollatorForAlbertPretraining(
+        tokenizer=tokenizer, mlm_probability=args.mlm_probability, max_ngram=args.max_ngram,
+        max_predictions_per_seq=args.max_predictions_per_seq, seed=args.seed,
+    )
+    train_dataloader = DataLoader(train_pairs, batch_size=args.per_device_train_batch_size, collate_fn=collate,
+                                  shuffle=hasattr(train_pairs, "__len__"))
+    eval_dataloader = None
+    if eval_pairs is not None:
+        # Static masking: every evaluation sees the same masks, so the numbers are comparable over time.
+        eval_collate = DataCollatorForAlbertPretraining(
+            tokenizer=tokenizer, mlm_probability=args.mlm_probability, max_ngram=args.max_ngram,
+            max_predictions_per_seq=args.max_predictions_per_seq, seed=args.seed, static_masking=True,
+        )
+        eval_dataloader = DataLoader(eval_pairs, batch_size=args.per_device_eval_batch_size, collate_fn=eval_collate)
+
+    model = build_model(args, tokenizer)
+    optimizer = make_optimizer(model, args)
+    # The schedule counts optimizer steps; it is stepped by hand (not prepared), once per update, so that it
+    # follows the official formula whatever the number of processes.
+    scheduler = get_official_schedule(optimizer, args.num_warmup_steps, args.max_train_steps)
+    if args.torch_compile:
+        model = torch.compile(model)
+    model, optimizer, train_dataloader = accelerator.prepare(model, optimizer, train_dataloader)
+    if eval_dataloader is not None:
+        eval_dataloader = accelerator.prepare(eval_dataloader)
+    accelerator.register_for_checkpointing(scheduler)
+
+    num_parameters = sum(p.numel() for p in accelerator.unwrap_model(model).parameters())
+    global_batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * accelerator.num_processes
+    if args.with_tracking:
+        if not accelerator.log_with:
+            raise SystemExit(f"error: --with_tracking: no usable tracker for --report_to {args.report_to} (for "
+                             "tensorboard: pip install tensorboard, or albert_hf[tracking])")
+        accelerator.init_trackers("albert_pretraining", {k: v for k, v in vars(args).items()
+                                                         if isinstance(v, (int, float, str, bool))})
+    logger.info("%s parameters; global batch %d x %d tokens; %d steps; %d processes; mixed precision %s",
+                f"{num_parameters:,}", global_batch, args.max_seq_length, args.max_train_steps,
+                accelerator.num_processes, accelerator.mixed_precision)
+
+    completed_steps, epoch, batches_in_epoch, skipped_steps = 0, 0, 0, 0
+    if args.resume_from_checkpoint:
+        path = checkpoints.resolve(args.resume_from_checkpoint)
+        if path is not None:
+            accelerator.load_state(str(path))
+            state = json.loads((path / STATE_FILE).read_text())
+            completed_steps, epoch, batches_in_epoch = state["step"], state["epoch"], state["batches_in_epoch"]
+            logger.info("Resumed from %s: step %d, epoch %d, batch %d of the epoch", path, completed_steps,
+                        epoch, batches_in_epoch)
+
+    metrics_log = output_dir / "metrics.jsonl"
+
+    def log(metrics: dict):
+        if args.with_tracking:
+            accelerator.log(metrics, step=completed_steps)
+        if accelerator.is_main_process:
+            with open(metrics_log, "a") as f:
+                f.write(json.dumps({"step": completed_steps, **metrics}) + "\n")
+
+    progress = tqdm(total=args.max_train_steps, initial=completed_steps, disable=not accelerator.is_main_process,
+                    desc="pretraining", dynamic_ncols=True)
+    window = torch.zeros(6, dtype=torch.float64)
+    window_tokens, window_start = 0, time.perf_counter()
+    eval_metrics = {}
+    model.train()
+    while completed_steps < args.max_train_steps:
+        collate.set_epoch(epoch)
+        if hasattr(train_dataloader, "set_epoch"):
+            train_dataloader.set_epoch(epoch)
+        batches = train_dataloader
+        if batches_in_epoch:
+            batches = accelerator.skip_first_batches(train_dataloader, batches_in_epoch)
+        for batch in batches:
+            batches_in_epoch += 1
+            if args.task == "none":
+                batch.pop("sentence_order_label", None)
+            outputs = training_step(model, batch, optimizer, scheduler, accelerator, args.max_grad_norm)
+            window += example_counts(outputs, batch).sum(0).cpu()
+            window_tokens += int(batch["attention_mask"].sum()) * accelerator.num_processes
+            if not accelerator.sync_gradients:
+                continue
+            completed_steps += 1
+            skipped_steps += accelerator.optimizer_step_was_skipped
+            progress.update(1)
+
+            if completed_steps % args.logging_steps == 0 or completed_steps == args.max_train_steps:
+                elapsed = time.perf_counter() - window_start
+                train_metrics = metrics_from_counts(accelerator.reduce(window.to(accelerator.device), "sum").cpu())
+                train_metrics.update(lr=scheduler.get_last_lr()[0], tokens_per_second=window_tokens / elapsed)
+                if skipped_steps:
+                    train_metrics["skipped_steps"] = skipped_steps  # fp16 overflows (no update, no LR step)
+                progress.set_postfix({k.replace("_accuracy", "_acc"): f"{v:.3g}" for k, v in train_metrics.items()
+                                      if k != "lr"})
+                log({f"train_{k}" if k not in ("lr", "tokens_per_second", "skipped_steps") else k: v
+                     for k, v in train_metrics.items()})
+                window.zero_()
+                window_tokens, window_start = 0, time.perf_counter()
+
+            if eval_dataloader is not None and args.eval_steps and completed_steps % args.eval_steps == 0:
+                eval_metrics = evaluate(model, eval_dataloader, accelerator, args.task)
+                log(eval_metrics)
+                logger.info("step %d: %s", completed_steps, _format(eval_metrics))
+
+            if args.checkpointing_steps and completed_steps % args.checkpointing_steps == 0:
+                checkpoints.save(completed_steps, {"step": completed_steps, "epoch": epoch,
+                                                   "batches_in_epoch": batches_in_epoch})
+            if completed_steps >= args.max_train_steps:
+                break
+        else:
+            epoch += 1
+            batches_in_epoch = 0
+    progress.close()
+
+    if eval_dataloader is not None and (not args.eval_steps or args.max_train_steps % args.eval_steps):
+        eval_metrics = evaluate(model, eval_dataloader, accelerator, args.task)
+        log(eval_metrics)
+    accelerator.wait_for_everyone()
+    if args.with_tracking:
+        accelerator.end_training()
+
+    if accelerator.is_main_process:
+        final = accelerator.unwrap_model(model)
+        final = getattr(final, "_orig_mod", final)  # torch.compile wrapper
+        save_final_model(final, tokenizer, output_dir, args, eval_metrics, global_batch, accelerator.num_processes)
+        reloaded = AutoModel.from_pretrained(output_dir, trust_remote_code=True)
+        summary = {"output_dir": str(output_dir), "parameters": num_parameters, "steps": completed_steps,
+                   "global_batch": global_batch, "reloaded_with": f"AutoModel -> {type(reloaded).__name__}",
+                   **eval_metrics}
+        print("\n".join(["", "Pretraining done."] + [f"  {k}: {_format_value(v)}" for k, v in summary.items()]))
+        if args.push_to_hub:
+            repo_id = args.hub_model_id or output_dir.name
+            print(f"  pushed: {push_folder(output_dir, repo_id, token=args.hub_token, commit_message='End of training')}")
+    accelerator.wait_for_everyone()
+    return eval_metrics
+
+
+def save_final_model(model, tokenizer, output_dir: Path, args, eval_metrics, global_batch, num_processes):
+    """Weights, tokenizer, remote code, model card: written into a temporary folder, then moved into place."""
+    from .hub import write_json, write_model_card
+
+    tmp = output_dir / ".tmp-final"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    data = (f"Hub dataset `{args.dataset_name}`" if args.dataset_name else
+            f"files {', '.join(args.train_files)}" if args.train_files else
+            "the embedded corpus (docstrings of the Python standard library)")
+    training = {"objective": f"MLM (n-gram, max n={args.max_ngram}) + {args.task.upper()}"
+                if args.task != "none" else "MLM only",
+                "steps": args.max_train_steps, "global batch": global_batch, "sequence length": args.max_seq_length,
+                "optimizer": args.optimizer.upper(), "peak learning rate": args.learning_rate,
+                "warmup steps": args.num_warmup_steps, "processes": num_processes,
+                "mixed precision": args.mixed_precision or "no", "seed": args.seed}
+    write_model_card(tmp, title=f"ALBERT ({args.model_config if not args.config_name else 'custom'}) pretrained "
+                     "with albert_hf", summary="An ALBERT model (Lan et al., ICLR 2020) pretrained with "
+                     "albert_hf's `run_pretraining.py`: masked language modelling with n-gram "
+                     "masking and sentence-order prediction.", model=model, data=data, training=training,
+                     metrics=eval_metrics, tags=("pretraining", args.task), usage_class="AutoModelForPreTraining")
+    write_json(tmp / "all_results.json", eval_metrics)
+    for path in tmp.iterdir():
+        os.replace(path, output_dir / path.name)
+    tmp.rmdir()
+
+
+class _DropTiedWeightsNotice(logging.Filter):
+    # accelerate's save_state warns that it dropped the tied decoder weights; they are re-tied on load.
+    def filter(self, record):
+        return "Removed shared tensor" not in record.getMessage()
+
+
+def quiet_library_logs():
+    """Keep the console to our progress and results: accelerate's per-file checkpoint notices go to WARNING."""
+    logging.getLogger("accelerate").setLevel(logging.WARNING)
+    logging.getLogger("accelerate.utils.other").addFilter(_DropTiedWeightsNotice())
+    import datasets
+    import transformers
+
+    datasets.utils.logging.set_verbosity_warning()
+    transformers.utils.logging.set_verbosity_warning()
+    transformers.utils.logging.disable_progress_bar()
+
+
+def _format_value(value):
+    return f"{value:.4f}" if isinstance(value, float) else value
+
+
+def _format(metrics: dict) -> str:
+    return ", ".join(f"{k}={_format_value(v)}" for k, v in metrics.items())
+
+
+if __name__ == "__main__":
+    main()

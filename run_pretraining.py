@@ -1,0 +1,11 @@
+#!/usr/bin/env python
+"""Pretrain ALBERT with accelerate: `python run_pretraining.py --help`, or with no arguments a tiny demo run.
+
+    accelerate launch run_pretraining.py --model_config base --train_files corpus/ --max_seq_length 512 \
+        --per_device_train_batch_size 32 --gradient_accumulation_steps 16 --mixed_precision bf16 ...
+"""
+
+from albert_hf.pretraining import main
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,236 @@
+"""run_pretraining.py end to end on the embedded corpus, with tiny models: outputs, exact resume after SIGKILL,
+two processes against one, fp16 loss scaling, Hub push."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from unittest import mock
+
+import pytest
+import torch
+from conftest import REPO, run_python
+from safetensors.torch import load_file
+
+from albert_hf.pretraining import STATE_FILE, StepCheckpoints, build_parser
+
+SCRIPT = str(REPO / "run_pretraining.py")
+# Tiny and fast: the embedded corpus, a 500-piece tokenizer (trained once, cached in the test HF_HOME).
+FAST = ["--vocab_size", "500", "--max_seq_length", "64", "--per_device_train_batch_size", "8", "--dupe_factor", "1",
+        "--max_eval_samples", "64", "--logging_steps", "2", "--seed", "7"]
+
+
+def pretrain(out, *extra, launcher=None, check=True, **popen):
+    command = (launcher or [sys.executable]) + [SCRIPT, "--output_dir", str(out), *FAST, *extra]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    if popen:
+        return subprocess.Popen(command, env=env, cwd=out.parent, **popen)
+    done = subprocess.run(command, env=env, cwd=out.parent, capture_output=True, text=True, timeout=600)
+    if check:
+        assert done.returncode == 0, done.stderr[-4000:]
+    return done
+
+
+def metrics(out):
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_help_explains_every_documented_argument():
+    text = build_parser().format_help()
+    for flag in ("--model_config", "--config_name", "--tokenizer_name", "--train_files", "--dataset_name",
+                 "--max_seq_length", "--per_device_train_batch_size", "--gradient_accumulation_steps",
+                 "--learning_rate", "--max_train_steps", "--num_warmup_steps", "--optimizer", "--mixed_precision",
+                 "--checkpointing_steps", "--resume_from_checkpoint", "--with_tracking", "--report_to",
+                 "--output_dir", "--push_to_hub", "--hub_model_id", "--seed", "--task"):
+        assert flag in text
+
+
+def test_end_to_end_run_saves_a_model_that_loads_without_albert_hf(tmp_path):
+    out = tmp_path / "run"
+    done = pretrain(out, "--max_train_steps", "6", "--eval_steps", "3", "--with_tracking")
+    assert "Pretraining done." in done.stdout and "AutoModel -> AlbertHFModel" in done.stdout
+    files = {p.name for p in out.iterdir()}
+    assert {"model.safetensors", "config.json", "tokenizer.json", "README.md", "all_results.json",
+            "modeling_albert_hf.py", "configuration_albert_hf.py", "metrics.jsonl"} <= files
+    assert not any(name.startswith(".tmp") for name in files)
+    rows = metrics(out)
+    evals = [row for row in rows if "eval_mlm_accuracy" in row]
+    assert [row["step"] for row in evals] == [3, 6]
+    assert all(0 <= row["eval_sop_accuracy"] <= 1 and row["eval_mlm_loss"] > 0 for row in evals)
+    assert any("train_mlm_loss" in row and "tokens_per_second" in row for row in rows)
+    results = json.loads((out / "all_results.json").read_text())
+    assert results["eval_mlm_accuracy"] == evals[-1]["eval_mlm_accuracy"]
+    card = (out / "README.md").read_text()
+    n_params = sum(t.numel() for t in load_file(out / "model.safetensors").values())
+    assert "## Results" in card and "eval_mlm_accuracy" in card and "MLM" in card and "SOP" in card
+    assert f"{n_params:,}" in card  # the tied decoder is stored once, so the file holds every parameter
+    assert list((out / "runs").rglob("events.out.tfevents*")), "TensorBoard logs missing"
+    loaded = run_python(
+        "import transformers, sys\n"
+        f"m = transformers.AutoModelForPreTraining.from_pretrained({str(out)!r}, trust_remote_code=True)\n"
+        f"t = transformers.AutoTokenizer.from_pretrained({str(out)!r})\n"
+        "enc = t('first part.', 'second part.', return_tensors='pt')\n"
+        "print('TYPES', enc['token_type_ids'].tolist(), type(m).__name__, m(**enc).sop_logits.shape)\n",
+        cwd=tmp_path,
+    )
+    assert loaded.returncode == 0, loaded.stderr[-3000:]
+    assert "AlbertHFForPreTraining torch.Size([1, 2])" in loaded.stdout and "1, 1" in loaded.stdout
+
+
+def test_sigkill_mid_run_then_resume_ends_with_the_same_weights(tmp_path):
+    args = ["--max_train_steps", "12", "--checkpointing_steps", "3", "--eval_steps", "0",
+            "--validation_split_percentage", "0"]
+    reference = tmp_path / "reference"
+    pretrain(reference, *args)
+
+    interrupted = tmp_path / "interrupted"
+    process = pretrain(interrupted, *args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not (interrupted / "step_6" / STATE_FILE).exists():
+        assert process.poll() is None, "the run ended before it could be killed"
+        assert time.time() < deadline
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not (interrupted / "model.safetensors").exists()  # it really died before the end
+    done = pretrain(interrupted, *args, "--resume_from_checkpoint", "latest")
+    assert "Resumed from" in done.stderr
+
+    expected, got = load_file(reference / "model.safetensors"), load_file(interrupted / "model.safetensors")
+    assert expected.keys() == got.keys()
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], rtol=0, atol=1e-6, msg=name)
+    # the resumed run continues the same curve: its logged losses equal the reference's after the resume point
+    reference_rows = {row["step"]: row for row in metrics(reference)}
+    for row in metrics(interrupted):
+        if row["step"] > 6:
+            assert row["train_mlm_loss"] == pytest.approx(reference_rows[row["step"]]["train_mlm_loss"], abs=1e-5)
+
+
+def test_partial_checkpoints_are_never_resumed_from(tmp_path):
+    accelerator = mock.MagicMock(is_main_process=True)
+    for name in ("step_3", "step_6", "step_9", ".tmp-step_12"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "step_3" / STATE_FILE).write_text("{}")
+    (tmp_path / "step_6" / STATE_FILE).write_text("{}")
+    # step_9 has no state file: a save killed before it was renamed into place would never be called step_9,
+    # but a folder copied by hand might; .tmp-step_12 is what a killed save leaves
+    checkpoints = StepCheckpoints(tmp_path, accelerator)
+    assert checkpoints.resolve("latest") == tmp_path / "step_6"
+    with pytest.raises(FileNotFoundError, match="not a complete checkpoint"):
+        checkpoints.resolve(str(tmp_path / "step_9"))
+    checkpoints.remove_partial()
+    assert not (tmp_path / ".tmp-step_12").exists() and (tmp_path / "step_6").exists()
+    assert StepCheckpoints(tmp_path / "missing", accelerator).resolve("latest") is None
+
+
+def test_two_processes_follow_the_same_loss_curve_as_one(tmp_path):
+    args = ["--max_train_steps", "8", "--eval_steps", "0", "--validation_split_percentage", "0"]
+    single = tmp_path / "single"
+    pretrain(single, *args)
+    double = tmp_path / "double"
+    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+    # same global batch: 2 processes x 4 = 1 process x 8
+    done = pretrain(double, *args, "--per_device_train_batch_size", "4", launcher=launcher)
+    assert "2 processes" in done.stderr
+    one, two = metrics(single), metrics(double)
+    assert [row["step"] for row in one] == [row["step"] for row in two] == [2, 4, 6, 8]
+    for a, b in zip(one, two):
+        # identical examples and masks; only DDP's mean of per-process MLM means differs from one global mean,
+        # so the curves agree to ~1e-4 and an argmax near a tie may flip for a token or two
+        assert b["train_mlm_loss"] == pytest.approx(a["train_mlm_loss"], rel=1e-3)
+        assert b["train_sop_loss"] == pytest.approx(a["train_sop_loss"], rel=1e-3)
+        assert b["train_mlm_accuracy"] == pytest.approx(a["train_mlm_accuracy"], abs=0.02)
+
+
+def test_bad_arguments_stop_with_a_clear_message(tmp_path):
+    done = pretrain(tmp_path / "a", "--model_config", "huge", "--max_train_steps", "2", check=False)
+    assert done.returncode != 0 and "Unknown ALBERT preset 'huge'" in done.stderr
+    done = pretrain(tmp_path / "b", "--max_train_steps", "5", "--num_warmup_steps", "9", check=False)
+    assert done.returncode != 0 and "--num_warmup_steps exceeds --max_train_steps" in done.stderr
+    done = pretrain(tmp_path / "c", "--train_files", str(tmp_path / "nothing_here.txt"), "--max_train_steps", "2",
+                    check=False)
+    assert done.returncode != 0 and "nothing_here.txt" in done.stderr
+
+
+@pytest.fixture
+def fresh_accelerate_state():
+    from accelerate.state import AcceleratorState, PartialState
+
+    AcceleratorState._reset_state(True)
+    yield
+    AcceleratorState._reset_state(True)
+    PartialState._reset_state()
+
+
+def test_fp16_overflow_skips_the_update_and_the_schedule_without_touching_weights(fresh_accelerate_state):
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+    from conftest import tiny_config
+
+    from albert_hf import AlbertHFForPreTraining
+    from albert_hf.optimization import Lamb, get_official_schedule, parameter_groups
+    from albert_hf.pretraining import enable_cpu_fp16, training_step
+
+    def setup(init_scale):
+        accelerator = Accelerator(cpu=True, mixed_precision="fp16")
+        enable_cpu_fp16(accelerator)
+        accelerator.scaler = torch.amp.GradScaler("cpu", init_scale=init_scale)
+        torch.manual_seed(0)
+        model = AlbertHFForPreTraining(tiny_config())
+        optimizer = Lamb(parameter_groups(model), lr=1e-3)
+        scheduler = get_official_schedule(optimizer, 0, 10)
+        model, optimizer = accelerator.prepare(model, optimizer)
+        return accelerator, model, optimizer, scheduler
+
+    ids = torch.randint(5, 1000, (4, 16))
+    labels = torch.full_like(ids, -100)
+    labels[:, 3] = ids[:, 3]
+    batch = dict(input_ids=ids, labels=labels, sentence_order_label=torch.tensor([0, 1, 0, 1]))
+
+    accelerator, model, optimizer, scheduler = setup(init_scale=2.0**100)  # every fp16 gradient overflows
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    dtypes = []
+    model.predictions.decoder.register_forward_hook(lambda module, args, out: dtypes.append(out.dtype))
+    training_step(model, batch, optimizer, scheduler, accelerator, max_grad_norm=1.0)
+    assert dtypes == [torch.float16]  # fp16 autocast really ran
+    assert accelerator.optimizer_step_was_skipped
+    assert scheduler.last_epoch == 0
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert accelerator.scaler.get_scale() < 2.0**100  # the scale backed off
+
+    AcceleratorState._reset_state(True)
+    accelerator, model, optimizer, scheduler = setup(init_scale=2.0**8)
+    training_step(model, batch, optimizer, scheduler, accelerator, max_grad_norm=1.0)
+    assert not accelerator.optimizer_step_was_skipped and scheduler.last_epoch == 1
+    assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_push_to_hub_uploads_the_final_folder_without_step_checkpoints(tmp_path, fresh_accelerate_state):
+    from huggingface_hub import HfApi, RepoUrl
+
+    from albert_hf.pretraining import main
+
+    uploads = []
+
+    def create_repo(self, repo_id, **kwargs):
+        return RepoUrl(f"https://huggingface.co/{repo_id}")
+
+    def upload_folder(self, repo_id, folder_path, commit_message=None, ignore_patterns=None, **kwargs):
+        uploads.append(dict(repo_id=repo_id, files=sorted(p.name for p in Path(folder_path).iterdir()),
+                            message=commit_message, ignore=ignore_patterns))
+        return mock.MagicMock(commit_url="https://huggingface.co/fake/commit")
+
+    out = tmp_path / "run"
+    with mock.patch.object(HfApi, "create_repo", create_repo), mock.patch.object(HfApi, "upload_folder", upload_folder):
+        main(["--output_dir", str(out), *FAST, "--max_train_steps", "4", "--checkpointing_steps", "2",
+              "--eval_steps", "0", "--push_to_hub", "--hub_model_id", "someone/tiny-albert", "--hub_token", "x"])
+    assert len(uploads) == 1 and uploads[0]["repo_id"] == "someone/tiny-albert"
+    assert {"model.safetensors", "config.json", "tokenizer.json", "README.md", "modeling_albert_hf.py"} <= set(
+        uploads[0]["files"])
+    assert "step_*" in uploads[0]["ignore"] and (out / "step_2").is_dir()  # present locally, not uploaded
