@@ -127,17 +127,24 @@ def test_partial_checkpoints_are_never_resumed_from(tmp_path):
     assert StepCheckpoints(tmp_path / "missing", accelerator).resolve("latest") is None
 
 
-def test_two_processes_follow_the_same_loss_curve_as_one(tmp_path):
+def test_two_processes_and_accumulation_follow_the_same_loss_curve_as_one(tmp_path):
     args = ["--max_train_steps", "8", "--eval_steps", "0", "--validation_split_percentage", "0"]
     single = tmp_path / "single"
     pretrain(single, *args)
     double = tmp_path / "double"
     launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
                 "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
-    # same global batch: 2 processes x 4 = 1 process x 8
+    # same global batch: 2 processes x 4 = 1 process x 8 = 1 process x 4 x 2 accumulation steps
     done = pretrain(double, *args, "--per_device_train_batch_size", "4", launcher=launcher)
     assert "2 processes" in done.stderr
-    one, two = metrics(single), metrics(double)
+    accumulated = tmp_path / "accumulated"
+    pretrain(accumulated, *args, "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2")
+    one = metrics(single)
+    for other in (metrics(double), metrics(accumulated)):
+        check_same_curve(one, other)
+
+
+def check_same_curve(one, two):
     assert [row["step"] for row in one] == [row["step"] for row in two] == [2, 4, 6, 8]
     for a, b in zip(one, two):
         # identical examples and masks; only DDP's mean of per-process MLM means differs from one global mean,
@@ -145,6 +152,22 @@ def test_two_processes_follow_the_same_loss_curve_as_one(tmp_path):
         assert b["train_mlm_loss"] == pytest.approx(a["train_mlm_loss"], rel=1e-3)
         assert b["train_sop_loss"] == pytest.approx(a["train_sop_loss"], rel=1e-3)
         assert b["train_mlm_accuracy"] == pytest.approx(a["train_mlm_accuracy"], abs=0.02)
+
+
+def test_streaming_jsonl_corpus(tmp_path, tiny_checkpoint):
+    """--streaming reads the corpus lazily (an IterableDataset end to end) and still trains and evaluates."""
+    from data_fixtures import embedded
+
+    corpus = tmp_path / "corpus.jsonl"
+    with open(corpus, "w") as f:
+        for row in embedded().select(range(1500)):
+            f.write(json.dumps({"body": row["text"]}) + "\n")
+    out = tmp_path / "run"
+    done = pretrain(out, "--train_files", str(corpus), "--text_column", "body", "--streaming",
+                    "--tokenizer_name", str(tiny_checkpoint), "--max_train_steps", "4", "--eval_steps", "4")
+    assert "Pretraining done." in done.stdout
+    rows = metrics(out)
+    assert rows[-1]["step"] == 4 and "eval_mlm_accuracy" in rows[-1] and "eval_sop_accuracy" in rows[-1]
 
 
 def test_bad_arguments_stop_with_a_clear_message(tmp_path):
