@@ -47,3 +47,19 @@ def run_python(code: str, cwd, env_extra=None, timeout=300):
     return subprocess.run(
         [sys.executable, "-c", blocker + code], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
     )
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory):
+    """A saved tiny AlbertHFForPreTraining (random weights) with a 1000-piece tokenizer trained on the embedded
+    corpus: the starting point of the fine-tuning script tests. Read-only: copy it before writing into it."""
+    from data_fixtures import tokenizer
+
+    from albert_hf import AlbertHFConfig, AlbertHFForPreTraining
+
+    directory = tmp_path_factory.mktemp("tiny_albert")
+    tok = tokenizer()
+    torch.manual_seed(0)
+    AlbertHFForPreTraining(AlbertHFConfig.from_preset("tiny", vocab_size=len(tok))).save_pretrained(directory)
+    tok.save_pretrained(directory)
+    return directory

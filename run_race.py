@@ -1,0 +1,61 @@
+#!/usr/bin/env python
+"""Fine-tune ALBERT on RACE (multiple-choice reading comprehension), as the official run_race.py does.
+
+    python run_race.py --model_name_or_path albert/albert-base-v2 --data_dir RACE --do_train --do_eval \
+        --do_predict --output_dir out/race ...          # the full v2 recipe: README.md, RACE section
+
+Data (official layout, folders or files of JSON articles, Hub-style rows, `--dataset_name ehovy/race`),
+formatting and metrics live in albert_hf/race.py; the shared flow in albert_hf/finetuning.py.
+"""
+
+from albert_hf import AlbertHFForMultipleChoice, race
+from albert_hf.finetuning import (
+    AlbertTrainer,
+    evaluate_splits,
+    finish,
+    limit,
+    load_tokenizer_and_model,
+    parse_arguments,
+    setup,
+    train,
+)
+
+
+def main(argv=None) -> dict:
+    model_args, data_args, training_args = parse_arguments(race.RaceDataArguments, argv)
+    last_checkpoint = setup(model_args, training_args)
+
+    wanted = {"train": (training_args.do_train, data_args.max_train_samples),
+              "validation": (training_args.do_eval, data_args.max_eval_samples),
+              "test": (training_args.do_predict, data_args.max_predict_samples)}
+    questions = {split: limit(race.load_race_split(data_args, split, model_args.cache_dir, model_args.token), cap)
+                 for split, (needed, cap) in wanted.items() if needed}
+
+    tokenizer, model = load_tokenizer_and_model(model_args, AlbertHFForMultipleChoice)
+    with training_args.main_process_first(desc="RACE tokenization"):
+        features = {split: race.encode_questions(rows, tokenizer, data_args, model.config.max_position_embeddings,
+                                                 f"RACE {split}")
+                    for split, rows in questions.items()}
+
+    trainer = AlbertTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=features.get("train"),
+        eval_dataset=features.get("validation"),
+        processing_class=tokenizer,
+        data_collator=race.data_collator(tokenizer, data_args, training_args.fp16 or training_args.bf16),
+        compute_metrics=race.compute_accuracy,
+    )
+    if training_args.do_train:
+        train(trainer, training_args, last_checkpoint, len(features["train"]))
+    results = {}
+    evaluated = {split: features[split] for split in ("validation", "test") if split in features}
+    if evaluated:
+        results = evaluate_splits(trainer, evaluated, evaluate=race.evaluate_and_write_predictions)
+    finish(trainer, model_args, training_args, tasks="multiple-choice", dataset="race",
+           dataset_tags="race", dataset_args=data_args.subset)
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""The flow shared by run_glue.py, run_squad.py and run_race.py (albert_hf/finetuning.py)."""
+
+from dataclasses import dataclass
+
+import pytest
+import torch
+from transformers import AlbertConfig, AlbertForSequenceClassification, TrainerCallback
+
+from albert_hf import AlbertHFForSequenceClassification
+from albert_hf.finetuning import (
+    AlbertTrainer,
+    AlbertTrainingArguments,
+    ModelArguments,
+    check_columns,
+    load_tokenizer_and_model,
+    parse_arguments,
+    setup,
+)
+from albert_hf.optimization import AdamWeightDecay
+
+
+@dataclass
+class NoDataArguments:
+    pass
+
+
+class RecordLearningRate(TrainerCallback):
+    def __init__(self):
+        self.lrs = []
+
+    def on_step_begin(self, args, state, control, optimizer=None, lr_scheduler=None, **kwargs):
+        self.lrs.append(lr_scheduler.get_last_lr()[0])
+
+
+class Rows(torch.utils.data.Dataset):
+    def __init__(self, n=16):
+        generator = torch.Generator().manual_seed(0)
+        self.ids = torch.randint(5, 1000, (n, 12), generator=generator)
+        self.labels = torch.randint(0, 2, (n,), generator=generator)
+
+    def __len__(self):
+        return len(self.ids)
+
+    def __getitem__(self, i):
+        return {"input_ids": self.ids[i], "labels": self.labels[i]}
+
+
+def test_official_optimizer_and_schedule(tmp_path, tiny_checkpoint):
+    args = AlbertTrainingArguments(output_dir=str(tmp_path), official_optimizer=True, learning_rate=1e-3,
+                                   warmup_steps=2, max_steps=8, per_device_train_batch_size=4, report_to="none",
+                                   logging_steps=100, save_strategy="no")
+    _, model = load_tokenizer_and_model(ModelArguments(str(tiny_checkpoint)), AlbertHFForSequenceClassification)
+    record = RecordLearningRate()
+    trainer = AlbertTrainer(model=model, args=args, train_dataset=Rows(), callbacks=[record])
+    trainer.train()
+    optimizer = getattr(trainer.optimizer, "optimizer", trainer.optimizer)  # accelerate's wrapper
+    assert isinstance(optimizer, AdamWeightDecay)
+    # warmup t/2, then 1e-3 * (1 - t/8) counted from step 0 (ALBERT_SPEC.md §4): 0, .5, .75, .625, ...
+    expected = [0.0, 0.5e-3, 1e-3 * (1 - 2 / 8), 1e-3 * (1 - 3 / 8), 1e-3 * (1 - 4 / 8)]
+    assert record.lrs[:5] == pytest.approx(expected)
+
+
+def test_default_optimizer_is_trainers(tmp_path, tiny_checkpoint):
+    args = AlbertTrainingArguments(output_dir=str(tmp_path), max_steps=1, report_to="none", save_strategy="no")
+    _, model = load_tokenizer_and_model(ModelArguments(str(tiny_checkpoint)), AlbertHFForSequenceClassification)
+    trainer = AlbertTrainer(model=model, args=args, train_dataset=Rows())
+    trainer.create_optimizer()
+    assert type(trainer.optimizer).__name__ == "AdamW"
+
+
+def test_transformers_checkpoint_converts_and_tokenizer_returns_token_types(tmp_path, tiny_checkpoint):
+    hf = AlbertForSequenceClassification(AlbertConfig(vocab_size=1000, embedding_size=16, hidden_size=32,
+                                                      num_hidden_layers=2, num_attention_heads=4,
+                                                      intermediate_size=37, num_labels=3))
+    hf.save_pretrained(tmp_path)
+    tokenizer, model = load_tokenizer_and_model(
+        ModelArguments(str(tmp_path), tokenizer_name=str(tiny_checkpoint), classifier_dropout_prob=0.3),
+        AlbertHFForSequenceClassification,
+    )
+    assert model.config.model_type == "albert_hf" and model.config.num_labels == 3
+    assert model.dropout.p == 0.3
+    assert tokenizer("a b", "c d")["token_type_ids"][-1] == 1
+    torch.testing.assert_close(model.classifier.weight, hf.classifier.weight)
+
+
+def test_output_dir_with_a_trained_model_is_not_overwritten(tmp_path):
+    (tmp_path / "model.safetensors").write_bytes(b"x")
+    model_args, _, training_args = parse_arguments(
+        NoDataArguments, ["--model_name_or_path", "m", "--output_dir", str(tmp_path), "--do_train"]
+    )
+    with pytest.raises(SystemExit, match="overwrite_output_dir"):
+        setup(model_args, training_args)
+    _, _, training_args = parse_arguments(
+        NoDataArguments, ["--model_name_or_path", "m", "--output_dir", str(tmp_path), "--do_train", "--overwrite_output_dir"]
+    )
+    assert setup(model_args, training_args) is None
+
+
+def test_missing_columns_are_named_with_the_file():
+    import datasets
+
+    rows = datasets.Dataset.from_dict({"sentence": ["a"]})
+    with pytest.raises(ValueError, match=r"train.tsv: missing column\(s\) \['label'\]"):
+        check_columns(rows, ["sentence", "label"], "train.tsv")

@@ -1,0 +1,306 @@
+"""run_race.py and albert_hf/race.py: reading RACE in its formats, the official input formatting, accuracy.
+
+The end-to-end fixtures are synthetic RACE files in the official layout whose correct option is always the same
+phrase, so a few training steps teach a tiny model to find it and the expected accuracies can be worked out by
+hand; a few gold answers are deliberately set to another option to make the per-subset numbers differ.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from datasets import Dataset
+
+from albert_hf import race
+from albert_hf.race import RaceDataArguments
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # for `import run_race`
+SHARED_RACE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "race"
+
+RIGHT = "yes it is true"  # the phrase the fixtures' correct option always is
+WRONG = ["no", "never", "perhaps not"]
+TINY_ARGS = ["--max_seq_length", "64", "--max_qa_length", "16", "--report_to", "none", "--seed", "0",
+             "--per_device_eval_batch_size", "8", "--dataloader_pin_memory", "false"]
+
+
+def shared_race(*parts) -> Path:
+    path = SHARED_RACE.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"{path} not present (../shared/data not present)")
+    return path
+
+
+def article(article_id: str, right_positions: str, gold: str | None = None) -> dict:
+    """An official-format article; question i has RIGHT at letter right_positions[i], gold answers `gold`."""
+    options = []
+    for letter in right_positions:
+        choices = list(WRONG)
+        choices.insert("ABCD".index(letter), RIGHT)
+        options.append(choices)
+    questions = ["The children went to the _ .", "What did the children do?", "Where is the old school?"]
+    return {"id": article_id, "article": f"Story {article_id}. The children walked to the old school and read "
+            "books together in the morning. " * 2, "questions": questions[:len(right_positions)],
+            "options": options, "answers": list(gold or right_positions)}
+
+
+# dev: high all consistent (4/4 right), middle with 2 of 4 gold answers not on RIGHT (2/4 right) -> overall 6/8.
+DEV = {"high": {"5.txt": article("high5.txt", "ABC"), "6.txt": article("high6.txt", "D")},
+       "middle": {"7.txt": article("middle7.txt", "CA", gold="CB"), "8.txt": article("middle8.txt", "BD", gold="AD")}}
+TRAIN = {level: {f"{n}.txt": article(f"{level}{n}.txt", positions) for n, positions in
+                 enumerate(["ABC", "DCB", "BAD", "CDA"])} for level in ("high", "middle")}
+
+
+def write_official_layout(root: Path) -> Path:
+    for split, levels in {"train": TRAIN, "dev": DEV, "test": DEV}.items():
+        for level, files in levels.items():
+            (root / split / level).mkdir(parents=True)
+            for name, record in files.items():
+                (root / split / level / name).write_text(json.dumps(record))
+    return root
+
+
+def hub_rows(levels: dict) -> list[dict]:
+    """The Hub's flattened `race` rows (one per question, example_id = the article id)."""
+    return [{"example_id": record["id"], "article": record["article"], "question": question, "options": options,
+             "answer": answer}
+            for files in levels.values() for record in files.values()
+            for question, options, answer in zip(record["questions"], record["options"], record["answers"])]
+
+
+def write_jsonl(path: Path, rows) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def run_race(argv) -> dict:
+    import run_race as script
+    from accelerate.state import AcceleratorState, PartialState
+
+    AcceleratorState._reset_state(True)
+    PartialState._reset_state()
+    return script.main([str(arg) for arg in argv])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Official input formatting, by hand
+
+
+def test_fill_option_fills_every_blank_or_appends_the_option():
+    assert race.fill_option("The girls wear skirts in that _ .", "school") == "The girls wear skirts in that school ."
+    assert race.fill_option("_ is to _ as day is to night", "black") == "black is to black as day is to night"
+    assert race.fill_option("What's the best title?", "New Rules") == "What's the best title? New Rules"
+
+
+def test_choice_input_keeps_the_last_qa_tokens_and_cuts_the_passage_from_its_end():
+    passage, qa = list(range(10, 20)), list(range(20, 26))
+    ids, types = race.build_choice_input(passage, qa, cls_id=2, sep_id=3, max_seq_length=12, max_qa_length=4)
+    # qa keeps its last 4 (22..25); the passage gets 12 - 3 - 4 = 5 tokens (10..14)
+    assert ids == [2, 10, 11, 12, 13, 14, 3, 22, 23, 24, 25, 3]
+    assert types == [0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1]
+    ids, types = race.build_choice_input([10, 11], [20], cls_id=2, sep_id=3, max_seq_length=12, max_qa_length=4)
+    assert ids == [2, 10, 11, 3, 20, 3] and types == [0, 0, 0, 0, 1, 1]
+
+
+def test_encoded_inputs_follow_the_official_layout_with_the_real_tokenizer(tiny_checkpoint):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_checkpoint)
+    record = article("high1.txt", "B")
+    record["options"][0][0] = "walked very slowly to the old school with many books " * 3  # longer than max_qa
+    questions = Dataset.from_list(race.article_rows(record, "x", "high"))
+    args = RaceDataArguments(max_seq_length=40, max_qa_length=12)
+    encoded = race.encode_questions(questions, tokenizer, args, max_position_embeddings=128)[0]
+    passage = tokenizer(record["article"], add_special_tokens=False)["input_ids"]
+    for choice, option in enumerate(record["options"][0]):
+        qa = tokenizer(record["questions"][0].replace("_", option), add_special_tokens=False)["input_ids"][-12:]
+        kept_passage = passage[:40 - 3 - len(qa)]
+        assert encoded["input_ids"][choice] == [tokenizer.cls_token_id, *kept_passage, tokenizer.sep_token_id, *qa,
+                                                tokenizer.sep_token_id]
+        assert encoded["token_type_ids"][choice] == [0] * (len(kept_passage) + 2) + [1] * (len(qa) + 1)
+    assert len(encoded["input_ids"][0]) == 40  # the long option filled the qa budget: 12 tokens
+    assert encoded["label"] == 1 and encoded["example_id"] == "high1.txt-0" and encoded["subset"] == "high"
+
+
+def test_accuracy_overall_and_per_level_by_hand():
+    metrics = race.accuracy_by_subset([0, 1, 2, 3, 0], [0, 1, 0, 3, 1], ["high", "high", "middle", "middle", ""])
+    assert metrics == {"accuracy": 0.6, "accuracy_high": 1.0, "num_high": 2, "accuracy_middle": 0.5,
+                       "num_middle": 2}
+    assert race.accuracy_by_subset([1, 2], [1, 1], ["", ""]) == {"accuracy": 0.5}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Reading the formats
+
+
+def test_official_layout_folder_and_hub_rows_give_the_same_questions(tmp_path):
+    root = write_official_layout(tmp_path / "RACE")
+    official = race.load_race_split(RaceDataArguments(data_dir=str(tmp_path)), "validation")  # holds RACE/
+    flat = race.load_race_split(
+        RaceDataArguments(validation_file=str(write_jsonl(tmp_path / "dev.jsonl", hub_rows(DEV)))), "validation")
+    folder = race.load_race_split(RaceDataArguments(validation_file=str(root / "dev")), "validation")
+    articles = [record for files in DEV.values() for record in files.values()]
+    article_lines = race.load_race_split(  # official fields, one article per line
+        RaceDataArguments(validation_file=str(write_jsonl(tmp_path / "articles.jsonl", articles))), "validation")
+    for questions in (official, flat, folder, article_lines):
+        rows = {row["example_id"]: row for row in questions}
+        assert len(rows) == 8
+        assert rows["middle7.txt-1"]["label"] == 1 and rows["middle7.txt-1"]["subset"] == "middle"
+        assert rows["high5.txt-0"]["question"] == "The children went to the _ ."
+        assert rows["high5.txt-2"]["options"][2] == RIGHT and rows["high5.txt-2"]["label"] == 2
+        assert sorted(row["subset"] for row in questions) == ["high"] * 4 + ["middle"] * 4
+
+
+def test_subset_selects_one_level_and_refuses_data_without_levels(tmp_path):
+    write_official_layout(tmp_path)
+    high = race.load_race_split(RaceDataArguments(data_dir=str(tmp_path), subset="high"), "validation")
+    assert sorted(high["example_id"]) == ["high5.txt-0", "high5.txt-1", "high5.txt-2", "high6.txt-0"]
+    middle = race.load_race_split(RaceDataArguments(validation_file=str(tmp_path / "dev"), subset="middle"),
+                                  "validation")
+    assert set(middle["subset"]) == {"middle"} and len(middle) == 4
+    no_levels = tmp_path / "nolevels"
+    no_levels.mkdir()
+    (no_levels / "a.json").write_text(json.dumps(article("asc001", "A")))
+    with pytest.raises(ValueError, match=r"nolevels.*--subset high needs each question's level.*1 question"):
+        race.load_race_split(RaceDataArguments(validation_file=str(no_levels), subset="high"), "validation")
+
+
+def test_hub_dataset_name_loads_the_subset_config_and_split(monkeypatch):
+    calls = []
+
+    def fake_load_dataset(name, config, split, **kwargs):  # the Hub is unreachable in tests
+        calls.append((name, config, split))
+        return Dataset.from_list(hub_rows({"high": DEV["high"]}))
+
+    monkeypatch.setattr(race, "load_dataset", fake_load_dataset)
+    questions = race.load_race_split(RaceDataArguments(dataset_name="ehovy/race", subset="high"), "validation")
+    assert calls == [("ehovy/race", "high", "validation")]
+    assert questions["example_id"] == ["high5.txt-0", "high5.txt-1", "high5.txt-2", "high6.txt-0"]
+    assert set(questions["subset"]) == {"high"} and questions["label"] == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda record: record["answers"].__setitem__(1, "E"), r"question 1: answer 'E' is not one of A, B, C, D"),
+    (lambda record: record["options"][0].pop(), r"question 0: 3 options; RACE questions have exactly 4"),
+    (lambda record: record.pop("article"), r"missing field\(s\) \['article'\]"),
+    (lambda record: record["answers"].pop(), r"3 questions, 3 option lists and 2 answers"),
+])
+def test_bad_articles_stop_with_the_file_named(tmp_path, change, message):
+    write_official_layout(tmp_path)
+    bad = tmp_path / "dev" / "middle" / "9.txt"
+    record = article("middle9.txt", "ABC")
+    change(record)
+    bad.write_text(json.dumps(record))
+    with pytest.raises(ValueError, match=f"{bad}.*{message}"):
+        race.load_race_split(RaceDataArguments(data_dir=str(tmp_path)), "validation")
+
+
+def test_bad_flat_rows_and_missing_folders_are_named(tmp_path):
+    rows = hub_rows(DEV)
+    rows[3]["answer"] = "AB"
+    path = write_jsonl(tmp_path / "bad.jsonl", rows)
+    with pytest.raises(ValueError, match=rf"{path} row 3: answer 'AB' is not one of A, B, C, D"):
+        race.load_race_split(RaceDataArguments(validation_file=str(path)), "validation")
+    path = write_jsonl(tmp_path / "nocols.jsonl", [{"example_id": "x", "article": "a", "question": "q"}])
+    with pytest.raises(ValueError, match=rf"{path}: missing column\(s\) \['options', 'answer'\]"):
+        race.load_race_split(RaceDataArguments(validation_file=str(path)), "validation")
+    (tmp_path / "dev" / "high").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match=r"dev/middle: missing"):
+        race.load_race_split(RaceDataArguments(data_dir=str(tmp_path)), "validation")
+    with pytest.raises(ValueError, match=r"max_qa_length \(128\) must be between 1 and max_seq_length - 4"):
+        RaceDataArguments(max_seq_length=128)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# End to end
+
+
+@pytest.fixture(scope="module")
+def trained_on_official_layout(tiny_checkpoint, tmp_path_factory):
+    root = write_official_layout(tmp_path_factory.mktemp("race_data") / "RACE")
+    out = tmp_path_factory.mktemp("race_out")
+    results = run_race(["--model_name_or_path", tiny_checkpoint, "--data_dir", root.parent, "--do_train",
+                        "--do_eval", "--do_predict", "--output_dir", out, "--per_device_train_batch_size", "8",
+                        "--learning_rate", "3e-3", "--num_train_epochs", "8", "--warmup_steps", "0",
+                        "--logging_steps", "100", "--save_strategy", "no", *TINY_ARGS])
+    return root, out, results
+
+
+def test_official_layout_trains_evaluates_and_writes_the_predicted_letters(trained_on_official_layout):
+    root, out, results = trained_on_official_layout
+    predictions = json.loads((out / "predictions_validation.json").read_text())
+    # The model learned to pick RIGHT: its letter is the article's right_positions, not always the gold answer.
+    assert predictions == {"high5.txt-0": "A", "high5.txt-1": "B", "high5.txt-2": "C", "high6.txt-0": "D",
+                           "middle7.txt-0": "C", "middle7.txt-1": "A", "middle8.txt-0": "B", "middle8.txt-1": "D"}
+    assert json.loads((out / "predictions_test.json").read_text()) == predictions
+    for split in ("validation", "test"):
+        metrics = results[split]
+        assert metrics["eval_accuracy"] == 0.75  # 6 of 8: middle7.txt-1 and middle8.txt-0 have another gold
+        assert metrics["eval_accuracy_high"] == 1.0 and metrics["eval_num_high"] == 4
+        assert metrics["eval_accuracy_middle"] == 0.5 and metrics["eval_num_middle"] == 4
+        assert metrics["eval_samples"] == 8
+    assert json.loads((out / "eval_results.json").read_text())["test"]["eval_accuracy"] == 0.75
+    assert json.loads((out / "train_results.json").read_text())["train_samples"] == 24
+
+
+def test_flat_json_trains_and_evaluates_and_the_trained_model_agrees_across_formats(
+        trained_on_official_layout, tiny_checkpoint, tmp_path):
+    root, trained, _ = trained_on_official_layout
+    train_file = write_jsonl(tmp_path / "train.jsonl", hub_rows(TRAIN))
+    dev_file = write_jsonl(tmp_path / "dev.jsonl", hub_rows(DEV))
+    results = run_race(["--model_name_or_path", tiny_checkpoint, "--train_file", train_file, "--validation_file",
+                        dev_file, "--do_train", "--do_eval", "--output_dir", tmp_path / "flat",
+                        "--per_device_train_batch_size", "8", "--learning_rate", "3e-3", "--num_train_epochs", "8",
+                        "--warmup_steps", "0", "--save_strategy", "no", *TINY_ARGS])
+    assert results["validation"]["eval_accuracy"] == 0.75
+    assert results["validation"]["eval_accuracy_middle"] == 0.5  # levels from the "middle7.txt" id prefix
+    # The model trained on the official layout, evaluated on the flat rows with --subset middle only.
+    results = run_race(["--model_name_or_path", trained, "--validation_file", dev_file, "--subset", "middle",
+                        "--do_eval", "--output_dir", tmp_path / "eval_only", *TINY_ARGS])
+    assert results["validation"]["eval_accuracy"] == 0.5 and "eval_accuracy_high" not in results["validation"]
+    assert json.loads((tmp_path / "eval_only" / "predictions_validation.json").read_text()) == {
+        "middle7.txt-0": "C", "middle7.txt-1": "A", "middle8.txt-0": "B", "middle8.txt-1": "D"}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The real RACE files in ../shared/data/race
+
+
+def real_accuracy(predictions: dict, folder: Path) -> float:
+    """Accuracy recomputed from the predictions file and the raw RACE files (independently of albert_hf.race)."""
+    gold = {}
+    for path in folder.rglob("*"):
+        if path.suffix in (".txt", ".json"):
+            record = json.loads(path.read_text(encoding="utf-8"))
+            gold.update({f"{record['id']}-{i}": answer for i, answer in enumerate(record["answers"])})
+    return sum(gold[question] == letter for question, letter in predictions.items()) / len(predictions)
+
+
+def test_real_official_layout_sample_end_to_end(tiny_checkpoint, tmp_path):
+    sample = shared_race("official_layout_sample")
+    results = run_race(["--model_name_or_path", tiny_checkpoint, "--data_dir", sample, "--do_train", "--do_eval",
+                        "--do_predict", "--output_dir", tmp_path, "--max_steps", "3",
+                        "--per_device_train_batch_size", "4", "--save_strategy", "no", *TINY_ARGS])
+    # dev: high73 (1) + high80 (5) questions; middle13 (5) + middle34 (4) + middle73 (2)
+    assert (results["validation"]["eval_num_high"], results["validation"]["eval_num_middle"]) == (6, 11)
+    # test: high98 (5) + high122 (3); middle1 (4) + middle70 (5) + middle9 (5)
+    assert (results["test"]["eval_num_high"], results["test"]["eval_num_middle"]) == (8, 14)
+    for split, folder, last_question in (("validation", "dev", "high80.txt-4"), ("test", "test", "middle9.txt-4")):
+        predictions = json.loads((tmp_path / f"predictions_{split}.json").read_text())
+        assert len(predictions) == results[split]["eval_samples"] and last_question in predictions
+        assert set(predictions.values()) <= set("ABCD")
+        assert results[split]["eval_accuracy"] == pytest.approx(real_accuracy(predictions, sample / folder))
+
+
+def test_real_reshuffled_folder_evaluates_and_refuses_a_level_it_cannot_know(tiny_checkpoint, tmp_path):
+    dev = shared_race("asc_reshuffled", "dev")
+    results = run_race(["--model_name_or_path", tiny_checkpoint, "--validation_file", dev, "--do_eval",
+                        "--max_eval_samples", "48", "--output_dir", tmp_path, *TINY_ARGS])
+    predictions = json.loads((tmp_path / "predictions_validation.json").read_text())
+    assert len(predictions) == 48 and results["validation"]["eval_samples"] == 48
+    assert all(question.startswith("asc") and question.rsplit("-", 1)[1].isdigit() for question in predictions)
+    assert results["validation"]["eval_accuracy"] == pytest.approx(real_accuracy(predictions, dev))
+    assert "eval_accuracy_high" not in results["validation"]  # ids like asc00000 say nothing about the level
+    with pytest.raises(ValueError, match=r"asc_reshuffled/dev: --subset high needs each question's level"):
+        race.load_race_split(RaceDataArguments(validation_file=str(dev), subset="high"), "validation")
