@@ -1,0 +1,484 @@
+"""GLUE for run_glue.py: the task table, data reading (Hub, original TSVs, csv, json), preprocessing, metrics,
+the paper's hyper-parameters and submission files.
+
+Every source ends in the same schema, the one of the Hub's `nyu-mll/glue`: the task's text columns
+(e.g. `sentence1`, `sentence2`), `label` (an id in the Hub's label order, or a float score for STS-B) and, when the
+file has one, `idx` (the row id the GLUE server expects in a submission).
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from datasets import Dataset, DatasetDict, load_dataset
+
+from .metrics import load_glue_metric
+
+logger = logging.getLogger("albert_hf.glue")
+
+
+@dataclass(frozen=True)
+class GlueTask:
+    name: str
+    folder: str  # folder of the original GLUE download (glue_data/<folder>)
+    text_columns: tuple[str, ...]
+    # The label values written in the original files, in the id order of the Hub dataset's ClassLabel; these are
+    # also the values a GLUE submission expects. None for the regression task.
+    labels: tuple[str, ...] | None
+    label_names: tuple[str, ...] | None  # the Hub's ClassLabel names, for config.id2label
+    tsv_columns: dict  # original TSV header -> our column
+    tsv_files: dict  # split -> file name in the task folder
+    submission_files: dict  # test split -> file name in the GLUE submission zip
+    metric: str  # configuration of albert_hf/metrics/glue
+    predict_only: bool = False
+
+    @property
+    def is_regression(self) -> bool:
+        return self.labels is None
+
+    @property
+    def num_labels(self) -> int:
+        return 1 if self.is_regression else len(self.labels)
+
+    def split_kind(self, split: str) -> str:
+        """'train', 'validation' or 'test' for a split name such as 'validation_matched'."""
+        return split.split("_")[0]
+
+
+_STANDARD_FILES = {"train": "train.tsv", "validation": "dev.tsv", "test": "test.tsv"}
+_INDEX = {"index": "idx"}
+_PAIR = {"sentence1": "sentence1", "sentence2": "sentence2", **_INDEX}
+_NLI_LABELS = ("entailment", "neutral", "contradiction")
+
+TASKS = {
+    task.name: task
+    for task in [
+        # CoLA train/dev have no header (source, label, original author's mark, sentence); the test has one.
+        GlueTask("cola", "CoLA", ("sentence",), ("0", "1"), ("unacceptable", "acceptable"),
+                 {"sentence": "sentence", "label": "label", **_INDEX}, _STANDARD_FILES, {"test": "CoLA.tsv"},
+                 "cola"),
+        GlueTask("sst2", "SST-2", ("sentence",), ("0", "1"), ("negative", "positive"),
+                 {"sentence": "sentence", "label": "label", **_INDEX}, _STANDARD_FILES, {"test": "SST-2.tsv"},
+                 "sst2"),
+        # MRPC: a UTF-8 BOM before "Quality" (the label), and two sentence-id columns we drop.
+        GlueTask("mrpc", "MRPC", ("sentence1", "sentence2"), ("0", "1"), ("not_equivalent", "equivalent"),
+                 {"Quality": "label", "#1 String": "sentence1", "#2 String": "sentence2", **_INDEX},
+                 _STANDARD_FILES, {"test": "MRPC.tsv"}, "mrpc"),
+        GlueTask("stsb", "STS-B", ("sentence1", "sentence2"), None, None,
+                 {**_PAIR, "score": "label"}, _STANDARD_FILES, {"test": "STS-B.tsv"}, "stsb"),
+        GlueTask("qqp", "QQP", ("question1", "question2"), ("0", "1"), ("not_duplicate", "duplicate"),
+                 {"question1": "question1", "question2": "question2", "is_duplicate": "label", "id": "idx"},
+                 _STANDARD_FILES, {"test": "QQP.tsv"}, "qqp"),
+        # MNLI: the gold label is the last column (annotator labels label1..label5 precede it).
+        GlueTask("mnli", "MNLI", ("premise", "hypothesis"), _NLI_LABELS, _NLI_LABELS,
+                 {"sentence1": "premise", "sentence2": "hypothesis", "gold_label": "label", **_INDEX},
+                 {"train": "train.tsv", "validation_matched": "dev_matched.tsv",
+                  "validation_mismatched": "dev_mismatched.tsv", "test_matched": "test_matched.tsv",
+                  "test_mismatched": "test_mismatched.tsv"},
+                 {"test_matched": "MNLI-m.tsv", "test_mismatched": "MNLI-mm.tsv"}, "mnli"),
+        GlueTask("qnli", "QNLI", ("question", "sentence"), ("entailment", "not_entailment"),
+                 ("entailment", "not_entailment"),
+                 {"question": "question", "sentence": "sentence", "label": "label", **_INDEX},
+                 _STANDARD_FILES, {"test": "QNLI.tsv"}, "qnli"),
+        GlueTask("rte", "RTE", ("sentence1", "sentence2"), ("entailment", "not_entailment"),
+                 ("entailment", "not_entailment"), {**_PAIR, "label": "label"}, _STANDARD_FILES,
+                 {"test": "RTE.tsv"}, "rte"),
+        GlueTask("wnli", "WNLI", ("sentence1", "sentence2"), ("0", "1"), ("not_entailment", "entailment"),
+                 {**_PAIR, "label": "label"}, _STANDARD_FILES, {"test": "WNLI.tsv"}, "wnli"),
+        # The diagnostic set: unlabelled, scored by the GLUE server; predicted by an MNLI model, MNLI's labels.
+        GlueTask("ax", "diagnostic", ("premise", "hypothesis"), _NLI_LABELS, _NLI_LABELS,
+                 {"sentence1": "premise", "sentence2": "hypothesis", **_INDEX}, {"test": "diagnostic.tsv"},
+                 {"test": "AX.tsv"}, "ax", predict_only=True),
+    ]
+}
+COLA_HEADERLESS_COLUMNS = ("source", "label", "author_label", "sentence")
+
+# ALBERT_SPEC.md §5.2: the official run_glue.sh (LR, total batch, steps, warmup) and the paper's "ALBERT DR".
+# WNLI and AX have no row there.
+PAPER_HPARAMS = {
+    "cola": dict(learning_rate=1e-5, batch_size=16, max_steps=5336, warmup_steps=320, hidden_dropout_prob=0.0),
+    "stsb": dict(learning_rate=2e-5, batch_size=16, max_steps=3598, warmup_steps=214, hidden_dropout_prob=0.0),
+    "sst2": dict(learning_rate=1e-5, batch_size=32, max_steps=20935, warmup_steps=1256, hidden_dropout_prob=0.0),
+    "mnli": dict(learning_rate=3e-5, batch_size=128, max_steps=10000, warmup_steps=1000, hidden_dropout_prob=0.0),
+    "qnli": dict(learning_rate=1e-5, batch_size=32, max_steps=33112, warmup_steps=1986, hidden_dropout_prob=0.0),
+    "qqp": dict(learning_rate=5e-5, batch_size=128, max_steps=14000, warmup_steps=1000, hidden_dropout_prob=0.1),
+    "rte": dict(learning_rate=3e-5, batch_size=32, max_steps=800, warmup_steps=200, hidden_dropout_prob=0.1),
+    "mrpc": dict(learning_rate=2e-5, batch_size=32, max_steps=800, warmup_steps=200, hidden_dropout_prob=0.0),
+}
+# Common to every task (spec §5.1/5.2): max length 512, head dropout 0.1, AdamWeightDecay with eps 1e-6 and
+# decay 0.01, clipping at 1.0.
+# ... and for every task: the official optimizer and schedule (AdamWeightDecay, decay counted from step 0)
+PAPER_COMMON = dict(max_seq_length=512, classifier_dropout_prob=0.1, adam_epsilon=1e-6, weight_decay=0.01,
+                    max_grad_norm=1.0, official_optimizer=True)
+
+
+def get_task(name: str | None) -> GlueTask:
+    if name is None or name.lower() not in TASKS:
+        raise ValueError(f"Unknown GLUE task {name!r}: --task_name must be one of {', '.join(TASKS)}")
+    return TASKS[name.lower()]
+
+
+@dataclass
+class GlueDataArguments:
+    """Data arguments, named as in transformers' run_glue.py (plus --data_dir and --paper_hparams)."""
+
+    task_name: str = field(metadata={"help": f"one of: {', '.join(TASKS)}"})
+    data_dir: str | None = field(
+        default=None,
+        metadata={"help": "an original GLUE task folder (e.g. glue_data/MRPC), or glue_data itself"},
+    )
+    dataset_name: str = field(
+        default="nyu-mll/glue", metadata={"help": "Hub dataset used when no local file is given (config = task)"}
+    )
+    train_file: str | None = field(default=None, metadata={"help": "training data: .tsv (GLUE), .csv, .json, .jsonl"})
+    validation_file: str | None = field(default=None, metadata={"help": "dev data (MNLI: matched)"})
+    validation_mismatched_file: str | None = field(default=None, metadata={"help": "MNLI: dev mismatched"})
+    test_file: str | None = field(default=None, metadata={"help": "unlabelled test data (MNLI: matched)"})
+    test_mismatched_file: str | None = field(default=None, metadata={"help": "MNLI: test mismatched"})
+    max_seq_length: int = field(
+        default=128, metadata={"help": "pairs are truncated longest-first to this many tokens"}
+    )
+    pad_to_max_length: bool = field(
+        default=True, metadata={"help": "pad every example to max_seq_length (False: pad per batch)"}
+    )
+    overwrite_cache: bool = field(default=False, metadata={"help": "recompute the tokenized datasets"})
+    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "processes for tokenization"})
+    max_train_samples: int | None = field(default=None, metadata={"help": "keep only the first N train rows"})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "keep only the first N rows of each dev set"})
+    max_predict_samples: int | None = field(default=None, metadata={"help": "keep only the first N test rows"})
+    paper_hparams: bool = field(
+        default=False,
+        metadata={"help": "ALBERT's per-task recipe (LR, batch, steps, warmup, max len 512, dropout, optimizer); "
+                          "flags you give explicitly are kept"},
+    )
+
+    def __post_init__(self):
+        self.task = get_task(self.task_name)
+        self.task_name = self.task.name
+        if self.task.name != "mnli" and (self.validation_mismatched_file or self.test_mismatched_file):
+            raise ValueError("--validation_mismatched_file / --test_mismatched_file are for --task_name mnli only")
+        for name in ("train_file", "validation_file", "validation_mismatched_file", "test_file",
+                     "test_mismatched_file"):
+            path = getattr(self, name)
+            if path is not None and Path(path).suffix.lower() not in READERS:
+                raise ValueError(f"--{name} {path}: unsupported extension; use one of {', '.join(READERS)}")
+
+    def local_files(self) -> dict:
+        """Split name -> file given on the command line."""
+        matched = "_matched" if self.task.name == "mnli" else ""
+        files = {"train": self.train_file, f"validation{matched}": self.validation_file,
+                 "validation_mismatched": self.validation_mismatched_file, f"test{matched}": self.test_file,
+                 "test_mismatched": self.test_mismatched_file}
+        return {split: path for split, path in files.items() if path is not None}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Reading
+
+
+def _check_not_empty(path: Path) -> None:
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    with path.open("rb") as file:
+        start = file.read(4096)
+    if not start.strip(b"\xef\xbb\xbf \t\r\n"):
+        raise ValueError(f"{path}: the file is empty")
+
+
+def read_glue_tsv(path, task: GlueTask) -> Dataset:
+    """One file of the original GLUE download, as the GLUE/BERT/ALBERT processors read it.
+
+    Tab-separated with quoting disabled (MRPC, STS-B and MNLI sentences contain unbalanced `"`), a UTF-8 BOM
+    dropped (MRPC), CoLA's headerless train/dev recognised. Columns are renamed to the Hub's names and the rest
+    (ids, parses, genres, annotator labels) dropped. Rows whose field count differs from the header (a few
+    broken QQP lines in some copies) are skipped and counted in a warning.
+    """
+    path = Path(path)
+    _check_not_empty(path)
+    csv.field_size_limit(sys.maxsize)
+    try:
+        with path.open(encoding="utf-8-sig", newline="") as file:
+            # (line number, fields), blank lines left out
+            rows = [(line, row) for line, row in
+                    enumerate(csv.reader(file, delimiter="\t", quoting=csv.QUOTE_NONE), start=1) if row]
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: not UTF-8 text ({error})") from error
+    if task.name == "cola" and rows and rows[0][1][0] != "index":
+        header = list(COLA_HEADERLESS_COLUMNS)
+    else:
+        header, rows = rows[0][1], rows[1:]
+    if not rows:
+        raise ValueError(f"{path}: no data rows after the header")
+    keep = {position: task.tsv_columns[name] for position, name in enumerate(header) if name in task.tsv_columns}
+    columns = {name: [] for name in keep.values()}
+    malformed = []
+    for line, row in rows:
+        if len(row) != len(header):
+            malformed.append(line)
+            continue
+        for position, name in keep.items():
+            columns[name].append(row[position])
+    if malformed:
+        logger.warning("%s: skipped %d malformed row(s) (expected %d tab-separated fields), first at line %d",
+                       path, len(malformed), len(header), malformed[0])
+    if not columns or not next(iter(columns.values())):
+        raise ValueError(f"{path}: no usable rows (header {header})")
+    if "idx" in columns and all(value.isdigit() for value in columns["idx"]):
+        columns["idx"] = [int(value) for value in columns["idx"]]
+    return Dataset.from_dict(columns)
+
+
+def _read_with_datasets(path, builder: str) -> Dataset:
+    path = Path(path)
+    _check_not_empty(path)
+    try:
+        dataset = load_dataset(builder, data_files={"data": str(path)}, split="data")
+    except Exception as error:  # datasets wraps parse errors in its own types, often without the file name
+        raise ValueError(f"{path}: could not be read as {builder}: {error}") from error
+    if len(dataset) == 0:
+        raise ValueError(f"{path}: no data rows")
+    return dataset
+
+
+READERS = {
+    ".tsv": read_glue_tsv,
+    ".csv": lambda path, task: _read_with_datasets(path, "csv"),
+    ".json": lambda path, task: _read_with_datasets(path, "json"),
+    ".jsonl": lambda path, task: _read_with_datasets(path, "json"),
+}
+
+
+def _task_folder(data_dir: Path, task: GlueTask) -> Path:
+    """`data_dir` itself, or its `<task folder>` subfolder (so both glue_data/MRPC and glue_data work)."""
+    if not data_dir.is_dir():
+        raise FileNotFoundError(f"--data_dir {data_dir}: no such folder")
+    if (data_dir / task.folder).is_dir() and not any((data_dir / name).exists() for name in task.tsv_files.values()):
+        return data_dir / task.folder
+    return data_dir
+
+
+def load_raw_splits(data_args: GlueDataArguments, needed: set[str], cache_dir=None) -> tuple[DatasetDict, dict]:
+    """The raw splits of the task and where each came from (for error messages).
+
+    `needed` holds split kinds ('train', 'validation', 'test'). Local files (--*_file, then --data_dir) take
+    precedence; with none at all, the Hub dataset `--dataset_name` (config = task name) is loaded.
+    """
+    task = data_args.task
+    sources = {}
+    if data_args.data_dir is not None:
+        folder = _task_folder(Path(data_args.data_dir), task)
+        for split, name in task.tsv_files.items():
+            candidates = [folder / name] + ([folder / "AX.tsv"] if task.name == "ax" else [])
+            found = next((path for path in candidates if path.is_file()), None)
+            if found is not None:
+                sources[split] = found
+        if not sources:
+            raise FileNotFoundError(f"--data_dir {data_args.data_dir}: none of {list(task.tsv_files.values())} "
+                                    f"found for {task.name} (looked in {folder})")
+    sources.update({split: Path(path) for split, path in data_args.local_files().items()})
+    sources = {split: path for split, path in sources.items() if task.split_kind(split) in needed}
+
+    if data_args.data_dir is None and not data_args.local_files():
+        logger.info("Loading %s/%s from the Hub (pass --data_dir or --*_file to use local files)",
+                    data_args.dataset_name, task.name)
+        try:
+            hub = load_dataset(data_args.dataset_name, task.name, cache_dir=cache_dir)
+        except ConnectionError as error:
+            raise ConnectionError(f"{error}\nOffline? Pass --data_dir (the original GLUE folders) or "
+                                  "--train_file/--validation_file/--test_file") from error
+        splits = DatasetDict({name: split for name, split in hub.items() if task.split_kind(name) in needed})
+        return splits, {name: f"{data_args.dataset_name}/{task.name}[{name}]" for name in splits}
+
+    splits = DatasetDict()
+    for split, path in sources.items():
+        splits[split] = READERS[path.suffix.lower()](path, task)
+        logger.info("%s: %d rows from %s", split, len(splits[split]), path)
+    return splits, {split: str(path) for split, path in sources.items()}
+
+
+def encode_labels(dataset: Dataset, task: GlueTask, where: str) -> Dataset:
+    """Turn the `label` column into ids in the Hub's order (float scores for STS-B).
+
+    Accepted values: the original files' values ("0"/"1", "entailment"), the Hub's label names ("equivalent"),
+    or integer ids. Anything else stops the run, naming the file, the row and the allowed values.
+    """
+    if "label" not in dataset.column_names:
+        original = [name for name, column in task.tsv_columns.items() if column == "label"]
+        raise ValueError(f"{where}: missing the label column 'label' (original GLUE TSV header: {original}); "
+                         f"found columns {dataset.column_names}")
+    values = dataset["label"]
+    if task.is_regression:
+        encoded = []
+        for row, value in enumerate(values):
+            try:
+                score = float(value)
+            except (TypeError, ValueError):
+                score = math.nan
+            if not math.isfinite(score):
+                raise ValueError(f"{where}: row {row}: label {value!r} is not a similarity score (a number, 0-5)")
+            encoded.append(score)
+    else:
+        ids = {value: i for i, value in enumerate(task.labels)}
+        ids.update({name: i for i, name in enumerate(task.label_names)})
+        encoded = []
+        for row, value in enumerate(values):
+            if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and 0 <= value < len(task.labels):
+                encoded.append(int(value))
+            elif isinstance(value, str) and value.strip() in ids:
+                encoded.append(ids[value.strip()])
+            else:
+                allowed = sorted(set(task.labels) | set(task.label_names))
+                raise ValueError(f"{where}: row {row}: unknown label {value!r} in column 'label' for {task.name}; "
+                                 f"expected one of {allowed} or an id 0-{len(task.labels) - 1}")
+    # Added before the old column goes: a dataset left with no column would have no rows either.
+    return dataset.add_column("label_id", encoded).remove_columns("label").rename_column("label_id", "label")
+
+
+def prepare_splits(splits: DatasetDict, sources: dict, task: GlueTask) -> DatasetDict:
+    """Check each split's columns, encode the labels of train/dev splits, drop those of test splits."""
+    prepared = DatasetDict()
+    for split, dataset in splits.items():
+        where = f"{sources[split]} ({split})"
+        missing = [name for name in task.text_columns if name not in dataset.column_names]
+        if missing:
+            raise ValueError(f"{where}: missing column(s) {missing} for {task.name} "
+                             f"(expected {list(task.text_columns)}); found {dataset.column_names}")
+        for column in task.text_columns:
+            empty = sum(text is None for text in dataset[column])
+            if empty:  # e.g. an empty csv field; a few real QQP questions are empty
+                logger.warning("%s: %d empty value(s) in column %r, read as empty text", where, empty, column)
+        if task.split_kind(split) == "test":
+            # Unlabelled by definition (the Hub stores -1); predictions never need a label.
+            prepared[split] = dataset.remove_columns([c for c in ("label",) if c in dataset.column_names])
+        else:
+            prepared[split] = encode_labels(dataset, task, where)
+    return prepared
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Preprocessing and metrics
+
+
+def tokenize_function(tokenizer, task: GlueTask, max_seq_length: int, pad_to_max_length: bool):
+    """Batched map function: `[CLS] a [SEP] (b [SEP])` with segment ids 0/1, truncating the longer side first
+    (the official `_truncate_seq_pair`, which pops from the end of whichever side is longer)."""
+
+    def tokenize(batch):
+        texts = [["" if text is None else text for text in batch[column]] for column in task.text_columns]
+        return tokenizer(*texts, truncation="longest_first", max_length=max_seq_length,
+                         padding="max_length" if pad_to_max_length else False, return_token_type_ids=True)
+
+    return tokenize
+
+
+def compute_metrics_function(task: GlueTask):
+    """Trainer `compute_metrics`: the GLUE metric of the task (plus `combined_score` as in run_glue.py)."""
+    metric = load_glue_metric(task.metric)
+
+    def compute_metrics(eval_prediction):
+        logits = eval_prediction.predictions
+        logits = logits[0] if isinstance(logits, tuple) else logits
+        predictions = np.squeeze(logits, axis=-1) if task.is_regression else np.argmax(logits, axis=-1)
+        result = metric.compute(predictions=predictions, references=eval_prediction.label_ids)
+        if len(result) > 1:
+            result["combined_score"] = float(np.mean(list(result.values())))
+        return result
+
+    return compute_metrics
+
+
+def label_config(task: GlueTask) -> dict:
+    """Config fields for the task's head: num_labels, id2label/label2id with the Hub's names, problem type."""
+    if task.is_regression:
+        return dict(num_labels=1, problem_type="regression", finetuning_task=task.name)
+    return dict(num_labels=task.num_labels, id2label=dict(enumerate(task.label_names)),
+                label2id={name: i for i, name in enumerate(task.label_names)},
+                problem_type="single_label_classification", finetuning_task=task.name)
+
+
+def check_checkpoint_labels(config, task: GlueTask) -> None:
+    """Stop when a checkpoint fine-tuned on other labels would be silently relabelled (e.g. an RTE model run on
+    MNLI). Checkpoints without named labels (pretrained ones: LABEL_0, LABEL_1) are fine."""
+    names = [str(name) for _, name in sorted((int(i), n) for i, n in (config.id2label or {}).items())]
+    if task.is_regression or all(name.startswith("LABEL_") for name in names):
+        return
+    if tuple(names) != task.label_names:
+        raise ValueError(f"The checkpoint's labels {names} are not those of {task.name} {list(task.label_names)}; "
+                         "start from a pretrained (or same-task) checkpoint")
+
+
+def write_submission(path, task: GlueTask, indices, logits) -> Path:
+    """A GLUE submission file: `index<TAB>prediction`, label values as the GLUE server expects them
+    (0/1 for CoLA, SST-2, MRPC, QQP, WNLI; entailment/... for MNLI, QNLI, RTE, AX; scores for STS-B)."""
+    path = Path(path)
+    if task.is_regression:
+        predictions = [f"{score:.3f}" for score in np.squeeze(logits, axis=-1).tolist()]
+    else:
+        predictions = [task.labels[i] for i in np.argmax(logits, axis=-1).tolist()]
+    with path.open("w", encoding="utf-8") as file:
+        file.write("index\tprediction\n")
+        for index, prediction in zip(indices, predictions):
+            file.write(f"{index}\t{prediction}\n")
+    return path
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# --paper_hparams
+
+
+def explicit_arguments(argv, dataclass_types) -> set[str]:
+    """Names of the arguments the user set explicitly (on the command line or in the .json file).
+
+    Re-parses argv with every default replaced by a sentinel, so abbreviations, `--a=b` and `--a-b` spellings
+    are all recognised exactly as HfArgumentParser recognises them.
+    """
+    import json
+
+    from transformers import HfArgumentParser
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) == 1 and argv[0].endswith(".json"):
+        return set(json.loads(Path(argv[0]).read_text()))
+    parser = HfArgumentParser(dataclass_types)
+    unset = object()
+    parser.set_defaults(**{action.dest: unset for action in parser._actions if action.dest != "help"})
+    namespace, _ = parser.parse_known_args(argv)
+    return {name for name, value in vars(namespace).items() if value is not unset}
+
+
+def apply_paper_hparams(task: GlueTask, model_args, data_args, training_args, explicit: set[str]) -> dict:
+    """Set ALBERT's fine-tuning recipe for the task (ALBERT_SPEC.md §5.2) where the user did not set a value.
+
+    The table's batch is the total batch: per_device_train_batch_size = batch / (gradient_accumulation_steps x
+    processes). --num_train_epochs given explicitly keeps the epoch count instead of the paper's steps.
+    Returns {argument: value} of what was set (also logged).
+    """
+    if task.name not in PAPER_HPARAMS:
+        raise ValueError(f"--paper_hparams: no recipe for {task.name} in ALBERT_SPEC.md §5.2 (tasks: "
+                         f"{', '.join(PAPER_HPARAMS)}); give the hyper-parameters explicitly")
+    recipe = {**PAPER_HPARAMS[task.name], **PAPER_COMMON}
+    batch_size = recipe.pop("batch_size")
+    divisor = training_args.gradient_accumulation_steps * training_args.world_size
+    if batch_size % divisor:
+        raise ValueError(f"--paper_hparams: the total batch {batch_size} is not divisible by "
+                         f"gradient_accumulation_steps x processes = {divisor}")
+    recipe["per_device_train_batch_size"] = batch_size // divisor
+    if "num_train_epochs" in explicit:
+        recipe.pop("max_steps")
+    applied = {}
+    for name, value in recipe.items():
+        if name in explicit:
+            continue
+        target = next(args for args in (training_args, data_args, model_args) if hasattr(args, name))
+        setattr(target, name, value)
+        applied[name] = value
+    logger.info("--paper_hparams (%s) set: %s; kept your explicit %s", task.name,
+                ", ".join(f"{k}={v}" for k, v in applied.items()),
+                sorted(explicit & set(recipe)) or "nothing")
+    return applied

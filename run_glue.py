@@ -1,0 +1,118 @@
+#!/usr/bin/env python
+"""Fine-tune ALBERT on a GLUE task, with the arguments of transformers' run_glue.py.
+
+    python run_glue.py --model_name_or_path albert/albert-base-v2 --task_name mrpc --data_dir glue_data/MRPC \
+        --do_train --do_eval --do_predict --paper_hparams --output_dir out/mrpc
+
+Data: the Hub's nyu-mll/glue by task name, or local files (--data_dir with the original GLUE TSVs,
+--train_file/--validation_file/--test_file as .tsv/.csv/.json/.jsonl). Writes eval_results.json and, with
+--do_predict, GLUE submission files (MRPC.tsv, MNLI-m.tsv, ...). Task logic: albert_hf/glue.py.
+"""
+
+import logging
+from pathlib import Path
+
+from transformers import AutoConfig, DataCollatorWithPadding, default_data_collator
+
+from albert_hf import AlbertHFForSequenceClassification
+from albert_hf import glue
+from albert_hf.finetuning import (
+    AlbertTrainer,
+    AlbertTrainingArguments,
+    ModelArguments,
+    evaluate_splits,
+    finish,
+    limit,
+    load_tokenizer_and_model,
+    parse_arguments,
+    setup,
+    train,
+)
+
+logger = logging.getLogger("run_glue")
+
+
+def main(argv=None):
+    model_args, data_args, training_args = parse_arguments(glue.GlueDataArguments, argv)
+    task = data_args.task
+    flags = {"train": "--do_train", "validation": "--do_eval", "test": "--do_predict"}
+    wanted = {"train": training_args.do_train, "validation": training_args.do_eval, "test": training_args.do_predict}
+    needed = {kind for kind, asked in wanted.items() if asked}
+    if not needed:
+        raise SystemExit("error: nothing to do; pass --do_train, --do_eval and/or --do_predict")
+    if task.predict_only and needed != {"test"}:
+        raise SystemExit(f"error: {task.name} is the GLUE diagnostic set (unlabelled): --do_predict only, with a "
+                         "model fine-tuned on MNLI")
+    last_checkpoint = setup(model_args, training_args)  # logging first, so that what --paper_hparams sets is logged
+    if data_args.paper_hparams:
+        explicit = glue.explicit_arguments(argv, (ModelArguments, glue.GlueDataArguments, AlbertTrainingArguments))
+        glue.apply_paper_hparams(task, model_args, data_args, training_args, explicit)
+
+    raw_splits, sources = glue.load_raw_splits(data_args, needed, cache_dir=model_args.cache_dir)
+    for kind in needed:
+        if not any(task.split_kind(split) == kind for split in raw_splits):
+            raise SystemExit(f"error: {flags[kind]} needs {kind} data for {task.name}: pass --{kind}_file, or a "
+                             "--data_dir holding "
+                             f"{[name for split, name in task.tsv_files.items() if task.split_kind(split) == kind]}")
+    splits = glue.prepare_splits(raw_splits, sources, task)
+    max_samples = {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples,
+                   "test": data_args.max_predict_samples}
+    splits = {split: limit(dataset, max_samples[task.split_kind(split)]) for split, dataset in splits.items()}
+
+    glue.check_checkpoint_labels(
+        AutoConfig.from_pretrained(model_args.config_name or model_args.model_name_or_path,
+                                   trust_remote_code=model_args.trust_remote_code, cache_dir=model_args.cache_dir,
+                                   revision=model_args.model_revision, token=model_args.token), task)
+    tokenizer, model = load_tokenizer_and_model(model_args, AlbertHFForSequenceClassification,
+                                                **glue.label_config(task))
+    max_seq_length = data_args.max_seq_length
+    if max_seq_length > model.config.max_position_embeddings:
+        logger.warning("max_seq_length %d is longer than the model's %d positions; using %d", max_seq_length,
+                       model.config.max_position_embeddings, model.config.max_position_embeddings)
+        max_seq_length = model.config.max_position_embeddings
+
+    tokenize = glue.tokenize_function(tokenizer, task, max_seq_length, data_args.pad_to_max_length)
+    features = {}
+    with training_args.main_process_first(desc="tokenizing"):
+        for split, dataset in splits.items():
+            features[split] = dataset.map(
+                tokenize, batched=True, num_proc=data_args.preprocessing_num_workers,
+                remove_columns=[c for c in dataset.column_names if c != "label"],
+                load_from_cache_file=not data_args.overwrite_cache, desc=f"Tokenizing {split}")
+
+    if data_args.pad_to_max_length:
+        collator = default_data_collator
+    else:
+        collator = DataCollatorWithPadding(
+            tokenizer, pad_to_multiple_of=8 if training_args.fp16 or training_args.bf16 else None)
+    validation_splits = [split for split in features if task.split_kind(split) == "validation"]
+    trainer = AlbertTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=features.get("train"),
+        # The first dev set (MNLI: matched) is the one --eval_strategy / --load_best_model_at_end use.
+        eval_dataset=features[validation_splits[0]] if validation_splits else None,
+        processing_class=tokenizer,
+        data_collator=collator,
+        compute_metrics=glue.compute_metrics_function(task),
+    )
+
+    if training_args.do_train:
+        train(trainer, training_args, last_checkpoint, len(features["train"]))
+    if training_args.do_eval:
+        evaluate_splits(trainer, {split: features[split] for split in validation_splits})
+    if training_args.do_predict:
+        for split in [split for split in features if task.split_kind(split) == "test"]:
+            logits = trainer.predict(features[split], metric_key_prefix="predict").predictions
+            indices = splits[split]["idx"] if "idx" in splits[split].column_names else range(len(splits[split]))
+            if trainer.is_world_process_zero():
+                path = glue.write_submission(Path(training_args.output_dir) / task.submission_files[split], task,
+                                             indices, logits)
+                logger.info("%s predictions (GLUE submission format): %s", split, path)
+    if training_args.do_train or training_args.push_to_hub:
+        finish(trainer, model_args, training_args, tasks="text-classification", dataset_tags="nyu-mll/glue",
+               dataset_args=task.name, dataset=f"GLUE {task.folder}", language="en")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,546 @@
+"""run_glue.py and albert_hf/glue.py: GLUE readers, metrics, --paper_hparams, end-to-end runs with a tiny model."""
+
+import csv
+import json
+import logging
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from data_fixtures import SHARED_DATA
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # run_glue.py is a top-level script
+
+GLUE_DATA = SHARED_DATA / "glue"
+
+
+def shared_glue(*parts):
+    path = GLUE_DATA.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"{path} not present (../shared/data not present)")
+    return path
+
+
+def read_tsv_columns(path, columns, has_header=True):
+    """An independent reader for the tests: plain split on tabs (these files have no embedded tabs)."""
+    lines = Path(path).read_text(encoding="utf-8-sig").splitlines()
+    if has_header:
+        header, lines = lines[0].split("\t"), lines[1:]
+        positions = [header.index(name) for name in columns]
+    else:
+        positions = columns
+    rows = [line.split("\t") for line in lines if line]
+    return [[row[p] for row in rows] for p in positions]
+
+
+def glue_metric(task):
+    from albert_hf.metrics import load_glue_metric
+
+    return load_glue_metric(task)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Metrics: hand-worked, then against sklearn/scipy on the labels of the real dev files.
+
+
+def test_metric_hand_worked_examples():
+    # preds 1,0,1,1 vs gold 1,1,0,1: TP=2, FP=1, FN=1 -> F1 = 4/6; 2 of 4 correct.
+    result = glue_metric("mrpc").compute(predictions=[1, 0, 1, 1], references=[1, 1, 0, 1])
+    assert result == pytest.approx({"accuracy": 0.5, "f1": 2 / 3})
+    # Binary MCC: TP=1, TN=1, FP=1, FN=0 -> (1*1 - 1*0) / sqrt(2*1*2*1) = 0.5.
+    assert glue_metric("cola").compute(predictions=[0, 1, 1], references=[0, 1, 0]) == pytest.approx(
+        {"matthews_correlation": 0.5})
+    # Nothing predicted positive: F1 and MCC are 0 by convention, not nan.
+    assert glue_metric("qqp").compute(predictions=[0, 0], references=[1, 0])["f1"] == 0.0
+    assert glue_metric("cola").compute(predictions=[1, 1], references=[1, 0])["matthews_correlation"] == 0.0
+    # Pearson of (1,2,3) and (1,2,4): r = 1.5/sqrt(2*4.6667) = 0.98198; ranks equal -> Spearman 1.
+    result = glue_metric("stsb").compute(predictions=[1.0, 2.0, 3.0], references=[1.0, 2.0, 4.0])
+    assert result["pearson"] == pytest.approx(0.9819805, abs=1e-6)
+    assert result["spearmanr"] == pytest.approx(1.0)
+    # 3-class MCC (AX): a perfect prediction is 1; c=2, s=3, p=t=(1,1,1)... worked: preds 0,1,2,0 vs gold 0,1,2,2:
+    # c=3, s=4, p=(2,1,1), t=(1,1,2): (3*4 - (2+1+2)) / sqrt((16-6)*(16-6)) = 7/10.
+    assert glue_metric("ax").compute(predictions=[0, 1, 2, 0], references=[0, 1, 2, 2])[
+        "matthews_correlation"] == pytest.approx(0.7)
+    assert glue_metric("rte").compute(predictions=[0, 1, 1], references=[0, 1, 0]) == pytest.approx(
+        {"accuracy": 2 / 3})
+    with pytest.raises(KeyError, match="Unknown GLUE metric configuration 'sts'"):
+        glue_metric("sts")
+
+
+def test_metrics_match_sklearn_on_real_mrpc_and_cola_dev():
+    from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
+
+    labels, first, second = read_tsv_columns(shared_glue("MRPC", "dev.tsv"), ["Quality", "#1 String", "#2 String"])
+    gold = np.array([int(label) for label in labels])
+    # Fixed predictions built independently of the labels: "paraphrase" when the lengths are close.
+    predicted = np.array([int(abs(len(a) - len(b)) < 20) for a, b in zip(first, second)])
+    assert len(gold) == 408 and 0 < predicted.sum() < len(predicted)
+    result = glue_metric("mrpc").compute(predictions=predicted, references=gold)
+    assert result["accuracy"] == pytest.approx(accuracy_score(gold, predicted), abs=1e-12)
+    assert result["f1"] == pytest.approx(f1_score(gold, predicted), abs=1e-12)  # positive class = 1
+
+    _, cola_labels, _, sentences = read_tsv_columns(shared_glue("CoLA", "dev.tsv"), [0, 1, 2, 3], has_header=False)
+    gold = np.array([int(label) for label in cola_labels])
+    predicted = np.array([int(len(sentence.split()) < 9) for sentence in sentences])
+    assert len(gold) == 1043
+    result = glue_metric("cola").compute(predictions=predicted, references=gold)
+    assert result["matthews_correlation"] == pytest.approx(matthews_corrcoef(gold, predicted), abs=1e-12)
+    assert result["matthews_correlation"] != 0.0
+
+    rte_labels, = read_tsv_columns(shared_glue("RTE", "dev.tsv"), ["label"])
+    gold = np.array([["entailment", "not_entailment"].index(label) for label in rte_labels])
+    predicted = np.arange(len(gold)) % 3 == 0
+    assert glue_metric("rte").compute(predictions=predicted.astype(int), references=gold)["accuracy"] == \
+        pytest.approx(accuracy_score(gold, predicted.astype(int)), abs=1e-12)
+
+
+def test_stsb_metric_matches_scipy_on_real_dev():
+    from scipy.stats import pearsonr, spearmanr
+
+    scores, first, second = read_tsv_columns(shared_glue("STS-B", "dev.tsv"), ["score", "sentence1", "sentence2"])
+    gold = np.array([float(score) for score in scores])
+    # Word-overlap (Jaccard) x 5, rounded to one decimal so that many predictions tie (tests tied ranks).
+    predicted = np.array([round(5 * len(set(a.lower().split()) & set(b.lower().split()))
+                                / len(set(a.lower().split()) | set(b.lower().split())), 1)
+                          for a, b in zip(first, second)])
+    assert len(gold) == 1500 and len(np.unique(predicted)) < len(predicted) / 10
+    result = glue_metric("stsb").compute(predictions=predicted, references=gold)
+    assert result["pearson"] == pytest.approx(pearsonr(predicted, gold)[0], abs=1e-12)
+    assert result["spearmanr"] == pytest.approx(spearmanr(predicted, gold)[0], abs=1e-12)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Readers: fixtures in every original layout, then the real files.
+
+PAIRS = [("A man is playing a guitar.", 'He said " it was fine .'), ("The cat sat.", "A dog ran away quickly."),
+         ("It rains.", "Rain falls from the sky today."), ("Birds fly south.", "Birds migrate in winter.")]
+
+
+def write_tsv(path, header, rows, bom=False):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = ([("\ufeff" if bom else "") + "\t".join(header)] if header else []) + ["\t".join(map(str, r)) for r in rows]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def write_glue_folders(root: Path) -> Path:
+    """Small files in the layout of each original GLUE download folder (field order, headers, quirks)."""
+    nli = ["entailment", "neutral", "contradiction"]
+    binary = lambda i: i % 2  # noqa: E731
+    for split in ("train", "dev"):
+        write_tsv(root / "CoLA" / f"{split}.tsv", None,
+                  [("gj04", binary(i), "*" if not binary(i) else "", a) for i, (a, b) in enumerate(PAIRS * 2)])
+        write_tsv(root / "SST-2" / f"{split}.tsv", ["sentence", "label"],
+                  [(a + " ", binary(i)) for i, (a, b) in enumerate(PAIRS * 2)])
+        write_tsv(root / "MRPC" / f"{split}.tsv", ["Quality", "#1 ID", "#2 ID", "#1 String", "#2 String"],
+                  [(binary(i), 100 + i, 200 + i, a, b) for i, (a, b) in enumerate(PAIRS * 2)], bom=True)
+        write_tsv(root / "STS-B" / f"{split}.tsv",
+                  ["index", "genre", "filename", "year", "old_index", "source1", "source2", "sentence1", "sentence2",
+                   "score"],
+                  [(i, "main-news", "f", "2012", f"{i:04d}", "none", "none", a, b, f"{i * 0.6:.3f}")
+                   for i, (a, b) in enumerate(PAIRS * 2)])
+        write_tsv(root / "QQP" / f"{split}.tsv", ["id", "qid1", "qid2", "question1", "question2", "is_duplicate"],
+                  [(7 * i, i, i + 1, a, b, binary(i)) for i, (a, b) in enumerate(PAIRS * 2)])
+        for task in ("QNLI", "RTE"):
+            write_tsv(root / task / f"{split}.tsv", ["index", "question" if task == "QNLI" else "sentence1",
+                                                     "sentence" if task == "QNLI" else "sentence2", "label"],
+                      [(i, a, b, ["entailment", "not_entailment"][binary(i)]) for i, (a, b) in enumerate(PAIRS * 2)])
+        write_tsv(root / "WNLI" / f"{split}.tsv", ["index", "sentence1", "sentence2", "label"],
+                  [(i, a, b, binary(i)) for i, (a, b) in enumerate(PAIRS * 2)])
+    mnli_parse = ["promptID", "pairID", "genre", "sentence1_binary_parse", "sentence2_binary_parse",
+                  "sentence1_parse", "sentence2_parse"]
+    write_tsv(root / "MNLI" / "train.tsv", ["index", *mnli_parse, "sentence1", "sentence2", "label1", "gold_label"],
+              [(i, i, f"{i}e", "slate", "(x)", "(y)", "(X)", "(Y)", a, b, nli[i % 3], nli[i % 3])
+               for i, (a, b) in enumerate(PAIRS * 2)])
+    for part in ("matched", "mismatched"):
+        write_tsv(root / "MNLI" / f"dev_{part}.tsv",
+                  ["index", *mnli_parse, "sentence1", "sentence2", *[f"label{k}" for k in range(1, 6)], "gold_label"],
+                  [(i, i, f"{i}n", "slate", "(x)", "(y)", "(X)", "(Y)", a, b, *[nli[i % 3]] * 5, nli[i % 3])
+                   for i, (a, b) in enumerate(PAIRS * 2)])
+        write_tsv(root / "MNLI" / f"test_{part}.tsv", ["index", *mnli_parse, "sentence1", "sentence2"],
+                  [(i, i, i, "travel", "(x)", "(y)", "(X)", "(Y)", a, b) for i, (a, b) in enumerate(PAIRS)])
+    for task, columns in [("CoLA", ["index", "sentence"]), ("SST-2", ["index", "sentence"]),
+                          ("MRPC", ["index", "#1 ID", "#2 ID", "#1 String", "#2 String"]),
+                          ("STS-B", ["index", "genre", "filename", "year", "old_index", "source1", "source2",
+                                     "sentence1", "sentence2"]),
+                          ("QQP", ["id", "question1", "question2"]), ("QNLI", ["index", "question", "sentence"]),
+                          ("RTE", ["index", "sentence1", "sentence2"]), ("WNLI", ["index", "sentence1", "sentence2"]),
+                          ("diagnostic", ["index", "sentence1", "sentence2"])]:
+        rows = []
+        for i, (a, b) in enumerate(PAIRS):
+            values = {"index": 10 + i, "id": 10 + i, "sentence": a, "#1 String": a, "#2 String": b, "sentence1": a,
+                      "sentence2": b, "question": a, "question1": a, "question2": b}
+            rows.append([values.get(name, "x") for name in columns])
+        write_tsv(root / task / ("diagnostic.tsv" if task == "diagnostic" else "test.tsv"), columns, rows)
+    return root
+
+
+@pytest.fixture(scope="module")
+def glue_root(tmp_path_factory):
+    return write_glue_folders(tmp_path_factory.mktemp("glue_fixtures"))
+
+
+@pytest.mark.parametrize("task_name,split,expected", [
+    ("cola", "train.tsv", {"sentence": PAIRS[1][0], "label": "1"}),
+    ("cola", "test.tsv", {"sentence": PAIRS[1][0], "idx": 11}),
+    ("sst2", "train.tsv", {"sentence": PAIRS[1][0] + " ", "label": "1"}),
+    ("mrpc", "dev.tsv", {"sentence1": PAIRS[1][0], "sentence2": PAIRS[1][1], "label": "1"}),
+    ("mrpc", "test.tsv", {"sentence1": PAIRS[1][0], "sentence2": PAIRS[1][1], "idx": 11}),
+    ("stsb", "train.tsv", {"sentence1": PAIRS[1][0], "sentence2": PAIRS[1][1], "label": "0.600", "idx": 1}),
+    ("qqp", "dev.tsv", {"question1": PAIRS[1][0], "question2": PAIRS[1][1], "label": "1", "idx": 7}),
+    ("qnli", "train.tsv", {"question": PAIRS[1][0], "sentence": PAIRS[1][1], "label": "not_entailment", "idx": 1}),
+    ("rte", "dev.tsv", {"sentence1": PAIRS[1][0], "sentence2": PAIRS[1][1], "label": "not_entailment", "idx": 1}),
+    ("wnli", "train.tsv", {"sentence1": PAIRS[1][0], "sentence2": PAIRS[1][1], "label": "1", "idx": 1}),
+    ("mnli", "dev_mismatched.tsv", {"premise": PAIRS[1][0], "hypothesis": PAIRS[1][1], "label": "neutral",
+                                    "idx": 1}),
+    ("mnli", "test_matched.tsv", {"premise": PAIRS[1][0], "hypothesis": PAIRS[1][1], "idx": 1}),
+    ("ax", "diagnostic.tsv", {"premise": PAIRS[1][0], "hypothesis": PAIRS[1][1], "idx": 11}),
+])
+def test_read_glue_tsv_every_original_layout(glue_root, task_name, split, expected):
+    from albert_hf.glue import TASKS, read_glue_tsv
+
+    task = TASKS[task_name]
+    dataset = read_glue_tsv(glue_root / task.folder / split, task)
+    # Only the Hub's columns survive (ids, parses, genres, annotator labels dropped), with the file's values.
+    assert dataset[1] == expected
+    assert len(dataset) == (4 if "test" in split or "diagnostic" in split else 8)
+
+
+def test_real_files_read_completely_with_quotes_and_bom():
+    from albert_hf.glue import TASKS, read_glue_tsv
+
+    mrpc_dev = read_glue_tsv(shared_glue("MRPC", "dev.tsv"), TASKS["mrpc"])
+    assert len(mrpc_dev) == 408  # 409 lines with the header
+    # Row 0 of dev.tsv starts its second sentence with an unbalanced quote: it must survive verbatim.
+    assert mrpc_dev[0] == {"label": "1", "sentence1": "He said the foodservice pie business doesn 't fit the "
+                           "company 's long-term growth strategy .",
+                           "sentence2": '" The foodservice pie business does not fit our long-term growth strategy .'}
+    assert len(read_glue_tsv(shared_glue("MRPC", "train.tsv"), TASKS["mrpc"])) == 3667
+    cola_train = read_glue_tsv(shared_glue("CoLA", "train.tsv"), TASKS["cola"])
+    assert len(cola_train) == 8551 and cola_train[0]["sentence"].startswith("Our friends won't buy this")
+    cola_test = read_glue_tsv(shared_glue("CoLA", "test.tsv"), TASKS["cola"])
+    assert len(cola_test) == 1063 and cola_test[0] == {"idx": 0, "sentence": "Bill whistled past the house."}
+    stsb_dev = read_glue_tsv(shared_glue("STS-B", "dev.tsv"), TASKS["stsb"])
+    assert len(stsb_dev) == 1500 and stsb_dev[1]["label"] == "4.750"
+    assert len(read_glue_tsv(shared_glue("diagnostic", "diagnostic.tsv"), TASKS["ax"])) == 1104
+    mnli_dev = read_glue_tsv(shared_glue("format_samples_mnli_qqp", "MNLI", "dev_matched.tsv"), TASKS["mnli"])
+    gold, = read_tsv_columns(GLUE_DATA / "format_samples_mnli_qqp" / "MNLI" / "dev_matched.tsv", ["gold_label"])
+    assert mnli_dev["label"] == gold and set(mnli_dev.column_names) == {"premise", "hypothesis", "label", "idx"}
+
+
+def test_label_encoding_accepts_file_values_hub_names_and_ids():
+    from datasets import Dataset
+
+    from albert_hf.glue import TASKS, encode_labels
+
+    dataset = Dataset.from_dict({"label": ["contradiction", "entailment", "neutral"]})
+    assert encode_labels(dataset, TASKS["mnli"], "f")["label"] == [2, 0, 1]  # the Hub's order e/n/c
+    dataset = Dataset.from_dict({"label": ["equivalent", "0", "1"]})
+    assert encode_labels(dataset, TASKS["mrpc"], "f")["label"] == [1, 0, 1]
+    assert encode_labels(Dataset.from_dict({"label": [1, 0]}), TASKS["cola"], "f")["label"] == [1, 0]
+    assert encode_labels(Dataset.from_dict({"label": ["4.750", "2"]}), TASKS["stsb"], "f")["label"] == [4.75, 2.0]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Bad input
+
+
+def test_bad_input_stops_with_file_and_field(tmp_path):
+    from albert_hf.glue import GlueDataArguments, get_task, load_raw_splits, prepare_splits, read_glue_tsv
+
+    def load(task_name, **files):
+        data_args = GlueDataArguments(task_name=task_name, **files)
+        kinds = {name.split("_")[0] for name in files}
+        return prepare_splits(*load_raw_splits(data_args, kinds), data_args.task)
+
+    no_label = tmp_path / "train.csv"
+    no_label.write_text("sentence1,sentence2\na,b\n")
+    with pytest.raises(ValueError, match=r"train\.csv \(train\): missing the label column 'label'.*Quality"):
+        load("mrpc", train_file=str(no_label))
+    unknown = tmp_path / "dev.jsonl"
+    unknown.write_text('{"premise": "a", "hypothesis": "b", "label": "entailment"}\n'
+                       '{"premise": "a", "hypothesis": "b", "label": "maybe"}\n')
+    with pytest.raises(ValueError, match=r"dev\.jsonl \(validation_matched\): row 1: unknown label 'maybe'"):
+        load("mnli", validation_file=str(unknown))
+    out_of_range = tmp_path / "dev.csv"
+    out_of_range.write_text("sentence,label\nok,1\nbad,2\n")
+    with pytest.raises(ValueError, match=r"dev\.csv \(validation\): row 1: unknown label 2"):
+        load("cola", validation_file=str(out_of_range))
+    no_text = tmp_path / "nt.csv"
+    no_text.write_text("text,label\na,1\n")
+    with pytest.raises(ValueError, match=r"nt\.csv \(train\): missing column\(s\) \['sentence'\]"):
+        load("sst2", train_file=str(no_text))
+    bad_score = tmp_path / "sts.csv"
+    bad_score.write_text("sentence1,sentence2,label\na,b,high\n")
+    with pytest.raises(ValueError, match=r"sts\.csv \(train\): row 0: label 'high' is not a similarity score"):
+        load("stsb", train_file=str(bad_score))
+    for name, content in [("empty.tsv", ""), ("empty.csv", "\n"), ("empty.jsonl", "  \n")]:
+        (tmp_path / name).write_text(content)
+        with pytest.raises(ValueError, match=rf"{name}: the file is empty"):
+            load("rte", train_file=str(tmp_path / name))
+    broken_json = tmp_path / "broken.jsonl"
+    broken_json.write_text('{"sentence": "fine", "label": 1}\n{"sentence": "no closing brace"\n')
+    with pytest.raises(ValueError, match=r"broken\.jsonl: could not be read as json"):
+        load("sst2", train_file=str(broken_json))
+    latin1 = tmp_path / "latin1.tsv"
+    latin1.write_bytes("sentence\tlabel\ncaf\xe9 au lait\t1\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=r"latin1\.tsv: not UTF-8 text"):
+        load("sst2", train_file=str(latin1))
+    header_only = tmp_path / "header.tsv"
+    header_only.write_text("index\tsentence1\tsentence2\tlabel\n")
+    with pytest.raises(ValueError, match=r"header\.tsv: no data rows"):
+        read_glue_tsv(header_only, get_task("rte"))
+    with pytest.raises(ValueError, match=r"Unknown GLUE task 'sst-5'.*cola, sst2"):
+        get_task("sst-5")
+    with pytest.raises(ValueError, match=r"--train_file data\.txt: unsupported extension"):
+        GlueDataArguments(task_name="rte", train_file="data.txt")
+
+
+def test_malformed_tsv_rows_are_skipped_and_counted(tmp_path, caplog):
+    from albert_hf.glue import TASKS, read_glue_tsv
+
+    path = tmp_path / "train.tsv"
+    write_tsv(path, ["id", "qid1", "qid2", "question1", "question2", "is_duplicate"],
+              [(1, 1, 2, "a?", "b?", 0), (2, 3, 4, "broken line"), (3, 5, 6, "c?", "d?", 1)])
+    with caplog.at_level(logging.WARNING, logger="albert_hf.glue"):
+        dataset = read_glue_tsv(path, TASKS["qqp"])
+    assert dataset["idx"] == [1, 3] and dataset["label"] == ["0", "1"]
+    assert "skipped 1 malformed row(s) (expected 6 tab-separated fields), first at line 3" in caplog.text
+
+
+def test_hub_by_task_name_offline_points_to_local_files(caplog, tmp_path):
+    from albert_hf.glue import GlueDataArguments, load_raw_splits, prepare_splits
+
+    # No local file: the Hub dataset is asked for, which the offline test environment refuses at once.
+    with pytest.raises(ConnectionError, match=r"nyu-mll/glue(.|\n)*Offline\? Pass --data_dir"):
+        load_raw_splits(GlueDataArguments(task_name="mrpc"), {"train"})
+    path = tmp_path / "train.csv"
+    path.write_text("question1,question2,label\nWhy?,,0\nHow?,What?,1\n")
+    data_args = GlueDataArguments(task_name="qqp", train_file=str(path))
+    with caplog.at_level(logging.WARNING, logger="albert_hf.glue"):
+        splits = prepare_splits(*load_raw_splits(data_args, {"train"}), data_args.task)
+    assert splits["train"]["label"] == [0, 1]
+    assert "1 empty value(s) in column 'question2', read as empty text" in caplog.text
+
+
+# ------------------------------------------------------------------------------------------------------------
+# --paper_hparams and submission files
+
+
+def parse(argv):
+    from transformers import TrainingArguments
+
+    from albert_hf.finetuning import ModelArguments, parse_arguments
+    from albert_hf.glue import GlueDataArguments, apply_paper_hparams, explicit_arguments
+
+    model_args, data_args, training_args = parse_arguments(GlueDataArguments, argv)
+    explicit = explicit_arguments(argv, (ModelArguments, GlueDataArguments, TrainingArguments))
+    apply_paper_hparams(data_args.task, model_args, data_args, training_args, explicit)
+    return model_args, data_args, training_args
+
+
+def test_paper_hparams_set_spec_values_and_keep_explicit_flags(tmp_path):
+    base = ["--model_name_or_path", "m", "--output_dir", str(tmp_path), "--paper_hparams"]
+    model_args, data_args, args = parse(base + ["--task_name", "qqp"])
+    assert (args.learning_rate, args.per_device_train_batch_size, args.max_steps, args.warmup_steps) == \
+        (5e-5, 128, 14000, 1000)
+    assert (data_args.max_seq_length, model_args.hidden_dropout_prob, model_args.classifier_dropout_prob) == \
+        (512, 0.1, 0.1)
+    assert (args.adam_epsilon, args.weight_decay, args.max_grad_norm) == (1e-6, 0.01, 1.0)
+    # Explicit flags win (also spelt with '=' and dashes); the total batch 32 is split over accumulation steps.
+    model_args, data_args, args = parse(base + ["--task_name", "mrpc", "--learning-rate=1e-4", "--max_seq_length",
+                                                "64", "--gradient_accumulation_steps", "4"])
+    assert (args.learning_rate, data_args.max_seq_length) == (1e-4, 64)
+    assert (args.per_device_train_batch_size, args.max_steps, args.warmup_steps) == (8, 800, 200)
+    assert model_args.hidden_dropout_prob == 0.0
+    # An explicit epoch count replaces the paper's step count.
+    _, _, args = parse(base + ["--task_name", "cola", "--num_train_epochs", "2"])
+    assert (args.max_steps, args.learning_rate, args.per_device_train_batch_size) == (-1, 1e-5, 16)
+    with pytest.raises(ValueError, match="no recipe for wnli"):
+        parse(base + ["--task_name", "wnli"])
+
+
+def test_write_submission_uses_glue_label_values(tmp_path):
+    from albert_hf.glue import TASKS, write_submission
+
+    logits = np.array([[0.1, 0.9, 0.0], [2.0, 1.0, 0.0], [0.0, 0.0, 3.0]])
+    path = write_submission(tmp_path / "MNLI-m.tsv", TASKS["mnli"], [5, 6, 7], logits)
+    assert path.read_text() == "index\tprediction\n5\tneutral\n6\tentailment\n7\tcontradiction\n"
+    path = write_submission(tmp_path / "CoLA.tsv", TASKS["cola"], [0, 1], np.array([[0.0, 1.0], [1.0, 0.0]]))
+    assert path.read_text() == "index\tprediction\n0\t1\n1\t0\n"
+    path = write_submission(tmp_path / "STS-B.tsv", TASKS["stsb"], range(2), np.array([[3.14159], [-0.5]]))
+    assert path.read_text() == "index\tprediction\n0\t3.142\n1\t-0.500\n"
+
+
+# ------------------------------------------------------------------------------------------------------------
+# End to end (in-process main(argv), tiny model, a few steps)
+
+
+def run_glue(argv):
+    from accelerate.state import AcceleratorState, PartialState
+
+    import run_glue as script
+
+    AcceleratorState._reset_state(True)
+    PartialState._reset_state()
+    script.main([str(a) for a in argv])
+
+
+def common_args(checkpoint, output_dir, *extra):
+    return ["--model_name_or_path", checkpoint, "--output_dir", output_dir, "--max_seq_length", 32,
+            "--per_device_train_batch_size", 4, "--per_device_eval_batch_size", 16,
+            "--learning_rate", 1e-3, "--report_to", "none", "--save_strategy", "no", "--seed", 0,
+            "--dataloader_pin_memory", "false", "--disable_tqdm", "true", *extra]
+
+
+def submission_rows(path):
+    with open(path, encoding="utf-8") as file:
+        return list(csv.reader(file, delimiter="\t", quoting=csv.QUOTE_NONE))
+
+
+EXPECTED_KEYS = {"cola": {"eval_matthews_correlation"}, "stsb": {"eval_pearson", "eval_spearmanr"},
+                 "mrpc": {"eval_accuracy", "eval_f1"}, "qqp": {"eval_accuracy", "eval_f1"}}
+
+
+@pytest.mark.parametrize("task_name", ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli"])
+def test_end_to_end_every_task_from_original_tsv_folders(task_name, glue_root, tiny_checkpoint, tmp_path):
+    from albert_hf.glue import TASKS
+
+    task = TASKS[task_name]
+    run_glue(common_args(tiny_checkpoint, tmp_path, "--task_name", task_name, "--data_dir", glue_root,
+                         "--do_train", "--do_eval", "--do_predict", "--max_steps", 2))
+    results = json.loads((tmp_path / "eval_results.json").read_text())
+    expected_splits = ["validation_matched", "validation_mismatched"] if task_name == "mnli" else ["validation"]
+    assert sorted(results) == expected_splits
+    for split in expected_splits:
+        assert results[split]["eval_samples"] == 8
+        assert EXPECTED_KEYS.get(task_name, {"eval_accuracy"}) <= set(results[split])
+    for split, name in task.submission_files.items():
+        rows = submission_rows(tmp_path / name)
+        assert rows[0] == ["index", "prediction"] and len(rows) == 5
+        # Test-file ids are kept (the fixtures number them 10.., MNLI 0..; QQP's come from its id column).
+        assert [row[0] for row in rows[1:]] == [str(i) for i in (range(4) if task_name == "mnli" else range(10, 14))]
+        for _, prediction in rows[1:]:
+            if task.is_regression:
+                float(prediction)
+            else:
+                assert prediction in task.labels
+    config = json.loads((tmp_path / "config.json").read_text())
+    if task.is_regression:
+        assert config["problem_type"] == "regression"
+    else:
+        assert list(config["id2label"].values()) == list(task.label_names)
+    assert (tmp_path / "README.md").read_text().count("nyu-mll/glue") >= 1
+
+
+def test_end_to_end_csv_and_jsonl_files_then_ax_with_the_mnli_model(tiny_checkpoint, tmp_path):
+    rows = [{"premise": a, "hypothesis": b, "label": ["entailment", "neutral", "contradiction"][i % 3], "idx": i}
+            for i, (a, b) in enumerate(PAIRS * 2)]
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    dev = tmp_path / "dev.csv"
+    with dev.open("w", newline="") as file:
+        writer = csv.DictWriter(file, ["premise", "hypothesis", "label"])
+        writer.writeheader()
+        writer.writerows({k: row[k] for k in ("premise", "hypothesis", "label")} for row in rows)
+    test = tmp_path / "test.json"
+    test.write_text(json.dumps([{"premise": r["premise"], "hypothesis": r["hypothesis"]} for r in rows[:3]]))
+    mnli_dir = tmp_path / "mnli"
+    run_glue(common_args(tiny_checkpoint, mnli_dir, "--task_name", "mnli", "--train_file", train,
+                         "--validation_file", dev, "--validation_mismatched_file", dev, "--test_file", test,
+                         "--do_train", "--do_eval", "--do_predict", "--pad_to_max_length", "false",
+                         "--max_steps", 2))
+    results = json.loads((mnli_dir / "eval_results.json").read_text())
+    assert results["validation_matched"]["eval_accuracy"] == results["validation_mismatched"]["eval_accuracy"]
+    assert [row[0] for row in submission_rows(mnli_dir / "MNLI-m.tsv")[1:]] == ["0", "1", "2"]  # positions
+
+    ax_folder = tmp_path / "glue"
+    shutil.copytree(write_glue_folders(tmp_path / "all") / "diagnostic", ax_folder / "diagnostic")
+    run_glue(["--model_name_or_path", mnli_dir, "--task_name", "ax", "--data_dir", ax_folder, "--do_predict",
+              "--output_dir", tmp_path / "ax", "--max_seq_length", 32, "--report_to", "none"])
+    ax_rows = submission_rows(tmp_path / "ax" / "AX.tsv")
+    assert len(ax_rows) == 5 and {row[1] for row in ax_rows[1:]} <= {"entailment", "neutral", "contradiction"}
+    with pytest.raises(SystemExit, match="ax is the GLUE diagnostic set"):
+        run_glue(["--model_name_or_path", mnli_dir, "--task_name", "ax", "--data_dir", ax_folder, "--do_eval",
+                  "--output_dir", tmp_path / "ax2"])
+    # An MNLI model evaluated on RTE would be silently relabelled: refused.
+    rte_dev = tmp_path / "rte.csv"
+    rte_dev.write_text("sentence1,sentence2,label\nA cat sat.,A cat sits.,entailment\n")
+    with pytest.raises(ValueError, match=r"labels \['entailment', 'neutral', 'contradiction'\] are not those of rte"):
+        run_glue(["--model_name_or_path", mnli_dir, "--task_name", "rte", "--validation_file", rte_dev,
+                  "--do_eval", "--output_dir", tmp_path / "rte"])
+
+
+def test_missing_split_and_nothing_to_do_stop_early(tmp_path):
+    train = tmp_path / "train.csv"
+    train.write_text("sentence,label\ngood,1\nbad,0\n")
+    base = ["--model_name_or_path", "unused", "--task_name", "sst2", "--output_dir", tmp_path / "out"]
+    with pytest.raises(SystemExit, match=r"--do_eval needs validation data for sst2.*\['dev\.tsv'\]"):
+        run_glue(base + ["--train_file", train, "--do_eval"])
+    with pytest.raises(SystemExit, match="nothing to do"):
+        run_glue(base + ["--train_file", train])
+
+
+def independent_predictions(model_dir, first, second, max_seq_length):
+    """Logits of the saved model on raw sentence pairs, tokenized here, outside the script."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from albert_hf import AlbertHFForSequenceClassification
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AlbertHFForSequenceClassification.from_pretrained(model_dir).eval()
+    batch = tokenizer(first, second, truncation=True, max_length=max_seq_length, padding=True,
+                      return_token_type_ids=True, return_tensors="pt")
+    with torch.no_grad():
+        return model(**batch).logits.numpy()
+
+
+@pytest.mark.parametrize("task_name,folder", [("mrpc", "MRPC"), ("stsb", "STS-B"), ("cola", "CoLA")])
+def test_end_to_end_on_real_glue_files(task_name, folder, tiny_checkpoint, tmp_path, caplog):
+    from scipy.stats import pearsonr, spearmanr
+    from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
+
+    shared_glue(folder)
+    caplog.set_level(logging.INFO, logger="albert_hf.glue")
+    # --paper_hparams with the size flags given explicitly: the official optimizer and schedule run, the rest is
+    # kept small.
+    run_glue(common_args(tiny_checkpoint, tmp_path, "--task_name", task_name, "--data_dir", GLUE_DATA,
+                         "--do_train", "--do_eval", "--do_predict", "--max_train_samples", 32,
+                         "--max_eval_samples", 64, "--max_predict_samples", 16, "--paper_hparams",
+                         "--max_steps", 4, "--warmup_steps", 2, "--logging_steps", 1))
+    # What it set and what it kept is logged.
+    assert f"--paper_hparams ({task_name}) set: " in caplog.text and "classifier_dropout_prob=0.1" in caplog.text
+    assert "kept your explicit ['learning_rate', 'max_seq_length', 'max_steps', 'per_device_train_batch_size', " \
+           "'warmup_steps']" in caplog.text
+    # The official schedule (ALBERT_SPEC §5.1) with peak 1e-3, 2 warmup steps, 4 steps, decaying from step 0:
+    # the lr used at steps 0..3 (what the Trainer logs) is 1e-3 x (0/2, 1/2, 1 - 2/4, 1 - 3/4); transformers'
+    # linear schedule would use 1e-3 x (0, 1/2, 1, 1/2).
+    state = json.loads((tmp_path / "trainer_state.json").read_text())
+    logged = [entry["learning_rate"] for entry in state["log_history"] if "learning_rate" in entry]
+    assert logged == pytest.approx([0.0, 5e-4, 5e-4, 2.5e-4])
+    metrics = json.loads((tmp_path / "eval_results.json").read_text())["validation"]
+    # Recompute the dev metric from the saved model with sklearn/scipy on the first 64 real dev rows.
+    if task_name == "cola":
+        _, labels, _, sentences = read_tsv_columns(GLUE_DATA / folder / "dev.tsv", [0, 1, 2, 3], has_header=False)
+        logits = independent_predictions(tmp_path, sentences[:64], None, 32)
+        gold = [int(label) for label in labels[:64]]
+        assert metrics["eval_matthews_correlation"] == pytest.approx(
+            matthews_corrcoef(gold, logits.argmax(-1)), abs=1e-6)
+    elif task_name == "mrpc":
+        labels, first, second = read_tsv_columns(GLUE_DATA / folder / "dev.tsv",
+                                                 ["Quality", "#1 String", "#2 String"])
+        predicted = independent_predictions(tmp_path, first[:64], second[:64], 32).argmax(-1)
+        gold = [int(label) for label in labels[:64]]
+        assert metrics["eval_accuracy"] == pytest.approx(accuracy_score(gold, predicted), abs=1e-6)
+        assert metrics["eval_f1"] == pytest.approx(f1_score(gold, predicted, zero_division=0.0), abs=1e-6)
+    else:
+        scores, first, second = read_tsv_columns(GLUE_DATA / folder / "dev.tsv", ["score", "sentence1", "sentence2"])
+        predicted = independent_predictions(tmp_path, first[:64], second[:64], 32)[:, 0]
+        gold = [float(score) for score in scores[:64]]
+        assert metrics["eval_pearson"] == pytest.approx(pearsonr(predicted, gold)[0], abs=1e-4)
+        assert metrics["eval_spearmanr"] == pytest.approx(spearmanr(predicted, gold)[0], abs=1e-4)
+    rows = submission_rows(tmp_path / {"mrpc": "MRPC.tsv", "stsb": "STS-B.tsv", "cola": "CoLA.tsv"}[task_name])
+    assert rows[0] == ["index", "prediction"] and [row[0] for row in rows[1:]] == [str(i) for i in range(16)]
