@@ -32,6 +32,7 @@ Deviations, each on purpose:
 from __future__ import annotations
 
 import bisect
+import copy
 import logging
 import random
 
@@ -51,14 +52,14 @@ PAIRS_VERSION = 1  # bump when the output of the pair builder changes, to invali
 # Stage 1: documents -> sentences -> token ids
 
 
-def _tokenize_batch(batch, tokenizer, text_column, sentence_per_line):
+def _tokenize_batch(batch, backend, text_column, sentence_per_line):
     sentences, owners = [], []
     for doc, text in enumerate(batch[text_column]):
         doc_sentences = split_sentences(text or "", sentence_per_line=sentence_per_line)
         sentences.extend(doc_sentences)
         owners.extend([doc] * len(doc_sentences))
     # The Rust backend directly: no per-call special tokens, no "longer than model_max_length" warnings.
-    encodings = tokenizer.backend_tokenizer.encode_batch_fast(sentences, add_special_tokens=False)
+    encodings = backend.encode_batch_fast(sentences, add_special_tokens=False)
     input_ids = [[] for _ in batch[text_column]]
     offsets = [[0] for _ in batch[text_column]]
     for doc, encoding in zip(owners, encodings):
@@ -66,6 +67,15 @@ def _tokenize_batch(batch, tokenizer, text_column, sentence_per_line):
             input_ids[doc].extend(encoding.ids)
             offsets[doc].append(len(input_ids[doc]))
     return {"input_ids": input_ids, "sentence_offsets": offsets}
+
+
+def plain_backend(tokenizer):
+    """A copy of the tokenizer's Rust backend with padding and truncation off: a fast tokenizer keeps whatever an
+    earlier `tokenizer(..., padding=True, truncation=True)` call switched on, which would pad every sentence."""
+    backend = copy.deepcopy(tokenizer.backend_tokenizer)
+    backend.no_padding()
+    backend.no_truncation()
+    return backend
 
 
 def tokenize_documents(
@@ -101,7 +111,7 @@ def tokenize_documents(
         batch_size=batch_size,
         remove_columns=columns,
         features=features,
-        fn_kwargs=dict(tokenizer=tokenizer, text_column=text_column, sentence_per_line=sentence_per_line),
+        fn_kwargs=dict(backend=plain_backend(tokenizer), text_column=text_column, sentence_per_line=sentence_per_line),
     )
     if isinstance(corpus, datasets.Dataset):
         kwargs.update(num_proc=num_proc, desc="Splitting and tokenizing documents")

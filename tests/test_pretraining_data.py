@@ -340,3 +340,24 @@ def test_real_books_make_long_pairs(tmp_path):
     assert np.mean(lengths >= 500) > 0.6  # mostly full-length pairs, as the official data
     assert np.mean(lengths < 400) > 0.03  # and some short ones (short_seq_prob, document ends)
     assert abs(np.mean(pairs["sentence_order_label"]) - 0.5) < 0.08
+
+
+def test_tokenizing_ignores_padding_left_on_by_an_earlier_tokenizer_call():
+    """A fast tokenizer keeps padding/truncation switched on after tokenizer(..., padding=True, truncation=True);
+    the document tokenizer must not pad every sentence because of that."""
+    import datasets
+
+    from albert_hf.pretraining_data import tokenize_documents
+
+    tok = tokenizer()
+    documents = datasets.Dataset.from_dict({"text": ["A short one. Then another sentence here."]})
+    clean = tokenize_documents(documents, tok)[0]
+    tok(["a", "a much longer sentence"], padding="max_length", truncation=True, max_length=32)
+    try:
+        assert tok.backend_tokenizer.padding is not None  # the state the earlier call leaves behind
+        after = tokenize_documents(documents, tok)[0]
+    finally:
+        tok.backend_tokenizer.no_padding()
+        tok.backend_tokenizer.no_truncation()
+    assert after["input_ids"] == clean["input_ids"] and after["sentence_offsets"] == clean["sentence_offsets"]
+    assert tok.pad_token_id not in after["input_ids"]
