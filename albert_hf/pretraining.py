@@ -12,7 +12,6 @@ optimizer, scheduler, RNGs, data position) goes atomically into `OUTPUT_DIR/step
 import argparse
 import json
 import logging
-import math
 import os
 import re
 import shutil
@@ -299,14 +298,14 @@ def load_tokenizer(args, train_documents):
                            sentence_per_line=args.layout == "sentence_per_line")
 
 
-def build_pairs(documents, tokenizer, args, dupe_factor, seed):
+def build_pairs(documents, tokenizer, args, dupe_factor, seed, one_chunk="random_next"):
     from .pretraining_data import build_pretraining_dataset
 
     return build_pretraining_dataset(
         documents, tokenizer, text_column="text", sentence_per_line=args.layout == "sentence_per_line",
         num_proc=args.preprocessing_num_workers, max_seq_length=args.max_seq_length,
         short_seq_prob=args.short_seq_prob, dupe_factor=dupe_factor, task="nsp" if args.task == "nsp" else "sop",
-        seed=seed,
+        seed=seed, one_chunk=one_chunk,
     )
 
 
@@ -384,7 +383,7 @@ def main(argv=None):
     from transformers import AutoModel
 
     from .data_collator import DataCollatorForAlbertPretraining
-    from .hub import push_folder, write_json, write_model_card
+    from .hub import push_folder
     from .optimization import get_official_schedule
 
     # Without a GPU, accelerate runs several processes only in its CPU mode (gloo).
@@ -414,7 +413,9 @@ def main(argv=None):
         train_pairs = build_pairs(train_documents, tokenizer, args, args.dupe_factor, args.seed)
         eval_pairs = None
         if eval_documents is not None:
-            eval_pairs = build_pairs(eval_documents, tokenizer, args, 1, args.seed + 1)
+            # Held-out pairs without the one-sentence-chunk quirk (a random-document B labelled 1 even for SOP):
+            # the SOP accuracy then measures order prediction only, and chance is 50%.
+            eval_pairs = build_pairs(eval_documents, tokenizer, args, 1, args.seed + 1, one_chunk="skip")
             if hasattr(eval_pairs, "__len__") and args.max_eval_samples:
                 eval_pairs = eval_pairs.select(range(min(args.max_eval_samples, len(eval_pairs))))
             elif args.max_eval_samples:
