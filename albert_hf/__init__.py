@@ -22,6 +22,7 @@ from .modeling_albert_hf import (
     AlbertHFForPreTraining,
     AlbertHFForPreTrainingOutput,
     AlbertHFForQuestionAnswering,
+    AlbertHFForQuestionAnsweringWithAnswerability,
     AlbertHFForSequenceClassification,
     AlbertHFForTokenClassification,
     AlbertHFModel,
@@ -44,6 +45,9 @@ for _auto_class, _model_class in AUTO_CLASSES.items():
     _auto_class.register(AlbertHFConfig, _model_class, exist_ok=True)
     # Makes save_pretrained copy the two remote-code files next to the weights.
     _model_class.register_for_auto_class(_auto_class.__name__)
+# The answerability QA head loads through AutoModelForQuestionAnswering too (see its _auto_map_entry); it is not
+# the Auto mapping's default, but its checkpoints must carry the code as well.
+AlbertHFForQuestionAnsweringWithAnswerability.register_for_auto_class("AutoModelForQuestionAnswering")
 
 __all__ = [
     "AlbertHFConfig",
@@ -57,5 +61,6 @@ __all__ = [
     "AlbertHFForMultipleChoice",
     "AlbertHFForQuestionAnswering",
     "AlbertHFForTokenClassification",
+    "AlbertHFForQuestionAnsweringWithAnswerability",
     "DataCollatorForAlbertPretraining",
 ]

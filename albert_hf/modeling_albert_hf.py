@@ -259,9 +259,15 @@ class AlbertHFPreTrainedModel(PreTrainedModel):
         if isinstance(module, AlbertHFEmbeddings):
             init.copy_(module.position_ids, torch.arange(module.position_ids.shape[-1]).expand((1, -1)))
 
+    # (Auto class, class path) when a checkpoint of this class must load through an Auto class whose default
+    # albert_hf class is another one (the answerability QA head).
+    _auto_map_entry = None
+
     def save_pretrained(self, save_directory, *args, **kwargs):
         # transformers writes only the saved class into auto_map; write every head (HF_V5_NOTES.md TL;DR 5).
         self.config.auto_map = dict(AUTO_MAP)
+        if self._auto_map_entry:
+            self.config.auto_map[self._auto_map_entry[0]] = self._auto_map_entry[1]
         return super().save_pretrained(save_directory, *args, **kwargs)
 
 
@@ -591,6 +597,18 @@ class AlbertHFForMultipleChoice(AlbertHFPreTrainedModel):
 class AlbertHFForQuestionAnswering(AlbertHFPreTrainedModel):
     """Extractive QA: a linear layer gives start and end logits at every position (SQuAD v1.1 head)."""
 
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        # AutoModelForQuestionAnswering resolves to this class (and passes the config): a checkpoint saved from the
+        # answerability head must come back as that head, not as this one with its weights dropped.
+        config = kwargs.get("config")
+        saved_as = getattr(config, "architectures", None) or ()
+        if cls is AlbertHFForQuestionAnswering and "AlbertHFForQuestionAnsweringWithAnswerability" in saved_as:
+            return AlbertHFForQuestionAnsweringWithAnswerability.from_pretrained(
+                pretrained_model_name_or_path, *args, **kwargs
+            )
+        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+
     def __init__(self, config: AlbertHFConfig):
         super().__init__(config)
         self.albert = AlbertHFModel(config, add_pooling_layer=False)
@@ -677,6 +695,148 @@ class AlbertHFForTokenClassification(AlbertHFPreTrainedModel):
         )
 
 
+# ----------------------------------------------------------------------------------------------------------------
+# The official ALBERT SQuAD v2.0 head (XLNet-style), ALBERT_SPEC.md §5.3: `create_v2_model` of squad_utils.py.
+# - start: dense H->1 per position, masked by p_mask (-1e30), log-softmax;
+# - end: [hidden; hidden at the start] -> dense 2H->H, tanh, LayerNorm, dense H->1, p_mask, log-softmax; in
+#   training the gold start is used, at inference a beam of `start_n_top` starts x `end_n_top` ends;
+# - answerability: [start-probability-weighted hidden state; [CLS] hidden state] -> dense 2H->H, tanh, dropout,
+#   dense H->1 without bias = `cls_logits` (higher = more likely unanswerable);
+# - loss = (start NLL + end NLL) / 2 + BCE(cls_logits, is_impossible) / 2.
+
+MASKED = 1e30  # the official p_mask penalty
+
+
+@dataclass
+class AlbertHFAnswerabilityOutput(ModelOutput):
+    """Training (start_positions given): loss, start_log_probs, end_log_probs (end conditioned on the gold start),
+    cls_logits. Inference: the beam, start_top_* (batch, start_n_top) and end_top_* (batch, start_n_top *
+    end_n_top, index i * end_n_top + j = j-th end of the i-th start), and cls_logits (batch,)."""
+
+    loss: torch.Tensor | None = None
+    start_log_probs: torch.Tensor | None = None
+    end_log_probs: torch.Tensor | None = None
+    start_top_log_probs: torch.Tensor | None = None
+    start_top_index: torch.Tensor | None = None
+    end_top_log_probs: torch.Tensor | None = None
+    end_top_index: torch.Tensor | None = None
+    cls_logits: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+def masked_log_softmax(logits: torch.Tensor, p_mask: torch.Tensor) -> torch.Tensor:
+    """Official masking: logits * (1 - p_mask) - 1e30 * p_mask, then log-softmax over positions (last dim)."""
+    logits = logits.float() * (1 - p_mask) - MASKED * p_mask
+    return F.log_softmax(logits, dim=-1)
+
+
+class AlbertHFEndHead(nn.Module):
+    """End logits from each position's hidden state joined with the hidden state at a chosen start."""
+
+    def __init__(self, config: AlbertHFConfig):
+        super().__init__()
+        self.dense_0 = nn.Linear(2 * config.hidden_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dense_1 = nn.Linear(config.hidden_size, 1)
+
+    def forward(self, hidden_states: torch.Tensor, start_states: torch.Tensor) -> torch.Tensor:
+        x = torch.tanh(self.dense_0(torch.cat([hidden_states, start_states], dim=-1)))
+        return self.dense_1(self.LayerNorm(x)).squeeze(-1)
+
+
+class AlbertHFAnswerClassHead(nn.Module):
+    """Answerability logit from the start-weighted hidden state and the [CLS] one (no end dependency, so each
+    window has one logit)."""
+
+    def __init__(self, config: AlbertHFConfig):
+        super().__init__()
+        self.dense_0 = nn.Linear(2 * config.hidden_size, config.hidden_size)
+        self.dropout = nn.Dropout(config.classifier_dropout_prob)
+        self.dense_1 = nn.Linear(config.hidden_size, 1, bias=False)
+
+    def forward(self, hidden_states: torch.Tensor, start_probs: torch.Tensor) -> torch.Tensor:
+        start_feature = torch.einsum("blh,bl->bh", hidden_states, start_probs.to(hidden_states.dtype))
+        cls_feature = hidden_states[:, 0]
+        x = torch.tanh(self.dense_0(torch.cat([start_feature, cls_feature], dim=-1)))
+        return self.dense_1(self.dropout(x)).squeeze(-1)
+
+
+class AlbertHFForQuestionAnsweringWithAnswerability(AlbertHFPreTrainedModel):
+    """ALBERT with the official SQuAD v2.0 head. `config.start_n_top` / `config.end_n_top` (default 5) size the
+    inference beam. Inputs as AlbertHFForQuestionAnswering plus `p_mask` (1 = not a possible answer position)
+    and, for training, `is_impossible` (1.0 when the window does not contain the answer)."""
+
+    _auto_map_entry = ("AutoModelForQuestionAnswering",
+                       "modeling_albert_hf.AlbertHFForQuestionAnsweringWithAnswerability")
+
+    def __init__(self, config: AlbertHFConfig):
+        super().__init__(config)
+        self.start_n_top = getattr(config, "start_n_top", 5)
+        self.end_n_top = getattr(config, "end_n_top", 5)
+        self.albert = AlbertHFModel(config, add_pooling_layer=False)
+        self.start_logits = nn.Linear(config.hidden_size, 1)
+        self.end_logits = AlbertHFEndHead(config)
+        self.answer_class = AlbertHFAnswerClassHead(config)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        p_mask=None,
+        start_positions=None,
+        end_positions=None,
+        is_impossible=None,
+        **kwargs,
+    ) -> AlbertHFAnswerabilityOutput:
+        outputs = self.albert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                              position_ids=position_ids, inputs_embeds=inputs_embeds, return_dict=True, **kwargs)
+        hidden = outputs.last_hidden_state
+        batch, length, width = hidden.shape
+        p_mask = torch.zeros(batch, length, device=hidden.device) if p_mask is None else p_mask.float()
+        start_log_probs = masked_log_softmax(self.start_logits(hidden).squeeze(-1), p_mask)
+        cls_logits = self.answer_class(hidden, start_log_probs.exp())
+        result = dict(cls_logits=cls_logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+
+        if start_positions is not None:
+            start_positions = start_positions.view(-1)
+            start_states = hidden[torch.arange(batch, device=hidden.device), start_positions]
+            end_logits = self.end_logits(hidden, start_states[:, None].expand(-1, length, -1))
+            end_log_probs = masked_log_softmax(end_logits, p_mask)
+            loss = None
+            if end_positions is not None:
+                start_loss = -start_log_probs.gather(1, start_positions[:, None]).mean()
+                end_loss = -end_log_probs.gather(1, end_positions.view(-1, 1)).mean()
+                loss = (start_loss + end_loss) / 2
+                if is_impossible is not None:
+                    loss = loss + F.binary_cross_entropy_with_logits(
+                        cls_logits.float(), is_impossible.view(-1).float()) / 2
+            return AlbertHFAnswerabilityOutput(loss=loss, start_log_probs=start_log_probs,
+                                               end_log_probs=end_log_probs, **result)
+
+        # Inference: the beam. (batch, k) starts; for each, ends over all positions.
+        start_top_log_probs, start_top_index = start_log_probs.topk(self.start_n_top, dim=-1)
+        start_states = hidden.gather(1, start_top_index[:, :, None].expand(-1, -1, width))  # (batch, k, H)
+        end_logits = self.end_logits(
+            hidden[:, None].expand(-1, self.start_n_top, -1, -1),
+            start_states[:, :, None].expand(-1, -1, length, -1),
+        )  # (batch, k, length)
+        end_log_probs = masked_log_softmax(end_logits, p_mask[:, None])
+        end_top_log_probs, end_top_index = end_log_probs.topk(self.end_n_top, dim=-1)  # (batch, k, end_n_top)
+        return AlbertHFAnswerabilityOutput(
+            start_top_log_probs=start_top_log_probs,
+            start_top_index=start_top_index,
+            end_top_log_probs=end_top_log_probs.reshape(batch, -1),
+            end_top_index=end_top_index.reshape(batch, -1),
+            **result,
+        )
+
+
 __all__ = [
     "AUTO_MAP",
     "AlbertHFPreTrainedModel",
@@ -688,4 +848,6 @@ __all__ = [
     "AlbertHFForMultipleChoice",
     "AlbertHFForQuestionAnswering",
     "AlbertHFForTokenClassification",
+    "AlbertHFForQuestionAnsweringWithAnswerability",
+    "AlbertHFAnswerabilityOutput",
 ]

@@ -10,7 +10,7 @@ import torch
 from conftest import run_python, tiny_config
 from huggingface_hub import HfApi, RepoUrl
 from huggingface_hub.errors import EntryNotFoundError
-from transformers import AutoModel, AutoModelForPreTraining
+from transformers import AutoModel, AutoModelForPreTraining, AutoModelForQuestionAnswering
 
 import albert_hf
 from albert_hf.modeling_albert_hf import AUTO_MAP
@@ -142,3 +142,26 @@ def test_partial_sharing_checkpoints_round_trip(tmp_path, sharing):
     ids = torch.randint(5, 1000, (2, 12))
     with torch.no_grad():
         torch.testing.assert_close(reloaded(input_ids=ids).prediction_logits, model(input_ids=ids).prediction_logits)
+
+
+def test_answerability_head_checkpoint_loads_back_as_that_head(tmp_path):
+    model = albert_hf.AlbertHFForQuestionAnsweringWithAnswerability(tiny_config(start_n_top=2, end_n_top=2)).eval()
+    model.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["auto_map"]["AutoModelForQuestionAnswering"].endswith("AlbertHFForQuestionAnsweringWithAnswerability")
+    ids = torch.randint(5, 1000, (2, 12))
+    in_process = AutoModelForQuestionAnswering.from_pretrained(tmp_path).eval()
+    assert type(in_process) is albert_hf.AlbertHFForQuestionAnsweringWithAnswerability
+    with torch.no_grad():
+        expected = model(input_ids=ids).cls_logits
+        torch.testing.assert_close(in_process(input_ids=ids).cls_logits, expected)
+    report = load_in_fresh_process(
+        tmp_path, {"input_ids": ids.tolist(), "heads": {"AutoModelForQuestionAnswering": "cls_logits"}}, tmp_path
+    )
+    assert report["AutoModelForQuestionAnswering"]["class"] == "AlbertHFForQuestionAnsweringWithAnswerability"
+    torch.testing.assert_close(torch.tensor(report["AutoModelForQuestionAnswering"]["values"]), expected.flatten(),
+                               rtol=0, atol=1e-5)
+    # the plain head's checkpoints are unaffected
+    albert_hf.AlbertHFForQuestionAnswering(tiny_config()).save_pretrained(tmp_path / "plain")
+    plain = AutoModelForQuestionAnswering.from_pretrained(tmp_path / "plain")
+    assert type(plain) is albert_hf.AlbertHFForQuestionAnswering

@@ -1,0 +1,507 @@
+"""SQuAD v1.1 / v2.0 for run_squad.py: reading, windowed features, post-processing, outputs, metrics.
+
+The recipe is the official ALBERT one (`squad_utils.py`, ALBERT_SPEC.md 5.3), on a fast tokenizer's offsets
+instead of the official LCS character alignment:
+- `[CLS] question [SEP] context-window [SEP]`, the question cut to `max_query_length` pieces, windows of the
+  context advancing by `doc_stride` pieces (the official meaning: the step between window starts);
+- a training window that does not contain the answer (and every window of an unanswerable question) points at
+  [CLS] (position 0) and is marked `is_impossible`;
+- post-processing over all windows of a question: n-best (start, end) pairs, starts only where the window gives
+  the token its most context (`token_is_max_context`), at most `max_answer_length` pieces; for v2.0 the null score
+  against the best span.
+
+Two heads: the plain span head (`AlbertHFForQuestionAnswering`, the official v1.1 head; for v2.0 the BERT/HF
+null-score-difference rule) and the official ALBERT v2 answerability head (`AlbertHFForQuestionAnsweringWithAnswerability` in modeling_albert_hf.py).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from datasets import Dataset, load_dataset
+
+from .squad_metrics import squad_v1_metrics, squad_v2_metrics
+
+logger = logging.getLogger("albert_hf.squad")
+
+REQUIRED_COLUMNS = ["id", "question", "context", "answers"]
+# Columns of the evaluation features that post-processing needs but the model must not see.
+POSTPROCESSING_COLUMNS = ["example_id", "offset_mapping", "token_is_max_context"]
+
+
+@dataclass
+class SquadDataArguments:
+    """Data and SQuAD options (names as transformers' run_qa.py; the defaults are the official ALBERT ones)."""
+
+    dataset_name: str | None = field(default=None, metadata={"help": "Hub dataset, e.g. squad or squad_v2"})
+    dataset_config_name: str | None = field(default=None, metadata={"help": "config of the Hub dataset"})
+    train_file: str | None = field(
+        default=None, metadata={"help": "official SQuAD JSON (train-v1.1.json, train-v2.0.json), or the flattened "
+                                        "Hub format as .json/.jsonl/.parquet (id, title, context, question, answers)"})
+    validation_file: str | None = field(default=None, metadata={"help": "as train_file, e.g. dev-v2.0.json"})
+    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "processes for feature building"})
+    max_seq_length: int = field(default=384, metadata={"help": "pieces per window, question and specials included"})
+    max_query_length: int = field(default=64, metadata={"help": "the question is cut to this many pieces"})
+    doc_stride: int = field(
+        default=128, metadata={"help": "step between the starts of consecutive context windows, in pieces (the "
+                                       "official meaning; run_qa.py passes it to the tokenizer as the overlap)"})
+    max_train_samples: int | None = field(default=None, metadata={"help": "use only the first N training questions"})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "use only the first N eval questions"})
+    version_2_with_negative: bool = field(default=False, metadata={"help": "SQuAD v2.0: some questions have no answer"})
+    null_score_diff_threshold: float = field(
+        default=0.0, metadata={"help": "v2.0: predict no answer when the null odds exceed this (span head: null score "
+                                       "minus best span score; answerability head: the classifier logit)"})
+    tune_null_threshold: bool = field(
+        default=False, metadata={"help": "v2.0: use instead the threshold that maximises F1 on the evaluation set "
+                                         "itself (official ALBERT/XLNet practice: the numbers are tuned on dev)"})
+    n_best_size: int = field(default=20, metadata={"help": "candidates kept per question (nbest_predictions.json)"})
+    max_answer_length: int = field(default=30, metadata={"help": "longest answer, in pieces"})
+    answerability_head: bool = field(
+        default=False, metadata={"help": "v2.0: the official ALBERT v2 head (start, end conditioned on the start, "
+                                         "answerability classifier) instead of the plain span head"})
+    start_n_top: int = field(default=5, metadata={"help": "answerability head: beam of start positions"})
+    end_n_top: int = field(default=5, metadata={"help": "answerability head: end positions per start"})
+
+    def __post_init__(self):
+        if self.dataset_name is None and self.train_file is None and self.validation_file is None:
+            raise ValueError("Give --dataset_name (e.g. squad_v2) or --train_file/--validation_file")
+        if self.max_seq_length <= self.max_query_length + 3:
+            raise ValueError(f"max_seq_length ({self.max_seq_length}) must exceed max_query_length "
+                             f"({self.max_query_length}) + 3, or no context fits in a window")
+        if self.doc_stride <= 0:
+            raise ValueError("doc_stride must be positive")
+        if self.answerability_head and not self.version_2_with_negative:
+            raise ValueError("--answerability_head is the SQuAD v2.0 head: pass --version_2_with_negative too")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Reading
+
+
+def _flatten_official(data: dict, path) -> list[dict]:
+    """Rows in the Hub layout from the official nested JSON: data[].paragraphs[].qas[].
+
+    v2.0 unanswerable questions get empty answers (their `plausible_answers` are not answers).
+    """
+    rows = []
+    for a, article in enumerate(data["data"]):
+        for p, paragraph in enumerate(article.get("paragraphs", [])):
+            where = f"{path}: data[{a}].paragraphs[{p}]"
+            if "context" not in paragraph:
+                raise ValueError(f"{where} has no 'context'")
+            for q, qa in enumerate(paragraph.get("qas", [])):
+                if not str(qa.get("id", "")).strip():
+                    raise ValueError(f"{where}.qas[{q}]: the question has no 'id'")
+                if "question" not in qa:
+                    raise ValueError(f"{where}.qas[{q}] (id {qa['id']}) has no 'question'")
+                answers = [] if qa.get("is_impossible") else qa.get("answers", [])
+                rows.append({
+                    "id": str(qa["id"]),
+                    "title": article.get("title", ""),
+                    "context": paragraph["context"],
+                    "question": qa["question"],
+                    "answers": {"text": [x["text"] for x in answers],
+                                "answer_start": [int(x["answer_start"]) for x in answers]},
+                })
+    return rows
+
+
+def read_squad_file(path) -> Dataset:
+    """The official nested SQuAD JSON, or the flattened Hub layout in .json/.jsonl/.parquet, as a Dataset."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"SQuAD file not found: {path}")
+    if path.suffix not in (".json", ".jsonl", ".parquet"):
+        raise ValueError(f"{path}: unsupported extension; use the official .json, or .json/.jsonl/.parquet rows")
+    data = None
+    if path.suffix == ".json":
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError:
+            pass  # JSON lines
+    articles = data.get("data") if isinstance(data, dict) else None
+    if isinstance(articles, list) and articles and isinstance(articles[0], dict) and "paragraphs" in articles[0]:
+        dataset = Dataset.from_list(_flatten_official(data, path))
+    elif path.suffix == ".parquet":
+        dataset = load_dataset("parquet", data_files=str(path), split="train")
+    else:
+        field_name = "data" if isinstance(articles, list) else None  # {"data": [rows]} as datasets' json `field`
+        dataset = load_dataset("json", data_files=str(path), field=field_name, split="train")
+    check_examples(dataset, str(path))
+    return dataset
+
+
+def check_examples(dataset: Dataset, where: str) -> None:
+    """Stop on what would silently corrupt results: missing columns, questions without an id, repeated ids."""
+    missing = [name for name in REQUIRED_COLUMNS if name not in dataset.column_names]
+    if missing:
+        raise ValueError(f"{where}: missing column(s) {missing}; found {dataset.column_names}")
+    seen = set()
+    for row, question_id in enumerate(dataset["id"]):
+        if question_id is None or not str(question_id).strip():
+            raise ValueError(f"{where}: row {row} (question {dataset[row]['question']!r}) has no 'id'")
+        if question_id in seen:
+            raise ValueError(f"{where}: question id {question_id!r} appears twice (row {row}); ids must be unique")
+        seen.add(question_id)
+
+
+def load_squad_splits(data_args: SquadDataArguments, cache_dir=None, token=None) -> dict:
+    """{"train": Dataset, "validation": Dataset} (those asked for) from local files or a Hub dataset."""
+    splits = {}
+    if data_args.dataset_name is not None:
+        hub = load_dataset(data_args.dataset_name, data_args.dataset_config_name, cache_dir=cache_dir, token=token)
+        for name in ("train", "validation"):
+            if name in hub:
+                check_examples(hub[name], f"{data_args.dataset_name}[{name}]")
+                splits[name] = hub[name]
+    for name, path in (("train", data_args.train_file), ("validation", data_args.validation_file)):
+        if path is not None:
+            splits[name] = read_squad_file(path)
+    return splits
+
+
+def _answer_problem(context: str, answers: dict, version_2: bool) -> str | None:
+    """Why a training question cannot be used, or None. The official code skips these too ("Could not find")."""
+    if not context.strip():
+        return "an empty context"
+    if not answers["text"]:
+        return None if version_2 else "no answer (v2.0 data? pass --version_2_with_negative)"
+    start, text = answers["answer_start"][0], answers["text"][0]
+    if not text.strip():
+        return "an empty answer text"
+    if start is None or start < 0 or context[start:start + len(text)] != text:
+        return "an answer text that is not at its answer_start"
+    return None
+
+
+def select_trainable(dataset: Dataset, version_2: bool, where: str) -> Dataset:
+    """Drop (and count in the log) the training questions that cannot be labelled."""
+    keep, problems = [], collections.defaultdict(list)
+    for row, (question_id, context, answers) in enumerate(zip(dataset["id"], dataset["context"], dataset["answers"])):
+        problem = _answer_problem(context, answers, version_2)
+        if problem is None:
+            keep.append(row)
+        else:
+            problems[problem].append(question_id)
+    for problem, ids in problems.items():
+        logger.warning("%s: skipped %d of %d training questions with %s (e.g. id %s)",
+                       where, len(ids), len(dataset), problem, ids[0])
+    return dataset if len(keep) == len(dataset) else dataset.select(keep)
+
+
+def select_evaluable(dataset: Dataset, version_2: bool, where: str) -> Dataset:
+    """Evaluation questions: an empty context is a counted skip; v1.1 mode refuses unanswerable questions."""
+    if not version_2:
+        for question_id, answers in zip(dataset["id"], dataset["answers"]):
+            if not answers["text"]:
+                raise ValueError(f"{where}: question {question_id!r} has no answer: this is SQuAD v2.0 data, pass "
+                                 "--version_2_with_negative")
+    keep = [row for row, context in enumerate(dataset["context"]) if context.strip()]
+    if len(keep) < len(dataset):
+        logger.warning("%s: skipped %d of %d evaluation questions with an empty context (left out of predictions "
+                       "and metrics)", where, len(dataset) - len(keep), len(dataset))
+        dataset = dataset.select(keep)
+    return dataset
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Features
+
+
+def window_starts(num_context_tokens: int, max_context_tokens: int, doc_stride: int) -> list[tuple[int, int]]:
+    """(start, length) of the context windows, as the official `doc_spans` loop: advance by doc_stride until the
+    window reaches the end of the context."""
+    spans, start = [], 0
+    while True:
+        length = min(num_context_tokens - start, max_context_tokens)
+        spans.append((start, length))
+        if start + length >= num_context_tokens:
+            return spans
+        start += min(length, doc_stride)
+
+
+def max_context_flags(spans: list[tuple[int, int]]) -> list[list[bool]]:
+    """For each window, for each of its context tokens: is this the window where the token has the most context?
+
+    Official `_check_is_max_context`: score = min(left, right context) + 0.01 * window length; the first window
+    wins ties.
+    """
+    best = {}
+    for span_index, (start, length) in enumerate(spans):
+        for position in range(start, start + length):
+            score = min(position - start, start + length - 1 - position) + 0.01 * length
+            if position not in best or score > best[position][0]:
+                best[position] = (score, span_index)
+    return [[best[position][1] == span_index for position in range(start, start + length)]
+            for span_index, (start, length) in enumerate(spans)]
+
+
+def _answer_token_span(offsets, start_char: int, end_char: int) -> tuple[int, int]:
+    """First piece ending after the answer's first character, last piece starting before its end."""
+    start = next((i for i, (_, piece_end) in enumerate(offsets) if piece_end > start_char), None)
+    end = max((i for i, (piece_start, _) in enumerate(offsets) if piece_start < end_char), default=None)
+    return None if start is None or end is None or end < start else (start, end)
+
+
+def build_features(examples: dict, tokenizer, data_args: SquadDataArguments, training: bool) -> dict:
+    """Batched `Dataset.map` function: one feature per context window.
+
+    All features have `input_ids`, `token_type_ids`, `attention_mask`, `p_mask` (1 on question, [SEP] and
+    padding; 0 on [CLS] and context) padded to max_seq_length. Training adds `start_positions`, `end_positions`,
+    `is_impossible`; evaluation adds `example_id`, `offset_mapping` (character span in the context, None outside
+    it) and `token_is_max_context`.
+    """
+    questions = [q.lstrip() for q in examples["question"]]
+    question_ids = tokenizer(questions, add_special_tokens=False)["input_ids"]
+    contexts = tokenizer(examples["context"], add_special_tokens=False, return_offsets_mapping=True, verbose=False)
+    cls, sep, pad = tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id
+    length = data_args.max_seq_length
+    out = collections.defaultdict(list)
+    for i, question in enumerate(question_ids):
+        question = question[: data_args.max_query_length]
+        context_ids, context_offsets = contexts["input_ids"][i], contexts["offset_mapping"][i]
+        first_context_position = len(question) + 2  # after [CLS] question [SEP]
+        spans = window_starts(len(context_ids), length - len(question) - 3, data_args.doc_stride)
+        max_context = max_context_flags(spans)
+        if training:
+            answers = examples["answers"][i]
+            answer_tokens = None
+            if answers["text"]:
+                start_char = answers["answer_start"][0]
+                answer_tokens = _answer_token_span(context_offsets, start_char, start_char + len(answers["text"][0]))
+                if answer_tokens is None:  # select_trainable only lets through answers made of visible text
+                    raise ValueError(f"question {examples['id'][i]!r}: the answer covers no piece of the context")
+        for (start, span_length), flags in zip(spans, max_context):
+            ids = [cls, *question, sep, *context_ids[start:start + span_length], sep]
+            used = len(ids)
+            out["input_ids"].append(ids + [pad] * (length - used))
+            out["token_type_ids"].append([0] * first_context_position + [1] * (used - first_context_position)
+                                         + [0] * (length - used))
+            out["attention_mask"].append([1] * used + [0] * (length - used))
+            out["p_mask"].append([0] + [1] * (first_context_position - 1) + [0] * span_length
+                                 + [1] * (length - used + 1))
+            if training:
+                inside = (answer_tokens is not None and start <= answer_tokens[0]
+                          and answer_tokens[1] < start + span_length)
+                shift = first_context_position - start
+                out["start_positions"].append(answer_tokens[0] + shift if inside else 0)
+                out["end_positions"].append(answer_tokens[1] + shift if inside else 0)
+                out["is_impossible"].append(0.0 if inside else 1.0)
+            else:
+                out["example_id"].append(examples["id"][i])
+                offsets = [None] * length
+                offsets[first_context_position:first_context_position + span_length] = [
+                    list(o) for o in context_offsets[start:start + span_length]]
+                out["offset_mapping"].append(offsets)
+                after = length - first_context_position - span_length
+                out["token_is_max_context"].append([False] * first_context_position + flags + [False] * after)
+    return dict(out)
+
+
+def features_dataset(examples: Dataset, tokenizer, data_args: SquadDataArguments, training: bool) -> Dataset:
+    return examples.map(
+        build_features, batched=True, remove_columns=examples.column_names,
+        num_proc=data_args.preprocessing_num_workers,
+        fn_kwargs=dict(tokenizer=tokenizer, data_args=data_args, training=training),
+        desc=f"SQuAD {'training' if training else 'evaluation'} features",
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Post-processing
+
+
+def _features_per_example(examples: Dataset, features: Dataset) -> list[list[int]]:
+    row_of_id = {question_id: row for row, question_id in enumerate(examples["id"])}
+    per_example = [[] for _ in range(len(examples))]
+    for feature_index, question_id in enumerate(features["example_id"]):
+        per_example[row_of_id[question_id]].append(feature_index)
+    return per_example
+
+
+def _softmax(scores: list[float]) -> list[float]:
+    if not scores:
+        return []
+    exp = np.exp(np.array(scores, dtype=np.float64) - max(scores))
+    return (exp / exp.sum()).tolist()
+
+
+def _valid_span(offsets, max_context, start: int, end: int, max_answer_length: int) -> bool:
+    return (start < len(offsets) and end < len(offsets) and offsets[start] is not None and offsets[end] is not None
+            and start <= end and end - start + 1 <= max_answer_length and max_context[start])
+
+
+def _nbest(candidates: list[dict], n_best_size: int) -> list[dict]:
+    """Best first, one entry per answer character span (overlapping windows find the same span twice)."""
+    unique = {}
+    for candidate in sorted(candidates, key=lambda c: c["score"], reverse=True):
+        unique.setdefault(candidate.pop("span"), candidate)
+    return list(unique.values())[:n_best_size]
+
+
+def postprocess_span_predictions(examples, features, start_logits, end_logits, n_best_size=20, max_answer_length=30,
+                                 version_2=False):
+    """Per question: n-best spans over all its windows (BERT/ALBERT v1 `write_predictions`).
+
+    Returns (best non-null answer, n-best list, null odds). Null odds (v2.0) = the smallest null score
+    ([CLS] start + [CLS] end) over the windows minus the best span's score: positive means "no answer" looks better.
+    """
+    contexts, question_ids = examples["context"], examples["id"]
+    # read window by window: the whole offset column of a large eval set is millions of Python objects
+    windows = features.select_columns(["offset_mapping", "token_is_max_context"])
+    best, nbest, null_odds, no_span = {}, {}, {}, 0
+    for row, feature_indices in enumerate(_features_per_example(examples, features)):
+        question_id = question_ids[row]
+        candidates, null_score = [], None
+        for f in feature_indices:
+            starts, ends = start_logits[f], end_logits[f]
+            offsets, max_context = windows[f]["offset_mapping"], windows[f]["token_is_max_context"]
+            feature_null = float(starts[0] + ends[0])
+            if null_score is None or feature_null < null_score[0]:
+                null_score = (feature_null, float(starts[0]), float(ends[0]))
+            top_starts = np.argsort(starts)[::-1][:n_best_size]
+            top_ends = np.argsort(ends)[::-1][:n_best_size]
+            for s in top_starts:
+                for e in top_ends:
+                    if not _valid_span(offsets, max_context, s, e, max_answer_length):
+                        continue
+                    span = (offsets[s][0], offsets[e][1])
+                    candidates.append({"span": span, "text": contexts[row][span[0]:span[1]],
+                                       "start_logit": float(starts[s]), "end_logit": float(ends[e]),
+                                       "score": float(starts[s] + ends[e])})
+        entries = _nbest(candidates, n_best_size)
+        best_entry = entries[0] if entries else None
+        if version_2:
+            entries.append({"text": "", "start_logit": null_score[1], "end_logit": null_score[2],
+                            "score": null_score[0]})
+            entries = sorted(entries, key=lambda c: c["score"], reverse=True)[:n_best_size]
+            if not any(entry["text"] == "" for entry in entries):  # keep the null in the n-best it competes with
+                entries[-1] = {"text": "", "start_logit": null_score[1], "end_logit": null_score[2],
+                               "score": null_score[0]}
+            null_odds[question_id] = null_score[0] - best_entry["score"] if best_entry else float("inf")
+        for entry, probability in zip(entries, _softmax([entry["score"] for entry in entries])):
+            entry["probability"] = probability
+            entry.pop("score")
+        best[question_id] = best_entry["text"] if best_entry else ""
+        nbest[question_id] = entries
+        no_span += best_entry is None
+    if no_span:
+        logger.info("%d of %d questions have no valid span in their n-best: their answer is \"\"", no_span, len(best))
+    return best, nbest, null_odds
+
+
+def postprocess_beam_predictions(examples, features, start_top_log_probs, start_top_index, end_top_log_probs,
+                                 end_top_index, cls_logits, start_n_top=5, end_n_top=5, n_best_size=20,
+                                 max_answer_length=30):
+    """Per question, from the answerability head's beam (official ALBERT v2 `write_predictions_v2`).
+
+    Candidates: start_n_top starts x end_n_top ends per window, scored by start + end log-probability; the
+    null odds are the smallest answerability logit over the question's windows (if any window looks answerable,
+    the question does). Returns (best non-null answer, n-best list, null odds).
+    """
+    contexts, question_ids = examples["context"], examples["id"]
+    # read window by window: the whole offset column of a large eval set is millions of Python objects
+    windows = features.select_columns(["offset_mapping", "token_is_max_context"])
+    best, nbest, null_odds = {}, {}, {}
+    for row, feature_indices in enumerate(_features_per_example(examples, features)):
+        question_id = question_ids[row]
+        candidates = []
+        null_odds[question_id] = min(float(cls_logits[f]) for f in feature_indices)
+        for f in feature_indices:
+            offsets, max_context = windows[f]["offset_mapping"], windows[f]["token_is_max_context"]
+            for i in range(start_n_top):
+                s = int(start_top_index[f][i])
+                for j in range(end_n_top):
+                    e = int(end_top_index[f][i * end_n_top + j])
+                    if not _valid_span(offsets, max_context, s, e, max_answer_length):
+                        continue
+                    span = (offsets[s][0], offsets[e][1])
+                    start_lp, end_lp = float(start_top_log_probs[f][i]), float(end_top_log_probs[f][i * end_n_top + j])
+                    candidates.append({"span": span, "text": contexts[row][span[0]:span[1]],
+                                       "start_log_prob": start_lp, "end_log_prob": end_lp, "score": start_lp + end_lp})
+        entries = _nbest(candidates, n_best_size)
+        for entry, probability in zip(entries, _softmax([entry["score"] for entry in entries])):
+            entry["probability"] = probability
+            entry.pop("score")
+        best[question_id] = entries[0]["text"] if entries else ""
+        nbest[question_id] = entries
+    return best, nbest, null_odds
+
+
+def apply_null_threshold(best_answers: dict, null_odds: dict, threshold: float) -> dict:
+    """v2.0 decision: "" where the null odds exceed the threshold, the best span elsewhere."""
+    return {q: "" if null_odds[q] > threshold else answer for q, answer in best_answers.items()}
+
+
+def golds_of(examples: Dataset) -> dict:
+    return {question_id: list(answers["text"]) for question_id, answers in zip(examples["id"], examples["answers"])}
+
+
+def squad_metrics(golds, best_answers, null_odds, version_2, threshold, tune_threshold=False):
+    """(predictions, metrics).
+
+    v1.1: the official v1.1 EM/F1 of the best answers. v2.0: the official v2.0 exact/f1/HasAns/NoAns of the
+    predictions after the null decision; best_exact/best_f1 and their thresholds are the official sweep over the
+    null odds applied to the best non-null answers, so `best_f1_thresh` is directly a value for
+    --null_score_diff_threshold. `tune_threshold` uses that value for the predictions (tuned on this set).
+    """
+    if not version_2:
+        return best_answers, squad_v1_metrics(golds, best_answers)
+    sweep = squad_v2_metrics(golds, best_answers, na_probs=null_odds)
+    if tune_threshold:
+        threshold = sweep["best_f1_thresh"]
+    predictions = apply_null_threshold(best_answers, null_odds, threshold)
+    metrics = squad_v2_metrics(golds, predictions)
+    metrics.update({key: sweep[key] for key in ("best_exact", "best_exact_thresh", "best_f1", "best_f1_thresh")})
+    metrics["null_threshold"] = threshold
+    return predictions, metrics
+
+
+def write_outputs(output_dir, prefix: str, predictions: dict, nbest: dict, null_odds: dict | None) -> None:
+    """predictions.json, nbest_predictions.json and (v2.0) null_odds.json, named as transformers' utils_qa does."""
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    files = {"predictions.json": predictions, "nbest_predictions.json": nbest}
+    if null_odds is not None:
+        files["null_odds.json"] = null_odds
+    for name, content in files.items():
+        path = output_dir / (f"{prefix}_{name}" if prefix else name)
+        path.write_text(json.dumps(content, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        logger.info("Wrote %s", path)
+
+
+def make_evaluate(tokenizer, data_args: SquadDataArguments):
+    """The `evaluate(trainer, name, examples)` callback of `finetuning.evaluate_splits`: features, prediction,
+    post-processing, output files, metrics (keys prefixed "eval_")."""
+
+    def evaluate(trainer, name, examples):
+        where = data_args.validation_file if name == "validation" and data_args.validation_file else name
+        examples = select_evaluable(examples, data_args.version_2_with_negative, where)
+        features = features_dataset(examples, tokenizer, data_args, training=False)
+        output = trainer.predict(features.remove_columns(POSTPROCESSING_COLUMNS), metric_key_prefix="eval")
+        if data_args.answerability_head:
+            best, nbest, null_odds = postprocess_beam_predictions(
+                examples, features, *output.predictions[:5], start_n_top=data_args.start_n_top,
+                end_n_top=data_args.end_n_top, n_best_size=data_args.n_best_size,
+                max_answer_length=data_args.max_answer_length)
+        else:
+            start_logits, end_logits = output.predictions[:2]
+            best, nbest, null_odds = postprocess_span_predictions(
+                examples, features, start_logits, end_logits, n_best_size=data_args.n_best_size,
+                max_answer_length=data_args.max_answer_length, version_2=data_args.version_2_with_negative)
+        predictions, metrics = squad_metrics(
+            golds_of(examples), best, null_odds, data_args.version_2_with_negative,
+            data_args.null_score_diff_threshold, data_args.tune_null_threshold)
+        if trainer.is_world_process_zero():
+            write_outputs(trainer.args.output_dir, "" if name == "validation" else name, predictions, nbest,
+                          null_odds if data_args.version_2_with_negative else None)
+        runtime = {k: v for k, v in output.metrics.items() if k.startswith("eval_") and "loss" not in k}
+        return {**{f"eval_{key}": value for key, value in metrics.items()}, **runtime,
+                "eval_features": len(features)}
+
+    return evaluate

@@ -1,0 +1,460 @@
+"""run_squad.py, albert_hf.squad and the answerability head: reading, windows, labels, post-processing, the v2 heads, and
+end-to-end runs on small official-format fixtures and on real SQuAD dev articles (../shared/data/squad)."""
+
+import json
+import logging
+import math
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from data_fixtures import SHARED_DATA, tokenizer
+from datasets import Dataset
+
+from albert_hf.squad import (
+    SquadDataArguments,
+    build_features,
+    max_context_flags,
+    postprocess_beam_predictions,
+    postprocess_span_predictions,
+    read_squad_file,
+    select_trainable,
+    window_starts,
+)
+from albert_hf.squad_metrics import squad_v1_metrics, squad_v2_metrics
+
+REPO = Path(__file__).resolve().parents[1]
+
+FOX = "The quick brown fox jumps over the lazy dog near the river bank in Paris."
+CURIE = "Marie Curie won the Nobel Prize in 1903 and again in 1911 for chemistry."
+SQUAD_V1 = {"version": "1.1", "data": [{"title": "Fixture", "paragraphs": [
+    {"context": FOX, "qas": [
+        {"id": "q1", "question": "Who jumps over the dog?",
+         "answers": [{"text": "quick brown fox", "answer_start": 4}]},
+        {"id": "q2", "question": "Where is the river bank?", "answers": [{"text": "Paris", "answer_start": 67}]}]},
+    {"context": CURIE, "qas": [
+        {"id": "q3", "question": "When did Curie win for chemistry?",
+         "answers": [{"text": "1911", "answer_start": 53}]}]},
+]}]}
+SQUAD_V2 = {"version": "v2.0", "data": [{"title": "Fixture", "paragraphs": [
+    {"context": FOX, "qas": [
+        {"id": "p1", "question": "Who jumps over the dog?", "is_impossible": False,
+         "answers": [{"text": "quick brown fox", "answer_start": 4}]},
+        {"id": "p2", "question": "What colour is the cat?", "is_impossible": True, "answers": [],
+         "plausible_answers": [{"text": "brown", "answer_start": 10}]}]},
+    {"context": CURIE, "qas": [
+        {"id": "p3", "question": "When did Curie win for chemistry?", "is_impossible": False,
+         "answers": [{"text": "1911", "answer_start": 53}]},
+        {"id": "p4", "question": "Who won the Turing Award?", "is_impossible": True, "answers": []}]},
+]}]}
+
+
+def write_json(path, content):
+    path.write_text(json.dumps(content))
+    return path
+
+
+def flattened_rows(official):
+    """The Hub layout of an official file, written out by hand here (not by the code under test)."""
+    return [{"id": qa["id"], "title": article["title"], "context": paragraph["context"], "question": qa["question"],
+             "answers": {"text": [a["text"] for a in qa["answers"]],
+                         "answer_start": [a["answer_start"] for a in qa["answers"]]}}
+            for article in official["data"] for paragraph in article["paragraphs"] for qa in paragraph["qas"]]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Reading and bad input
+
+
+def test_official_json_and_flattened_jsonl_parquet_read_the_same(tmp_path):
+    from_official = read_squad_file(write_json(tmp_path / "dev-v2.0.json", SQUAD_V2))
+    expected = flattened_rows(SQUAD_V2)
+    assert [row["id"] for row in expected] == ["p1", "p2", "p3", "p4"]
+    assert from_official.to_list() == expected  # plausible_answers of p2 are not answers
+    (tmp_path / "dev.jsonl").write_text("\n".join(json.dumps(row) for row in expected) + "\n")
+    assert read_squad_file(tmp_path / "dev.jsonl").to_list() == expected
+    Dataset.from_list(expected).to_parquet(str(tmp_path / "dev.parquet"))
+    assert read_squad_file(tmp_path / "dev.parquet").to_list() == expected
+
+
+def test_question_without_id_or_repeated_id_stops_with_file_and_place(tmp_path):
+    broken = json.loads(json.dumps(SQUAD_V1))
+    del broken["data"][0]["paragraphs"][0]["qas"][1]["id"]
+    path = write_json(tmp_path / "no_id.json", broken)
+    with pytest.raises(ValueError, match=r"no_id\.json: data\[0\]\.paragraphs\[0\]\.qas\[1\]: the question has no"):
+        read_squad_file(path)
+    repeated = json.loads(json.dumps(SQUAD_V1))
+    repeated["data"][0]["paragraphs"][1]["qas"][0]["id"] = "q1"
+    with pytest.raises(ValueError, match=r"repeated\.json: question id 'q1' appears twice"):
+        read_squad_file(write_json(tmp_path / "repeated.json", repeated))
+    rows = flattened_rows(SQUAD_V1)
+    rows[2]["id"] = ""
+    (tmp_path / "rows.jsonl").write_text("\n".join(json.dumps(row) for row in rows))
+    with pytest.raises(ValueError, match=r"rows\.jsonl: row 2 .* has no 'id'"):
+        read_squad_file(tmp_path / "rows.jsonl")
+
+
+def test_untrainable_questions_are_counted_in_the_log_and_left_out(caplog):
+    rows = flattened_rows(SQUAD_V1) + [
+        {"id": "shifted", "title": "", "context": FOX, "question": "?",
+         "answers": {"text": ["Paris"], "answer_start": [60]}},  # "Paris" is at 67
+        {"id": "empty", "title": "", "context": "  ", "question": "?", "answers": {"text": ["x"], "answer_start": [0]}},
+        {"id": "none", "title": "", "context": FOX, "question": "?", "answers": {"text": [], "answer_start": []}},
+    ]
+    with caplog.at_level(logging.WARNING, logger="albert_hf.squad"):
+        kept = select_trainable(Dataset.from_list(rows), version_2=False, where="train.json")
+    assert kept["id"] == ["q1", "q2", "q3"]
+    assert "train.json: skipped 1 of 6 training questions with an answer text that is not at its answer_start " \
+           "(e.g. id shifted)" in caplog.text
+    assert "skipped 1 of 6 training questions with an empty context" in caplog.text
+    assert "no answer (v2.0 data? pass --version_2_with_negative)" in caplog.text
+    # in v2.0 mode the question without answers is a valid unanswerable question
+    assert "none" in select_trainable(Dataset.from_list(rows), version_2=True, where="t")["id"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Windows and labels
+
+
+def test_windows_advance_by_doc_stride_until_the_end():
+    assert window_starts(10, 4, 3) == [(0, 4), (3, 4), (6, 4)]
+    assert window_starts(10, 4, 6) == [(0, 4), (4, 4), (8, 2)]  # the step never exceeds a window
+    assert window_starts(3, 8, 2) == [(0, 3)]
+    assert window_starts(0, 8, 2) == [(0, 0)]
+
+
+def test_max_context_by_hand():
+    # token 3: window 0 gives min(3, 0), window 1 min(0, 3): tie -> the first window; tokens 4, 5, 6 belong to
+    # window 1 (6: min(3, 0) there, min(0, 3) in window 2, tie); 7, 8, 9 to window 2.
+    flags = max_context_flags([(0, 4), (3, 4), (6, 4)])
+    assert flags == [[True, True, True, True], [False, True, True, True], [False, True, True, True]]
+
+
+def data_args(**overrides):
+    values = dict(train_file="unused", max_seq_length=24, max_query_length=8, doc_stride=5)
+    return SquadDataArguments(**{**values, **overrides})
+
+
+def check_layout(tok, features, i, length=24):
+    ids = features["input_ids"][i]
+    assert len(ids) == length and ids[0] == tok.cls_token_id
+    first_context = ids.index(tok.sep_token_id) + 1
+    used = sum(features["attention_mask"][i])
+    assert ids[used - 1] == tok.sep_token_id and all(t == tok.pad_token_id for t in ids[used:])
+    assert features["token_type_ids"][i] == [0] * first_context + [1] * (used - first_context) + [0] * (length - used)
+    # p_mask: 0 on [CLS] and the context, 1 on the question, both [SEP] and the padding
+    assert features["p_mask"][i] == [0] + [1] * (first_context - 1) + [0] * (used - 1 - first_context) + \
+        [1] * (length - used + 1)
+    return ids, first_context, used
+
+
+def test_training_windows_point_at_the_answer_or_at_cls():
+    tok = tokenizer()
+    question = "Where is the river bank?"
+    question_pieces = tok(question, add_special_tokens=False)["input_ids"]
+    assert len(question_pieces) > 4
+    answerable = {"id": ["q"], "question": ["  " + question], "context": [FOX],
+                  "answers": [{"text": ["river bank"], "answer_start": [FOX.index("river bank")]}]}
+    features = build_features(answerable, tok, data_args(max_query_length=4), training=True)
+    with_answer = 0
+    for i in range(len(features["input_ids"])):
+        ids, first_context, used = check_layout(tok, features, i)
+        assert ids[1:first_context - 1] == question_pieces[:4]  # the question is cut to max_query_length
+        start, end = features["start_positions"][i], features["end_positions"][i]
+        if start > 0:
+            with_answer += 1
+            assert first_context <= start <= end < used - 1
+            assert tok.decode(ids[start:end + 1]).strip() == "river bank"
+            assert features["is_impossible"][i] == 0.0
+        else:
+            assert (start, end, features["is_impossible"][i]) == (0, 0, 1.0)
+    # the answer sits at the end of the context: some windows hold it, the first ones do not
+    assert 1 <= with_answer < len(features["input_ids"])
+
+    impossible = {"id": ["i"], "question": ["Why?"], "context": [CURIE], "answers": [{"text": [], "answer_start": []}]}
+    features = build_features(impossible, tok, data_args(), training=True)
+    assert len(features["input_ids"]) > 1
+    for i in range(len(features["input_ids"])):
+        check_layout(tok, features, i)
+        labels = features["start_positions"][i], features["end_positions"][i], features["is_impossible"][i]
+        assert labels == (0, 0, 1.0)
+
+
+def test_evaluation_windows_map_context_pieces_back_to_characters():
+    tok = tokenizer()
+    examples = {"id": ["q"], "question": ["Where?"], "context": [FOX], "answers": [{"text": [], "answer_start": []}]}
+    features = build_features(examples, tok, data_args(), training=False)
+    assert set(features["example_id"]) == {"q"}
+    covered, n_flags = set(), 0
+    for offsets, ids, max_context in zip(features["offset_mapping"], features["input_ids"],
+                                         features["token_is_max_context"]):
+        first_context = ids.index(tok.sep_token_id) + 1
+        assert offsets[:first_context] == [None] * first_context
+        context_offsets = [o for o in offsets if o is not None]
+        assert offsets[first_context:first_context + len(context_offsets)] == context_offsets
+        assert all(not flag for flag, o in zip(max_context, offsets) if o is None)
+        covered |= {(a, b) for (a, b), flag in zip(context_offsets, max_context[first_context:]) if flag}
+        n_flags += sum(max_context)
+    # every context piece has its max context in exactly one window, and together they spell the context
+    assert n_flags == len(tok(FOX, add_special_tokens=False)["input_ids"])
+    # (a lone "▁" piece carries the offsets of the character after it, so compare characters, not pieces)
+    assert {c for a, b in covered for c in range(a, b)} == {i for i, ch in enumerate(FOX) if not ch.isspace()}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Post-processing by hand
+
+
+CONTEXT = "alpha beta gamma"
+# two windows of one question: [CLS] q [SEP] alpha beta gamma [SEP] / [CLS] q [SEP] beta gamma [SEP]
+WINDOWS = Dataset.from_list([
+    {"example_id": "x", "offset_mapping": [None, None, None, [0, 5], [6, 10], [11, 16], None],
+     "token_is_max_context": [False, False, False, True, True, False, False]},
+    {"example_id": "x", "offset_mapping": [None, None, None, [6, 10], [11, 16], None, None],
+     "token_is_max_context": [False, False, False, False, True, False, False]},
+])
+EXAMPLES = Dataset.from_list([{"id": "x", "context": CONTEXT, "answers": {"text": ["beta"], "answer_start": [6]}}])
+
+
+def test_span_post_processing_by_hand():
+    start_logits = [[1.0, 0, 0, 5.0, 2.0, 0, 9.0],   # 9.0 on [SEP]: not in the context, never chosen
+                    [0.5, 0, 0, 8.0, 1.0, 0, 0]]     # 8.0 on "beta" in window 2, which is not its max context
+    end_logits = [[1.0, 0, 0, 0.0, 6.0, 3.0, 9.0],
+                  [0.0, 0, 0, 4.0, 2.0, 0, 0]]
+    best, nbest, null_odds = postprocess_span_predictions(
+        EXAMPLES, WINDOWS, start_logits, end_logits, n_best_size=3, max_answer_length=2, version_2=True)
+    assert best == {"x": "alpha beta"}
+    # window 1, top-3 starts (positions 6, 3, 4) x top-3 ends (6, 4, 5): (alpha, beta) 5+6 = 11, (beta, beta) 2+6 = 8,
+    # (beta, gamma) 2+3 = 5; (alpha..gamma) is 3 pieces > 2. Window 2: "beta" is not its max context; (gamma,
+    # gamma) 1+2 = 3. The null (0.5) ranks 4th of a 3-best: it replaces the last entry.
+    assert [e["text"] for e in nbest["x"]] == ["alpha beta", "beta", ""]
+    # smallest null over windows: min(1+1, 0.5+0) = 0.5; odds = 0.5 - 11
+    assert null_odds == {"x": pytest.approx(-10.5)}
+
+
+def test_span_post_processing_keeps_the_null_in_the_nbest_and_its_probabilities():
+    start_logits = [[3.0, 0, 0, 2.0, 0, 0, 0], [9.0, 0, 0, 0, 0, 0, 0]]
+    end_logits = [[3.0, 0, 0, 0, 1.0, 0, 0], [9.0, 0, 0, 0, 0, 0, 0]]
+    best, nbest, null_odds = postprocess_span_predictions(
+        EXAMPLES, WINDOWS, start_logits, end_logits, n_best_size=2, max_answer_length=30, version_2=True)
+    # null = min(3+3, 9+9) = 6; the only valid pair among the top-2 starts/ends: (alpha, beta) 2+1 = 3; odds 6 - 3
+    assert null_odds["x"] == pytest.approx(3.0)
+    assert best["x"] == "alpha beta"
+    assert [e["text"] for e in nbest["x"]] == ["", "alpha beta"]
+    probabilities = [e["probability"] for e in nbest["x"]]
+    assert probabilities[0] == pytest.approx(math.exp(6) / (math.exp(6) + math.exp(3)))
+    assert sum(probabilities) == pytest.approx(1.0)
+
+
+def test_beam_post_processing_by_hand():
+    # window 1: starts (position 3 alpha, lp -1), (position 0 [CLS], lp -2); for each, two ends
+    start_top_log_probs = [[-1.0, -2.0], [-0.5, -3.0]]
+    start_top_index = [[3, 0], [3, 4]]
+    end_top_log_probs = [[-1.0, -1.5, -0.1, -0.2], [-0.1, -5.0, -1.0, -1.0]]
+    end_top_index = [[4, 3, 0, 3], [4, 3, 4, 4]]  # i * end_n_top + j
+    cls_logits = [0.7, -0.4]
+    best, nbest, null_odds = postprocess_beam_predictions(
+        EXAMPLES, WINDOWS, start_top_log_probs, start_top_index, end_top_log_probs, end_top_index, cls_logits,
+        start_n_top=2, end_n_top=2, n_best_size=5, max_answer_length=30)
+    # window 1: (3,4) -2.0 "alpha beta"; (3,3) -2.5 "alpha"; [CLS] starts are not answers.
+    # window 2: position 3 is "beta" but not its max context; (4,4) "gamma" -3 + -1 = -4.0 (twice: one entry)
+    assert [e["text"] for e in nbest["x"]] == ["alpha beta", "alpha", "gamma"]
+    assert best == {"x": "alpha beta"}
+    assert null_odds == {"x": -0.4}  # the smallest answerability logit over the windows
+    assert nbest["x"][0]["probability"] == pytest.approx(math.exp(-2) / (math.exp(-2) + math.exp(-2.5) + math.exp(-4)))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The official v2 answerability head
+
+
+@pytest.fixture(scope="module")
+def answerability_model():
+    from conftest import tiny_config
+
+    from albert_hf import AlbertHFForQuestionAnsweringWithAnswerability
+
+    torch.manual_seed(0)
+    model = AlbertHFForQuestionAnsweringWithAnswerability(tiny_config(vocab_size=50, start_n_top=3, end_n_top=2))
+    return model.eval()
+
+
+def test_masked_log_softmax_by_hand():
+    from albert_hf.modeling_albert_hf import masked_log_softmax
+
+    result = masked_log_softmax(torch.tensor([[1.0, 2.0, 3.0]]), torch.tensor([[0.0, 1.0, 0.0]]))
+    denominator = math.log(math.e + math.e ** 3)
+    assert result[0, 0].item() == pytest.approx(1 - denominator)
+    assert result[0, 2].item() == pytest.approx(3 - denominator)
+    assert result[0, 1].exp().item() == 0.0
+
+
+def test_answerability_head_loss_is_half_span_nll_plus_half_bce(answerability_model):
+    torch.manual_seed(1)
+    input_ids = torch.randint(5, 50, (3, 10))
+    p_mask = torch.zeros(3, 10)
+    p_mask[:, 1:4] = 1  # the question
+    starts, ends, impossible = torch.tensor([5, 0, 7]), torch.tensor([6, 0, 9]), torch.tensor([0.0, 1.0, 0.0])
+    out = answerability_model(input_ids, p_mask=p_mask, start_positions=starts, end_positions=ends,
+                              is_impossible=impossible)
+    rows = torch.arange(3)
+    start_nll = -out.start_log_probs[rows, starts].mean()
+    end_nll = -out.end_log_probs[rows, ends].mean()
+    p = torch.sigmoid(out.cls_logits)
+    bce = -(impossible * p.log() + (1 - impossible) * (1 - p).log()).mean()
+    assert out.loss.item() == pytest.approx((0.5 * (start_nll + end_nll) + 0.5 * bce).item(), rel=1e-5)
+    assert torch.all(out.start_log_probs[:, 1:4].exp() == 0) and torch.all(out.end_log_probs[:, 1:4].exp() == 0)
+    # the end distribution depends on the start it is conditioned on; the start distribution does not
+    other = answerability_model(input_ids, p_mask=p_mask, start_positions=torch.tensor([8, 8, 8]), end_positions=ends)
+    assert torch.equal(other.start_log_probs, out.start_log_probs)
+    assert not torch.allclose(other.end_log_probs, out.end_log_probs)
+    assert other.loss is not None
+
+
+def test_answerability_head_beam_is_the_top_ends_of_each_top_start(answerability_model):
+    torch.manual_seed(2)
+    input_ids = torch.randint(5, 50, (2, 12))
+    p_mask = torch.zeros(2, 12)
+    p_mask[:, 1:5] = 1
+    p_mask[:, -1] = 1
+    with torch.no_grad():
+        beam = answerability_model(input_ids, p_mask=p_mask)
+        assert beam.start_top_index.shape == (2, 3) and beam.end_top_index.shape == (2, 6)
+        masked = {1, 2, 3, 4, 11}
+        assert not masked & set(beam.start_top_index.flatten().tolist())
+        assert not masked & set(beam.end_top_index.flatten().tolist())
+        for i in range(3):  # the training path conditioned on the i-th start gives the same ends
+            forced = answerability_model(input_ids, p_mask=p_mask, start_positions=beam.start_top_index[:, i])
+            top = forced.end_log_probs.topk(2, dim=-1)
+            assert torch.equal(top.indices, beam.end_top_index[:, 2 * i:2 * i + 2])
+            assert torch.allclose(top.values, beam.end_top_log_probs[:, 2 * i:2 * i + 2], atol=1e-6)
+            assert torch.allclose(forced.cls_logits, beam.cls_logits)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# End to end (run_squad.main in-process)
+
+
+def run_squad(args):
+    from accelerate.state import AcceleratorState, PartialState
+
+    AcceleratorState._reset_state(True)
+    PartialState._reset_state()
+    sys.path.insert(0, str(REPO))
+    try:
+        import run_squad as script
+    finally:
+        sys.path.remove(str(REPO))
+    return script.main([str(a) for a in args])
+
+
+def common_args(checkpoint, output_dir, steps, seq=48, query=16, stride=16):
+    return ["--model_name_or_path", checkpoint, "--output_dir", output_dir, "--max_seq_length", seq,
+            "--max_query_length", query, "--doc_stride", stride, "--per_device_train_batch_size", 8,
+            "--max_steps", steps, "--learning_rate", "5e-3", "--warmup_steps", "0.1", "--use_cpu",
+            "--save_strategy", "no", "--disable_tqdm", "true", "--seed", 0, "--report_to", "none"]
+
+
+def read_outputs(output_dir):
+    return {name: json.loads((output_dir / name).read_text())
+            for name in ("predictions.json", "nbest_predictions.json", "null_odds.json", "eval_results.json")
+            if (output_dir / name).exists()}
+
+
+def test_v1_end_to_end_learns_the_fixture_answers(tiny_checkpoint, tmp_path):
+    """Three questions whose windows (48 pieces) often miss the answer: if labels, windows or post-processing
+    were off, 30 steps could not reach exact match on all three."""
+    path = write_json(tmp_path / "train-v1.1.json", SQUAD_V1)
+    out = tmp_path / "out"
+    run_squad(["--train_file", path, "--validation_file", path, "--do_train", "--do_eval",
+               *common_args(tiny_checkpoint, out, steps=30)])
+    outputs = read_outputs(out)
+    assert outputs["predictions.json"] == {"q1": "quick brown fox", "q2": "Paris", "q3": "1911"}
+    assert "null_odds.json" not in outputs
+    assert outputs["eval_results.json"]["validation"]["eval_exact_match"] == 100.0
+    assert outputs["eval_results.json"]["validation"]["eval_f1"] == 100.0
+    assert outputs["eval_results.json"]["validation"]["eval_samples"] == 3
+    assert [e["text"] for e in outputs["nbest_predictions.json"]["q3"]][0] == "1911"
+    assert (out / "model.safetensors").exists()
+
+
+@pytest.mark.parametrize("head", ["span", "answerability"])
+def test_v2_end_to_end_learns_answers_and_no_answers(tiny_checkpoint, tmp_path, head):
+    if head == "span":  # the flattened Hub layout as JSON lines
+        path = tmp_path / "train.jsonl"
+        path.write_text("\n".join(json.dumps(row) for row in flattened_rows(SQUAD_V2)))
+    else:
+        path = write_json(tmp_path / "train-v2.0.json", SQUAD_V2)
+    out = tmp_path / "out"
+    extra = ["--answerability_head"] if head == "answerability" else []
+    run_squad(["--train_file", path, "--validation_file", path, "--do_train", "--do_eval", "--version_2_with_negative",
+               *extra, *common_args(tiny_checkpoint, out, steps=40, seq=64)])
+    outputs = read_outputs(out)
+    assert outputs["predictions.json"] == {"p1": "quick brown fox", "p2": "", "p3": "1911", "p4": ""}
+    null_odds = outputs["null_odds.json"]
+    assert set(null_odds) == {"p1", "p2", "p3", "p4"}
+    # the v2 decision at the default threshold 0: no answer exactly where the null odds are above it
+    assert all((null_odds[q] > 0) == (outputs["predictions.json"][q] == "") for q in null_odds)
+    metrics = outputs["eval_results.json"]["validation"]
+    assert (metrics["eval_exact"], metrics["eval_f1"]) == (100.0, 100.0)
+    assert (metrics["eval_HasAns_total"], metrics["eval_NoAns_total"]) == (2, 2)
+    # the best threshold found by the sweep separates the answered from the unanswerable questions
+    threshold = metrics["eval_best_f1_thresh"]
+    assert max(null_odds["p1"], null_odds["p3"]) <= threshold < min(null_odds["p2"], null_odds["p4"])
+
+
+def test_v2_data_without_the_v2_flag_is_refused_at_evaluation(tiny_checkpoint, tmp_path):
+    path = write_json(tmp_path / "dev-v2.0.json", SQUAD_V2)
+    with pytest.raises(ValueError, match="'p2' has no answer: this is SQuAD v2.0 data, pass --version_2_with_negative"):
+        run_squad(["--validation_file", path, "--do_eval", *common_args(tiny_checkpoint, tmp_path / "out", steps=1)])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Real SQuAD dev articles
+
+
+def shared_squad(version_dir, name):
+    path = SHARED_DATA / "squad" / version_dir / name
+    if not path.exists():
+        pytest.skip(f"{path} not present (../shared/data not present)")
+    return path
+
+
+def test_real_dev_files_read_completely():
+    v1 = read_squad_file(shared_squad("v1.1_dev", "dev-v1.1.json"))
+    v2 = read_squad_file(shared_squad("v2.0_dev_half", "dev-v2.0.json"))
+    # counts from ../shared/data/README.md
+    assert len(v1) == 10570 and all(answers["text"] for answers in v1["answers"])
+    assert len(v2) == 6078
+    assert sum(bool(answers["text"]) for answers in v2["answers"]) == 2910
+
+
+@pytest.mark.parametrize("version", ["1.1", "2.0"])
+def test_real_dev_articles_end_to_end(tiny_checkpoint, tmp_path, version):
+    if version == "1.1":
+        path, extra = shared_squad("v1.1_dev", "dev-v1.1.json"), []
+    else:
+        path, extra = shared_squad("v2.0_dev_half", "dev-v2.0.json"), ["--version_2_with_negative"]
+    out = tmp_path / "out"
+    run_squad(["--train_file", path, "--validation_file", path, "--do_train", "--do_eval", *extra,
+               "--max_train_samples", 48, "--max_eval_samples", 30,
+               *common_args(tiny_checkpoint, out, steps=3, seq=128, query=32, stride=64)])
+    outputs = read_outputs(out)
+    examples = read_squad_file(path).select(range(30))
+    contexts = dict(zip(examples["id"], examples["context"]))
+    golds = {q: answers["text"] for q, answers in zip(examples["id"], examples["answers"])}
+    predictions = outputs["predictions.json"]
+    assert set(predictions) == set(golds)
+    assert all(text in contexts[q] for q, text in predictions.items())
+    metrics = outputs["eval_results.json"]["validation"]
+    if version == "1.1":
+        expected = squad_v1_metrics(golds, predictions)
+        assert metrics["eval_exact_match"] == expected["exact_match"] and metrics["eval_f1"] == expected["f1"]
+    else:
+        expected = squad_v2_metrics(golds, predictions)
+        assert metrics["eval_exact"] == expected["exact"] and metrics["eval_f1"] == expected["f1"]
+        assert set(outputs["null_odds.json"]) == set(golds)
+    assert metrics["eval_features"] > 30  # long articles are split into several windows
+    shutil.rmtree(out)
