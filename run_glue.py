@@ -43,7 +43,7 @@ def main(argv=None):
     if task.predict_only and needed != {"test"}:
         raise SystemExit(f"error: {task.name} is the GLUE diagnostic set (unlabelled): --do_predict only, with a "
                          "model fine-tuned on MNLI")
-    last_checkpoint = setup(model_args, training_args)  # logging first, so that what --paper_hparams sets is logged
+    last_checkpoint = setup(training_args)  # logging first, so that what --paper_hparams sets is logged
     if data_args.paper_hparams:
         explicit = glue.explicit_arguments(argv, (ModelArguments, glue.GlueDataArguments, AlbertTrainingArguments))
         glue.apply_paper_hparams(task, model_args, data_args, training_args, explicit)

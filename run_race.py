@@ -23,7 +23,7 @@ from albert_hf.finetuning import (
 
 def main(argv=None) -> dict:
     model_args, data_args, training_args = parse_arguments(race.RaceDataArguments, argv)
-    last_checkpoint = setup(model_args, training_args)
+    last_checkpoint = setup(training_args)
 
     wanted = {"train": (training_args.do_train, data_args.max_train_samples),
               "validation": (training_args.do_eval, data_args.max_eval_samples),

@@ -3,7 +3,7 @@
 Each script defines only its task's data arguments, preprocessing, metrics and predictions, and calls:
 
     model_args, data_args, training_args = parse_arguments(DataArguments, argv)
-    last_checkpoint = setup(model_args, training_args)
+    last_checkpoint = setup(training_args)
     tokenizer, model = load_tokenizer_and_model(model_args, AlbertHFForSequenceClassification, num_labels=3)
     trainer = AlbertTrainer(model=model, args=training_args, processing_class=tokenizer, ...)
     if training_args.do_train:
@@ -108,7 +108,7 @@ def parse_arguments(data_arguments_class, argv=None):
     return parser.parse_args_into_dataclasses(args=argv)
 
 
-def setup(model_args: ModelArguments, training_args: TrainingArguments) -> str | None:
+def setup(training_args: TrainingArguments) -> str | None:
     """Logging, seed, and the checkpoint to resume from (None to start fresh).
 
     An output_dir that already holds a run is never silently overwritten: its last checkpoint is resumed, or

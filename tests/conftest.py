@@ -24,6 +24,15 @@ def _seed():
     torch.manual_seed(0)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _one_thread():
+    # Tiny models: thread start-up costs more than it saves, and CI has 2 cores shared with subprocess tests.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def tiny_config(**overrides):
     from albert_hf import AlbertHFConfig
 

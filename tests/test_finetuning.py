@@ -89,11 +89,11 @@ def test_output_dir_with_a_trained_model_is_not_overwritten(tmp_path):
         NoDataArguments, ["--model_name_or_path", "m", "--output_dir", str(tmp_path), "--do_train"]
     )
     with pytest.raises(SystemExit, match="overwrite_output_dir"):
-        setup(model_args, training_args)
+        setup(training_args)
     _, _, training_args = parse_arguments(
         NoDataArguments, ["--model_name_or_path", "m", "--output_dir", str(tmp_path), "--do_train", "--overwrite_output_dir"]
     )
-    assert setup(model_args, training_args) is None
+    assert setup(training_args) is None
 
 
 def test_missing_columns_are_named_with_the_file():
