@@ -1,0 +1,25 @@
+"""Analyses of pretrained ALBERT models: layer transitions (paper Figure 1) and intrinsic accuracies (Table 5).
+
+    python -m albert_hf.analysis.transitions --model DIR [--model DIR ...] --texts FILE --out fig.png
+    python -m albert_hf.analysis.intrinsic --model DIR --documents FILE_OR_DIR [...]
+"""
+
+import importlib
+
+# Lazy: `python -m albert_hf.analysis.transitions` must not find its own module already imported by the package.
+_EXPORTS = {
+    "layer_transitions": "transitions",
+    "transition_sums": "transitions",
+    "model_transitions": "transitions",
+    "build_intrinsic_sets": "intrinsic",
+    "evaluate_intrinsic": "intrinsic",
+}
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = list(_EXPORTS)
