@@ -1,0 +1,226 @@
+"""albert_hf against transformers' ALBERT, same configs, same weights, same inputs, in one process.
+
+    python benchmarks/bench_model.py                       # base, seq 128 and 512, fp32 and bf16 (~15 min on 2 cores)
+    python benchmarks/bench_model.py --presets base large --seqs 512 --modes bf16 --steps 5
+
+For every (preset, seq, mode):
+- training step of the pretraining model (forward with MLM + SOP labels, backward, LAMB update): tokens/s of each
+  implementation, alternating runs, warm-up excluded, median of --steps;
+- achieved TFLOP/s from ALBERT's FLOPs (sparse MLM head, as the official code) and that as a fraction of the
+  matmul peak measured here for the same dtype (MFU);
+- peak tensor memory of a training step (parameters, gradients, optimizer moments and the activations saved
+  for backward, at the forward/backward boundary where they all coexist);
+- sequence-classification inference (no grad): sequences/s.
+Ratios are albert_hf / transformers (higher is better; for memory lower is better).
+"""
+
+import argparse
+import json
+import statistics
+import time
+from contextlib import nullcontext
+
+import torch
+
+BATCH_TOKENS = 4096  # batch 32 at seq 128, batch 8 at seq 512
+MASKED_PER_SEQ = 20  # the official max_predictions_per_seq
+
+
+def matmul_peak(dtype, size=2048, repeat=10) -> float:
+    """Measured dense matmul throughput (TFLOP/s) for `dtype`: the MFU denominator."""
+    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+    for _ in range(3):
+        a @ b
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - start)
+    return 2 * size**3 / min(times) / 1e12
+
+
+def albert_flops(config, batch, seq) -> float:
+    """FLOPs of one training step (3x forward), counting matmuls only, MLM head at the masked positions only."""
+    h, e, i, v, layers = config.hidden_size, config.embedding_size, config.intermediate_size, config.vocab_size, (
+        config.num_hidden_layers * config.inner_group_num)
+    tokens = batch * seq
+    forward = 2 * tokens * e * h  # E -> H projection
+    forward += layers * (2 * tokens * (4 * h * h + 2 * h * i) + 2 * 2 * batch * seq * seq * h)
+    forward += 2 * batch * h * h + 2 * batch * h * 2  # pooler, SOP
+    forward += 2 * batch * MASKED_PER_SEQ * (h * e + e * v)  # sparse MLM head
+    return 3 * forward
+
+
+def make_models(preset, seq):
+    import transformers
+
+    import albert_hf
+
+    config = albert_hf.AlbertHFConfig.from_preset(preset, max_position_embeddings=max(512, seq))
+    ours = albert_hf.AlbertHFForPreTraining(config)
+    theirs = transformers.AlbertForPreTraining(config.to_albert_config())
+    theirs.load_state_dict(ours.state_dict())
+    return config, ours, theirs
+
+
+def make_batch(config, batch, seq, generator):
+    input_ids = torch.randint(5, config.vocab_size, (batch, seq), generator=generator)
+    token_type_ids = torch.zeros_like(input_ids)
+    token_type_ids[:, seq // 2 :] = 1
+    labels = torch.full_like(input_ids, -100)
+    for row in range(batch):
+        positions = torch.randperm(seq - 2, generator=generator)[:MASKED_PER_SEQ] + 1
+        labels[row, positions] = input_ids[row, positions]
+    return dict(input_ids=input_ids, token_type_ids=token_type_ids, attention_mask=torch.ones_like(input_ids),
+                labels=labels, sentence_order_label=torch.randint(0, 2, (batch,), generator=generator))
+
+
+def autocast(mode):
+    return torch.autocast("cpu", dtype=torch.bfloat16) if mode == "bf16" else nullcontext()
+
+
+def train_step(model, optimizer, batch, mode):
+    with autocast(mode):
+        loss = model(**batch).loss
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def bench_training(preset, seq, mode, steps, warmup, compile_ours):
+    from albert_hf.optimization import Lamb, parameter_groups
+
+    batch_size = BATCH_TOKENS // seq
+    config, ours, theirs = make_models(preset, seq)
+    generator = torch.Generator().manual_seed(0)
+    batches = [make_batch(config, batch_size, seq, generator) for _ in range(2)]
+    runners = {}
+    for name, model in (("transformers", theirs), ("albert_hf", ours)):
+        model.train()
+        optimizer = Lamb(parameter_groups(model), lr=1e-4)
+        call = torch.compile(model) if (compile_ours and name == "albert_hf") else model
+        runners[name] = (call, optimizer)
+    times = {name: [] for name in runners}
+    for step in range(warmup + steps):
+        order = list(runners) if step % 2 == 0 else list(reversed(runners))  # alternate who goes first
+        for name in order:
+            call, optimizer = runners[name]
+            seconds = timed(lambda: train_step(call, optimizer, batches[step % 2], mode))
+            if step >= warmup:
+                times[name].append(seconds)
+    medians = {name: statistics.median(t) for name, t in times.items()}
+    flops = albert_flops(config, batch_size, seq)
+    return {name: {"tokens_per_s": BATCH_TOKENS / s, "step_s": s, "tflops": flops / s / 1e12}
+            for name, s in medians.items()}
+
+
+def bench_inference(preset, seq, mode, steps, warmup):
+    import transformers
+
+    import albert_hf
+
+    batch_size = BATCH_TOKENS // seq
+    config = albert_hf.AlbertHFConfig.from_preset(preset, max_position_embeddings=max(512, seq), num_labels=2)
+    ours = albert_hf.AlbertHFForSequenceClassification(config).eval()
+    theirs = transformers.AlbertForSequenceClassification(config.to_albert_config()).eval()
+    theirs.load_state_dict(ours.state_dict())
+    generator = torch.Generator().manual_seed(1)
+    inputs = make_batch(config, batch_size, seq, generator)
+    inputs = {k: inputs[k] for k in ("input_ids", "token_type_ids", "attention_mask")}
+    times = {"transformers": [], "albert_hf": []}
+    with torch.no_grad():
+        for step in range(warmup + steps):
+            for name, model in (("transformers", theirs), ("albert_hf", ours))[:: 1 if step % 2 == 0 else -1]:
+                with autocast(mode):
+                    seconds = timed(lambda: model(**inputs))
+                if step >= warmup:
+                    times[name].append(seconds)
+    return {name: {"sequences_per_s": batch_size / statistics.median(t)} for name, t in times.items()}
+
+
+def step_tensor_memory(model, batch, mode) -> dict:
+    """Tensor memory of a training step at its peak, the forward/backward boundary: parameters + gradients +
+    the two LAMB moments (4 x parameters, fp32) + every tensor saved for backward (unique storages, so shared
+    or viewed activations count once). Exact and repeatable; the process's resident memory is not, on CPU, where
+    the allocator keeps freed blocks (it ranked the two implementations the wrong way round)."""
+    saved = {}
+    parameter_storages = {p.untyped_storage().data_ptr() for p in model.parameters()}  # counted below already
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in parameter_storages:
+            saved[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        with autocast(mode):
+            loss = model(**batch).loss
+    loss.backward()
+    model.zero_grad(set_to_none=True)
+    parameters = sum(p.numel() * p.element_size() for p in model.parameters())
+    activations = sum(saved.values())
+    return {"activations_mb": activations / 2**20, "step_mb": (4 * parameters + activations) / 2**20}
+
+
+def bench_memory(preset, seq, mode):
+    config, ours, theirs = make_models(preset, seq)
+    batch = make_batch(config, BATCH_TOKENS // seq, seq, torch.Generator().manual_seed(0))
+    return {"transformers": step_tensor_memory(theirs.train(), batch, mode),
+            "albert_hf": step_tensor_memory(ours.train(), batch, mode)}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--presets", nargs="+", default=["base"])
+    parser.add_argument("--seqs", nargs="+", type=int, default=[128, 512])
+    parser.add_argument("--modes", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--compile", action="store_true", help="torch.compile albert_hf (not transformers)")
+    parser.add_argument("--no-memory", action="store_true")
+    parser.add_argument("--json", default=None, help="also write the results here")
+    args = parser.parse_args(argv)
+
+    torch.manual_seed(0)
+    peaks = {mode: matmul_peak(torch.float32 if mode == "fp32" else torch.bfloat16) for mode in args.modes}
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; measured matmul peak: "
+          + ", ".join(f"{m} {p:.2f} TFLOP/s" for m, p in peaks.items()))
+    rows = []
+    header = (f"{'preset':7} {'seq':>4} {'mode':5} | {'train tok/s HF':>14} {'ours':>8} {'ratio':>6} | "
+              f"{'MFU HF':>6} {'ours':>6} | {'mem MB HF':>9} {'ours':>7} {'ratio':>6} | "
+              f"{'infer seq/s HF':>14} {'ours':>8} {'ratio':>6}")
+    print(header)
+    print("-" * len(header))
+    for preset in args.presets:
+        for seq in args.seqs:
+            for mode in args.modes:
+                train = bench_training(preset, seq, mode, args.steps, args.warmup, args.compile)
+                infer = bench_inference(preset, seq, mode, args.steps, args.warmup)
+                memory = None if args.no_memory else bench_memory(preset, seq, mode)
+                row = dict(preset=preset, seq=seq, mode=mode, train=train, inference=infer, memory=memory,
+                           peak_tflops=peaks[mode])
+                rows.append(row)
+                hf, us = train["transformers"], train["albert_hf"]
+                mem = ("{:9.0f} {:7.0f} {:6.2f}".format(memory["transformers"]["step_mb"],
+                                                      memory["albert_hf"]["step_mb"],
+                                                      memory["albert_hf"]["step_mb"] / memory["transformers"]["step_mb"])
+                       if memory else f"{'-':>9} {'-':>7} {'-':>6}")
+                ihf, ius = infer["transformers"]["sequences_per_s"], infer["albert_hf"]["sequences_per_s"]
+                print(f"{preset:7} {seq:>4} {mode:5} | {hf['tokens_per_s']:14.0f} {us['tokens_per_s']:8.0f} "
+                      f"{us['tokens_per_s'] / hf['tokens_per_s']:6.2f} | {hf['tflops'] / peaks[mode]:6.1%} "
+                      f"{us['tflops'] / peaks[mode]:6.1%} | {mem} | {ihf:14.1f} {ius:8.1f} {ius / ihf:6.2f}",
+                      flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"peaks": peaks, "rows": rows}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
