@@ -81,11 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--gradient_accumulation_steps", type=int, default=1)
     train.add_argument("--optimizer", default="lamb", choices=["lamb", "adamw"],
                        help="lamb: official TF LAMB; adamw: official AdamWeightDecay (no bias correction)")
-    train.add_argument("--learning_rate", type=float, default=5e-3,
-                       help="peak LR (paper: 0.00176 for batch 4096)")
+    train.add_argument("--learning_rate", type=float, default=1e-2,
+                       help="peak LR; the default suits the tiny demo model (the paper: 0.00176 for batch 4096)")
     train.add_argument("--weight_decay", type=float, default=0.01)
     train.add_argument("--max_grad_norm", type=float, default=1.0)
-    train.add_argument("--max_train_steps", type=int, default=600)
+    train.add_argument("--max_train_steps", type=int, default=1500)
     train.add_argument("--num_warmup_steps", type=int, default=None,
                        help="default: 2.5%% of --max_train_steps, the official ratio (3125 of 125k)")
     train.add_argument("--mixed_precision", default=None, choices=["no", "fp16", "bf16"],
@@ -94,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     io = parser.add_argument_group("evaluation, checkpoints and output")
     io.add_argument("--output_dir", default="outputs/albert-pretraining")
-    io.add_argument("--eval_steps", type=int, default=200, help="evaluate every N optimizer steps (0: only at the end)")
+    io.add_argument("--eval_steps", type=int, default=500, help="evaluate every N optimizer steps (0: only at the end)")
     io.add_argument("--max_eval_samples", type=int, default=2000)
     io.add_argument("--logging_steps", type=int, default=20)
     io.add_argument("--checkpointing_steps", type=int, default=None, help="save full training state every N steps")
