@@ -85,7 +85,7 @@ def test_transformers_checkpoint_converts_and_tokenizer_returns_token_types(tmp_
 
 def test_output_dir_with_a_trained_model_is_not_overwritten(tmp_path):
     (tmp_path / "model.safetensors").write_bytes(b"x")
-    model_args, _, training_args = parse_arguments(
+    _, _, training_args = parse_arguments(
         NoDataArguments, ["--model_name_or_path", "m", "--output_dir", str(tmp_path), "--do_train"]
     )
     with pytest.raises(SystemExit, match="overwrite_output_dir"):
