@@ -35,16 +35,19 @@ def exact_match_v1(prediction: str, gold: str) -> bool:
     return normalize_answer(prediction) == normalize_answer(gold)
 
 
-def f1_v1(prediction: str, gold: str) -> float:
-    """Bag-of-tokens F1; v1.1 gives 0 when nothing is shared, even when both sides are empty."""
-    prediction_tokens = normalize_answer(prediction).split()
-    gold_tokens = normalize_answer(gold).split()
+def _token_f1(prediction_tokens: list, gold_tokens: list) -> float:
+    """F1 of the shared bag of tokens; 0 when nothing is shared."""
     num_same = sum((collections.Counter(prediction_tokens) & collections.Counter(gold_tokens)).values())
     if num_same == 0:
         return 0.0
     precision = num_same / len(prediction_tokens)
     recall = num_same / len(gold_tokens)
     return 2 * precision * recall / (precision + recall)
+
+
+def f1_v1(prediction: str, gold: str) -> float:
+    """Bag-of-tokens F1; v1.1 gives 0 when nothing is shared, even when both sides are empty."""
+    return _token_f1(normalize_answer(prediction).split(), normalize_answer(gold).split())
 
 
 def exact_match_v2(prediction: str, gold: str) -> int:
@@ -57,12 +60,7 @@ def f1_v2(prediction: str, gold: str) -> float:
     gold_tokens = normalize_answer(gold).split() if gold else []
     if not prediction_tokens or not gold_tokens:
         return float(prediction_tokens == gold_tokens)
-    num_same = sum((collections.Counter(prediction_tokens) & collections.Counter(gold_tokens)).values())
-    if num_same == 0:
-        return 0.0
-    precision = num_same / len(prediction_tokens)
-    recall = num_same / len(gold_tokens)
-    return 2 * precision * recall / (precision + recall)
+    return _token_f1(prediction_tokens, gold_tokens)
 
 
 def squad_v1_metrics(golds: dict, predictions: dict) -> dict:
