@@ -257,3 +257,25 @@ def test_push_to_hub_uploads_the_final_folder_without_step_checkpoints(tmp_path,
     assert {"model.safetensors", "config.json", "tokenizer.json", "README.md", "modeling_albert_hf.py"} <= set(
         uploads[0]["files"])
     assert "step_*" in uploads[0]["ignore"] and (out / "step_2").is_dir()  # present locally, not uploaded
+
+
+def test_running_metric_counts_hold_no_autograd_graph():
+    """The training loop adds every step's counts into one window; a graph attached to them kept each step's
+    logits alive (the process grew ~30 MB a step until the machine ran out of memory)."""
+    from conftest import tiny_config
+
+    from albert_hf import AlbertHFForPreTraining
+    from albert_hf.pretraining import example_counts
+
+    model = AlbertHFForPreTraining(tiny_config()).train()
+    input_ids = torch.randint(5, 1000, (4, 16))
+    labels = torch.full_like(input_ids, -100)
+    labels[:, 3::4] = input_ids[:, 3::4]
+    batch = dict(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), labels=labels,
+                 sentence_order_label=torch.tensor([0, 1, 0, 1]))
+    outputs = model(**batch)
+    outputs.loss.backward()
+    window = torch.zeros(6, dtype=torch.float64)
+    window += example_counts(outputs, batch).sum(0)
+    assert not window.requires_grad and window.grad_fn is None
+    assert window[2] == 16 and window[5] == 4  # 4 masked tokens and one SOP label per example
