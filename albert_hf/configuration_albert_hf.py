@@ -31,7 +31,7 @@ class AlbertHFConfig(PreTrainedConfig):
     r"""Configuration of an ALBERT model.
 
     The fields and defaults are those of transformers' `AlbertConfig` (the constructor defaults equal xxlarge v2),
-    plus two of ours:
+    plus three of ours:
 
     sharing (`str`, defaults to `"all"`):
         Cross-layer parameter sharing, the paper's Table 4 ablation.
@@ -44,6 +44,11 @@ class AlbertHFConfig(PreTrainedConfig):
     project_when_equal (`bool`, defaults to `True`):
         Keep the E->H projection `embedding_hidden_mapping_in` when `embedding_size == hidden_size`. transformers
         always creates it; the official code only when E != H. Set False to reproduce the paper's E=768 counts.
+    unpad_inputs (`bool`, defaults to `True`):
+        When the batch has padding, run the token-wise work (projections, FFN, LayerNorms: all but the attention
+        scores) on the real tokens only. Same results at every real token; the hidden states at padded positions
+        come out as zeros instead of transformers' meaningless values. Off under `torch.compile`, with
+        `output_hidden_states` / `output_attentions`, and for attention kernels other than sdpa and eager.
     """
 
     model_type = "albert_hf"
@@ -66,6 +71,7 @@ class AlbertHFConfig(PreTrainedConfig):
     classifier_dropout_prob: float = 0.1
     sharing: str = "all"
     project_when_equal: bool = True
+    unpad_inputs: bool = True
     pad_token_id: int | None = 0
     bos_token_id: int | None = 2
     eos_token_id: int | None = 3
@@ -170,7 +176,7 @@ class AlbertHFConfig(PreTrainedConfig):
                 f"num_hidden_layers={self.num_hidden_layers}, num_hidden_groups={self.num_hidden_groups}: "
                 "transformers' group formula orders these layers differently from the official one"
             )
-        ours_only = ("model_type", "sharing", "project_when_equal", "auto_map")
+        ours_only = ("model_type", "sharing", "project_when_equal", "unpad_inputs", "auto_map")
         values = {k: v for k, v in self.to_dict().items() if k not in ours_only}
         values["architectures"] = [a.replace("AlbertHF", "Albert", 1) for a in self.architectures or []] or None
         return AlbertConfig(**values)

@@ -108,6 +108,40 @@ def eager_attention_forward(module, query, key, value, attention_mask, scaling, 
     return output, weights
 
 
+class RealTokens:
+    """The real (unpadded) tokens of a padded batch, so the token-wise work skips the padding (`unpad_inputs`).
+
+    Projections, FFN and LayerNorms (~90% of the FLOPs) act on each token alone, so they run on a (rows, H) pack
+    of the real tokens; only attention needs the (batch, seq) layout, and re-pads per layer. The pack is rounded
+    up to a multiple of `ROW_MULTIPLE` rows (filler copies of token 0, dropped on re-padding): oneDNN builds and
+    caches kernels per matrix shape, and a new row count every batch cost time and grew memory without bound.
+    """
+
+    ROW_MULTIPLE = 64
+
+    def __init__(self, attention_mask: torch.Tensor):
+        self.batch, self.length = attention_mask.shape
+        indices = attention_mask.flatten().nonzero().squeeze(1)
+        self.count = indices.numel()
+        rows = -(-self.count // self.ROW_MULTIPLE) * self.ROW_MULTIPLE
+        self.indices = torch.cat([indices, indices.new_zeros(rows - self.count)])
+
+    @classmethod
+    def worth_it(cls, attention_mask: torch.Tensor) -> "RealTokens | None":
+        real_tokens = cls(attention_mask)
+        return real_tokens if real_tokens.indices.numel() < attention_mask.numel() else None
+
+    def gather(self, padded: torch.Tensor) -> torch.Tensor:
+        """(batch, seq, ...) -> (rows, ...)"""
+        return padded.flatten(0, 1).index_select(0, self.indices)
+
+    def scatter(self, packed: torch.Tensor) -> torch.Tensor:
+        """(rows, ...) -> (batch, seq, ...), zeros at the padding"""
+        padded = packed.new_zeros(self.batch * self.length, *packed.shape[1:])
+        real = packed[: self.count]
+        return padded.index_copy(0, self.indices[: self.count], real).view(self.batch, self.length, *packed.shape[1:])
+
+
 class AlbertHFAttention(nn.Module):
     """Multi-head self-attention with its output projection, dropout and post-LN residual (`LayerNorm`)."""
 
@@ -124,12 +158,26 @@ class AlbertHFAttention(nn.Module):
         self.output_dropout = nn.Dropout(config.hidden_dropout_prob)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
-    def forward(self, hidden_states, attention_mask=None, **kwargs):
-        batch, length, _ = hidden_states.shape
-        heads_shape = (batch, length, -1, self.head_size)
-        query = self.query(hidden_states).view(heads_shape).transpose(1, 2)
-        key = self.key(hidden_states).view(heads_shape).transpose(1, 2)
-        value = self.value(hidden_states).view(heads_shape).transpose(1, 2)
+    def forward(self, hidden_states, attention_mask=None, real_tokens: RealTokens | None = None,
+                query_positions: torch.Tensor | None = None, **kwargs):
+        key, value = self.key(hidden_states), self.value(hidden_states)
+        if real_tokens is not None:  # hidden_states is the (tokens, H) pack: attention needs (batch, seq, H)
+            key, value = real_tokens.scatter(key), real_tokens.scatter(value)
+        if query_positions is not None:
+            # Only these positions of each row go on (see AlbertHFModel's `last_layer_positions`).
+            if real_tokens is not None:
+                hidden_states, real_tokens = real_tokens.scatter(hidden_states), None
+            index = query_positions.unsqueeze(-1).expand(-1, -1, hidden_states.shape[-1])
+            hidden_states = hidden_states.gather(1, index)
+            if attention_mask is not None:
+                attention_mask = attention_mask[:, :, :1]  # a bidirectional mask has the same row for every query
+        query = self.query(hidden_states)
+        if real_tokens is not None:
+            query = real_tokens.scatter(query)
+        batch = key.shape[0]
+        query = query.view(batch, query.shape[1], -1, self.head_size).transpose(1, 2)
+        key = key.view(batch, key.shape[1], -1, self.head_size).transpose(1, 2)
+        value = value.view(batch, value.shape[1], -1, self.head_size).transpose(1, 2)
 
         attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
@@ -144,7 +192,9 @@ class AlbertHFAttention(nn.Module):
             scaling=self.scaling,
             **kwargs,
         )
-        context = context.reshape(batch, length, -1)
+        context = context.flatten(2)
+        if real_tokens is not None:
+            context = real_tokens.gather(context)
         output = self.output_dropout(self.dense(context))
         return self.LayerNorm(hidden_states + output), weights
 
@@ -174,8 +224,8 @@ class AlbertHFLayer(GradientCheckpointingLayer):
         # transformers defines this dropout but never applies it; the official code does.
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(self, hidden_states, attention_mask=None, **kwargs):
-        attention_output, _ = self.attention(hidden_states, attention_mask, **kwargs)
+    def forward(self, hidden_states, attention_mask=None, real_tokens=None, query_positions=None, **kwargs):
+        attention_output, _ = self.attention(hidden_states, attention_mask, real_tokens, query_positions, **kwargs)
         ffn_output = self.ffn_output(self.activation(self.ffn(attention_output)))
         return self.full_layer_layer_norm(self.dropout(ffn_output) + attention_output)
 
@@ -187,9 +237,11 @@ class AlbertHFLayerGroup(nn.Module):
         super().__init__()
         self.albert_layers = nn.ModuleList(layers or [AlbertHFLayer(config) for _ in range(config.inner_group_num)])
 
-    def forward(self, hidden_states, attention_mask=None, **kwargs):
-        for layer in self.albert_layers:
-            hidden_states = layer(hidden_states, attention_mask, **kwargs)
+    def forward(self, hidden_states, attention_mask=None, real_tokens=None, query_positions=None, **kwargs):
+        last = len(self.albert_layers) - 1
+        for i, layer in enumerate(self.albert_layers):
+            positions = query_positions if i == last else None
+            hidden_states = layer(hidden_states, attention_mask, real_tokens, positions, **kwargs)
         return hidden_states
 
 
@@ -220,11 +272,15 @@ class AlbertHFTransformer(nn.Module):
             )
             self.group_order = config.layer_group_order()
 
-    def forward(self, hidden_states, attention_mask=None, **kwargs):
+    def forward(self, hidden_states, attention_mask=None, real_tokens=None, query_positions=None, **kwargs):
+        """`query_positions` (batch, Q): the last block computes only these positions (keys: all of them)."""
         if self.embedding_hidden_mapping_in is not None:
             hidden_states = self.embedding_hidden_mapping_in(hidden_states)
-        for group_index in self.group_order:
-            hidden_states = self.albert_layer_groups[group_index](hidden_states, attention_mask, **kwargs)
+        last = len(self.group_order) - 1
+        for step, group_index in enumerate(self.group_order):
+            positions = query_positions if step == last else None
+            group = self.albert_layer_groups[group_index]
+            hidden_states = group(hidden_states, attention_mask, real_tokens, positions, **kwargs)
         return BaseModelOutput(last_hidden_state=hidden_states)
 
 
@@ -310,6 +366,15 @@ class AlbertHFModel(AlbertHFPreTrainedModel):
     def set_input_embeddings(self, value: nn.Embedding) -> None:
         self.embeddings.word_embeddings = value
 
+    def can_skip_work(self, attention_mask, kwargs) -> bool:
+        """Whether work whose results nobody reads may be skipped (padding removal, `last_layer_positions`): no
+        per-layer outputs requested (their (batch, seq) shape is the API), a plain (batch, seq) mask or none, and
+        an attention kernel we slice and re-pad for."""
+        recording = any(kwargs.get(f"output_{name}", getattr(self.config, f"output_{name}", False))
+                        for name in ("hidden_states", "attentions"))
+        return (not recording and (attention_mask is None or attention_mask.dim() == 2)
+                and self.config._attn_implementation in ("sdpa", "eager"))
+
     @merge_with_config_defaults
     @capture_outputs
     def forward(
@@ -319,16 +384,35 @@ class AlbertHFModel(AlbertHFPreTrainedModel):
         token_type_ids=None,
         position_ids=None,
         inputs_embeds=None,
+        last_layer_positions=None,
         **kwargs,
     ) -> BaseModelOutputWithPooling:
+        r"""
+        last_layer_positions (`torch.LongTensor` of shape `(batch_size, Q)`): compute the last block only at
+            these positions of each row (keys and values still cover every token); `last_hidden_state` is then
+            `(batch_size, Q, hidden_size)` and the pooler reads its first column, so put the [CLS] position 0
+            first. The heads that read few positions (pretraining with labels, sequence classification, multiple
+            choice) use it: the last block then costs a fraction of the others.
+        """
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of input_ids or inputs_embeds")
+        if last_layer_positions is not None and not self.can_skip_work(attention_mask, kwargs):
+            raise ValueError("last_layer_positions needs a (batch, seq) attention_mask, sdpa or eager attention and "
+                             "no output_hidden_states / output_attentions")
         embeddings = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
         # None when nothing is padded, so SDPA runs its unmasked kernel.
-        attention_mask = create_bidirectional_mask(
-            config=self.config, inputs_embeds=embeddings, attention_mask=attention_mask
-        )
-        sequence_output = self.encoder(embeddings, attention_mask, **kwargs).last_hidden_state
+        mask = create_bidirectional_mask(config=self.config, inputs_embeds=embeddings, attention_mask=attention_mask)
+        real_tokens = None
+        # Padding removal (`unpad_inputs`); not under compile, where the pack's data-dependent size would break
+        # the graph.
+        if (mask is not None and self.config.unpad_inputs and self.can_skip_work(attention_mask, kwargs)
+                and not torch.compiler.is_compiling()):
+            real_tokens = RealTokens.worth_it(attention_mask)
+        if real_tokens is not None:
+            embeddings = real_tokens.gather(embeddings)
+        sequence_output = self.encoder(embeddings, mask, real_tokens, last_layer_positions, **kwargs).last_hidden_state
+        if real_tokens is not None and last_layer_positions is None:
+            sequence_output = real_tokens.scatter(sequence_output)
         pooled_output = None
         if self.pooler is not None:
             pooled_output = self.pooler_activation(self.pooler(sequence_output[:, 0]))
@@ -361,16 +445,26 @@ class AlbertHFSOPHead(nn.Module):
         return self.classifier(pooled_output)
 
 
-def sparse_mlm_logits_and_loss(head, sequence_output, labels):
-    """Run the MLM head only where labels != -100 (the official `masked_lm_positions` gather).
+def masked_positions(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """[CLS] and each row's masked positions (labels != -100, ascending), padded to the longest row, as
+    `last_layer_positions` for the pretraining heads: (positions (batch, 1 + Q), valid (batch, Q))."""
+    masked = labels != -100
+    counts = masked.sum(1)
+    width = int(counts.max()) if labels.numel() else 0
+    order = torch.argsort((~masked).to(torch.uint8), dim=1, stable=True)[:, :width]  # masked first, in order
+    valid = torch.arange(width, device=labels.device) < counts.unsqueeze(1)
+    cls = torch.zeros(labels.shape[0], 1, dtype=order.dtype, device=labels.device)
+    return torch.cat([cls, order], dim=1), valid
+
+
+def sparse_mlm_logits_and_loss(head, masked_hidden_states, targets):
+    """The MLM head only at the masked tokens (the official `masked_lm_positions` gather).
 
     Returns (logits of shape (num_masked, V), mean cross-entropy over the masked tokens of the whole batch).
     A batch without masked tokens gives loss 0, as the official `/ (sum(weights) + 1e-5)` does.
     """
-    masked = labels != -100
-    logits = head(sequence_output[masked])
-    targets = labels[masked]
-    loss = F.cross_entropy(logits.float(), targets, reduction="sum") / masked.sum().clamp(min=1)
+    logits = head(masked_hidden_states)
+    loss = F.cross_entropy(logits.float(), targets, reduction="sum") / max(targets.numel(), 1)
     return logits, loss
 
 
@@ -416,12 +510,19 @@ class AlbertHFForPreTraining(AlbertHFPreTrainedModel):
             When given, the MLM head runs only at the predicted positions (see `AlbertHFForPreTrainingOutput`).
         sentence_order_label (`torch.LongTensor` of shape `(batch_size,)`): 0 = original order, 1 = swapped.
         """
+        # With labels only [CLS] and the masked tokens are read: the last block computes just those (not
+        # under compile, where their data-dependent count would break the graph).
+        positions = valid = None
+        if (labels is not None and self.albert.can_skip_work(attention_mask, kwargs)
+                and not torch.compiler.is_compiling()):
+            positions, valid = masked_positions(labels)
         outputs = self.albert(
             input_ids,
             attention_mask=attention_mask,
             token_type_ids=token_type_ids,
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,
+            last_layer_positions=positions,
             return_dict=True,
             **kwargs,
         )
@@ -430,7 +531,10 @@ class AlbertHFForPreTraining(AlbertHFPreTrainedModel):
 
         mlm_loss = sop_loss = loss = None
         if labels is not None:
-            prediction_logits, mlm_loss = sparse_mlm_logits_and_loss(self.predictions, sequence_output, labels)
+            masked = labels != -100
+            # row-major order of `masked` either way: the positions are ascending within each row
+            masked_states = sequence_output[:, 1:][valid] if positions is not None else sequence_output[masked]
+            prediction_logits, mlm_loss = sparse_mlm_logits_and_loss(self.predictions, masked_states, labels[masked])
             loss = mlm_loss
         else:
             prediction_logits = self.predictions(sequence_output)
@@ -496,6 +600,14 @@ class AlbertHFForMaskedLM(AlbertHFPreTrainedModel):
         )
 
 
+def cls_only(model: AlbertHFModel, input_ids, inputs_embeds, attention_mask, kwargs) -> torch.Tensor | None:
+    """`last_layer_positions` for heads that read only the pooled [CLS] output, when allowed."""
+    if not model.can_skip_work(attention_mask, kwargs):
+        return None
+    rows = input_ids if input_ids is not None else inputs_embeds
+    return torch.zeros(rows.shape[0], 1, dtype=torch.long, device=rows.device)
+
+
 class AlbertHFForSequenceClassification(AlbertHFPreTrainedModel):
     """Pooled output -> dropout -> linear. Regression (MSE) when num_labels == 1, as GLUE's STS-B needs."""
 
@@ -524,6 +636,7 @@ class AlbertHFForSequenceClassification(AlbertHFPreTrainedModel):
             token_type_ids=token_type_ids,
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,
+            last_layer_positions=cls_only(self.albert, input_ids, inputs_embeds, attention_mask, kwargs),
             return_dict=True,
             **kwargs,
         )
@@ -578,12 +691,14 @@ class AlbertHFForMultipleChoice(AlbertHFPreTrainedModel):
         def flat(tensor):
             return None if tensor is None else tensor.reshape(-1, *tensor.shape[2:])
 
+        input_ids, attention_mask, inputs_embeds = flat(input_ids), flat(attention_mask), flat(inputs_embeds)
         outputs = self.albert(
-            flat(input_ids),
-            attention_mask=flat(attention_mask),
+            input_ids,
+            attention_mask=attention_mask,
             token_type_ids=flat(token_type_ids),
             position_ids=flat(position_ids),
-            inputs_embeds=flat(inputs_embeds),
+            inputs_embeds=inputs_embeds,
+            last_layer_positions=cls_only(self.albert, input_ids, inputs_embeds, attention_mask, kwargs),
             return_dict=True,
             **kwargs,
         )

@@ -40,6 +40,13 @@ def inputs(batch=3, length=20):
 
 
 BATCH = inputs()
+REAL = BATCH["attention_mask"].bool()
+
+
+def at_real_tokens(tensor):
+    """Per-position outputs at the real tokens. albert_hf skips the padding by default (`unpad_inputs`), so its
+    padded positions hold zeros where transformers has values that nothing should read."""
+    return tensor[REAL] if tensor.dim() >= 2 and tensor.shape[:2] == REAL.shape else tensor
 
 
 def save_theirs(model_class, config, path):
@@ -60,6 +67,7 @@ def test_pretraining_checkpoint_gives_identical_outputs(tmp_path, layers, groups
     batch = inputs()
     labels = torch.full_like(batch["input_ids"], -100)
     labels[:, 2::4] = batch["input_ids"][:, 2::4]
+    labels[~batch["attention_mask"].bool()] = -100  # nothing is predicted at padding
     order = torch.tensor([1, 0, 1])
     with torch.no_grad():
         a = theirs(**batch, labels=labels, sentence_order_label=order, output_hidden_states=True)
@@ -80,7 +88,8 @@ def test_base_model_gives_identical_hidden_states_and_pooled_output(tmp_path, la
     ours = albert_hf.AlbertHFModel.from_pretrained(tmp_path).eval()
     with torch.no_grad():
         a, b = theirs(**BATCH), ours(**BATCH)
-    torch.testing.assert_close(b.last_hidden_state, a.last_hidden_state, rtol=0, atol=ATOL)
+    torch.testing.assert_close(at_real_tokens(b.last_hidden_state), at_real_tokens(a.last_hidden_state), rtol=0,
+                               atol=ATOL)
     torch.testing.assert_close(b.pooler_output, a.pooler_output, rtol=0, atol=ATOL)
 
 
@@ -98,8 +107,13 @@ def test_task_heads_load_with_identical_outputs(tmp_path, head, output):
     labels = {} if head == "ForQuestionAnswering" else dict(num_labels=3)  # a QA head always has 2 outputs
     theirs = save_theirs("Albert" + head, hf_config(**labels), tmp_path)
     ours = getattr(albert_hf, "AlbertHF" + head).from_pretrained(tmp_path).eval()
+    exact = getattr(albert_hf, "AlbertHF" + head).from_pretrained(tmp_path, unpad_inputs=False).eval()
     with torch.no_grad():
-        torch.testing.assert_close(getattr(ours(**BATCH), output), getattr(theirs(**BATCH), output), rtol=0, atol=ATOL)
+        expected = getattr(theirs(**BATCH), output)
+        actual = getattr(ours(**BATCH), output)
+        torch.testing.assert_close(at_real_tokens(actual), at_real_tokens(expected), rtol=0, atol=ATOL)
+        # without padding removal, every position (padding included) equals transformers'
+        torch.testing.assert_close(getattr(exact(**BATCH), output), expected, rtol=0, atol=ATOL)
 
 
 def test_multiple_choice_head_loads_with_identical_outputs(tmp_path):
@@ -128,7 +142,8 @@ def test_v1_gelu_checkpoint_keeps_its_activation(tmp_path):
     ours = albert_hf.AlbertHFModel.from_pretrained(tmp_path).eval()
     assert ours.config.hidden_act == "gelu"
     with torch.no_grad():
-        torch.testing.assert_close(ours(**BATCH).last_hidden_state, theirs(**BATCH).last_hidden_state, rtol=0, atol=ATOL)
+        torch.testing.assert_close(at_real_tokens(ours(**BATCH).last_hidden_state),
+                                   at_real_tokens(theirs(**BATCH).last_hidden_state), rtol=0, atol=ATOL)
 
 
 def test_convert_cli_round_trip(tmp_path):

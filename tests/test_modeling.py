@@ -109,6 +109,129 @@ def test_padding_does_not_change_the_real_tokens():
     torch.testing.assert_close(padded, unpadded, rtol=0, atol=1e-5)
 
 
+def padded_batch(batch=4, length=24, real_lengths=(24, 9, 17, 3)):
+    inputs = make_inputs(batch=batch, length=length)
+    for row, real in enumerate(real_lengths):
+        inputs["input_ids"][row, real:] = 0
+        inputs["attention_mask"][row, real:] = 0
+    return inputs
+
+
+def ffn_rows_seen(model):
+    """Number of token rows each application of the first block's FFN receives."""
+    rows = []
+    ffn = next(m for n, m in model.named_modules() if n.endswith("albert_layers.0"))
+    ffn.ffn.register_forward_hook(lambda module, args, out: rows.append(args[0].shape[:-1].numel()))
+    return rows
+
+
+@pytest.mark.parametrize("head", ["model", "pretraining", "sequence", "token", "qa", "choice"])
+def test_unpadded_path_gives_the_padded_results_at_real_tokens(head):
+    torch.manual_seed(0)
+    inputs = padded_batch()
+    real = inputs["attention_mask"].bool()
+    config = tiny_config(num_hidden_groups=2, num_labels=3)
+    classes = dict(model=AlbertHFModel, pretraining=AlbertHFForPreTraining, sequence=AlbertHFForSequenceClassification,
+                   token=AlbertHFForTokenClassification, qa=AlbertHFForQuestionAnswering,
+                   choice=AlbertHFForMultipleChoice)
+    unpadded = classes[head](config).eval()  # no dropout; gradients still flow
+    padded = classes[head](tiny_config(num_hidden_groups=2, num_labels=3, unpad_inputs=False)).eval()
+    padded.load_state_dict(unpadded.state_dict())
+    extra = {}
+    if head == "pretraining":
+        labels = mlm_labels(inputs["input_ids"], every=3)
+        extra = dict(labels=labels.masked_fill(~real, -100), sentence_order_label=torch.tensor([0, 1, 1, 0]))
+    if head == "choice":
+        inputs = {k: v.view(2, 2, -1) for k, v in inputs.items()}
+        extra = dict(labels=torch.tensor([1, 0]))
+    rows = ffn_rows_seen(unpadded)
+    a, b = unpadded(**inputs, **extra), padded(**inputs, **extra)
+    assert rows[0] == 64  # the FFN saw the 53 real tokens (in a pack of 64 rows), not 4 x 24 positions
+    for name in ("last_hidden_state", "start_logits", "end_logits", "logits"):
+        x, y = getattr(a, name, None), getattr(b, name, None)
+        if x is None:
+            continue
+        if x.dim() >= 2 and x.shape[:2] == real.shape:  # per-position output: compare the real tokens
+            x, y = x[real], y[real]
+        torch.testing.assert_close(x, y, rtol=0, atol=1e-5, msg=name)
+    if head == "pretraining":
+        torch.testing.assert_close(a.prediction_logits, b.prediction_logits, rtol=0, atol=1e-5)
+        torch.testing.assert_close(a.sop_logits, b.sop_logits, rtol=0, atol=1e-5)
+    if head == "model":
+        assert a.last_hidden_state[~real].abs().max() == 0  # padded positions come out as zeros
+        a.pooler_output.sum().backward(), b.pooler_output.sum().backward()
+    else:
+        loss = (lambda out: out.loss) if head in ("pretraining", "choice") else (lambda out: out.logits.float().sum())
+        if head == "qa":
+            loss = lambda out: out.start_logits[real].sum() + out.end_logits[real].sum()  # noqa: E731
+        if head == "token":
+            loss = lambda out: out.logits[real].sum()  # noqa: E731
+        loss(a).backward(), loss(b).backward()
+    grads = dict(padded.named_parameters())
+    for name, param in unpadded.named_parameters():
+        if param.grad is not None or grads[name].grad is not None:
+            torch.testing.assert_close(param.grad, grads[name].grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_unpadding_is_off_when_per_layer_outputs_are_requested_or_nothing_is_padded():
+    model = AlbertHFModel(tiny_config()).eval()
+    rows = ffn_rows_seen(model)
+    with torch.no_grad():
+        out = model(**padded_batch(), output_hidden_states=True)
+        assert rows[-1] == 4 * 24 and out.hidden_states[1].shape == (4, 24, 32)
+        model(**make_inputs())
+        assert rows[-1] == BATCH * LENGTH
+        model(**padded_batch())
+        assert rows[-1] == 64  # 53 real tokens, packed in multiples of 64 rows
+        model(**make_inputs(pad_from=22))  # 70 real of 72: a pack of 128 rows would cost more than the padding
+        assert rows[-1] == BATCH * LENGTH
+
+
+@pytest.mark.parametrize("head", ["pretraining", "sequence", "choice"])
+def test_last_block_computes_only_the_positions_the_head_reads(head):
+    torch.manual_seed(0)
+    config = tiny_config(num_hidden_groups=2, inner_group_num=2, num_labels=3)  # last block: group 1, layer 1
+    inputs = padded_batch()
+    model = dict(pretraining=AlbertHFForPreTraining, sequence=AlbertHFForSequenceClassification,
+                 choice=AlbertHFForMultipleChoice)[head](config).eval()
+    extra = dict(labels=torch.tensor([0, 2, 1, 1]))
+    if head == "pretraining":
+        labels = torch.full_like(inputs["input_ids"], -100)
+        labels[0, [3, 7, 20]] = 11
+        labels[2, [16, 1]] = 12  # rows with 3, 0, 2 and 0 masked tokens
+        extra = dict(labels=labels, sentence_order_label=torch.tensor([0, 1, 1, 0]))
+    if head == "choice":
+        inputs, extra = {k: v.view(2, 2, -1) for k, v in inputs.items()}, dict(labels=torch.tensor([1, 0]))
+    rows = []
+    last_block = model.albert.encoder.albert_layer_groups[1].albert_layers[1]
+    last_block.ffn.register_forward_hook(lambda module, args, out: rows.append(args[0].shape[:-1].numel()))
+    fast = model(**inputs, **extra)
+    assert rows[-1] == {"pretraining": 4 * (1 + 3), "sequence": 4, "choice": 4}[head]
+    fast.loss.backward()
+    fast_grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    full = model(**inputs, **extra, output_hidden_states=True)  # per-layer outputs requested: every position
+    assert rows[-1] == 4 * 24  # (and padding included: unpadding is off then too)
+    full.loss.backward()
+    torch.testing.assert_close(fast.loss, full.loss, rtol=0, atol=1e-6)
+    for name in ("logits", "prediction_logits", "sop_logits"):
+        if hasattr(fast, name):
+            torch.testing.assert_close(getattr(fast, name), getattr(full, name), rtol=0, atol=1e-5, msg=name)
+    assert fast_grads.keys() == {n for n, p in model.named_parameters() if p.grad is not None}
+    for name, param in model.named_parameters():
+        if param.grad is not None:
+            torch.testing.assert_close(fast_grads[name], param.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_last_layer_positions_refuses_what_it_cannot_honour():
+    model = AlbertHFModel(tiny_config()).eval()
+    inputs = make_inputs()
+    cls = torch.zeros(BATCH, 1, dtype=torch.long)
+    assert model(**inputs, last_layer_positions=cls).last_hidden_state.shape == (BATCH, 1, 32)
+    with pytest.raises(ValueError, match="output_hidden_states"):
+        model(**inputs, last_layer_positions=cls, output_hidden_states=True)
+
+
 def test_eager_and_sdpa_attention_agree_and_eager_returns_attentions():
     config = tiny_config(num_hidden_groups=2, inner_group_num=2)
     inputs = make_inputs(pad_from=10)
@@ -118,7 +241,8 @@ def test_eager_and_sdpa_attention_agree_and_eager_returns_attentions():
     with torch.no_grad():
         a = sdpa(**inputs).last_hidden_state
         out = eager(**inputs, output_attentions=True, output_hidden_states=True)
-    torch.testing.assert_close(a, out.last_hidden_state, rtol=0, atol=1e-5)
+    real = inputs["attention_mask"].bool()  # sdpa ran unpadded: padded positions are zeros there
+    torch.testing.assert_close(a[real], out.last_hidden_state[real], rtol=0, atol=1e-5)
     blocks = config.num_hidden_layers * config.inner_group_num
     assert len(out.attentions) == blocks
     assert out.attentions[0].shape == (BATCH, config.num_attention_heads, LENGTH, LENGTH)
