@@ -1,6 +1,6 @@
 """Paper Table 5 at small scale: pretrain with no inter-sentence loss, with NSP and with SOP, then compare.
 
-    python examples/reproduce_sop_vs_nsp.py            # the real run: 3 models, about 20 minutes each on 2 cores
+    python examples/reproduce_sop_vs_nsp.py            # the real run: 3 models x 2500 steps, ~20 min each on 2 cores
     python examples/reproduce_sop_vs_nsp.py --smoke    # end to end in about a minute (numbers meaningless)
 
 Every model gets the same corpus, tokenizer, architecture, steps and seed; only `--task` differs. The corpus
@@ -155,7 +155,7 @@ def wall_time(run_dir: Path) -> str:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    common_arguments(parser, steps=1100, output_dir="outputs/sop_vs_nsp")
+    common_arguments(parser, steps=2500, output_dir="outputs/sop_vs_nsp")
     parser.add_argument("--objectives", nargs="+", default=["none", "nsp", "sop"], choices=["none", "nsp", "sop"])
     args = parser.parse_args(argv)
     prepare(args)
