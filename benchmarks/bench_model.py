@@ -10,8 +10,10 @@ For every (preset, seq, mode):
   matmul peak measured here for the same dtype (MFU);
 - peak tensor memory of a training step (parameters, gradients, optimizer moments and the activations saved
   for backward, at the forward/backward boundary where they all coexist);
-- sequence-classification inference (no grad): sequences/s.
-Ratios are albert_hf / transformers (higher is better; for memory lower is better).
+- sequence-classification inference (no grad) on full-length unpadded batches: sequences/s.
+Then, when a GLUE download is at --glue_dir (../shared/data/glue here), sequence-classification inference on real
+dev batches padded as Trainer pads them (to the longest row of each batch of 32), per preset and mode.
+Ratios are albert_hf / transformers (higher is better; for memory lower is better). `--only` runs one part.
 """
 
 import argparse
@@ -19,6 +21,7 @@ import json
 import statistics
 import time
 from contextlib import nullcontext
+from pathlib import Path
 
 import torch
 
@@ -145,6 +148,67 @@ def bench_inference(preset, seq, mode, steps, warmup):
     return {name: {"sequences_per_s": batch_size / statistics.median(t)} for name, t in times.items()}
 
 
+GLUE_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "glue"
+GLUE_EVAL_TASKS = ("sst2", "mrpc", "rte", "qnli")
+
+
+def glue_eval_batches(glue_dir, tokenizer_path, batch_size=32, max_seq_length=128, batches_per_task=6):
+    """Evaluation batches as Trainer makes them for GLUE dev sets: file order, padded to the longest row of each
+    batch (DataCollatorWithPadding), truncated at `max_seq_length`. The first `batches_per_task` batches of
+    SST-2, MRPC, RTE and QNLI. Tokenizer: `tokenizer_path`, else a SentencePiece unigram (8k pieces) trained on
+    those dev texts, a stand-in for albert-base-v2's (not downloadable here)."""
+    import datasets
+    from transformers import AutoTokenizer, DataCollatorWithPadding
+
+    from albert_hf.glue import get_task, read_glue_tsv, tokenize_function
+    from albert_hf.tokenization import train_tokenizer
+
+    datasets.disable_progress_bars()
+    tasks = {name: get_task(name) for name in GLUE_EVAL_TASKS}
+    dev = {name: read_glue_tsv(Path(glue_dir) / task.folder / task.tsv_files["validation"], task)
+           for name, task in tasks.items()}
+    if tokenizer_path:
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+    else:
+        texts = [row[column] for name, task in tasks.items() for row in dev[name] for column in task.text_columns]
+        tokenizer = train_tokenizer(texts, vocab_size=8000)
+    pad = DataCollatorWithPadding(tokenizer, return_tensors="pt")
+    batches = []
+    for name, task in tasks.items():
+        rows = dev[name].select(range(min(len(dev[name]), batch_size * batches_per_task)))
+        encoded = rows.map(tokenize_function(tokenizer, task, max_seq_length, False), batched=True,
+                           remove_columns=rows.column_names)
+        for start in range(0, len(encoded), batch_size):
+            batch = pad([encoded[i] for i in range(start, min(start + batch_size, len(encoded)))])
+            batches.append({k: batch[k] for k in ("input_ids", "token_type_ids", "attention_mask")})
+    return batches
+
+
+def bench_padded_inference(preset, mode, batches, steps, warmup):
+    """Sequence classification over real padded batches; every model sees all batches once per step."""
+    import transformers
+
+    import albert_hf
+
+    config = albert_hf.AlbertHFConfig.from_preset(preset, num_labels=2)
+    ours = albert_hf.AlbertHFForSequenceClassification(config).eval()
+    theirs = transformers.AlbertForSequenceClassification(config.to_albert_config()).eval()
+    theirs.load_state_dict(ours.state_dict())
+    real = sum(int(b["attention_mask"].sum()) for b in batches)
+    positions = sum(b["attention_mask"].numel() for b in batches)
+    times = {"transformers": [], "albert_hf": []}
+    with torch.no_grad():
+        for step in range(warmup + steps):
+            for name, model in (("transformers", theirs), ("albert_hf", ours))[:: 1 if step % 2 == 0 else -1]:
+                with autocast(mode):
+                    seconds = timed(lambda: [model(**batch) for batch in batches])
+                if step >= warmup:
+                    times[name].append(seconds)
+    sequences = sum(len(b["input_ids"]) for b in batches)
+    return {"padding_share": 1 - real / positions, "batches": len(batches),
+            **{name: {"sequences_per_s": sequences / statistics.median(t)} for name, t in times.items()}}
+
+
 def step_tensor_memory(model, batch, mode) -> dict:
     """Tensor memory of a training step at its peak, the forward/backward boundary: parameters + gradients +
     the two LAMB moments (4 x parameters, fp32) + every tensor saved for backward (unique storages, so shared
@@ -186,6 +250,11 @@ def main(argv=None):
     parser.add_argument("--compile", action="store_true", help="torch.compile albert_hf (not transformers)")
     parser.add_argument("--no-memory", action="store_true")
     parser.add_argument("--json", default=None, help="also write the results here")
+    parser.add_argument("--glue_dir", default=str(GLUE_DIR),
+                        help="GLUE download for the padded-inference rows (skipped when absent)")
+    parser.add_argument("--glue_tokenizer", default=None, help="tokenizer for those rows (default: trained on them)")
+    parser.add_argument("--only", choices=["training", "inference", "glue"], default=None,
+                        help="run one part only")
     args = parser.parse_args(argv)
 
     torch.manual_seed(0)
@@ -198,25 +267,51 @@ def main(argv=None):
               f"{'infer seq/s HF':>14} {'ours':>8} {'ratio':>6}")
     print(header)
     print("-" * len(header))
+    dash = f"{'-':>6}"
     for preset in args.presets:
-        for seq in args.seqs:
+        for seq in args.seqs if args.only != "glue" else ():
             for mode in args.modes:
-                train = bench_training(preset, seq, mode, args.steps, args.warmup, args.compile)
-                infer = bench_inference(preset, seq, mode, args.steps, args.warmup)
-                memory = None if args.no_memory else bench_memory(preset, seq, mode)
-                row = dict(preset=preset, seq=seq, mode=mode, train=train, inference=infer, memory=memory,
-                           peak_tflops=peaks[mode])
-                rows.append(row)
-                hf, us = train["transformers"], train["albert_hf"]
-                mem = ("{:9.0f} {:7.0f} {:6.2f}".format(memory["transformers"]["step_mb"],
-                                                      memory["albert_hf"]["step_mb"],
-                                                      memory["albert_hf"]["step_mb"] / memory["transformers"]["step_mb"])
-                       if memory else f"{'-':>9} {'-':>7} {'-':>6}")
-                ihf, ius = infer["transformers"]["sequences_per_s"], infer["albert_hf"]["sequences_per_s"]
-                print(f"{preset:7} {seq:>4} {mode:5} | {hf['tokens_per_s']:14.0f} {us['tokens_per_s']:8.0f} "
-                      f"{us['tokens_per_s'] / hf['tokens_per_s']:6.2f} | {hf['tflops'] / peaks[mode]:6.1%} "
-                      f"{us['tflops'] / peaks[mode]:6.1%} | {mem} | {ihf:14.1f} {ius:8.1f} {ius / ihf:6.2f}",
-                      flush=True)
+                train = infer = memory = None
+                if args.only in (None, "training"):
+                    train = bench_training(preset, seq, mode, args.steps, args.warmup, args.compile)
+                    memory = None if args.no_memory else bench_memory(preset, seq, mode)
+                if args.only in (None, "inference"):
+                    infer = bench_inference(preset, seq, mode, args.steps, args.warmup)
+                rows.append(dict(preset=preset, seq=seq, mode=mode, train=train, inference=infer, memory=memory,
+                                 peak_tflops=peaks[mode]))
+                cells = [f"{preset:7} {seq:>4} {mode:5}"]
+                if train:
+                    hf, us = train["transformers"], train["albert_hf"]
+                    cells.append(f"{hf['tokens_per_s']:14.0f} {us['tokens_per_s']:8.0f} "
+                                 f"{us['tokens_per_s'] / hf['tokens_per_s']:6.2f}")
+                    cells.append(f"{hf['tflops'] / peaks[mode]:6.1%} {us['tflops'] / peaks[mode]:6.1%}")
+                else:
+                    cells += [f"{'-':>14} {'-':>8} {dash}", f"{dash} {dash}"]
+                if memory:
+                    theirs_mb, ours_mb = memory["transformers"]["step_mb"], memory["albert_hf"]["step_mb"]
+                    cells.append(f"{theirs_mb:9.0f} {ours_mb:7.0f} {ours_mb / theirs_mb:6.2f}")
+                else:
+                    cells.append(f"{'-':>9} {'-':>7} {dash}")
+                if infer:
+                    ihf, ius = infer["transformers"]["sequences_per_s"], infer["albert_hf"]["sequences_per_s"]
+                    cells.append(f"{ihf:14.1f} {ius:8.1f} {ius / ihf:6.2f}")
+                else:
+                    cells.append(f"{'-':>14} {'-':>8} {dash}")
+                print(" | ".join(cells), flush=True)
+
+    if args.only in (None, "glue") and Path(args.glue_dir).is_dir():
+        batches = glue_eval_batches(args.glue_dir, args.glue_tokenizer)
+        print(f"\nSequence-classification inference on GLUE dev batches as Trainer pads them ({len(batches)} "
+              f"batches of 32 from {', '.join(GLUE_EVAL_TASKS)}, max_seq_length 128)")
+        for preset in args.presets:
+            for mode in args.modes:
+                glue = bench_padded_inference(preset, mode, batches, args.steps, args.warmup)
+                rows.append(dict(preset=preset, mode=mode, glue_inference=glue))
+                ihf, ius = glue["transformers"]["sequences_per_s"], glue["albert_hf"]["sequences_per_s"]
+                print(f"{preset:7} {mode:5} | padding {glue['padding_share']:.0%} of positions | seq/s HF {ihf:.1f}, "
+                      f"ours {ius:.1f}, ratio {ius / ihf:.2f}", flush=True)
+    elif args.only == "glue":
+        raise SystemExit(f"error: --glue_dir {args.glue_dir} does not exist")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"peaks": peaks, "rows": rows}, f, indent=2)
