@@ -1,7 +1,7 @@
 """Paper Table 4 (sharing strategy) and Figure 1 at small scale: all-shared vs not-shared vs attention-shared
 vs FFN-shared models, same corpus, architecture, steps and seed; only `--sharing` differs.
 
-    python examples/reproduce_sharing.py            # the real run: 4 models, about 15 minutes each on 2 cores
+    python examples/reproduce_sharing.py            # the real run: 4 models, about 6 minutes each on 2 cores
     python examples/reproduce_sharing.py --smoke    # end to end in about a minute (numbers meaningless)
 
 Prints, per strategy, the parameter count and the intrinsic MLM / SOP accuracy on held-out documents, and writes
