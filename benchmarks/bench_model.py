@@ -124,28 +124,38 @@ def bench_training(preset, seq, mode, steps, warmup, compile_ours):
             for name, s in medians.items()}
 
 
-def bench_inference(preset, seq, mode, steps, warmup):
+def bench_classification_inference(preset, mode, batches, steps, warmup, **config_overrides):
+    """Sequence classification without grad: each implementation runs all `batches` once per step, alternating
+    who goes first, warm-up excluded; sequences/s from the median step."""
     import transformers
 
     import albert_hf
 
-    batch_size = BATCH_TOKENS // seq
-    config = albert_hf.AlbertHFConfig.from_preset(preset, max_position_embeddings=max(512, seq), num_labels=2)
+    config = albert_hf.AlbertHFConfig.from_preset(preset, num_labels=2, **config_overrides)
     ours = albert_hf.AlbertHFForSequenceClassification(config).eval()
     theirs = transformers.AlbertForSequenceClassification(config.to_albert_config()).eval()
     theirs.load_state_dict(ours.state_dict())
-    generator = torch.Generator().manual_seed(1)
-    inputs = make_batch(config, batch_size, seq, generator)
-    inputs = {k: inputs[k] for k in ("input_ids", "token_type_ids", "attention_mask")}
     times = {"transformers": [], "albert_hf": []}
     with torch.no_grad():
         for step in range(warmup + steps):
             for name, model in (("transformers", theirs), ("albert_hf", ours))[:: 1 if step % 2 == 0 else -1]:
                 with autocast(mode):
-                    seconds = timed(lambda: model(**inputs))
+                    seconds = timed(lambda: [model(**batch) for batch in batches])
                 if step >= warmup:
                     times[name].append(seconds)
-    return {name: {"sequences_per_s": batch_size / statistics.median(t)} for name, t in times.items()}
+    sequences = sum(len(b["input_ids"]) for b in batches)
+    return {name: {"sequences_per_s": sequences / statistics.median(t)} for name, t in times.items()}
+
+
+def bench_inference(preset, seq, mode, steps, warmup):
+    """On one full-length, unpadded batch of BATCH_TOKENS tokens."""
+    import albert_hf
+
+    config = albert_hf.AlbertHFConfig.from_preset(preset)
+    inputs = make_batch(config, BATCH_TOKENS // seq, seq, torch.Generator().manual_seed(1))
+    inputs = {k: inputs[k] for k in ("input_ids", "token_type_ids", "attention_mask")}
+    return bench_classification_inference(preset, mode, [inputs], steps, warmup,
+                                          max_position_embeddings=max(512, seq))
 
 
 GLUE_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "glue"
@@ -185,28 +195,11 @@ def glue_eval_batches(glue_dir, tokenizer_path, batch_size=32, max_seq_length=12
 
 
 def bench_padded_inference(preset, mode, batches, steps, warmup):
-    """Sequence classification over real padded batches; every model sees all batches once per step."""
-    import transformers
-
-    import albert_hf
-
-    config = albert_hf.AlbertHFConfig.from_preset(preset, num_labels=2)
-    ours = albert_hf.AlbertHFForSequenceClassification(config).eval()
-    theirs = transformers.AlbertForSequenceClassification(config.to_albert_config()).eval()
-    theirs.load_state_dict(ours.state_dict())
+    """Sequence classification over real padded batches, and the share of padded positions in them."""
     real = sum(int(b["attention_mask"].sum()) for b in batches)
     positions = sum(b["attention_mask"].numel() for b in batches)
-    times = {"transformers": [], "albert_hf": []}
-    with torch.no_grad():
-        for step in range(warmup + steps):
-            for name, model in (("transformers", theirs), ("albert_hf", ours))[:: 1 if step % 2 == 0 else -1]:
-                with autocast(mode):
-                    seconds = timed(lambda: [model(**batch) for batch in batches])
-                if step >= warmup:
-                    times[name].append(seconds)
-    sequences = sum(len(b["input_ids"]) for b in batches)
     return {"padding_share": 1 - real / positions, "batches": len(batches),
-            **{name: {"sequences_per_s": sequences / statistics.median(t)} for name, t in times.items()}}
+            **bench_classification_inference(preset, mode, batches, steps, warmup)}
 
 
 def step_tensor_memory(model, batch, mode) -> dict:
