@@ -445,15 +445,14 @@ class AlbertHFSOPHead(nn.Module):
         return self.classifier(pooled_output)
 
 
-def masked_positions(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """[CLS] and each row's masked positions (labels != -100, ascending), padded to the longest row, as
-    `last_layer_positions` for the pretraining heads: (positions (batch, 1 + Q), valid (batch, Q))."""
-    masked = labels != -100
+def masked_positions(masked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """[CLS] and each row's masked positions (`masked` = labels != -100, ascending), padded to the longest row,
+    as `last_layer_positions` for the pretraining heads: (positions (batch, 1 + Q), valid (batch, Q))."""
     counts = masked.sum(1)
-    width = int(counts.max()) if labels.numel() else 0
+    width = int(counts.max()) if masked.numel() else 0
     order = torch.argsort((~masked).to(torch.uint8), dim=1, stable=True)[:, :width]  # masked first, in order
-    valid = torch.arange(width, device=labels.device) < counts.unsqueeze(1)
-    cls = torch.zeros(labels.shape[0], 1, dtype=order.dtype, device=labels.device)
+    valid = torch.arange(width, device=masked.device) < counts.unsqueeze(1)
+    cls = torch.zeros(masked.shape[0], 1, dtype=order.dtype, device=masked.device)
     return torch.cat([cls, order], dim=1), valid
 
 
@@ -513,9 +512,10 @@ class AlbertHFForPreTraining(AlbertHFPreTrainedModel):
         # With labels only [CLS] and the masked tokens are read: the last block computes just those (not
         # under compile, where their data-dependent count would break the graph).
         positions = valid = None
-        if (labels is not None and self.albert.can_skip_work(attention_mask, kwargs)
+        masked = labels != -100 if labels is not None else None
+        if (masked is not None and self.albert.can_skip_work(attention_mask, kwargs)
                 and not torch.compiler.is_compiling()):
-            positions, valid = masked_positions(labels)
+            positions, valid = masked_positions(masked)
         outputs = self.albert(
             input_ids,
             attention_mask=attention_mask,
@@ -531,7 +531,6 @@ class AlbertHFForPreTraining(AlbertHFPreTrainedModel):
 
         mlm_loss = sop_loss = loss = None
         if labels is not None:
-            masked = labels != -100
             # row-major order of `masked` either way: the positions are ascending within each row
             masked_states = sequence_output[:, 1:][valid] if positions is not None else sequence_output[masked]
             prediction_logits, mlm_loss = sparse_mlm_logits_and_loss(self.predictions, masked_states, labels[masked])
