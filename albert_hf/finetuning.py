@@ -59,7 +59,7 @@ class ModelArguments:
 
 @dataclass
 class AlbertTrainingArguments(TrainingArguments):
-    """transformers' TrainingArguments plus two options of ours."""
+    """transformers' TrainingArguments plus three options of ours."""
 
     overwrite_output_dir: bool = field(
         default=False, metadata={"help": "start over even if output_dir holds a checkpoint of an earlier run"}
@@ -70,13 +70,27 @@ class AlbertTrainingArguments(TrainingArguments):
                   "decoupled weight decay, LayerNorm/bias excluded) and linear warmup then linear decay counted "
                   "from step 0, instead of Trainer's AdamW and schedule"},
     )
+    compile_blocks: bool = field(
+        default=False,
+        metadata={"help": "torch.compile each transformer block (the model's compile_blocks) instead of the whole "
+                  "model as --torch_compile does: compiled in seconds, and padding removal and the last-block "
+                  "selection stay on"},
+    )
 
 
 class AlbertTrainer(Trainer):
     """Trainer that, with --official_optimizer, builds the official optimizer and schedule (ALBERT_SPEC.md §5.1).
 
     Otherwise it is transformers' Trainer unchanged. Task trainers (e.g. for SQuAD post-processing) subclass it.
+    With --compile_blocks the model's blocks are compiled in place before training.
     """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if getattr(self.args, "compile_blocks", False):
+            if self.args.torch_compile:
+                raise ValueError("--compile_blocks and --torch_compile both compile the model: pass one of them")
+            self.model.compile_blocks()
 
     def create_optimizer(self, model=None):
         if not getattr(self.args, "official_optimizer", False) or self.optimizer is not None:

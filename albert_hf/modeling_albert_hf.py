@@ -122,24 +122,27 @@ class RealTokens:
     def __init__(self, attention_mask: torch.Tensor):
         self.batch, self.length = attention_mask.shape
         indices = attention_mask.flatten().nonzero().squeeze(1)
-        self.count = indices.numel()
-        rows = -(-self.count // self.ROW_MULTIPLE) * self.ROW_MULTIPLE
-        self.indices = torch.cat([indices, indices.new_zeros(rows - self.count)])
+        filler = -(-indices.numel() // self.ROW_MULTIPLE) * self.ROW_MULTIPLE - indices.numel()
+        self.rows = indices.numel() + filler
+        # Filler rows read token 0 and are written to a spare row past the end, which scatter drops; no Python
+        # int of the real count reaches the layers, so a compiled block does not specialise on it.
+        self.gather_indices = torch.cat([indices, indices.new_zeros(filler)])
+        self.scatter_indices = torch.cat([indices, indices.new_full((filler,), self.batch * self.length)])
 
     @classmethod
     def worth_it(cls, attention_mask: torch.Tensor) -> "RealTokens | None":
         real_tokens = cls(attention_mask)
-        return real_tokens if real_tokens.indices.numel() < attention_mask.numel() else None
+        return real_tokens if real_tokens.rows < attention_mask.numel() else None
 
     def gather(self, padded: torch.Tensor) -> torch.Tensor:
         """(batch, seq, ...) -> (rows, ...)"""
-        return padded.flatten(0, 1).index_select(0, self.indices)
+        return padded.flatten(0, 1).index_select(0, self.gather_indices)
 
     def scatter(self, packed: torch.Tensor) -> torch.Tensor:
         """(rows, ...) -> (batch, seq, ...), zeros at the padding"""
-        padded = packed.new_zeros(self.batch * self.length, *packed.shape[1:])
-        real = packed[: self.count]
-        return padded.index_copy(0, self.indices[: self.count], real).view(self.batch, self.length, *packed.shape[1:])
+        padded = packed.new_zeros(self.batch * self.length + 1, *packed.shape[1:])
+        padded = padded.index_copy(0, self.scatter_indices, packed)
+        return padded[:-1].view(self.batch, self.length, *packed.shape[1:])
 
 
 class AlbertHFAttention(nn.Module):
@@ -314,6 +317,19 @@ class AlbertHFPreTrainedModel(PreTrainedModel):
             init.zeros_(module.bias)
         if isinstance(module, AlbertHFEmbeddings):
             init.copy_(module.position_ids, torch.arange(module.position_ids.shape[-1]).expand((1, -1)))
+
+    def compile_blocks(self, **compile_kwargs):
+        """Regional `torch.compile`: each transformer block is compiled in place (`compile_kwargs` go to
+        `torch.compile`), the rest stays eager. Returns the model.
+
+        One graph serves every application of a shared block, so compiling takes seconds rather than minutes, and
+        the eager glue keeps padding removal and the last-block selection, which compiling the whole model turns
+        off (their sizes depend on the data; the blocks recompile once with dynamic shapes when they change).
+        """
+        for module in self.modules():
+            if isinstance(module, AlbertHFLayer):
+                module.compile(**compile_kwargs)
+        return self
 
     # (Auto class, class path) when a checkpoint of this class must load through an Auto class whose default
     # albert_hf class is another one (the answerability QA head).

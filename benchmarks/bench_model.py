@@ -17,6 +17,7 @@ Ratios are albert_hf / transformers (higher is better; for memory lower is bette
 """
 
 import argparse
+import copy
 import json
 import statistics
 import time
@@ -97,6 +98,15 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
+def compiled(model, how):
+    """albert_hf as `--compile` asks: eager (None), the whole model torch.compiled, or its blocks only."""
+    if how == "model":
+        return torch.compile(model)
+    if how == "blocks":
+        return model.compile_blocks()
+    return model
+
+
 def bench_training(preset, seq, mode, steps, warmup, compile_ours):
     from albert_hf.optimization import Lamb, parameter_groups
 
@@ -104,12 +114,13 @@ def bench_training(preset, seq, mode, steps, warmup, compile_ours):
     config, ours, theirs = make_models(preset, seq)
     generator = torch.Generator().manual_seed(0)
     batches = [make_batch(config, batch_size, seq, generator) for _ in range(2)]
+    models = {"transformers": theirs, "albert_hf": ours}
+    if compile_ours:  # the eager albert_hf runs too, so the compiled gain is measured in the same run
+        models = {**models, "albert_hf eager": copy.deepcopy(ours), "albert_hf": compiled(ours, compile_ours)}
     runners = {}
-    for name, model in (("transformers", theirs), ("albert_hf", ours)):
+    for name, model in models.items():
         model.train()
-        optimizer = Lamb(parameter_groups(model), lr=1e-4)
-        call = torch.compile(model) if (compile_ours and name == "albert_hf") else model
-        runners[name] = (call, optimizer)
+        runners[name] = (model, Lamb(parameter_groups(model), lr=1e-4))
     times = {name: [] for name in runners}
     for step in range(warmup + steps):
         order = list(runners) if step % 2 == 0 else list(reversed(runners))  # alternate who goes first
@@ -124,7 +135,7 @@ def bench_training(preset, seq, mode, steps, warmup, compile_ours):
             for name, s in medians.items()}
 
 
-def bench_classification_inference(preset, mode, batches, steps, warmup, **config_overrides):
+def bench_classification_inference(preset, mode, batches, steps, warmup, compile_ours=None, **config_overrides):
     """Sequence classification without grad: each implementation runs all `batches` once per step, alternating
     who goes first, warm-up excluded; sequences/s from the median step."""
     import transformers
@@ -135,6 +146,7 @@ def bench_classification_inference(preset, mode, batches, steps, warmup, **confi
     ours = albert_hf.AlbertHFForSequenceClassification(config).eval()
     theirs = transformers.AlbertForSequenceClassification(config.to_albert_config()).eval()
     theirs.load_state_dict(ours.state_dict())
+    ours = compiled(ours, compile_ours)
     times = {"transformers": [], "albert_hf": []}
     with torch.no_grad():
         for step in range(warmup + steps):
@@ -147,14 +159,14 @@ def bench_classification_inference(preset, mode, batches, steps, warmup, **confi
     return {name: {"sequences_per_s": sequences / statistics.median(t)} for name, t in times.items()}
 
 
-def bench_inference(preset, seq, mode, steps, warmup):
+def bench_inference(preset, seq, mode, steps, warmup, compile_ours=None):
     """On one full-length, unpadded batch of BATCH_TOKENS tokens."""
     import albert_hf
 
     config = albert_hf.AlbertHFConfig.from_preset(preset)
     inputs = make_batch(config, BATCH_TOKENS // seq, seq, torch.Generator().manual_seed(1))
     inputs = {k: inputs[k] for k in ("input_ids", "token_type_ids", "attention_mask")}
-    return bench_classification_inference(preset, mode, [inputs], steps, warmup,
+    return bench_classification_inference(preset, mode, [inputs], steps, warmup, compile_ours,
                                           max_position_embeddings=max(512, seq))
 
 
@@ -194,12 +206,12 @@ def glue_eval_batches(glue_dir, tokenizer_path, batch_size=32, max_seq_length=12
     return batches
 
 
-def bench_padded_inference(preset, mode, batches, steps, warmup):
+def bench_padded_inference(preset, mode, batches, steps, warmup, compile_ours=None):
     """Sequence classification over real padded batches, and the share of padded positions in them."""
     real = sum(int(b["attention_mask"].sum()) for b in batches)
     positions = sum(b["attention_mask"].numel() for b in batches)
     return {"padding_share": 1 - real / positions, "batches": len(batches),
-            **bench_classification_inference(preset, mode, batches, steps, warmup)}
+            **bench_classification_inference(preset, mode, batches, steps, warmup, compile_ours)}
 
 
 def step_tensor_memory(model, batch, mode) -> dict:
@@ -240,7 +252,9 @@ def main(argv=None):
     parser.add_argument("--modes", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--compile", action="store_true", help="torch.compile albert_hf (not transformers)")
+    parser.add_argument("--compile", choices=["model", "blocks"], default=None,
+                        help="torch.compile albert_hf (not transformers): the whole model, or each block "
+                        "(compile_blocks, which keeps padding removal and the last-block selection)")
     parser.add_argument("--no-memory", action="store_true")
     parser.add_argument("--json", default=None, help="also write the results here")
     parser.add_argument("--glue_dir", default=str(GLUE_DIR),
@@ -269,7 +283,7 @@ def main(argv=None):
                     train = bench_training(preset, seq, mode, args.steps, args.warmup, args.compile)
                     memory = None if args.no_memory else bench_memory(preset, seq, mode)
                 if args.only in (None, "inference"):
-                    infer = bench_inference(preset, seq, mode, args.steps, args.warmup)
+                    infer = bench_inference(preset, seq, mode, args.steps, args.warmup, args.compile)
                 rows.append(dict(preset=preset, seq=seq, mode=mode, train=train, inference=infer, memory=memory,
                                  peak_tflops=peaks[mode]))
                 cells = [f"{preset:7} {seq:>4} {mode:5}"]
@@ -291,6 +305,10 @@ def main(argv=None):
                 else:
                     cells.append(f"{'-':>14} {'-':>8} {dash}")
                 print(" | ".join(cells), flush=True)
+                if train and "albert_hf eager" in train:
+                    hf, eager = train["transformers"]["tokens_per_s"], train["albert_hf eager"]["tokens_per_s"]
+                    print(f"{'':17}(same run, albert_hf eager: {eager:.0f} tokens/s, ratio {eager / hf:.2f}; "
+                          f"compiled / eager {train['albert_hf']['tokens_per_s'] / eager:.2f})", flush=True)
 
     if args.only in (None, "glue") and Path(args.glue_dir).is_dir():
         batches = glue_eval_batches(args.glue_dir, args.glue_tokenizer)
@@ -298,7 +316,7 @@ def main(argv=None):
               f"batches of 32 from {', '.join(GLUE_EVAL_TASKS)}, max_seq_length 128)")
         for preset in args.presets:
             for mode in args.modes:
-                glue = bench_padded_inference(preset, mode, batches, args.steps, args.warmup)
+                glue = bench_padded_inference(preset, mode, batches, args.steps, args.warmup, args.compile)
                 rows.append(dict(preset=preset, mode=mode, glue_inference=glue))
                 ihf, ius = glue["transformers"]["sequences_per_s"], glue["albert_hf"]["sequences_per_s"]
                 print(f"{preset:7} {mode:5} | padding {glue['padding_share']:.0%} of positions | seq/s HF {ihf:.1f}, "

@@ -68,6 +68,22 @@ def test_default_optimizer_is_trainers(tmp_path, tiny_checkpoint):
     assert type(trainer.optimizer).__name__ == "AdamW"
 
 
+def test_compile_blocks_compiles_each_block_in_place_and_refuses_a_double_compile(tmp_path, tiny_checkpoint):
+    from albert_hf.modeling_albert_hf import AlbertHFLayer
+
+    _, model = load_tokenizer_and_model(ModelArguments(str(tiny_checkpoint)), AlbertHFForSequenceClassification)
+    blocks = [m for m in model.modules() if isinstance(m, AlbertHFLayer)]
+    assert blocks and all(block._compiled_call_impl is None for block in blocks)
+    args = AlbertTrainingArguments(output_dir=str(tmp_path), max_steps=1, report_to="none", save_strategy="no",
+                                   compile_blocks=True)
+    trainer = AlbertTrainer(model=model, args=args, train_dataset=Rows())
+    assert trainer.model is model and all(block._compiled_call_impl is not None for block in blocks)
+    both = AlbertTrainingArguments(output_dir=str(tmp_path), report_to="none", compile_blocks=True,
+                                   torch_compile=True)
+    with pytest.raises(ValueError, match="--compile_blocks and --torch_compile"):
+        AlbertTrainer(model=model, args=both, train_dataset=Rows())
+
+
 def test_transformers_checkpoint_converts_and_tokenizer_returns_token_types(tmp_path, tiny_checkpoint):
     hf = AlbertForSequenceClassification(AlbertConfig(vocab_size=1000, embedding_size=16, hidden_size=32,
                                                       num_hidden_layers=2, num_attention_heads=4,

@@ -376,6 +376,44 @@ def test_torch_compile_matches_eager():
     torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-5)
 
 
+def test_compiled_blocks_match_eager_and_keep_the_work_skipping_paths():
+    """compile_blocks: values and gradients as eager over batches whose packed row count and masked-token count
+    change, padding removal and last-block selection still on, and no recompiling once shapes are dynamic."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    torch.manual_seed(0)
+    config = tiny_config(num_hidden_groups=2, inner_group_num=2)
+    eager = AlbertHFForPreTraining(config).eval()
+    compiled = AlbertHFForPreTraining(config).eval()
+    compiled.load_state_dict(eager.state_dict())
+    compiled.compile_blocks()
+    seen = []  # what the (eager) encoder hands the compiled blocks: the rows of its input, whether positions
+    compiled.albert.encoder.register_forward_pre_hook(
+        lambda module, args: seen.append((args[0].shape[:-1].numel(), args[3] is not None)))
+    graphs = []
+    lengths = [(32, 9, 5, 3, 1, 1, 1, 1), (32, 32, 20, 2, 10, 10, 2, 2), (32, 32, 32, 32, 10, 6, 3, 3), (32,) * 8]
+    for step, real_lengths in enumerate(lengths):  # 53, 110, 150 and 256 real tokens of 8 x 32
+        inputs = padded_batch(batch=8, length=32, real_lengths=real_lengths)
+        real = inputs["attention_mask"].bool()
+        labels = mlm_labels(inputs["input_ids"], every=2 + step).masked_fill(~real, -100)
+        extra = dict(labels=labels, sentence_order_label=torch.arange(8) % 2)
+        a, b = compiled(**inputs, **extra), eager(**inputs, **extra)
+        assert seen[-1] == ([64, 128, 192, 256][step], True)  # packs of the real tokens while padded
+        torch.testing.assert_close(a.prediction_logits, b.prediction_logits, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(a.loss, b.loss, rtol=1e-5, atol=1e-6)
+        compiled.zero_grad(), eager.zero_grad()
+        a.loss.backward(), b.loss.backward()
+        grads = dict(eager.named_parameters())
+        for name, param in compiled.named_parameters():
+            torch.testing.assert_close(param.grad, grads[name].grad, rtol=1e-4, atol=1e-6, msg=name)
+        graphs.append(counters["stats"]["unique_graphs"])
+    assert graphs[0] > 0  # the blocks did compile
+    assert graphs[2] == graphs[1]  # a new pack size and masked-token count: no new graph
+    torch._dynamo.reset()
+
+
 def test_official_initialisation():
     config = tiny_config(hidden_size=64, intermediate_size=256, num_attention_heads=4)
     model = AlbertHFForPreTraining(config)

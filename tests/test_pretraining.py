@@ -80,6 +80,21 @@ def test_end_to_end_run_saves_a_model_that_loads_without_albert_hf(tmp_path):
     assert "AlbertHFForPreTraining torch.Size([1, 2])" in loaded.stdout and "1, 1" in loaded.stdout
 
 
+def test_torch_compile_compiles_the_blocks_and_follows_the_eager_loss_curve(tmp_path):
+    steps = ["--max_train_steps", "4", "--eval_steps", "0", "--max_seq_length", "48"]  # 48: the batches are padded
+    pretrain(tmp_path / "eager", *steps)
+    done = pretrain(tmp_path / "compiled", *steps, "--torch_compile")
+    assert "AutoModel -> AlbertHFModel" in done.stdout
+    eager, compiled = ([row for row in metrics(tmp_path / name) if "train_mlm_loss" in row]
+                       for name in ("eager", "compiled"))
+    assert [row["step"] for row in compiled] == [row["step"] for row in eager] == [2, 4]
+    for a, b in zip(eager, compiled):
+        assert abs(a["train_mlm_loss"] - b["train_mlm_loss"]) < 1e-3 * a["train_mlm_loss"]
+        assert abs(a["train_sop_loss"] - b["train_sop_loss"]) < 1e-3 * a["train_sop_loss"]
+    saved = [load_file(tmp_path / name / "model.safetensors") for name in ("eager", "compiled")]
+    assert saved[0].keys() == saved[1].keys()  # in-place compiling leaves the state-dict keys alone
+
+
 def test_sigkill_mid_run_then_resume_ends_with_the_same_weights(tmp_path):
     args = ["--max_train_steps", "12", "--checkpointing_steps", "3", "--eval_steps", "0",
             "--validation_split_percentage", "0"]
