@@ -98,13 +98,14 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def compiled(model, how):
-    """albert_hf as `--compile` asks: eager (None), the whole model torch.compiled, or its blocks only."""
-    if how == "model":
-        return torch.compile(model)
-    if how == "blocks":
-        return model.compile_blocks()
-    return model
+def contenders(theirs, ours, compile_ours):
+    """{name: model} to time: transformers and albert_hf, compiled as `--compile` asks (the whole model or its
+    blocks); when compiled, the eager albert_hf runs too, so the gain is measured in the same run."""
+    if compile_ours is None:
+        return {"transformers": theirs, "albert_hf": ours}
+    eager = copy.deepcopy(ours)
+    return {"transformers": theirs, "albert_hf eager": eager,
+            "albert_hf": torch.compile(ours) if compile_ours == "model" else ours.compile_blocks()}
 
 
 def bench_training(preset, seq, mode, steps, warmup, compile_ours):
@@ -114,11 +115,8 @@ def bench_training(preset, seq, mode, steps, warmup, compile_ours):
     config, ours, theirs = make_models(preset, seq)
     generator = torch.Generator().manual_seed(0)
     batches = [make_batch(config, batch_size, seq, generator) for _ in range(2)]
-    models = {"transformers": theirs, "albert_hf": ours}
-    if compile_ours:  # the eager albert_hf runs too, so the compiled gain is measured in the same run
-        models = {**models, "albert_hf eager": copy.deepcopy(ours), "albert_hf": compiled(ours, compile_ours)}
     runners = {}
-    for name, model in models.items():
+    for name, model in contenders(theirs, ours, compile_ours).items():
         model.train()
         runners[name] = (model, Lamb(parameter_groups(model), lr=1e-4))
     times = {name: [] for name in runners}
@@ -146,11 +144,11 @@ def bench_classification_inference(preset, mode, batches, steps, warmup, compile
     ours = albert_hf.AlbertHFForSequenceClassification(config).eval()
     theirs = transformers.AlbertForSequenceClassification(config.to_albert_config()).eval()
     theirs.load_state_dict(ours.state_dict())
-    ours = compiled(ours, compile_ours)
-    times = {"transformers": [], "albert_hf": []}
+    models = contenders(theirs, ours, compile_ours)
+    times = {name: [] for name in models}
     with torch.no_grad():
         for step in range(warmup + steps):
-            for name, model in (("transformers", theirs), ("albert_hf", ours))[:: 1 if step % 2 == 0 else -1]:
+            for name, model in list(models.items())[:: 1 if step % 2 == 0 else -1]:
                 with autocast(mode):
                     seconds = timed(lambda: [model(**batch) for batch in batches])
                 if step >= warmup:
@@ -305,10 +303,11 @@ def main(argv=None):
                 else:
                     cells.append(f"{'-':>14} {'-':>8} {dash}")
                 print(" | ".join(cells), flush=True)
-                if train and "albert_hf eager" in train:
-                    hf, eager = train["transformers"]["tokens_per_s"], train["albert_hf eager"]["tokens_per_s"]
-                    print(f"{'':17}(same run, albert_hf eager: {eager:.0f} tokens/s, ratio {eager / hf:.2f}; "
-                          f"compiled / eager {train['albert_hf']['tokens_per_s'] / eager:.2f})", flush=True)
+                for what, result, unit in (("training", train, "tokens_per_s"), ("inference", infer, "sequences_per_s")):
+                    if result and "albert_hf eager" in result:
+                        hf, eager, fast = (result[k][unit] for k in ("transformers", "albert_hf eager", "albert_hf"))
+                        print(f"{'':17}(same run, {what}, albert_hf eager: {eager:.1f}, ratio {eager / hf:.2f}; "
+                              f"compiled / eager {fast / eager:.2f})", flush=True)
 
     if args.only in (None, "glue") and Path(args.glue_dir).is_dir():
         batches = glue_eval_batches(args.glue_dir, args.glue_tokenizer)
@@ -321,6 +320,10 @@ def main(argv=None):
                 ihf, ius = glue["transformers"]["sequences_per_s"], glue["albert_hf"]["sequences_per_s"]
                 print(f"{preset:7} {mode:5} | padding {glue['padding_share']:.0%} of positions | seq/s HF {ihf:.1f}, "
                       f"ours {ius:.1f}, ratio {ius / ihf:.2f}", flush=True)
+                if "albert_hf eager" in glue:
+                    eager = glue["albert_hf eager"]["sequences_per_s"]
+                    print(f"{'':17}(same run, albert_hf eager: {eager:.1f}, ratio {eager / ihf:.2f}; compiled / eager "
+                          f"{ius / eager:.2f})", flush=True)
     elif args.only == "glue":
         raise SystemExit(f"error: --glue_dir {args.glue_dir} does not exist")
     if args.json:
