@@ -47,8 +47,9 @@ class AlbertHFConfig(PreTrainedConfig):
     unpad_inputs (`bool`, defaults to `True`):
         When the batch has padding, run the token-wise work (projections, FFN, LayerNorms: all but the attention
         scores) on the real tokens only. Same results at every real token; the hidden states at padded positions
-        come out as zeros instead of transformers' meaningless values. Off under `torch.compile`, with
-        `output_hidden_states` / `output_attentions`, and for attention kernels other than sdpa and eager.
+        come out as zeros instead of transformers' meaningless values. Off when the whole model is compiled
+        (`compile_blocks` keeps it on), with `output_hidden_states` / `output_attentions`, and for attention
+        kernels other than sdpa and eager.
     """
 
     model_type = "albert_hf"

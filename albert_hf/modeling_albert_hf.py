@@ -419,8 +419,8 @@ class AlbertHFModel(AlbertHFPreTrainedModel):
         # None when nothing is padded, so SDPA runs its unmasked kernel.
         mask = create_bidirectional_mask(config=self.config, inputs_embeds=embeddings, attention_mask=attention_mask)
         real_tokens = None
-        # Padding removal (`unpad_inputs`); not under compile, where the pack's data-dependent size would break
-        # the graph.
+        # Padding removal (`unpad_inputs`); not when this forward itself is compiled, where the pack's
+        # data-dependent size would break the graph (`compile_blocks` compiles only the blocks, and keeps it).
         if (mask is not None and self.config.unpad_inputs and self.can_skip_work(attention_mask, kwargs)
                 and not torch.compiler.is_compiling()):
             real_tokens = RealTokens.worth_it(attention_mask)
@@ -525,8 +525,8 @@ class AlbertHFForPreTraining(AlbertHFPreTrainedModel):
             When given, the MLM head runs only at the predicted positions (see `AlbertHFForPreTrainingOutput`).
         sentence_order_label (`torch.LongTensor` of shape `(batch_size,)`): 0 = original order, 1 = swapped.
         """
-        # With labels only [CLS] and the masked tokens are read: the last block computes just those (not
-        # under compile, where their data-dependent count would break the graph).
+        # With labels only [CLS] and the masked tokens are read: the last block computes just those (not when
+        # this forward itself is compiled, where their data-dependent count would break the graph).
         positions = valid = None
         masked = labels != -100 if labels is not None else None
         if (masked is not None and self.albert.can_skip_work(attention_mask, kwargs)
