@@ -77,6 +77,11 @@ class AlbertTrainingArguments(TrainingArguments):
                   "selection stay on"},
     )
 
+    def __post_init__(self):
+        super().__post_init__()
+        if self.compile_blocks and self.torch_compile:
+            raise ValueError("--compile_blocks and --torch_compile both compile the model: pass one of them")
+
 
 class AlbertTrainer(Trainer):
     """Trainer that, with --official_optimizer, builds the official optimizer and schedule (ALBERT_SPEC.md §5.1).
@@ -88,8 +93,6 @@ class AlbertTrainer(Trainer):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         if getattr(self.args, "compile_blocks", False):
-            if self.args.torch_compile:
-                raise ValueError("--compile_blocks and --torch_compile both compile the model: pass one of them")
             self.model.compile_blocks()
 
     def create_optimizer(self, model=None):

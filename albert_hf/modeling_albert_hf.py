@@ -123,7 +123,6 @@ class RealTokens:
         self.batch, self.length = attention_mask.shape
         indices = attention_mask.flatten().nonzero().squeeze(1)
         filler = -(-indices.numel() // self.ROW_MULTIPLE) * self.ROW_MULTIPLE - indices.numel()
-        self.rows = indices.numel() + filler
         # Filler rows read token 0 and are written to a spare row past the end, which scatter drops; no Python
         # int of the real count reaches the layers, so a compiled block does not specialise on it.
         self.gather_indices = torch.cat([indices, indices.new_zeros(filler)])
@@ -132,7 +131,7 @@ class RealTokens:
     @classmethod
     def worth_it(cls, attention_mask: torch.Tensor) -> "RealTokens | None":
         real_tokens = cls(attention_mask)
-        return real_tokens if real_tokens.rows < attention_mask.numel() else None
+        return real_tokens if real_tokens.gather_indices.numel() < attention_mask.numel() else None
 
     def gather(self, padded: torch.Tensor) -> torch.Tensor:
         """(batch, seq, ...) -> (rows, ...)"""

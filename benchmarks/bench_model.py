@@ -249,6 +249,14 @@ def bench_memory(preset, seq, mode):
             "albert_hf": step_tensor_memory(ours.train(), batch, mode)}
 
 
+def print_eager_line(what, result, unit):
+    """Under --compile, the eager albert_hf timed in the same run: its ratio, and what compiling bought."""
+    if result and "albert_hf eager" in result:
+        hf, eager, fast = (result[k][unit] for k in ("transformers", "albert_hf eager", "albert_hf"))
+        print(f"{'':17}(same run, {what}, albert_hf eager: {eager:.1f}, ratio {eager / hf:.2f}; "
+              f"compiled / eager {fast / eager:.2f})", flush=True)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--presets", nargs="+", default=["base"])
@@ -309,11 +317,8 @@ def main(argv=None):
                 else:
                     cells.append(f"{'-':>14} {'-':>8} {dash}")
                 print(" | ".join(cells), flush=True)
-                for what, result, unit in (("training", train, "tokens_per_s"), ("inference", infer, "sequences_per_s")):
-                    if result and "albert_hf eager" in result:
-                        hf, eager, fast = (result[k][unit] for k in ("transformers", "albert_hf eager", "albert_hf"))
-                        print(f"{'':17}(same run, {what}, albert_hf eager: {eager:.1f}, ratio {eager / hf:.2f}; "
-                              f"compiled / eager {fast / eager:.2f})", flush=True)
+                print_eager_line("training", train, "tokens_per_s")
+                print_eager_line("inference", infer, "sequences_per_s")
 
     if args.only in (None, "glue") and Path(args.glue_dir).is_dir():
         batches = glue_eval_batches(args.glue_dir, args.glue_tokenizer)
@@ -326,10 +331,7 @@ def main(argv=None):
                 ihf, ius = glue["transformers"]["sequences_per_s"], glue["albert_hf"]["sequences_per_s"]
                 print(f"{preset:7} {mode:5} | padding {glue['padding_share']:.0%} of positions | seq/s HF {ihf:.1f}, "
                       f"ours {ius:.1f}, ratio {ius / ihf:.2f}", flush=True)
-                if "albert_hf eager" in glue:
-                    eager = glue["albert_hf eager"]["sequences_per_s"]
-                    print(f"{'':17}(same run, albert_hf eager: {eager:.1f}, ratio {eager / ihf:.2f}; compiled / eager "
-                          f"{ius / eager:.2f})", flush=True)
+                print_eager_line("inference", glue, "sequences_per_s")
     elif args.only == "glue":
         raise SystemExit(f"error: --glue_dir {args.glue_dir} does not exist")
     if args.json:

@@ -78,10 +78,8 @@ def test_compile_blocks_compiles_each_block_in_place_and_refuses_a_double_compil
                                    compile_blocks=True)
     trainer = AlbertTrainer(model=model, args=args, train_dataset=Rows())
     assert trainer.model is model and all(block._compiled_call_impl is not None for block in blocks)
-    both = AlbertTrainingArguments(output_dir=str(tmp_path), report_to="none", compile_blocks=True,
-                                   torch_compile=True)
     with pytest.raises(ValueError, match="--compile_blocks and --torch_compile"):
-        AlbertTrainer(model=model, args=both, train_dataset=Rows())
+        AlbertTrainingArguments(output_dir=str(tmp_path), report_to="none", compile_blocks=True, torch_compile=True)
 
 
 def test_transformers_checkpoint_converts_and_tokenizer_returns_token_types(tmp_path, tiny_checkpoint):
