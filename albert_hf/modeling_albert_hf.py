@@ -10,6 +10,7 @@ This file is shipped to the Hub next to the weights (remote code): it imports on
 sibling configuration file.
 """
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -323,8 +324,15 @@ class AlbertHFPreTrainedModel(PreTrainedModel):
 
         One graph serves every application of a shared block, so compiling takes seconds rather than minutes, and
         the eager glue keeps padding removal and the last-block selection, which compiling the whole model turns
-        off (their sizes depend on the data; the blocks recompile once with dynamic shapes when they change).
+        off. Their sizes depend on the data, so shapes are dynamic from the start. A block meets up to 16 input
+        variants, each its own graph: a packed or padded input, with or without a mask, the last block or not,
+        with or without grad. torch's default limit of 8 graphs would send the rest back to eager, so the limit
+        is raised for the blocks alone.
         """
+        compile_kwargs = {"dynamic": True, "recompile_limit": 32, **compile_kwargs}
+        if "recompile_limit" not in inspect.signature(torch.compile).parameters:  # torch < 2.13: a global limit
+            limit = compile_kwargs.pop("recompile_limit")
+            torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, limit)
         for module in self.modules():
             if isinstance(module, AlbertHFLayer):
                 module.compile(**compile_kwargs)

@@ -414,6 +414,30 @@ def test_compiled_blocks_match_eager_and_keep_the_work_skipping_paths():
     torch._dynamo.reset()
 
 
+def test_compiled_blocks_stay_compiled_across_training_and_evaluation_layouts():
+    """A run meets more block variants than torch's default limit of 8 graphs (packed / padded with a mask /
+    unpadded input, last block or not, grad or not); past the limit dynamo would silently run them eager."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    torch.manual_seed(0)
+    model = AlbertHFForPreTraining(tiny_config()).compile_blocks()
+    layouts = {"packed": (32, 9, 5, 3, 1, 1, 1, 1), "padded": (32,) * 7 + (31,), "unpadded": (32,) * 8}
+    with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):  # falling back to eager raises here
+        for training in (True, False):
+            model.train(training)
+            for real_lengths in layouts.values():
+                inputs = padded_batch(batch=8, length=32, real_lengths=real_lengths)
+                labels = mlm_labels(inputs["input_ids"], every=3).masked_fill(~inputs["attention_mask"].bool(), -100)
+                with torch.set_grad_enabled(training):
+                    loss = model(**inputs, labels=labels, sentence_order_label=torch.arange(8) % 2).loss
+                    if training:
+                        loss.backward()
+    assert counters["stats"]["unique_graphs"] > 8  # the workload did need more graphs than torch's default
+    torch._dynamo.reset()
+
+
 def test_official_initialisation():
     config = tiny_config(hidden_size=64, intermediate_size=256, num_attention_heads=4)
     model = AlbertHFForPreTraining(config)
