@@ -1,3 +1,5 @@
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -435,6 +437,23 @@ def test_compiled_blocks_stay_compiled_across_training_and_evaluation_layouts():
                     if training:
                         loss.backward()
     assert counters["stats"]["unique_graphs"] > 8  # the workload did need more graphs than torch's default
+    torch._dynamo.reset()
+
+
+def test_tanh_gelu_compiles_to_the_same_function_and_gradient():
+    """Compiled, TanhGELU switches to its sigmoid form (fast on CPU); it must stay the tanh formula."""
+    from albert_hf.modeling_albert_hf import TanhGELU
+
+    torch._dynamo.reset()
+    x = torch.linspace(-8, 8, 4001, dtype=torch.float64).float().requires_grad_()
+    expected = 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))  # the official formula
+    (expected_grad,) = torch.autograd.grad(expected.sum(), x)
+    for gelu in (TanhGELU(), torch.compile(TanhGELU(), backend="inductor")):
+        y = gelu(x)
+        (grad,) = torch.autograd.grad(y.sum(), x)
+        torch.testing.assert_close(y, expected, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(grad, expected_grad, rtol=1e-5, atol=1e-5)
+    assert torch.equal(TanhGELU()(x), F.gelu(x, approximate="tanh"))  # eager: torch's fused kernel itself
     torch._dynamo.reset()
 
 
