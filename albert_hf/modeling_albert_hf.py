@@ -10,8 +10,6 @@ This file is shipped to the Hub next to the weights (remote code): it imports on
 sibling configuration file.
 """
 
-import inspect
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -67,7 +65,7 @@ class TanhGELU(nn.GELU):
 
     def forward(self, x):
         if torch.compiler.is_compiling():
-            two_u = x * (2 * math.sqrt(2 / math.pi) * (1 + 0.044715 * x * x))
+            two_u = x * (2 * (2 / torch.pi) ** 0.5 * (1 + 0.044715 * x * x))
             return x * torch.sigmoid(two_u)
         return super().forward(x)
 
@@ -348,7 +346,7 @@ class AlbertHFPreTrainedModel(PreTrainedModel):
         is raised for the blocks alone.
         """
         compile_kwargs = {"dynamic": True, "recompile_limit": 32, **compile_kwargs}
-        if "recompile_limit" not in inspect.signature(torch.compile).parameters:  # torch < 2.13: a global limit
+        if "recompile_limit" not in (torch.compile.__kwdefaults__ or {}):  # torch < 2.13: only a global limit
             limit = compile_kwargs.pop("recompile_limit")
             torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, limit)
         for module in self.modules():
