@@ -46,6 +46,8 @@ def common_arguments(parser: argparse.ArgumentParser, steps: int, output_dir: st
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--max_seq_length", type=int, default=128)
     parser.add_argument("--learning_rate", type=float, default=5e-3, help="LAMB peak LR")
+    parser.add_argument("--num_warmup_steps", type=int, default=None,
+                        help="linear LR warm-up (default: run_pretraining.py's 2.5%% of the steps)")
     parser.add_argument("--vocab_size", type=int, default=8000)
     parser.add_argument("--dupe_factor", type=int, default=2)
     parser.add_argument("--eval_steps", type=int, default=200)
@@ -110,6 +112,8 @@ def pretrain(args, run_dir: Path, task: str = "sop", sharing: str | None = None)
             "--seed", str(args.seed)]
     if sharing:
         argv += ["--sharing", sharing]
+    if args.num_warmup_steps is not None:
+        argv += ["--num_warmup_steps", str(args.num_warmup_steps)]
     if args.train_files:
         argv += ["--train_files", *args.train_files]
     start = time.perf_counter()

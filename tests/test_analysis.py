@@ -4,7 +4,7 @@ import math
 
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import REPO, tiny_config
 from data_fixtures import embedded, tokenizer
 
 from albert_hf import AlbertHFForPreTraining, AlbertHFModel
@@ -201,3 +201,30 @@ def test_intrinsic_cli(tmp_path, tiny_checkpoint, capsys):
         intrinsic_main(["--model", str(tiny_checkpoint), "--documents", str(tmp_path / "nowhere")])
     with pytest.raises(SystemExit, match="missing_model"):
         intrinsic_main(["--model", str(tmp_path / "missing_model"), "--documents", str(docs), "--max_examples", "4"])
+
+
+def test_reproduction_passes_its_training_options_to_run_pretraining(tmp_path, monkeypatch):
+    """examples/reproduce_sop_vs_nsp.py: the budget flags reach run_pretraining's arguments (the warm-up only
+    when given, so run_pretraining's own default applies otherwise)."""
+    import argparse
+
+    import albert_hf.pretraining
+
+    monkeypatch.syspath_prepend(str(REPO / "examples"))
+    import reproduce_sop_vs_nsp as reproduction
+
+    seen = []
+    monkeypatch.setattr(albert_hf.pretraining, "main", lambda argv: seen.append(argv))
+    for extra in ([], ["--num_warmup_steps", "100"]):
+        parser = argparse.ArgumentParser()
+        reproduction.common_arguments(parser, steps=700, output_dir=str(tmp_path))
+        args = parser.parse_args(["--learning_rate", "3e-3", "--seed", "1", *extra])
+        args.model_fields, args.train_files = dict(reproduction.SMALL_MODEL), None
+        run_dir = tmp_path / f"run{len(seen)}"
+        run_dir.mkdir()
+        reproduction.pretrain(args, run_dir, task="nsp")
+        argv = seen[-1]
+        options = dict(zip(argv[::2], argv[1::2]))
+        assert (options["--task"], options["--learning_rate"], options["--seed"]) == ("nsp", "0.003", "1")
+        assert options["--max_train_steps"] == "700"
+        assert options.get("--num_warmup_steps") == (extra[1] if extra else None)
