@@ -378,13 +378,20 @@ def test_torch_compile_matches_eager():
     torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-5)
 
 
-def test_compiled_blocks_match_eager_and_keep_the_work_skipping_paths():
-    """compile_blocks: values and gradients as eager over batches whose packed row count and masked-token count
-    change, padding removal and last-block selection still on, and no recompiling once shapes are dynamic."""
+@pytest.fixture
+def dynamo_counters():
+    """A clean torch.compile state (caches and counters) for the test, and reset afterwards even if it fails."""
     from torch._dynamo.utils import counters
 
     torch._dynamo.reset()
     counters.clear()
+    yield counters
+    torch._dynamo.reset()
+
+
+def test_compiled_blocks_match_eager_and_keep_the_work_skipping_paths(dynamo_counters):
+    """compile_blocks: values and gradients as eager over batches whose packed row count and masked-token count
+    change, padding removal and last-block selection still on, and no recompiling once shapes are dynamic."""
     torch.manual_seed(0)
     config = tiny_config(num_hidden_groups=2, inner_group_num=2)
     eager = AlbertHFForPreTraining(config).eval()
@@ -410,19 +417,14 @@ def test_compiled_blocks_match_eager_and_keep_the_work_skipping_paths():
         grads = dict(eager.named_parameters())
         for name, param in compiled.named_parameters():
             torch.testing.assert_close(param.grad, grads[name].grad, rtol=1e-4, atol=1e-6, msg=name)
-        graphs.append(counters["stats"]["unique_graphs"])
+        graphs.append(dynamo_counters["stats"]["unique_graphs"])
     assert graphs[0] > 0  # the blocks did compile
     assert graphs[2] == graphs[1]  # a new pack size and masked-token count: no new graph
-    torch._dynamo.reset()
 
 
-def test_compiled_blocks_stay_compiled_across_training_and_evaluation_layouts():
+def test_compiled_blocks_stay_compiled_across_training_and_evaluation_layouts(dynamo_counters):
     """A run meets more block variants than torch's default limit of 8 graphs (packed / padded with a mask /
     unpadded input, last block or not, grad or not); past the limit dynamo would silently run them eager."""
-    from torch._dynamo.utils import counters
-
-    torch._dynamo.reset()
-    counters.clear()
     torch.manual_seed(0)
     model = AlbertHFForPreTraining(tiny_config()).compile_blocks()
     layouts = {"packed": (32, 9, 5, 3, 1, 1, 1, 1), "padded": (32,) * 7 + (31,), "unpadded": (32,) * 8}
@@ -436,15 +438,13 @@ def test_compiled_blocks_stay_compiled_across_training_and_evaluation_layouts():
                     loss = model(**inputs, labels=labels, sentence_order_label=torch.arange(8) % 2).loss
                     if training:
                         loss.backward()
-    assert counters["stats"]["unique_graphs"] > 8  # the workload did need more graphs than torch's default
-    torch._dynamo.reset()
+    assert dynamo_counters["stats"]["unique_graphs"] > 8  # the workload did need more graphs than torch's default
 
 
-def test_tanh_gelu_compiles_to_the_same_function_and_gradient():
+def test_tanh_gelu_compiles_to_the_same_function_and_gradient(dynamo_counters):
     """Compiled, TanhGELU switches to its sigmoid form (fast on CPU); it must stay the tanh formula."""
     from albert_hf.modeling_albert_hf import TanhGELU
 
-    torch._dynamo.reset()
     x = torch.linspace(-8, 8, 4001, dtype=torch.float64).float().requires_grad_()
     expected = 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))  # the official formula
     (expected_grad,) = torch.autograd.grad(expected.sum(), x)
@@ -454,7 +454,6 @@ def test_tanh_gelu_compiles_to_the_same_function_and_gradient():
         torch.testing.assert_close(y, expected, rtol=1e-6, atol=1e-6)
         torch.testing.assert_close(grad, expected_grad, rtol=1e-5, atol=1e-5)
     assert torch.equal(TanhGELU()(x), F.gelu(x, approximate="tanh"))  # eager: torch's fused kernel itself
-    torch._dynamo.reset()
 
 
 def test_official_initialisation():
