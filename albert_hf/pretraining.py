@@ -202,12 +202,10 @@ class StepCheckpoints:
 # Metrics
 
 
-COUNT_NAMES = ("mlm_loss_sum", "mlm_correct", "mlm_count", "sop_loss_sum", "sop_correct", "sop_count")
-
-
 @torch.no_grad()
 def example_counts(outputs, batch) -> torch.Tensor:
-    """Per example: [MLM loss sum, MLM correct, MLM count, SOP loss, SOP correct, SOP count], shape (batch, 6).
+    """Per example: [MLM loss sum, MLM correct, MLM count, pair loss, pair correct, pair count], shape (batch, 6);
+    "pair" is the 2-way head's task (SOP or NSP; its logits are `sop_logits` either way).
 
     Per-example rows let `gather_for_metrics` drop the samples accelerate repeats to even out the last batch.
     No grad: the training loop sums these into a running window, which would otherwise chain every step's
@@ -233,13 +231,15 @@ def example_counts(outputs, batch) -> torch.Tensor:
     return counts
 
 
-def metrics_from_counts(totals: torch.Tensor, prefix: str = "") -> dict:
-    mlm_loss, mlm_correct, mlm_n, sop_loss, sop_correct, sop_n = totals.tolist()
+def metrics_from_counts(totals: torch.Tensor, prefix: str = "", pair_task: str = "sop") -> dict:
+    """Mean losses and accuracies; the 2-way head's metrics are named after the task it is trained on (sop/nsp)."""
+    mlm_loss, mlm_correct, mlm_n, pair_loss, pair_correct, pair_n = totals.tolist()
     metrics = {}
     if mlm_n:
         metrics.update({f"{prefix}mlm_loss": mlm_loss / mlm_n, f"{prefix}mlm_accuracy": mlm_correct / mlm_n})
-    if sop_n:
-        metrics.update({f"{prefix}sop_loss": sop_loss / sop_n, f"{prefix}sop_accuracy": sop_correct / sop_n})
+    if pair_n:
+        metrics.update({f"{prefix}{pair_task}_loss": pair_loss / pair_n,
+                        f"{prefix}{pair_task}_accuracy": pair_correct / pair_n})
     return metrics
 
 
@@ -254,7 +254,7 @@ def evaluate(model, dataloader, accelerator, task: str) -> dict:
             outputs = model(**batch)
         totals += accelerator.gather_for_metrics(example_counts(outputs, batch)).sum(0).cpu()
     model.train()
-    return metrics_from_counts(totals, prefix="eval_")
+    return metrics_from_counts(totals, prefix="eval_", pair_task=task)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -514,7 +514,8 @@ def main(argv=None):
 
             if completed_steps % args.logging_steps == 0 or completed_steps == args.max_train_steps:
                 elapsed = time.perf_counter() - window_start
-                train_metrics = metrics_from_counts(accelerator.reduce(window.to(accelerator.device), "sum").cpu())
+                train_metrics = metrics_from_counts(accelerator.reduce(window.to(accelerator.device), "sum").cpu(),
+                                                    pair_task=args.task)
                 train_metrics.update(lr=scheduler.get_last_lr()[0], tokens_per_second=window_tokens / elapsed)
                 if skipped_steps:
                     train_metrics["skipped_steps"] = skipped_steps  # fp16 overflows (no update, no LR step)

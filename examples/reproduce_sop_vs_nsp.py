@@ -144,7 +144,7 @@ def intrinsic(args, run_dir: Path, held_out) -> dict:
                               max_examples=args.intrinsic_examples, seed=args.seed, autocast_dtype=dtype)
 
 
-def accuracy_curve(run_dir: Path, key: str = "eval_sop_accuracy") -> list[tuple[int, float]]:
+def accuracy_curve(run_dir: Path, key: str) -> list[tuple[int, float]]:
     path = run_dir / "metrics.jsonl"
     if not path.is_file():
         return []
@@ -185,7 +185,7 @@ def main(argv=None):
     print("(paper: ALBERT-base, 125k steps x 4096 x 512 tokens)")
     print("\nEvaluation accuracy of each run's own 2-way task during pretraining (step: accuracy)")
     for task in args.objectives:
-        curve = accuracy_curve(out / task)
+        curve = accuracy_curve(out / task, f"eval_{task}_accuracy")
         print(f"  {task:<5} " + (", ".join(f"{s}: {100 * a:.1f}" for s, a in curve) if curve else "(no head loss)"))
     if "sop" in rows and "nsp" in rows:
         sop, nsp = rows["sop"]["sop"], rows["nsp"]["sop"]

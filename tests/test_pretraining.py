@@ -185,6 +185,20 @@ def test_streaming_jsonl_corpus(tmp_path, tiny_checkpoint):
     assert rows[-1]["step"] == 4 and "eval_mlm_accuracy" in rows[-1] and "eval_sop_accuracy" in rows[-1]
 
 
+def test_nsp_run_names_its_metrics_nsp(tmp_path, tiny_checkpoint):
+    """With --task nsp the 2-way head's loss and accuracy are logged as nsp_*, never as sop_*."""
+    out = tmp_path / "run"
+    pretrain(out, "--task", "nsp", "--tokenizer_name", str(tiny_checkpoint), "--max_train_steps", "2",
+             "--logging_steps", "1", "--eval_steps", "2")
+    rows = metrics(out)
+    train, evals = [r for r in rows if "train_mlm_loss" in r], [r for r in rows if "eval_mlm_loss" in r]
+    assert train and evals
+    assert all("train_nsp_accuracy" in r and "train_nsp_loss" in r for r in train)
+    assert all(0 <= r["eval_nsp_accuracy"] <= 1 for r in evals)
+    assert not any(key.startswith(("train_sop", "eval_sop")) for r in rows for key in r)
+    assert "eval_nsp_accuracy" in json.loads((out / "all_results.json").read_text())
+
+
 def test_bad_arguments_stop_with_a_clear_message(tmp_path):
     done = pretrain(tmp_path / "a", "--model_config", "huge", "--max_train_steps", "2", check=False)
     assert done.returncode != 0 and "Unknown ALBERT preset 'huge'" in done.stderr
