@@ -86,6 +86,13 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--learning_rate", type=float, default=1e-2,
                        help="peak LR; the default suits the tiny demo model (the paper: 0.00176 for batch 4096)")
     train.add_argument("--weight_decay", type=float, default=0.01)
+    train.add_argument("--adam_beta1", type=float, default=0.9, help="first-moment decay (official: 0.9)")
+    train.add_argument("--adam_beta2", type=float, default=0.999,
+                       help="second-moment decay (official: 0.999). Neither optimizer corrects the moments' bias, so "
+                       "for the first ~1/(1-beta2) steps the LayerNorm and bias parameters (no trust ratio) move "
+                       "several times lr per step; with a warm-up much shorter than that, deeper models can stall "
+                       "for hundreds of steps. Short runs: 0.98, or a longer --num_warmup_steps")
+    train.add_argument("--adam_epsilon", type=float, default=1e-6, help="official: 1e-6")
     train.add_argument("--max_grad_norm", type=float, default=1.0)
     train.add_argument("--max_train_steps", type=int, default=1500)
     train.add_argument("--num_warmup_steps", type=int, default=None,
@@ -132,6 +139,9 @@ def parse_args(argv=None):
         raise SystemExit("error: --num_warmup_steps exceeds --max_train_steps")
     if not 0 <= args.validation_split_percentage < 100:
         raise SystemExit("error: --validation_split_percentage must be in [0, 100)")
+    for name in ("adam_beta1", "adam_beta2"):
+        if not 0 <= getattr(args, name) < 1:
+            raise SystemExit(f"error: --{name} must be in [0, 1)")
     return args
 
 
@@ -345,7 +355,8 @@ def make_optimizer(model, args):
 
     groups = parameter_groups(model, weight_decay=args.weight_decay)
     optimizer_class = Lamb if args.optimizer == "lamb" else AdamWeightDecay
-    return optimizer_class(groups, lr=args.learning_rate)
+    return optimizer_class(groups, lr=args.learning_rate, betas=(args.adam_beta1, args.adam_beta2),
+                           eps=args.adam_epsilon)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import torch
 from conftest import REPO, run_python
 from safetensors.torch import load_file
 
-from albert_hf.pretraining import STATE_FILE, StepCheckpoints, build_parser
+from albert_hf.pretraining import STATE_FILE, StepCheckpoints, build_parser, make_optimizer, parse_args
 
 SCRIPT = str(REPO / "run_pretraining.py")
 # Tiny and fast: the embedded corpus, a 500-piece tokenizer (trained once, cached in the test HF_HOME).
@@ -308,3 +308,21 @@ def test_running_metric_counts_hold_no_autograd_graph():
     window += example_counts(outputs, batch).sum(0)
     assert not window.requires_grad and window.grad_fn is None
     assert window[2] == 16 and window[5] == 4  # 4 masked tokens and one SOP label per example
+
+
+def test_optimizer_takes_the_moment_decays_and_epsilon_from_the_command_line():
+    from conftest import tiny_config
+
+    from albert_hf import AlbertHFForPreTraining
+    from albert_hf.optimization import AdamWeightDecay, Lamb
+
+    model = AlbertHFForPreTraining(tiny_config())
+    official = make_optimizer(model, parse_args([]))
+    assert isinstance(official, Lamb)
+    assert {(g["betas"], g["eps"]) for g in official.param_groups} == {((0.9, 0.999), 1e-6)}
+    custom = make_optimizer(model, parse_args(["--optimizer", "adamw", "--adam_beta1", "0.8", "--adam_beta2", "0.98",
+                                               "--adam_epsilon", "1e-8"]))
+    assert isinstance(custom, AdamWeightDecay)
+    assert {(g["betas"], g["eps"]) for g in custom.param_groups} == {((0.8, 0.98), 1e-8)}
+    with pytest.raises(SystemExit, match="--adam_beta2 must be in"):
+        parse_args(["--adam_beta2", "1.0"])
