@@ -48,6 +48,10 @@ def common_arguments(parser: argparse.ArgumentParser, steps: int, output_dir: st
     parser.add_argument("--learning_rate", type=float, default=5e-3, help="LAMB peak LR")
     parser.add_argument("--num_warmup_steps", type=int, default=None,
                         help="linear LR warm-up (default: run_pretraining.py's 2.5%% of the steps)")
+    parser.add_argument("--adam_beta2", type=float, default=0.98,
+                        help="LAMB second-moment decay. Official: 0.999, which with no bias correction and these "
+                        "runs' short warm-ups stalled the deeper shared models for hundreds of steps (see "
+                        "docs/analysis.md)")
     parser.add_argument("--vocab_size", type=int, default=8000)
     parser.add_argument("--dupe_factor", type=int, default=2)
     parser.add_argument("--eval_steps", type=int, default=200)
@@ -55,6 +59,9 @@ def common_arguments(parser: argparse.ArgumentParser, steps: int, output_dir: st
     parser.add_argument("--intrinsic_examples", type=int, default=2000, help="pairs per intrinsic set")
     parser.add_argument("--model_json", default=None, help="JSON of config fields overriding the small model")
     parser.add_argument("--mixed_precision", default="bf16", choices=["no", "bf16", "fp16"])
+    parser.add_argument("--torch_compile", action="store_true",
+                        help="compile each transformer block (run_pretraining.py --torch_compile): about 1.25x "
+                        "the eager speed for the small model; needs a C++ compiler")
     parser.add_argument("--seed", type=int, default=12345)
     parser.add_argument("--smoke", action="store_true",
                         help="a 2-layer H=64 model, 20 steps, a small corpus: proves the pipeline in ~1 minute")
@@ -105,7 +112,8 @@ def pretrain(args, run_dir: Path, task: str = "sop", sharing: str | None = None)
     argv = ["--config_name", str(write_config(args, run_dir.parent / f"{run_dir.name}_config")),
             "--output_dir", str(run_dir), "--task", task, "--max_train_steps", str(args.max_train_steps),
             "--per_device_train_batch_size", str(args.batch_size), "--max_seq_length", str(args.max_seq_length),
-            "--learning_rate", str(args.learning_rate), "--vocab_size", str(args.vocab_size),
+            "--learning_rate", str(args.learning_rate), "--adam_beta2", str(args.adam_beta2),
+            "--vocab_size", str(args.vocab_size),
             "--dupe_factor", str(args.dupe_factor), "--eval_steps", str(args.eval_steps),
             "--max_eval_samples", str(args.max_eval_samples), "--logging_steps", str(min(50, args.eval_steps)),
             "--validation_split_percentage", "10", "--mixed_precision", args.mixed_precision,
@@ -114,6 +122,8 @@ def pretrain(args, run_dir: Path, task: str = "sop", sharing: str | None = None)
         argv += ["--sharing", sharing]
     if args.num_warmup_steps is not None:
         argv += ["--num_warmup_steps", str(args.num_warmup_steps)]
+    if args.torch_compile:
+        argv.append("--torch_compile")
     if args.train_files:
         argv += ["--train_files", *args.train_files]
     start = time.perf_counter()

@@ -204,8 +204,9 @@ def test_intrinsic_cli(tmp_path, tiny_checkpoint, capsys):
 
 
 def test_reproduction_passes_its_training_options_to_run_pretraining(tmp_path, monkeypatch):
-    """examples/reproduce_sop_vs_nsp.py: the budget flags reach run_pretraining's arguments (the warm-up only
-    when given, so run_pretraining's own default applies otherwise)."""
+    """examples/reproduce_sop_vs_nsp.py: the budget flags reach run_pretraining's arguments (the warm-up and
+    compilation only when given, so run_pretraining's own defaults apply otherwise; beta2 always, as the
+    examples' 0.98 differs from run_pretraining's official 0.999)."""
     import argparse
 
     import albert_hf.pretraining
@@ -215,7 +216,7 @@ def test_reproduction_passes_its_training_options_to_run_pretraining(tmp_path, m
 
     seen = []
     monkeypatch.setattr(albert_hf.pretraining, "main", lambda argv: seen.append(argv))
-    for extra in ([], ["--num_warmup_steps", "100"]):
+    for extra in ([], ["--num_warmup_steps", "100", "--adam_beta2", "0.999", "--torch_compile"]):
         parser = argparse.ArgumentParser()
         reproduction.common_arguments(parser, steps=700, output_dir=str(tmp_path))
         args = parser.parse_args(["--learning_rate", "3e-3", "--seed", "1", *extra])
@@ -223,8 +224,13 @@ def test_reproduction_passes_its_training_options_to_run_pretraining(tmp_path, m
         run_dir = tmp_path / f"run{len(seen)}"
         run_dir.mkdir()
         reproduction.pretrain(args, run_dir, task="nsp")
-        argv = seen[-1]
+        argv = list(seen[-1])
+        compiled = "--torch_compile" in argv
+        if compiled:
+            argv.remove("--torch_compile")
         options = dict(zip(argv[::2], argv[1::2]))
+        assert compiled == bool(extra)
         assert (options["--task"], options["--learning_rate"], options["--seed"]) == ("nsp", "0.003", "1")
         assert options["--max_train_steps"] == "700"
         assert options.get("--num_warmup_steps") == (extra[1] if extra else None)
+        assert options["--adam_beta2"] == (extra[3] if extra else "0.98")
