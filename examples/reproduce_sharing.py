@@ -1,8 +1,8 @@
 """Paper Table 4 (sharing strategy) and Figure 1 at small scale: all-shared vs not-shared vs attention-shared
 vs FFN-shared models, same corpus, architecture, steps and seed; only `--sharing` differs.
 
-    python examples/reproduce_sharing.py            # the real run: 4 models, about 6 minutes each on 2 cores
-    python examples/reproduce_sharing.py --smoke    # end to end in about a minute (numbers meaningless)
+    python examples/reproduce_sharing.py --torch_compile   # the real run: 4 models, about 5 minutes each on 2 cores
+    python examples/reproduce_sharing.py --smoke           # end to end in about a minute (numbers meaningless)
 
 Prints, per strategy, the parameter count and the intrinsic MLM / SOP accuracy on held-out documents, and writes
 the Figure 1 plot (L2 distance and angle between each layer's input and output embedding) for all-shared vs
