@@ -8,7 +8,9 @@ from conftest import REPO, tiny_config
 from data_fixtures import embedded, tokenizer
 
 from albert_hf import AlbertHFForPreTraining, AlbertHFModel
-from albert_hf.analysis import build_intrinsic_sets, evaluate_intrinsic, layer_transitions, model_transitions
+from albert_hf.analysis import (
+    build_intrinsic_sets, evaluate_intrinsic, layer_transitions, model_transitions, sop_by_document,
+)
 from albert_hf.analysis import transitions as transitions_cli
 from albert_hf.analysis.intrinsic import main as intrinsic_main
 
@@ -180,6 +182,40 @@ def test_intrinsic_reads_the_head_class_against_the_labels():
         assert r[task] == pytest.approx(sum(labels) / len(labels))
 
 
+def test_sop_by_document_scores_each_document_on_its_own_pairs(caplog):
+    # The always-"swapped" head again: on each document it is right exactly on that document's label-1 pairs.
+    tok = tokenizer()
+    model = AlbertHFForPreTraining(tiny_config(vocab_size=len(tok)))
+    with torch.no_grad():
+        model.sop_classifier.classifier.weight.zero_()
+        model.sop_classifier.classifier.bias.copy_(torch.tensor([0.0, 5.0]))
+    docs = [" ".join(_documents(60)[i::3]) for i in range(3)]
+    result = sop_by_document(model, tok, docs + ["Just one sentence here."], ["a", "b", "c", "short"],
+                             max_seq_length=64, max_examples=30)
+    assert list(result) == ["a", "b", "c"]  # the one-sentence document gives no pair: skipped, and logged
+    assert "skipped 1 documents" in caplog.text and "short" in caplog.text
+    shares = []
+    for name, doc in zip("abc", docs):
+        labels = build_intrinsic_sets([doc], tok, max_seq_length=64, max_examples=30, tasks=("sop",))["sop"][
+            "sentence_order_label"]
+        assert result[name] == {"sop": pytest.approx(sum(labels) / len(labels)), "sop_examples": len(labels)}
+        shares.append(sum(labels) / len(labels))
+    assert len(set(shares)) > 1  # the documents really are scored apart
+    with pytest.raises(ValueError, match="2 names for 3 documents"):
+        sop_by_document(model, tok, docs, ["a", "b"])
+
+
+def test_document_names_are_file_names_numbered_within_a_file():
+    import datasets
+
+    from albert_hf.analysis.intrinsic import document_names
+
+    docs = datasets.Dataset.from_dict({"text": ["a", "b", "c", "d"],
+                                       "source": ["/x/emma.txt", "/y/speeches.txt", "/y/speeches.txt", "/z/a.txt"]})
+    assert document_names(docs) == ["emma.txt", "speeches.txt#0", "speeches.txt#1", "a.txt"]
+    assert document_names(docs.remove_columns("source")) == ["0", "1", "2", "3"]
+
+
 def test_intrinsic_needs_the_sentence_head_and_documents():
     tok = tokenizer()
     with pytest.raises(ValueError, match="sop_logits"):
@@ -197,6 +233,12 @@ def test_intrinsic_cli(tmp_path, tiny_checkpoint, capsys):
                            "--max_seq_length", "64", "--json", str(tmp_path / "r.json")])
     assert rows[str(tiny_checkpoint)]["sop_examples"] == 16
     assert "MLM" in capsys.readouterr().out and (tmp_path / "r.json").is_file()
+    rows = intrinsic_main(["--model", str(tiny_checkpoint), "--documents", str(docs / "0.txt"), str(docs / "1.txt"),
+                           "--max_examples", "8", "--max_seq_length", "64", "--per_document"])
+    by_document = rows[str(tiny_checkpoint)]["sop_by_document"]
+    assert set(by_document) == {"0.txt", "1.txt"}
+    assert all(0 < r["sop_examples"] <= 8 for r in by_document.values())
+    assert "per document" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="nowhere"):
         intrinsic_main(["--model", str(tiny_checkpoint), "--documents", str(tmp_path / "nowhere")])
     with pytest.raises(SystemExit, match="missing_model"):

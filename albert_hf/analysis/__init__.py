@@ -13,6 +13,7 @@ _EXPORTS = {
     "model_transitions": "transitions",
     "build_intrinsic_sets": "intrinsic",
     "evaluate_intrinsic": "intrinsic",
+    "sop_by_document": "intrinsic",
 }
 
 

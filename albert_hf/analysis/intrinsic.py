@@ -13,15 +13,20 @@ Both are masked statically (the same masks for every model) and run through the 
 A model pretrained without an inter-sentence loss has an untrained head, so its nsp/sop sit near 50%.
 
     python -m albert_hf.analysis.intrinsic --model DIR --documents FILE_OR_DIR [...] [--max_examples 2000]
+        [--per_document]   # also the SOP accuracy on each document alone (`sop_by_document`)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
+from collections import Counter
 from pathlib import Path
 
 import torch
+
+logger = logging.getLogger(__name__)
 
 SETS = ("nsp", "sop")
 
@@ -38,8 +43,9 @@ def _as_dataset(documents, text_column="text"):
 
 
 def build_intrinsic_sets(documents, tokenizer, *, max_seq_length=128, max_examples=2000, seed=12345,
-                         layout="document_per_file") -> dict:
-    """{"nsp": pairs, "sop": pairs}, each at most `max_examples` pairs (the first of the seeded shuffle).
+                         layout="document_per_file", tasks=SETS) -> dict:
+    """{"nsp": pairs, "sop": pairs} (or only the `tasks` asked for), each at most `max_examples` pairs (the
+    first of the seeded shuffle).
 
     `documents`: a list of strings (one document each) or a `datasets.Dataset` with a "text" column.
     """
@@ -47,7 +53,7 @@ def build_intrinsic_sets(documents, tokenizer, *, max_seq_length=128, max_exampl
 
     corpus = _as_dataset(documents)
     sets = {}
-    for task in SETS:
+    for task in tasks:
         pairs = build_pretraining_dataset(
             corpus, tokenizer, sentence_per_line=layout == "sentence_per_line", max_seq_length=max_seq_length,
             dupe_factor=1, task=task, seed=seed, one_chunk="skip",
@@ -106,6 +112,33 @@ def evaluate_intrinsic(model, tokenizer, documents, *, max_seq_length=128, max_e
     return {k: result[k] for k in ("mlm", "nsp", "sop", "mlm_tokens", "nsp_examples", "sop_examples")}
 
 
+def sop_by_document(model, tokenizer, documents, names=None, *, max_seq_length=128, max_examples=600, seed=12345,
+                    batch_size=32, autocast_dtype=None) -> dict:
+    """SOP accuracy on each document alone: {name: {"sop", "sop_examples"}}, names defaulting to "0", "1", ...
+
+    A pooled held-out score is dominated by whichever documents it draws from (books differ by 10 points and
+    more at small scale); this shows which. Documents too short to give one SOP pair are left out and logged.
+    """
+    names = [str(i) for i in range(len(documents))] if names is None else list(names)
+    if len(names) != len(documents):
+        raise ValueError(f"{len(names)} names for {len(documents)} documents")
+    result, too_short = {}, []
+    for name, text in zip(names, documents):
+        try:
+            pairs = build_intrinsic_sets([text], tokenizer, max_seq_length=max_seq_length, max_examples=max_examples,
+                                         seed=seed, tasks=("sop",))["sop"]
+        except ValueError:  # empty, or no pair (fewer than two sentences per chunk)
+            too_short.append(name)
+            continue
+        counts = evaluate_pairs(model, tokenizer, pairs, batch_size=batch_size, seed=seed,
+                                autocast_dtype=autocast_dtype)
+        result[name] = {"sop": counts["pair_correct"] / counts["pairs"], "sop_examples": counts["pairs"]}
+    if too_short:
+        logger.warning("SOP by document: skipped %d documents that give no SOP pair: %s",
+                       len(too_short), ", ".join(too_short[:10]))
+    return result
+
+
 # The paper's Table 5 (ALBERT-base, 125k steps), in percent.
 PAPER_TABLE5 = {"none": (54.9, 52.4, 53.3), "nsp": (54.5, 90.5, 52.0), "sop": (54.0, 78.9, 86.5)}
 
@@ -133,6 +166,19 @@ def load_pretraining_model(directory):
     return AutoModelForPreTraining.from_pretrained(directory), AutoTokenizer.from_pretrained(directory)
 
 
+def document_names(documents) -> list[str]:
+    """A readable name per document of a `load_corpus` dataset: its file name, plus "#k" when a file holds
+    several documents."""
+    if "source" not in documents.column_names:
+        return [str(i) for i in range(len(documents))]
+    sources = documents["source"]
+    per_file, seen, names = Counter(sources), Counter(), []
+    for source in sources:
+        names.append(Path(source).name + (f"#{seen[source]}" if per_file[source] > 1 else ""))
+        seen[source] += 1
+    return names
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description="Paper Table 5: MLM, NSP and SOP accuracy of pretrained models "
                                      "on pairs built from held-out documents.")
@@ -146,6 +192,8 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=12345)
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast (fast on CPUs with AMX)")
+    parser.add_argument("--per_document", action="store_true",
+                        help="also the SOP accuracy on each document alone (at most --max_examples pairs each)")
     parser.add_argument("--json", default=None, help="also write the results here")
     args = parser.parse_args(argv)
     from ..corpus import load_corpus
@@ -160,12 +208,20 @@ def main(argv=None):
     for directory in args.model:
         try:
             model, tokenizer = load_pretraining_model(directory)
-            rows[directory] = evaluate_intrinsic(
-                model, tokenizer, documents, max_seq_length=args.max_seq_length, max_examples=args.max_examples,
-                seed=args.seed, batch_size=args.batch_size, autocast_dtype=torch.bfloat16 if args.bf16 else None)
+            options = dict(max_seq_length=args.max_seq_length, max_examples=args.max_examples, seed=args.seed,
+                           batch_size=args.batch_size, autocast_dtype=torch.bfloat16 if args.bf16 else None)
+            rows[directory] = evaluate_intrinsic(model, tokenizer, documents, **options)
+            if args.per_document:
+                rows[directory]["sop_by_document"] = sop_by_document(
+                    model, tokenizer, documents["text"], document_names(documents), **options)
         except (FileNotFoundError, ValueError) as error:
             raise SystemExit(f"error: {error}") from None
     print(format_table(rows, paper=None).replace("objective", "model    "))
+    if args.per_document:
+        print("\nSOP accuracy (%) per document (pairs)")
+        for directory, row in rows.items():
+            print(f"{directory}: " + ", ".join(f"{name} {100 * r['sop']:.1f} ({r['sop_examples']})"
+                                                for name, r in row["sop_by_document"].items()))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
     return rows
