@@ -349,7 +349,7 @@ def create_pretraining_pairs(
     )
     if len(rows) == 0:
         raise ValueError(f"No document has {min_sentences} or more sentences; cannot build sentence pairs")
-    if len(rows) == 1:
+    if len(rows) == 1 and (task == "nsp" or one_chunk == "random_next"):  # otherwise no random B is ever drawn
         logger.warning("Only one usable document: random-next segments will come from the same document")
 
     fingerprint = Hasher.hash([tokenized._fingerprint, PAIRS_VERSION, fn_kwargs, tokenizer.cls_token_id])

@@ -275,6 +275,16 @@ def test_short_documents_are_skipped_and_counted(caplog):
     assert not used_docs & {d for d, doc in enumerate(docs) if len(doc) < 2}
 
 
+def test_one_document_warns_only_when_a_random_segment_can_be_drawn(caplog):
+    one = as_tokenized_dataset([synthetic_documents(1, seed=23, max_sentences=12)[0] * 2])
+    for task, one_chunk, warns in (("nsp", "skip", True), ("sop", "random_next", True), ("sop", "skip", False)):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="albert_hf.pretraining_data"):
+            create_pretraining_pairs(one, FAKE_TOKENIZER, max_seq_length=64, dupe_factor=1, task=task,
+                                     one_chunk=one_chunk)
+        assert ("Only one usable document" in caplog.text) is warns, (task, one_chunk)
+
+
 def test_bad_input_is_a_clear_error():
     tokenized = as_tokenized_dataset(synthetic_documents(5, seed=19))
     with pytest.raises(ValueError, match="max_seq_length=600 exceeds .*512"):
