@@ -24,6 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 SHARED_CORPUS = REPO.parent / "shared" / "data" / "corpus"
 BOOK_FOLDERS = ("gutenberg_nltk", "gutenberg_classics", "austen_extra")  # books only: speeches and wiki left out
+MAX_DOCUMENTS_LISTED = 20  # SOP per held-out document is printed for the books, not for thousands of paragraphs
 
 # A small ALBERT (E=128 as the paper, all-shared) that does ~1 step/s at batch 32 x 128 in bf16 on 2 cores.
 SMALL_MODEL = dict(embedding_size=128, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
@@ -143,15 +144,22 @@ def held_out_documents(args):
     return held_out
 
 
-def intrinsic(args, run_dir: Path, held_out) -> dict:
+def intrinsic(args, run_dir: Path, held_out, per_document: bool = False) -> dict:
+    """Table 5 accuracies of one run on the held-out documents; with `per_document`, also its SOP accuracy on each
+    held-out document alone (at most 600 pairs each), since the pooled number depends on which books it drew."""
     import torch
 
-    from albert_hf.analysis.intrinsic import evaluate_intrinsic, load_pretraining_model
+    from albert_hf.analysis.intrinsic import document_names, evaluate_intrinsic, load_pretraining_model, sop_by_document
 
     model, tokenizer = load_pretraining_model(run_dir)
     dtype = torch.bfloat16 if args.mixed_precision == "bf16" else None
-    return evaluate_intrinsic(model, tokenizer, held_out, max_seq_length=args.max_seq_length,
-                              max_examples=args.intrinsic_examples, seed=args.seed, autocast_dtype=dtype)
+    result = evaluate_intrinsic(model, tokenizer, held_out, max_seq_length=args.max_seq_length,
+                                max_examples=args.intrinsic_examples, seed=args.seed, autocast_dtype=dtype)
+    if per_document:
+        result["sop_by_document"] = sop_by_document(
+            model, tokenizer, held_out["text"], document_names(held_out), max_seq_length=args.max_seq_length,
+            max_examples=min(600, args.intrinsic_examples), seed=args.seed, autocast_dtype=dtype)
+    return result
 
 
 def accuracy_curve(run_dir: Path, key: str) -> list[tuple[int, float]]:
@@ -182,7 +190,9 @@ def main(argv=None):
     from albert_hf.analysis.intrinsic import format_table
 
     held_out = held_out_documents(args)
-    rows = {task: intrinsic(args, out / task, held_out) for task in args.objectives}
+    per_document = len(held_out) <= MAX_DOCUMENTS_LISTED
+    rows = {task: intrinsic(args, out / task, held_out, per_document=per_document and task != "none")
+            for task in args.objectives}
     (out / "intrinsic.json").write_text(json.dumps(rows, indent=2))
 
     m = args.model_fields
@@ -197,6 +207,12 @@ def main(argv=None):
     for task in args.objectives:
         curve = accuracy_curve(out / task, f"eval_{task}_accuracy")
         print(f"  {task:<5} " + (", ".join(f"{s}: {100 * a:.1f}" for s, a in curve) if curve else "(no head loss)"))
+    if per_document:
+        print("\nSOP accuracy (%) on each held-out document alone (pairs)")
+        for task, row in rows.items():
+            if "sop_by_document" in row:
+                print(f"  {task:<5} " + ", ".join(f"{name} {100 * r['sop']:.1f} ({r['sop_examples']})"
+                                                  for name, r in row["sop_by_document"].items()))
     if "sop" in rows and "nsp" in rows:
         sop, nsp = rows["sop"]["sop"], rows["nsp"]["sop"]
         ok = sop >= 0.65 and sop - nsp >= 0.10
