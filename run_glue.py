@@ -16,6 +16,7 @@ from transformers import AutoConfig, DataCollatorWithPadding, default_data_colla
 
 from albert_hf import AlbertHFForSequenceClassification
 from albert_hf import glue
+from albert_hf.hub import loading
 from albert_hf.finetuning import (
     AlbertTrainer,
     AlbertTrainingArguments,
@@ -59,10 +60,12 @@ def main(argv=None):
                    "test": data_args.max_predict_samples}
     splits = {split: limit(dataset, max_samples[task.split_kind(split)]) for split, dataset in splits.items()}
 
-    glue.check_checkpoint_labels(
-        AutoConfig.from_pretrained(model_args.config_name or model_args.model_name_or_path,
-                                   trust_remote_code=model_args.trust_remote_code, cache_dir=model_args.cache_dir,
-                                   revision=model_args.model_revision, token=model_args.token), task)
+    with loading("--config_name" if model_args.config_name else "--model_name_or_path",
+                 model_args.config_name or model_args.model_name_or_path):
+        checkpoint_config = AutoConfig.from_pretrained(
+            model_args.config_name or model_args.model_name_or_path, trust_remote_code=model_args.trust_remote_code,
+            cache_dir=model_args.cache_dir, revision=model_args.model_revision, token=model_args.token)
+    glue.check_checkpoint_labels(checkpoint_config, task)
     tokenizer, model = load_tokenizer_and_model(model_args, AlbertHFForSequenceClassification,
                                                 **glue.label_config(task))
     max_seq_length = data_args.max_seq_length

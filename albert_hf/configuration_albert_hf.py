@@ -158,6 +158,8 @@ class AlbertHFConfig(PreTrainedConfig):
         """Read config.json; a transformers ALBERT config (model_type "albert") is converted on the fly, so every
         `albert-*` checkpoint loads with `AlbertHFFor*.from_pretrained` (the weight names are the same)."""
         config_dict, kwargs = super().get_config_dict(pretrained_model_name_or_path, **kwargs)
+        if not config_dict:  # transformers 5 reads a folder without config.json as {}: a default config, silently
+            raise OSError(f"{pretrained_model_name_or_path} holds no config.json")
         if config_dict.get("model_type") == "albert":
             config_dict = cls.from_albert_config(config_dict).to_dict()
         return config_dict, kwargs

@@ -28,6 +28,7 @@ from transformers import AutoTokenizer, HfArgumentParser, Trainer, TrainingArgum
 from transformers.trainer_utils import get_last_checkpoint
 
 from . import AlbertHFConfig
+from .hub import loading
 from .optimization import AdamWeightDecay, get_official_schedule, parameter_groups
 
 logger = logging.getLogger("albert_hf.finetuning")
@@ -152,22 +153,27 @@ def setup(training_args: TrainingArguments) -> str | None:
 def load_tokenizer_and_model(model_args: ModelArguments, model_class, **config_overrides):
     """Tokenizer and `model_class` (an AlbertHFFor* class) from model_args; config fields may be overridden."""
     hub = dict(cache_dir=model_args.cache_dir, revision=model_args.model_revision, token=model_args.token)
-    tokenizer = AutoTokenizer.from_pretrained(
-        model_args.tokenizer_name or model_args.model_name_or_path, trust_remote_code=model_args.trust_remote_code,
-        **hub,
-    )
+    tokenizer_flag = "--tokenizer_name" if model_args.tokenizer_name else "--model_name_or_path"
+    with loading(tokenizer_flag, model_args.tokenizer_name or model_args.model_name_or_path):
+        tokenizer = AutoTokenizer.from_pretrained(
+            model_args.tokenizer_name or model_args.model_name_or_path,
+            trust_remote_code=model_args.trust_remote_code, **hub,
+        )
     if "token_type_ids" not in tokenizer.model_input_names:
         # transformers' AlbertTokenizer leaves them out by default; ALBERT's segment embeddings need them.
         tokenizer.model_input_names = [*tokenizer.model_input_names, "token_type_ids"]
     for name in ("hidden_dropout_prob", "classifier_dropout_prob"):
         if getattr(model_args, name) is not None:
             config_overrides[name] = getattr(model_args, name)
-    config = AlbertHFConfig.from_pretrained(model_args.config_name or model_args.model_name_or_path,
-                                            **config_overrides, **hub)
-    model = model_class.from_pretrained(
-        model_args.model_name_or_path, config=config, ignore_mismatched_sizes=model_args.ignore_mismatched_sizes,
-        **hub,
-    )
+    with loading("--config_name" if model_args.config_name else "--model_name_or_path",
+                 model_args.config_name or model_args.model_name_or_path):
+        config = AlbertHFConfig.from_pretrained(model_args.config_name or model_args.model_name_or_path,
+                                                **config_overrides, **hub)
+    with loading("--model_name_or_path", model_args.model_name_or_path):
+        model = model_class.from_pretrained(
+            model_args.model_name_or_path, config=config,
+            ignore_mismatched_sizes=model_args.ignore_mismatched_sizes, **hub,
+        )
     if len(tokenizer) > model.config.vocab_size:
         raise ValueError(f"The tokenizer has {len(tokenizer)} tokens but the model's vocabulary only "
                          f"{model.config.vocab_size}: they do not belong together")

@@ -1,7 +1,8 @@
-"""Model cards and uploads shared by the run_*.py scripts."""
+"""Model cards, uploads and loading errors shared by the run_*.py scripts."""
 
 import json
 import logging
+from contextlib import contextmanager
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -106,3 +107,24 @@ def push_folder(output_dir, repo_id: str, token=None, commit_message: str = "Upl
 
 def write_json(path, data: dict) -> None:
     Path(path).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+@contextmanager
+def loading(flag: str, name):
+    """Stop with one line naming the argument when `from_pretrained(name)` cannot find it.
+
+    transformers raises OSError for a folder that does not exist or lacks the files, an unknown Hub repo, and a
+    Hub that cannot be reached (offline, or HF_HUB_OFFLINE=1); its traceback buries which argument was wrong.
+    """
+    try:
+        yield
+    except OSError as error:
+        if Path(str(name)).exists():
+            where = "a local folder, but it does not hold what is needed"
+        else:
+            where = "no local folder by that name, so it was looked up on the Hub"
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        from huggingface_hub import constants
+
+        hint = "; the Hub is switched off (HF_HUB_OFFLINE), so pass a local folder" if constants.HF_HUB_OFFLINE else ""
+        raise SystemExit(f"error: {flag} {name}: cannot load it ({where}): {reason}{hint}") from None

@@ -303,12 +303,15 @@ def split_documents(documents, args):
 def load_tokenizer(args, train_documents):
     from transformers import AutoTokenizer
 
+    from .hub import loading
     from .tokenization import train_tokenizer
 
     if args.tokenizer_name:
-        return AutoTokenizer.from_pretrained(args.tokenizer_name, trust_remote_code=args.trust_remote_code)
+        with loading("--tokenizer_name", args.tokenizer_name):
+            return AutoTokenizer.from_pretrained(args.tokenizer_name, trust_remote_code=args.trust_remote_code)
     if args.model_name_or_path and Path(args.model_name_or_path, "tokenizer.json").is_file():
-        return AutoTokenizer.from_pretrained(args.model_name_or_path)
+        with loading("--model_name_or_path", args.model_name_or_path):
+            return AutoTokenizer.from_pretrained(args.model_name_or_path)
     return train_tokenizer(train_documents, vocab_size=args.vocab_size, text_column="text",
                            sentence_per_line=args.layout == "sentence_per_line")
 
@@ -326,12 +329,15 @@ def build_pairs(documents, tokenizer, args, dupe_factor, seed, one_chunk="random
 
 def build_model(args, tokenizer):
     from . import AlbertHFConfig, AlbertHFForPreTraining
+    from .hub import loading
 
     if args.model_name_or_path:
-        model = AlbertHFForPreTraining.from_pretrained(args.model_name_or_path)
+        with loading("--model_name_or_path", args.model_name_or_path):
+            model = AlbertHFForPreTraining.from_pretrained(args.model_name_or_path)
     else:
         if args.config_name:
-            config = AlbertHFConfig.from_pretrained(args.config_name)
+            with loading("--config_name", args.config_name):
+                config = AlbertHFConfig.from_pretrained(args.config_name)
         else:
             config = AlbertHFConfig.from_preset(args.model_config)
         config.vocab_size = len(tokenizer)

@@ -165,3 +165,31 @@ def test_answerability_head_checkpoint_loads_back_as_that_head(tmp_path):
     albert_hf.AlbertHFForQuestionAnswering(tiny_config()).save_pretrained(tmp_path / "plain")
     plain = AutoModelForQuestionAnswering.from_pretrained(tmp_path / "plain")
     assert type(plain) is albert_hf.AlbertHFForQuestionAnswering
+
+
+def test_a_model_or_tokenizer_that_cannot_be_loaded_stops_with_the_argument_named(tmp_path):
+    """Offline (as the tests run) a Hub name cannot be fetched, and an empty folder holds nothing: each stops with
+    one line naming the flag and the value, not transformers' traceback."""
+    from argparse import Namespace
+
+    from huggingface_hub import constants
+
+    from albert_hf.finetuning import ModelArguments, load_tokenizer_and_model
+    from albert_hf.hub import loading
+    from albert_hf.pretraining import build_model, load_tokenizer
+
+    with pytest.raises(SystemExit, match=r"^error: --tokenizer_name someone/no-such-albert: cannot load it \(no local "
+                                         r"folder by that name, so it was looked up on the Hub\)") as stopped:
+        load_tokenizer(Namespace(tokenizer_name="someone/no-such-albert", trust_remote_code=False), None)
+    assert ("HF_HUB_OFFLINE" in str(stopped.value)) == constants.HF_HUB_OFFLINE
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    # transformers alone would read the empty folder as a default config (hidden size 4096), silently
+    with pytest.raises(SystemExit, match=r"--config_name .*empty: cannot load it \(a local folder, but .*holds no "
+                                         r"config\.json"):
+        build_model(Namespace(model_name_or_path=None, config_name=str(empty)), None)
+    with pytest.raises(SystemExit, match=r"--model_name_or_path albert/albert-base-v2: cannot load it"):
+        load_tokenizer_and_model(ModelArguments(model_name_or_path="albert/albert-base-v2"),
+                                 albert_hf.AlbertHFForSequenceClassification)
+    with pytest.raises(ValueError, match="not an OSError"), loading("--x", "y"):
+        raise ValueError("not an OSError")  # anything else passes through untouched
