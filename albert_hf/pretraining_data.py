@@ -44,6 +44,11 @@ logger = logging.getLogger(__name__)
 
 OFFICIAL_DUPE_FACTOR = 40
 TASKS = ("sop", "nsp")
+
+
+class NoPairsError(ValueError):
+    """The documents are empty or too short to give a single sentence pair (as opposed to bad arguments)."""
+
 ONE_CHUNK_POLICIES = ("random_next", "skip")
 PAIRS_VERSION = 1  # bump when the output of the pair builder changes, to invalidate cached maps
 
@@ -348,7 +353,7 @@ def create_pretraining_pairs(
         int(((num_sentences > 0) & (num_sentences < min_sentences)).sum()), min_sentences,
     )
     if len(rows) == 0:
-        raise ValueError(f"No document has {min_sentences} or more sentences; cannot build sentence pairs")
+        raise NoPairsError(f"No document has {min_sentences} or more sentences; cannot build sentence pairs")
     if len(rows) == 1 and (task == "nsp" or one_chunk == "random_next"):  # otherwise no random B is ever drawn
         logger.warning("Only one usable document: random-next segments will come from the same document")
 

@@ -203,6 +203,9 @@ def test_sop_by_document_scores_each_document_on_its_own_pairs(caplog):
     assert len(set(shares)) > 1  # the documents really are scored apart
     with pytest.raises(ValueError, match="2 names for 3 documents"):
         sop_by_document(model, tok, docs, ["a", "b"])
+    # Bad arguments are errors, not documents "too short for a pair"
+    with pytest.raises(ValueError, match="max_seq_length=600 exceeds"):
+        sop_by_document(model, tok, docs, max_seq_length=600)
 
 
 def test_document_names_are_file_names_numbered_within_a_file():

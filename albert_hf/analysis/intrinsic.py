@@ -26,6 +26,8 @@ from pathlib import Path
 
 import torch
 
+from ..pretraining_data import NoPairsError, build_pretraining_dataset
+
 logger = logging.getLogger(__name__)
 
 SETS = ("nsp", "sop")
@@ -38,7 +40,7 @@ def _as_dataset(documents, text_column="text"):
         return documents
     documents = [d for d in documents if d and d.strip()]
     if not documents:
-        raise ValueError("No non-empty document to build the intrinsic evaluation sets from")
+        raise NoPairsError("No non-empty document to build the intrinsic evaluation sets from")
     return datasets.Dataset.from_dict({text_column: documents})
 
 
@@ -49,8 +51,6 @@ def build_intrinsic_sets(documents, tokenizer, *, max_seq_length=128, max_exampl
 
     `documents`: a list of strings (one document each) or a `datasets.Dataset` with a "text" column.
     """
-    from ..pretraining_data import build_pretraining_dataset
-
     corpus = _as_dataset(documents)
     sets = {}
     for task in tasks:
@@ -59,7 +59,7 @@ def build_intrinsic_sets(documents, tokenizer, *, max_seq_length=128, max_exampl
             dupe_factor=1, task=task, seed=seed, one_chunk="skip",
         )
         if len(pairs) == 0:
-            raise ValueError(f"The documents give no {task.upper()} pair (too short?)")
+            raise NoPairsError(f"The documents give no {task.upper()} pair (too short?)")
         sets[task] = pairs.select(range(min(max_examples, len(pairs))))
     return sets
 
@@ -127,7 +127,7 @@ def sop_by_document(model, tokenizer, documents, names=None, *, max_seq_length=1
         try:
             pairs = build_intrinsic_sets([text], tokenizer, max_seq_length=max_seq_length, max_examples=max_examples,
                                          seed=seed, tasks=("sop",))["sop"]
-        except ValueError:  # empty, or no pair (fewer than two sentences per chunk)
+        except NoPairsError:  # empty, or too short for a pair; bad arguments still raise
             too_short.append(name)
             continue
         counts = evaluate_pairs(model, tokenizer, pairs, batch_size=batch_size, seed=seed,
