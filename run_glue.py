@@ -16,7 +16,6 @@ from transformers import AutoConfig, DataCollatorWithPadding, default_data_colla
 
 from albert_hf import AlbertHFForSequenceClassification
 from albert_hf import glue
-from albert_hf.hub import loading
 from albert_hf.finetuning import (
     AlbertTrainer,
     AlbertTrainingArguments,
@@ -29,6 +28,7 @@ from albert_hf.finetuning import (
     setup,
     train,
 )
+from albert_hf.hub import loading
 
 logger = logging.getLogger("run_glue")
 
@@ -60,11 +60,11 @@ def main(argv=None):
                    "test": data_args.max_predict_samples}
     splits = {split: limit(dataset, max_samples[task.split_kind(split)]) for split, dataset in splits.items()}
 
-    with loading("--config_name" if model_args.config_name else "--model_name_or_path",
-                 model_args.config_name or model_args.model_name_or_path):
+    flag, config_name = model_args.source("config")
+    with loading(flag, config_name):
         checkpoint_config = AutoConfig.from_pretrained(
-            model_args.config_name or model_args.model_name_or_path, trust_remote_code=model_args.trust_remote_code,
-            cache_dir=model_args.cache_dir, revision=model_args.model_revision, token=model_args.token)
+            config_name, trust_remote_code=model_args.trust_remote_code, cache_dir=model_args.cache_dir,
+            revision=model_args.model_revision, token=model_args.token)
     glue.check_checkpoint_labels(checkpoint_config, task)
     tokenizer, model = load_tokenizer_and_model(model_args, AlbertHFForSequenceClassification,
                                                 **glue.label_config(task))

@@ -57,6 +57,11 @@ class ModelArguments:
         default=None, metadata={"help": "dropout before the task head (official: 0.1); default: config's"}
     )
 
+    def source(self, part: str) -> tuple[str, str]:
+        """(flag, value) the "config" or "tokenizer" is loaded from: its own argument, else the model's."""
+        own = getattr(self, f"{part}_name")
+        return (f"--{part}_name", own) if own else ("--model_name_or_path", self.model_name_or_path)
+
 
 @dataclass
 class AlbertTrainingArguments(TrainingArguments):
@@ -153,22 +158,18 @@ def setup(training_args: TrainingArguments) -> str | None:
 def load_tokenizer_and_model(model_args: ModelArguments, model_class, **config_overrides):
     """Tokenizer and `model_class` (an AlbertHFFor* class) from model_args; config fields may be overridden."""
     hub = dict(cache_dir=model_args.cache_dir, revision=model_args.model_revision, token=model_args.token)
-    tokenizer_flag = "--tokenizer_name" if model_args.tokenizer_name else "--model_name_or_path"
-    with loading(tokenizer_flag, model_args.tokenizer_name or model_args.model_name_or_path):
-        tokenizer = AutoTokenizer.from_pretrained(
-            model_args.tokenizer_name or model_args.model_name_or_path,
-            trust_remote_code=model_args.trust_remote_code, **hub,
-        )
+    flag, tokenizer_name = model_args.source("tokenizer")
+    with loading(flag, tokenizer_name):
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_name, trust_remote_code=model_args.trust_remote_code, **hub)
     if "token_type_ids" not in tokenizer.model_input_names:
         # transformers' AlbertTokenizer leaves them out by default; ALBERT's segment embeddings need them.
         tokenizer.model_input_names = [*tokenizer.model_input_names, "token_type_ids"]
     for name in ("hidden_dropout_prob", "classifier_dropout_prob"):
         if getattr(model_args, name) is not None:
             config_overrides[name] = getattr(model_args, name)
-    with loading("--config_name" if model_args.config_name else "--model_name_or_path",
-                 model_args.config_name or model_args.model_name_or_path):
-        config = AlbertHFConfig.from_pretrained(model_args.config_name or model_args.model_name_or_path,
-                                                **config_overrides, **hub)
+    flag, config_name = model_args.source("config")
+    with loading(flag, config_name):
+        config = AlbertHFConfig.from_pretrained(config_name, **config_overrides, **hub)
     with loading("--model_name_or_path", model_args.model_name_or_path):
         model = model_class.from_pretrained(
             model_args.model_name_or_path, config=config,

@@ -188,6 +188,9 @@ def test_a_model_or_tokenizer_that_cannot_be_loaded_stops_with_the_argument_name
     with pytest.raises(SystemExit, match=r"--config_name .*empty: cannot load it \(a local folder, but .*holds no "
                                          r"config\.json"):
         build_model(Namespace(model_name_or_path=None, config_name=str(empty)), None)
+    given = ModelArguments(model_name_or_path="m", tokenizer_name="t")
+    assert (given.source("tokenizer"), given.source("config")) == (("--tokenizer_name", "t"),
+                                                                   ("--model_name_or_path", "m"))
     with pytest.raises(SystemExit, match=r"--model_name_or_path albert/albert-base-v2: cannot load it"):
         load_tokenizer_and_model(ModelArguments(model_name_or_path="albert/albert-base-v2"),
                                  albert_hf.AlbertHFForSequenceClassification)
