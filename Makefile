@@ -16,9 +16,10 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[test]"
 	touch $@
 
-# The main job on its embedded default: a tiny ALBERT pretrained on the embedded corpus, reloaded with AutoModel.
+# The main job on its embedded default: a tiny ALBERT pretrained on the embedded corpus, reloaded with AutoModel
+# (a demo: a second `make pretrain` replaces the first one's outputs/albert-pretraining).
 pretrain: setup
-	$(BIN)/python run_pretraining.py
+	$(BIN)/python run_pretraining.py --overwrite_output_dir
 
 # Tests never touch the network: offline Hub and a throwaway HF_HOME.
 test: setup

@@ -3,7 +3,7 @@
     accelerate launch run_pretraining.py --model_config base --train_files corpus/ --max_seq_length 512 ...
     python run_pretraining.py            # a tiny ALBERT on the embedded corpus, a few minutes on a laptop CPU
 
-Loop: MLM + SOP loss (ALBERT_SPEC.md §4), LAMB with the official poly-decay schedule, global clipping at 1.0,
+Loop: MLM + SOP loss (their plain sum), LAMB with the official poly-decay schedule, global clipping at 1.0,
 gradient accumulation, bf16/fp16 through accelerate. Every `--checkpointing_steps` the full state (model,
 optimizer, scheduler, RNGs, data position) goes atomically into `OUTPUT_DIR/step_N`;
 `--resume_from_checkpoint latest` continues exactly where the last complete checkpoint left off.
@@ -108,12 +108,19 @@ def build_parser() -> argparse.ArgumentParser:
     io.add_argument("--logging_steps", type=int, default=20)
     io.add_argument("--checkpointing_steps", type=int, default=None, help="save full training state every N steps")
     io.add_argument("--checkpoints_total_limit", type=int, default=None, help="keep only the newest N step_ folders")
-    io.add_argument("--resume_from_checkpoint", default=None, help="'latest' or a step_N folder")
+    io.add_argument("--resume_from_checkpoint", default=None,
+                    help="'latest' (the newest complete step_N in --output_dir, or a fresh start when there is none) "
+                    "or a step_N folder")
+    io.add_argument("--overwrite_output_dir", action="store_true",
+                    help="start over in an --output_dir that holds an earlier run: its checkpoints, logs, results "
+                    "and model are deleted first (without this flag, such a folder is refused)")
     io.add_argument("--with_tracking", action="store_true", help="log to the trackers of --report_to")
     io.add_argument("--report_to", default="tensorboard", help="accelerate tracker(s): tensorboard, wandb, all, ...")
     io.add_argument("--push_to_hub", action="store_true")
     io.add_argument("--hub_model_id", default=None, help="repo id (default: the output_dir name)")
     io.add_argument("--hub_token", default=None)
+    io.add_argument("--license", default=None,
+                    help="the license named in the model card, a Hub license id (e.g. apache-2.0)")
     io.add_argument("--trust_remote_code", action="store_true")
     return parser
 
@@ -142,7 +149,65 @@ def parse_args(argv=None):
     for name in ("adam_beta1", "adam_beta2"):
         if not 0 <= getattr(args, name) < 1:
             raise SystemExit(f"error: --{name} must be in [0, 1)")
+    if args.resume_from_checkpoint and args.overwrite_output_dir:
+        raise SystemExit("error: pass --resume_from_checkpoint or --overwrite_output_dir, not both")
+    if args.resume_from_checkpoint not in (None, "latest"):
+        problem = StepCheckpoints.problem(Path(args.resume_from_checkpoint))
+        if problem:
+            raise SystemExit(f"error: --resume_from_checkpoint {args.resume_from_checkpoint}: {problem}")
+    earlier = previous_run_files(args.output_dir)
+    if earlier and not args.overwrite_output_dir:
+        if args.resume_from_checkpoint is None:
+            raise SystemExit(f"error: --output_dir {args.output_dir} holds an earlier run ({', '.join(earlier[:4])}"
+                             f"{', ...' if len(earlier) > 4 else ''}): pass --resume_from_checkpoint latest to "
+                             "continue it, --overwrite_output_dir to start over, or another --output_dir")
+        if args.resume_from_checkpoint == "latest" and not StepCheckpoints.complete_in(args.output_dir):
+            raise SystemExit(f"error: --resume_from_checkpoint latest: --output_dir {args.output_dir} holds an "
+                             "earlier run but no complete step_N checkpoint to continue from; pass "
+                             "--overwrite_output_dir to start over, or another --output_dir")
     return args
+
+
+# What a run writes into --output_dir: an earlier run is recognised (and, with --overwrite_output_dir, cleared)
+# by these names only, so unrelated files a user keeps there are neither a reason to refuse nor deleted.
+RUN_OUTPUTS = ("step_*", ".tmp-*", "runs", "metrics.jsonl", "all_results.json", "README.md", "config.json",
+               "model.safetensors", "model-*.safetensors", "model.safetensors.index.json", "tokenizer.json",
+               "tokenizer_config.json", "special_tokens_map.json", "spiece.model", "configuration_albert_hf.py",
+               "modeling_albert_hf.py")
+
+
+def previous_run_files(output_dir) -> list[str]:
+    output_dir = Path(output_dir)
+    if not output_dir.is_dir():
+        return []
+    return sorted({path.name for pattern in RUN_OUTPUTS for path in output_dir.glob(pattern)})
+
+
+def truncate_metrics_log(path: Path, step: int) -> None:
+    """Keep the rows up to `step`: a resumed run logs the later ones again. A row cut short by a kill is dropped."""
+    if not path.is_file():
+        return
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if row.get("step", 0) <= step:
+            kept.append(line + "\n")
+    path.write_text("".join(kept))
+
+
+def clear_previous_run(output_dir) -> list[str]:
+    """Delete what an earlier run wrote into output_dir (for --overwrite_output_dir); returns the names."""
+    names = previous_run_files(output_dir)
+    for name in names:
+        path = Path(output_dir) / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    return names
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -161,14 +226,31 @@ class StepCheckpoints:
         self.accelerator = accelerator
         self.total_limit = total_limit
 
-    def complete(self) -> list[tuple[int, Path]]:
+    @staticmethod
+    def complete_in(output_dir) -> list[tuple[int, Path]]:
         found = []
-        if self.output_dir.is_dir():
-            for path in self.output_dir.iterdir():
+        output_dir = Path(output_dir)
+        if output_dir.is_dir():
+            for path in output_dir.iterdir():
                 match = STEP_DIR.match(path.name)
                 if match and (path / STATE_FILE).is_file():
                     found.append((int(match.group(1)), path))
         return sorted(found)
+
+    def complete(self) -> list[tuple[int, Path]]:
+        return self.complete_in(self.output_dir)
+
+    @staticmethod
+    def problem(path: Path) -> str | None:
+        """Why `path` cannot be resumed from, or None when it is a complete checkpoint."""
+        if not path.exists():
+            return "no such folder"
+        if not path.is_dir():
+            return "not a folder"
+        if not (path / STATE_FILE).is_file():
+            return (f"not a complete checkpoint (no {STATE_FILE}; a save that was interrupted leaves such a folder, "
+                    "and step_N folders written by this script end with it)")
+        return None
 
     def resolve(self, value: str) -> Path | None:
         if value == "latest":
@@ -177,8 +259,9 @@ class StepCheckpoints:
                 logger.info("--resume_from_checkpoint latest: no checkpoint in %s, starting from scratch", self.output_dir)
             return found[-1][1] if found else None
         path = Path(value)
-        if not (path / STATE_FILE).is_file():
-            raise FileNotFoundError(f"{path} is not a complete checkpoint (no {STATE_FILE})")
+        problem = self.problem(path)
+        if problem:
+            raise FileNotFoundError(f"{path} is {problem}" if problem.startswith("not") else f"{path}: {problem}")
         return path
 
     def remove_partial(self):
@@ -188,9 +271,16 @@ class StepCheckpoints:
         self.accelerator.wait_for_everyone()
 
     def save(self, step: int, state: dict) -> Path:
+        from accelerate.utils import broadcast_object_list
+
         final = self.output_dir / f"step_{step}"
         tmp = self.output_dir / f".tmp-step_{step}"
-        if (final / STATE_FILE).is_file():
+        # Every process must make the same collective calls (save_state, wait_for_everyone). Whether the checkpoint
+        # already exists (a run resumed from an older step) is therefore decided once, by the main process: a
+        # slower process that looked for itself could see the folder the main process had just renamed into
+        # place, skip the calls, and leave the others waiting forever.
+        exists = (final / STATE_FILE).is_file() if self.accelerator.is_main_process else None
+        if broadcast_object_list([exists])[0]:
             return final
         self.accelerator.save_state(str(tmp))
         if self.accelerator.is_main_process:
@@ -424,6 +514,11 @@ def main(argv=None):
         enable_cpu_fp16(accelerator)
     set_seed(args.seed)
     output_dir = Path(args.output_dir)
+    if args.overwrite_output_dir and accelerator.is_main_process:
+        cleared = clear_previous_run(output_dir)
+        if cleared:
+            logger.info("--overwrite_output_dir: deleted the earlier run's %s", ", ".join(cleared))
+    accelerator.wait_for_everyone()
     output_dir.mkdir(parents=True, exist_ok=True)
     checkpoints = StepCheckpoints(output_dir, accelerator, args.checkpoints_total_limit)
     checkpoints.remove_partial()
@@ -484,17 +579,31 @@ def main(argv=None):
                 f"{num_parameters:,}", global_batch, args.max_seq_length, args.max_train_steps,
                 accelerator.num_processes, accelerator.mixed_precision)
 
+    metrics_log = output_dir / "metrics.jsonl"
+    # The training metrics logged every --logging_steps are means over a window of steps. The window's sums
+    # travel with the checkpoint (summed over processes, held by the main process), so that a resumed run logs
+    # exactly what the uninterrupted run would have, wherever the checkpoint fell inside a window.
+    window = torch.zeros(6, dtype=torch.float64)
+    window_tokens, window_seconds = 0, 0.0
     completed_steps, epoch, batches_in_epoch, skipped_steps = 0, 0, 0, 0
     if args.resume_from_checkpoint:
         path = checkpoints.resolve(args.resume_from_checkpoint)
         if path is not None:
-            accelerator.load_state(str(path))
-            state = json.loads((path / STATE_FILE).read_text())
-            completed_steps, epoch, batches_in_epoch = state["step"], state["epoch"], state["batches_in_epoch"]
+            try:
+                accelerator.load_state(str(path))
+                state = json.loads((path / STATE_FILE).read_text())
+                completed_steps, epoch, batches_in_epoch = state["step"], state["epoch"], state["batches_in_epoch"]
+            except (OSError, RuntimeError, ValueError, KeyError) as error:
+                raise SystemExit(f"error: --resume_from_checkpoint {path}: cannot load it: "
+                                 f"{str(error).strip().splitlines()[0] if str(error).strip() else repr(error)}")
+            skipped_steps = state.get("skipped_steps", 0)
+            if accelerator.is_main_process and "window" in state:
+                window = torch.tensor(state["window"], dtype=torch.float64)
+                window_tokens, window_seconds = state["window_tokens"], state["window_seconds"]
+            if accelerator.is_main_process:
+                truncate_metrics_log(metrics_log, completed_steps)
             logger.info("Resumed from %s: step %d, epoch %d, batch %d of the epoch", path, completed_steps,
                         epoch, batches_in_epoch)
-
-    metrics_log = output_dir / "metrics.jsonl"
 
     def log(metrics: dict):
         if args.with_tracking:
@@ -505,8 +614,7 @@ def main(argv=None):
 
     progress = tqdm(total=args.max_train_steps, initial=completed_steps, disable=not accelerator.is_main_process,
                     desc="pretraining", dynamic_ncols=True)
-    window = torch.zeros(6, dtype=torch.float64)
-    window_tokens, window_start = 0, time.perf_counter()
+    window_start = time.perf_counter() - window_seconds
     eval_metrics = {}
     model.train()
     while completed_steps < args.max_train_steps:
@@ -549,8 +657,12 @@ def main(argv=None):
                 logger.info("step %d: %s", completed_steps, _format(eval_metrics))
 
             if args.checkpointing_steps and completed_steps % args.checkpointing_steps == 0:
-                checkpoints.save(completed_steps, {"step": completed_steps, "epoch": epoch,
-                                                   "batches_in_epoch": batches_in_epoch})
+                window_sum = accelerator.reduce(window.to(accelerator.device), "sum").cpu()
+                checkpoints.save(completed_steps, {
+                    "step": completed_steps, "epoch": epoch, "batches_in_epoch": batches_in_epoch,
+                    "skipped_steps": skipped_steps, "window": window_sum.tolist(), "window_tokens": window_tokens,
+                    "window_seconds": time.perf_counter() - window_start,
+                })
             if completed_steps >= args.max_train_steps:
                 break
         else:
@@ -582,27 +694,14 @@ def main(argv=None):
 
 def save_final_model(model, tokenizer, output_dir: Path, args, eval_metrics, global_batch, num_processes):
     """Weights, tokenizer, remote code, model card: written into a temporary folder, then moved into place."""
-    from .hub import write_json, write_model_card
+    from .hub import write_json, write_pretraining_card
 
     tmp = output_dir / ".tmp-final"
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
-    data = (f"Hub dataset `{args.dataset_name}`" if args.dataset_name else
-            f"files {', '.join(args.train_files)}" if args.train_files else
-            "the embedded corpus (docstrings of the Python standard library)")
-    training = {"objective": f"MLM (n-gram, max n={args.max_ngram}) + {args.task.upper()}"
-                if args.task != "none" else "MLM only",
-                "steps": args.max_train_steps, "global batch": global_batch, "sequence length": args.max_seq_length,
-                "optimizer": args.optimizer.upper(), "peak learning rate": args.learning_rate,
-                "warmup steps": args.num_warmup_steps, "processes": num_processes,
-                "mixed precision": args.mixed_precision or "no", "seed": args.seed}
-    write_model_card(tmp, title=f"ALBERT ({args.model_config if not args.config_name else 'custom'}) pretrained "
-                     "with albert_hf", summary="An ALBERT model (Lan et al., ICLR 2020) pretrained with "
-                     "albert_hf's `run_pretraining.py`: masked language modelling with n-gram "
-                     "masking and sentence-order prediction.", model=model, data=data, training=training,
-                     metrics=eval_metrics, tags=("pretraining", args.task), usage_class="AutoModelForPreTraining")
     write_json(tmp / "all_results.json", eval_metrics)
+    write_pretraining_card(tmp, model, args, global_batch, num_processes)  # its metrics: all_results.json
     for path in tmp.iterdir():
         os.replace(path, output_dir / path.name)
     tmp.rmdir()

@@ -53,9 +53,74 @@ def run_python(code: str, cwd, env_extra=None, timeout=300):
     )
     env = {**os.environ, **(env_extra or {})}
     env.pop("PYTHONPATH", None)
-    return subprocess.run(
-        [sys.executable, "-c", blocker + code], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    return subprocess.run(  # stdin closed, as in a notebook kernel or a job: a prompt cannot be answered
+        [sys.executable, "-c", blocker + code], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
+        stdin=subprocess.DEVNULL,
     )
+
+
+def check_tokenizer_loads_without_prompt(folder, fill_mask: bool = False):
+    """A folder our scripts wrote, in a fresh process without albert_hf and with stdin closed: the tokenizer loads
+    the ways its model card shows (transformers' AlbertTokenizer, no remote code; AutoTokenizer with
+    trust_remote_code=True) with no remote-code question and no model-type warning, both alike and giving ALBERT's
+    segment ids; with `fill_mask`, the fill-mask pipeline runs on it."""
+    code = (
+        "from transformers import AlbertTokenizer, AutoTokenizer, pipeline\n"
+        f"folder = {str(folder)!r}\n"
+        "plain = AlbertTokenizer.from_pretrained(folder)\n"
+        "auto = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)\n"
+        "assert type(auto).__name__ == 'AlbertTokenizer' and auto.get_vocab() == plain.get_vocab()\n"
+        "print('SEGMENTS', plain('first part.', 'second part.')['token_type_ids'])\n"
+    )
+    if fill_mask:
+        code += (
+            "fill = pipeline('fill-mask', model=folder, trust_remote_code=True)\n"
+            "found = fill(f'She opened the {fill.tokenizer.mask_token} and walked in.')\n"
+            "print('FILLED', len(found), type(fill.model).__name__, all(isinstance(f['token'], int) for f in found))\n"
+        )
+    done = run_python(code, cwd=Path(folder).parent)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Do you wish to run the custom code" not in done.stdout
+    assert "custom code" not in done.stderr and "to instantiate a model of type" not in done.stderr
+    segments = done.stdout.split("SEGMENTS ")[1].splitlines()[0]
+    assert segments.startswith("[0, 0") and segments.endswith("1, 1]")
+    if fill_mask:
+        assert "FILLED 5 AlbertHFForMaskedLM True" in done.stdout
+    card = (Path(folder) / "README.md").read_text()
+    assert "AlbertTokenizer.from_pretrained(" in card
+
+
+def run_bounded(command, timeout: float, **kwargs):
+    """subprocess.run(capture_output=True, text=True) that cannot hang a test run: on timeout the command and every
+    process it started are killed, and the test fails with what the command printed so far.
+
+    A launcher's workers run in sessions of their own (torch's elastic agent starts them so), so killing the
+    launcher's process group is not enough; they are found through the process tree before anything is killed.
+    Output goes to files rather than pipes, which an orphaned worker would hold open forever.
+    """
+    import subprocess
+    import tempfile
+
+    import psutil
+
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        process = subprocess.Popen(command, stdout=out, stderr=err, text=True, **kwargs)
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            tree = [process.pid] + [child.pid for child in psutil.Process(process.pid).children(recursive=True)]
+            for pid in tree:
+                try:
+                    os.kill(pid, 9)
+                except ProcessLookupError:
+                    pass
+            process.wait()
+            err.seek(0)
+            pytest.fail(f"{' '.join(map(str, command[:4]))} ... still running after {timeout:.0f} s (hung?); killed "
+                        f"{len(tree)} processes; stderr tail:\n{err.read()[-3000:]}")
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(command, process.returncode, out.read(), err.read())
 
 
 @pytest.fixture(scope="session")

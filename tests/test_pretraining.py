@@ -12,7 +12,7 @@ from unittest import mock
 
 import pytest
 import torch
-from conftest import REPO, run_python
+from conftest import REPO, check_tokenizer_loads_without_prompt, run_bounded, run_python
 from safetensors.torch import load_file
 
 from albert_hf.pretraining import STATE_FILE, StepCheckpoints, build_parser, make_optimizer, parse_args
@@ -23,12 +23,12 @@ FAST = ["--vocab_size", "500", "--max_seq_length", "64", "--per_device_train_bat
         "--max_eval_samples", "64", "--logging_steps", "2", "--seed", "7"]
 
 
-def pretrain(out, *extra, launcher=None, check=True, **popen):
+def pretrain(out, *extra, launcher=None, check=True, timeout=300, **popen):
     command = (launcher or [sys.executable]) + [SCRIPT, "--output_dir", str(out), *FAST, *extra]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     if popen:
         return subprocess.Popen(command, env=env, cwd=out.parent, **popen)
-    done = subprocess.run(command, env=env, cwd=out.parent, capture_output=True, text=True, timeout=600)
+    done = run_bounded(command, timeout, env=env, cwd=out.parent)
     if check:
         assert done.returncode == 0, done.stderr[-4000:]
     return done
@@ -78,6 +78,7 @@ def test_end_to_end_run_saves_a_model_that_loads_without_albert_hf(tmp_path):
     )
     assert loaded.returncode == 0, loaded.stderr[-3000:]
     assert "AlbertHFForPreTraining torch.Size([1, 2])" in loaded.stdout and "1, 1" in loaded.stdout
+    check_tokenizer_loads_without_prompt(out, fill_mask=True)
 
 
 def test_torch_compile_compiles_the_blocks_and_follows_the_eager_loss_curve(tmp_path):
@@ -95,14 +96,46 @@ def test_torch_compile_compiles_the_blocks_and_follows_the_eager_loss_curve(tmp_
     assert saved[0].keys() == saved[1].keys()  # in-place compiling leaves the state-dict keys alone
 
 
-def test_sigkill_mid_run_then_resume_ends_with_the_same_weights(tmp_path):
-    args = ["--max_train_steps", "12", "--checkpointing_steps", "3", "--eval_steps", "0",
-            "--validation_split_percentage", "0"]
-    reference = tmp_path / "reference"
-    pretrain(reference, *args)
+RESUME_ARGS = ["--max_train_steps", "12", "--checkpointing_steps", "3", "--eval_steps", "0",
+               "--validation_split_percentage", "0"]  # checkpoints at 3, 6, 9, 12; logging every 2 steps (FAST)
 
+
+@pytest.fixture(scope="module")
+def reference_run(tmp_path_factory):
+    """One uninterrupted 12-step run with a checkpoint every 3 steps, the curve resumed runs must follow."""
+    reference = tmp_path_factory.mktemp("reference") / "run"
+    pretrain(reference, *RESUME_ARGS)
+    return reference
+
+
+def check_same_weights_and_curve(run, reference, after_step):
+    expected, got = load_file(reference / "model.safetensors"), load_file(run / "model.safetensors")
+    assert expected.keys() == got.keys()
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], rtol=0, atol=1e-6, msg=name)
+    # the resumed run continues the same curve: it logs the same steps, with the same losses, after the resume point
+    reference_rows = [row for row in metrics(reference) if row["step"] > after_step]
+    rows = [row for row in metrics(run) if row["step"] > after_step]
+    assert [row["step"] for row in rows] == [row["step"] for row in reference_rows] and rows
+    for row, expected_row in zip(rows, reference_rows):
+        for key in ("train_mlm_loss", "train_mlm_accuracy", "train_sop_loss", "train_sop_accuracy"):
+            assert row[key] == pytest.approx(expected_row[key], abs=1e-7), (row["step"], key)
+
+
+@pytest.mark.parametrize("step", [3, 9])
+def test_resume_from_a_checkpoint_inside_a_logging_window_logs_the_uninterrupted_curve(tmp_path, reference_run,
+                                                                                      step):
+    """Checkpoints at odd steps fall inside a 2-step logging window: the window's sums travel with the checkpoint,
+    so the first row logged after the resume covers the same steps as the uninterrupted run's."""
+    resumed = tmp_path / "resumed"
+    done = pretrain(resumed, *RESUME_ARGS, "--resume_from_checkpoint", str(reference_run / f"step_{step}"))
+    assert f"Resumed from {reference_run / f'step_{step}'}: step {step}" in done.stderr
+    check_same_weights_and_curve(resumed, reference_run, after_step=step)
+
+
+def test_sigkill_mid_run_then_resume_ends_with_the_same_weights(tmp_path, reference_run):
     interrupted = tmp_path / "interrupted"
-    process = pretrain(interrupted, *args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = pretrain(interrupted, *RESUME_ARGS, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
     while not (interrupted / "step_6" / STATE_FILE).exists():
         assert process.poll() is None, "the run ended before it could be killed"
@@ -111,18 +144,13 @@ def test_sigkill_mid_run_then_resume_ends_with_the_same_weights(tmp_path):
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert not (interrupted / "model.safetensors").exists()  # it really died before the end
-    done = pretrain(interrupted, *args, "--resume_from_checkpoint", "latest")
-    assert "Resumed from" in done.stderr
-
-    expected, got = load_file(reference / "model.safetensors"), load_file(interrupted / "model.safetensors")
-    assert expected.keys() == got.keys()
-    for name in expected:
-        torch.testing.assert_close(got[name], expected[name], rtol=0, atol=1e-6, msg=name)
-    # the resumed run continues the same curve: its logged losses equal the reference's after the resume point
-    reference_rows = {row["step"]: row for row in metrics(reference)}
-    for row in metrics(interrupted):
-        if row["step"] > 6:
-            assert row["train_mlm_loss"] == pytest.approx(reference_rows[row["step"]]["train_mlm_loss"], abs=1e-5)
+    resumed_from = max(int(path.name[5:]) for path in interrupted.glob("step_*") if (path / STATE_FILE).exists())
+    done = pretrain(interrupted, *RESUME_ARGS, "--resume_from_checkpoint", "latest")
+    assert f"Resumed from {interrupted / f'step_{resumed_from}'}" in done.stderr
+    # wherever the kill landed, the log holds one series: rows logged after the checkpoint were dropped on resume
+    steps = [row["step"] for row in metrics(interrupted)]
+    assert steps == sorted(steps) and len(steps) == len(set(steps)) == 6
+    check_same_weights_and_curve(interrupted, reference_run, after_step=0)
 
 
 def test_partial_checkpoints_are_never_resumed_from(tmp_path):
@@ -326,3 +354,93 @@ def test_optimizer_takes_the_moment_decays_and_epsilon_from_the_command_line():
     assert {(g["betas"], g["eps"]) for g in custom.param_groups} == {((0.8, 0.98), 1e-8)}
     with pytest.raises(SystemExit, match="--adam_beta2 must be in"):
         parse_args(["--adam_beta2", "1.0"])
+
+
+def test_an_earlier_run_in_output_dir_is_refused_then_cleared_with_overwrite_output_dir(tmp_path, tiny_checkpoint):
+    out = tmp_path / "run"
+    common = ["--tokenizer_name", str(tiny_checkpoint), "--eval_steps", "0", "--validation_split_percentage", "0"]
+    pretrain(out, *common, "--max_train_steps", "4", "--checkpointing_steps", "2")
+    (out / "my_notes.txt").write_text("not ours")
+    weights = (out / "model.safetensors").read_bytes()
+
+    again = pretrain(out, *common, "--max_train_steps", "2", check=False)
+    assert again.returncode != 0 and "Traceback" not in again.stderr
+    message = again.stderr.strip().splitlines()[-1]
+    assert str(out) in message and "--overwrite_output_dir" in message and "--resume_from_checkpoint latest" in message
+    assert (out / "model.safetensors").read_bytes() == weights and len(metrics(out)) == 2  # untouched
+
+    pretrain(out, *common, "--max_train_steps", "2", "--overwrite_output_dir")
+    assert not list(out.glob("step_*"))  # the old run's checkpoints would otherwise be resumed by `latest`
+    assert [row["step"] for row in metrics(out)] == [2]  # one series, the new run's
+    assert (out / "model.safetensors").read_bytes() != weights
+    assert (out / "my_notes.txt").read_text() == "not ours"  # only what a run writes is cleared
+
+
+def test_output_dir_checks_before_any_work(tmp_path):
+    out = tmp_path / "run"
+    assert parse_args(["--output_dir", str(out)]).output_dir == str(out)  # a new folder
+    out.mkdir()
+    (out / "notes.txt").write_text("a user's file")
+    parse_args(["--output_dir", str(out)])  # unrelated files are no earlier run
+    (out / "metrics.jsonl").write_text('{"step": 2}\n')
+    with pytest.raises(SystemExit, match="holds an earlier run .*--resume_from_checkpoint latest.*--overwrite_output_dir"):
+        parse_args(["--output_dir", str(out)])
+    # `latest` with nothing to continue from would silently start over on top of the earlier run
+    with pytest.raises(SystemExit, match="no complete step_N checkpoint"):
+        parse_args(["--output_dir", str(out), "--resume_from_checkpoint", "latest"])
+    (out / "step_2").mkdir()
+    (out / "step_2" / STATE_FILE).write_text("{}")
+    assert parse_args(["--output_dir", str(out), "--resume_from_checkpoint", "latest"]).resume_from_checkpoint
+    with pytest.raises(SystemExit, match="not both"):
+        parse_args(["--output_dir", str(out), "--resume_from_checkpoint", "latest", "--overwrite_output_dir"])
+
+
+def test_a_checkpoint_that_cannot_be_resumed_stops_with_one_line_naming_the_flag(tmp_path):
+    missing = tmp_path / "no" / "such" / "dir"
+    with pytest.raises(SystemExit, match=f"--resume_from_checkpoint {missing}: no such folder"):
+        parse_args(["--output_dir", str(tmp_path / "run"), "--resume_from_checkpoint", str(missing)])
+    incomplete = tmp_path / "step_5"
+    incomplete.mkdir()
+    with pytest.raises(SystemExit, match=f"--resume_from_checkpoint {incomplete}: not a complete checkpoint"):
+        parse_args(["--output_dir", str(tmp_path / "run"), "--resume_from_checkpoint", str(incomplete)])
+
+    # a folder that looks complete but lacks the saved state: found out when loading, still one line
+    (incomplete / STATE_FILE).write_text(json.dumps({"step": 5, "epoch": 0, "batches_in_epoch": 5}))
+    done = pretrain(tmp_path / "run", "--max_train_steps", "6", "--eval_steps", "0", "--validation_split_percentage",
+                    "0", "--resume_from_checkpoint", str(incomplete), check=False)
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines()[-1].startswith(f"error: --resume_from_checkpoint {incomplete}: cannot load")
+    assert not (tmp_path / "run" / "model.safetensors").exists()
+
+
+DELAYED_SAVE = """
+import sys, time
+import torch
+from accelerate import Accelerator
+from albert_hf.pretraining import StepCheckpoints
+
+accelerator = Accelerator(cpu=True)
+model = accelerator.prepare(torch.nn.Linear(2, 2))
+checkpoints = StepCheckpoints(sys.argv[1], accelerator)
+for step in (1, 1, 2):  # step 1 twice: the second save finds the checkpoint already there
+    if accelerator.process_index == 1:
+        time.sleep(2)  # the slow process looks only after the main process has renamed step_N into place
+    checkpoints.save(step, {"step": step})
+    total = accelerator.reduce(torch.tensor([accelerator.process_index + 1.0]), "sum")  # the next collective call
+    print(f"rank {accelerator.process_index} step {step} total {total.item()}", flush=True)
+"""
+
+
+def test_checkpoint_save_takes_the_same_collective_path_on_every_process(tmp_path):
+    """A slower process must not decide alone that a checkpoint exists and skip the collective calls the others
+    make: it would leave them waiting forever (seen: a 2-process run hung at its first checkpoint)."""
+    script = tmp_path / "delayed_save.py"
+    script.write_text(DELAYED_SAVE)
+    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = run_bounded(launcher + [str(script), str(tmp_path / "out")], timeout=120, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = sorted(line for line in done.stdout.splitlines() if line.startswith("rank"))
+    assert lines == [f"rank {rank} step {step} total 3.0" for rank in (0, 1) for step in (1, 1, 2)]
+    assert sorted(path.name for path in (tmp_path / "out").iterdir()) == ["step_1", "step_2"]
