@@ -5,8 +5,10 @@
         --do_train --do_eval --do_predict --paper_hparams --output_dir out/mrpc
 
 Data: the Hub's nyu-mll/glue by task name, or local files (--data_dir with the original GLUE TSVs,
---train_file/--validation_file/--test_file as .tsv/.csv/.json/.jsonl). Writes eval_results.json and, with
---do_predict, GLUE submission files (MRPC.tsv, MNLI-m.tsv, ...). Task logic: albert_hf/glue.py.
+--train_file/--validation_file/--test_file as .tsv/.csv/.json/.jsonl). Writes, as transformers' run_glue.py,
+train_results.json, eval_results.json (MNLI's mismatched dev set as `eval_accuracy_mm`, ...), predict_results.json
+when a test file has labels (the GLUE test files have none), and all_results.json with them all; with --do_predict
+the GLUE submission files (MRPC.tsv, MNLI-m.tsv, ...). Task logic: albert_hf/glue.py.
 """
 
 import logging
@@ -25,12 +27,32 @@ from albert_hf.finetuning import (
     limit,
     load_tokenizer_and_model,
     parse_arguments,
+    save_results,
     setup,
+    suffixed,
     train,
 )
 from albert_hf.hub import loading
 
 logger = logging.getLogger("run_glue")
+
+# A second dev or test set's metric keys get this suffix, as in transformers' run_glue.py (mnli-mm).
+SUFFIXES = {"validation_mismatched": "_mm", "test_mismatched": "_mm"}
+
+
+def labels_of_test_set(raw, task, where: str):
+    """The encoded labels of a test set when it has them all, else None: the GLUE test files have no label
+    column, the Hub's test splits have -1; a file with only some labelled rows gets a warning."""
+    if "label" not in raw.column_names:
+        return None
+    missing = [value is None or str(value).strip() in ("", "-1") for value in raw["label"]]
+    if all(missing):
+        return None
+    if any(missing):
+        logger.warning("%s: %d of %d rows have no label: no metrics (predict_results.json) for it", where,
+                       sum(missing), len(missing))
+        return None
+    return glue.encode_labels(raw, task, where)["label"]
 
 
 def main(argv=None):
@@ -103,18 +125,28 @@ def main(argv=None):
     if training_args.do_train:
         train(trainer, training_args, last_checkpoint, len(features["train"]))
     if training_args.do_eval:
-        evaluate_splits(trainer, {split: features[split] for split in validation_splits})
+        evaluate_splits(trainer, {split: features[split] for split in validation_splits}, suffixes=SUFFIXES)
     if training_args.do_predict:
+        predict_metrics = {}
         for split in [split for split in features if task.split_kind(split) == "test"]:
-            logits = trainer.predict(features[split], metric_key_prefix="predict").predictions
+            dataset = features[split]
+            labels = labels_of_test_set(raw_splits[split].select(range(len(dataset))), task,
+                                        f"{sources[split]} ({split})")
+            if labels is not None:  # then Trainer.predict computes the task metric too
+                dataset = dataset.add_column("label", labels)
+            output = trainer.predict(dataset, metric_key_prefix="predict")
             indices = splits[split]["idx"] if "idx" in splits[split].column_names else range(len(splits[split]))
             if trainer.is_world_process_zero():
                 path = glue.write_submission(Path(training_args.output_dir) / task.submission_files[split], task,
-                                             indices, logits)
+                                             indices, output.predictions)
                 logger.info("%s predictions (GLUE submission format): %s", split, path)
+            if labels is not None:
+                metrics = {**output.metrics, "predict_samples": len(dataset)}
+                predict_metrics.update(suffixed(metrics, SUFFIXES.get(split, "")))
+        if predict_metrics:
+            save_results(trainer, "predict", predict_metrics)
     if training_args.do_train or training_args.push_to_hub:
-        finish(trainer, model_args, training_args, tasks="text-classification", dataset_tags="nyu-mll/glue",
-               dataset_args=task.name, dataset=f"GLUE {task.folder}", language="en")
+        finish(trainer, model_args, training_args, data_args)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,11 @@
 
 Data (official layout, folders or files of JSON articles, Hub-style rows, `--dataset_name ehovy/race`),
 formatting and metrics live in albert_hf/race.py; the shared flow in albert_hf/finetuning.py.
+
+Results as transformers' example scripts write them: eval_results.json (dev set, --do_eval: `eval_accuracy`, per
+level `eval_accuracy_high`/`eval_accuracy_middle` with `eval_num_high`/`eval_num_middle`), predict_results.json
+(test set, --do_predict: the same keys with `predict_`), train_results.json, and all_results.json holding them all;
+the chosen letters in predictions_validation.json and predictions_test.json.
 """
 
 from albert_hf import AlbertHFForMultipleChoice, race
@@ -48,12 +53,12 @@ def main(argv=None) -> dict:
     )
     if training_args.do_train:
         train(trainer, training_args, last_checkpoint, len(features["train"]))
-    results = {}
-    evaluated = {split: features[split] for split in ("validation", "test") if split in features}
-    if evaluated:
-        results = evaluate_splits(trainer, evaluated, evaluate=race.evaluate_and_write_predictions)
-    finish(trainer, model_args, training_args, tasks="multiple-choice", dataset="race",
-           dataset_tags="race", dataset_args=data_args.subset)
+    results = {}  # split -> its flat metrics (also in eval_results.json / predict_results.json)
+    for split, prefix in (("validation", "eval"), ("test", "predict")):
+        if split in features:
+            results[split] = evaluate_splits(trainer, {split: features[split]},
+                                             evaluate=race.evaluate_and_write_predictions, prefix=prefix)
+    finish(trainer, model_args, training_args, data_args)
     return results
 
 

@@ -7,16 +7,15 @@ Each script defines only its task's data arguments, preprocessing, metrics and p
     tokenizer, model = load_tokenizer_and_model(model_args, AlbertHFForSequenceClassification, num_labels=3)
     trainer = AlbertTrainer(model=model, args=training_args, processing_class=tokenizer, ...)
     if training_args.do_train:
-        train(trainer, training_args, last_checkpoint, num_train_examples)
+        train(trainer, training_args, last_checkpoint, num_train_examples)  # train_results.json
     if training_args.do_eval:
-        metrics = evaluate_splits(trainer, {"validation": eval_dataset})
-    finish(trainer, model_args, training_args, tasks="text-classification", dataset="glue")
+        metrics = evaluate_splits(trainer, {"validation": eval_dataset})  # flat eval_* keys, via save_results
+    finish(trainer, model_args, training_args, data_args)  # model card from all_results.json; --push_to_hub
 
 Any albert_hf checkpoint works, and any transformers ALBERT checkpoint (model_type "albert", e.g.
 `albert/albert-base-v2` or a local copy) is converted on load: the weight names are the same.
 """
 
-import json
 import logging
 import os
 import sys
@@ -47,6 +46,9 @@ class ModelArguments:
     model_revision: str = field(default="main", metadata={"help": "branch, tag or commit of a Hub model"})
     token: str | None = field(default=None, metadata={"help": "Hub token for private models"})
     trust_remote_code: bool = field(default=False, metadata={"help": "allow code from the model repo"})
+    license: str | None = field(
+        default=None, metadata={"help": "the license named in the model card, a Hub license id (e.g. apache-2.0)"}
+    )
     ignore_mismatched_sizes: bool = field(
         default=False, metadata={"help": "re-initialise head weights whose shape differs (e.g. another label count)"}
     )
@@ -90,7 +92,7 @@ class AlbertTrainingArguments(TrainingArguments):
 
 
 class AlbertTrainer(Trainer):
-    """Trainer that, with --official_optimizer, builds the official optimizer and schedule (ALBERT_SPEC.md §5.1).
+    """Trainer that, with --official_optimizer, builds the official optimizer and schedule (`optimization.py`).
 
     Otherwise it is transformers' Trainer unchanged. Task trainers (e.g. for SQuAD post-processing) subclass it.
     With --compile_blocks the model's blocks are compiled in place before training.
@@ -193,42 +195,74 @@ def limit(dataset, max_samples: int | None):
 
 
 def train(trainer, training_args, last_checkpoint, num_examples: int) -> dict:
-    """Train (resuming if asked), save the final model with its tokenizer, write train_results.json."""
+    """Train (resuming if asked), save the final model with its tokenizer, write train_results.json.
+
+    A fresh all_results.json is started: results of an earlier run in output_dir describe another model.
+    """
+    if trainer.is_world_process_zero():
+        Path(training_args.output_dir, "all_results.json").unlink(missing_ok=True)
     result = trainer.train(resume_from_checkpoint=last_checkpoint)
-    trainer.save_model()
+    # An internal save: with --push_to_hub, Trainer would otherwise upload here with its own model card; `finish`
+    # pushes once, with ours.
+    trainer.save_model(_internal_call=True)
     metrics = {**result.metrics, "train_samples": num_examples}
-    trainer.log_metrics("train", metrics)
-    trainer.save_metrics("train", metrics)
+    save_results(trainer, "train", metrics)
     trainer.save_state()
     return metrics
 
 
-def evaluate_splits(trainer, splits: dict, evaluate=None) -> dict:
-    """Evaluate each named split; write eval_results.json as {split: metrics}. Returns that dict.
+def save_results(trainer, kind: str, metrics: dict) -> dict:
+    """Log `metrics` and write them as transformers' example scripts do: `<kind>_results.json` (kind "train",
+    "eval" or "predict"; one flat dict, keys prefixed `<kind>_` by whoever computed them) and merged into
+    `all_results.json`, which thus holds every result of the run. Returns `metrics`."""
+    trainer.log_metrics(kind, metrics)
+    if trainer.is_world_process_zero():
+        Path(trainer.args.output_dir).mkdir(parents=True, exist_ok=True)
+    trainer.save_metrics(kind, metrics, combined=True)
+    return metrics
 
-    `evaluate(trainer, name, dataset) -> metrics` replaces `trainer.evaluate` for tasks with post-processing.
+
+def suffixed(metrics: dict, suffix: str) -> dict:
+    """`{key + suffix: value}`: the keys of a second evaluation set (transformers' run_glue: `eval_accuracy_mm`)."""
+    return {f"{key}{suffix}": value for key, value in metrics.items()}
+
+
+def evaluate_splits(trainer, splits: dict, evaluate=None, prefix: str = "eval", suffixes: dict | None = None) -> dict:
+    """Evaluate each named split and write `<prefix>_results.json` (and all_results.json) via `save_results`.
+
+    The results are ONE flat dict, as transformers' examples write them: keys `<prefix>_<metric>` plus
+    `<prefix>_samples`; a split listed in `suffixes` gets its keys suffixed (GLUE MNLI's mismatched dev set:
+    "_mm"), so several splits merge into one file. Returns that dict.
+
+    `evaluate(trainer, name, dataset, prefix) -> metrics` replaces `trainer.evaluate` for tasks that need more
+    (its keys already prefixed).
     """
     results = {}
     for name, dataset in splits.items():
         if evaluate is None:
-            metrics = trainer.evaluate(eval_dataset=dataset, metric_key_prefix="eval")
+            metrics = trainer.evaluate(eval_dataset=dataset, metric_key_prefix=prefix)
         else:
-            metrics = evaluate(trainer, name, dataset)
-        metrics["eval_samples"] = len(dataset)
-        trainer.log_metrics(f"eval_{name}", metrics)
-        results[name] = metrics
-    if trainer.is_world_process_zero():
-        path = Path(trainer.args.output_dir) / "eval_results.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
-    return results
+            metrics = evaluate(trainer, name, dataset, prefix)
+        metrics[f"{prefix}_samples"] = len(dataset)
+        metrics = suffixed(metrics, (suffixes or {}).get(name, ""))
+        clash = sorted(set(metrics) & set(results))
+        if clash:
+            raise ValueError(f"split {name!r} would overwrite {clash[:3]} of another split: give it a suffix")
+        results.update(metrics)
+    return save_results(trainer, prefix, results)
 
 
-def finish(trainer, model_args: ModelArguments, training_args, **card):
-    """Write the model card (README.md) and push the output folder when --push_to_hub is set."""
-    card.setdefault("finetuned_from", model_args.model_name_or_path)
-    card.setdefault("tags", ["albert", "albert_hf"])
+def finish(trainer, model_args: ModelArguments, training_args, data_args):
+    """Write the model card (README.md: `hub.write_finetuned_card`, metrics from all_results.json) and push the
+    output folder when --push_to_hub is set. Nothing contacts the Hub unless pushing."""
+    from .hub import write_finetuned_card
+
+    def write_card(**_trainer_card_arguments):
+        write_finetuned_card(trainer, model_args, training_args, data_args)
+
     if training_args.push_to_hub:
-        trainer.push_to_hub(**card)
+        # Trainer.push_to_hub writes README.md with create_model_card just before uploading: ours instead.
+        trainer.create_model_card = write_card
+        trainer.push_to_hub()
     elif trainer.is_world_process_zero():
-        trainer.create_model_card(**card)
+        write_card()

@@ -73,10 +73,13 @@ class RaceDataArguments:
     def __post_init__(self):
         if self.dataset_name and self.data_dir:
             raise ValueError("Give either --dataset_name or --data_dir, not both")
-        if self.max_qa_length < 1 or self.max_qa_length > self.max_seq_length - 4:
-            # [CLS] passage [SEP] qa [SEP]: at least one passage token must fit next to the longest qa part.
-            raise ValueError(f"--max_qa_length ({self.max_qa_length}) must be between 1 and max_seq_length - 4 "
-                             f"({self.max_seq_length - 4}) so that the passage keeps at least one token")
+        # [CLS] passage [SEP] qa [SEP]: a longer qa part is capped (encode_questions) so that one passage token fits.
+        if self.max_seq_length < 5:
+            raise ValueError(f"--max_seq_length {self.max_seq_length} is too short for RACE: [CLS] passage [SEP] "
+                             "question+option [SEP] needs at least 5 tokens (--max_qa_length is capped at "
+                             "max_seq_length - 4 to leave the passage one)")
+        if self.max_qa_length < 1:
+            raise ValueError(f"--max_qa_length {self.max_qa_length}: the question+option part needs at least 1 token")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -270,10 +273,14 @@ def fill_option(question: str, option: str) -> str:
 def build_choice_input(passage_ids, qa_ids, cls_id: int, sep_id: int, max_seq_length: int, max_qa_length: int):
     """convert_single_example for one option: `[CLS] passage [SEP] qa [SEP]`, segments 0 then 1.
 
-    The qa part keeps its LAST `max_qa_length` tokens; the passage is cut from its end to fit what is left.
-    Returns (input_ids, token_type_ids).
+    The qa part keeps its LAST `max_qa_length` tokens, at most `max_seq_length - 4` of them so that one passage
+    token always fits (the official code keeps the last max_qa_length, leaves no passage for a qa part of
+    max_seq_length - 3 tokens and fails its length check on a longer one); the passage is cut from its end to fit
+    what is left. Returns (input_ids, token_type_ids).
     """
-    qa_ids = list(qa_ids[-max_qa_length:])
+    if max_seq_length < 5:
+        raise ValueError(f"max_seq_length {max_seq_length}: [CLS] passage [SEP] qa [SEP] needs at least 5 tokens")
+    qa_ids = list(qa_ids[-min(max_qa_length, max_seq_length - 4):])
     passage_ids = list(passage_ids[:max_seq_length - 3 - len(qa_ids)])
     input_ids = [cls_id, *passage_ids, sep_id, *qa_ids, sep_id]
     token_type_ids = [0] * (len(passage_ids) + 2) + [1] * (len(qa_ids) + 1)
@@ -288,6 +295,13 @@ def encode_questions(questions: Dataset, tokenizer, data_args: RaceDataArguments
                          f"max_position_embeddings ({max_position_embeddings})")
     if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
         raise ValueError("The tokenizer has no [CLS]/[SEP] tokens, which RACE's input format needs")
+    qa_length = min(data_args.max_qa_length, data_args.max_seq_length - 4)  # build_choice_input's cap
+    if qa_length < data_args.max_qa_length and not getattr(data_args, "_qa_cap_logged", False):
+        data_args._qa_cap_logged = True  # once per run, not once per split
+        explicit = data_args.max_qa_length != RaceDataArguments.max_qa_length  # the default (128) composes quietly
+        (logger.warning if explicit else logger.info)(
+            "--max_qa_length %d could leave no passage token with --max_seq_length %d: the question+option part keeps "
+            "its last %d tokens", data_args.max_qa_length, data_args.max_seq_length, qa_length)
 
     def encode(batch):
         # Articles repeat across their questions: tokenize each distinct one once per batch.
@@ -341,13 +355,15 @@ def compute_accuracy(eval_prediction) -> dict:
     return {"accuracy": float((eval_prediction.predictions.argmax(-1) == eval_prediction.label_ids).mean())}
 
 
-def evaluate_and_write_predictions(trainer, split: str, dataset: Dataset) -> dict:
-    """evaluate_splits' callback: loss and accuracy (overall, high, middle) on `dataset`, and
-    `predictions_<split>.json` in output_dir mapping each question id to the chosen letter."""
-    output = trainer.predict(dataset, metric_key_prefix="eval")
+def evaluate_and_write_predictions(trainer, split: str, dataset: Dataset, prefix: str = "eval") -> dict:
+    """evaluate_splits' callback: loss and accuracy (overall, and per level as `<prefix>_accuracy_high`,
+    `<prefix>_accuracy_middle` with their counts `<prefix>_num_high`/`_middle`) on `dataset`, keys prefixed "eval_"
+    (dev set) or "predict_" (test set, --do_predict); and `predictions_<split>.json` in output_dir mapping each
+    question id to the chosen letter."""
+    output = trainer.predict(dataset, metric_key_prefix=prefix)
     predicted = output.predictions.argmax(-1)
     metrics = dict(output.metrics)
-    metrics.update({f"eval_{name}": value for name, value in
+    metrics.update({f"{prefix}_{name}": value for name, value in
                     accuracy_by_subset(predicted, dataset["label"], dataset["subset"]).items()})
     if trainer.is_world_process_zero():
         letters = {example_id: ANSWER_LETTERS[choice] for example_id, choice in zip(dataset["example_id"], predicted)}

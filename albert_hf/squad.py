@@ -1,6 +1,6 @@
 """SQuAD v1.1 / v2.0 for run_squad.py: reading, windowed features, post-processing, outputs, metrics.
 
-The recipe is the official ALBERT one (`squad_utils.py`, ALBERT_SPEC.md 5.3), on a fast tokenizer's offsets
+The recipe is the official ALBERT one (google-research/albert's `squad_utils.py`), on a fast tokenizer's offsets
 instead of the official LCS character alignment:
 - `[CLS] question [SEP] context-window [SEP]`, the question cut to `max_query_length` pieces, windows of the
   context advancing by `doc_stride` pieces (the official meaning: the step between window starts);
@@ -12,6 +12,10 @@ instead of the official LCS character alignment:
 
 Two heads: the plain span head (`AlbertHFForQuestionAnswering`, the official v1.1 head; for v2.0 the BERT/HF
 null-score-difference rule) and the official ALBERT v2 answerability head (`AlbertHFForQuestionAnsweringWithAnswerability` in modeling_albert_hf.py).
+
+`SquadTrainer` runs the model on the windows and post-processes against the questions in its `evaluate` (as
+transformers' QuestionAnsweringTrainer does), so evaluations during training (--eval_strategy), the best-checkpoint
+choice (--metric_for_best_model f1) and the final evaluation and prediction all see the same SQuAD metrics.
 """
 
 from __future__ import annotations
@@ -19,12 +23,16 @@ from __future__ import annotations
 import collections
 import json
 import logging
+import math
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 from datasets import Dataset, load_dataset
+from transformers.trainer_utils import speed_metrics
 
+from .finetuning import AlbertTrainer
 from .squad_metrics import squad_v1_metrics, squad_v2_metrics
 
 logger = logging.getLogger("albert_hf.squad")
@@ -44,6 +52,9 @@ class SquadDataArguments:
         default=None, metadata={"help": "official SQuAD JSON (train-v1.1.json, train-v2.0.json), or the flattened "
                                         "Hub format as .json/.jsonl/.parquet (id, title, context, question, answers)"})
     validation_file: str | None = field(default=None, metadata={"help": "as train_file, e.g. dev-v2.0.json"})
+    test_file: str | None = field(
+        default=None, metadata={"help": "as validation_file, for --do_predict (predict_predictions.json); answers "
+                                        "are optional: with them, predict_results.json has the metrics"})
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "processes for feature building"})
     max_seq_length: int = field(default=384, metadata={"help": "pieces per window, question and specials included"})
     max_query_length: int = field(default=64, metadata={"help": "the question is cut to this many pieces"})
@@ -52,6 +63,7 @@ class SquadDataArguments:
                                        "official meaning; run_qa.py passes it to the tokenizer as the overlap)"})
     max_train_samples: int | None = field(default=None, metadata={"help": "use only the first N training questions"})
     max_eval_samples: int | None = field(default=None, metadata={"help": "use only the first N eval questions"})
+    max_predict_samples: int | None = field(default=None, metadata={"help": "use only the first N test questions"})
     version_2_with_negative: bool = field(default=False, metadata={"help": "SQuAD v2.0: some questions have no answer"})
     null_score_diff_threshold: float = field(
         default=0.0, metadata={"help": "v2.0: predict no answer when the null odds exceed this (span head: null score "
@@ -68,8 +80,8 @@ class SquadDataArguments:
     end_n_top: int = field(default=5, metadata={"help": "answerability head: end positions per start"})
 
     def __post_init__(self):
-        if self.dataset_name is None and self.train_file is None and self.validation_file is None:
-            raise ValueError("Give --dataset_name (e.g. squad_v2) or --train_file/--validation_file")
+        if self.dataset_name is None and not (self.train_file or self.validation_file or self.test_file):
+            raise ValueError("Give --dataset_name (e.g. squad_v2) or --train_file/--validation_file/--test_file")
         if self.max_seq_length <= self.max_query_length + 3:
             raise ValueError(f"max_seq_length ({self.max_seq_length}) must exceed max_query_length "
                              f"({self.max_query_length}) + 3, or no context fits in a window")
@@ -111,8 +123,11 @@ def _flatten_official(data: dict, path) -> list[dict]:
     return rows
 
 
-def read_squad_file(path) -> Dataset:
-    """The official nested SQuAD JSON, or the flattened Hub layout in .json/.jsonl/.parquet, as a Dataset."""
+def read_squad_file(path, answers_required: bool = True) -> Dataset:
+    """The official nested SQuAD JSON, or the flattened Hub layout in .json/.jsonl/.parquet, as a Dataset.
+
+    With `answers_required=False` (test files) rows without an `answers` column are read with empty answers.
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"SQuAD file not found: {path}")
@@ -132,6 +147,8 @@ def read_squad_file(path) -> Dataset:
     else:
         field_name = "data" if isinstance(articles, list) else None  # {"data": [rows]} as datasets' json `field`
         dataset = load_dataset("json", data_files=str(path), field=field_name, split="train")
+    if not answers_required and "answers" not in dataset.column_names and len(dataset):
+        dataset = dataset.add_column("answers", [{"text": [], "answer_start": []}] * len(dataset))
     check_examples(dataset, str(path))
     return dataset
 
@@ -151,18 +168,25 @@ def check_examples(dataset: Dataset, where: str) -> None:
 
 
 def load_squad_splits(data_args: SquadDataArguments, cache_dir=None, token=None) -> dict:
-    """{"train": Dataset, "validation": Dataset} (those asked for) from local files or a Hub dataset."""
+    """{"train", "validation", "test": Dataset} (those there are) from local files or a Hub dataset; a local file
+    replaces the Hub's split of the same name."""
     splits = {}
     if data_args.dataset_name is not None:
         hub = load_dataset(data_args.dataset_name, data_args.dataset_config_name, cache_dir=cache_dir, token=token)
-        for name in ("train", "validation"):
+        for name in ("train", "validation", "test"):
             if name in hub:
                 check_examples(hub[name], f"{data_args.dataset_name}[{name}]")
                 splits[name] = hub[name]
-    for name, path in (("train", data_args.train_file), ("validation", data_args.validation_file)):
+    for name, path in (("train", data_args.train_file), ("validation", data_args.validation_file),
+                       ("test", data_args.test_file)):
         if path is not None:
-            splits[name] = read_squad_file(path)
+            splits[name] = read_squad_file(path, answers_required=name != "test")
     return splits
+
+
+def has_gold_answers(examples: Dataset) -> bool:
+    """Whether a set of questions is labelled: at least one has an answer (a test set without answers has none)."""
+    return any(answers["text"] for answers in examples["answers"])
 
 
 def _answer_problem(context: str, answers: dict, version_2: bool) -> str | None:
@@ -194,9 +218,10 @@ def select_trainable(dataset: Dataset, version_2: bool, where: str) -> Dataset:
     return dataset if len(keep) == len(dataset) else dataset.select(keep)
 
 
-def select_evaluable(dataset: Dataset, version_2: bool, where: str) -> Dataset:
-    """Evaluation questions: an empty context is a counted skip; v1.1 mode refuses unanswerable questions."""
-    if not version_2:
+def select_evaluable(dataset: Dataset, version_2: bool, where: str, labelled: bool = True) -> Dataset:
+    """Evaluation questions: an empty context is a counted skip; v1.1 mode refuses unanswerable questions (in a
+    labelled set; an unlabelled test set has no answers at all)."""
+    if labelled and not version_2:
         for question_id, answers in zip(dataset["id"], dataset["answers"]):
             if not answers["text"]:
                 raise ValueError(f"{where}: question {question_id!r} has no answer: this is SQuAD v2.0 data, pass "
@@ -475,33 +500,110 @@ def write_outputs(output_dir, prefix: str, predictions: dict, nbest: dict, null_
         logger.info("Wrote %s", path)
 
 
-def make_evaluate(tokenizer, data_args: SquadDataArguments):
-    """The `evaluate(trainer, name, examples)` callback of `finetuning.evaluate_splits`: features, prediction,
-    post-processing, output files, metrics (keys prefixed "eval_")."""
+def prepare_questions(examples: Dataset, tokenizer, data_args: SquadDataArguments, where: str):
+    """(questions, their windows) of an evaluation or test set: `select_evaluable`, then `features_dataset`."""
+    examples = select_evaluable(examples, data_args.version_2_with_negative, where, has_gold_answers(examples))
+    return examples, features_dataset(examples, tokenizer, data_args, training=False)
 
-    def evaluate(trainer, name, examples):
-        where = data_args.validation_file if name == "validation" and data_args.validation_file else name
-        examples = select_evaluable(examples, data_args.version_2_with_negative, where)
-        features = features_dataset(examples, tokenizer, data_args, training=False)
-        output = trainer.predict(features.remove_columns(POSTPROCESSING_COLUMNS), metric_key_prefix="eval")
-        if data_args.answerability_head:
-            best, nbest, null_odds = postprocess_beam_predictions(
-                examples, features, *output.predictions[:5], start_n_top=data_args.start_n_top,
-                end_n_top=data_args.end_n_top, n_best_size=data_args.n_best_size,
-                max_answer_length=data_args.max_answer_length)
+
+def model_inputs(features: Dataset) -> Dataset:
+    """The windows without the columns only post-processing reads."""
+    return features.remove_columns([c for c in POSTPROCESSING_COLUMNS if c in features.column_names])
+
+
+def postprocess(examples: Dataset, features: Dataset, outputs, data_args: SquadDataArguments):
+    """(best non-null answer, n-best, null odds) per question from the model outputs on its windows, for either head."""
+    if data_args.answerability_head:
+        return postprocess_beam_predictions(
+            examples, features, *outputs[:5], start_n_top=data_args.start_n_top, end_n_top=data_args.end_n_top,
+            n_best_size=data_args.n_best_size, max_answer_length=data_args.max_answer_length)
+    start_logits, end_logits = outputs[:2]
+    return postprocess_span_predictions(
+        examples, features, start_logits, end_logits, n_best_size=data_args.n_best_size,
+        max_answer_length=data_args.max_answer_length, version_2=data_args.version_2_with_negative)
+
+
+@dataclass
+class SquadPredictions:
+    """A SquadTrainer run over a set of questions."""
+
+    predictions: dict  # question id -> answer ("" = no answer, v2.0)
+    nbest: dict  # question id -> n-best entries
+    null_odds: dict | None  # v2.0: question id -> null odds
+    metrics: dict  # "<prefix>_" keys: runtime, windows, and the SQuAD metrics when the questions have answers
+
+
+class SquadTrainer(AlbertTrainer):
+    """AlbertTrainer whose `evaluate` gives the SQuAD metrics (transformers' QuestionAnsweringTrainer, on our
+    post-processing): the model runs on the evaluation windows, its outputs are post-processed against the
+    evaluation questions (n-best spans; v2.0: the null decision, --null_score_diff_threshold or with
+    --tune_null_threshold the threshold tuned on the set) and scored with the official EM/F1, keys prefixed
+    "eval_" and logged. Evaluations during training (--eval_strategy) and --metric_for_best_model (e.g. f1) see
+    these metrics; `evaluate_questions` and `predict_questions` are the same run for the final evaluation and for
+    --do_predict, returning the predictions for the output files too.
+    """
+
+    def __init__(self, *args, data_args: SquadDataArguments, eval_examples: Dataset | None = None,
+                 eval_features: Dataset | None = None, **kwargs):
+        if (eval_examples is None) != (eval_features is None):
+            raise ValueError("SquadTrainer: give eval_examples and eval_features together")
+        kwargs["eval_dataset"] = None if eval_features is None else model_inputs(eval_features)
+        super().__init__(*args, **kwargs)
+        self.data_args = data_args
+        self.eval_examples, self.eval_features = eval_examples, eval_features
+
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix="eval", eval_examples=None) -> dict:
+        """SQuAD metrics on `eval_dataset` (windows from `features_dataset`, post-processing columns included) and
+        its questions `eval_examples`; by default the trainer's own evaluation set."""
+        if eval_dataset is None and eval_examples is None:
+            eval_dataset, eval_examples = self.eval_features, self.eval_examples
+        if eval_dataset is None or eval_examples is None:
+            raise ValueError("SquadTrainer.evaluate needs the evaluation windows and their questions (run_squad.py: "
+                             "--validation_file or a --dataset_name with a validation split)")
+        return self.evaluate_questions(eval_examples, eval_dataset, ignore_keys, metric_key_prefix).metrics
+
+    def evaluate_questions(self, examples: Dataset, features: Dataset, ignore_keys=None,
+                           metric_key_prefix: str = "eval") -> SquadPredictions:
+        """`evaluate`, returning the predictions as well: logged, and the callbacks' on_evaluate called."""
+        result = self._run_questions(examples, features, ignore_keys, metric_key_prefix, "Evaluation")
+        self.log(result.metrics)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, result.metrics)
+        return result
+
+    def predict_questions(self, examples: Dataset, features: Dataset, ignore_keys=None,
+                          metric_key_prefix: str = "predict", null_threshold: float | None = None) -> SquadPredictions:
+        """The same run for --do_predict (callbacks' on_predict). `null_threshold` replaces the v2.0 threshold
+        (and its tuning), e.g. with the one tuned on the dev set."""
+        result = self._run_questions(examples, features, ignore_keys, metric_key_prefix, "Prediction", null_threshold)
+        self.control = self.callback_handler.on_predict(self.args, self.state, self.control, result.metrics)
+        return result
+
+    def _run_questions(self, examples, features, ignore_keys, prefix, description, null_threshold=None):
+        data_args, version_2 = self.data_args, self.data_args.version_2_with_negative
+        start_time = time.time()
+        # The trainer's own evaluation set through Trainer's (possibly cached) eval loader; any other set through a
+        # loader of its own (get_eval_dataloader(dataset) returns the cached eval loader with persistent workers).
+        if features is self.eval_features:
+            dataloader = self.get_eval_dataloader()
         else:
-            start_logits, end_logits = output.predictions[:2]
-            best, nbest, null_odds = postprocess_span_predictions(
-                examples, features, start_logits, end_logits, n_best_size=data_args.n_best_size,
-                max_answer_length=data_args.max_answer_length, version_2=data_args.version_2_with_negative)
-        predictions, metrics = squad_metrics(
-            golds_of(examples), best, null_odds, data_args.version_2_with_negative,
-            data_args.null_score_diff_threshold, data_args.tune_null_threshold)
-        if trainer.is_world_process_zero():
-            write_outputs(trainer.args.output_dir, "" if name == "validation" else name, predictions, nbest,
-                          null_odds if data_args.version_2_with_negative else None)
-        runtime = {k: v for k, v in output.metrics.items() if k.startswith("eval_") and "loss" not in k}
-        return {**{f"eval_{key}": value for key, value in metrics.items()}, **runtime,
-                "eval_features": len(features)}
-
-    return evaluate
+            dataloader = self.get_test_dataloader(model_inputs(features))
+        output = self.evaluation_loop(dataloader, description=description, prediction_loss_only=False,
+                                      ignore_keys=ignore_keys, metric_key_prefix=prefix)
+        metrics = dict(output.metrics)
+        if f"{prefix}_model_preparation_time" in metrics:
+            start_time += metrics[f"{prefix}_model_preparation_time"]
+        batch_size = self.args.eval_batch_size * self.args.world_size
+        metrics.update(speed_metrics(prefix, start_time, num_samples=len(features),
+                                     num_steps=math.ceil(len(features) / batch_size)))
+        best, nbest, null_odds = postprocess(examples, features, output.predictions, data_args)
+        threshold = data_args.null_score_diff_threshold if null_threshold is None else null_threshold
+        if has_gold_answers(examples):
+            tune = data_args.tune_null_threshold and null_threshold is None
+            predictions, scores = squad_metrics(golds_of(examples), best, null_odds, version_2, threshold, tune)
+            metrics.update({f"{prefix}_{key}": value for key, value in scores.items()})
+        else:
+            predictions = apply_null_threshold(best, null_odds, threshold) if version_2 else best
+            if version_2:
+                metrics[f"{prefix}_null_threshold"] = threshold
+        metrics[f"{prefix}_features"] = len(features)
+        return SquadPredictions(predictions, nbest, null_odds if version_2 else None, metrics)

@@ -12,9 +12,12 @@ from albert_hf.finetuning import (
     AlbertTrainingArguments,
     ModelArguments,
     check_columns,
+    evaluate_splits,
     load_tokenizer_and_model,
     parse_arguments,
+    save_results,
     setup,
+    train,
 )
 from albert_hf.optimization import AdamWeightDecay
 
@@ -116,3 +119,26 @@ def test_missing_columns_are_named_with_the_file():
     rows = datasets.Dataset.from_dict({"sentence": ["a"]})
     with pytest.raises(ValueError, match=r"train.tsv: missing column\(s\) \['label'\]"):
         check_columns(rows, ["sentence", "label"], "train.tsv")
+
+
+def test_results_files_are_flat_and_all_results_merges_train_eval_and_predict(tmp_path, tiny_checkpoint):
+    import json
+
+    (tmp_path / "all_results.json").write_text('{"eval_accuracy": 0.99, "predict_f1": 1.0}')  # an earlier run's
+    args = AlbertTrainingArguments(output_dir=str(tmp_path), max_steps=1, report_to="none", save_strategy="no",
+                                   per_device_eval_batch_size=4)
+    _, model = load_tokenizer_and_model(ModelArguments(str(tiny_checkpoint)), AlbertHFForSequenceClassification)
+    trainer = AlbertTrainer(model=model, args=args, train_dataset=Rows())
+    train(trainer, args, None, num_examples=16)
+    results = evaluate_splits(trainer, {"matched": Rows(8), "mismatched": Rows(4)}, suffixes={"mismatched": "_mm"})
+    # transformers' run_glue.py layout: one flat dict, the second set's keys suffixed
+    assert results["eval_samples"] == 8 and results["eval_samples_mm"] == 4
+    assert {"eval_loss", "eval_loss_mm", "eval_runtime_mm"} <= set(results) and "matched" not in results
+    save_results(trainer, "predict", {"predict_accuracy": 0.5})
+    files = {kind: json.loads((tmp_path / f"{kind}_results.json").read_text()) for kind in ("train", "eval", "predict")}
+    assert files["eval"] == results and files["train"]["train_samples"] == 16
+    # the earlier run's results are gone: a new model was trained
+    assert json.loads((tmp_path / "all_results.json").read_text()) == {**files["train"], **results,
+                                                                       "predict_accuracy": 0.5}
+    with pytest.raises(ValueError, match="split 'b' would overwrite"):
+        evaluate_splits(trainer, {"a": Rows(4), "b": Rows(4)})

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import check_tokenizer_loads_without_prompt
 from data_fixtures import SHARED_DATA
 
 REPO = Path(__file__).resolve().parents[1]
@@ -411,12 +412,18 @@ def test_end_to_end_every_task_from_original_tsv_folders(task_name, glue_root, t
     task = TASKS[task_name]
     run_glue(common_args(tiny_checkpoint, tmp_path, "--task_name", task_name, "--data_dir", glue_root,
                          "--do_train", "--do_eval", "--do_predict", "--max_steps", 2))
+    # Flat, as transformers' run_glue.py writes it; MNLI's mismatched dev set has the keys suffixed "_mm".
     results = json.loads((tmp_path / "eval_results.json").read_text())
-    expected_splits = ["validation_matched", "validation_mismatched"] if task_name == "mnli" else ["validation"]
-    assert sorted(results) == expected_splits
-    for split in expected_splits:
-        assert results[split]["eval_samples"] == 8
-        assert EXPECTED_KEYS.get(task_name, {"eval_accuracy"}) <= set(results[split])
+    suffixes = ["", "_mm"] if task_name == "mnli" else [""]
+    for suffix in suffixes:
+        assert results[f"eval_samples{suffix}"] == 8
+        assert {key + suffix for key in EXPECTED_KEYS.get(task_name, {"eval_accuracy"})} <= set(results)
+    assert all(key.startswith("eval_") or key.startswith("epoch") for key in results)
+    assert any(key.endswith("_mm") for key in results) == (task_name == "mnli")
+    # The GLUE test files have no labels: no predict metrics; all_results.json merges train and eval.
+    assert not (tmp_path / "predict_results.json").exists()
+    train_results = json.loads((tmp_path / "train_results.json").read_text())
+    assert json.loads((tmp_path / "all_results.json").read_text()) == {**train_results, **results}
     for split, name in task.submission_files.items():
         rows = submission_rows(tmp_path / name)
         assert rows[0] == ["index", "prediction"] and len(rows) == 5
@@ -433,6 +440,8 @@ def test_end_to_end_every_task_from_original_tsv_folders(task_name, glue_root, t
     else:
         assert list(config["id2label"].values()) == list(task.label_names)
     assert (tmp_path / "README.md").read_text().count("nyu-mll/glue") >= 1
+    if task_name == "mrpc":
+        check_tokenizer_loads_without_prompt(tmp_path)
 
 
 def test_end_to_end_csv_and_jsonl_files_then_ax_with_the_mnli_model(tiny_checkpoint, tmp_path):
@@ -453,7 +462,7 @@ def test_end_to_end_csv_and_jsonl_files_then_ax_with_the_mnli_model(tiny_checkpo
                          "--do_train", "--do_eval", "--do_predict", "--pad_to_max_length", "false",
                          "--max_steps", 2))
     results = json.loads((mnli_dir / "eval_results.json").read_text())
-    assert results["validation_matched"]["eval_accuracy"] == results["validation_mismatched"]["eval_accuracy"]
+    assert results["eval_accuracy"] == results["eval_accuracy_mm"]
     assert [row[0] for row in submission_rows(mnli_dir / "MNLI-m.tsv")[1:]] == ["0", "1", "2"]  # positions
 
     ax_folder = tmp_path / "glue"
@@ -471,6 +480,56 @@ def test_end_to_end_csv_and_jsonl_files_then_ax_with_the_mnli_model(tiny_checkpo
     with pytest.raises(ValueError, match=r"labels \['entailment', 'neutral', 'contradiction'\] are not those of rte"):
         run_glue(["--model_name_or_path", mnli_dir, "--task_name", "rte", "--validation_file", rte_dev,
                   "--do_eval", "--output_dir", tmp_path / "rte"])
+
+
+def test_labelled_test_files_are_scored_into_predict_results_and_all_results_has_every_result(
+        tiny_checkpoint, tmp_path):
+    """Test files WITH labels (GLUE's own have none) are scored as transformers' run_glue.py does: flat
+    predict_results.json, MNLI's mismatched set with keys suffixed "_mm"; all_results.json holds train, eval and
+    predict. The accuracies are recomputed here from the submission files and the labels."""
+    nli = ["entailment", "neutral", "contradiction"]
+    rows = [{"premise": a, "hypothesis": b, "label": nli[i % 3]} for i, (a, b) in enumerate(PAIRS * 3)]
+    files = {}
+    for name, part in (("train", rows), ("dev", rows[:8]), ("test", rows[:7]), ("test_mm", rows[5:])):
+        files[name] = tmp_path / f"{name}.jsonl"
+        files[name].write_text("".join(json.dumps(row) + "\n" for row in part))
+    out = tmp_path / "out"
+    run_glue(common_args(tiny_checkpoint, out, "--task_name", "mnli", "--train_file", files["train"],
+                         "--validation_file", files["dev"], "--validation_mismatched_file", files["dev"],
+                         "--test_file", files["test"], "--test_mismatched_file", files["test_mm"],
+                         "--do_train", "--do_eval", "--do_predict", "--max_steps", 3))
+    predicted = {name: [row[1] for row in submission_rows(out / name)[1:]] for name in ("MNLI-m.tsv", "MNLI-mm.tsv")}
+    expected_accuracy = {
+        "": np.mean([p == row["label"] for p, row in zip(predicted["MNLI-m.tsv"], rows[:7])]),
+        "_mm": np.mean([p == row["label"] for p, row in zip(predicted["MNLI-mm.tsv"], rows[5:])])}
+    results = {kind: json.loads((out / f"{kind}_results.json").read_text()) for kind in ("train", "eval", "predict")}
+    for suffix, accuracy in expected_accuracy.items():
+        assert results["predict"][f"predict_accuracy{suffix}"] == pytest.approx(accuracy)
+        assert f"predict_loss{suffix}" in results["predict"]
+    assert (results["predict"]["predict_samples"], results["predict"]["predict_samples_mm"]) == (7, 7)
+    assert all(key.startswith("predict_") for key in results["predict"])
+    assert results["eval"]["eval_samples"] == results["eval"]["eval_samples_mm"] == 8
+    assert results["train"]["train_samples"] == 12
+    assert json.loads((out / "all_results.json").read_text()) == {**results["train"], **results["eval"],
+                                                                   **results["predict"]}
+
+
+def test_test_set_labels_are_used_only_when_every_row_has_one(tmp_path, caplog):
+    from datasets import Dataset
+
+    import run_glue as script
+    from albert_hf.glue import TASKS
+
+    rte = TASKS["rte"]
+    assert script.labels_of_test_set(Dataset.from_dict({"sentence1": ["a", "b"]}), rte, "t.tsv") is None
+    assert script.labels_of_test_set(Dataset.from_dict({"label": [-1, -1]}), rte, "hub test") is None  # the Hub's
+    assert script.labels_of_test_set(Dataset.from_dict({"label": ["not_entailment", "entailment"]}), rte,
+                                     "t.csv") == [1, 0]
+    with caplog.at_level(logging.WARNING, logger="run_glue"):
+        assert script.labels_of_test_set(Dataset.from_dict({"label": ["entailment", ""]}), rte, "part.csv") is None
+    assert "part.csv: 1 of 2 rows have no label" in caplog.text
+    with pytest.raises(ValueError, match=r"bad\.csv: row 1: unknown label 'maybe'"):
+        script.labels_of_test_set(Dataset.from_dict({"label": ["entailment", "maybe"]}), rte, "bad.csv")
 
 
 def test_missing_split_and_nothing_to_do_stop_early(tmp_path):
@@ -521,7 +580,7 @@ def test_end_to_end_on_real_glue_files(task_name, folder, tiny_checkpoint, tmp_p
     state = json.loads((tmp_path / "trainer_state.json").read_text())
     logged = [entry["learning_rate"] for entry in state["log_history"] if "learning_rate" in entry]
     assert logged == pytest.approx([0.0, 5e-4, 5e-4, 2.5e-4])
-    metrics = json.loads((tmp_path / "eval_results.json").read_text())["validation"]
+    metrics = json.loads((tmp_path / "eval_results.json").read_text())
     # Recompute the dev metric from the saved model with sklearn/scipy on the first 64 real dev rows.
     if task_name == "cola":
         _, labels, _, sentences = read_tsv_columns(GLUE_DATA / folder / "dev.tsv", [0, 1, 2, 3], has_header=False)

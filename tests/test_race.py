@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import check_tokenizer_loads_without_prompt
 from datasets import Dataset
 
 from albert_hf import race
@@ -123,6 +124,53 @@ def test_encoded_inputs_follow_the_official_layout_with_the_real_tokenizer(tiny_
     assert encoded["label"] == 1 and encoded["example_id"] == "high1.txt-0" and encoded["subset"] == "high"
 
 
+@pytest.mark.parametrize("max_seq_length", [5, 6, 9, 16])
+def test_short_inputs_cap_the_qa_part_so_one_passage_token_fits(max_seq_length):
+    # The default --max_qa_length (128) with a short --max_seq_length: qa keeps its last max_seq_length - 4.
+    for passage_length in (1, 3, 40):
+        for qa_length in (1, 2, max_seq_length - 4, max_seq_length, 200):
+            passage, qa = list(range(1000, 1000 + passage_length)), list(range(5000, 5000 + qa_length))
+            ids, types = race.build_choice_input(passage, qa, cls_id=2, sep_id=3, max_seq_length=max_seq_length,
+                                                 max_qa_length=128)
+            assert len(ids) == len(types) <= max_seq_length
+            assert len(ids) == max_seq_length or (passage_length + qa_length + 3 <= max_seq_length)
+            first_sep = ids.index(3)
+            kept_passage, kept_qa = ids[1:first_sep], ids[first_sep + 1:-1]
+            assert ids[0] == 2 and ids[-1] == 3 and 3 not in kept_qa  # [CLS] passage [SEP] qa [SEP]
+            assert kept_passage == passage[:len(kept_passage)] and len(kept_passage) >= 1
+            assert kept_qa == qa[-len(kept_qa):]  # the qa part keeps its LAST tokens
+            assert len(kept_qa) == min(qa_length, max_seq_length - 4, 128)
+            assert types == [0] * (len(kept_passage) + 2) + [1] * (len(kept_qa) + 1)
+
+
+def test_short_max_seq_length_is_accepted_and_an_impossible_one_names_the_flags():
+    assert RaceDataArguments(max_seq_length=128).max_qa_length == 128  # the defaults compose
+    assert RaceDataArguments(max_seq_length=5, max_qa_length=300).max_seq_length == 5
+    for length in (4, 1):
+        with pytest.raises(ValueError, match=rf"^--max_seq_length {length} is too short for RACE: .*at least 5 "
+                                             r"tokens \(--max_qa_length is capped at max_seq_length - 4"):
+            RaceDataArguments(max_seq_length=length)
+    with pytest.raises(ValueError, match=r"--max_qa_length 0: "):
+        RaceDataArguments(max_qa_length=0)
+
+
+def test_a_capped_max_qa_length_is_logged_once(tiny_checkpoint, caplog):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_checkpoint)
+    record = article("high1.txt", "A")
+    record["options"][0][1] = "walked very slowly to the old school with many books " * 3  # a long qa part
+    questions = Dataset.from_list(race.article_rows(record, "x", "high"))
+    args = RaceDataArguments(max_seq_length=12, max_qa_length=64)
+    with caplog.at_level("INFO", logger="albert_hf.race"):
+        for _ in range(3):  # train, validation, test
+            encoded = race.encode_questions(questions, tokenizer, args, max_position_embeddings=128)
+    capped = [entry for entry in caplog.records if "--max_qa_length 64" in entry.getMessage()]
+    assert len(capped) == 1 and capped[0].levelname == "WARNING"
+    assert "--max_seq_length 12" in capped[0].getMessage() and "last 8 tokens" in capped[0].getMessage()
+    assert all(len(ids) <= 12 for ids in encoded[0]["input_ids"]) and len(encoded[0]["input_ids"][1]) == 12
+
+
 def test_accuracy_overall_and_per_level_by_hand():
     metrics = race.accuracy_by_subset([0, 1, 2, 3, 0], [0, 1, 0, 3, 1], ["high", "high", "middle", "middle", ""])
     assert metrics == {"accuracy": 0.6, "accuracy_high": 1.0, "num_high": 2, "accuracy_middle": 0.5,
@@ -208,8 +256,6 @@ def test_bad_flat_rows_and_missing_folders_are_named(tmp_path):
     (tmp_path / "dev" / "high").mkdir(parents=True)
     with pytest.raises(FileNotFoundError, match=r"dev/middle: missing"):
         race.load_race_split(RaceDataArguments(data_dir=str(tmp_path)), "validation")
-    with pytest.raises(ValueError, match=r"max_qa_length \(128\) must be between 1 and max_seq_length - 4"):
-        RaceDataArguments(max_seq_length=128)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -234,14 +280,37 @@ def test_official_layout_trains_evaluates_and_writes_the_predicted_letters(train
     assert predictions == {"high5.txt-0": "A", "high5.txt-1": "B", "high5.txt-2": "C", "high6.txt-0": "D",
                            "middle7.txt-0": "C", "middle7.txt-1": "A", "middle8.txt-0": "B", "middle8.txt-1": "D"}
     assert json.loads((out / "predictions_test.json").read_text()) == predictions
-    for split in ("validation", "test"):
+    # The dev set (--do_eval) as eval_*, the test set (--do_predict) as predict_*, as transformers' examples name them.
+    for split, prefix in (("validation", "eval"), ("test", "predict")):
         metrics = results[split]
-        assert metrics["eval_accuracy"] == 0.75  # 6 of 8: middle7.txt-1 and middle8.txt-0 have another gold
-        assert metrics["eval_accuracy_high"] == 1.0 and metrics["eval_num_high"] == 4
-        assert metrics["eval_accuracy_middle"] == 0.5 and metrics["eval_num_middle"] == 4
-        assert metrics["eval_samples"] == 8
-    assert json.loads((out / "eval_results.json").read_text())["test"]["eval_accuracy"] == 0.75
-    assert json.loads((out / "train_results.json").read_text())["train_samples"] == 24
+        assert metrics[f"{prefix}_accuracy"] == 0.75  # 6 of 8: middle7.txt-1 and middle8.txt-0 have another gold
+        assert metrics[f"{prefix}_accuracy_high"] == 1.0 and metrics[f"{prefix}_num_high"] == 4
+        assert metrics[f"{prefix}_accuracy_middle"] == 0.5 and metrics[f"{prefix}_num_middle"] == 4
+        assert metrics[f"{prefix}_samples"] == 8
+        assert all(key.startswith(f"{prefix}_") for key in metrics)
+    # The results files: flat, one per kind, and all_results.json with every one of them.
+    files = {kind: json.loads((out / f"{kind}_results.json").read_text()) for kind in ("train", "eval", "predict")}
+    assert files["eval"] == results["validation"] and files["predict"] == results["test"]
+    assert files["predict"]["predict_accuracy"] == 0.75 and files["train"]["train_samples"] == 24
+    assert json.loads((out / "all_results.json").read_text()) == {**files["train"], **files["eval"], **files["predict"]}
+    check_tokenizer_loads_without_prompt(out)
+
+
+def test_a_short_max_seq_length_runs_with_the_default_max_qa_length(tiny_checkpoint, tmp_path):
+    # --max_seq_length 128 with the default --max_qa_length 128: the qa part is capped at 124, not refused.
+    root = write_official_layout(tmp_path / "data" / "RACE")
+    record = json.loads((root / "dev" / "high" / "6.txt").read_text())
+    record["options"][0][2] = "walked very slowly to the old school with many books and friends " * 20  # > 128
+    (root / "dev" / "high" / "6.txt").write_text(json.dumps(record))
+    results = run_race(["--model_name_or_path", tiny_checkpoint, "--data_dir", root.parent, "--do_train",
+                        "--do_eval", "--output_dir", tmp_path / "out", "--max_steps", "2",
+                        "--per_device_train_batch_size", "8", "--save_strategy", "no", "--max_seq_length", "128",
+                        "--report_to", "none", "--seed", "0", "--per_device_eval_batch_size", "8",
+                        "--dataloader_pin_memory", "false"])
+    assert results["validation"]["eval_samples"] == 8 and 0 <= results["validation"]["eval_accuracy"] <= 1
+    assert json.loads((tmp_path / "out" / "train_results.json").read_text())["train_samples"] == 24
+    predictions = json.loads((tmp_path / "out" / "predictions_validation.json").read_text())
+    assert len(predictions) == 8 and set(predictions.values()) <= set("ABCD")
 
 
 def test_flat_json_trains_and_evaluates_and_the_trained_model_agrees_across_formats(
@@ -285,12 +354,13 @@ def test_real_official_layout_sample_end_to_end(tiny_checkpoint, tmp_path):
     # dev: high73 (1) + high80 (5) questions; middle13 (5) + middle34 (4) + middle73 (2)
     assert (results["validation"]["eval_num_high"], results["validation"]["eval_num_middle"]) == (6, 11)
     # test: high98 (5) + high122 (3); middle1 (4) + middle70 (5) + middle9 (5)
-    assert (results["test"]["eval_num_high"], results["test"]["eval_num_middle"]) == (8, 14)
-    for split, folder, last_question in (("validation", "dev", "high80.txt-4"), ("test", "test", "middle9.txt-4")):
+    assert (results["test"]["predict_num_high"], results["test"]["predict_num_middle"]) == (8, 14)
+    for split, folder, last_question, prefix in (("validation", "dev", "high80.txt-4", "eval"),
+                                                 ("test", "test", "middle9.txt-4", "predict")):
         predictions = json.loads((tmp_path / f"predictions_{split}.json").read_text())
-        assert len(predictions) == results[split]["eval_samples"] and last_question in predictions
+        assert len(predictions) == results[split][f"{prefix}_samples"] and last_question in predictions
         assert set(predictions.values()) <= set("ABCD")
-        assert results[split]["eval_accuracy"] == pytest.approx(real_accuracy(predictions, sample / folder))
+        assert results[split][f"{prefix}_accuracy"] == pytest.approx(real_accuracy(predictions, sample / folder))
 
 
 def test_real_reshuffled_folder_evaluates_and_refuses_a_level_it_cannot_know(tiny_checkpoint, tmp_path):

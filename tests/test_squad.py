@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import check_tokenizer_loads_without_prompt
 from data_fixtures import SHARED_DATA, tokenizer
 from datasets import Dataset
 
@@ -357,10 +358,21 @@ def common_args(checkpoint, output_dir, steps, seq=48, query=16, stride=16):
             "--save_strategy", "no", "--disable_tqdm", "true", "--seed", 0, "--report_to", "none"]
 
 
-def read_outputs(output_dir):
-    return {name: json.loads((output_dir / name).read_text())
-            for name in ("predictions.json", "nbest_predictions.json", "null_odds.json", "eval_results.json")
-            if (output_dir / name).exists()}
+def read_outputs(output_dir, prefix=""):
+    names = [prefix + name for name in ("predictions.json", "nbest_predictions.json", "null_odds.json")]
+    names += ["eval_results.json", "predict_results.json", "train_results.json", "all_results.json"]
+    return {name: json.loads((output_dir / name).read_text()) for name in names if (output_dir / name).exists()}
+
+
+def without_answers(official):
+    """A test file as the official hidden test set is: questions without answers (or is_impossible)."""
+    stripped = json.loads(json.dumps(official))
+    for article in stripped["data"]:
+        for paragraph in article["paragraphs"]:
+            for qa in paragraph["qas"]:
+                for key in ("answers", "is_impossible", "plausible_answers"):
+                    qa.pop(key, None)
+    return stripped
 
 
 def test_v1_end_to_end_learns_the_fixture_answers(tiny_checkpoint, tmp_path):
@@ -373,11 +385,12 @@ def test_v1_end_to_end_learns_the_fixture_answers(tiny_checkpoint, tmp_path):
     outputs = read_outputs(out)
     assert outputs["predictions.json"] == {"q1": "quick brown fox", "q2": "Paris", "q3": "1911"}
     assert "null_odds.json" not in outputs
-    assert outputs["eval_results.json"]["validation"]["eval_exact_match"] == 100.0
-    assert outputs["eval_results.json"]["validation"]["eval_f1"] == 100.0
-    assert outputs["eval_results.json"]["validation"]["eval_samples"] == 3
+    assert outputs["eval_results.json"]["eval_exact_match"] == 100.0
+    assert outputs["eval_results.json"]["eval_f1"] == 100.0
+    assert outputs["eval_results.json"]["eval_samples"] == 3
     assert [e["text"] for e in outputs["nbest_predictions.json"]["q3"]][0] == "1911"
     assert (out / "model.safetensors").exists()
+    check_tokenizer_loads_without_prompt(out)
 
 
 @pytest.mark.parametrize("head", ["span", "answerability"])
@@ -389,20 +402,110 @@ def test_v2_end_to_end_learns_answers_and_no_answers(tiny_checkpoint, tmp_path, 
         path = write_json(tmp_path / "train-v2.0.json", SQUAD_V2)
     out = tmp_path / "out"
     extra = ["--answerability_head"] if head == "answerability" else []
+    test_file = write_json(tmp_path / "test-v2.0.json", without_answers(SQUAD_V2))
     run_squad(["--train_file", path, "--validation_file", path, "--do_train", "--do_eval", "--version_2_with_negative",
-               *extra, *common_args(tiny_checkpoint, out, steps=40, seq=64)])
+               "--do_predict", "--test_file", test_file, *extra, *common_args(tiny_checkpoint, out, steps=40, seq=64)])
     outputs = read_outputs(out)
     assert outputs["predictions.json"] == {"p1": "quick brown fox", "p2": "", "p3": "1911", "p4": ""}
+    # --do_predict on the same questions without answers: the same predictions and null odds under transformers'
+    # run_qa.py names, and no metrics
+    predicted = read_outputs(out, prefix="predict_")
+    assert predicted["predict_predictions.json"] == outputs["predictions.json"]
+    assert predicted["predict_null_odds.json"] == outputs["null_odds.json"]
+    assert predicted["predict_nbest_predictions.json"] == outputs["nbest_predictions.json"]
+    assert not (out / "predict_results.json").exists()
     null_odds = outputs["null_odds.json"]
     assert set(null_odds) == {"p1", "p2", "p3", "p4"}
     # the v2 decision at the default threshold 0: no answer exactly where the null odds are above it
     assert all((null_odds[q] > 0) == (outputs["predictions.json"][q] == "") for q in null_odds)
-    metrics = outputs["eval_results.json"]["validation"]
+    metrics = outputs["eval_results.json"]
     assert (metrics["eval_exact"], metrics["eval_f1"]) == (100.0, 100.0)
     assert (metrics["eval_HasAns_total"], metrics["eval_NoAns_total"]) == (2, 2)
     # the best threshold found by the sweep separates the answered from the unanswerable questions
     threshold = metrics["eval_best_f1_thresh"]
     assert max(null_odds["p1"], null_odds["p3"]) <= threshold < min(null_odds["p2"], null_odds["p4"])
+
+
+def test_eval_strategy_steps_scores_every_evaluation_and_keeps_the_checkpoint_with_the_best_f1(
+        tiny_checkpoint, tmp_path):
+    """--eval_strategy steps with the SQuAD metrics (post-processed, "eval_" keys), and --load_best_model_at_end
+    --metric_for_best_model f1 keeps the best of them. The dev golds are spans the training answers are NOT: the
+    untrained model's long spans overlap them, and as it learns the training answers its F1 falls to 0, so the
+    best checkpoint is an early one and not the last."""
+    from safetensors.torch import load_file
+
+    train_file = write_json(tmp_path / "train-v1.1.json", SQUAD_V1)
+    dev = json.loads(json.dumps(SQUAD_V1))
+    fox_qas, curie_qas = (paragraph["qas"] for paragraph in dev["data"][0]["paragraphs"])
+    fox_qas[0]["answers"] = [{"text": "over the lazy dog near the river bank", "answer_start": 26}]
+    fox_qas[1]["answers"] = [{"text": "The quick brown fox jumps over the lazy dog", "answer_start": 0}]
+    curie_qas[0]["answers"] = [{"text": "Marie Curie won the Nobel Prize in 1903", "answer_start": 0}]
+    dev_file = write_json(tmp_path / "dev-v1.1.json", dev)
+    assert FOX[26:].startswith("over the lazy dog near the river bank")
+    out = tmp_path / "out"
+    run_squad(["--train_file", train_file, "--validation_file", dev_file, "--do_train",
+               *common_args(tiny_checkpoint, out, steps=6), "--eval_strategy", "steps", "--eval_steps", 1,
+               "--save_strategy", "steps", "--save_steps", 1, "--load_best_model_at_end",
+               "--metric_for_best_model", "f1"])
+    state = json.loads((out / "trainer_state.json").read_text())
+    evaluations = [entry for entry in state["log_history"] if "eval_f1" in entry]
+    assert [entry["step"] for entry in evaluations] == [1, 2, 3, 4, 5, 6]
+    assert all({"eval_exact_match", "eval_f1", "eval_features"} <= set(entry) for entry in evaluations)
+    f1 = [entry["eval_f1"] for entry in evaluations]
+    best_step = evaluations[f1.index(max(f1))]["step"]
+    assert max(f1) > f1[-1]  # the fixture's premise: the last checkpoint is not the best
+    assert state["best_metric"] == max(f1) and state["best_model_checkpoint"].endswith(f"checkpoint-{best_step}")
+    # The saved model is the best checkpoint's, and the final evaluation (same code as during training) is its.
+    saved = load_file(out / "model.safetensors")
+    best = load_file(out / f"checkpoint-{best_step}" / "model.safetensors")
+    last = load_file(out / "checkpoint-6" / "model.safetensors")
+    assert saved.keys() == best.keys() and all(torch.equal(saved[name], best[name]) for name in saved)
+    assert not all(torch.equal(saved[name], last[name]) for name in saved)
+    outputs = read_outputs(out)
+    golds = {qa["id"]: [a["text"] for a in qa["answers"]] for qa in fox_qas + curie_qas}
+    expected = squad_v1_metrics(golds, outputs["predictions.json"])
+    assert outputs["eval_results.json"]["eval_f1"] == expected["f1"] == max(f1)
+    assert outputs["eval_results.json"]["eval_exact_match"] == expected["exact_match"]
+
+
+def test_do_predict_writes_test_predictions_and_metrics_and_all_results_has_every_result(tiny_checkpoint, tmp_path):
+    train_file = write_json(tmp_path / "train-v1.1.json", SQUAD_V1)
+    test_rows = flattened_rows(SQUAD_V1)[1:]  # q2, q3, as Hub rows
+    labelled = tmp_path / "test.jsonl"
+    labelled.write_text("\n".join(json.dumps(row) for row in test_rows))
+    out = tmp_path / "out"
+    # (with persistent loader workers, Trainer caches the dev set's loader: the test set must not get it)
+    run_squad(["--train_file", train_file, "--validation_file", train_file, "--test_file", labelled, "--do_train",
+               "--do_eval", "--do_predict", *common_args(tiny_checkpoint, out, steps=30),
+               "--dataloader_num_workers", 1, "--dataloader_persistent_workers"])
+    outputs = read_outputs(out, prefix="predict_")
+    assert outputs["predict_predictions.json"] == {"q2": "Paris", "q3": "1911"}
+    assert outputs["predict_nbest_predictions.json"]["q3"][0]["text"] == "1911"
+    assert "predict_null_odds.json" not in outputs
+    predict = outputs["predict_results.json"]
+    assert (predict["predict_exact_match"], predict["predict_f1"], predict["predict_samples"]) == (100.0, 100.0, 2)
+    assert all(key.startswith("predict_") for key in predict)
+    # the evaluation keeps its official names, next to the test set's
+    assert json.loads((out / "predictions.json").read_text()) == {"q1": "quick brown fox", "q2": "Paris", "q3": "1911"}
+    assert outputs["eval_results.json"]["eval_samples"] == 3 and "predict_f1" not in outputs["eval_results.json"]
+    assert outputs["all_results.json"] == {**outputs["train_results.json"], **outputs["eval_results.json"], **predict}
+
+    # the trained model on a test file without answers (the Hub rows without the column): predictions, no metrics
+    unlabelled = tmp_path / "unlabelled.jsonl"
+    unlabelled.write_text("\n".join(json.dumps({k: v for k, v in row.items() if k != "answers"}) for row in test_rows))
+    run_squad(["--model_name_or_path", out, "--test_file", unlabelled, "--do_predict", "--output_dir",
+               tmp_path / "predict_only", "--max_seq_length", 48, "--max_query_length", 16, "--doc_stride", 16,
+               "--use_cpu", "--report_to", "none"])
+    predicted = read_outputs(tmp_path / "predict_only", prefix="predict_")
+    assert predicted["predict_predictions.json"] == {"q2": "Paris", "q3": "1911"}
+    assert "predict_results.json" not in predicted and "all_results.json" not in predicted
+
+
+def test_do_predict_without_a_test_set_names_test_file(tmp_path):
+    path = write_json(tmp_path / "dev.json", SQUAD_V1)
+    with pytest.raises(SystemExit, match=r"^error: --do_predict needs a test set: give --test_file"):
+        run_squad(["--model_name_or_path", "unused", "--validation_file", path, "--do_predict",
+                   "--output_dir", tmp_path / "out"])
 
 
 def test_v2_data_without_the_v2_flag_is_refused_at_evaluation(tiny_checkpoint, tmp_path):
@@ -448,7 +551,7 @@ def test_real_dev_articles_end_to_end(tiny_checkpoint, tmp_path, version):
     predictions = outputs["predictions.json"]
     assert set(predictions) == set(golds)
     assert all(text in contexts[q] for q, text in predictions.items())
-    metrics = outputs["eval_results.json"]["validation"]
+    metrics = outputs["eval_results.json"]
     if version == "1.1":
         expected = squad_v1_metrics(golds, predictions)
         assert metrics["eval_exact_match"] == expected["exact_match"] and metrics["eval_f1"] == expected["f1"]
