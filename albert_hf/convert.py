@@ -1,13 +1,14 @@
 """Convert checkpoints between transformers' ALBERT (model_type "albert") and albert_hf (model_type "albert_hf").
 
-    python -m albert_hf.convert SRC_DIR_OR_HUB_NAME OUT_DIR [--to albert_hf|transformers]
+    python -m albert_hf.convert SRC_DIR_OR_HUB_NAME OUT_DIR [--to albert_hf|transformers] [--license apache-2.0]
 
 The weight names are the same in both formats, so a conversion is a config translation plus a re-save:
 - to albert_hf: safetensors, the two remote-code files and a full auto_map, loadable with trust_remote_code.
   (`AlbertHFFor*.from_pretrained` also reads transformers checkpoints directly, without converting first.)
 - to transformers: only for configs transformers can express (sharing "all"/"none", the E->H projection present,
   and a layer-group order that transformers' formula reproduces); anything else is refused with the reason.
-Tokenizer files found beside the source weights are copied along.
+Tokenizer files found beside the source weights are copied along, and a model card (README.md) is written: the
+pipeline tag of the head, the source as base model when it is a Hub name, a local source card's metadata.
 """
 
 import argparse
@@ -21,6 +22,7 @@ from transformers import PreTrainedConfig
 
 from . import modeling_albert_hf
 from .configuration_albert_hf import AlbertHFConfig
+from .hub import write_converted_card
 
 logger = logging.getLogger(__name__)
 
@@ -77,8 +79,9 @@ def copy_tokenizer_files(source: str, out_dir: str) -> list[str]:
     return copied
 
 
-def convert(source: str, out_dir: str, to: str | None = None, **hub_kwargs) -> str:
-    """Convert `source` to the other format (or to `to`); returns the target format name."""
+def convert(source: str, out_dir: str, to: str | None = None, license: str | None = None, **hub_kwargs) -> str:
+    """Convert `source` to the other format (or to `to`), with a model card (README.md, license `license` or the
+    source card's); returns the target format name."""
     config_dict, _ = PreTrainedConfig.get_config_dict(source, **hub_kwargs)  # raw, before our conversion
     source_type = config_dict.get("model_type")
     if source_type not in ("albert", "albert_hf"):
@@ -90,8 +93,10 @@ def convert(source: str, out_dir: str, to: str | None = None, **hub_kwargs) -> s
     if Path(out_dir).exists() and any(Path(out_dir).iterdir()):
         raise FileExistsError(f"{out_dir} exists and is not empty; choose a new output directory")
     Path(out_dir).mkdir(parents=True, exist_ok=True)
-    (to_albert_hf if to == "albert_hf" else to_transformers)(source, out_dir, **hub_kwargs)
+    model = (to_albert_hf if to == "albert_hf" else to_transformers)(source, out_dir, **hub_kwargs)
     copied = copy_tokenizer_files(source, out_dir)
+    write_converted_card(out_dir, source=source, target=to, model=model, tokenizer_copied=bool(copied),
+                         license=license)
     logger.info("converted %s (%s) -> %s (%s); tokenizer files copied: %s", source, source_type, out_dir, to, copied)
     return to
 
@@ -105,9 +110,12 @@ def main(argv=None):
         choices=["albert_hf", "transformers"],
         help="target format (default: the other one, read from the source's config.json)",
     )
+    parser.add_argument("--license", default=None,
+                        help="license for the model card, a Hub license id such as apache-2.0 (default: the one on "
+                        "a local source's README.md, if any)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    target = convert(args.source, args.out_dir, args.to)
+    target = convert(args.source, args.out_dir, args.to, license=args.license)
     print(json.dumps({"source": args.source, "out_dir": args.out_dir, "format": target}))
 
 

@@ -196,3 +196,292 @@ def test_a_model_or_tokenizer_that_cannot_be_loaded_stops_with_the_argument_name
                                  albert_hf.AlbertHFForSequenceClassification)
     with pytest.raises(ValueError, match="not an OSError"), loading("--x", "y"):
         raise ValueError("not an OSError")  # anything else passes through untouched
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Model cards: written with huggingface_hub's ModelCard, read back with ModelCard.load, offline
+
+
+def load_card(folder: Path):
+    from huggingface_hub import ModelCard
+
+    return ModelCard.load(folder / "README.md")  # a local file: read directly, no Hub lookup
+
+
+def card_metrics(card) -> dict:
+    """{(task type, dataset type, config, split, metric name): value} of the card's model-index."""
+    return {(r.task_type, r.dataset_type, r.dataset_config, r.dataset_split, r.metric_name): r.metric_value
+            for r in card.data.eval_results or []}
+
+
+def check_usage(card, auto_class: str, remote_code: bool = True):
+    """The card shows how to load the tokenizer and the model (with trust_remote_code for albert_hf code). An
+    albert_hf folder's tokenizer is shown as AlbertTokenizer: AutoTokenizer would ask about the config's code."""
+    assert ("AlbertTokenizer" if remote_code else "AutoTokenizer") + ".from_pretrained(" in card.text
+    trust = ", trust_remote_code=True" if remote_code else ""
+    assert f'{auto_class}.from_pretrained("<this repo or folder>"{trust})' in card.text
+
+
+@pytest.fixture
+def hub_unreachable(monkeypatch):
+    """Online as far as huggingface_hub and transformers can tell, but any HTTP request fails the test."""
+    from huggingface_hub import constants
+    from huggingface_hub.utils import _http
+
+    def refuse(self, request, *args, **kwargs):
+        raise AssertionError(f"a card was written with a request to {request.url}")
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(type(_http.default_client_factory()), "send", refuse)
+    monkeypatch.setattr(type(_http.default_async_client_factory()), "send", refuse)
+
+
+@pytest.fixture
+def fresh_pretraining_state():
+    from accelerate.state import AcceleratorState, GradientState, PartialState
+
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+    PartialState._reset_state()
+    yield
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+    PartialState._reset_state()
+
+
+def test_pretraining_card_metadata_and_model_index_come_from_all_results(tmp_path, fresh_pretraining_state):
+    """The card of a real (tiny) run: pipeline tag, tags, no dataset (the embedded corpus is none), and every
+    eval metric of all_results.json in the model-index, losses included."""
+    from albert_hf.pretraining import main
+
+    out = tmp_path / "run"
+    main(["--output_dir", str(out), "--vocab_size", "500", "--max_seq_length", "64", "--per_device_train_batch_size",
+          "8", "--dupe_factor", "1", "--max_eval_samples", "64", "--seed", "7", "--max_train_steps", "2",
+          "--eval_steps", "0"])
+    results = json.loads((out / "all_results.json").read_text())
+    card = load_card(out)
+    assert card.data.library_name == "transformers" and card.data.pipeline_tag == "fill-mask"
+    assert {"albert", "albert_hf", "pretraining", "sop"} <= set(card.data.tags)
+    assert card.data.datasets is None and card.data.license is None and card.data.base_model is None
+    held_out = "embedded corpus (5% of the documents held out for evaluation)"
+    assert {r.dataset_name for r in card.data.eval_results} == {held_out}
+    assert card_metrics(card) == {
+        ("fill-mask", "local", None, "held-out", "MLM accuracy"): results["eval_mlm_accuracy"],
+        ("fill-mask", "local", None, "held-out", "MLM loss"): results["eval_mlm_loss"],
+        ("text-classification", "local", None, "held-out", "SOP accuracy"): results["eval_sop_accuracy"],
+        ("text-classification", "local", None, "held-out", "SOP loss"): results["eval_sop_loss"],
+    }
+    assert card.data.eval_results[0].task_name == "Masked language modelling"
+    check_usage(card, "AutoModelForPreTraining")
+    for section in ("## Configuration", "## Data", "## Training", "## Results", "embedded corpus"):
+        assert section in card.text
+
+
+def test_pretraining_card_lists_a_hub_dataset_license_and_base_model_without_going_online(tmp_path, hub_unreachable):
+    from data_fixtures import tokenizer
+
+    from albert_hf.pretraining import build_parser, save_final_model
+
+    args = build_parser().parse_args(["--output_dir", str(tmp_path), "--dataset_name", "Salesforce/wikitext",
+                                      "--dataset_config_name", "wikitext-2-raw-v1", "--model_name_or_path",
+                                      "albert/albert-base-v2", "--task", "nsp", "--num_warmup_steps", "0",
+                                      "--license", "apache-2.0"])
+    metrics = {"eval_mlm_accuracy": 0.25, "eval_mlm_loss": 4.5, "eval_nsp_accuracy": 0.75, "eval_nsp_loss": 0.5}
+    tok = tokenizer()
+    save_final_model(albert_hf.AlbertHFForPreTraining(tiny_config(vocab_size=len(tok))), tok, tmp_path, args,
+                     metrics, 32, 1)
+    assert json.loads((tmp_path / "all_results.json").read_text()) == metrics
+    card = load_card(tmp_path)
+    assert card.data.datasets == ["Salesforce/wikitext"] and card.data.license == "apache-2.0"
+    assert card.data.base_model == "albert/albert-base-v2"
+    assert card_metrics(card) == {
+        ("fill-mask", "Salesforce/wikitext", "wikitext-2-raw-v1", "train", "MLM accuracy"): 0.25,
+        ("fill-mask", "Salesforce/wikitext", "wikitext-2-raw-v1", "train", "MLM loss"): 4.5,
+        ("text-classification", "Salesforce/wikitext", "wikitext-2-raw-v1", "train", "NSP accuracy"): 0.75,
+        ("text-classification", "Salesforce/wikitext", "wikitext-2-raw-v1", "train", "NSP loss"): 0.5,
+    }
+    assert {r.task_name for r in card.data.eval_results} == {"Masked language modelling", "Next-sentence prediction"}
+    assert "next-sentence prediction" in card.text and "sentence-order" not in card.text
+
+
+def run_script(script_name: str, argv):
+    import importlib
+
+    from accelerate.state import AcceleratorState, PartialState
+
+    AcceleratorState._reset_state(True)
+    PartialState._reset_state()
+    return importlib.import_module(script_name).main([str(a) for a in argv])
+
+
+def test_glue_card_pushed_is_ours_with_the_mnli_results_of_both_dev_sets(tiny_checkpoint, tmp_path):
+    """run_glue.py on the original-layout MNLI files with --push_to_hub (Hub API mocked): the uploaded README.md is
+    our card, not the one Trainer.push_to_hub would write, and its model-index holds all_results.json's numbers
+    for the matched and the mismatched dev set."""
+    from huggingface_hub import RepoUrl
+    from test_glue import common_args, write_glue_folders
+
+    uploads = []
+
+    def create_repo(self, repo_id, **kwargs):
+        return RepoUrl(f"https://huggingface.co/{repo_id}")
+
+    def upload_folder(self, repo_id, folder_path, **kwargs):
+        uploads.append((repo_id, (Path(folder_path) / "README.md").read_text()))
+        return mock.MagicMock(commit_url="https://huggingface.co/fake/commit")
+
+    root = write_glue_folders(tmp_path / "glue")
+    out = tmp_path / "out"
+    with mock.patch.object(HfApi, "create_repo", create_repo), mock.patch.object(HfApi, "upload_folder", upload_folder):
+        run_script("run_glue", common_args(tiny_checkpoint, out, "--task_name", "mnli", "--data_dir", root,
+                                           "--do_train", "--do_eval", "--max_steps", 2, "--push_to_hub",
+                                           "--hub_model_id", "someone/albert-mnli", "--hub_token", "x"))
+    assert uploads and uploads[-1] == ("someone/albert-mnli", (out / "README.md").read_text())
+    results = json.loads((out / "all_results.json").read_text())
+    card = load_card(out)
+    assert card.data.pipeline_tag == "text-classification" and card.data.library_name == "transformers"
+    assert card.data.datasets == ["nyu-mll/glue"] and card.data.language == "en"
+    assert {"albert", "albert_hf", "text-classification", "glue", "mnli"} <= set(card.data.tags)
+    assert card.data.base_model is None and "a local checkpoint, the folder `tiny_albert" in card.text
+    assert card_metrics(card) == {
+        ("text-classification", "nyu-mll/glue", "mnli", "validation_matched", "accuracy"): results["eval_accuracy"],
+        ("text-classification", "nyu-mll/glue", "mnli", "validation_mismatched", "accuracy"):
+            results["eval_accuracy_mm"],
+    }
+    assert card.data.eval_results[0].dataset_name == "GLUE MNLI"
+    assert card.data.model_name == "albert-mnli"
+    assert 'AutoModelForSequenceClassification.from_pretrained("someone/albert-mnli", trust_remote_code=True)' in \
+        card.text and 'AlbertTokenizer.from_pretrained("someone/albert-mnli")' in card.text
+    for section in ("## Configuration", "## Data", "## Training", "## Results", "original GLUE TSV files"):
+        assert section in card.text
+
+
+def test_squad_card_names_its_data_and_holds_the_exact_match_and_f1(tiny_checkpoint, tmp_path):
+    """Trainer's card said "fine-tuned ... on the None dataset" with `results: []`. A 3-question file in the
+    official JSON format is not SQuAD itself: the card describes the file and lists no dataset."""
+    from test_squad import SQUAD_V1, common_args, write_json
+
+    path = write_json(tmp_path / "train-v1.1.json", SQUAD_V1)
+    out = tmp_path / "out"
+    run_script("run_squad", ["--train_file", path, "--validation_file", path, "--do_train", "--do_eval",
+                             *common_args(tiny_checkpoint, out, steps=4)])
+    results = json.loads((out / "all_results.json").read_text())
+    card = load_card(out)
+    assert "None dataset" not in card.text and "`train-v1.1.json`" in card.text
+    assert card.data.pipeline_tag == "question-answering" and card.data.datasets is None
+    assert card_metrics(card) == {
+        ("question-answering", "local", None, "validation", "exact match"): results["eval_exact_match"],
+        ("question-answering", "local", None, "validation", "f1"): results["eval_f1"],
+    }
+    assert {r.metric_type for r in card.data.eval_results} == {"exact_match", "f1"}
+    assert card.data.eval_results[0].dataset_name == "SQuAD v1.1 (local files)"
+    check_usage(card, "AutoModelForQuestionAnswering")
+
+
+def test_finish_writes_a_race_card_with_license_base_model_and_test_results_without_going_online(
+        tmp_path, hub_unreachable):
+    """finish() on a trainer whose base is a Hub name (never loaded here): base_model, the license argument, the
+    Hub dataset by its current id, and eval_/predict_ results as the validation/test splits of the subset."""
+    from albert_hf.finetuning import AlbertTrainer, AlbertTrainingArguments, finish, parse_arguments
+    from albert_hf.race import RaceDataArguments
+
+    model_args = parse_arguments(RaceDataArguments, ["--model_name_or_path", "albert/albert-base-v2", "--license",
+                                                     "apache-2.0", "--output_dir", str(tmp_path)])[0]
+    training_args = AlbertTrainingArguments(output_dir=str(tmp_path), do_eval=True, do_predict=True,
+                                            report_to="none")
+    data_args = RaceDataArguments(dataset_name="race", subset="middle")
+    results = {"eval_accuracy": 0.625, "eval_accuracy_middle": 0.625, "eval_num_middle": 8, "eval_loss": 1.25,
+               "eval_runtime": 0.5, "eval_samples": 8, "predict_accuracy": 0.5, "predict_samples": 8, "epoch": 1.0}
+    (tmp_path / "all_results.json").write_text(json.dumps(results))
+    trainer = AlbertTrainer(model=albert_hf.AlbertHFForMultipleChoice(tiny_config()), args=training_args)
+    finish(trainer, model_args, training_args, data_args)
+    card = load_card(tmp_path)
+    assert card.data.pipeline_tag == "multiple-choice" and card.data.license == "apache-2.0"
+    assert card.data.base_model == "albert/albert-base-v2" and card.data.datasets == ["ehovy/race"]
+    assert card_metrics(card) == {
+        ("multiple-choice", "ehovy/race", "middle", "validation", "accuracy"): 0.625,
+        ("multiple-choice", "ehovy/race", "middle", "validation", "accuracy middle"): 0.625,
+        ("multiple-choice", "ehovy/race", "middle", "test", "accuracy"): 0.5,
+    }
+    assert "[albert/albert-base-v2](https://huggingface.co/albert/albert-base-v2)" in card.text
+    check_usage(card, "AutoModelForMultipleChoice")
+
+
+def test_card_datasets_are_hub_data_or_its_official_files_only(tmp_path):
+    """`datasets` lists a Hub dataset when the data came from the Hub or is that dataset's own files in their
+    official format; other local files are described in the text instead."""
+    from data_fixtures import SHARED_DATA
+    from test_squad import SQUAD_V1, write_json
+
+    from albert_hf.finetuning import AlbertTrainingArguments
+    from albert_hf.glue import GlueDataArguments
+    from albert_hf.hub import finetuning_card_dataset
+    from albert_hf.race import RaceDataArguments
+    from albert_hf.squad import SquadDataArguments
+
+    train_eval = AlbertTrainingArguments(output_dir=str(tmp_path), do_train=True, do_eval=True, report_to="none")
+
+    def dataset(data_args):
+        found = finetuning_card_dataset(data_args, train_eval)
+        return found.hub_id, found.config
+
+    assert dataset(GlueDataArguments(task_name="mrpc")) == ("nyu-mll/glue", "mrpc")  # the Hub, by task name
+    assert dataset(GlueDataArguments(task_name="rte", dataset_name="glue")) == ("nyu-mll/glue", "rte")
+    assert dataset(GlueDataArguments(task_name="cola", data_dir=str(tmp_path))) == ("nyu-mll/glue", "cola")
+    local = finetuning_card_dataset(GlueDataArguments(task_name="mrpc", train_file="a.csv",
+                                                      validation_file="b.jsonl"), train_eval)
+    assert (local.hub_id, local.config) == (None, None) and "`a.csv`" in local.description
+    assert dataset(SquadDataArguments(dataset_name="squad_v2", version_2_with_negative=True)) == \
+        ("rajpurkar/squad_v2", None)
+    small = write_json(tmp_path / "dev-v1.1.json", SQUAD_V1)  # the official format, but 3 questions
+    assert dataset(SquadDataArguments(train_file=str(small), validation_file=str(small))) == (None, None)
+    assert dataset(RaceDataArguments(data_dir=str(tmp_path))) == ("ehovy/race", "all")
+    assert dataset(RaceDataArguments(train_file=str(tmp_path), validation_file="rows.jsonl")) == (None, None)
+    dev = SHARED_DATA / "squad" / "v1.1_dev" / "dev-v1.1.json"  # the complete official dev set
+    half = SHARED_DATA / "squad" / "v2.0_dev_half" / "dev-v2.0.json"  # version "v2.0", but 16 of 35 articles
+    if dev.is_file() and half.is_file():
+        eval_only = AlbertTrainingArguments(output_dir=str(tmp_path), do_eval=True, report_to="none")
+        assert finetuning_card_dataset(SquadDataArguments(validation_file=str(dev)), eval_only).hub_id == \
+            "rajpurkar/squad"
+        assert finetuning_card_dataset(SquadDataArguments(validation_file=str(half), version_2_with_negative=True),
+                                       eval_only).hub_id is None
+
+
+def test_convert_writes_a_card_carrying_the_source_card_and_a_license(tmp_path, hub_unreachable):
+    from huggingface_hub import EvalResult, ModelCard, ModelCardData
+    from transformers import AlbertConfig, AlbertForSequenceClassification
+
+    from albert_hf.convert import main as convert_main
+    from albert_hf.hub import write_converted_card
+
+    source = tmp_path / "theirs"
+    AlbertForSequenceClassification(AlbertConfig(vocab_size=100, embedding_size=8, hidden_size=16,
+                                                 num_hidden_layers=2, num_attention_heads=2,
+                                                 intermediate_size=32)).save_pretrained(source)
+    (source / "tokenizer_config.json").write_text("{}")
+    result = EvalResult(task_type="text-classification", dataset_type="nyu-mll/glue", dataset_name="GLUE MRPC",
+                        dataset_config="mrpc", dataset_split="validation", metric_type="accuracy", metric_value=0.8)
+    data = ModelCardData(license="mit", datasets=["nyu-mll/glue"], model_name="theirs", eval_results=[result])
+    ModelCard(f"---\n{data.to_yaml()}\n---\n# theirs\n").save(source / "README.md")
+
+    convert_main([str(source), str(tmp_path / "ours"), "--license", "apache-2.0"])
+    card = load_card(tmp_path / "ours")
+    assert card.data.pipeline_tag == "text-classification" and card.data.library_name == "transformers"
+    assert card.data.license == "apache-2.0" and card.data.datasets == ["nyu-mll/glue"]  # --license wins
+    assert card_metrics(card) == {("text-classification", "nyu-mll/glue", "mrpc", "validation", None): 0.8}
+    assert card.data.base_model is None and {"albert", "albert_hf"} <= set(card.data.tags)
+    check_usage(card, "AutoModelForSequenceClassification")
+
+    convert_main([str(tmp_path / "ours"), str(tmp_path / "back")])  # back to transformers' format
+    card = load_card(tmp_path / "back")
+    assert card.data.license == "apache-2.0" and card_metrics(card)
+    check_usage(card, "AutoModelForSequenceClassification", remote_code=False)
+
+    # a Hub source is the base model; without tokenizer files beside the weights, its tokenizer is the one to load
+    model = albert_hf.AlbertHFForPreTraining(tiny_config())
+    (tmp_path / "from_hub").mkdir()
+    write_converted_card(tmp_path / "from_hub", source="albert/albert-base-v2", target="albert_hf", model=model,
+                         tokenizer_copied=False)
+    card = load_card(tmp_path / "from_hub")
+    assert card.data.base_model == "albert/albert-base-v2" and card.data.pipeline_tag == "fill-mask"
+    assert 'AlbertTokenizer.from_pretrained("albert/albert-base-v2")' in card.text

@@ -174,3 +174,20 @@ def test_convert_refuses_partial_sharing_and_non_empty_output(tmp_path):
     (tmp_path / "full" / "keep.txt").write_text("x")
     with pytest.raises(FileExistsError, match="not empty"):
         convert(str(tmp_path / "ours"), str(tmp_path / "full"))
+
+
+def test_a_converted_folder_loads_its_tokenizer_without_a_prompt(tmp_path):
+    """A transformers ALBERT checkpoint with its tokenizer, converted to albert_hf: the tokenizer comes along and
+    loads as the card says, in a fresh process without albert_hf."""
+    from conftest import check_tokenizer_loads_without_prompt
+    from data_fixtures import tokenizer
+
+    tok = tokenizer()
+    config = hf_config()
+    config.vocab_size = len(tok)
+    save_theirs("AlbertForMaskedLM", config, tmp_path / "hf")
+    tok.save_pretrained(tmp_path / "hf")
+    done = subprocess.run([sys.executable, "-m", "albert_hf.convert", str(tmp_path / "hf"), str(tmp_path / "ours")],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    check_tokenizer_loads_without_prompt(tmp_path / "ours")
