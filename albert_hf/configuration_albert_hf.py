@@ -7,7 +7,7 @@ from transformers import PreTrainedConfig
 
 SHARING_MODES = ("all", "attention", "ffn", "none")
 
-# Official v2 dimensions (ALBERT_SPEC.md §1.2). All share V=30000, E=128, 512 positions, gelu_new, dropout 0.
+# The released v2 models' dimensions. All share V=30000, E=128, 512 positions, gelu_new, dropout 0.
 # xlarge uses 16 heads, as the released weights do (the paper's H/64 rule would say 32).
 PRESETS = {
     "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
@@ -79,7 +79,7 @@ class AlbertHFConfig(PreTrainedConfig):
     tie_word_embeddings: bool = True
 
     def __post_init__(self, **kwargs):
-        # Fields of the official albert_config.json that the official code ignores (spec §1.1): accept, drop.
+        # Fields of the released albert_config.json files that the official modeling.py ignores: accept, drop.
         for ignored in ("down_scale_factor", "net_structure_type", "gap_size", "num_memory_blocks", "layers_to_keep"):
             kwargs.pop(ignored, None)
         if self.sharing == "none" and self.num_hidden_groups == 1 and self.num_hidden_layers > 1:
@@ -191,7 +191,7 @@ class AlbertHFConfig(PreTrainedConfig):
     def layer_group_order(self) -> list[int]:
         """The layer group applied at each of the `num_hidden_layers` layers (sharing "all" and "none").
 
-        The official code's float formula `int(l / L * G)` (spec §1.5). With sharing="none" every layer has its own
+        The official code's float formula `int(l / L * G)` (modeling.py). With sharing="none" every layer has its own
         group, in order: the float formula would repeat a group for some L = G (e.g. L = G = 22 at l = 15).
         """
         layers, groups = self.num_hidden_layers, self.num_hidden_groups

@@ -1,6 +1,6 @@
 """`DataCollatorForAlbertPretraining`: ALBERT's n-gram masked LM, on the fly, for sentence-pair batches.
 
-The masking is the official `create_masked_lm_predictions` (ALBERT_SPEC.md 3, "Masking"):
+The masking is the official `create_masked_lm_predictions` (google-research/albert's `create_pretraining_data.py`):
 - words: a SentencePiece piece starts a word if it begins with "▁" or "<", is one punctuation character, or
   holds a character outside a-z and that punctuation; other pieces join the previous word (whole words);
 - budget per sequence: min(max_predictions_per_seq, max(1, round(mlm_probability * length))), where length

@@ -99,8 +99,8 @@ TASKS = {
 }
 COLA_HEADERLESS_COLUMNS = ("source", "label", "author_label", "sentence")
 
-# ALBERT_SPEC.md §5.2: the official run_glue.sh (LR, total batch, steps, warmup) and the paper's "ALBERT DR".
-# WNLI and AX have no row there.
+# The official run_glue.sh (LR, total batch, steps, warmup) and the paper's "ALBERT DR" (Table 14); the table is in
+# docs/official_recipe.md. Neither has a row for WNLI or AX.
 PAPER_HPARAMS = {
     "cola": dict(learning_rate=1e-5, batch_size=16, max_steps=5336, warmup_steps=320, hidden_dropout_prob=0.0),
     "stsb": dict(learning_rate=2e-5, batch_size=16, max_steps=3598, warmup_steps=214, hidden_dropout_prob=0.0),
@@ -111,8 +111,8 @@ PAPER_HPARAMS = {
     "rte": dict(learning_rate=3e-5, batch_size=32, max_steps=800, warmup_steps=200, hidden_dropout_prob=0.1),
     "mrpc": dict(learning_rate=2e-5, batch_size=32, max_steps=800, warmup_steps=200, hidden_dropout_prob=0.0),
 }
-# Common to every task (spec §5.1/5.2): max length 512, head dropout 0.1, AdamWeightDecay with eps 1e-6 and
-# decay 0.01, clipping at 1.0.
+# Common to every task (the official run_glue.sh and optimization.py): max length 512, head dropout 0.1,
+# AdamWeightDecay with eps 1e-6 and decay 0.01, clipping at 1.0.
 # ... and for every task: the official optimizer and schedule (AdamWeightDecay, decay counted from step 0)
 PAPER_COMMON = dict(max_seq_length=512, classifier_dropout_prob=0.1, adam_epsilon=1e-6, weight_decay=0.01,
                     max_grad_norm=1.0, official_optimizer=True)
@@ -453,15 +453,15 @@ def explicit_arguments(argv, dataclass_types) -> set[str]:
 
 
 def apply_paper_hparams(task: GlueTask, model_args, data_args, training_args, explicit: set[str]) -> dict:
-    """Set ALBERT's fine-tuning recipe for the task (ALBERT_SPEC.md §5.2) where the user did not set a value.
+    """Set ALBERT's fine-tuning recipe for the task (PAPER_HPARAMS) where the user did not set a value.
 
     The table's batch is the total batch: per_device_train_batch_size = batch / (gradient_accumulation_steps x
     processes). --num_train_epochs given explicitly keeps the epoch count instead of the paper's steps.
     Returns {argument: value} of what was set (also logged).
     """
     if task.name not in PAPER_HPARAMS:
-        raise ValueError(f"--paper_hparams: no recipe for {task.name} in ALBERT_SPEC.md §5.2 (tasks: "
-                         f"{', '.join(PAPER_HPARAMS)}); give the hyper-parameters explicitly")
+        raise ValueError(f"--paper_hparams: the official run_glue.sh and the paper have no recipe for {task.name} "
+                         f"(tasks: {', '.join(PAPER_HPARAMS)}); give the hyper-parameters explicitly")
     recipe = {**PAPER_HPARAMS[task.name], **PAPER_COMMON}
     batch_size = recipe.pop("batch_size")
     divisor = training_args.gradient_accumulation_steps * training_args.world_size

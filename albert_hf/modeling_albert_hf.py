@@ -359,7 +359,8 @@ class AlbertHFPreTrainedModel(PreTrainedModel):
     _auto_map_entry = None
 
     def save_pretrained(self, save_directory, *args, **kwargs):
-        # transformers writes only the saved class into auto_map; write every head (HF_V5_NOTES.md TL;DR 5).
+        # transformers 5 writes into auto_map only the saved class (and AutoConfig), so other Auto classes could not
+        # load the checkpoint as remote code; write every head.
         self.config.auto_map = dict(AUTO_MAP)
         if self._auto_map_entry:
             self.config.auto_map[self._auto_map_entry[0]] = self._auto_map_entry[1]
@@ -849,7 +850,7 @@ class AlbertHFForTokenClassification(AlbertHFPreTrainedModel):
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# The official ALBERT SQuAD v2.0 head (XLNet-style), ALBERT_SPEC.md §5.3: `create_v2_model` of squad_utils.py.
+# The official ALBERT SQuAD v2.0 head (XLNet-style): `create_v2_model` of google-research/albert's squad_utils.py.
 # - start: dense H->1 per position, masked by p_mask (-1e30), log-softmax;
 # - end: [hidden; hidden at the start] -> dense 2H->H, tanh, LayerNorm, dense H->1, p_mask, log-softmax; in
 #   training the gold start is used, at inference a beam of `start_n_top` starts x `end_n_top` ends;

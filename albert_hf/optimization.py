@@ -11,7 +11,7 @@ Gradient clipping is not part of either optimizer: the official code clips the g
 *before* calling the optimizer, so call `torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)` (or
 `accelerator.clip_grad_norm_`) before `optimizer.step()`.
 
-Typical use (ALBERT pretraining, spec §4):
+Typical use (ALBERT pretraining with the official values; docs/official_recipe.md, Pretraining):
 
     optimizer = Lamb(parameter_groups(model, weight_decay=0.01), lr=0.00176)
     scheduler = get_official_schedule(optimizer, num_warmup_steps=3125, num_training_steps=125_000)
@@ -203,7 +203,7 @@ class _UncorrectedAdam(Optimizer):
 
 
 class Lamb(_UncorrectedAdam):
-    """LAMB as in the official ALBERT pretraining (`lamb_optimizer.LAMBOptimizer`), spec §4.
+    """LAMB as in the official ALBERT pretraining (`LAMBOptimizer` in google-research/albert's `lamb_optimizer.py`).
 
     Differences from the LAMB paper's Algorithm 2 and from Apex/DeepSpeed FusedLAMB, all deliberate to match the
     official code: no bias correction; the trust ratio ||w|| / ||u|| is unclipped (no phi, no min/max coefficient)
@@ -230,7 +230,7 @@ class Lamb(_UncorrectedAdam):
 
 
 class AdamWeightDecay(_UncorrectedAdam):
-    """The official fine-tuning optimizer (`optimization.AdamWeightDecayOptimizer`, shared with BERT), spec §5.1.
+    """The official fine-tuning optimizer (`AdamWeightDecayOptimizer` in the official `optimization.py`, as in BERT).
 
     Adam **without bias correction**, with decoupled weight decay added to the update:
     u = m / (sqrt(v) + eps) + wd*w;  w = w - lr*u.
@@ -256,7 +256,7 @@ def _official_lr_factor(step: int, num_warmup_steps: int, num_training_steps: in
 
 def get_official_schedule(optimizer: Optimizer, num_warmup_steps: int, num_training_steps: int,
                           power: float = 1.0, last_epoch: int = -1) -> LambdaLR:
-    """The official ALBERT/BERT learning-rate schedule (`optimization.create_optimizer`), spec §4 and §5.1.
+    """The official ALBERT/BERT learning-rate schedule (`create_optimizer` in the official `optimization.py`).
 
     At step t (the number of optimizer steps taken so far, starting at 0, like TF's global_step):
         lr = peak * t / num_warmup_steps                          if t < num_warmup_steps

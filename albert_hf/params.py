@@ -7,7 +7,7 @@ No formulas are used, so a wrong module gives a wrong count. The meta device all
 2.5B-parameter not-shared xxlarge is as cheap to build as base. model.parameters() yields each shared or tied
 tensor once. That means cross-layer sharing and the MLM decoder tied to the word table are counted once, as stored.
 
-The paper rounds to the nearest million and mixes two counting conventions (ALBERT_SPEC.md, section 2.4).
+The paper rounds to the nearest million and mixes two counting conventions (see HEADER below).
 Each row is therefore counted three ways, and the last column says which of them give the paper's number.
 """
 
@@ -144,7 +144,7 @@ def paper_string(row: PaperRow) -> str:
 
 HEADER = """\
 Parameter counts: ours (modules built on the meta device) vs the ALBERT paper.
-Conventions (ALBERT_SPEC.md, section 2):
+Conventions:
 - incl. pooler    = embeddings + E->H projection + encoder + pooler = transformers' AlbertModel. No MLM/SOP heads.
 - excl. pooler    = embeddings + E->H projection + encoder.
 - + MLM/SOP heads = AlbertForPreTraining: incl. pooler + MLM head (decoder tied to the word table) + SOP head.

@@ -1,6 +1,6 @@
 """Sentence-pair instances for ALBERT pretraining (SOP, or NSP for the ablation) as cached `datasets.map`s.
 
-A port of `create_instances_from_document` in the official `create_pretraining_data.py` (ALBERT_SPEC.md 3).
+A port of `create_instances_from_document` in the official `create_pretraining_data.py` (google-research/albert).
 Per document and per pass (`dupe_factor` passes):
   1. target length = max_seq_length - 3, or with probability `short_seq_prob` a uniform randint(2, that);
   2. sentences are gathered into a chunk until the target is reached or the document ends;

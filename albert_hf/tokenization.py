@@ -2,7 +2,7 @@
 
 Both paths end in the same place: `transformers.AlbertTokenizer(vocab=[(piece, score), ...])` saved as
 tokenizer.json + tokenizer_config.json, which `AutoTokenizer.from_pretrained(dir)` loads with no network, no
-sentencepiece and no protobuf. Two transformers 5 pitfalls are avoided on purpose (HF_V5_NOTES.md, 1.7):
+sentencepiece and no protobuf. Two pitfalls of transformers 5's AlbertTokenizer are avoided on purpose:
 `AlbertTokenizer(vocab_file=...)` silently ignores the file, and a directory holding only spiece.model needs
 protobuf to load. The saved tokenizer also lists token_type_ids in `model_input_names`, so sentence pairs return
 them by default (the stock AlbertTokenizer does not).
@@ -22,7 +22,7 @@ from .corpus import cache_root, split_sentences
 
 logger = logging.getLogger(__name__)
 
-# The official 30k-clean.model layout (ALBERT_SPEC.md 1.11): <pad>=0 and <unk>=1, then three control symbols.
+# The official 30k-clean.model layout: <pad>=0 and <unk>=1, then three control symbols.
 PAD, UNK, CLS, SEP, MASK = "<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = [PAD, UNK, CLS, SEP, MASK]
 # Pieces the official spm model always keeps whole (README flags of spm_train).

@@ -1,12 +1,12 @@
 """Collator throughput at sequence length 512: DataCollatorForAlbertPretraining against transformers'
 DataCollatorForLanguageModeling (plain 15% token masking) on the very same batches.
 
-    python benchmarks/bench_collator.py [--batch_size 32] [--num_batches 64] [--repeats 3]
+    python benchmarks/bench_collator.py [--batch_size 32] [--num_batches 64] [--repeats 3] [--train_files books/]
 
-Pairs come from the public-domain books in ../shared/data/corpus when that folder exists, else from the
-embedded stdlib-docstring corpus with each module's docstrings joined into one long document (so that pairs
-reach 512 tokens). Timing is the best of `--repeats` passes over the same list of python-list features, which
-is what a DataLoader hands a collator.
+Pairs come from `--train_files` (text files or folders of them, one document per file, e.g. Project Gutenberg
+plain-text books), else from the embedded stdlib-docstring corpus with each module's docstrings joined into one
+long document (so that pairs reach 512 tokens). Timing is the best of `--repeats` passes over the same list of
+python-list features, which is what a DataLoader hands a collator.
 """
 
 from __future__ import annotations
@@ -23,12 +23,13 @@ from albert_hf.corpus import embedded_corpus, load_text_files
 from albert_hf.pretraining_data import create_pretraining_pairs, tokenize_documents
 from albert_hf.tokenization import train_tokenizer
 
-SHARED_CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "corpus" / "gutenberg_classics"
 
-
-def long_documents():
-    if SHARED_CORPUS.is_dir():
-        return load_text_files(SHARED_CORPUS), f"books in {SHARED_CORPUS}"
+def long_documents(train_files=None):
+    if train_files:
+        for path in train_files:
+            if not Path(path).exists():
+                raise SystemExit(f"error: --train_files: {path} does not exist")
+        return load_text_files(train_files), f"documents in {', '.join(train_files)}"
     modules = {}
     for row in embedded_corpus():
         modules.setdefault(row["source"].split(":")[0], []).append(row["text"])
@@ -52,11 +53,14 @@ def main():
     parser.add_argument("--num_batches", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--vocab_size", type=int, default=5000)
+    parser.add_argument("--train_files", nargs="+", default=None,
+                        help="text files or folders of them, one long document per file, e.g. books (default: the "
+                        "embedded corpus)")
     args = parser.parse_args()
     datasets.disable_progress_bars()
 
     tokenizer = train_tokenizer(embedded_corpus(), vocab_size=args.vocab_size)
-    corpus, source = long_documents()
+    corpus, source = long_documents(args.train_files)
     pairs = create_pretraining_pairs(
         tokenize_documents(corpus, tokenizer), tokenizer, max_seq_length=512, short_seq_prob=0.0, dupe_factor=4
     )

@@ -11,8 +11,9 @@ For every (preset, seq, mode):
 - peak tensor memory of a training step (parameters, gradients, optimizer moments and the activations saved
   for backward, at the forward/backward boundary where they all coexist);
 - sequence-classification inference (no grad) on full-length unpadded batches: sequences/s.
-Then, when a GLUE download is at --glue_dir (../shared/data/glue here), sequence-classification inference on real
-dev batches padded as Trainer pads them (to the longest row of each batch of 32), per preset and mode.
+Then, with `--glue_dir` naming a GLUE download (the original `glue_data` folder: SST-2/, MRPC/, RTE/, QNLI/,
+...), sequence-classification inference on real dev batches padded as Trainer pads them (to the longest row of
+each batch of 32), per preset and mode.
 Ratios are albert_hf / transformers (higher is better; for memory lower is better). `--only` runs one part.
 """
 
@@ -174,7 +175,6 @@ def bench_inference(preset, seq, mode, steps, warmup, compile_ours=None):
                                           max_position_embeddings=max(512, seq))
 
 
-GLUE_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "glue"
 GLUE_EVAL_TASKS = ("sst2", "mrpc", "rte", "qnli")
 
 
@@ -278,8 +278,9 @@ def main(argv=None):
                         "process (a third one slowed transformers' step, see BENCHMARKS.md)")
     parser.add_argument("--no-memory", action="store_true")
     parser.add_argument("--json", default=None, help="also write the results here")
-    parser.add_argument("--glue_dir", default=str(GLUE_DIR),
-                        help="GLUE download for the padded-inference rows (skipped when absent)")
+    parser.add_argument("--glue_dir", default=None,
+                        help="GLUE download (the original glue_data folder) for the padded-inference rows "
+                        "(skipped without it)")
     parser.add_argument("--glue_tokenizer", default=None, help="tokenizer for those rows (default: trained on them)")
     parser.add_argument("--only", choices=["training", "inference", "glue"], default=None,
                         help="run one part only")
@@ -331,7 +332,7 @@ def main(argv=None):
                 print_eager_line("training", train, "tokens_per_s")
                 print_eager_line("inference", infer, "sequences_per_s")
 
-    if args.only in (None, "glue") and Path(args.glue_dir).is_dir():
+    if args.only in (None, "glue") and args.glue_dir and Path(args.glue_dir).is_dir():
         batches = glue_eval_batches(args.glue_dir, args.glue_tokenizer)
         print(f"\nSequence-classification inference on GLUE dev batches as Trainer pads them ({len(batches)} "
               f"batches of 32 from {', '.join(GLUE_EVAL_TASKS)}, max_seq_length 128)")
@@ -344,7 +345,7 @@ def main(argv=None):
                       f"ours {ius:.1f}, ratio {ius / ihf:.2f}", flush=True)
                 print_eager_line("inference", glue, "sequences_per_s")
     elif args.only == "glue":
-        raise SystemExit(f"error: --glue_dir {args.glue_dir} does not exist")
+        raise SystemExit(f"error: --only glue needs --glue_dir naming a GLUE download (got {args.glue_dir})")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"peaks": peaks, "rows": rows}, f, indent=2)

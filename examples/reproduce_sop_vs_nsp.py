@@ -3,9 +3,10 @@
     python examples/reproduce_sop_vs_nsp.py --torch_compile   # the real run: 3 models x 2500 steps, 43 min on 2 cores
     python examples/reproduce_sop_vs_nsp.py --smoke           # end to end in about a minute (numbers meaningless)
 
-Every model gets the same corpus, tokenizer, architecture, steps and seed; only `--task` differs. The corpus
-defaults to the public-domain books in ../shared/data/corpus (one book = one document) when present, else the
-embedded corpus. 10% of the documents are held out (the same split `run_pretraining.py` makes); the intrinsic
+Every model gets the same corpus, tokenizer, architecture, steps and seed; only `--task` differs. The corpus is
+`--train_files`, text files or folders of them with one document per file (e.g. a folder of Project Gutenberg
+plain-text books: one book = one document), else the embedded corpus (the Python standard library's docstrings).
+10% of the documents are held out (the same split `run_pretraining.py` makes); the intrinsic
 MLM / NSP / SOP sets are built from them (albert_hf.analysis.intrinsic) and printed beside the paper's numbers,
 followed by each run's evaluation-accuracy curve (from its metrics.jsonl).
 
@@ -21,9 +22,6 @@ import time
 from argparse import Namespace
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED_CORPUS = REPO.parent / "shared" / "data" / "corpus"
-BOOK_FOLDERS = ("gutenberg_nltk", "gutenberg_classics", "austen_extra")  # books only: speeches and wiki left out
 MAX_DOCUMENTS_LISTED = 20  # SOP per held-out document is printed for the books, not for thousands of paragraphs
 
 # A small ALBERT (E=128 as the paper, all-shared): ~2.3 steps/s at batch 32 x 128 in bf16 on 2 cores, ~2.9 compiled.
@@ -33,15 +31,10 @@ SMOKE_MODEL = dict(embedding_size=32, hidden_size=64, num_hidden_layers=2, num_a
                    intermediate_size=128, max_position_embeddings=512)
 
 
-def default_corpus() -> list[str]:
-    folders = [SHARED_CORPUS / name for name in BOOK_FOLDERS if (SHARED_CORPUS / name).is_dir()]
-    return [str(f) for f in folders]
-
-
 def common_arguments(parser: argparse.ArgumentParser, steps: int, output_dir: str):
     parser.add_argument("--train_files", nargs="+", default=None,
-                        help="text files/folders (default: the books in ../shared/data/corpus, else the embedded "
-                        "corpus)")
+                        help="text files or folders of them, one document per file, e.g. a folder of Project "
+                        "Gutenberg plain-text books (default: the embedded corpus)")
     parser.add_argument("--output_dir", default=output_dir)
     parser.add_argument("--max_train_steps", type=int, default=steps, help="optimizer steps per model")
     parser.add_argument("--batch_size", type=int, default=32)
@@ -65,17 +58,15 @@ def common_arguments(parser: argparse.ArgumentParser, steps: int, output_dir: st
                         "the eager speed for the small model; needs a C++ compiler")
     parser.add_argument("--seed", type=int, default=12345)
     parser.add_argument("--smoke", action="store_true",
-                        help="a 2-layer H=64 model, 20 steps, a small corpus: proves the pipeline in ~1 minute")
+                        help="a 2-layer H=64 model, 20 steps: proves the pipeline in ~1 minute")
 
 
-def apply_smoke(args, corpus_folder="inaugural"):
+def apply_smoke(args):
     """Shrink everything; the numbers of a smoke run mean nothing."""
     args.model_fields = dict(SMOKE_MODEL)
     args.max_train_steps, args.batch_size, args.max_seq_length = 20, 16, 64
     args.vocab_size, args.dupe_factor, args.eval_steps = 1000, 1, 10
     args.max_eval_samples, args.intrinsic_examples = 64, 64
-    if args.train_files is None and (SHARED_CORPUS / corpus_folder).is_dir():
-        args.train_files = [str(SHARED_CORPUS / corpus_folder)]
 
 
 def prepare(args):
@@ -84,8 +75,6 @@ def prepare(args):
         apply_smoke(args)
     if args.model_json:
         args.model_fields.update(json.loads(args.model_json))
-    if args.train_files is None:
-        args.train_files = default_corpus() or None  # None: the embedded corpus
     for path in args.train_files or ():
         if not Path(path).exists():
             raise SystemExit(f"error: --train_files: {path} does not exist")
@@ -118,7 +107,8 @@ def pretrain(args, run_dir: Path, task: str = "sop", sharing: str | None = None)
             "--dupe_factor", str(args.dupe_factor), "--eval_steps", str(args.eval_steps),
             "--max_eval_samples", str(args.max_eval_samples), "--logging_steps", str(min(50, args.eval_steps)),
             "--validation_split_percentage", "10", "--mixed_precision", args.mixed_precision,
-            "--seed", str(args.seed)]
+            "--seed", str(args.seed),
+            "--overwrite_output_dir"]  # a run that did not finish starts over (a finished one is reused above)
     if sharing:
         argv += ["--sharing", sharing]
     if args.num_warmup_steps is not None:

@@ -273,6 +273,7 @@ def test_reproduction_passes_its_training_options_to_run_pretraining(tmp_path, m
         compiled = "--torch_compile" in argv
         if compiled:
             argv.remove("--torch_compile")
+        argv.remove("--overwrite_output_dir")  # an unfinished run of an earlier reproduction starts over
         options = dict(zip(argv[::2], argv[1::2]))
         assert compiled == bool(extra)
         assert (options["--task"], options["--learning_rate"], options["--seed"]) == ("nsp", "0.003", "1")
