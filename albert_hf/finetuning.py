@@ -103,6 +103,15 @@ class AlbertTrainer(Trainer):
         if getattr(self.args, "compile_blocks", False):
             self.model.compile_blocks()
 
+    def get_eval_dataloader(self, eval_dataset=None):
+        # Trainer caches the evaluation loader under one key for every dataset passed in, and with
+        # --dataloader_persistent_workers hands the cached loader out again: a second dev set (MNLI mismatched)
+        # would be scored on the first. Another set gets a loader of its own, as for prediction (same batch size,
+        # sequential order).
+        if eval_dataset is not None and not isinstance(eval_dataset, str) and eval_dataset is not self.eval_dataset:
+            return self.get_test_dataloader(eval_dataset)
+        return super().get_eval_dataloader(eval_dataset)
+
     def create_optimizer(self, model=None):
         if not getattr(self.args, "official_optimizer", False) or self.optimizer is not None:
             return super().create_optimizer(model)

@@ -142,3 +142,17 @@ def test_results_files_are_flat_and_all_results_merges_train_eval_and_predict(tm
                                                                        "predict_accuracy": 0.5}
     with pytest.raises(ValueError, match="split 'b' would overwrite"):
         evaluate_splits(trainer, {"a": Rows(4), "b": Rows(4)})
+
+
+def test_a_second_evaluation_set_is_scored_on_itself_with_persistent_workers(tmp_path):
+    """With --dataloader_persistent_workers, Trainer hands out its cached evaluation loader for any dataset passed
+    to evaluate(): MNLI's mismatched dev set was scored on the matched one. Each set must get its own loader."""
+    from conftest import tiny_config
+
+    args = AlbertTrainingArguments(output_dir=str(tmp_path), report_to="none", per_device_eval_batch_size=4,
+                                   dataloader_num_workers=1, dataloader_persistent_workers=True)
+    matched, mismatched = Rows(8), Rows(12)
+    trainer = AlbertTrainer(model=AlbertHFForSequenceClassification(tiny_config()), args=args, eval_dataset=matched)
+    assert len(trainer.get_eval_dataloader().dataset) == 8
+    assert len(trainer.get_eval_dataloader(mismatched).dataset) == 12
+    assert len(trainer.get_eval_dataloader().dataset) == 8  # the trainer's own set keeps its (cached) loader
