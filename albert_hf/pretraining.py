@@ -283,6 +283,10 @@ class StepCheckpoints:
         if broadcast_object_list([exists])[0]:
             return final
         self.accelerator.save_state(str(tmp))
+        # save_state has every process write its own files (its random states) and returns without waiting for
+        # the others: the folder is renamed only once all of them have written, or a slower process would write
+        # into a folder that is gone (seen with one process delayed).
+        self.accelerator.wait_for_everyone()
         if self.accelerator.is_main_process:
             (tmp / STATE_FILE).write_text(json.dumps(state, indent=2))
             if final.exists():  # an incomplete leftover of the same name

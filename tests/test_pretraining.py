@@ -427,7 +427,8 @@ for step in (1, 1, 2):  # step 1 twice: the second save finds the checkpoint alr
         time.sleep(2)  # the slow process looks only after the main process has renamed step_N into place
     checkpoints.save(step, {"step": step})
     total = accelerator.reduce(torch.tensor([accelerator.process_index + 1.0]), "sum")  # the next collective call
-    print(f"rank {accelerator.process_index} step {step} total {total.item()}", flush=True)
+    with open(f"{sys.argv[2]}/rank_{accelerator.process_index}.txt", "a") as log:  # one file each: no interleaving
+        log.write(f"rank {accelerator.process_index} step {step} total {total.item()}\\n")
 """
 
 
@@ -439,8 +440,11 @@ def test_checkpoint_save_takes_the_same_collective_path_on_every_process(tmp_pat
     launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
                 "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = run_bounded(launcher + [str(script), str(tmp_path / "out")], timeout=120, env=env, cwd=tmp_path)
+    done = run_bounded(launcher + [str(script), str(tmp_path / "out"), str(tmp_path)], timeout=120, env=env,
+                       cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    lines = sorted(line for line in done.stdout.splitlines() if line.startswith("rank"))
+    lines = sorted(line for rank in (0, 1) for line in (tmp_path / f"rank_{rank}.txt").read_text().splitlines())
     assert lines == [f"rank {rank} step {step} total 3.0" for rank in (0, 1) for step in (1, 1, 2)]
     assert sorted(path.name for path in (tmp_path / "out").iterdir()) == ["step_1", "step_2"]
+    for step in ("step_1", "step_2"):  # each process's own random states made it into the renamed folder
+        assert {"random_states_0.pkl", "random_states_1.pkl"} <= {p.name for p in (tmp_path / "out" / step).iterdir()}
