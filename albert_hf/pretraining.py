@@ -158,9 +158,11 @@ def parse_args(argv=None):
     earlier = previous_run_files(args.output_dir)
     if earlier and not args.overwrite_output_dir:
         if args.resume_from_checkpoint is None:
+            resumable = ("pass --resume_from_checkpoint latest to continue it" if StepCheckpoints.complete_in(
+                args.output_dir) else "it left no complete step_N checkpoint for --resume_from_checkpoint latest")
             raise SystemExit(f"error: --output_dir {args.output_dir} holds an earlier run ({', '.join(earlier[:4])}"
-                             f"{', ...' if len(earlier) > 4 else ''}): pass --resume_from_checkpoint latest to "
-                             "continue it, --overwrite_output_dir to start over, or another --output_dir")
+                             f"{', ...' if len(earlier) > 4 else ''}): {resumable}; pass --overwrite_output_dir to "
+                             "start over, or another --output_dir")
         if args.resume_from_checkpoint == "latest" and not StepCheckpoints.complete_in(args.output_dir):
             raise SystemExit(f"error: --resume_from_checkpoint latest: --output_dir {args.output_dir} holds an "
                              "earlier run but no complete step_N checkpoint to continue from; pass "

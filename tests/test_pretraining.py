@@ -383,13 +383,17 @@ def test_output_dir_checks_before_any_work(tmp_path):
     (out / "notes.txt").write_text("a user's file")
     parse_args(["--output_dir", str(out)])  # unrelated files are no earlier run
     (out / "metrics.jsonl").write_text('{"step": 2}\n')
-    with pytest.raises(SystemExit, match="holds an earlier run .*--resume_from_checkpoint latest.*--overwrite_output_dir"):
+    with pytest.raises(SystemExit, match="holds an earlier run .*no complete step_N checkpoint for "
+                                         "--resume_from_checkpoint latest; pass --overwrite_output_dir"):
         parse_args(["--output_dir", str(out)])
     # `latest` with nothing to continue from would silently start over on top of the earlier run
     with pytest.raises(SystemExit, match="no complete step_N checkpoint"):
         parse_args(["--output_dir", str(out), "--resume_from_checkpoint", "latest"])
     (out / "step_2").mkdir()
     (out / "step_2" / STATE_FILE).write_text("{}")
+    with pytest.raises(SystemExit, match="pass --resume_from_checkpoint latest to continue it; pass "
+                                         "--overwrite_output_dir to start over"):
+        parse_args(["--output_dir", str(out)])
     assert parse_args(["--output_dir", str(out), "--resume_from_checkpoint", "latest"]).resume_from_checkpoint
     with pytest.raises(SystemExit, match="not both"):
         parse_args(["--output_dir", str(out), "--resume_from_checkpoint", "latest", "--overwrite_output_dir"])
