@@ -299,14 +299,6 @@ def write_pretraining_card(output_dir, model, args, global_batch: int, num_proce
 
 # --- fine-tuning (run_glue.py, run_squad.py, run_race.py)
 
-# data-argument class -> (pipeline tag, Auto class, script, tag)
-FINETUNING_TASKS = {
-    "GlueDataArguments": ("text-classification", "AutoModelForSequenceClassification", "run_glue.py", "glue"),
-    "SquadDataArguments": ("question-answering", "AutoModelForQuestionAnswering", "run_squad.py", "squad"),
-    "RaceDataArguments": ("multiple-choice", "AutoModelForMultipleChoice", "run_race.py", "race"),
-}
-
-
 def _wanted_splits(training_args) -> list[str]:
     return [split for split, asked in (("train", training_args.do_train), ("validation", training_args.do_eval),
                                        ("test", training_args.do_predict)) if asked]
@@ -409,9 +401,18 @@ def _race_dataset(data_args, wanted) -> CardDataset:
     return _from_sources(name, sources, data_args.subset, extra)
 
 
+# data-argument class -> (pipeline tag, Auto class, script, tag, what the card says about the data)
+FINETUNING_TASKS = {
+    "GlueDataArguments": ("text-classification", "AutoModelForSequenceClassification", "run_glue.py", "glue",
+                          _glue_dataset),
+    "SquadDataArguments": ("question-answering", "AutoModelForQuestionAnswering", "run_squad.py", "squad",
+                           _squad_dataset),
+    "RaceDataArguments": ("multiple-choice", "AutoModelForMultipleChoice", "run_race.py", "race", _race_dataset),
+}
+
+
 def finetuning_card_dataset(data_args, training_args) -> CardDataset:
-    build = {"GlueDataArguments": _glue_dataset, "SquadDataArguments": _squad_dataset,
-             "RaceDataArguments": _race_dataset}[type(data_args).__name__]
+    build = FINETUNING_TASKS[type(data_args).__name__][-1]
     return build(data_args, _wanted_splits(training_args))
 
 
@@ -462,7 +463,7 @@ def _finetuning_training(trainer, model_args, args) -> dict:
 def write_finetuned_card(trainer, model_args, training_args, data_args) -> Path:
     """The card of a model fine-tuned by run_glue.py / run_squad.py / run_race.py, with the metrics of
     output_dir/all_results.json and the license of --license."""
-    pipeline_tag, auto_class, script, tag = FINETUNING_TASKS[type(data_args).__name__]
+    pipeline_tag, auto_class, script, tag, _ = FINETUNING_TASKS[type(data_args).__name__]
     output_dir = Path(training_args.output_dir)
     dataset = finetuning_card_dataset(data_args, training_args)
     results = read_results(output_dir)
@@ -557,6 +558,12 @@ def write_json(path, data: dict) -> None:
     Path(path).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
+def first_line(error: BaseException) -> str:
+    """An error's message cut to its first line (library errors often run on for a paragraph), or its type."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
 @contextmanager
 def loading(flag: str, name):
     """Stop with one line naming the argument when `from_pretrained(name)` cannot find it.
@@ -571,7 +578,7 @@ def loading(flag: str, name):
             where = "a local folder, but it does not hold what is needed"
         else:
             where = "no local folder by that name, so it was looked up on the Hub"
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        reason = first_line(error)
         from huggingface_hub import constants
 
         hint = "; the Hub is switched off (HF_HUB_OFFLINE), so pass a local folder" if constants.HF_HUB_OFFLINE else ""

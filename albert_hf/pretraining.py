@@ -157,13 +157,14 @@ def parse_args(argv=None):
             raise SystemExit(f"error: --resume_from_checkpoint {args.resume_from_checkpoint}: {problem}")
     earlier = previous_run_files(args.output_dir)
     if earlier and not args.overwrite_output_dir:
+        has_checkpoint = bool(StepCheckpoints.complete_in(args.output_dir))
         if args.resume_from_checkpoint is None:
-            resumable = ("pass --resume_from_checkpoint latest to continue it" if StepCheckpoints.complete_in(
-                args.output_dir) else "it left no complete step_N checkpoint for --resume_from_checkpoint latest")
+            resumable = ("pass --resume_from_checkpoint latest to continue it" if has_checkpoint
+                         else "it left no complete step_N checkpoint for --resume_from_checkpoint latest")
             raise SystemExit(f"error: --output_dir {args.output_dir} holds an earlier run ({', '.join(earlier[:4])}"
                              f"{', ...' if len(earlier) > 4 else ''}): {resumable}; pass --overwrite_output_dir to "
                              "start over, or another --output_dir")
-        if args.resume_from_checkpoint == "latest" and not StepCheckpoints.complete_in(args.output_dir):
+        if args.resume_from_checkpoint == "latest" and not has_checkpoint:
             raise SystemExit(f"error: --resume_from_checkpoint latest: --output_dir {args.output_dir} holds an "
                              "earlier run but no complete step_N checkpoint to continue from; pass "
                              "--overwrite_output_dir to start over, or another --output_dir")
@@ -263,7 +264,7 @@ class StepCheckpoints:
         path = Path(value)
         problem = self.problem(path)
         if problem:
-            raise FileNotFoundError(f"{path} is {problem}" if problem.startswith("not") else f"{path}: {problem}")
+            raise FileNotFoundError(f"{path}: {problem}")
         return path
 
     def remove_partial(self):
@@ -501,7 +502,7 @@ def main(argv=None):
     from transformers import AutoModel
 
     from .data_collator import DataCollatorForAlbertPretraining
-    from .hub import push_folder
+    from .hub import first_line, push_folder
     from .optimization import get_official_schedule
 
     # Without a GPU, accelerate runs several processes only in its CPU mode (gloo).
@@ -600,8 +601,7 @@ def main(argv=None):
                 state = json.loads((path / STATE_FILE).read_text())
                 completed_steps, epoch, batches_in_epoch = state["step"], state["epoch"], state["batches_in_epoch"]
             except (OSError, RuntimeError, ValueError, KeyError) as error:
-                raise SystemExit(f"error: --resume_from_checkpoint {path}: cannot load it: "
-                                 f"{str(error).strip().splitlines()[0] if str(error).strip() else repr(error)}")
+                raise SystemExit(f"error: --resume_from_checkpoint {path}: cannot load it: {first_line(error)}")
             skipped_steps = state.get("skipped_steps", 0)
             if accelerator.is_main_process and "window" in state:
                 window = torch.tensor(state["window"], dtype=torch.float64)
