@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import time
+from itertools import islice
 from pathlib import Path
 
 import torch
@@ -24,6 +25,7 @@ logger = logging.getLogger("albert_hf.pretraining")
 
 STEP_DIR = re.compile(r"^step_(\d+)$")
 STATE_FILE = "training_state.json"  # written last: a step_N folder without it is not a checkpoint
+FILL_MASK_FILE = "fill_mask_examples.json"  # the summary's fill-mask examples (all_results.json: metrics only)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -176,7 +178,7 @@ def parse_args(argv=None):
 RUN_OUTPUTS = ("step_*", ".tmp-*", "runs", "metrics.jsonl", "all_results.json", "README.md", "config.json",
                "model.safetensors", "model-*.safetensors", "model.safetensors.index.json", "tokenizer.json",
                "tokenizer_config.json", "special_tokens_map.json", "spiece.model", "configuration_albert_hf.py",
-               "modeling_albert_hf.py")
+               "modeling_albert_hf.py", FILL_MASK_FILE)
 
 
 def previous_run_files(output_dir) -> list[str]:
@@ -463,6 +465,30 @@ def make_optimizer(model, args):
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# Fill-mask examples for the end-of-run summary (the helpers: albert_hf/analysis/fill_mask.py)
+
+
+def held_out_fill_mask(model, tokenizer, eval_documents, args, count=4, documents_read=50) -> list[dict]:
+    """`fill_mask_examples` on sentences of the first held-out documents (a seeded sample already, or the
+    first documents of a stream); [] when there is nothing to show."""
+    if eval_documents is None:  # --validation_split_percentage 0: no held-out sentence to show
+        return []
+    from .analysis.fill_mask import fill_mask_examples, pick_fill_mask_sentences
+
+    if tokenizer.mask_token is None:
+        logger.info("No fill-mask examples: the tokenizer has no mask token")
+        return []
+    texts = [row["text"] for row in islice(eval_documents, documents_read)]  # reads a stream's head only
+    sentences = pick_fill_mask_sentences(texts, tokenizer, count=count, seed=args.seed,
+                                         max_length=args.max_seq_length,
+                                         sentence_per_line=args.layout == "sentence_per_line")
+    if not sentences:
+        logger.info("No fill-mask examples: the first %d held-out documents have no sentence of 8 to 30 words with "
+                    "a one-piece content word", documents_read)
+    return fill_mask_examples(model, tokenizer, sentences)
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # The job
 
 
@@ -690,7 +716,14 @@ def main(argv=None):
         summary = {"output_dir": str(output_dir), "parameters": num_parameters, "steps": completed_steps,
                    "global_batch": global_batch, "reloaded_with": f"AutoModel -> {type(reloaded).__name__}",
                    **eval_metrics}
-        print("\n".join(["", "Pretraining done."] + [f"  {k}: {_format_value(v)}" for k, v in summary.items()]))
+        # after the save: the examples are a look at the saved model, not part of it (nor of all_results.json)
+        from .analysis.fill_mask import format_fill_mask
+
+        examples = held_out_fill_mask(final, tokenizer, eval_documents, args)
+        if examples:
+            (output_dir / FILL_MASK_FILE).write_text(json.dumps(examples, indent=2, ensure_ascii=False) + "\n")
+        print("\n".join(["", "Pretraining done."] + [f"  {k}: {_format_value(v)}" for k, v in summary.items()]
+                        + format_fill_mask(examples)))
         if args.push_to_hub:
             repo_id = args.hub_model_id or output_dir.name
             print(f"  pushed: {push_folder(output_dir, repo_id, token=args.hub_token, commit_message='End of training')}")

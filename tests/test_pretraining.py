@@ -54,7 +54,8 @@ def test_end_to_end_run_saves_a_model_that_loads_without_albert_hf(tmp_path):
     assert "Pretraining done." in done.stdout and "AutoModel -> AlbertHFModel" in done.stdout
     files = {p.name for p in out.iterdir()}
     assert {"model.safetensors", "config.json", "tokenizer.json", "README.md", "all_results.json",
-            "modeling_albert_hf.py", "configuration_albert_hf.py", "metrics.jsonl"} <= files
+            "modeling_albert_hf.py", "configuration_albert_hf.py", "metrics.jsonl", "fill_mask_examples.json"} <= files
+    check_fill_mask_examples(out, done.stdout, held_out_texts(tmp_path))
     assert not any(name.startswith(".tmp") for name in files)
     rows = metrics(out)
     evals = [row for row in rows if "eval_mlm_accuracy" in row]
@@ -79,6 +80,34 @@ def test_end_to_end_run_saves_a_model_that_loads_without_albert_hf(tmp_path):
     assert loaded.returncode == 0, loaded.stderr[-3000:]
     assert "AlbertHFForPreTraining torch.Size([1, 2])" in loaded.stdout and "1, 1" in loaded.stdout
     check_tokenizer_loads_without_prompt(out, fill_mask=True)
+
+
+def held_out_texts(tmp_path):
+    """The documents `pretrain` holds out of the embedded corpus (FAST's seed, the default 5%), single-spaced."""
+    from data_fixtures import embedded
+
+    from albert_hf.pretraining import split_documents
+
+    _, held_out = split_documents(embedded(), parse_args(["--output_dir", str(tmp_path / "unused"), *FAST]))
+    return [" ".join(text.split()) for text in held_out["text"]]
+
+
+def check_fill_mask_examples(out, stdout, held_out):
+    """The summary's fill-mask block and fill_mask_examples.json agree, and show held-out sentences, one masked
+    content word each, with the model's top 5."""
+    examples = json.loads((out / "fill_mask_examples.json").read_text())
+    assert 3 <= len(examples) <= 5
+    block = stdout.split("  fill-mask (held-out sentences; true word, then the model's top 5):\n")[1].splitlines()
+    for example, line in zip(examples, block):
+        assert set(example) == {"masked_sentence", "true_word", "predictions", "probabilities"}
+        sentence, word = example["masked_sentence"], example["true_word"]
+        assert sentence.split().count("[MASK]") == 1 and word.isalpha() and len(word) >= 4
+        assert 8 <= len(sentence.split()) <= 30
+        assert any(sentence.replace("[MASK]", word) in text for text in held_out), sentence  # never trained on
+        assert len(example["predictions"]) == 5 and all(example["predictions"])
+        assert example["probabilities"] == sorted(example["probabilities"], reverse=True)
+        assert 0 < example["probabilities"][-1] and sum(example["probabilities"]) <= 1 + 1e-3
+        assert line == f'    "{sentence}" — true: {word}; predicted: {" | ".join(example["predictions"])}'
 
 
 def test_torch_compile_compiles_the_blocks_and_follows_the_eager_loss_curve(tmp_path):
@@ -211,6 +240,8 @@ def test_streaming_jsonl_corpus(tmp_path, tiny_checkpoint):
     assert "Pretraining done." in done.stdout
     rows = metrics(out)
     assert rows[-1]["step"] == 4 and "eval_mlm_accuracy" in rows[-1] and "eval_sop_accuracy" in rows[-1]
+    # a stream holds out its first 100 documents (5% x 20): the fill-mask sentences come from those
+    check_fill_mask_examples(out, done.stdout, [" ".join(row["text"].split()) for row in embedded().select(range(100))])
 
 
 def test_nsp_run_names_its_metrics_nsp(tmp_path, tiny_checkpoint):
@@ -338,6 +369,77 @@ def test_running_metric_counts_hold_no_autograd_graph():
     assert window[2] == 16 and window[5] == 4  # 4 masked tokens and one SOP label per example
 
 
+# One maskable word: "value" (one piece, 5 letters); "which" and "then" are function words, "xylophonequartz" is
+# many pieces, "got." has punctuation, the rest are short.
+FILL_MASK_SENTENCE = "So we set x to the value of an xylophonequartz which we then got."
+
+
+def test_fill_mask_picks_a_one_piece_content_word_of_a_mid_length_sentence():
+    from data_fixtures import tokenizer
+
+    from albert_hf.analysis.fill_mask import maskable, pick_fill_mask_sentences
+
+    tok = tokenizer()
+    assert tok.tokenize("value") == ["▁value"] and len(tok.tokenize("xylophonequartz")) > 1
+    assert [word for word in FILL_MASK_SENTENCE.split() if maskable(word, tok)] == ["value"]
+    document = "\n\n".join(["Return the value.",  # too short
+                             " ".join(["value"] * 31) + ".",  # too long
+                             FILL_MASK_SENTENCE])
+    assert pick_fill_mask_sentences([document], tok, seed=3) == [(FILL_MASK_SENTENCE, 6)]
+    assert pick_fill_mask_sentences([document], tok, max_length=10) == []  # longer than the model reads
+    many = [FILL_MASK_SENTENCE.replace("value", word) for word in ("file", "object", "module", "string", "number")]
+    picked = pick_fill_mask_sentences(many, tok, count=3, seed=3)
+    assert [sentence.split()[6] for sentence, _ in picked] == ["file", "object", "module"]  # one per document
+    assert pick_fill_mask_sentences(many, tok, count=3, seed=3) == picked
+
+
+def test_fill_mask_examples_report_the_top_predictions_at_the_masked_word():
+    from conftest import tiny_config
+    from data_fixtures import tokenizer
+
+    from albert_hf import AlbertHFForPreTraining
+    from albert_hf.analysis.fill_mask import fill_mask_examples
+
+    tok = tokenizer()
+    model = AlbertHFForPreTraining(tiny_config(vocab_size=len(tok))).train()
+    with torch.no_grad():  # a huge output bias for "▁file": the model's first guess everywhere
+        model.get_output_embeddings().bias[tok.convert_tokens_to_ids("▁file")] = 100.0
+    examples = fill_mask_examples(model, tok, [(FILL_MASK_SENTENCE, 6), ("Return the module object.", 1)], top_k=3)
+    assert model.training  # left as it was found
+    first = examples[0]
+    assert first["masked_sentence"] == "So we set x to the [MASK] of an xylophonequartz which we then got."
+    assert first["true_word"] == "value" and examples[1]["true_word"] == "the"
+    assert first["predictions"][0] == "file" and first["probabilities"][0] > 0.99
+    assert len(first["predictions"]) == len(first["probabilities"]) == 3
+
+
+def test_fill_mask_examples_read_each_sentence_at_its_own_mask_in_a_padded_batch():
+    """A stand-in model that predicts the previous token: each sentence's first guess is the word before its
+    [MASK], which only holds if every row is read at its own masked position (at different places, the shorter
+    row padded)."""
+    from types import SimpleNamespace
+
+    from data_fixtures import tokenizer
+
+    from albert_hf.analysis.fill_mask import fill_mask_examples
+
+    tok = tokenizer()
+
+    class PreviousToken(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.anchor = torch.nn.Parameter(torch.zeros(1))  # gives the model a device
+
+        def forward(self, input_ids, **kwargs):
+            previous = torch.roll(input_ids, 1, dims=1)
+            return SimpleNamespace(prediction_logits=10.0 * torch.nn.functional.one_hot(previous, len(tok)).float())
+
+    sentences = [("the file value is read here", 2), ("when the work is done we return the object to the caller", 7)]
+    examples = fill_mask_examples(PreviousToken(), tok, sentences)
+    assert [e["predictions"][0] for e in examples] == ["file", "return"]
+    assert [e["true_word"] for e in examples] == ["value", "the"]
+
+
 def test_optimizer_takes_the_moment_decays_and_epsilon_from_the_command_line():
     from conftest import tiny_config
 
@@ -358,21 +460,26 @@ def test_optimizer_takes_the_moment_decays_and_epsilon_from_the_command_line():
 
 def test_an_earlier_run_in_output_dir_is_refused_then_cleared_with_overwrite_output_dir(tmp_path, tiny_checkpoint):
     out = tmp_path / "run"
-    common = ["--tokenizer_name", str(tiny_checkpoint), "--eval_steps", "0", "--validation_split_percentage", "0"]
-    pretrain(out, *common, "--max_train_steps", "4", "--checkpointing_steps", "2")
+    common = ["--tokenizer_name", str(tiny_checkpoint), "--eval_steps", "0"]
+    first = pretrain(out, *common, "--max_train_steps", "4", "--checkpointing_steps", "2")  # 5% held out
+    assert "fill-mask (held-out sentences" in first.stdout and (out / "fill_mask_examples.json").is_file()
     (out / "my_notes.txt").write_text("not ours")
-    weights = (out / "model.safetensors").read_bytes()
+    weights, log = (out / "model.safetensors").read_bytes(), (out / "metrics.jsonl").read_text()
 
+    common += ["--validation_split_percentage", "0"]
     again = pretrain(out, *common, "--max_train_steps", "2", check=False)
     assert again.returncode != 0 and "Traceback" not in again.stderr
     message = again.stderr.strip().splitlines()[-1]
     assert str(out) in message and "--overwrite_output_dir" in message and "--resume_from_checkpoint latest" in message
-    assert (out / "model.safetensors").read_bytes() == weights and len(metrics(out)) == 2  # untouched
+    assert (out / "model.safetensors").read_bytes() == weights and (out / "metrics.jsonl").read_text() == log  # kept
 
-    pretrain(out, *common, "--max_train_steps", "2", "--overwrite_output_dir")
+    done = pretrain(out, *common, "--max_train_steps", "2", "--overwrite_output_dir")
     assert not list(out.glob("step_*"))  # the old run's checkpoints would otherwise be resumed by `latest`
     assert [row["step"] for row in metrics(out)] == [2]  # one series, the new run's
     assert (out / "model.safetensors").read_bytes() != weights
+    # nothing held out: no examples, and the earlier run's would mislead
+    assert "fill-mask" not in done.stdout
+    assert not (out / "fill_mask_examples.json").exists()
     assert (out / "my_notes.txt").read_text() == "not ours"  # only what a run writes is cleared
 
 
