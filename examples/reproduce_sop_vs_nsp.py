@@ -39,7 +39,11 @@ def common_arguments(parser: argparse.ArgumentParser, steps: int, output_dir: st
     parser.add_argument("--max_train_steps", type=int, default=steps, help="optimizer steps per model")
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--max_seq_length", type=int, default=128)
-    parser.add_argument("--learning_rate", type=float, default=5e-3, help="LAMB peak LR")
+    parser.add_argument("--learning_rate", type=float, default=5e-3, help="peak LR (of LAMB unless --optimizer)")
+    parser.add_argument("--optimizer", default=None, choices=["lamb", "adamw"],
+                        help="run_pretraining.py --optimizer (default: its own, LAMB)")
+    parser.add_argument("--gradient_accumulation_steps", type=int, default=None,
+                        help="batches per optimizer step (default: run_pretraining.py's 1)")
     parser.add_argument("--num_warmup_steps", type=int, default=None,
                         help="linear LR warm-up (default: run_pretraining.py's 2.5%% of the steps)")
     parser.add_argument("--adam_beta2", type=float, default=0.98,
@@ -113,6 +117,10 @@ def pretrain(args, run_dir: Path, task: str = "sop", sharing: str | None = None)
         argv += ["--sharing", sharing]
     if args.num_warmup_steps is not None:
         argv += ["--num_warmup_steps", str(args.num_warmup_steps)]
+    if args.optimizer:
+        argv += ["--optimizer", args.optimizer]
+    if args.gradient_accumulation_steps:
+        argv += ["--gradient_accumulation_steps", str(args.gradient_accumulation_steps)]
     if args.torch_compile:
         argv.append("--torch_compile")
     if args.train_files:
