@@ -40,7 +40,7 @@ from argparse import Namespace
 from pathlib import Path
 from statistics import mean, stdev
 
-from reproduce_sop_vs_nsp import common_arguments, prepare, pretrain, wall_time
+from reproduce_sop_vs_nsp import common_arguments, fresh_accelerate_state, prepare, pretrain, wall_time
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run_glue.py lives at the top of the repository
@@ -246,11 +246,8 @@ def finetune(argv: list[str], output_dir: Path) -> dict:
         return json.loads(results.read_text())
     recorded.unlink(missing_ok=True)
     import run_glue
-    from accelerate.state import AcceleratorState, PartialState
 
-    # accelerate keeps its process state between Trainers of one process: start each run clean, as a new process.
-    AcceleratorState._reset_state(True)
-    PartialState._reset_state()
+    fresh_accelerate_state()
     run_glue.main(argv)
     for weights in output_dir.glob("*.safetensors"):
         weights.unlink()  # hundreds of fine-tuned models: the reproduction needs their scores only

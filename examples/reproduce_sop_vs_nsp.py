@@ -95,6 +95,15 @@ def write_config(args, directory: Path, **overrides) -> Path:
     return path
 
 
+def fresh_accelerate_state():
+    """accelerate keeps its process state (mixed precision, device) between runs of one process: clear it, so that
+    each run in this process starts as a new process would."""
+    from accelerate.state import AcceleratorState, PartialState
+
+    AcceleratorState._reset_state(True)
+    PartialState._reset_state()
+
+
 def pretrain(args, run_dir: Path, task: str = "sop", sharing: str | None = None) -> float:
     """One `albert_hf.pretraining.main` run into run_dir; returns its wall time in seconds. A finished run (its
     all_results.json exists) is reused, so an interrupted reproduction restarts where it stopped."""
@@ -126,6 +135,7 @@ def pretrain(args, run_dir: Path, task: str = "sop", sharing: str | None = None)
     if args.train_files:
         argv += ["--train_files", *args.train_files]
     start = time.perf_counter()
+    fresh_accelerate_state()
     pretraining_main(argv)
     seconds = time.perf_counter() - start
     (run_dir / "wall_seconds.txt").write_text(f"{seconds:.0f}\n")
