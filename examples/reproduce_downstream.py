@@ -179,27 +179,24 @@ PROBES = [("She opened the door and walked into the room.", 3),
 
 def fill_mask_probes(out: Path, runs) -> dict:
     """Each run's top 5 guesses for the masked word of each probe sentence, printed and returned."""
-    from transformers import AutoTokenizer
-
-    from albert_hf import AlbertHFForPreTraining
     from albert_hf.analysis.fill_mask import fill_mask_examples, format_fill_mask
+    from albert_hf.analysis.intrinsic import load_pretraining_model
 
     probes = {}
     for run in runs:
-        model = AlbertHFForPreTraining.from_pretrained(out / run)
-        probes[run] = fill_mask_examples(model, AutoTokenizer.from_pretrained(out / run), PROBES)
+        probes[run] = fill_mask_examples(*load_pretraining_model(out / run), PROBES)
         print("\n".join([f"\n{run}"] + format_fill_mask(probes[run])))
     return probes
 
 
 def pretraining_budget(args, run_dir: Path, steps: int) -> dict:
-    from albert_hf import AlbertHFConfig, AlbertHFModel
+    from albert_hf import AlbertHFConfig
+    from albert_hf.params import count_parameters
 
     seconds = run_dir / "wall_seconds.txt"
     minutes = float(seconds.read_text()) / 60 if seconds.is_file() else 0.0 if steps == 0 else None
-    encoder = AlbertHFModel(AlbertHFConfig.from_pretrained(run_dir))  # embeddings + encoder, no heads
     return {"steps": steps, "tokens": tokens(args, steps), "minutes": None if minutes is None else round(minutes, 1),
-            "parameters": sum(p.numel() for p in encoder.parameters())}
+            "parameters": count_parameters(AlbertHFConfig.from_pretrained(run_dir))}  # embeddings + encoder, no heads
 
 
 # ----------------------------------------------------------------------------------------------------------------
