@@ -706,8 +706,6 @@ def main(argv=None):
         eval_metrics = evaluate(model, eval_dataloader, accelerator, args.task)
         log(eval_metrics)
     accelerator.wait_for_everyone()
-    if args.with_tracking:
-        accelerator.end_training()
 
     if accelerator.is_main_process:
         final = accelerator.unwrap_model(model)
@@ -728,6 +726,9 @@ def main(argv=None):
             repo_id = args.hub_model_id or output_dir.name
             print(f"  pushed: {push_folder(output_dir, repo_id, token=args.hub_token, commit_message='End of training')}")
     accelerator.wait_for_everyone()
+    # Last: it finishes the trackers and destroys the process group (a barrier after it would fail). A process
+    # that exits with the group alive can abort in teardown ("terminate called without an active exception").
+    accelerator.end_training()
     return eval_metrics
 
 

@@ -540,6 +540,7 @@ for step in (1, 1, 2):  # step 1 twice: the second save finds the checkpoint alr
     total = accelerator.reduce(torch.tensor([accelerator.process_index + 1.0]), "sum")  # the next collective call
     with open(f"{sys.argv[2]}/rank_{accelerator.process_index}.txt", "a") as log:  # one file each: no interleaving
         log.write(f"rank {accelerator.process_index} step {step} total {total.item()}\\n")
+accelerator.end_training()  # destroys the process group, as run_pretraining does: no abort in teardown
 """
 
 
