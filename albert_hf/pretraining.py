@@ -521,19 +521,17 @@ def enable_cpu_fp16(accelerator):
 
 def main(argv=None):
     args = parse_args(argv)
-    from accelerate import Accelerator
     from accelerate.utils import DataLoaderConfiguration, ProjectConfiguration, set_seed
     from torch.utils.data import DataLoader
     from tqdm.auto import tqdm
     from transformers import AutoModel
 
     from .data_collator import DataCollatorForAlbertPretraining
+    from .distributed import describe, gather_full_model, make_accelerator, shard_for_fsdp2
     from .hub import first_line, push_folder
     from .optimization import get_official_schedule
 
-    # Without a GPU, accelerate runs several processes only in its CPU mode (gloo).
-    accelerator = Accelerator(
-        cpu=not torch.cuda.is_available(),
+    accelerator = make_accelerator(
         mixed_precision=args.mixed_precision,
         gradient_accumulation_steps=args.gradient_accumulation_steps,
         log_with=args.report_to if args.with_tracking else None,
@@ -589,12 +587,14 @@ def main(argv=None):
         eval_dataloader = DataLoader(eval_pairs, batch_size=args.per_device_eval_batch_size, collate_fn=eval_collate)
 
     model = build_model(args, tokenizer)
+    if args.torch_compile:
+        model.compile_blocks()
+    if accelerator.is_fsdp2:  # before the optimizer is built: it must hold the sharded parameters
+        shard_for_fsdp2(model, accelerator.state.fsdp_plugin)
     optimizer = make_optimizer(model, args)
     # The schedule counts optimizer steps; it is stepped by hand (not prepared), once per update, so that it
     # follows the official formula whatever the number of processes.
     scheduler = get_official_schedule(optimizer, args.num_warmup_steps, args.max_train_steps)
-    if args.torch_compile:
-        model.compile_blocks()
     model, optimizer, train_dataloader = accelerator.prepare(model, optimizer, train_dataloader)
     if eval_dataloader is not None:
         eval_dataloader = accelerator.prepare(eval_dataloader)
@@ -608,9 +608,9 @@ def main(argv=None):
                              "tensorboard: pip install tensorboard, or albert_hf[tracking])")
         accelerator.init_trackers("albert_pretraining", {k: v for k, v in vars(args).items()
                                                          if isinstance(v, (int, float, str, bool))})
-    logger.info("%s parameters; global batch %d x %d tokens; %d steps; %d processes; mixed precision %s",
+    logger.info("%s parameters; global batch %d x %d tokens; %d steps; %s; mixed precision %s",
                 f"{num_parameters:,}", global_batch, args.max_seq_length, args.max_train_steps,
-                accelerator.num_processes, accelerator.mixed_precision)
+                describe(accelerator, model), accelerator.mixed_precision)
 
     metrics_log = output_dir / "metrics.jsonl"
     # The training metrics logged every --logging_steps are means over a window of steps. The window's sums
@@ -707,8 +707,8 @@ def main(argv=None):
         log(eval_metrics)
     accelerator.wait_for_everyone()
 
+    final = gather_full_model(accelerator, model)
     if accelerator.is_main_process:
-        final = accelerator.unwrap_model(model)
         save_final_model(final, tokenizer, output_dir, args, eval_metrics, global_batch, accelerator.num_processes)
         reloaded = AutoModel.from_pretrained(output_dir, trust_remote_code=True)
         summary = {"output_dir": str(output_dir), "parameters": num_parameters, "steps": completed_steps,

@@ -1,0 +1,198 @@
+"""run_pretraining.py beyond one process, for real on this CPU machine: FSDP2 (sharded, equal to DDP, killed and
+resumed), two machines on localhost, and the configs that cannot run here stopping with one line."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+import torch
+from conftest import REPO, run_bounded
+from safetensors.torch import load_file
+from test_pretraining import RESUME_ARGS, SCRIPT, check_same_weights_and_curve, metrics, pretrain
+
+from albert_hf.pretraining import STATE_FILE
+
+ARGS = [*RESUME_ARGS, "--mixed_precision", "no"]  # 12 steps, a checkpoint every 3; fp32 for the comparisons
+LAUNCH = [sys.executable, "-m", "accelerate.commands.launch", "--mixed_precision", "no", "--dynamo_backend", "no"]
+DDP = [*LAUNCH, "--multi_gpu", "--num_processes", "2", "--num_machines", "1"]
+FSDP = [*LAUNCH, "--config_file", str(REPO / "examples" / "accelerate_configs" / "fsdp_cpu.yaml")]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ddp_run(tmp_path_factory):
+    run = tmp_path_factory.mktemp("ddp") / "run"
+    done = pretrain(run, *ARGS, "--per_device_train_batch_size", "4", launcher=DDP)
+    assert "DDP over 2 processes on 1 machine (gloo, cpu)" in done.stderr
+    return run
+
+
+@pytest.fixture(scope="module")
+def fsdp_run(tmp_path_factory):
+    run = tmp_path_factory.mktemp("fsdp") / "run"
+    done = pretrain(run, *ARGS, "--per_device_train_batch_size", "4", launcher=FSDP)
+    return run, done
+
+
+def test_fsdp_really_shards_and_ends_with_the_ddp_weights(fsdp_run, ddp_run):
+    run, done = fsdp_run
+    assert "FSDP2 over 2 processes on 1 machine (gloo, cpu): this process holds 50.0% of the parameters" in done.stderr
+    # each process wrote its own shard of the model and of the optimizer state into the checkpoint
+    for part in ("pytorch_model_fsdp_0", "optimizer_0"):
+        assert {"__0_0.distcp", "__1_0.distcp"} <= {p.name for p in (run / "step_6" / part).iterdir()}
+    expected, got = load_file(ddp_run / "model.safetensors"), load_file(run / "model.safetensors")
+    assert expected.keys() == got.keys()
+    for name in expected:  # the gathered full weights, as plain tensors
+        torch.testing.assert_close(got[name], expected[name], rtol=0, atol=1e-5, msg=name)
+    assert "AutoModel -> AlbertHFModel" in done.stdout  # the final folder reloaded in the run itself
+
+
+def test_fsdp_killed_mid_run_resumes_from_latest_to_the_uninterrupted_weights(tmp_path, fsdp_run):
+    reference, _ = fsdp_run
+    interrupted = tmp_path / "interrupted"
+    launcher = pretrain(interrupted, *ARGS, "--per_device_train_batch_size", "4", launcher=FSDP,
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not (interrupted / "step_6" / STATE_FILE).exists():
+        assert launcher.poll() is None, "the run ended before it could be killed"
+        assert time.time() < deadline
+        time.sleep(0.05)
+    # the workers run in sessions of their own: kill the launcher and every process under it
+    for process in [psutil.Process(launcher.pid), *psutil.Process(launcher.pid).children(recursive=True)]:
+        try:
+            process.send_signal(signal.SIGKILL)
+        except psutil.NoSuchProcess:
+            pass
+    launcher.wait()
+    assert not (interrupted / "model.safetensors").exists()  # it really died before the end
+    resumed_from = max(int(path.name[5:]) for path in interrupted.glob("step_*") if (path / STATE_FILE).exists())
+    done = pretrain(interrupted, *ARGS, "--per_device_train_batch_size", "4", "--resume_from_checkpoint", "latest",
+                    launcher=FSDP)
+    assert f"Resumed from {interrupted / f'step_{resumed_from}'}" in done.stderr
+    assert [row["step"] for row in metrics(interrupted)] == [2, 4, 6, 8, 10, 12]
+    check_same_weights_and_curve(interrupted, reference, after_step=0)
+
+
+def test_two_machines_on_localhost_end_with_the_two_process_weights(tmp_path, ddp_run):
+    run = tmp_path / "run"
+    machines = [*LAUNCH, "--multi_gpu", "--num_processes", "2", "--num_machines", "2",
+                "--main_process_ip", "127.0.0.1", "--main_process_port", str(free_port())]
+    other = pretrain(run, *ARGS, "--per_device_train_batch_size", "4", launcher=[*machines, "--machine_rank", "1"],
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        done = pretrain(run, *ARGS, "--per_device_train_batch_size", "4", launcher=[*machines, "--machine_rank", "0"])
+        assert other.wait(timeout=60) == 0
+    finally:
+        if other.poll() is None:
+            other.kill()
+    assert "DDP over 2 processes on 2 machines (gloo, cpu)" in done.stderr
+    check_same_weights_and_curve(run, ddp_run, after_step=0)
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"ACCELERATE_USE_DEEPSPEED": "true"}, "error: the accelerate config asks for DeepSpeed, which needs CUDA GPUs"),
+    ({"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "1"},
+     "error: the accelerate config asks for FSDP version 1; run_pretraining.py supports FSDP2 only"),
+    ({"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2"},
+     "error: the accelerate config asks for FSDP, but this run is one process: start it with `accelerate launch"),
+])
+def test_a_mode_that_cannot_be_had_stops_with_one_line_before_any_work(tmp_path, env, message):
+    """What `accelerate launch` exports from such a config, given to a plain process: it stops at once."""
+    out = tmp_path / "run"
+    done = run_bounded([sys.executable, SCRIPT, "--output_dir", str(out)], timeout=120, cwd=tmp_path,
+                       env={**os.environ, **env})
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines()[-1].startswith(message)
+    assert not out.exists()
+
+
+SHARDING = """
+import sys
+import torch
+import torch.distributed as dist
+from accelerate.utils import FullyShardedDataParallelPlugin
+from torch.distributed.fsdp import FSDPModule, fully_shard
+
+from albert_hf import AlbertHFConfig, AlbertHFForPreTraining
+from albert_hf.distributed import local_share, shard_for_fsdp2
+from albert_hf.modeling_albert_hf import AlbertHFLayer
+from albert_hf.optimization import Lamb
+
+dist.init_process_group("gloo")
+report = []
+for sharing in ("all", "none"):
+    torch.manual_seed(0)
+    model = AlbertHFForPreTraining(AlbertHFConfig.from_preset("tiny", sharing=sharing))
+    shard_for_fsdp2(model, FullyShardedDataParallelPlugin(fsdp_version=2))
+    ids = torch.randint(5, 100, (2, 16))
+    model(input_ids=ids, labels=ids, sentence_order_label=torch.tensor([0, 1])).loss.backward()  # units are valid
+    layers = {id(m): m for m in model.modules() if isinstance(m, AlbertHFLayer)}.values()
+    report.append(f"{sharing}: {len(layers)} layers, sharded {all(isinstance(m, FSDPModule) for m in layers)}, "
+                  f"tied {isinstance(model.get_input_embeddings(), FSDPModule) and isinstance(model.predictions, FSDPModule)}, "
+                  f"root {isinstance(model, FSDPModule)}, share {local_share(model):.2f}")
+
+
+class Weight(torch.nn.Module):
+    def __init__(self, w):
+        super().__init__()
+        self.weight = torch.nn.Parameter(w.clone())
+
+    def forward(self, g):
+        return (self.weight * g).sum()  # its gradient is g
+
+
+# Rows 0-2 (process 0's shard) carry most of ||w||, rows 3-5 (process 1's) most of the update: a trust ratio from a
+# shard's norms would be far off the full tensor's on both processes.
+w0 = torch.arange(1.0, 19.0, dtype=torch.float64).reshape(6, 3)
+w0[3:] /= 100
+g = torch.linspace(-1, 1, 18, dtype=torch.float64).reshape(6, 3)
+g[:3] /= 100
+rows = slice(3 * dist.get_rank(), 3 * dist.get_rank() + 3)
+for foreach in (False, True):
+    full = torch.nn.Parameter(w0.clone())
+    full.grad = g.clone()
+    Lamb([full], lr=0.1, weight_decay=0.01, foreach=foreach).step()
+    shard_alone = torch.nn.Parameter(w0[rows].clone())  # what LAMB on a shard's own norms would give
+    shard_alone.grad = g[rows].clone()
+    Lamb([shard_alone], lr=0.1, weight_decay=0.01, foreach=foreach).step()
+    module = Weight(w0)
+    fully_shard(module)
+    module(g).backward()
+    local_rows = module.weight.to_local().shape[0]
+    Lamb(module.parameters(), lr=0.1, weight_decay=0.01, foreach=foreach).step()
+    error = (module.weight.full_tensor() - full.detach()).abs().max().item()
+    shard_error = (shard_alone.detach() - full.detach()[rows]).abs().max().item()
+    report.append(f"lamb foreach={foreach}: {local_rows} local rows, error {error:.1e}, shard-norm error {shard_error:.1e}")
+with open(f"{sys.argv[1]}/rank_{dist.get_rank()}.txt", "w") as f:
+    f.write("\\n".join(report) + "\\n")
+dist.destroy_process_group()
+"""
+
+
+def test_fsdp2_units_and_lamb_full_norms_under_sharding(tmp_path):
+    script = tmp_path / "sharding.py"
+    script.write_text(SHARDING)
+    done = run_bounded([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                        str(script), str(tmp_path)], timeout=180, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    for rank in (0, 1):
+        lines = (tmp_path / f"rank_{rank}.txt").read_text().splitlines()
+        # one unit per distinct layer (the shared one, or each of 4), the tied word table with the MLM head, the root
+        assert lines[0].startswith("all: 1 layers, sharded True, tied True, root True, share 0.5")
+        assert lines[1].startswith("none: 4 layers, sharded True, tied True, root True, share 0.5")
+        for line in lines[2:]:
+            local_rows = int(line.split(": ")[1].split(" local rows")[0])
+            error = float(line.split("error ")[1].split(",")[0])
+            shard_error = float(line.split("shard-norm error ")[1])
+            assert local_rows == 3 and error < 1e-12 and shard_error > 1e-3, line
+        assert len(lines) == 4
