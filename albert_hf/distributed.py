@@ -42,6 +42,9 @@ def make_accelerator(**kwargs) -> Accelerator:
               "`fsdp_version: 2` in its fsdp_config")
     if fsdp is not None and fsdp.activation_checkpointing:
         _stop("fsdp_activation_checkpointing is not supported; use run_pretraining.py --gradient_checkpointing")
+    if fsdp is not None and fsdp.cpu_ram_efficient_loading:
+        # transformers would then load --model_name_or_path on the first process only; we shard what each built
+        _stop("fsdp_cpu_ram_efficient_loading is not supported: every process builds the model; set it to false")
     # Without a GPU, accelerate runs several processes only in its CPU mode (gloo).
     accelerator = Accelerator(cpu=not has_gpu, **kwargs)
     if fsdp is not None:

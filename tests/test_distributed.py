@@ -105,6 +105,8 @@ def test_two_machines_on_localhost_end_with_the_two_process_weights(tmp_path, dd
      "error: the accelerate config asks for FSDP version 1; run_pretraining.py supports FSDP2 only"),
     ({"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2"},
      "error: the accelerate config asks for FSDP, but this run is one process: start it with `accelerate launch"),
+    ({"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2", "FSDP_CPU_RAM_EFFICIENT_LOADING": "true"},
+     "error: fsdp_cpu_ram_efficient_loading is not supported: every process builds the model"),
 ])
 def test_a_mode_that_cannot_be_had_stops_with_one_line_before_any_work(tmp_path, env, message):
     """What `accelerate launch` exports from such a config, given to a plain process: it stops at once."""
@@ -196,3 +198,20 @@ def test_fsdp2_units_and_lamb_full_norms_under_sharding(tmp_path):
             shard_error = float(line.split("shard-norm error ")[1])
             assert local_rows == 3 and error < 1e-12 and shard_error > 1e-3, line
         assert len(lines) == 4
+
+
+def test_every_shipped_accelerate_config_loads_and_is_in_the_readme_table():
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    readme = (REPO / "README.md").read_text()
+    table = readme[readme.index("### Beyond one machine"):readme.index("### The paper's recipe")]
+    expected = {"cpu_two_processes.yaml": "MULTI_GPU", "fsdp_cpu.yaml": "FSDP", "fsdp.yaml": "FSDP",
+                "multi_node.yaml": "MULTI_GPU", "deepspeed_zero2.yaml": "DEEPSPEED"}
+    configs = sorted((REPO / "examples" / "accelerate_configs").glob("*.yaml"))
+    assert sorted(path.name for path in configs) == sorted(expected)
+    for path in configs:
+        config = load_config_from_file(str(path))
+        assert config.distributed_type.value == expected[path.name], path.name
+        assert path.name in table
+        if config.distributed_type.value == "FSDP":  # what run_pretraining.py accepts
+            assert config.fsdp_config["fsdp_version"] == 2 and not config.fsdp_config["fsdp_cpu_ram_efficient_loading"]
