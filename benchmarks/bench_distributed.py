@@ -94,16 +94,17 @@ def main(argv=None):
         for name, launcher in SETTINGS.items():
             out = Path(tmp) / f"run_{len(results['peak_rss_gib'])}"
             command = [*launcher, str(REPO / "run_pretraining.py"), "--output_dir", str(out),
-                       "--model_config", args.preset, "--sharing", args.sharing, "--vocab_size", "3000", "--max_seq_length", "64",
-                       "--per_device_train_batch_size", "1", "--max_train_steps", str(args.steps),
-                       "--validation_split_percentage", "0", "--eval_steps", "0", "--dupe_factor", "1",
-                       "--mixed_precision", "no", "--logging_steps", "1"]
+                       "--model_config", args.preset, "--sharing", args.sharing, "--vocab_size", "3000",
+                       "--max_seq_length", "64", "--per_device_train_batch_size", "1",
+                       "--max_train_steps", str(args.steps), "--validation_split_percentage", "0",
+                       "--eval_steps", "0", "--dupe_factor", "1", "--mixed_precision", "no", "--logging_steps", "1"]
             workers = 1 if launcher == [sys.executable] else 2
             peaks, stderr = peak_rss_of_workers(command, tmp, out, args.steps, workers)
             start_line = next((line for line in stderr.splitlines() if "parameters; global batch" in line), "")
             results["peak_rss_gib"][name] = peaks
             print(f"  {name}: {start_line.split('INFO albert_hf.pretraining: ')[-1]}")
-    print(f"\nPeak resident memory per process (GiB), {args.preset}, sharing {args.sharing}, batch 1 x 64, fp32, LAMB, {args.steps} steps")
+    print(f"\nPeak resident memory per process (GiB), {args.preset}, sharing {args.sharing}, batch 1 x 64, fp32, "
+          f"LAMB, {args.steps} steps")
     print("(setup: data, tokenizer, model; training: the steps; end: gathering, saving and reloading the model)")
     print("| setting | " + " | ".join(PHASES) + " |\n|---|" + "---|" * len(PHASES))
     for name, peaks in results["peak_rss_gib"].items():

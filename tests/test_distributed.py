@@ -139,9 +139,9 @@ for sharing in ("all", "none"):
     ids = torch.randint(5, 100, (2, 16))
     model(input_ids=ids, labels=ids, sentence_order_label=torch.tensor([0, 1])).loss.backward()  # units are valid
     layers = {id(m): m for m in model.modules() if isinstance(m, AlbertHFLayer)}.values()
+    tied = isinstance(model.get_input_embeddings(), FSDPModule) and isinstance(model.predictions, FSDPModule)
     report.append(f"{sharing}: {len(layers)} layers, sharded {all(isinstance(m, FSDPModule) for m in layers)}, "
-                  f"tied {isinstance(model.get_input_embeddings(), FSDPModule) and isinstance(model.predictions, FSDPModule)}, "
-                  f"root {isinstance(model, FSDPModule)}, share {local_share(model):.2f}")
+                  f"tied {tied}, root {isinstance(model, FSDPModule)}, share {local_share(model):.2f}")
 
 
 class Weight(torch.nn.Module):
@@ -174,7 +174,8 @@ for foreach in (False, True):
     Lamb(module.parameters(), lr=0.1, weight_decay=0.01, foreach=foreach).step()
     error = (module.weight.full_tensor() - full.detach()).abs().max().item()
     shard_error = (shard_alone.detach() - full.detach()[rows]).abs().max().item()
-    report.append(f"lamb foreach={foreach}: {local_rows} local rows, error {error:.1e}, shard-norm error {shard_error:.1e}")
+    report.append(f"lamb foreach={foreach}: {local_rows} local rows, error {error:.1e}, "
+                  f"shard-norm error {shard_error:.1e}")
 with open(f"{sys.argv[1]}/rank_{dist.get_rank()}.txt", "w") as f:
     f.write("\\n".join(report) + "\\n")
 dist.destroy_process_group()
@@ -185,7 +186,8 @@ def test_fsdp2_units_and_lamb_full_norms_under_sharding(tmp_path):
     script = tmp_path / "sharding.py"
     script.write_text(SHARDING)
     done = run_bounded([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                        str(script), str(tmp_path)], timeout=180, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                        str(script), str(tmp_path)], timeout=180, cwd=tmp_path,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
     for rank in (0, 1):
         lines = (tmp_path / f"rank_{rank}.txt").read_text().splitlines()
