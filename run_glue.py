@@ -4,6 +4,9 @@
     python run_glue.py --model_name_or_path albert/albert-base-v2 --task_name mrpc --data_dir glue_data/MRPC \
         --do_train --do_eval --do_predict --paper_hparams --output_dir out/mrpc
 
+--paper_hparams applies the task's row of ALBERT's recipe (explicit flags win) and writes the values used to
+paper_hparams.json.
+
 Data: the Hub's nyu-mll/glue by task name, or local files (--data_dir with the original GLUE TSVs,
 --train_file/--validation_file/--test_file as .tsv/.csv/.json/.jsonl). Writes, as transformers' run_glue.py,
 train_results.json, eval_results.json (MNLI's mismatched dev set as `eval_accuracy_mm`, ...), predict_results.json
@@ -20,8 +23,7 @@ from albert_hf import AlbertHFForSequenceClassification
 from albert_hf import glue
 from albert_hf.finetuning import (
     AlbertTrainer,
-    AlbertTrainingArguments,
-    ModelArguments,
+    apply_paper_hparams,
     evaluate_splits,
     finish,
     limit,
@@ -67,9 +69,9 @@ def main(argv=None):
         raise SystemExit(f"error: {task.name} is the GLUE diagnostic set (unlabelled): --do_predict only, with a "
                          "model fine-tuned on MNLI")
     last_checkpoint = setup(training_args)  # logging first, so that what --paper_hparams sets is logged
-    if data_args.paper_hparams:
-        explicit = glue.explicit_arguments(argv, (ModelArguments, glue.GlueDataArguments, AlbertTrainingArguments))
-        glue.apply_paper_hparams(task, model_args, data_args, training_args, explicit)
+    recipe = None
+    if training_args.paper_hparams:
+        recipe = apply_paper_hparams(*glue.paper_recipe(task), model_args, data_args, training_args, argv)
 
     raw_splits, sources = glue.load_raw_splits(data_args, needed, cache_dir=model_args.cache_dir)
     for kind in needed:
@@ -146,7 +148,7 @@ def main(argv=None):
         if predict_metrics:
             save_results(trainer, "predict", predict_metrics)
     if training_args.do_train or training_args.push_to_hub:
-        finish(trainer, model_args, training_args, data_args)
+        finish(trainer, model_args, training_args, data_args, recipe)
 
 
 if __name__ == "__main__":

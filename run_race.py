@@ -2,7 +2,10 @@
 """Fine-tune ALBERT on RACE (multiple-choice reading comprehension), as the official run_race.py does.
 
     python run_race.py --model_name_or_path albert/albert-base-v2 --data_dir RACE --do_train --do_eval \
-        --do_predict --output_dir out/race ...          # the full v2 recipe: README.md, RACE section
+        --do_predict --paper_hparams --output_dir out/race     # v1 models: add --race_recipe v1
+
+--paper_hparams applies the recipe's RACE row (explicit flags win) and writes the values used to
+paper_hparams.json.
 
 Data (official layout, folders or files of JSON articles, Hub-style rows, `--dataset_name ehovy/race`),
 formatting and metrics live in albert_hf/race.py; the shared flow in albert_hf/finetuning.py.
@@ -16,6 +19,7 @@ the chosen letters in predictions_validation.json and predictions_test.json.
 from albert_hf import AlbertHFForMultipleChoice, race
 from albert_hf.finetuning import (
     AlbertTrainer,
+    apply_paper_hparams,
     evaluate_splits,
     finish,
     limit,
@@ -28,7 +32,13 @@ from albert_hf.finetuning import (
 
 def main(argv=None) -> dict:
     model_args, data_args, training_args = parse_arguments(race.RaceDataArguments, argv)
+    if data_args.race_recipe != "v2" and not training_args.paper_hparams:
+        raise SystemExit(f"error: --race_recipe {data_args.race_recipe} chooses the row --paper_hparams applies: "
+                         "pass --paper_hparams too")
     last_checkpoint = setup(training_args)
+    recipe = None
+    if training_args.paper_hparams:
+        recipe = apply_paper_hparams(*race.paper_recipe(data_args), model_args, data_args, training_args, argv)
 
     wanted = {"train": (training_args.do_train, data_args.max_train_samples),
               "validation": (training_args.do_eval, data_args.max_eval_samples),
@@ -58,7 +68,7 @@ def main(argv=None) -> dict:
         if split in features:
             results[split] = evaluate_splits(trainer, {split: features[split]},
                                              evaluate=race.evaluate_and_write_predictions, prefix=prefix)
-    finish(trainer, model_args, training_args, data_args)
+    finish(trainer, model_args, training_args, data_args, recipe)
     return results
 
 

@@ -1,11 +1,14 @@
 """Fine-tune ALBERT on SQuAD v1.1 or v2.0 (transformers' run_qa.py arguments; the official ALBERT recipe).
 
     python run_squad.py --model_name_or_path albert/albert-base-v2 --train_file train-v1.1.json \
-        --validation_file dev-v1.1.json --do_train --do_eval --output_dir out/squad11
-    python run_squad.py ... --version_2_with_negative [--answerability_head]
+        --validation_file dev-v1.1.json --do_train --do_eval --paper_hparams --output_dir out/squad11
+    python run_squad.py ... --version_2_with_negative --paper_hparams   # + the answerability head, tuned threshold
     python run_squad.py ... --eval_strategy steps --eval_steps 1000 --save_steps 1000 \
         --load_best_model_at_end --metric_for_best_model f1       # keeps the checkpoint with the best dev F1
     python run_squad.py --model_name_or_path out/squad11 --test_file test.json --do_predict --output_dir out/test
+
+--paper_hparams applies the paper's row for the version (explicit flags win) and writes the values used to
+paper_hparams.json.
 
 Writes predictions.json, nbest_predictions.json (v2.0: null_odds.json) and eval_results.json for the dev set;
 with --do_predict, predict_predictions.json, predict_nbest_predictions.json (v2.0: predict_null_odds.json) and,
@@ -20,13 +23,23 @@ import logging
 from transformers import default_data_collator
 
 from albert_hf import AlbertHFForQuestionAnswering, AlbertHFForQuestionAnsweringWithAnswerability
-from albert_hf.finetuning import finish, limit, load_tokenizer_and_model, parse_arguments, save_results, setup, train
+from albert_hf.finetuning import (
+    apply_paper_hparams,
+    finish,
+    limit,
+    load_tokenizer_and_model,
+    parse_arguments,
+    save_results,
+    setup,
+    train,
+)
 from albert_hf.squad import (
     SquadDataArguments,
     SquadTrainer,
     features_dataset,
     has_gold_answers,
     load_squad_splits,
+    paper_recipe,
     prepare_questions,
     select_trainable,
     write_outputs,
@@ -49,6 +62,9 @@ def main(argv=None):
             raise SystemExit(f"error: {flag} needs a {split} set: give --{file_argument} (or a --dataset_name that "
                              f"has a {split} split)")
     last_checkpoint = setup(training_args)
+    recipe = None
+    if training_args.paper_hparams:
+        recipe = apply_paper_hparams(*paper_recipe(data_args), model_args, data_args, training_args, argv)
     if data_args.answerability_head:
         tokenizer, model = load_tokenizer_and_model(model_args, AlbertHFForQuestionAnsweringWithAnswerability,
                                                     start_n_top=data_args.start_n_top, end_n_top=data_args.end_n_top)
@@ -109,7 +125,7 @@ def main(argv=None):
         else:
             logger.info("%s has no answers: predictions written, no metrics (predict_results.json)",
                         data_args.test_file or "the test split")
-    finish(trainer, model_args, training_args, data_args)
+    finish(trainer, model_args, training_args, data_args, recipe)
     return metrics
 
 

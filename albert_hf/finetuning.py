@@ -16,6 +16,7 @@ Any albert_hf checkpoint works, and any transformers ALBERT checkpoint (model_ty
 `albert/albert-base-v2` or a local copy) is converted on load: the weight names are the same.
 """
 
+import json
 import logging
 import os
 import sys
@@ -31,6 +32,12 @@ from .hub import loading
 from .optimization import AdamWeightDecay, get_official_schedule, parameter_groups
 
 logger = logging.getLogger("albert_hf.finetuning")
+
+# Every official fine-tuning script (run_classifier.py, run_squad_v1/v2.py, run_race.py) builds the optimizer of
+# optimization.py: AdamWeightDecay without bias correction, eps 1e-6, decoupled weight decay 0.01, linear warm-up
+# then linear decay counted from step 0, global-norm clipping at 1.0.
+OFFICIAL_FINETUNING = dict(official_optimizer=True, adam_epsilon=1e-6, weight_decay=0.01, max_grad_norm=1.0)
+PAPER_HPARAMS_FILE = "paper_hparams.json"
 
 
 @dataclass
@@ -54,6 +61,10 @@ class ModelArguments:
     )
     hidden_dropout_prob: float | None = field(
         default=None, metadata={"help": "ALBERT dropout for fine-tuning (the paper's 'ALBERT DR'); default: config's"}
+    )
+    attention_probs_dropout_prob: float | None = field(
+        default=None, metadata={"help": "dropout on the attention probabilities for fine-tuning; default: config's "
+                                        "(--paper_hparams sets it with --hidden_dropout_prob to the one ALBERT DR)"}
     )
     classifier_dropout_prob: float | None = field(
         default=None, metadata={"help": "dropout before the task head (official: 0.1); default: config's"}
@@ -83,6 +94,13 @@ class AlbertTrainingArguments(TrainingArguments):
         metadata={"help": "torch.compile each transformer block (the model's compile_blocks) instead of the whole "
                   "model as --torch_compile does: compiled in seconds, and padding removal and the last-block "
                   "selection stay on"},
+    )
+    paper_hparams: bool = field(
+        default=False,
+        metadata={"help": "ALBERT's fine-tuning recipe for the task (docs/official_recipe.md): learning rate, total "
+                  "batch, steps, warm-up, maximum lengths, dropout and the official optimizer; SQuAD v2.0 also the "
+                  "answerability head and the dev-tuned null threshold. Flags given explicitly are kept; the values "
+                  f"used are written to OUTPUT_DIR/{PAPER_HPARAMS_FILE} and the model card"},
     )
 
     def __post_init__(self):
@@ -175,7 +193,7 @@ def load_tokenizer_and_model(model_args: ModelArguments, model_class, **config_o
     if "token_type_ids" not in tokenizer.model_input_names:
         # transformers' AlbertTokenizer leaves them out by default; ALBERT's segment embeddings need them.
         tokenizer.model_input_names = [*tokenizer.model_input_names, "token_type_ids"]
-    for name in ("hidden_dropout_prob", "classifier_dropout_prob"):
+    for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout_prob"):
         if getattr(model_args, name) is not None:
             config_overrides[name] = getattr(model_args, name)
     flag, config_name = model_args.source("config")
@@ -261,13 +279,14 @@ def evaluate_splits(trainer, splits: dict, evaluate=None, prefix: str = "eval", 
     return save_results(trainer, prefix, results)
 
 
-def finish(trainer, model_args: ModelArguments, training_args, data_args):
-    """Write the model card (README.md: `hub.write_finetuned_card`, metrics from all_results.json) and push the
-    output folder when --push_to_hub is set. Nothing contacts the Hub unless pushing."""
+def finish(trainer, model_args: ModelArguments, training_args, data_args, paper_recipe: "PaperRecipe | None" = None):
+    """Write the model card (README.md: `hub.write_finetuned_card`, metrics from all_results.json, the
+    --paper_hparams recipe when given) and push the output folder when --push_to_hub is set. Nothing contacts the
+    Hub unless pushing."""
     from .hub import write_finetuned_card
 
     def write_card(**_trainer_card_arguments):
-        write_finetuned_card(trainer, model_args, training_args, data_args)
+        write_finetuned_card(trainer, model_args, training_args, data_args, paper_recipe=paper_recipe)
 
     if training_args.push_to_hub:
         # Trainer.push_to_hub writes README.md with create_model_card just before uploading: ours instead.
@@ -275,3 +294,95 @@ def finish(trainer, model_args: ModelArguments, training_args, data_args):
         trainer.push_to_hub()
     elif trainer.is_world_process_zero():
         write_card()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# --paper_hparams
+
+
+@dataclass
+class PaperRecipe:
+    """What --paper_hparams resolved to, for paper_hparams.json and the model card."""
+
+    name: str  # the recipe's row, e.g. "mrpc", "SQuAD v2.0", "RACE, v2 models"
+    values: dict  # argument name -> the value the run uses (the recipe's, or the user's explicit one)
+    explicit: list  # the names whose value the user gave explicitly
+
+
+def explicit_arguments(argv, dataclass_types) -> set[str]:
+    """Names of the arguments the user set explicitly (on the command line or in the .json file).
+
+    Re-parses argv with every default replaced by a sentinel, so abbreviations, `--a=b` and `--a-b` spellings
+    are all recognised exactly as HfArgumentParser recognises them.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) == 1 and argv[0].endswith(".json"):
+        return set(json.loads(Path(argv[0]).read_text()))
+    parser = HfArgumentParser(dataclass_types)
+    unset = object()
+    parser.set_defaults(**{action.dest: unset for action in parser._actions if action.dest != "help"})
+    namespace, _ = parser.parse_known_args(argv)
+    return {name for name, value in vars(namespace).items() if value is not unset}
+
+
+def resolve_paper_hparams(name: str, recipe: dict, model_args, data_args, training_args,
+                          explicit: set[str]) -> PaperRecipe:
+    """Set a task's recipe where the user did not set a value; returns what the run uses.
+
+    `recipe` holds argument values by name, and two values of the recipe tables:
+    - `batch_size`, the total batch: per_device_train_batch_size = batch / (gradient_accumulation_steps x
+      processes);
+    - `albert_dropout`, the paper's "ALBERT DR": the released configurations give the hidden and the attention
+      dropout one value, so it sets both hidden_dropout_prob and attention_probs_dropout_prob. An explicit
+      --hidden_dropout_prob replaces it for both, unless --attention_probs_dropout_prob is given too.
+    An explicit --num_train_epochs keeps the epoch count instead of the recipe's max_steps.
+    """
+    recipe = dict(recipe)
+    batch_size = recipe.pop("batch_size", None)
+    if batch_size is not None:
+        divisor = training_args.gradient_accumulation_steps * training_args.world_size
+        if "per_device_train_batch_size" not in explicit and batch_size % divisor:
+            raise ValueError(f"--paper_hparams: the total batch {batch_size} is not divisible by "
+                             f"gradient_accumulation_steps x processes = {divisor}; give --per_device_train_batch_size")
+        recipe["per_device_train_batch_size"] = batch_size // divisor
+    if "albert_dropout" in recipe:
+        dropout = recipe.pop("albert_dropout")
+        recipe["hidden_dropout_prob"] = dropout
+        recipe["attention_probs_dropout_prob"] = (model_args.hidden_dropout_prob if "hidden_dropout_prob" in explicit
+                                                  else dropout)
+    if "num_train_epochs" in explicit:
+        recipe.pop("max_steps", None)
+    owners = (training_args, data_args, model_args)
+    applied = {}
+    for argument, value in recipe.items():
+        if argument in explicit:
+            continue
+        target = next(args for args in owners if hasattr(args, argument))
+        setattr(target, argument, value)
+        applied[argument] = value
+    if hasattr(data_args, "__post_init__"):
+        data_args.__post_init__()  # the checks of the data arguments, on the combined values
+    names = list(recipe)
+    if batch_size is not None:  # the per-device batch is the total batch only with these
+        names.append("gradient_accumulation_steps")
+    if "num_train_epochs" in explicit:
+        names.append("num_train_epochs")
+    values = {argument: getattr(next(args for args in owners if hasattr(args, argument)), argument)
+              for argument in names}
+    kept = sorted(explicit & set(values))
+    logger.info("--paper_hparams (%s) set: %s; kept your explicit %s", name,
+                ", ".join(f"{k}={v}" for k, v in applied.items()), kept or "nothing")
+    return PaperRecipe(name, values, kept)
+
+
+def apply_paper_hparams(name: str, recipe: dict, model_args, data_args, training_args, argv=None) -> PaperRecipe:
+    """--paper_hparams in a script: `resolve_paper_hparams` with the flags of `argv` (default: the command line)
+    kept, and the values used written to OUTPUT_DIR/paper_hparams.json (TrainingArguments' names)."""
+    explicit = explicit_arguments(argv, (type(model_args), type(data_args), type(training_args)))
+    resolved = resolve_paper_hparams(name, recipe, model_args, data_args, training_args, explicit)
+    if training_args.should_save:
+        path = Path(training_args.output_dir) / PAPER_HPARAMS_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(resolved.values, indent=2) + "\n", encoding="utf-8")
+        logger.info("The recipe used is in %s", path)
+    return resolved

@@ -460,9 +460,18 @@ def _finetuning_training(trainer, model_args, args) -> dict:
     }
 
 
-def write_finetuned_card(trainer, model_args, training_args, data_args) -> Path:
+def _paper_recipe_section(recipe) -> str:
+    rows = {name: f"{_format(value)} (explicit)" if name in recipe.explicit else value
+            for name, value in recipe.values.items()}
+    return (f"Trained with `--paper_hparams`: ALBERT's fine-tuning recipe for {recipe.name}, as used (also in "
+            "`paper_hparams.json`); \"explicit\" marks values given on the command line instead of the "
+            "recipe's.\n\n" + _table(rows))
+
+
+def write_finetuned_card(trainer, model_args, training_args, data_args, paper_recipe=None) -> Path:
     """The card of a model fine-tuned by run_glue.py / run_squad.py / run_race.py, with the metrics of
-    output_dir/all_results.json and the license of --license."""
+    output_dir/all_results.json, the license of --license and the resolved --paper_hparams recipe
+    (`finetuning.PaperRecipe`) when given."""
     pipeline_tag, auto_class, script, tag, _ = FINETUNING_TASKS[type(data_args).__name__]
     output_dir = Path(training_args.output_dir)
     dataset = finetuning_card_dataset(data_args, training_args)
@@ -477,6 +486,8 @@ def write_finetuned_card(trainer, model_args, training_args, data_args) -> Path:
     subtask = getattr(getattr(data_args, "task", None), "name", None) or ("squad_v2" if getattr(
         data_args, "version_2_with_negative", False) else None)
     sections = []
+    if paper_recipe is not None:
+        sections.append(("Recipe", _paper_recipe_section(paper_recipe)))
     log = _training_log(trainer.state.log_history)
     if log:
         sections.append(("Training log", log))

@@ -28,6 +28,8 @@ import numpy as np
 from datasets import Dataset, load_dataset
 from transformers import DataCollatorForMultipleChoice
 
+from .finetuning import OFFICIAL_FINETUNING
+
 logger = logging.getLogger("albert_hf.race")
 
 ANSWER_LETTERS = "ABCD"
@@ -36,6 +38,17 @@ OFFICIAL_SPLIT_FOLDERS = {"train": "train", "validation": "dev", "test": "test"}
 ARTICLE_FIELDS = ("id", "article", "questions", "options", "answers")  # official RACE JSON
 FLAT_FIELDS = ("example_id", "article", "question", "options", "answer")  # the Hub's `race` dataset
 FLAT_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}
+
+# The RACE rows of the recipe (docs/official_recipe.md). v2 models: the official run_race.py defaults and README
+# (lr 1e-5, the v2 configs' dropout 0); v1 models: the paper's Table 14 (lr 2e-5, dropout 0.1), which the official
+# README warns makes v2 models diverge. Both: total batch 32, 12000 steps, 1000 warm-up, 512 tokens with the
+# question+option part at 128, head dropout 0.1 (run_race.py's dropout_prob), the official optimizer.
+PAPER_HPARAMS = {
+    "v2": dict(learning_rate=1e-5, albert_dropout=0.0),
+    "v1": dict(learning_rate=2e-5, albert_dropout=0.1),
+}
+PAPER_COMMON = dict(batch_size=32, max_steps=12000, warmup_steps=1000, max_seq_length=512, max_qa_length=128,
+                    classifier_dropout_prob=0.1, **OFFICIAL_FINETUNING)
 
 
 @dataclass
@@ -69,6 +82,11 @@ class RaceDataArguments:
     max_predict_samples: int | None = field(default=None, metadata={"help": "use only the first N test questions"})
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "processes for tokenization"})
     overwrite_cache: bool = field(default=False, metadata={"help": "recompute cached tokenized datasets"})
+    race_recipe: Literal["v2", "v1"] = field(
+        default="v2", metadata={"help": "the RACE row --paper_hparams applies: v2 for ALBERT v2 models (official "
+                                        "run_race.py: lr 1e-5, dropout 0) or v1 for v1 models (the paper: lr 2e-5, "
+                                        "dropout 0.1; it makes v2 models diverge)"}
+    )
 
     def __post_init__(self):
         if self.dataset_name and self.data_dir:
@@ -80,6 +98,12 @@ class RaceDataArguments:
                              "max_seq_length - 4 to leave the passage one)")
         if self.max_qa_length < 1:
             raise ValueError(f"--max_qa_length {self.max_qa_length}: the question+option part needs at least 1 token")
+
+
+def paper_recipe(data_args: RaceDataArguments) -> tuple[str, dict]:
+    """(name, recipe) of the --race_recipe row, for `finetuning.apply_paper_hparams`."""
+    row = data_args.race_recipe
+    return f"RACE, {row} models", {**PAPER_HPARAMS[row], **PAPER_COMMON}
 
 
 # ----------------------------------------------------------------------------------------------------------------

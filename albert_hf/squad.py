@@ -32,10 +32,22 @@ import numpy as np
 from datasets import Dataset, load_dataset
 from transformers.trainer_utils import speed_metrics
 
-from .finetuning import AlbertTrainer
-from .squad_metrics import squad_v1_metrics, squad_v2_metrics
+from .finetuning import OFFICIAL_FINETUNING, AlbertTrainer
+from .squad_metrics import OFFICIAL_NA_PROB_THRESH, squad_v1_metrics, squad_v2_metrics
 
 logger = logging.getLogger("albert_hf.squad")
+
+# The paper's SQuAD rows (Table 14; the official run_squad_v1.py/run_squad_v2.py): whole epochs, int(87,599 / 48 x 2)
+# = 3649 and int(130,319 / 48 x 3) = 8144 steps, warm-up 10%. Both use windows of stride 128, questions of at most 64
+# pieces, n-best 20 and answers of at most 30 pieces, and the config's own ALBERT dropout. v2.0 is the official
+# run_squad_v2.py: its answerability head (dropout_prob 0.1, beams of 5 x 5) and the threshold tuned on dev.
+PAPER_HPARAMS = {
+    "v1.1": dict(learning_rate=5e-5, batch_size=48, max_steps=3649, warmup_steps=365, max_seq_length=384),
+    "v2.0": dict(learning_rate=3e-5, batch_size=48, max_steps=8144, warmup_steps=814, max_seq_length=512,
+                 answerability_head=True, tune_null_threshold=True, start_n_top=5, end_n_top=5,
+                 classifier_dropout_prob=0.1),
+}
+PAPER_COMMON = dict(doc_stride=128, max_query_length=64, n_best_size=20, max_answer_length=30, **OFFICIAL_FINETUNING)
 
 REQUIRED_COLUMNS = ["id", "question", "context", "answers"]
 # Columns of the evaluation features that post-processing needs but the model must not see.
@@ -66,8 +78,9 @@ class SquadDataArguments:
     max_predict_samples: int | None = field(default=None, metadata={"help": "use only the first N test questions"})
     version_2_with_negative: bool = field(default=False, metadata={"help": "SQuAD v2.0: some questions have no answer"})
     null_score_diff_threshold: float = field(
-        default=0.0, metadata={"help": "v2.0: predict no answer when the null odds exceed this (span head: null score "
-                                       "minus best span score; answerability head: the classifier logit)"})
+        default=0.0, metadata={"help": "v2.0: predict no answer when the null odds reach this (>=, as the official "
+                                       "code; span head: null score minus best span score; answerability head: the "
+                                       "classifier logit)"})
     tune_null_threshold: bool = field(
         default=False, metadata={"help": "v2.0: use instead the threshold that maximises F1 on the evaluation set "
                                          "itself (official ALBERT/XLNet practice: the numbers are tuned on dev)"})
@@ -89,6 +102,12 @@ class SquadDataArguments:
             raise ValueError("doc_stride must be positive")
         if self.answerability_head and not self.version_2_with_negative:
             raise ValueError("--answerability_head is the SQuAD v2.0 head: pass --version_2_with_negative too")
+
+
+def paper_recipe(data_args: SquadDataArguments) -> tuple[str, dict]:
+    """(name, recipe) of the paper's row for the data's version, for `finetuning.apply_paper_hparams`."""
+    version = "v2.0" if data_args.version_2_with_negative else "v1.1"
+    return f"SQuAD {version}", {**PAPER_HPARAMS[version], **PAPER_COMMON}
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -459,8 +478,12 @@ def postprocess_beam_predictions(examples, features, start_top_log_probs, start_
 
 
 def apply_null_threshold(best_answers: dict, null_odds: dict, threshold: float) -> dict:
-    """v2.0 decision: "" where the null odds exceed the threshold, the best span elsewhere."""
-    return {q: "" if null_odds[q] > threshold else answer for q, answer in best_answers.items()}
+    """v2.0 decision: "" where the null odds reach the threshold, the best span below it.
+
+    `>=` as the official `write_predictions_v2` (the span only when `score_diff < threshold`): with a tuned
+    threshold, the question whose odds are the threshold itself gets "".
+    """
+    return {q: "" if null_odds[q] >= threshold else answer for q, answer in best_answers.items()}
 
 
 def golds_of(examples: Dataset) -> dict:
@@ -470,10 +493,14 @@ def golds_of(examples: Dataset) -> dict:
 def squad_metrics(golds, best_answers, null_odds, version_2, threshold, tune_threshold=False):
     """(predictions, metrics).
 
-    v1.1: the official v1.1 EM/F1 of the best answers. v2.0: the official v2.0 exact/f1/HasAns/NoAns of the
-    predictions after the null decision; best_exact/best_f1 and their thresholds are the official sweep over the
-    null odds applied to the best non-null answers, so `best_f1_thresh` is directly a value for
-    --null_score_diff_threshold. `tune_threshold` uses that value for the predictions (tuned on this set).
+    v1.1: the official v1.1 EM/F1 of the best answers. v2.0, as the official `evaluate_v2` (squad_utils.py):
+    - best_exact/best_f1 and their thresholds are the official sweep over the null odds applied to the best
+      non-null answers, so `best_f1_thresh` is directly a value for --null_score_diff_threshold;
+      `tune_threshold` uses that value for the predictions (tuned on this set: the official first pass);
+    - the predictions are the null decision (`apply_null_threshold`) at the threshold;
+    - exact/f1/HasAns/NoAns are the official evaluation of those predictions with the null odds as no-answer
+      probabilities, so a question whose odds are above `na_prob_thresh` (the official 1.0) is scored as a
+      no-answer prediction even when it kept its span (only possible at thresholds above 1.0).
     """
     if not version_2:
         return best_answers, squad_v1_metrics(golds, best_answers)
@@ -481,7 +508,7 @@ def squad_metrics(golds, best_answers, null_odds, version_2, threshold, tune_thr
     if tune_threshold:
         threshold = sweep["best_f1_thresh"]
     predictions = apply_null_threshold(best_answers, null_odds, threshold)
-    metrics = squad_v2_metrics(golds, predictions)
+    metrics = squad_v2_metrics(golds, predictions, na_probs=null_odds, na_prob_thresh=OFFICIAL_NA_PROB_THRESH)
     metrics.update({key: sweep[key] for key in ("best_exact", "best_exact_thresh", "best_f1", "best_f1_thresh")})
     metrics["null_threshold"] = threshold
     return predictions, metrics

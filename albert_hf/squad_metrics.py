@@ -20,6 +20,8 @@ import string
 import sys
 
 PUNCTUATION = set(string.punctuation)
+# evaluate-v2.0.py's default --na-prob-thresh, which the official ALBERT evaluate_v2 uses too
+OFFICIAL_NA_PROB_THRESH = 1.0
 ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 
 
@@ -113,7 +115,9 @@ def find_best_threshold(predictions: dict, scores: dict, na_probs: dict, has_ans
 
     Start from "every question is answered with no-answer"; walk the questions by increasing no-answer
     probability, letting each one keep its prediction; the best running total and the probability where it is
-    reached are returned. Predicting "" above the threshold (and the prediction at or below it) gives that score.
+    reached are returned. Predicting "" above the threshold (and the prediction at or below it) gives that score;
+    the official second pass predicts "" from the threshold on (`>=`), so the question at the threshold itself
+    gets "" there.
     """
     running = best = sum(1 for has in has_answer.values() if not has)
     best_threshold = 0.0
@@ -130,7 +134,7 @@ def find_best_threshold(predictions: dict, scores: dict, na_probs: dict, has_ans
 
 
 def squad_v2_metrics(golds: dict, predictions: dict, na_probs: dict | None = None,
-                     na_prob_thresh: float = 1.0) -> dict:
+                     na_prob_thresh: float = OFFICIAL_NA_PROB_THRESH) -> dict:
     """The dict evaluate-v2.0.py prints: exact, f1, total, HasAns_*, NoAns_*; with `na_probs` also
     best_exact, best_exact_thresh, best_f1, best_f1_thresh.
 
@@ -177,7 +181,7 @@ def main(argv=None):
     parser.add_argument("data_file")
     parser.add_argument("pred_file")
     parser.add_argument("--na-prob-file", help="v2.0: JSON {id: no-answer probability}, e.g. null_odds.json")
-    parser.add_argument("--na-prob-thresh", type=float, default=1.0)
+    parser.add_argument("--na-prob-thresh", type=float, default=OFFICIAL_NA_PROB_THRESH)
     parser.add_argument("--version", choices=["1.1", "2.0"], help="default: the data file's 'version' field")
     args = parser.parse_args(argv)
     with open(args.data_file, encoding="utf-8") as f:

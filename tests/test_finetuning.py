@@ -156,3 +156,81 @@ def test_a_second_evaluation_set_is_scored_on_itself_with_persistent_workers(tmp
     assert len(trainer.get_eval_dataloader().dataset) == 8
     assert len(trainer.get_eval_dataloader(mismatched).dataset) == 12
     assert len(trainer.get_eval_dataloader().dataset) == 8  # the trainer's own set keeps its (cached) loader
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# --paper_hparams: the machinery the three scripts share
+
+
+@dataclass
+class LengthArguments:
+    max_seq_length: int = 128
+
+
+RECIPE = dict(learning_rate=3e-5, batch_size=32, max_steps=100, warmup_steps=10, albert_dropout=0.1,
+              max_seq_length=512, classifier_dropout_prob=0.1, official_optimizer=True, adam_epsilon=1e-6,
+              weight_decay=0.01, max_grad_norm=1.0)
+
+
+def resolve(tmp_path, *flags):
+    from albert_hf.finetuning import apply_paper_hparams
+
+    argv = ["--model_name_or_path", "m", "--output_dir", str(tmp_path), "--paper_hparams", *flags]
+    model_args, data_args, training_args = parse_arguments(LengthArguments, argv)
+    recipe = apply_paper_hparams("toy", RECIPE, model_args, data_args, training_args, argv)
+    return recipe, model_args, data_args, training_args
+
+
+def test_paper_hparams_set_the_recipe_both_dropouts_and_write_what_was_used(tmp_path):
+    import json
+
+    recipe, model_args, data_args, args = resolve(tmp_path, "--gradient_accumulation_steps", "2")
+    # the total batch 32 over 2 accumulation steps; ALBERT DR 0.1 is the hidden AND the attention dropout
+    assert (args.per_device_train_batch_size, args.learning_rate, args.max_steps, args.warmup_steps) == \
+        (16, 3e-5, 100, 10)
+    assert (model_args.hidden_dropout_prob, model_args.attention_probs_dropout_prob,
+            model_args.classifier_dropout_prob) == (0.1, 0.1, 0.1)
+    assert (args.official_optimizer, args.adam_epsilon, args.weight_decay, args.max_grad_norm) == \
+        (True, 1e-6, 0.01, 1.0)
+    assert data_args.max_seq_length == 512
+    written = json.loads((tmp_path / "paper_hparams.json").read_text())
+    assert written == {"learning_rate": 3e-5, "per_device_train_batch_size": 16, "gradient_accumulation_steps": 2,
+                       "max_steps": 100, "warmup_steps": 10, "hidden_dropout_prob": 0.1,
+                       "attention_probs_dropout_prob": 0.1, "max_seq_length": 512, "classifier_dropout_prob": 0.1,
+                       "official_optimizer": True, "adam_epsilon": 1e-6, "weight_decay": 0.01, "max_grad_norm": 1.0}
+    assert recipe.values == written and recipe.explicit == ["gradient_accumulation_steps"]
+
+
+def test_paper_hparams_keep_explicit_flags_and_write_them_as_used(tmp_path):
+    import json
+
+    recipe, model_args, data_args, args = resolve(tmp_path, "--learning-rate=1e-4", "--max_seq", "64",
+                                                  "--hidden_dropout_prob", "0.3", "--num_train_epochs", "2")
+    assert (args.learning_rate, data_args.max_seq_length) == (1e-4, 64)  # '=', dashes and abbreviations
+    # an explicit --hidden_dropout_prob is the one ALBERT dropout: the attention dropout follows it
+    assert (model_args.hidden_dropout_prob, model_args.attention_probs_dropout_prob) == (0.3, 0.3)
+    # an explicit epoch count replaces the recipe's steps
+    assert (args.max_steps, args.num_train_epochs, args.warmup_steps) == (-1, 2.0, 10)
+    written = json.loads((tmp_path / "paper_hparams.json").read_text())
+    assert (written["learning_rate"], written["max_seq_length"], written["num_train_epochs"]) == (1e-4, 64, 2.0)
+    assert "max_steps" not in written and written["attention_probs_dropout_prob"] == 0.3
+    assert recipe.explicit == ["hidden_dropout_prob", "learning_rate", "max_seq_length", "num_train_epochs"]
+    _, model_args, _, _ = resolve(tmp_path, "--hidden_dropout_prob", "0.3", "--attention_probs_dropout_prob", "0")
+    assert (model_args.hidden_dropout_prob, model_args.attention_probs_dropout_prob) == (0.3, 0.0)
+
+
+def test_paper_hparams_total_batch_that_does_not_split_names_the_flags(tmp_path):
+    with pytest.raises(ValueError, match=r"^--paper_hparams: the total batch 32 is not divisible by "
+                                         r"gradient_accumulation_steps x processes = 3; give "
+                                         r"--per_device_train_batch_size$"):
+        resolve(tmp_path, "--gradient_accumulation_steps", "3")
+    # with the per-device batch given, the total batch is the user's business
+    _, _, _, args = resolve(tmp_path, "--gradient_accumulation_steps", "3", "--per_device_train_batch_size", "5")
+    assert args.per_device_train_batch_size == 5
+
+
+def test_attention_dropout_flag_reaches_the_config(tiny_checkpoint):
+    _, model = load_tokenizer_and_model(
+        ModelArguments(str(tiny_checkpoint), hidden_dropout_prob=0.2, attention_probs_dropout_prob=0.15),
+        AlbertHFForSequenceClassification)
+    assert (model.config.hidden_dropout_prob, model.config.attention_probs_dropout_prob) == (0.2, 0.15)

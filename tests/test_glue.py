@@ -331,14 +331,11 @@ def test_hub_by_task_name_offline_points_to_local_files(caplog, tmp_path):
 
 
 def parse(argv):
-    from transformers import TrainingArguments
-
-    from albert_hf.finetuning import ModelArguments, parse_arguments
-    from albert_hf.glue import GlueDataArguments, apply_paper_hparams, explicit_arguments
+    from albert_hf.finetuning import apply_paper_hparams, parse_arguments
+    from albert_hf.glue import GlueDataArguments, paper_recipe
 
     model_args, data_args, training_args = parse_arguments(GlueDataArguments, argv)
-    explicit = explicit_arguments(argv, (ModelArguments, GlueDataArguments, TrainingArguments))
-    apply_paper_hparams(data_args.task, model_args, data_args, training_args, explicit)
+    apply_paper_hparams(*paper_recipe(data_args.task), model_args, data_args, training_args, argv)
     return model_args, data_args, training_args
 
 
@@ -349,13 +346,21 @@ def test_paper_hparams_set_spec_values_and_keep_explicit_flags(tmp_path):
         (5e-5, 128, 14000, 1000)
     assert (data_args.max_seq_length, model_args.hidden_dropout_prob, model_args.classifier_dropout_prob) == \
         (512, 0.1, 0.1)
-    assert (args.adam_epsilon, args.weight_decay, args.max_grad_norm) == (1e-6, 0.01, 1.0)
+    # the paper's one "ALBERT DR" is the config's hidden and attention dropout both, as in the official code
+    assert model_args.attention_probs_dropout_prob == 0.1
+    assert (args.adam_epsilon, args.weight_decay, args.max_grad_norm, args.official_optimizer) == \
+        (1e-6, 0.01, 1.0, True)
     # Explicit flags win (also spelt with '=' and dashes); the total batch 32 is split over accumulation steps.
     model_args, data_args, args = parse(base + ["--task_name", "mrpc", "--learning-rate=1e-4", "--max_seq_length",
                                                 "64", "--gradient_accumulation_steps", "4"])
     assert (args.learning_rate, data_args.max_seq_length) == (1e-4, 64)
     assert (args.per_device_train_batch_size, args.max_steps, args.warmup_steps) == (8, 800, 200)
-    assert model_args.hidden_dropout_prob == 0.0
+    assert (model_args.hidden_dropout_prob, model_args.attention_probs_dropout_prob) == (0.0, 0.0)
+    assert json.loads((tmp_path / "paper_hparams.json").read_text()) == {
+        "learning_rate": 1e-4, "per_device_train_batch_size": 8, "gradient_accumulation_steps": 4,
+        "max_steps": 800, "warmup_steps": 200, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0,
+        "max_seq_length": 64, "classifier_dropout_prob": 0.1, "official_optimizer": True, "adam_epsilon": 1e-6,
+        "weight_decay": 0.01, "max_grad_norm": 1.0}
     # An explicit epoch count replaces the paper's step count.
     _, _, args = parse(base + ["--task_name", "cola", "--num_train_epochs", "2"])
     assert (args.max_steps, args.learning_rate, args.per_device_train_batch_size) == (-1, 1e-5, 16)
@@ -442,6 +447,27 @@ def test_end_to_end_every_task_from_original_tsv_folders(task_name, glue_root, t
     assert (tmp_path / "README.md").read_text().count("nyu-mll/glue") >= 1
     if task_name == "mrpc":
         check_tokenizer_loads_without_prompt(tmp_path)
+
+
+def test_paper_hparams_run_sets_both_dropouts_and_records_the_recipe(glue_root, tiny_checkpoint, tmp_path):
+    """RTE's row has ALBERT DR 0.1 (the tiny model's config has 0): the trained model's config has it as hidden
+    and attention dropout, and paper_hparams.json and the card hold what the run used."""
+    assert json.loads((Path(tiny_checkpoint) / "config.json").read_text())["attention_probs_dropout_prob"] == 0.0
+    run_glue(common_args(tiny_checkpoint, tmp_path, "--task_name", "rte", "--data_dir", glue_root, "--do_train",
+                         "--paper_hparams", "--max_steps", 2, "--warmup_steps", 1))
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert (config["hidden_dropout_prob"], config["attention_probs_dropout_prob"],
+            config["classifier_dropout_prob"]) == (0.1, 0.1, 0.1)
+    # RTE: lr 3e-5, batch 32, 800 steps, 200 warm-up; common_args and the flags above give lr, batch, steps, warm-up
+    assert json.loads((tmp_path / "paper_hparams.json").read_text()) == {
+        "learning_rate": 1e-3, "per_device_train_batch_size": 4, "gradient_accumulation_steps": 1, "max_steps": 2,
+        "warmup_steps": 1, "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1, "max_seq_length": 32,
+        "classifier_dropout_prob": 0.1, "official_optimizer": True, "adam_epsilon": 1e-6, "weight_decay": 0.01,
+        "max_grad_norm": 1.0}
+    card = (tmp_path / "README.md").read_text()
+    assert "## Recipe" in card and "ALBERT's fine-tuning recipe for rte" in card
+    assert "| learning_rate | 0.001 (explicit) |" in card and "| attention_probs_dropout_prob | 0.1 |" in card
+    assert "AdamWeightDecay (official" in card
 
 
 def test_end_to_end_csv_and_jsonl_files_then_ax_with_the_mnli_model(tiny_checkpoint, tmp_path):
@@ -564,6 +590,7 @@ def test_end_to_end_on_real_glue_files(task_name, folder, tiny_checkpoint, tmp_p
 
     shared_glue(folder)
     caplog.set_level(logging.INFO, logger="albert_hf.glue")
+    caplog.set_level(logging.INFO, logger="albert_hf.finetuning")  # where --paper_hparams logs
     # --paper_hparams with the size flags given explicitly: the official optimizer and schedule run, the rest is
     # kept small.
     run_glue(common_args(tiny_checkpoint, tmp_path, "--task_name", task_name, "--data_dir", GLUE_DATA,

@@ -313,6 +313,60 @@ def test_a_short_max_seq_length_runs_with_the_default_max_qa_length(tiny_checkpo
     assert len(predictions) == 8 and set(predictions.values()) <= set("ABCD")
 
 
+OFFICIAL_OPTIMIZER = {"official_optimizer": True, "adam_epsilon": 1e-6, "weight_decay": 0.01, "max_grad_norm": 1.0}
+
+
+def race_recipe(tmp_path, *flags):
+    from albert_hf.finetuning import apply_paper_hparams, parse_arguments
+
+    argv = ["--model_name_or_path", "m", "--output_dir", str(tmp_path), "--paper_hparams", *flags]
+    model_args, data_args, training_args = parse_arguments(RaceDataArguments, argv)
+    apply_paper_hparams(*race.paper_recipe(data_args), model_args, data_args, training_args, argv)
+    return model_args, data_args, training_args, json.loads((tmp_path / "paper_hparams.json").read_text())
+
+
+def test_paper_hparams_race_rows_for_v2_and_v1_models(tmp_path):
+    # v2 models (the official run_race.py defaults and README): lr 1e-5, batch 32, 12000 steps, 1000 warm-up,
+    # 512 tokens with the question+option at 128, ALBERT dropout 0 (hidden and attention), head dropout 0.1.
+    model_args, data_args, args, written = race_recipe(tmp_path)
+    assert written == {"learning_rate": 1e-5, "per_device_train_batch_size": 32, "gradient_accumulation_steps": 1,
+                       "max_steps": 12000, "warmup_steps": 1000, "hidden_dropout_prob": 0.0,
+                       "attention_probs_dropout_prob": 0.0, "max_seq_length": 512, "max_qa_length": 128,
+                       "classifier_dropout_prob": 0.1, **OFFICIAL_OPTIMIZER}
+    assert (args.learning_rate, args.max_steps, args.warmup_steps, args.official_optimizer) == (1e-5, 12000, 1000, True)
+    assert (data_args.max_seq_length, data_args.max_qa_length, model_args.attention_probs_dropout_prob) == \
+        (512, 128, 0.0)
+    # v1 models (the paper's row): lr 2e-5 and ALBERT dropout 0.1; the batch 32 over 4 accumulation steps
+    model_args, _, args, written = race_recipe(tmp_path, "--race_recipe", "v1", "--gradient_accumulation_steps", "4")
+    assert (written["learning_rate"], written["per_device_train_batch_size"], written["hidden_dropout_prob"],
+            written["attention_probs_dropout_prob"], written["max_steps"]) == (2e-5, 8, 0.1, 0.1, 12000)
+    assert (args.learning_rate, model_args.hidden_dropout_prob, model_args.attention_probs_dropout_prob) == \
+        (2e-5, 0.1, 0.1)
+
+
+def test_race_recipe_without_paper_hparams_names_the_flag(tmp_path):
+    with pytest.raises(SystemExit, match=r"^error: --race_recipe v1 chooses the row --paper_hparams applies: pass "
+                                         r"--paper_hparams too$"):
+        run_race(["--model_name_or_path", "m", "--data_dir", tmp_path, "--do_eval", "--output_dir", tmp_path / "out",
+                  "--race_recipe", "v1"])
+
+
+def test_paper_hparams_run_trains_with_the_recipe_dropouts_and_records_it(tiny_checkpoint, tmp_path):
+    root = write_official_layout(tmp_path / "data" / "RACE")
+    out = tmp_path / "out"
+    run_race(["--model_name_or_path", tiny_checkpoint, "--data_dir", root.parent, "--do_train", "--output_dir", out,
+              "--paper_hparams", "--race_recipe", "v1", "--max_steps", "2", "--per_device_train_batch_size", "8",
+              "--save_strategy", "no", *TINY_ARGS])
+    config = json.loads((out / "config.json").read_text())  # the tiny model's own dropouts are 0
+    assert (config["hidden_dropout_prob"], config["attention_probs_dropout_prob"],
+            config["classifier_dropout_prob"]) == (0.1, 0.1, 0.1)
+    written = json.loads((out / "paper_hparams.json").read_text())
+    assert (written["learning_rate"], written["max_steps"], written["per_device_train_batch_size"],
+            written["max_seq_length"], written["max_qa_length"], written["warmup_steps"]) == (2e-5, 2, 8, 64, 16, 1000)
+    card = (out / "README.md").read_text()
+    assert "ALBERT's fine-tuning recipe for RACE, v1 models" in card and "| max_qa_length | 16 (explicit) |" in card
+
+
 def test_flat_json_trains_and_evaluates_and_the_trained_model_agrees_across_formats(
         trained_on_official_layout, tiny_checkpoint, tmp_path):
     root, trained, _ = trained_on_official_layout

@@ -334,6 +334,81 @@ def test_answerability_head_beam_is_the_top_ends_of_each_top_start(answerability
             assert torch.allclose(forced.cls_logits, beam.cls_logits)
 
 
+def test_v2_null_decision_at_the_threshold_and_the_official_rescoring_by_hand():
+    """The official run_squad_v2.py: "" when the null odds reach the threshold (>=), and the reported metrics are
+    evaluate-v2.0.py's with the null odds as no-answer probabilities and na_prob_thresh 1.0."""
+    from albert_hf.squad import apply_null_threshold, squad_metrics
+
+    golds = {"a": ["x"], "d": ["w"], "b": ["y"], "c": [], "e": []}
+    best = {"a": "x", "d": "w", "b": "y", "c": "z", "e": "v"}  # every span right where there is an answer
+    odds = {"a": 0.5, "d": 1.5, "b": 2.0, "c": 3.0, "e": 4.0}
+    assert apply_null_threshold(best, odds, 2.0) == {"a": "x", "d": "w", "b": "", "c": "", "e": ""}
+    assert apply_null_threshold(best, odds, 2.01)["b"] == "y"
+    predictions, metrics = squad_metrics(golds, best, odds, version_2=True, threshold=0.0, tune_threshold=True)
+    # The sweep by increasing odds starts at 2 (the no-answer questions c, e): a, d, b +1 each -> 5 of 5 at b's
+    # odds 2.0; c and e then cost 1 each.
+    assert (metrics["best_f1"], metrics["best_f1_thresh"], metrics["null_threshold"]) == (100.0, 2.0, 2.0)
+    # At 2.0, b itself gets "" (>=).
+    assert predictions == {"a": "x", "d": "w", "b": "", "c": "", "e": ""}
+    # Scored as the official evaluation: d kept its right span but its odds 1.5 are above 1.0, so it counts as a
+    # no-answer prediction (0); b predicted "" (0); a, c, e right -> 3 of 5.
+    assert (metrics["exact"], metrics["f1"]) == (60.0, 60.0)
+    assert metrics["HasAns_exact"] == pytest.approx(100 / 3) and metrics["NoAns_exact"] == 100.0
+    # A fixed threshold: the same decision and scoring (1.5 -> a keeps its span, d and b get "").
+    predictions, metrics = squad_metrics(golds, best, odds, version_2=True, threshold=1.5)
+    assert predictions == {"a": "x", "d": "", "b": "", "c": "", "e": ""}
+    assert (metrics["exact"], metrics["null_threshold"]) == (60.0, 1.5)
+
+
+def squad_recipe(tmp_path, *flags):
+    from albert_hf.finetuning import apply_paper_hparams, parse_arguments
+    from albert_hf.squad import paper_recipe
+
+    argv = ["--model_name_or_path", "m", "--output_dir", str(tmp_path), "--validation_file", "dev.json",
+            "--paper_hparams", *flags]
+    model_args, data_args, training_args = parse_arguments(SquadDataArguments, argv)
+    apply_paper_hparams(*paper_recipe(data_args), model_args, data_args, training_args, argv)
+    return model_args, data_args, training_args, json.loads((tmp_path / "paper_hparams.json").read_text())
+
+
+OFFICIAL_OPTIMIZER = {"official_optimizer": True, "adam_epsilon": 1e-6, "weight_decay": 0.01, "max_grad_norm": 1.0}
+
+
+def test_paper_hparams_squad_v1_row(tmp_path):
+    model_args, data_args, args, written = squad_recipe(tmp_path)
+    # The paper's SQuAD v1.1 row: lr 5e-5, batch 48, 3649 steps (2 epochs), 365 warm-up, 384 tokens; stride 128,
+    # questions 64, n-best 20, answers 30; the official optimizer; the config's own dropout.
+    assert written == {"learning_rate": 5e-5, "per_device_train_batch_size": 48, "gradient_accumulation_steps": 1,
+                       "max_steps": 3649, "warmup_steps": 365, "max_seq_length": 384, "doc_stride": 128,
+                       "max_query_length": 64, "n_best_size": 20, "max_answer_length": 30, **OFFICIAL_OPTIMIZER}
+    assert (args.learning_rate, args.per_device_train_batch_size, args.max_steps, args.warmup_steps) == \
+        (5e-5, 48, 3649, 365)
+    assert (args.official_optimizer, args.adam_epsilon, args.weight_decay) == (True, 1e-6, 0.01)
+    assert (data_args.max_seq_length, data_args.answerability_head, data_args.tune_null_threshold) == \
+        (384, False, False)
+    assert (model_args.hidden_dropout_prob, model_args.attention_probs_dropout_prob) == (None, None)
+
+
+def test_paper_hparams_squad_v2_row_with_the_answerability_head_and_explicit_flags_kept(tmp_path):
+    model_args, data_args, args, written = squad_recipe(tmp_path, "--version_2_with_negative",
+                                                        "--gradient_accumulation_steps", "3")
+    # The paper's SQuAD v2.0 row: lr 3e-5, batch 48 (here 16 x 3), 8144 steps (3 epochs), 814 warm-up, 512 tokens;
+    # the official run_squad_v2.py: the answerability head (dropout 0.1, beams 5 x 5), the threshold tuned on dev.
+    assert written == {"learning_rate": 3e-5, "per_device_train_batch_size": 16, "gradient_accumulation_steps": 3,
+                       "max_steps": 8144, "warmup_steps": 814, "max_seq_length": 512, "answerability_head": True,
+                       "tune_null_threshold": True, "start_n_top": 5, "end_n_top": 5, "classifier_dropout_prob": 0.1,
+                       "doc_stride": 128, "max_query_length": 64, "n_best_size": 20, "max_answer_length": 30,
+                       **OFFICIAL_OPTIMIZER}
+    assert (data_args.answerability_head, data_args.tune_null_threshold, model_args.classifier_dropout_prob) == \
+        (True, True, 0.1)
+    # explicit flags win, also a switch turned off
+    _, data_args, args, written = squad_recipe(tmp_path, "--version_2_with_negative", "--answerability_head", "false",
+                                               "--max_seq_length", "384", "--learning_rate", "1e-5")
+    assert (data_args.answerability_head, data_args.tune_null_threshold, data_args.max_seq_length) == \
+        (False, True, 384)
+    assert (written["answerability_head"], written["max_seq_length"], written["learning_rate"]) == (False, 384, 1e-5)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # End to end (run_squad.main in-process)
 
@@ -416,14 +491,47 @@ def test_v2_end_to_end_learns_answers_and_no_answers(tiny_checkpoint, tmp_path, 
     assert not (out / "predict_results.json").exists()
     null_odds = outputs["null_odds.json"]
     assert set(null_odds) == {"p1", "p2", "p3", "p4"}
-    # the v2 decision at the default threshold 0: no answer exactly where the null odds are above it
-    assert all((null_odds[q] > 0) == (outputs["predictions.json"][q] == "") for q in null_odds)
+    # the v2 decision at the default threshold 0: no answer exactly where the null odds reach it (official >=)
+    assert all((null_odds[q] >= 0) == (outputs["predictions.json"][q] == "") for q in null_odds)
     metrics = outputs["eval_results.json"]
     assert (metrics["eval_exact"], metrics["eval_f1"]) == (100.0, 100.0)
     assert (metrics["eval_HasAns_total"], metrics["eval_NoAns_total"]) == (2, 2)
     # the best threshold found by the sweep separates the answered from the unanswerable questions
     threshold = metrics["eval_best_f1_thresh"]
     assert max(null_odds["p1"], null_odds["p3"]) <= threshold < min(null_odds["p2"], null_odds["p4"])
+
+
+def test_v2_paper_hparams_run_uses_the_answerability_head_and_tunes_the_threshold(tiny_checkpoint, tmp_path):
+    """--paper_hparams on v2.0 data with the sizes given explicitly (tiny model, fixture data): the recipe's head,
+    threshold tuning and optimizer are what the run uses, and paper_hparams.json and the card say so."""
+    path = write_json(tmp_path / "train-v2.0.json", SQUAD_V2)
+    out = tmp_path / "out"
+    run_squad(["--train_file", path, "--validation_file", path, "--do_train", "--do_eval", "--version_2_with_negative",
+               "--paper_hparams", *common_args(tiny_checkpoint, out, steps=30, seq=64)])
+    outputs = read_outputs(out)
+    assert json.loads((out / "config.json").read_text())["architectures"] == [
+        "AlbertHFForQuestionAnsweringWithAnswerability"]
+    # the beam post-processing of that head: start and end log-probabilities, not logits
+    assert all("start_log_prob" in entry for entries in outputs["nbest_predictions.json"].values()
+               for entry in entries)
+    metrics = outputs["eval_results.json"]
+    threshold = metrics["eval_null_threshold"]
+    assert threshold == metrics["eval_best_f1_thresh"]  # tuned on the dev set
+    null_odds = outputs["null_odds.json"]
+    assert all((null_odds[q] >= threshold) == (outputs["predictions.json"][q] == "") for q in null_odds)
+    # the reported exact/f1 are the official evaluation of the written files, null odds as no-answer probabilities
+    golds = {row["id"]: row["answers"]["text"] for row in flattened_rows(SQUAD_V2)}
+    official = squad_v2_metrics(golds, outputs["predictions.json"], null_odds)
+    assert (metrics["eval_exact"], metrics["eval_f1"]) == (official["exact"], official["f1"])
+    assert json.loads((out / "paper_hparams.json").read_text()) == {
+        "learning_rate": 5e-3, "per_device_train_batch_size": 8, "gradient_accumulation_steps": 1, "max_steps": 30,
+        "warmup_steps": 0.1, "max_seq_length": 64, "answerability_head": True, "tune_null_threshold": True,
+        "start_n_top": 5, "end_n_top": 5, "classifier_dropout_prob": 0.1, "doc_stride": 16, "max_query_length": 16,
+        "n_best_size": 20, "max_answer_length": 30, **OFFICIAL_OPTIMIZER}
+    card = (out / "README.md").read_text()
+    assert "ALBERT's fine-tuning recipe for SQuAD v2.0" in card and "| answerability_head | True |" in card
+    assert "| max_seq_length | 64 (explicit) |" in card
+    assert "AdamWeightDecay (official" in card and "| epsilon | 1e-06 |" in card
 
 
 def test_eval_strategy_steps_scores_every_evaluation_and_keeps_the_checkpoint_with_the_best_f1(
