@@ -19,6 +19,9 @@ import os
 import torch
 from accelerate import Accelerator, PartialState
 from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+
+from .modeling_albert_hf import AlbertHFLayer
 
 FSDP_CPU_CONFIG = "examples/accelerate_configs/fsdp_cpu.yaml"
 _MODE_NAMES = {DistributedType.NO: "one process", DistributedType.MULTI_CPU: "DDP", DistributedType.MULTI_GPU: "DDP",
@@ -76,10 +79,6 @@ def shard_for_fsdp2(model: torch.nn.Module, plugin: FullyShardedDataParallelPlug
 
     accelerate's own wrapping puts the MLM decoder in a unit with the word table but leaves the head's `bias`,
     the same parameter as `decoder.bias`, in the root unit; torch refuses a parameter in two units."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
-    from .modeling_albert_hf import AlbertHFLayer
-
     options = {"mp_policy": plugin.mixed_precision_policy or MixedPrecisionPolicy(),
                "offload_policy": plugin.cpu_offload}
     layers = {id(module): module for module in model.modules() if isinstance(module, AlbertHFLayer)}
@@ -127,8 +126,6 @@ def gather_full_model(accelerator: Accelerator, model: torch.nn.Module):
     state_dict = accelerator.get_state_dict(model)  # collective; the full tensors land on the main process
     if not accelerator.is_main_process:
         return None
-    from torch.distributed.fsdp import FSDPModule
-
     original_class = next(c for c in type(unwrapped).__mro__ if not issubclass(c, FSDPModule))
     plain = original_class(unwrapped.config)
     plain.load_state_dict(state_dict)

@@ -18,7 +18,6 @@ Any albert_hf checkpoint works, and any transformers ALBERT checkpoint (model_ty
 
 import json
 import logging
-import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +27,7 @@ from transformers import AutoTokenizer, HfArgumentParser, Trainer, TrainingArgum
 from transformers.trainer_utils import get_last_checkpoint
 
 from . import AlbertHFConfig
+from .cli import argument_file, parse_into_dataclasses, read_argument_file
 from .hub import loading
 from .optimization import AdamWeightDecay, get_official_schedule, parameter_groups
 
@@ -152,12 +152,10 @@ class AlbertTrainer(Trainer):
 
 
 def parse_arguments(data_arguments_class, argv=None):
-    """(ModelArguments, data arguments, AlbertTrainingArguments) from the command line, or from one .json file."""
-    parser = HfArgumentParser((ModelArguments, data_arguments_class, AlbertTrainingArguments))
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if len(argv) == 1 and argv[0].endswith(".json"):
-        return parser.parse_json_file(json_file=os.path.abspath(argv[0]))
-    return parser.parse_args_into_dataclasses(args=argv)
+    """(ModelArguments, data arguments, AlbertTrainingArguments) from the command line, or from one .json/.yaml
+    file."""
+    return parse_into_dataclasses(HfArgumentParser((ModelArguments, data_arguments_class, AlbertTrainingArguments)),
+                                  argv)
 
 
 def setup(training_args: TrainingArguments) -> str | None:
@@ -210,11 +208,12 @@ def load_tokenizer_and_model(model_args: ModelArguments, model_class, **config_o
     return tokenizer, model
 
 
-def check_columns(dataset, required, where: str) -> None:
-    """Stop with the file/split and the missing column named, before any preprocessing runs."""
+def check_columns(dataset, required, where: str, expected: str = "") -> None:
+    """Stop with the file/split and the missing column named, before any preprocessing runs; `expected` says
+    what the rows should look like (e.g. " for mrpc (expected [...])")."""
     missing = [name for name in required if name not in dataset.column_names]
     if missing:
-        raise ValueError(f"{where}: missing column(s) {missing}; found {dataset.column_names}")
+        raise ValueError(f"{where}: missing column(s) {missing}{expected}; found {dataset.column_names}")
 
 
 def limit(dataset, max_samples: int | None):
@@ -316,8 +315,8 @@ def explicit_arguments(argv, dataclass_types) -> set[str]:
     are all recognised exactly as HfArgumentParser recognises them.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    if len(argv) == 1 and argv[0].endswith(".json"):
-        return set(json.loads(Path(argv[0]).read_text()))
+    if argument_file(argv) is not None:
+        return set(read_argument_file(argument_file(argv)))
     parser = HfArgumentParser(dataclass_types)
     unset = object()
     parser.set_defaults(**{action.dest: unset for action in parser._actions if action.dest != "help"})

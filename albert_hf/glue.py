@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from datasets import Dataset, DatasetDict, load_dataset
 
-from .finetuning import OFFICIAL_FINETUNING
+from .finetuning import OFFICIAL_FINETUNING, check_columns
 from .metrics import load_glue_metric
 
 logger = logging.getLogger("albert_hf.glue")
@@ -339,10 +339,7 @@ def prepare_splits(splits: DatasetDict, sources: dict, task: GlueTask) -> Datase
     prepared = DatasetDict()
     for split, dataset in splits.items():
         where = f"{sources[split]} ({split})"
-        missing = [name for name in task.text_columns if name not in dataset.column_names]
-        if missing:
-            raise ValueError(f"{where}: missing column(s) {missing} for {task.name} "
-                             f"(expected {list(task.text_columns)}); found {dataset.column_names}")
+        check_columns(dataset, task.text_columns, where, f" for {task.name} (expected {list(task.text_columns)})")
         for column in task.text_columns:
             empty = sum(text is None for text in dataset[column])
             if empty:  # e.g. an empty csv field; a few real QQP questions are empty

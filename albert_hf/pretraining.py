@@ -2,10 +2,12 @@
 
     accelerate launch run_pretraining.py --model_config base --train_files corpus/ --max_seq_length 512 ...
     python run_pretraining.py            # a tiny ALBERT on the embedded corpus, a few minutes on a laptop CPU
+    python run_pretraining.py args.json  # the same arguments from a file (.json or .yaml)
 
-Loop: MLM + SOP loss (their plain sum), LAMB with the official poly-decay schedule, global clipping at 1.0,
-gradient accumulation, bf16/fp16 through accelerate. Every `--checkpointing_steps` the full state (model,
-optimizer, scheduler, RNGs, data position) goes atomically into `OUTPUT_DIR/step_N`;
+`main` = `parse_args` -> `prepare` (accelerator, data, tokenizer, model, optimizer) -> `fit` (the loop) -> `finish`
+(save, summary, push). Loop: MLM + SOP loss (their plain sum), LAMB with the official poly-decay schedule, global
+clipping at 1.0, gradient accumulation, bf16/fp16 through accelerate. Every `--checkpointing_steps` the full state
+(model, optimizer, scheduler, RNGs, data position) goes atomically into `OUTPUT_DIR/step_N` (checkpointing.py);
 `--resume_from_checkpoint latest` continues exactly where the last complete checkpoint left off.
 """
 
@@ -13,132 +15,195 @@ import argparse
 import json
 import logging
 import os
-import re
 import shutil
 import time
+from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 
+import datasets
 import torch
+import transformers
+from accelerate import Accelerator
+from accelerate.utils import DataLoaderConfiguration, ProjectConfiguration, set_seed
+from torch.utils.data import DataLoader
+from tqdm.auto import tqdm
+from transformers import AutoModel, AutoTokenizer, HfArgumentParser
+
+from .analysis.fill_mask import fill_mask_examples, format_fill_mask, pick_fill_mask_sentences
+from .checkpointing import (FILL_MASK_FILE, StepCheckpoints, clear_previous_run, previous_run_files,
+                            truncate_metrics_log)
+from .cli import parse_into_dataclasses
+from .configuration_albert_hf import PRESETS, SHARING_MODES, AlbertHFConfig
+from .corpus import LAYOUTS, load_corpus
+from .data_collator import DataCollatorForAlbertPretraining
+from .distributed import describe, gather_full_model, make_accelerator, shard_for_fsdp2
+from .hub import loading, push_folder, write_json, write_pretraining_card
+from .modeling_albert_hf import AlbertHFForPreTraining
+from .optimization import AdamWeightDecay, Lamb, get_official_schedule, parameter_groups
+from .pretraining_data import TASKS as PAIR_TASKS
+from .pretraining_data import build_pretraining_dataset
+from .tokenization import train_tokenizer
 
 logger = logging.getLogger("albert_hf.pretraining")
 
-STEP_DIR = re.compile(r"^step_(\d+)$")
-STATE_FILE = "training_state.json"  # written last: a step_N folder without it is not a checkpoint
-FILL_MASK_FILE = "fill_mask_examples.json"  # the summary's fill-mask examples (all_results.json: metrics only)
+OPTIMIZERS = {"lamb": Lamb, "adamw": AdamWeightDecay}
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Command line
+# Command line: five groups of arguments, parsed by transformers' HfArgumentParser (so `run_pretraining.py args.json`
+# or `args.yaml` works as in transformers' examples); the job reads them as one namespace.
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        description="Pretrain ALBERT (MLM + sentence-order prediction) with accelerate. With no arguments: a tiny "
-        "ALBERT on the embedded corpus (standard-library docstrings) for a few minutes.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    model = parser.add_argument_group("model")
-    model.add_argument("--model_config", default="tiny",
-                       help="preset: tiny | base | large | xlarge | xxlarge (official v2 dimensions)")
-    model.add_argument("--config_name", default=None,
-                       help="a config.json path or directory (overrides --model_config)")
-    model.add_argument("--model_name_or_path", default=None,
-                       help="continue pretraining from these weights (albert_hf or transformers ALBERT)")
-    model.add_argument("--sharing", default=None, choices=["all", "attention", "ffn", "none"],
-                       help="override the config's cross-layer sharing (the paper's Table 4 ablation)")
-    model.add_argument("--tokenizer_name", default=None,
-                       help="tokenizer directory or Hub name; default: train a SentencePiece unigram model on the "
-                       "training corpus (cached)")
-    model.add_argument("--vocab_size", type=int, default=4000,
-                       help="vocabulary size when training the tokenizer (the official models use 30000)")
-    model.add_argument("--gradient_checkpointing", action="store_true", help="recompute activations in backward")
-    model.add_argument("--torch_compile", action="store_true",
-                       help="torch.compile each transformer block (`compile_blocks`): one graph for all shared layer "
-                       "applications, compiled in seconds; padding removal and the last-block selection stay on")
+@dataclass
+class ModelArguments:
+    _argument_group_name = "model"  # a heading of --help
 
-    data = parser.add_argument_group("data")
-    data.add_argument("--train_files", nargs="+", default=None,
-                      help="text files or folders (.txt), or json/jsonl/parquet/csv files with a text column")
-    data.add_argument("--dataset_name", default=None, help="a datasets Hub name, e.g. wikitext (needs network)")
-    data.add_argument("--dataset_config_name", default=None, help="e.g. wikitext-103-raw-v1")
-    data.add_argument("--text_column", default="text")
-    data.add_argument("--layout", default="document_per_file",
-                      choices=["document_per_file", "blank_line_separated", "sentence_per_line"],
-                      help="how plain-text files hold documents (sentence_per_line = official format)")
-    data.add_argument("--streaming", action="store_true", help="stream the corpus instead of materialising it")
-    data.add_argument("--validation_split_percentage", type=float, default=5.0,
-                      help="documents held out for evaluation")
-    data.add_argument("--max_seq_length", type=int, default=128, help="official: 512")
-    data.add_argument("--short_seq_prob", type=float, default=0.1)
-    data.add_argument("--dupe_factor", type=int, default=5, help="static epochs of pairs (official: 40)")
-    data.add_argument("--task", default="sop", choices=["sop", "nsp", "none"],
-                      help="inter-sentence objective: sentence order (ALBERT), next sentence (BERT) or none")
-    data.add_argument("--mlm_probability", type=float, default=0.15)
-    data.add_argument("--max_ngram", type=int, default=3)
-    data.add_argument("--max_predictions_per_seq", type=int, default=20)
-    data.add_argument("--preprocessing_num_workers", type=int, default=None)
-
-    train = parser.add_argument_group("training")
-    train.add_argument("--per_device_train_batch_size", type=int, default=32)
-    train.add_argument("--per_device_eval_batch_size", type=int, default=64)
-    train.add_argument("--gradient_accumulation_steps", type=int, default=1)
-    train.add_argument("--optimizer", default="lamb", choices=["lamb", "adamw"],
-                       help="lamb: official TF LAMB; adamw: official AdamWeightDecay (no bias correction)")
-    train.add_argument("--learning_rate", type=float, default=1e-2,
-                       help="peak LR; the default suits the tiny demo model (the paper: 0.00176 for batch 4096)")
-    train.add_argument("--weight_decay", type=float, default=0.01)
-    train.add_argument("--adam_beta1", type=float, default=0.9, help="first-moment decay (official: 0.9)")
-    train.add_argument("--adam_beta2", type=float, default=0.999,
-                       help="second-moment decay (official: 0.999). Neither optimizer corrects the moments' bias, so "
-                       "for the first ~1/(1-beta2) steps the LayerNorm and bias parameters (no trust ratio) move "
-                       "several times lr per step; with a warm-up much shorter than that, deeper models can stall "
-                       "for hundreds of steps. Short runs: 0.98, or a longer --num_warmup_steps")
-    train.add_argument("--adam_epsilon", type=float, default=1e-6, help="official: 1e-6")
-    train.add_argument("--max_grad_norm", type=float, default=1.0)
-    train.add_argument("--max_train_steps", type=int, default=1500)
-    train.add_argument("--num_warmup_steps", type=int, default=None,
-                       help="default: 2.5%% of --max_train_steps, the official ratio (3125 of 125k)")
-    train.add_argument("--mixed_precision", default=None, choices=["no", "fp16", "bf16"],
-                       help="default: accelerate's configuration (bf16 is the fast path on CPUs with AMX)")
-    train.add_argument("--seed", type=int, default=12345)
-
-    io = parser.add_argument_group("evaluation, checkpoints and output")
-    io.add_argument("--output_dir", default="outputs/albert-pretraining")
-    io.add_argument("--eval_steps", type=int, default=500, help="evaluate every N optimizer steps (0: only at the end)")
-    io.add_argument("--max_eval_samples", type=int, default=2000)
-    io.add_argument("--logging_steps", type=int, default=20)
-    io.add_argument("--checkpointing_steps", type=int, default=None, help="save full training state every N steps")
-    io.add_argument("--checkpoints_total_limit", type=int, default=None, help="keep only the newest N step_ folders")
-    io.add_argument("--resume_from_checkpoint", default=None,
-                    help="'latest' (the newest complete step_N in --output_dir, or a fresh start when there is none) "
-                    "or a step_N folder")
-    io.add_argument("--overwrite_output_dir", action="store_true",
-                    help="start over in an --output_dir that holds an earlier run: its checkpoints, logs, results "
-                    "and model are deleted first (without this flag, such a folder is refused)")
-    io.add_argument("--with_tracking", action="store_true", help="log to the trackers of --report_to")
-    io.add_argument("--report_to", default="tensorboard", help="accelerate tracker(s): tensorboard, wandb, all, ...")
-    io.add_argument("--push_to_hub", action="store_true")
-    io.add_argument("--hub_model_id", default=None, help="repo id (default: the output_dir name)")
-    io.add_argument("--hub_token", default=None)
-    io.add_argument("--license", default=None,
-                    help="the license named in the model card, a Hub license id (e.g. apache-2.0)")
-    io.add_argument("--trust_remote_code", action="store_true")
-    return parser
+    model_config: str = field(default="tiny", metadata={
+        "help": "preset with the official v2 dimensions (tiny is a demo size)", "choices": sorted(PRESETS)})
+    config_name: str | None = field(default=None, metadata={
+        "help": "a config.json path or directory (overrides --model_config)"})
+    model_name_or_path: str | None = field(default=None, metadata={
+        "help": "continue pretraining from these weights (albert_hf or transformers ALBERT)"})
+    sharing: str | None = field(default=None, metadata={
+        "help": "override the config's cross-layer sharing (the paper's Table 4 ablation)",
+        "choices": list(SHARING_MODES)})
+    tokenizer_name: str | None = field(default=None, metadata={
+        "help": "tokenizer directory or Hub name; default: train a SentencePiece unigram model on the training "
+        "corpus (cached)"})
+    vocab_size: int = field(default=4000, metadata={
+        "help": "vocabulary size when training the tokenizer (the official models use 30000)"})
+    gradient_checkpointing: bool = field(default=False, metadata={"help": "recompute activations in backward"})
+    torch_compile: bool = field(default=False, metadata={
+        "help": "torch.compile each transformer block (`compile_blocks`): one graph for all shared layer "
+        "applications, compiled in seconds; padding removal and the last-block selection stay on"})
+    trust_remote_code: bool = field(default=False, metadata={
+        "help": "allow code from --tokenizer_name's repository (a tokenizer class of its own)"})
 
 
-def parse_args(argv=None):
-    args = build_parser().parse_args(argv)
+@dataclass
+class DataArguments:
+    _argument_group_name = "data"  # a heading of --help
+
+    train_files: list[str] | None = field(default=None, metadata={
+        "help": "text files or folders (.txt), or json/jsonl/parquet/csv files with a text column; default: the "
+        "embedded corpus (standard-library docstrings)"})
+    dataset_name: str | None = field(default=None, metadata={"help": "a datasets Hub name, e.g. wikitext"})
+    dataset_config_name: str | None = field(default=None, metadata={"help": "e.g. wikitext-103-raw-v1"})
+    text_column: str = field(default="text", metadata={
+        "help": "the column holding the text in --dataset_name or json/parquet/csv --train_files"})
+    layout: str = field(default="document_per_file", metadata={
+        "help": "how plain-text files hold documents (sentence_per_line = the official format: one sentence per "
+        "line, a blank line between documents)", "choices": list(LAYOUTS)})
+    streaming: bool = field(default=False, metadata={"help": "stream the corpus instead of materialising it"})
+    validation_split_percentage: float = field(default=5.0, metadata={
+        "help": "percentage of documents held out for evaluation (0: none)"})
+    max_seq_length: int = field(default=128, metadata={"help": "tokens per pair (official: 512)"})
+    short_seq_prob: float = field(default=0.1, metadata={
+        "help": "probability of a shorter target length for a pair, as the official pair builder (0.1)"})
+    dupe_factor: int = field(default=5, metadata={
+        "help": "how many times the corpus is cut into pairs, each time differently (official: 40)"})
+    preprocessing_num_workers: int | None = field(default=None, metadata={
+        "help": "processes for tokenizing and building pairs (datasets' num_proc)"})
+
+
+@dataclass
+class ObjectiveArguments:
+    _argument_group_name = "objective"  # a heading of --help
+
+    task: str = field(default="sop", metadata={
+        "help": "inter-sentence objective beside MLM: sentence order (ALBERT), next sentence (BERT) or none",
+        "choices": [*PAIR_TASKS, "none"]})
+    mlm_probability: float = field(default=0.15, metadata={"help": "share of tokens masked (official: 0.15)"})
+    max_ngram: int = field(default=3, metadata={"help": "longest masked n-gram (official: 3; 1 = BERT's masking)"})
+    max_predictions_per_seq: int = field(default=20, metadata={
+        "help": "most masked tokens per pair (official: 20 at length 512)"})
+
+
+@dataclass
+class OptimizationArguments:
+    _argument_group_name = "optimization"  # a heading of --help
+
+    per_device_train_batch_size: int = field(default=32, metadata={"help": "pairs per process per micro-batch"})
+    gradient_accumulation_steps: int = field(default=1, metadata={"help": "micro-batches per optimizer step"})
+    optimizer: str = field(default="lamb", metadata={
+        "help": "lamb: official TF LAMB; adamw: official AdamWeightDecay (no bias correction)",
+        "choices": list(OPTIMIZERS)})
+    learning_rate: float = field(default=1e-2, metadata={
+        "help": "peak LR; the default suits the tiny demo model (the paper: 0.00176 for batch 4096)"})
+    weight_decay: float = field(default=0.01, metadata={
+        "help": "decoupled weight decay (not on LayerNorm and bias parameters)"})
+    adam_beta1: float = field(default=0.9, metadata={"help": "first-moment decay (official: 0.9)"})
+    adam_beta2: float = field(default=0.999, metadata={
+        "help": "second-moment decay (official: 0.999). Neither optimizer corrects the moments' bias, so for the "
+        "first ~1/(1-beta2) steps the LayerNorm and bias parameters (no trust ratio) move several times lr per "
+        "step; with a warm-up much shorter than that, deeper models can stall for hundreds of steps. Short runs: "
+        "0.98, or a longer --num_warmup_steps"})
+    adam_epsilon: float = field(default=1e-6, metadata={"help": "official: 1e-6"})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "global gradient clipping (0: none)"})
+    max_train_steps: int = field(default=1500, metadata={"help": "optimizer steps"})
+    num_warmup_steps: int | None = field(default=None, metadata={
+        "help": "default: 2.5%% of --max_train_steps, the official ratio (3125 of 125k)"})
+    mixed_precision: str | None = field(default=None, metadata={
+        "help": "default: accelerate's configuration (bf16 is the fast path on CPUs with AMX)",
+        "choices": ["no", "fp16", "bf16"]})
+    seed: int = field(default=12345, metadata={"help": "seeds the split, the pairs, the masks and the weights"})
+
+
+@dataclass
+class OutputArguments:
+    _argument_group_name = "evaluation, checkpoints and output"  # a heading of --help
+
+    output_dir: str = field(default="outputs/albert-pretraining", metadata={
+        "help": "where the model, tokenizer, card, metrics.jsonl and step_N checkpoints go"})
+    overwrite_output_dir: bool = field(default=False, metadata={
+        "help": "start over in an --output_dir that holds an earlier run: its checkpoints, logs, results and model "
+        "are deleted first (without this flag, such a folder is refused)"})
+    eval_steps: int = field(default=500, metadata={"help": "evaluate every N optimizer steps (0: only at the end)"})
+    per_device_eval_batch_size: int = field(default=64, metadata={"help": "pairs per process per evaluation batch"})
+    max_eval_samples: int | None = field(default=2000, metadata={"help": "held-out pairs evaluated (0: all)"})
+    logging_steps: int = field(default=20, metadata={"help": "log training means every N optimizer steps"})
+    checkpointing_steps: int | None = field(default=None, metadata={
+        "help": "save the full training state into step_N every N steps"})
+    checkpoints_total_limit: int | None = field(default=None, metadata={"help": "keep only the newest N step_N"})
+    resume_from_checkpoint: str | None = field(default=None, metadata={
+        "help": "'latest' (the newest complete step_N in --output_dir, or a fresh start when there is none) or a "
+        "step_N folder"})
+    with_tracking: bool = field(default=False, metadata={"help": "log to the trackers of --report_to"})
+    report_to: str = field(default="tensorboard", metadata={
+        "help": "accelerate tracker(s): tensorboard, wandb, all, ..."})
+    push_to_hub: bool = field(default=False, metadata={"help": "upload the final folder to the Hub"})
+    hub_model_id: str | None = field(default=None, metadata={"help": "repo id (default: the output_dir name)"})
+    hub_token: str | None = field(default=None, metadata={"help": "default: the saved Hub login"})
+    license: str | None = field(default=None, metadata={
+        "help": "the license named in the model card, a Hub license id (e.g. apache-2.0)"})
+
+
+ARGUMENT_GROUPS = (ModelArguments, DataArguments, ObjectiveArguments, OptimizationArguments, OutputArguments)
+
+
+def build_parser() -> HfArgumentParser:
+    return HfArgumentParser(ARGUMENT_GROUPS, description=(
+        "Pretrain ALBERT (MLM + sentence-order prediction) with accelerate. With no arguments: a tiny ALBERT on the "
+        "embedded corpus (standard-library docstrings) for a few minutes. A single .json or .yaml file of "
+        "arguments may replace the flags."))
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    """All groups as one namespace, checked: a bad value stops with one line naming the flag."""
+    groups = parse_into_dataclasses(build_parser(), argv)
+    args = argparse.Namespace(**{k: v for group in groups for k, v in vars(group).items()})
+    check_args(args)
+    return args
+
+
+def check_args(args):
+    """Fills in the default warm-up; stops with one line on a bad value, path or output folder, before any work."""
     if args.train_files and args.dataset_name:
         raise SystemExit("error: pass --train_files or --dataset_name, not both")
     for name in ("max_train_steps", "per_device_train_batch_size", "gradient_accumulation_steps", "max_seq_length"):
         if getattr(args, name) < 1:
             raise SystemExit(f"error: --{name} must be at least 1")
-    from .configuration_albert_hf import PRESETS
-
-    if not args.config_name and not args.model_name_or_path and args.model_config not in PRESETS:
-        raise SystemExit(f"error: Unknown ALBERT preset {args.model_config!r}; choose one of {sorted(PRESETS)} "
-                         "or pass --config_name")
     for path in args.train_files or ():
         if not Path(path).exists():
             raise SystemExit(f"error: --train_files: {path} does not exist")
@@ -170,141 +235,6 @@ def parse_args(argv=None):
             raise SystemExit(f"error: --resume_from_checkpoint latest: --output_dir {args.output_dir} holds an "
                              "earlier run but no complete step_N checkpoint to continue from; pass "
                              "--overwrite_output_dir to start over, or another --output_dir")
-    return args
-
-
-# What a run writes into --output_dir: an earlier run is recognised (and, with --overwrite_output_dir, cleared)
-# by these names only, so unrelated files a user keeps there are neither a reason to refuse nor deleted.
-RUN_OUTPUTS = ("step_*", ".tmp-*", "runs", "metrics.jsonl", "all_results.json", "README.md", "config.json",
-               "model.safetensors", "model-*.safetensors", "model.safetensors.index.json", "tokenizer.json",
-               "tokenizer_config.json", "special_tokens_map.json", "spiece.model", "configuration_albert_hf.py",
-               "modeling_albert_hf.py", FILL_MASK_FILE)
-
-
-def previous_run_files(output_dir) -> list[str]:
-    output_dir = Path(output_dir)
-    if not output_dir.is_dir():
-        return []
-    return sorted({path.name for pattern in RUN_OUTPUTS for path in output_dir.glob(pattern)})
-
-
-def truncate_metrics_log(path: Path, step: int) -> None:
-    """Keep the rows up to `step`: a resumed run logs the later ones again. A row cut short by a kill is dropped."""
-    if not path.is_file():
-        return
-    kept = []
-    for line in path.read_text().splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if row.get("step", 0) <= step:
-            kept.append(line + "\n")
-    path.write_text("".join(kept))
-
-
-def clear_previous_run(output_dir) -> list[str]:
-    """Delete what an earlier run wrote into output_dir (for --overwrite_output_dir); returns the names."""
-    names = previous_run_files(output_dir)
-    for name in names:
-        path = Path(output_dir) / name
-        if path.is_dir():
-            shutil.rmtree(path)
-        else:
-            path.unlink()
-    return names
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Step checkpoints, written atomically
-
-
-class StepCheckpoints:
-    """`output_dir/step_N` folders holding accelerate's full state plus `training_state.json`.
-
-    A checkpoint is written into `.tmp-step_N` and renamed when complete, so a kill at any moment leaves the
-    previous checkpoints untouched and never a half-written `step_N`.
-    """
-
-    def __init__(self, output_dir, accelerator, total_limit=None):
-        self.output_dir = Path(output_dir)
-        self.accelerator = accelerator
-        self.total_limit = total_limit
-
-    @staticmethod
-    def complete_in(output_dir) -> list[tuple[int, Path]]:
-        found = []
-        output_dir = Path(output_dir)
-        if output_dir.is_dir():
-            for path in output_dir.iterdir():
-                match = STEP_DIR.match(path.name)
-                if match and (path / STATE_FILE).is_file():
-                    found.append((int(match.group(1)), path))
-        return sorted(found)
-
-    def complete(self) -> list[tuple[int, Path]]:
-        return self.complete_in(self.output_dir)
-
-    @staticmethod
-    def problem(path: Path) -> str | None:
-        """Why `path` cannot be resumed from, or None when it is a complete checkpoint."""
-        if not path.exists():
-            return "no such folder"
-        if not path.is_dir():
-            return "not a folder"
-        if not (path / STATE_FILE).is_file():
-            return (f"not a complete checkpoint (no {STATE_FILE}; a save that was interrupted leaves such a folder, "
-                    "and step_N folders written by this script end with it)")
-        return None
-
-    def resolve(self, value: str) -> Path | None:
-        if value == "latest":
-            found = self.complete()
-            if not found:
-                logger.info("--resume_from_checkpoint latest: no checkpoint in %s, starting from scratch", self.output_dir)
-            return found[-1][1] if found else None
-        path = Path(value)
-        problem = self.problem(path)
-        if problem:
-            raise FileNotFoundError(f"{path}: {problem}")
-        return path
-
-    def remove_partial(self):
-        if self.accelerator.is_main_process and self.output_dir.is_dir():
-            for path in self.output_dir.glob(".tmp-step_*"):
-                shutil.rmtree(path, ignore_errors=True)
-        self.accelerator.wait_for_everyone()
-
-    def save(self, step: int, state: dict) -> Path:
-        from accelerate.utils import broadcast_object_list
-
-        final = self.output_dir / f"step_{step}"
-        tmp = self.output_dir / f".tmp-step_{step}"
-        # Every process must make the same collective calls (save_state, wait_for_everyone). Whether the checkpoint
-        # already exists (a run resumed from an older step) is therefore decided once, by the main process: a
-        # slower process that looked for itself could see the folder the main process had just renamed into
-        # place, skip the calls, and leave the others waiting forever.
-        exists = (final / STATE_FILE).is_file() if self.accelerator.is_main_process else None
-        if broadcast_object_list([exists])[0]:
-            return final
-        self.accelerator.save_state(str(tmp))
-        # save_state has every process write its own files (its random states) and returns without waiting for
-        # the others: the folder is renamed only once all of them have written, or a slower process would write
-        # into a folder that is gone (seen with one process delayed).
-        self.accelerator.wait_for_everyone()
-        if self.accelerator.is_main_process:
-            (tmp / STATE_FILE).write_text(json.dumps(state, indent=2))
-            if final.exists():  # an incomplete leftover of the same name
-                shutil.rmtree(final)
-            os.replace(tmp, final)
-            self._rotate()
-        self.accelerator.wait_for_everyone()
-        return final
-
-    def _rotate(self):
-        if self.total_limit:
-            for _, path in self.complete()[: -self.total_limit]:
-                shutil.rmtree(path, ignore_errors=True)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -316,9 +246,8 @@ def example_counts(outputs, batch) -> torch.Tensor:
     """Per example: [MLM loss sum, MLM correct, MLM count, pair loss, pair correct, pair count], shape (batch, 6);
     "pair" is the 2-way head's task (SOP or NSP; its logits are `sop_logits` either way).
 
-    Per-example rows let `gather_for_metrics` drop the samples accelerate repeats to even out the last batch.
-    No grad: the training loop sums these into a running window, which would otherwise chain every step's
-    logits into one autograd graph that is never freed (about 30 MB a step at H=256, batch 32).
+    For evaluation: per-example rows let `gather_for_metrics` drop the samples accelerate repeats to even out the
+    last batch, so the losses are computed again per token here (training uses the model's own: `step_counts`).
     """
     sop_logits = outputs.sop_logits
     counts = torch.zeros(sop_logits.shape[0], 6, dtype=torch.float64, device=sop_logits.device)
@@ -340,6 +269,29 @@ def example_counts(outputs, batch) -> torch.Tensor:
     return counts
 
 
+@torch.no_grad()
+def step_counts(outputs, batch) -> torch.Tensor:
+    """The same six sums for a whole training micro-batch, shape (6,), from the losses the model already computed
+    (its means over the masked tokens and over the pairs, times their counts).
+
+    No grad: the training loop adds these into a running window, which would otherwise chain every step's graph
+    into one that is never freed (about 30 MB a step at H=256, batch 32).
+    """
+    counts = torch.zeros(6, dtype=torch.float64, device=outputs.sop_logits.device)
+    labels = batch.get("labels")
+    if labels is not None and outputs.mlm_loss is not None:
+        targets = labels[labels != -100]  # in the head's row order
+        counts[0] = outputs.mlm_loss.double() * targets.numel()
+        counts[1] = (outputs.prediction_logits.argmax(-1) == targets).sum()
+        counts[2] = targets.numel()
+    order = batch.get("sentence_order_label")
+    if order is not None and outputs.sop_loss is not None:
+        counts[3] = outputs.sop_loss.double() * order.numel()
+        counts[4] = (outputs.sop_logits.argmax(-1) == order).sum()
+        counts[5] = order.numel()
+    return counts
+
+
 def metrics_from_counts(totals: torch.Tensor, prefix: str = "", pair_task: str = "sop") -> dict:
     """Mean losses and accuracies; the 2-way head's metrics are named after the task it is trained on (sop/nsp)."""
     mlm_loss, mlm_correct, mlm_n, pair_loss, pair_correct, pair_n = totals.tolist()
@@ -357,8 +309,6 @@ def evaluate(model, dataloader, accelerator, task: str) -> dict:
     model.eval()
     totals = torch.zeros(6, dtype=torch.float64)
     for batch in dataloader:
-        if task == "none":
-            batch.pop("sentence_order_label", None)
         with accelerator.autocast():
             outputs = model(**batch)
         totals += accelerator.gather_for_metrics(example_counts(outputs, batch)).sum(0).cpu()
@@ -372,8 +322,6 @@ def evaluate(model, dataloader, accelerator, task: str) -> dict:
 
 def load_documents(args):
     """The corpus as documents ("text" column): files, a Hub dataset, or the embedded default corpus."""
-    from .corpus import load_corpus
-
     if args.dataset_name:
         return load_corpus(args.dataset_name, text_column=args.text_column, config_name=args.dataset_config_name,
                            streaming=args.streaming)
@@ -385,8 +333,6 @@ def load_documents(args):
 
 def split_documents(documents, args):
     """Hold out whole documents for evaluation, so no evaluation sentence was seen in training."""
-    import datasets
-
     if args.validation_split_percentage == 0:
         return documents, None
     if isinstance(documents, datasets.IterableDataset):  # no length: the first documents of the stream
@@ -400,11 +346,6 @@ def split_documents(documents, args):
 
 
 def load_tokenizer(args, train_documents):
-    from transformers import AutoTokenizer
-
-    from .hub import loading
-    from .tokenization import train_tokenizer
-
     if args.tokenizer_name:
         with loading("--tokenizer_name", args.tokenizer_name):
             return AutoTokenizer.from_pretrained(args.tokenizer_name, trust_remote_code=args.trust_remote_code)
@@ -416,20 +357,18 @@ def load_tokenizer(args, train_documents):
 
 
 def build_pairs(documents, tokenizer, args, dupe_factor, seed, one_chunk="random_next"):
-    from .pretraining_data import build_pretraining_dataset
-
-    return build_pretraining_dataset(
+    """The pairs of the objective. --task none: SOP's pairs without their label, so batches carry none and the
+    model's pair head gets no loss (the 2-way metrics then stay out of the logs as well)."""
+    pairs = build_pretraining_dataset(
         documents, tokenizer, text_column="text", sentence_per_line=args.layout == "sentence_per_line",
         num_proc=args.preprocessing_num_workers, max_seq_length=args.max_seq_length,
         short_seq_prob=args.short_seq_prob, dupe_factor=dupe_factor, task="nsp" if args.task == "nsp" else "sop",
         seed=seed, one_chunk=one_chunk,
     )
+    return pairs.remove_columns("sentence_order_label") if args.task == "none" else pairs
 
 
 def build_model(args, tokenizer):
-    from . import AlbertHFConfig, AlbertHFForPreTraining
-    from .hub import loading
-
     if args.model_name_or_path:
         with loading("--model_name_or_path", args.model_name_or_path):
             model = AlbertHFForPreTraining.from_pretrained(args.model_name_or_path)
@@ -456,11 +395,8 @@ def build_model(args, tokenizer):
 
 
 def make_optimizer(model, args):
-    from .optimization import AdamWeightDecay, Lamb, parameter_groups
-
     groups = parameter_groups(model, weight_decay=args.weight_decay)
-    optimizer_class = Lamb if args.optimizer == "lamb" else AdamWeightDecay
-    return optimizer_class(groups, lr=args.learning_rate, betas=(args.adam_beta1, args.adam_beta2),
+    return OPTIMIZERS[args.optimizer](groups, lr=args.learning_rate, betas=(args.adam_beta1, args.adam_beta2),
                            eps=args.adam_epsilon)
 
 
@@ -473,8 +409,6 @@ def held_out_fill_mask(model, tokenizer, eval_documents, args, count=4, document
     first documents of a stream); [] when there is nothing to show."""
     if eval_documents is None:  # --validation_split_percentage 0: no held-out sentence to show
         return []
-    from .analysis.fill_mask import fill_mask_examples, pick_fill_mask_sentences
-
     if tokenizer.mask_token is None:
         logger.info("No fill-mask examples: the tokenizer has no mask token")
         return []
@@ -489,48 +423,35 @@ def held_out_fill_mask(model, tokenizer, eval_documents, args, count=4, document
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# The job
+# The job: prepare -> fit -> finish
 
 
-def training_step(model, batch, optimizer, scheduler, accelerator, max_grad_norm):
-    """One micro-batch: forward, backward, and on the last micro-batch of an accumulation clipping and the update.
+@dataclass
+class Pretraining:
+    """Everything `prepare` builds, which `fit` trains and `finish` saves."""
 
-    Under fp16 the grad scaler skips an update whose gradients overflowed (the weights are left untouched);
-    the schedule then does not advance either, as in transformers' Trainer.
-    """
-    with accelerator.accumulate(model):
-        with accelerator.autocast():
-            outputs = model(**batch)
-        accelerator.backward(outputs.loss)
-        if accelerator.sync_gradients and max_grad_norm:
-            accelerator.clip_grad_norm_(model.parameters(), max_grad_norm)  # global norm, after unscaling
-        optimizer.step()
-        if accelerator.sync_gradients and not accelerator.optimizer_step_was_skipped:
-            scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-    return outputs
+    args: argparse.Namespace
+    accelerator: Accelerator
+    tokenizer: transformers.PreTrainedTokenizerBase
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    collate: DataCollatorForAlbertPretraining
+    train_dataloader: DataLoader
+    eval_dataloader: DataLoader | None
+    eval_documents: datasets.Dataset | datasets.IterableDataset | None  # for the fill-mask examples
+    checkpoints: StepCheckpoints
+    num_parameters: int
+    global_batch: int
 
-
-def enable_cpu_fp16(accelerator):
-    """accelerate silently trains in fp32 when asked for fp16 on a CPU; torch has CPU fp16 autocast and loss
-    scaling, so turn them on (slow: CPUs have no fp16 matmul units; use bf16 for speed, fp16 for parity with GPU
-    runs). This sets two attributes of the Accelerator before `prepare`; tests/test_pretraining.py checks it."""
-    accelerator.native_amp = True
-    accelerator.scaler = torch.amp.GradScaler("cpu")
+    @property
+    def output_dir(self) -> Path:
+        return Path(self.args.output_dir)
 
 
-def main(argv=None):
-    args = parse_args(argv)
-    from accelerate.utils import DataLoaderConfiguration, ProjectConfiguration, set_seed
-    from torch.utils.data import DataLoader
-    from tqdm.auto import tqdm
-    from transformers import AutoModel
-
-    from .data_collator import DataCollatorForAlbertPretraining
-    from .distributed import describe, gather_full_model, make_accelerator, shard_for_fsdp2
-    from .hub import first_line, push_folder
-    from .optimization import get_official_schedule
-
+def prepare(args) -> Pretraining:
+    """The accelerator (in the mode the launcher asked for), the output folder, the pairs, the tokenizer, the model
+    (sharded under FSDP), the optimizer and the schedule; logs the start line."""
     accelerator = make_accelerator(
         mixed_precision=args.mixed_precision,
         gradient_accumulation_steps=args.gradient_accumulation_steps,
@@ -569,22 +490,18 @@ def main(argv=None):
             elif args.max_eval_samples:
                 eval_pairs = eval_pairs.take(args.max_eval_samples)
 
-    # Dynamic masks keyed on (seed, epoch, example) (`set_epoch` below): the same example gets the same mask
+    masking = dict(tokenizer=tokenizer, mlm_probability=args.mlm_probability, max_ngram=args.max_ngram,
+                   max_predictions_per_seq=args.max_predictions_per_seq, seed=args.seed)
+    # Dynamic masks keyed on (seed, epoch, example) (`set_epoch` in `fit`): the same example gets the same mask
     # whatever the batching, the number of processes or a resume, so runs are exactly reproducible.
-    collate = DataCollatorForAlbertPretraining(
-        tokenizer=tokenizer, mlm_probability=args.mlm_probability, max_ngram=args.max_ngram,
-        max_predictions_per_seq=args.max_predictions_per_seq, seed=args.seed,
-    )
+    collate = DataCollatorForAlbertPretraining(**masking)
     train_dataloader = DataLoader(train_pairs, batch_size=args.per_device_train_batch_size, collate_fn=collate,
                                   shuffle=hasattr(train_pairs, "__len__"))
     eval_dataloader = None
     if eval_pairs is not None:
         # Static masking: every evaluation sees the same masks, so the numbers are comparable over time.
-        eval_collate = DataCollatorForAlbertPretraining(
-            tokenizer=tokenizer, mlm_probability=args.mlm_probability, max_ngram=args.max_ngram,
-            max_predictions_per_seq=args.max_predictions_per_seq, seed=args.seed, static_masking=True,
-        )
-        eval_dataloader = DataLoader(eval_pairs, batch_size=args.per_device_eval_batch_size, collate_fn=eval_collate)
+        eval_dataloader = DataLoader(eval_pairs, batch_size=args.per_device_eval_batch_size,
+                                     collate_fn=DataCollatorForAlbertPretraining(**masking, static_masking=True))
 
     model = build_model(args, tokenizer)
     if args.torch_compile:
@@ -611,31 +528,33 @@ def main(argv=None):
     logger.info("%s parameters; global batch %d x %d tokens; %d steps; %s; mixed precision %s",
                 f"{num_parameters:,}", global_batch, args.max_seq_length, args.max_train_steps,
                 describe(accelerator, model), accelerator.mixed_precision)
+    return Pretraining(args, accelerator, tokenizer, model, optimizer, scheduler, collate, train_dataloader,
+                       eval_dataloader, eval_documents, checkpoints, num_parameters, global_batch)
 
-    metrics_log = output_dir / "metrics.jsonl"
+
+def fit(run: Pretraining) -> tuple[dict, int]:
+    """The training loop, from the checkpoint --resume_from_checkpoint names (if any) to --max_train_steps, with
+    logging, evaluation and checkpoints; returns (the last evaluation's metrics, the steps completed)."""
+    args, accelerator, model = run.args, run.accelerator, run.model
+    metrics_log = run.output_dir / "metrics.jsonl"
     # The training metrics logged every --logging_steps are means over a window of steps. The window's sums
     # travel with the checkpoint (summed over processes, held by the main process), so that a resumed run logs
     # exactly what the uninterrupted run would have, wherever the checkpoint fell inside a window.
-    window = torch.zeros(6, dtype=torch.float64)
+    window = torch.zeros(6, dtype=torch.float64, device=accelerator.device)
     window_tokens, window_seconds = 0, 0.0
     completed_steps, epoch, batches_in_epoch, skipped_steps = 0, 0, 0, 0
-    if args.resume_from_checkpoint:
-        path = checkpoints.resolve(args.resume_from_checkpoint)
-        if path is not None:
-            try:
-                accelerator.load_state(str(path))
-                state = json.loads((path / STATE_FILE).read_text())
-                completed_steps, epoch, batches_in_epoch = state["step"], state["epoch"], state["batches_in_epoch"]
-            except (OSError, RuntimeError, ValueError, KeyError) as error:
-                raise SystemExit(f"error: --resume_from_checkpoint {path}: cannot load it: {first_line(error)}")
-            skipped_steps = state.get("skipped_steps", 0)
-            if accelerator.is_main_process and "window" in state:
-                window = torch.tensor(state["window"], dtype=torch.float64)
-                window_tokens, window_seconds = state["window_tokens"], state["window_seconds"]
-            if accelerator.is_main_process:
-                truncate_metrics_log(metrics_log, completed_steps)
-            logger.info("Resumed from %s: step %d, epoch %d, batch %d of the epoch", path, completed_steps,
-                        epoch, batches_in_epoch)
+    path = run.checkpoints.resolve(args.resume_from_checkpoint) if args.resume_from_checkpoint else None
+    if path is not None:
+        state = run.checkpoints.load(path)
+        completed_steps, epoch, batches_in_epoch = state["step"], state["epoch"], state["batches_in_epoch"]
+        skipped_steps = state.get("skipped_steps", 0)
+        if accelerator.is_main_process and "window" in state:
+            window = torch.tensor(state["window"], dtype=torch.float64, device=accelerator.device)
+            window_tokens, window_seconds = state["window_tokens"], state["window_seconds"]
+        if accelerator.is_main_process:
+            truncate_metrics_log(metrics_log, completed_steps)
+        logger.info("Resumed from %s: step %d, epoch %d, batch %d of the epoch", path, completed_steps, epoch,
+                    batches_in_epoch)
 
     def log(metrics: dict):
         if args.with_tracking:
@@ -650,18 +569,16 @@ def main(argv=None):
     eval_metrics = {}
     model.train()
     while completed_steps < args.max_train_steps:
-        collate.set_epoch(epoch)
-        if hasattr(train_dataloader, "set_epoch"):
-            train_dataloader.set_epoch(epoch)
-        batches = train_dataloader
+        run.collate.set_epoch(epoch)
+        if hasattr(run.train_dataloader, "set_epoch"):
+            run.train_dataloader.set_epoch(epoch)
+        batches = run.train_dataloader
         if batches_in_epoch:
-            batches = accelerator.skip_first_batches(train_dataloader, batches_in_epoch)
+            batches = accelerator.skip_first_batches(run.train_dataloader, batches_in_epoch)
         for batch in batches:
             batches_in_epoch += 1
-            if args.task == "none":
-                batch.pop("sentence_order_label", None)
-            outputs = training_step(model, batch, optimizer, scheduler, accelerator, args.max_grad_norm)
-            window += example_counts(outputs, batch).sum(0).cpu()
+            outputs = training_step(model, batch, run.optimizer, run.scheduler, accelerator, args.max_grad_norm)
+            window += step_counts(outputs, batch)
             window_tokens += int(batch["attention_mask"].sum()) * accelerator.num_processes
             if not accelerator.sync_gradients:
                 continue
@@ -671,9 +588,8 @@ def main(argv=None):
 
             if completed_steps % args.logging_steps == 0 or completed_steps == args.max_train_steps:
                 elapsed = time.perf_counter() - window_start
-                train_metrics = metrics_from_counts(accelerator.reduce(window.to(accelerator.device), "sum").cpu(),
-                                                    pair_task=args.task)
-                train_metrics.update(lr=scheduler.get_last_lr()[0], tokens_per_second=window_tokens / elapsed)
+                train_metrics = metrics_from_counts(accelerator.reduce(window, "sum").cpu(), pair_task=args.task)
+                train_metrics.update(lr=run.scheduler.get_last_lr()[0], tokens_per_second=window_tokens / elapsed)
                 if skipped_steps:
                     train_metrics["skipped_steps"] = skipped_steps  # fp16 overflows (no update, no LR step)
                 progress.set_postfix({k.replace("_accuracy", "_acc"): f"{v:.3g}" for k, v in train_metrics.items()
@@ -683,14 +599,14 @@ def main(argv=None):
                 window.zero_()
                 window_tokens, window_start = 0, time.perf_counter()
 
-            if eval_dataloader is not None and args.eval_steps and completed_steps % args.eval_steps == 0:
-                eval_metrics = evaluate(model, eval_dataloader, accelerator, args.task)
+            if run.eval_dataloader is not None and args.eval_steps and completed_steps % args.eval_steps == 0:
+                eval_metrics = evaluate(model, run.eval_dataloader, accelerator, args.task)
                 log(eval_metrics)
                 logger.info("step %d: %s", completed_steps, _format(eval_metrics))
 
             if args.checkpointing_steps and completed_steps % args.checkpointing_steps == 0:
-                window_sum = accelerator.reduce(window.to(accelerator.device), "sum").cpu()
-                checkpoints.save(completed_steps, {
+                window_sum = accelerator.reduce(window, "sum").cpu()
+                run.checkpoints.save(completed_steps, {
                     "step": completed_steps, "epoch": epoch, "batches_in_epoch": batches_in_epoch,
                     "skipped_steps": skipped_steps, "window": window_sum.tolist(), "window_tokens": window_tokens,
                     "window_seconds": time.perf_counter() - window_start,
@@ -702,40 +618,78 @@ def main(argv=None):
             batches_in_epoch = 0
     progress.close()
 
-    if eval_dataloader is not None and (not args.eval_steps or args.max_train_steps % args.eval_steps):
-        eval_metrics = evaluate(model, eval_dataloader, accelerator, args.task)
+    if run.eval_dataloader is not None and (not args.eval_steps or args.max_train_steps % args.eval_steps):
+        eval_metrics = evaluate(model, run.eval_dataloader, accelerator, args.task)
         log(eval_metrics)
-    accelerator.wait_for_everyone()
+    return eval_metrics, completed_steps
 
-    final = gather_full_model(accelerator, model)
+
+def finish(run: Pretraining, eval_metrics: dict, completed_steps: int):
+    """The final folder (weights gathered from every process, tokenizer, remote code, card), reloaded with
+    AutoModel as a check, the summary with fill-mask examples, and the Hub push."""
+    accelerator, args, output_dir = run.accelerator, run.args, run.output_dir
+    accelerator.wait_for_everyone()
+    final = gather_full_model(accelerator, run.model)
     if accelerator.is_main_process:
-        save_final_model(final, tokenizer, output_dir, args, eval_metrics, global_batch, accelerator.num_processes)
+        save_final_model(final, run.tokenizer, output_dir, args, eval_metrics, run.global_batch,
+                         accelerator.num_processes)
         reloaded = AutoModel.from_pretrained(output_dir, trust_remote_code=True)
-        summary = {"output_dir": str(output_dir), "parameters": num_parameters, "steps": completed_steps,
-                   "global_batch": global_batch, "reloaded_with": f"AutoModel -> {type(reloaded).__name__}",
+        summary = {"output_dir": str(output_dir), "parameters": run.num_parameters, "steps": completed_steps,
+                   "global_batch": run.global_batch, "reloaded_with": f"AutoModel -> {type(reloaded).__name__}",
                    **eval_metrics}
         # after the save: the examples are a look at the saved model, not part of it (nor of all_results.json)
-        from .analysis.fill_mask import format_fill_mask
-
-        examples = held_out_fill_mask(final, tokenizer, eval_documents, args)
+        examples = held_out_fill_mask(final, run.tokenizer, run.eval_documents, args)
         if examples:
             (output_dir / FILL_MASK_FILE).write_text(json.dumps(examples, indent=2, ensure_ascii=False) + "\n")
         print("\n".join(["", "Pretraining done."] + [f"  {k}: {_format_value(v)}" for k, v in summary.items()]
                         + format_fill_mask(examples)))
         if args.push_to_hub:
             repo_id = args.hub_model_id or output_dir.name
-            print(f"  pushed: {push_folder(output_dir, repo_id, token=args.hub_token, commit_message='End of training')}")
+            pushed = push_folder(output_dir, repo_id, token=args.hub_token, commit_message="End of training")
+            print(f"  pushed: {pushed}")
     accelerator.wait_for_everyone()
     # Last: it finishes the trackers and destroys the process group (a barrier after it would fail). A process
     # that exits with the group alive can abort in teardown ("terminate called without an active exception").
     accelerator.end_training()
+
+
+def training_step(model, batch, optimizer, scheduler, accelerator, max_grad_norm):
+    """One micro-batch: forward, backward, and on the last micro-batch of an accumulation clipping and the update.
+
+    Under fp16 the grad scaler skips an update whose gradients overflowed (the weights are left untouched);
+    the schedule then does not advance either, as in transformers' Trainer.
+    """
+    with accelerator.accumulate(model):
+        with accelerator.autocast():
+            outputs = model(**batch)
+        accelerator.backward(outputs.loss)
+        if accelerator.sync_gradients and max_grad_norm:
+            accelerator.clip_grad_norm_(model.parameters(), max_grad_norm)  # global norm, after unscaling
+        optimizer.step()
+        if accelerator.sync_gradients and not accelerator.optimizer_step_was_skipped:
+            scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+    return outputs
+
+
+def enable_cpu_fp16(accelerator):
+    """accelerate silently trains in fp32 when asked for fp16 on a CPU; torch has CPU fp16 autocast and loss
+    scaling, so turn them on (slow: CPUs have no fp16 matmul units; use bf16 for speed, fp16 for parity with GPU
+    runs). This sets two attributes of the Accelerator before `prepare`; tests/test_pretraining.py checks it."""
+    accelerator.native_amp = True
+    accelerator.scaler = torch.amp.GradScaler("cpu")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    run = prepare(args)
+    eval_metrics, completed_steps = fit(run)
+    finish(run, eval_metrics, completed_steps)
     return eval_metrics
 
 
 def save_final_model(model, tokenizer, output_dir: Path, args, eval_metrics, global_batch, num_processes):
     """Weights, tokenizer, remote code, model card: written into a temporary folder, then moved into place."""
-    from .hub import write_json, write_pretraining_card
-
     tmp = output_dir / ".tmp-final"
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
@@ -757,9 +711,6 @@ def quiet_library_logs():
     """Keep the console to our progress and results: accelerate's per-file checkpoint notices go to WARNING."""
     logging.getLogger("accelerate").setLevel(logging.WARNING)
     logging.getLogger("accelerate.utils.other").addFilter(_DropTiedWeightsNotice())
-    import datasets
-    import transformers
-
     datasets.utils.logging.set_verbosity_warning()
     transformers.utils.logging.set_verbosity_warning()
     transformers.utils.logging.disable_progress_bar()

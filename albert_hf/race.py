@@ -28,7 +28,7 @@ import numpy as np
 from datasets import Dataset, load_dataset
 from transformers import DataCollatorForMultipleChoice
 
-from .finetuning import OFFICIAL_FINETUNING
+from .finetuning import OFFICIAL_FINETUNING, check_columns
 
 logger = logging.getLogger("albert_hf.race")
 
@@ -197,10 +197,8 @@ def flat_rows_to_questions(dataset: Dataset, where: str, subset_hint: str = "") 
 
     The question index is the row's position among its article's rows, which the Hub keeps in the file's order.
     """
-    missing = [name for name in FLAT_FIELDS if name not in dataset.column_names]
-    if missing:
-        raise ValueError(f"{where}: missing column(s) {missing}; RACE rows have {list(FLAT_FIELDS)} "
-                         f"(or the official article fields {list(ARTICLE_FIELDS)}); found {dataset.column_names}")
+    check_columns(dataset, FLAT_FIELDS, where, f"; RACE rows have {list(FLAT_FIELDS)} (or the official article "
+                  f"fields {list(ARTICLE_FIELDS)})")
     seen = Counter()
     question_index = []
     for article_id in dataset["example_id"]:

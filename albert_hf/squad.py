@@ -32,7 +32,7 @@ import numpy as np
 from datasets import Dataset, load_dataset
 from transformers.trainer_utils import speed_metrics
 
-from .finetuning import OFFICIAL_FINETUNING, AlbertTrainer
+from .finetuning import OFFICIAL_FINETUNING, AlbertTrainer, check_columns
 from .squad_metrics import OFFICIAL_NA_PROB_THRESH, squad_v1_metrics, squad_v2_metrics
 
 logger = logging.getLogger("albert_hf.squad")
@@ -174,9 +174,7 @@ def read_squad_file(path, answers_required: bool = True) -> Dataset:
 
 def check_examples(dataset: Dataset, where: str) -> None:
     """Stop on what would silently corrupt results: missing columns, questions without an id, repeated ids."""
-    missing = [name for name in REQUIRED_COLUMNS if name not in dataset.column_names]
-    if missing:
-        raise ValueError(f"{where}: missing column(s) {missing}; found {dataset.column_names}")
+    check_columns(dataset, REQUIRED_COLUMNS, where)
     seen = set()
     for row, question_id in enumerate(dataset["id"]):
         if question_id is None or not str(question_id).strip():

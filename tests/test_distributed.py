@@ -15,7 +15,7 @@ from conftest import REPO, run_bounded
 from safetensors.torch import load_file
 from test_pretraining import RESUME_ARGS, SCRIPT, check_same_weights_and_curve, metrics, pretrain
 
-from albert_hf.pretraining import STATE_FILE
+from albert_hf.checkpointing import STATE_FILE
 
 ARGS = [*RESUME_ARGS, "--mixed_precision", "no"]  # 12 steps, a checkpoint every 3; fp32 for the comparisons
 LAUNCH = [sys.executable, "-m", "accelerate.commands.launch", "--mixed_precision", "no", "--dynamo_backend", "no"]

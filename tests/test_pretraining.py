@@ -3,6 +3,7 @@ two processes against one, fp16 loss scaling, Hub push."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,7 +16,8 @@ import torch
 from conftest import REPO, check_tokenizer_loads_without_prompt, run_bounded, run_python
 from safetensors.torch import load_file
 
-from albert_hf.pretraining import STATE_FILE, StepCheckpoints, build_parser, make_optimizer, parse_args
+from albert_hf.checkpointing import STATE_FILE, StepCheckpoints
+from albert_hf.pretraining import build_parser, make_optimizer, parse_args
 
 SCRIPT = str(REPO / "run_pretraining.py")
 # Tiny and fast: the embedded corpus, a 500-piece tokenizer (trained once, cached in the test HF_HOME).
@@ -46,6 +48,69 @@ def test_help_explains_every_documented_argument():
                  "--checkpointing_steps", "--resume_from_checkpoint", "--with_tracking", "--report_to",
                  "--output_dir", "--push_to_hub", "--hub_model_id", "--seed", "--task"):
         assert flag in text
+
+
+def test_every_option_shows_its_help_and_default_and_takes_its_choices_from_where_they_are_defined():
+    from albert_hf.configuration_albert_hf import PRESETS, SHARING_MODES
+    from albert_hf.corpus import LAYOUTS
+
+    options = {action.dest: action for action in build_parser()._actions if action.dest != "help"}
+    assert len(options) >= 50
+    for name, action in options.items():
+        assert action.help and len(action.help) > 10, name
+    text = build_parser().format_help()
+    blocks = re.split(r"\n(?=  --)", text.split("\nmodel:\n", 1)[1])  # one block per option, from its flag on
+    assert len(blocks) == len(options)
+    for block in blocks:
+        assert "(default:" in " ".join(block.split()), block
+    assert options["sharing"].choices == list(SHARING_MODES)
+    assert options["model_config"].choices == sorted(PRESETS)
+    assert options["layout"].choices == list(LAYOUTS)
+    assert options["task"].choices == ["sop", "nsp", "none"]
+    for heading in ("model:", "data:", "objective:", "optimization:", "evaluation, checkpoints and output:"):
+        assert f"\n{heading}\n" in text
+
+
+@pytest.mark.parametrize("suffix", [".json", ".yaml"])
+def test_arguments_from_a_json_or_yaml_file_equal_the_same_flags(tmp_path, suffix):
+    flags = ["--output_dir", str(tmp_path / "run"), "--max_train_steps", "40", "--learning_rate", "0.003",
+             "--torch_compile", "--train_files", str(tmp_path), "--task", "nsp"]
+    values = {"output_dir": str(tmp_path / "run"), "max_train_steps": 40, "learning_rate": 0.003,
+              "torch_compile": True, "train_files": [str(tmp_path)], "task": "nsp"}
+    path = tmp_path / f"args{suffix}"
+    if suffix == ".json":
+        path.write_text(json.dumps(values))
+    else:
+        import yaml
+
+        path.write_text(yaml.safe_dump(values))
+    from_file, from_flags = parse_args([str(path)]), parse_args(flags)
+    assert vars(from_file) == vars(from_flags)
+    assert from_file.num_warmup_steps == 1 and from_file.max_ngram == 3  # 2.5% of 40; a default
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--bogus", "1"], "error: unrecognized arguments: --bogus 1"),
+    (["{file}"], "error: {file}: Some keys are not used by the HfArgumentParser: ['learning_rat']"),
+    (["{missing}"], "error: {missing}: no such arguments file"),
+])
+def test_a_mistake_in_the_arguments_is_one_line_naming_it(tmp_path, capsys, argv, message):
+    from albert_hf.finetuning import parse_arguments
+    from albert_hf.glue import GlueDataArguments
+
+    file, missing = tmp_path / "args.yaml", tmp_path / "missing.json"
+    file.write_text("learning_rat: 0.1\n")
+    argv = [arg.format(file=file, missing=missing) for arg in argv]
+    message = message.format(file=file, missing=missing)
+    with pytest.raises(SystemExit):
+        parse_args(argv)
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(message)
+    # the fine-tuning scripts parse the same way
+    required = ["--model_name_or_path", "m", "--task_name", "mrpc", "--output_dir", str(tmp_path / "out")]
+    file.write_text(json.dumps({**dict(zip(required[::2], required[1::2])), "learning_rat": 0.1}).replace('"--', '"'))
+    with pytest.raises(SystemExit):
+        parse_arguments(GlueDataArguments, required + argv if argv[0].startswith("--") else argv)
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(message)
 
 
 def test_end_to_end_run_saves_a_model_that_loads_without_albert_hf(tmp_path):
@@ -260,7 +325,8 @@ def test_nsp_run_names_its_metrics_nsp(tmp_path, tiny_checkpoint):
 
 def test_bad_arguments_stop_with_a_clear_message(tmp_path):
     done = pretrain(tmp_path / "a", "--model_config", "huge", "--max_train_steps", "2", check=False)
-    assert done.returncode != 0 and "Unknown ALBERT preset 'huge'" in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode != 0 and "--model_config" in last and "invalid choice: 'huge'" in last and "xxlarge" in last
     done = pretrain(tmp_path / "b", "--max_train_steps", "5", "--num_warmup_steps", "9", check=False)
     assert done.returncode != 0 and "--num_warmup_steps exceeds --max_train_steps" in done.stderr
     done = pretrain(tmp_path / "c", "--train_files", str(tmp_path / "nothing_here.txt"), "--max_train_steps", "2",
@@ -353,7 +419,7 @@ def test_running_metric_counts_hold_no_autograd_graph():
     from conftest import tiny_config
 
     from albert_hf import AlbertHFForPreTraining
-    from albert_hf.pretraining import example_counts
+    from albert_hf.pretraining import example_counts, step_counts
 
     model = AlbertHFForPreTraining(tiny_config()).train()
     input_ids = torch.randint(5, 1000, (4, 16))
@@ -363,10 +429,33 @@ def test_running_metric_counts_hold_no_autograd_graph():
                  sentence_order_label=torch.tensor([0, 1, 0, 1]))
     outputs = model(**batch)
     outputs.loss.backward()
-    window = torch.zeros(6, dtype=torch.float64)
-    window += example_counts(outputs, batch).sum(0)
-    assert not window.requires_grad and window.grad_fn is None
-    assert window[2] == 16 and window[5] == 4  # 4 masked tokens and one SOP label per example
+    for counts in (example_counts(outputs, batch).sum(0), step_counts(outputs, batch)):
+        window = torch.zeros(6, dtype=torch.float64)
+        window += counts
+        assert not window.requires_grad and window.grad_fn is None
+        assert window[2] == 16 and window[5] == 4  # 4 masked tokens and one SOP label per example
+
+
+def test_training_counts_from_the_model_losses_equal_the_per_token_recount():
+    """Training sums the model's own mean losses times their counts; evaluation recounts per token: the same."""
+    from conftest import tiny_config
+
+    from albert_hf import AlbertHFForPreTraining
+    from albert_hf.pretraining import example_counts, step_counts
+
+    model = AlbertHFForPreTraining(tiny_config()).eval()
+    input_ids = torch.randint(5, 1000, (6, 24))
+    labels = torch.full_like(input_ids, -100)
+    labels[:, 2::5] = input_ids[:, 2::5]
+    labels[0, :] = -100  # an example without masked tokens
+    batch = dict(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), labels=labels,
+                 sentence_order_label=torch.tensor([0, 1, 1, 0, 1, 0]))
+    with torch.no_grad():
+        outputs = model(**batch)
+    recount, counts = example_counts(outputs, batch).sum(0), step_counts(outputs, batch)
+    assert counts[2] == 25 and counts[5] == 6
+    torch.testing.assert_close(counts, recount, rtol=1e-6, atol=1e-6)
+    assert counts[0] > 25 * 4  # a near-random model over 1000 pieces: several nats per token, not a mean
 
 
 # One maskable word: "value" (one piece, 5 letters); "which" and "then" are function words, "xylophonequartz" is
@@ -528,7 +617,7 @@ DELAYED_SAVE = """
 import sys, time
 import torch
 from accelerate import Accelerator
-from albert_hf.pretraining import StepCheckpoints
+from albert_hf.checkpointing import StepCheckpoints
 
 accelerator = Accelerator(cpu=True)
 model = accelerator.prepare(torch.nn.Linear(2, 2))

@@ -1,0 +1,157 @@
+"""The output folder of a pretraining run: step checkpoints written atomically and resumed, and an earlier run
+recognised (refused, or cleared with --overwrite_output_dir) by the names it writes."""
+
+import json
+import logging
+import os
+import re
+import shutil
+from pathlib import Path
+
+from accelerate.utils import broadcast_object_list
+
+from .hub import first_line
+
+logger = logging.getLogger("albert_hf.pretraining")
+
+STEP_DIR = re.compile(r"^step_(\d+)$")
+STATE_FILE = "training_state.json"  # written last: a step_N folder without it is not a checkpoint
+FILL_MASK_FILE = "fill_mask_examples.json"  # the summary's fill-mask examples (all_results.json: metrics only)
+
+
+# What a run writes into --output_dir: an earlier run is recognised (and, with --overwrite_output_dir, cleared)
+# by these names only, so unrelated files a user keeps there are neither a reason to refuse nor deleted.
+RUN_OUTPUTS = ("step_*", ".tmp-*", "runs", "metrics.jsonl", "all_results.json", "README.md", "config.json",
+               "model.safetensors", "model-*.safetensors", "model.safetensors.index.json", "tokenizer.json",
+               "tokenizer_config.json", "special_tokens_map.json", "spiece.model", "configuration_albert_hf.py",
+               "modeling_albert_hf.py", FILL_MASK_FILE)
+
+
+def previous_run_files(output_dir) -> list[str]:
+    output_dir = Path(output_dir)
+    if not output_dir.is_dir():
+        return []
+    return sorted({path.name for pattern in RUN_OUTPUTS for path in output_dir.glob(pattern)})
+
+
+def truncate_metrics_log(path: Path, step: int) -> None:
+    """Keep the rows up to `step`: a resumed run logs the later ones again. A row cut short by a kill is dropped."""
+    if not path.is_file():
+        return
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if row.get("step", 0) <= step:
+            kept.append(line + "\n")
+    path.write_text("".join(kept))
+
+
+def clear_previous_run(output_dir) -> list[str]:
+    """Delete what an earlier run wrote into output_dir (for --overwrite_output_dir); returns the names."""
+    names = previous_run_files(output_dir)
+    for name in names:
+        path = Path(output_dir) / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    return names
+
+
+class StepCheckpoints:
+    """`output_dir/step_N` folders holding accelerate's full state plus `training_state.json`.
+
+    A checkpoint is written into `.tmp-step_N` and renamed when complete, so a kill at any moment leaves the
+    previous checkpoints untouched and never a half-written `step_N`.
+    """
+
+    def __init__(self, output_dir, accelerator, total_limit=None):
+        self.output_dir = Path(output_dir)
+        self.accelerator = accelerator
+        self.total_limit = total_limit
+
+    @staticmethod
+    def complete_in(output_dir) -> list[tuple[int, Path]]:
+        found = []
+        output_dir = Path(output_dir)
+        if output_dir.is_dir():
+            for path in output_dir.iterdir():
+                match = STEP_DIR.match(path.name)
+                if match and (path / STATE_FILE).is_file():
+                    found.append((int(match.group(1)), path))
+        return sorted(found)
+
+    def complete(self) -> list[tuple[int, Path]]:
+        return self.complete_in(self.output_dir)
+
+    @staticmethod
+    def problem(path: Path) -> str | None:
+        """Why `path` cannot be resumed from, or None when it is a complete checkpoint."""
+        if not path.exists():
+            return "no such folder"
+        if not path.is_dir():
+            return "not a folder"
+        if not (path / STATE_FILE).is_file():
+            return (f"not a complete checkpoint (no {STATE_FILE}; a save that was interrupted leaves such a folder, "
+                    "and step_N folders written by this script end with it)")
+        return None
+
+    def resolve(self, value: str) -> Path | None:
+        if value == "latest":
+            found = self.complete()
+            if not found:
+                logger.info("--resume_from_checkpoint latest: no checkpoint in %s, starting from scratch",
+                            self.output_dir)
+            return found[-1][1] if found else None
+        path = Path(value)
+        problem = self.problem(path)
+        if problem:
+            raise FileNotFoundError(f"{path}: {problem}")
+        return path
+
+    def load(self, path: Path) -> dict:
+        """Restores accelerate's state from `path` (model, optimizer, scheduler, RNGs) and returns the loop's
+        position (`training_state.json`); a checkpoint that cannot be loaded stops with one line."""
+        try:
+            self.accelerator.load_state(str(path))
+            return json.loads((path / STATE_FILE).read_text())
+        except (OSError, RuntimeError, ValueError, KeyError) as error:
+            raise SystemExit(f"error: --resume_from_checkpoint {path}: cannot load it: {first_line(error)}")
+
+    def remove_partial(self):
+        if self.accelerator.is_main_process and self.output_dir.is_dir():
+            for path in self.output_dir.glob(".tmp-step_*"):
+                shutil.rmtree(path, ignore_errors=True)
+        self.accelerator.wait_for_everyone()
+
+    def save(self, step: int, state: dict) -> Path:
+        final = self.output_dir / f"step_{step}"
+        tmp = self.output_dir / f".tmp-step_{step}"
+        # Every process must make the same collective calls (save_state, wait_for_everyone). Whether the checkpoint
+        # already exists (a run resumed from an older step) is therefore decided once, by the main process: a
+        # slower process that looked for itself could see the folder the main process had just renamed into
+        # place, skip the calls, and leave the others waiting forever.
+        exists = (final / STATE_FILE).is_file() if self.accelerator.is_main_process else None
+        if broadcast_object_list([exists])[0]:
+            return final
+        self.accelerator.save_state(str(tmp))
+        # save_state has every process write its own files (its random states) and returns without waiting for
+        # the others: the folder is renamed only once all of them have written, or a slower process would write
+        # into a folder that is gone (seen with one process delayed).
+        self.accelerator.wait_for_everyone()
+        if self.accelerator.is_main_process:
+            (tmp / STATE_FILE).write_text(json.dumps(state, indent=2))
+            if final.exists():  # an incomplete leftover of the same name
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+            self._rotate()
+        self.accelerator.wait_for_everyone()
+        return final
+
+    def _rotate(self):
+        if self.total_limit:
+            for _, path in self.complete()[: -self.total_limit]:
+                shutil.rmtree(path, ignore_errors=True)
