@@ -123,6 +123,7 @@ def convert(source: str, out_dir: str, to: str | None = None, license: str | Non
 
 TF_CONFIG_NAME = "albert_config.json"
 SPM_MODEL_NAMES = ("30k-clean.model", "spiece.model")
+WORDPIECE_VOCAB = "vocab.txt"  # albert_zh's Chinese releases
 TF_SKIPPED_SLOTS = ("adam_m", "adam_v")  # optimizer slots, "<variable>/adam_m": training state, not weights
 TF_SKIPPED_NAMES = ("global_step",)
 # The official code's activation names -> ours. Its "gelu" is the tanh approximation (transformers' "gelu_new").
@@ -292,6 +293,8 @@ def from_tf_checkpoint(checkpoint, out_dir: str, config: str | None = None, spm_
     if spm_model is not None and not Path(spm_model).is_file():
         raise FileNotFoundError(f"--spm_model {spm_model}: no such file")
     spm_path = Path(spm_model) if spm_model else _find_spm_model(folder)
+    # albert_zh's *_google_zh releases carry BERT's WordPiece vocabulary instead of a SentencePiece model
+    vocab_path = folder / WORDPIECE_VOCAB if spm_path is None and (folder / WORDPIECE_VOCAB).is_file() else None
 
     if Path(out_dir).exists() and any(Path(out_dir).iterdir()):
         raise FileExistsError(f"{out_dir} exists and is not empty; choose a new output directory")
@@ -356,6 +359,13 @@ def from_tf_checkpoint(checkpoint, out_dir: str, config: str | None = None, spm_
         if len(tokenizer) != albert_config.vocab_size:
             raise ValueError(f"--spm_model {spm_path}: {len(tokenizer)} pieces, but the config's vocab_size is "
                              f"{albert_config.vocab_size}")
+    if vocab_path is not None:
+        # What albert_zh tells its users to load it with: BERT's tokenizer, lower-cased, one piece per CJK character.
+        pieces = vocab_path.read_text(encoding="utf-8").splitlines()
+        tokenizer = transformers.BertTokenizer(vocab={piece: i for i, piece in enumerate(pieces)}, do_lower_case=True)
+        if len(tokenizer) != albert_config.vocab_size:
+            raise ValueError(f"{vocab_path}: {len(tokenizer)} pieces, but the config's vocab_size is "
+                             f"{albert_config.vocab_size}")
     with torch.no_grad():  # every read is checked (size, checksum) before the output folder is made
         for key, (name, transpose) in state.items():
             array = torch.from_numpy(reader.read(name))
@@ -366,11 +376,13 @@ def from_tf_checkpoint(checkpoint, out_dir: str, config: str | None = None, spm_
     if spm_path is not None:
         tokenizer.save_pretrained(out_dir)
         shutil.copyfile(spm_path, Path(out_dir) / "spiece.model")
+    elif vocab_path is not None:
+        tokenizer.save_pretrained(out_dir)
     else:
-        logger.warning("no SentencePiece model beside %s (%s) and no --spm_model: the folder has no tokenizer",
-                       prefix, ", ".join(SPM_MODEL_NAMES))
+        logger.warning("no SentencePiece model (%s) or %s beside %s and no --spm_model: the folder has no tokenizer",
+                       ", ".join(SPM_MODEL_NAMES), WORDPIECE_VOCAB, prefix)
     write_converted_card(out_dir, source=str(folder), target="albert_hf", model=model,
-                         tokenizer_copied=spm_path is not None, license=license)
+                         tokenizer_copied=spm_path is not None or vocab_path is not None, license=license)
     logger.info("converted %s (%d variables; skipped %d optimizer slots and global_step entries%s) -> %s (%s)",
                 prefix, len(state), len(skipped), f"; unused: {', '.join(unused)}" if unused else "", out_dir,
                 class_name)

@@ -340,3 +340,33 @@ def test_config_that_does_not_fit_the_weights_is_named_with_both_shapes(tmp_path
     assert "shapes that do not fit wrong.json: " in message
     assert "bert/encoder/transformer/group_0/inner_group_0/ffn_1/intermediate/dense/kernel [8, 16] (expected [8, 12])" \
         in message
+
+
+def test_albert_zh_google_zh_vocab_txt_becomes_a_bert_tokenizer(tmp_path):
+    """albert_zh's *_google_zh releases use Google's names (they convert as above) with BERT's vocab.txt: the
+    folder gets the BERT tokenizer albert_zh documents, one piece per Chinese character, lower-cased."""
+    source = tmp_path / "albert_zh_google"
+    shutil.copytree(FIXTURES / "all_shared", source)
+    (source / "30k-clean.model").unlink()
+    chars = ["我", "们", "读", "取", "模", "型", "中", "文"]
+    pieces = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *chars, "hello"]
+    pieces += [f"[unused{i}]" for i in range(64 - len(pieces))]
+    (source / "vocab.txt").write_text("\n".join(pieces) + "\n", encoding="utf-8")
+    from_tf_checkpoint(source, tmp_path / "out")
+    code = (
+        "import json\n"
+        "from transformers import AutoTokenizer\n"
+        f"tokenizer = AutoTokenizer.from_pretrained({str(tmp_path / 'out')!r}, trust_remote_code=True)\n"
+        "encoded = tokenizer('我们读取中文模型 HELLO')\n"
+        "print('RESULT', json.dumps({'ids': encoded['input_ids'], 'types': encoded['token_type_ids'],\n"
+        "                            'size': len(tokenizer)}))\n"
+    )
+    done = run_python(code, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.split("RESULT ")[1])
+    assert result["ids"] == [2, 5, 6, 7, 8, 11, 12, 9, 10, 13, 3]  # [CLS] 我 们 读 取 中 文 模 型 hello [SEP]
+    assert result["types"] == [0] * 11 and result["size"] == 64
+    (source / "vocab.txt").write_text("\n".join(pieces[:40]) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="vocab.txt: 40 pieces, but the config's vocab_size is 64"):
+        from_tf_checkpoint(source, tmp_path / "out2")
+    assert not (tmp_path / "out2").exists()
