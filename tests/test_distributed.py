@@ -178,6 +178,11 @@ for foreach in (False, True):
                   f"shard-norm error {shard_error:.1e}")
 with open(f"{sys.argv[1]}/rank_{dist.get_rank()}.txt", "w") as f:
     f.write("\\n".join(report) + "\\n")
+# Tear down as run_pretraining does: every process done with its collectives, then the group destroyed. Without the
+# barrier one process left while the other was still in gloo and aborted ("terminate called without an active
+# exception", once in a full-suite run).
+del model, module
+dist.barrier()
 dist.destroy_process_group()
 """
 
