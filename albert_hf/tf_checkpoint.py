@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .protobuf_wire import proto_fields, varint
+
 TABLE_MAGIC = 0xDB4775248B80FB57  # LevelDB's table magic number, the last 8 bytes of the .index file
 FOOTER_SIZE = 48  # two block handles (varints) padded to 40 bytes, then the magic
 BLOCK_TRAILER_SIZE = 5  # compression type (1 byte) + masked CRC32C (4 bytes)
@@ -112,42 +114,7 @@ def masked_crc32c(data) -> int:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Protobuf wire format and the table format
-
-
-def _varint(data, position: int) -> tuple[int, int]:
-    value, shift = 0, 0
-    while True:
-        if position >= len(data):
-            raise IndexError("varint runs past the end of its buffer")
-        byte = data[position]
-        position += 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if byte < 0x80:
-            return value, position
-
-
-def _proto_fields(data):
-    """(field number, value) of a serialized protobuf message: ints for varints, bytes for the other wire types."""
-    position = 0
-    while position < len(data):
-        key, position = _varint(data, position)
-        field, wire_type = key >> 3, key & 7
-        if wire_type == 0:
-            value, position = _varint(data, position)
-        elif wire_type == 1:
-            value, position = bytes(data[position:position + 8]), position + 8
-        elif wire_type == 2:
-            length, position = _varint(data, position)
-            value, position = bytes(data[position:position + length]), position + length
-        elif wire_type == 5:
-            value, position = bytes(data[position:position + 4]), position + 4
-        else:
-            raise ValueError(f"unsupported protobuf wire type {wire_type}")
-        if position > len(data):
-            raise ValueError("protobuf field runs past the end of its message")
-        yield field, value
+# The table format (protobuf fields: protobuf_wire.py)
 
 
 def _block_entries(block: bytes):
@@ -159,9 +126,9 @@ def _block_entries(block: bytes):
         raise ValueError("block restart count exceeds the block")
     position, key = 0, b""
     while position < end:
-        shared, position = _varint(block, position)
-        unshared, position = _varint(block, position)
-        value_length, position = _varint(block, position)
+        shared, position = varint(block, position)
+        unshared, position = varint(block, position)
+        value_length, position = varint(block, position)
         key = key[:shared] + block[position:position + unshared]
         position += unshared
         value = block[position:position + value_length]
@@ -191,14 +158,14 @@ class TensorEntry:
 
 def _parse_entry(name: str, value: bytes) -> TensorEntry:
     dtype, shape, shard, offset, size, crc, sliced = 0, (), 0, 0, 0, None, False
-    for field, content in _proto_fields(value):
+    for field, content in proto_fields(value):
         if field == 1:
             dtype = content
         elif field == 2:  # TensorShapeProto: repeated Dim dim = 2 { int64 size = 1; string name = 2 }
             dims = []
-            for shape_field, dim in _proto_fields(content):
+            for shape_field, dim in proto_fields(content):
                 if shape_field == 2:
-                    dims.append(next((v for f, v in _proto_fields(dim) if f == 1), 0))
+                    dims.append(next((v for f, v in proto_fields(dim) if f == 1), 0))
                 elif shape_field == 3 and dim:
                     raise ValueError(f"{name} has an unknown rank")
             shape = tuple(dims)
@@ -263,8 +230,8 @@ class TFCheckpoint:
         return TFCheckpointError(f"{self.index_path}: {what}")
 
     def _block(self, table: bytes, handle: bytes, what: str) -> bytes:
-        offset, position = _varint(handle, 0)
-        size, _ = _varint(handle, position)
+        offset, position = varint(handle, 0)
+        size, _ = varint(handle, position)
         end = offset + size + BLOCK_TRAILER_SIZE
         if end > len(table):
             raise self._fail(f"truncated: the {what} block ends at byte {end}, the file has {len(table)} bytes")
@@ -287,10 +254,10 @@ class TFCheckpoint:
             raise self._fail("not a TensorFlow checkpoint index (no table magic at its end: truncated, corrupted, "
                              "or a V1 checkpoint)")
         try:
-            _, position = _varint(footer, 0)  # the metaindex block handle (offset, size): unused by TensorFlow
-            _, start = _varint(footer, position)
-            _, position = _varint(footer, start)
-            _, end = _varint(footer, position)
+            _, position = varint(footer, 0)  # the metaindex block handle (offset, size): unused by TensorFlow
+            _, start = varint(footer, position)
+            _, position = varint(footer, start)
+            _, end = varint(footer, position)
             index_block = self._block(table, footer[start:end], "index")
             for _, handle in _block_entries(index_block):
                 for key, value in _block_entries(self._block(table, handle, "data")):
@@ -305,7 +272,7 @@ class TFCheckpoint:
             raise self._fail(f"corrupted: cannot parse the table ({error})") from None
 
     def _read_header(self, value: bytes):
-        for field, content in _proto_fields(value):
+        for field, content in proto_fields(value):
             if field == 1:
                 self.num_shards = content
             elif field == 2 and content != 0:

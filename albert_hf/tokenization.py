@@ -19,6 +19,7 @@ import shutil
 from pathlib import Path
 
 from .corpus import cache_root, split_sentences
+from .protobuf_wire import proto_fields
 
 logger = logging.getLogger(__name__)
 
@@ -35,43 +36,12 @@ TOKENIZER_CACHE_VERSION = 1
 # Reading a SentencePiece model without protobuf
 
 
-def _varint(data: bytes, i: int) -> tuple[int, int]:
-    value, shift = 0, 0
-    while True:
-        byte = data[i]
-        i += 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if byte < 0x80:
-            return value, i
-
-
-def _proto_fields(data: bytes):
-    """(field number, value) pairs of one protobuf message, as the wire format stores them."""
-    i = 0
-    while i < len(data):
-        key, i = _varint(data, i)
-        field, wire_type = key >> 3, key & 7
-        if wire_type == 0:
-            value, i = _varint(data, i)
-        elif wire_type == 1:
-            value, i = data[i : i + 8], i + 8
-        elif wire_type == 2:
-            length, i = _varint(data, i)
-            value, i = data[i : i + length], i + length
-        elif wire_type == 5:
-            value, i = data[i : i + 4], i + 4
-        else:
-            raise ValueError(f"unsupported protobuf wire type {wire_type}")
-        yield field, value
-
-
 def precompiled_charsmap(model_proto: bytes) -> bytes | None:
     """The normalizer's precompiled character map of a SentencePiece model (ModelProto.normalizer_spec = 3,
     NormalizerSpec.precompiled_charsmap = 2). It carries spm's nmt_nfkc normalisation into the HF tokenizer."""
-    for field, value in _proto_fields(model_proto):
+    for field, value in proto_fields(model_proto):
         if field == 3:
-            for sub_field, sub_value in _proto_fields(value):
+            for sub_field, sub_value in proto_fields(value):
                 if sub_field == 2 and sub_value:
                     return bytes(sub_value)
     return None
