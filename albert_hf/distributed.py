@@ -10,8 +10,9 @@ The mode comes from `accelerate launch` (its config or flags):
 - `DEEPSPEED`: needs CUDA GPUs. On a machine without them the run stops and says so.
 
 ALBERT's units of sharding (`shard_for_fsdp2`): each distinct `AlbertHFLayer` (with all layers shared that is one
-module applied L times, gathered once per use); the tied word table together with the MLM head, whose decoder
-uses that table and whose bias is one parameter under two names; the root (embedding projection, pooler, SOP).
+module applied L times; the shipped configs set fsdp_reshard_after_forward false, so it is gathered once per pass
+rather than once per use); the tied word table together with the MLM head, whose decoder uses that table and whose
+bias is one parameter under two names; the root (embedding projection, pooler, SOP).
 """
 
 import os
