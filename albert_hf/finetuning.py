@@ -315,8 +315,9 @@ def explicit_arguments(argv, dataclass_types) -> set[str]:
     are all recognised exactly as HfArgumentParser recognises them.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argument_file(argv) is not None:
-        return set(read_argument_file(argument_file(argv)))
+    path = argument_file(argv)
+    if path is not None:
+        return set(read_argument_file(path))
     parser = HfArgumentParser(dataclass_types)
     unset = object()
     parser.set_defaults(**{action.dest: unset for action in parser._actions if action.dest != "help"})
@@ -351,13 +352,14 @@ def resolve_paper_hparams(name: str, recipe: dict, model_args, data_args, traini
                                                   else dropout)
     if "num_train_epochs" in explicit:
         recipe.pop("max_steps", None)
-    owners = (training_args, data_args, model_args)
+    def owner(argument):  # the arguments object that has this field
+        return next(args for args in (training_args, data_args, model_args) if hasattr(args, argument))
+
     applied = {}
     for argument, value in recipe.items():
         if argument in explicit:
             continue
-        target = next(args for args in owners if hasattr(args, argument))
-        setattr(target, argument, value)
+        setattr(owner(argument), argument, value)
         applied[argument] = value
     if hasattr(data_args, "__post_init__"):
         data_args.__post_init__()  # the checks of the data arguments, on the combined values
@@ -366,8 +368,7 @@ def resolve_paper_hparams(name: str, recipe: dict, model_args, data_args, traini
         names.append("gradient_accumulation_steps")
     if "num_train_epochs" in explicit:
         names.append("num_train_epochs")
-    values = {argument: getattr(next(args for args in owners if hasattr(args, argument)), argument)
-              for argument in names}
+    values = {argument: getattr(owner(argument), argument) for argument in names}
     kept = sorted(explicit & set(values))
     logger.info("--paper_hparams (%s) set: %s; kept your explicit %s", name,
                 ", ".join(f"{k}={v}" for k, v in applied.items()), kept or "nothing")
