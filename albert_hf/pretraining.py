@@ -37,7 +37,7 @@ from .cli import parse_into_dataclasses
 from .configuration_albert_hf import PRESETS, SHARING_MODES, AlbertHFConfig
 from .corpus import LAYOUTS, load_corpus
 from .data_collator import DataCollatorForAlbertPretraining
-from .distributed import describe, gather_full_model, make_accelerator, shard_for_fsdp2
+from .distributed import describe, end_distributed, gather_full_model, make_accelerator, shard_for_fsdp2
 from .hub import loading, push_folder, write_json, write_pretraining_card
 from .modeling_albert_hf import AlbertHFForPreTraining
 from .optimization import AdamWeightDecay, Lamb, get_official_schedule, parameter_groups
@@ -648,9 +648,6 @@ def finish(run: Pretraining, eval_metrics: dict, completed_steps: int):
             pushed = push_folder(output_dir, repo_id, token=args.hub_token, commit_message="End of training")
             print(f"  pushed: {pushed}")
     accelerator.wait_for_everyone()
-    # Last: it finishes the trackers and destroys the process group (a barrier after it would fail). A process
-    # that exits with the group alive can abort in teardown ("terminate called without an active exception").
-    accelerator.end_training()
 
 
 def training_step(model, batch, optimizer, scheduler, accelerator, max_grad_norm):
@@ -685,6 +682,10 @@ def main(argv=None):
     run = prepare(args)
     eval_metrics, completed_steps = fit(run)
     finish(run, eval_metrics, completed_steps)
+    accelerator = run.accelerator
+    del run  # its model and optimizer hold the process group: dropped, so that end_distributed can free it
+    if end_distributed(accelerator):
+        logger.warning("a process group is still alive at exit: the process may abort in teardown")
     return eval_metrics
 
 

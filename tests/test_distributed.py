@@ -34,6 +34,7 @@ def ddp_run(tmp_path_factory):
     run = tmp_path_factory.mktemp("ddp") / "run"
     done = pretrain(run, *ARGS, "--per_device_train_batch_size", "4", launcher=DDP)
     assert "DDP over 2 processes on 1 machine (gloo, cpu)" in done.stderr
+    assert "process group is still alive at exit" not in done.stderr  # both processes freed it (end_distributed)
     return run
 
 
@@ -55,6 +56,7 @@ def test_fsdp_really_shards_and_ends_with_the_ddp_weights(fsdp_run, ddp_run):
     for name in expected:  # the gathered full weights, as plain tensors
         torch.testing.assert_close(got[name], expected[name], rtol=0, atol=1e-5, msg=name)
     assert "AutoModel -> AlbertHFModel" in done.stdout  # the final folder reloaded in the run itself
+    assert "process group is still alive at exit" not in done.stderr  # both processes freed it (end_distributed)
 
 
 def test_fsdp_killed_mid_run_resumes_from_latest_to_the_uninterrupted_weights(tmp_path, fsdp_run):
@@ -123,16 +125,21 @@ import sys
 import torch
 import torch.distributed as dist
 from accelerate.utils import FullyShardedDataParallelPlugin
-from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import FSDPModule
+from torch.distributed.tensor import Shard, distribute_tensor
 
 from albert_hf import AlbertHFConfig, AlbertHFForPreTraining
-from albert_hf.distributed import local_share, shard_for_fsdp2
+from albert_hf.distributed import end_distributed, local_share, shard_for_fsdp2
 from albert_hf.modeling_albert_hf import AlbertHFLayer
 from albert_hf.optimization import Lamb
 
 dist.init_process_group("gloo")
+rank = dist.get_rank()
 report = []
-for sharing in ("all", "none"):
+
+
+def check_units(sharing):
     torch.manual_seed(0)
     model = AlbertHFForPreTraining(AlbertHFConfig.from_preset("tiny", sharing=sharing))
     shard_for_fsdp2(model, FullyShardedDataParallelPlugin(fsdp_version=2))
@@ -144,13 +151,9 @@ for sharing in ("all", "none"):
                   f"tied {tied}, root {isinstance(model, FSDPModule)}, share {local_share(model):.2f}")
 
 
-class Weight(torch.nn.Module):
-    def __init__(self, w):
-        super().__init__()
-        self.weight = torch.nn.Parameter(w.clone())
-
-    def forward(self, g):
-        return (self.weight * g).sum()  # its gradient is g
+# One model per process: torch 2.13 keeps a second FSDP2 model of a process (and so its process group) alive after
+# the last reference to it goes, and end_distributed could not free the group.
+check_units(sys.argv[2])
 
 
 # Rows 0-2 (process 0's shard) carry most of ||w||, rows 3-5 (process 1's) most of the update: a trust ratio from a
@@ -159,7 +162,8 @@ w0 = torch.arange(1.0, 19.0, dtype=torch.float64).reshape(6, 3)
 w0[3:] /= 100
 g = torch.linspace(-1, 1, 18, dtype=torch.float64).reshape(6, 3)
 g[:3] /= 100
-rows = slice(3 * dist.get_rank(), 3 * dist.get_rank() + 3)
+rows = slice(3 * rank, 3 * rank + 3)
+mesh = init_device_mesh("cpu", (2,))
 for foreach in (False, True):
     full = torch.nn.Parameter(w0.clone())
     full.grad = g.clone()
@@ -167,44 +171,47 @@ for foreach in (False, True):
     shard_alone = torch.nn.Parameter(w0[rows].clone())  # what LAMB on a shard's own norms would give
     shard_alone.grad = g[rows].clone()
     Lamb([shard_alone], lr=0.1, weight_decay=0.01, foreach=foreach).step()
-    module = Weight(w0)
-    fully_shard(module)
-    module(g).backward()
-    local_rows = module.weight.to_local().shape[0]
-    Lamb(module.parameters(), lr=0.1, weight_decay=0.01, foreach=foreach).step()
-    error = (module.weight.full_tensor() - full.detach()).abs().max().item()
+    # sharded over the processes by rows, as fully_shard shards a parameter (a second FSDP model in the process
+    # would stay alive, see above)
+    sharded = torch.nn.Parameter(distribute_tensor(w0, mesh, [Shard(0)]))
+    sharded.grad = distribute_tensor(g, mesh, [Shard(0)])
+    local_rows = sharded.to_local().shape[0]
+    Lamb([sharded], lr=0.1, weight_decay=0.01, foreach=foreach).step()
+    error = (sharded.full_tensor() - full.detach()).abs().max().item()
     shard_error = (shard_alone.detach() - full.detach()[rows]).abs().max().item()
     report.append(f"lamb foreach={foreach}: {local_rows} local rows, error {error:.1e}, "
                   f"shard-norm error {shard_error:.1e}")
-with open(f"{sys.argv[1]}/rank_{dist.get_rank()}.txt", "w") as f:
-    f.write("\\n".join(report) + "\\n")
-# Tear down as run_pretraining does: every process done with its collectives, then the group destroyed. Without the
-# barrier one process left while the other was still in gloo and aborted ("terminate called without an active
-# exception", once in a full-suite run).
-del model, module
+# End as run_pretraining does: every process done with its collectives, its own references to sharded modules
+# dropped, then end_distributed. The group must really be freed, or a gloo worker can abort the exiting process.
+del mesh, sharded
 dist.barrier()
-dist.destroy_process_group()
+report.append(f"process groups alive after end_distributed: {end_distributed()}")
+with open(f"{sys.argv[1]}/{sys.argv[2]}_rank_{rank}.txt", "w") as f:
+    f.write("\\n".join(report) + "\\n")
 """
 
 
 def test_fsdp2_units_and_lamb_full_norms_under_sharding(tmp_path):
     script = tmp_path / "sharding.py"
     script.write_text(SHARDING)
-    done = run_bounded([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                        str(script), str(tmp_path)], timeout=180, cwd=tmp_path,
-                       env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert done.returncode == 0, done.stderr[-3000:]
+    for sharing in ("all", "none"):
+        done = run_bounded([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                            str(script), str(tmp_path), sharing], timeout=180, cwd=tmp_path,
+                           env={**os.environ, "OMP_NUM_THREADS": "1"})
+        assert done.returncode == 0, done.stderr[-3000:]
     for rank in (0, 1):
-        lines = (tmp_path / f"rank_{rank}.txt").read_text().splitlines()
-        # one unit per distinct layer (the shared one, or each of 4), the tied word table with the MLM head, the root
-        assert lines[0].startswith("all: 1 layers, sharded True, tied True, root True, share 0.5")
-        assert lines[1].startswith("none: 4 layers, sharded True, tied True, root True, share 0.5")
-        for line in lines[2:]:
-            local_rows = int(line.split(": ")[1].split(" local rows")[0])
-            error = float(line.split("error ")[1].split(",")[0])
-            shard_error = float(line.split("shard-norm error ")[1])
-            assert local_rows == 3 and error < 1e-12 and shard_error > 1e-3, line
-        assert len(lines) == 4
+        for sharing, layers in (("all", 1), ("none", 4)):
+            lines = (tmp_path / f"{sharing}_rank_{rank}.txt").read_text().splitlines()
+            # one unit per distinct layer (the shared one, or each of 4), the tied word table with the MLM head,
+            # the root
+            assert lines[0].startswith(f"{sharing}: {layers} layers, sharded True, tied True, root True, share 0.5")
+            for line in lines[1:3]:
+                local_rows = int(line.split(": ")[1].split(" local rows")[0])
+                error = float(line.split("error ")[1].split(",")[0])
+                shard_error = float(line.split("shard-norm error ")[1])
+                assert local_rows == 3 and error < 1e-12 and shard_error > 1e-3, line
+            # the group is freed before the process exits (left to the exit, 3 of 174 FSDP runs aborted)
+            assert lines[3:] == ["process groups alive after end_distributed: 0"]
 
 
 def test_every_shipped_accelerate_config_loads_and_is_in_the_readme_table():

@@ -618,6 +618,7 @@ import sys, time
 import torch
 from accelerate import Accelerator
 from albert_hf.checkpointing import StepCheckpoints
+from albert_hf.distributed import end_distributed
 
 accelerator = Accelerator(cpu=True)
 model = accelerator.prepare(torch.nn.Linear(2, 2))
@@ -629,7 +630,8 @@ for step in (1, 1, 2):  # step 1 twice: the second save finds the checkpoint alr
     total = accelerator.reduce(torch.tensor([accelerator.process_index + 1.0]), "sum")  # the next collective call
     with open(f"{sys.argv[2]}/rank_{accelerator.process_index}.txt", "a") as log:  # one file each: no interleaving
         log.write(f"rank {accelerator.process_index} step {step} total {total.item()}\\n")
-accelerator.end_training()  # destroys the process group, as run_pretraining does: no abort in teardown
+del model  # then the process group is freed before the exit, as in run_pretraining (no abort in teardown)
+assert end_distributed(accelerator) == 0
 """
 
 
