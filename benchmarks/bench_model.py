@@ -6,33 +6,81 @@
 For every (preset, seq, mode):
 - training step of the pretraining model (forward with MLM + SOP labels, backward, LAMB update): tokens/s of each
   implementation, alternating runs, warm-up excluded, median of --steps;
-- achieved TFLOP/s from ALBERT's FLOPs (sparse MLM head, as the official code) and that as a fraction of the
-  matmul peak measured here for the same dtype (MFU);
+- achieved TFLOP/s from ALBERT's FLOPs (matmuls including attention's, sparse MLM head as the official code) and
+  that as a fraction of the peak measured in the same process: the median `F.linear` rate at the preset's own GEMM
+  shapes (4096 x H -> I, 4096 x I -> H, 4096 x H -> H) in the same dtype (MFU);
 - peak tensor memory of a training step (parameters, gradients, optimizer moments and the activations saved
   for backward, at the forward/backward boundary where they all coexist);
 - sequence-classification inference (no grad) on full-length unpadded batches: sequences/s.
-Then, with `--glue_dir` naming a GLUE download (the original `glue_data` folder: SST-2/, MRPC/, RTE/, QNLI/,
+Then the smaller step (batch 8 at seq 128, 4 at seq 512, 15% of positions labelled, AdamW). Then, with `--glue_dir` naming a GLUE download (the original `glue_data` folder: SST-2/, MRPC/, RTE/, QNLI/,
 ...), sequence-classification inference on real dev batches padded as Trainer pads them (to the longest row of
-each batch of 32), per preset and mode.
+each batch of 32), per preset and mode. The first lines name the CPU, whether it has AMX, and the peaks.
 Ratios are albert_hf / transformers (higher is better; for memory lower is better). `--only` runs one part.
 """
 
 import argparse
 import copy
 import json
+import os
+import platform
 import statistics
 import time
 from contextlib import nullcontext
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 BATCH_TOKENS = 4096  # batch 32 at seq 128, batch 8 at seq 512
 MASKED_PER_SEQ = 20  # the official max_predictions_per_seq
 
 
+def cpu_description() -> str:
+    """The CPU model, core count and the instruction sets that decide bf16 matmul speed (AMX, AVX-512 BF16)."""
+    model, flags = platform.processor() or "unknown CPU", set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                model = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+    except OSError:
+        pass
+    listed = [f for f in ("amx_bf16", "amx_tile", "avx512_bf16", "avx512f", "avx2") if f in flags]
+    amx = "with AMX" if "amx_bf16" in flags else "no AMX"
+    return f"CPU: {model}, {os.cpu_count()} logical cores, {amx} (flags: {' '.join(listed) or 'none of interest'})"
+
+
+def _linear_rate(rows, inputs, outputs, dtype, repeat) -> list[float]:
+    x, w, b = (torch.randn(rows, inputs, dtype=dtype), torch.randn(outputs, inputs, dtype=dtype),
+               torch.randn(outputs, dtype=dtype))
+    for _ in range(3):
+        F.linear(x, w, b)
+    rates = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        F.linear(x, w, b)
+        rates.append(2 * rows * inputs * outputs / (time.perf_counter() - start) / 1e12)
+    return rates
+
+
+def gemm_peak(config, tokens=4096, dtype=torch.bfloat16, repeat=10) -> dict:
+    """The MFU denominator: `F.linear` TFLOP/s at the model's own GEMM shapes (tokens x H -> I, tokens x I -> H,
+    tokens x H -> H), measured in this process. "median" is the median over all timed calls of the three shapes;
+    the per-shape medians are kept too. A 2048^3 square matmul runs faster than these shapes on some CPUs, so it
+    would flatter nobody but the denominator."""
+    h, i = config.hidden_size, config.intermediate_size
+    shapes = {f"{tokens}x{h}->{i}": (h, i), f"{tokens}x{i}->{h}": (i, h), f"{tokens}x{h}->{h}": (h, h)}
+    samples = {name: _linear_rate(tokens, inputs, outputs, dtype, repeat) for name, (inputs, outputs) in shapes.items()}
+    result = {name: statistics.median(rates) for name, rates in samples.items()}
+    result["median"] = statistics.median(r for rates in samples.values() for r in rates)
+    return result
+
+
 def matmul_peak(dtype, size=2048, repeat=10) -> float:
-    """Measured dense matmul throughput (TFLOP/s) for `dtype`: the MFU denominator."""
+    """Square `size`^3 matmul throughput (TFLOP/s), best of `repeat`: the MFU denominator of earlier runs."""
     a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
     for _ in range(3):
         a @ b
@@ -44,37 +92,40 @@ def matmul_peak(dtype, size=2048, repeat=10) -> float:
     return 2 * size**3 / min(times) / 1e12
 
 
-def albert_flops(config, batch, seq) -> float:
-    """FLOPs of one training step (3x forward), counting matmuls only, MLM head at the masked positions only."""
+def albert_flops(config, batch, seq, masked_per_seq=MASKED_PER_SEQ) -> float:
+    """FLOPs of one training step (3x forward): the matmuls, attention's included, with the MLM head at the masked
+    positions only (as the official code)."""
     h, e, i, v, layers = config.hidden_size, config.embedding_size, config.intermediate_size, config.vocab_size, (
         config.num_hidden_layers * config.inner_group_num)
     tokens = batch * seq
     forward = 2 * tokens * e * h  # E -> H projection
     forward += layers * (2 * tokens * (4 * h * h + 2 * h * i) + 2 * 2 * batch * seq * seq * h)
     forward += 2 * batch * h * h + 2 * batch * h * 2  # pooler, SOP
-    forward += 2 * batch * MASKED_PER_SEQ * (h * e + e * v)  # sparse MLM head
+    forward += 2 * batch * masked_per_seq * (h * e + e * v)  # sparse MLM head
     return 3 * forward
 
 
-def make_models(preset, seq):
+def make_models(preset, seq, with_transformers=True):
     import transformers
 
     import albert_hf
 
     config = albert_hf.AlbertHFConfig.from_preset(preset, max_position_embeddings=max(512, seq))
     ours = albert_hf.AlbertHFForPreTraining(config)
+    if not with_transformers:
+        return config, ours, None
     theirs = transformers.AlbertForPreTraining(config.to_albert_config())
     theirs.load_state_dict(ours.state_dict())
     return config, ours, theirs
 
 
-def make_batch(config, batch, seq, generator):
+def make_batch(config, batch, seq, generator, masked_per_seq=MASKED_PER_SEQ):
     input_ids = torch.randint(5, config.vocab_size, (batch, seq), generator=generator)
     token_type_ids = torch.zeros_like(input_ids)
     token_type_ids[:, seq // 2 :] = 1
     labels = torch.full_like(input_ids, -100)
     for row in range(batch):
-        positions = torch.randperm(seq - 2, generator=generator)[:MASKED_PER_SEQ] + 1
+        positions = torch.randperm(seq - 2, generator=generator)[:masked_per_seq] + 1
         labels[row, positions] = input_ids[row, positions]
     return dict(input_ids=input_ids, token_type_ids=token_type_ids, attention_mask=torch.ones_like(input_ids),
                 labels=labels, sentence_order_label=torch.randint(0, 2, (batch,), generator=generator))
@@ -115,29 +166,45 @@ def contenders(theirs, ours, compile_ours):
     return models
 
 
-def bench_training(preset, seq, mode, steps, warmup, compile_ours):
+def bench_training(preset, seq, mode, steps, warmup, compile_ours, batch_size=None, masked_per_seq=MASKED_PER_SEQ,
+                   optimizer="lamb"):
+    """Training steps of both implementations, alternating who goes first: tokens/s, step seconds and TFLOP/s
+    from the median step. Default: BATCH_TOKENS per step, 20 masked tokens per sequence, LAMB."""
     from albert_hf.optimization import Lamb, parameter_groups
 
-    batch_size = BATCH_TOKENS // seq
+    batch_size = batch_size or BATCH_TOKENS // seq
     config, ours, theirs = make_models(preset, seq)
     generator = torch.Generator().manual_seed(0)
-    batches = [make_batch(config, batch_size, seq, generator) for _ in range(2)]
+    batches = [make_batch(config, batch_size, seq, generator, masked_per_seq) for _ in range(2)]
+    make_optimizer = {"lamb": Lamb, "adamw": torch.optim.AdamW}[optimizer]
     runners = {}
     for name, model in contenders(theirs, ours, compile_ours).items():
         model.train()
-        runners[name] = (model, Lamb(parameter_groups(model), lr=1e-4))
+        runners[name] = (model, make_optimizer(parameter_groups(model), lr=1e-4))
     times = {name: [] for name in runners}
     for step in range(warmup + steps):
         order = list(runners) if step % 2 == 0 else list(reversed(runners))  # alternate who goes first
         for name in order:
-            call, optimizer = runners[name]
-            seconds = timed(lambda: train_step(call, optimizer, batches[step % 2], mode))
+            call, optimizer_ = runners[name]
+            seconds = timed(lambda: train_step(call, optimizer_, batches[step % 2], mode))
             if step >= warmup:
                 times[name].append(seconds)
     medians = {name: statistics.median(t) for name, t in times.items()}
-    flops = albert_flops(config, batch_size, seq)
-    return {name: {"tokens_per_s": BATCH_TOKENS / s, "step_s": s, "tflops": flops / s / 1e12}
+    flops = albert_flops(config, batch_size, seq, masked_per_seq)
+    return {name: {"tokens_per_s": batch_size * seq / s, "step_s": s, "tflops": flops / s / 1e12}
             for name, s in medians.items()}
+
+
+# The smaller step users run on one machine: batch 8 at seq 128, batch 4 at seq 512, 15% of the positions labelled
+# (the collator's default), AdamW, the config's dropout.
+SMALL_BATCH = {128: 8, 512: 4}
+SMALL_MASKED_SHARE = 0.15
+
+
+def bench_small_training(preset, seq, mode, steps, warmup, compile_ours):
+    batch_size = SMALL_BATCH.get(seq, max(1, 1024 // seq))
+    return batch_size, bench_training(preset, seq, mode, steps, warmup, compile_ours, batch_size=batch_size,
+                                      masked_per_seq=round(SMALL_MASKED_SHARE * seq), optimizer="adamw")
 
 
 def bench_classification_inference(preset, mode, batches, steps, warmup, compile_ours=None, **config_overrides):
@@ -282,16 +349,26 @@ def main(argv=None):
                         help="GLUE download (the original glue_data folder) for the padded-inference rows "
                         "(skipped without it)")
     parser.add_argument("--glue_tokenizer", default=None, help="tokenizer for those rows (default: trained on them)")
-    parser.add_argument("--only", choices=["training", "inference", "glue"], default=None,
+    parser.add_argument("--only", choices=["training", "inference", "small", "glue"], default=None,
                         help="run one part only")
     args = parser.parse_args(argv)
     global EAGER_BASELINE
     EAGER_BASELINE = not args.no_eager
 
     torch.manual_seed(0)
-    peaks = {mode: matmul_peak(torch.float32 if mode == "fp32" else torch.bfloat16) for mode in args.modes}
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; measured matmul peak: "
-          + ", ".join(f"{m} {p:.2f} TFLOP/s" for m, p in peaks.items()))
+    import albert_hf
+
+    print(cpu_description())
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    gemm = {}  # the MFU denominators, per (preset, mode): F.linear at the preset's GEMM shapes
+    for preset in args.presets:
+        config = albert_hf.AlbertHFConfig.from_preset(preset)
+        for mode in args.modes:
+            gemm[preset, mode] = gemm_peak(config, BATCH_TOKENS, DTYPES[mode])
+            square = matmul_peak(DTYPES[mode])
+            print(f"measured peak, {preset} {mode}: F.linear at its GEMM shapes, median {gemm[preset, mode]['median']:.2f} TFLOP/s ("
+                  + ", ".join(f"{k} {v:.2f}" for k, v in gemm[preset, mode].items() if k != "median")
+                  + f"); 2048^3 matmul, best of 10: {square:.2f}", flush=True)
     rows = []
     header = (f"{'preset':7} {'seq':>4} {'mode':5} | {'train tok/s HF':>14} {'ours':>8} {'ratio':>6} | "
               f"{'MFU HF':>6} {'ours':>6} | {'mem MB HF':>9} {'ours':>7} {'ratio':>6} | "
@@ -300,7 +377,7 @@ def main(argv=None):
     print("-" * len(header))
     dash = f"{'-':>6}"
     for preset in args.presets:
-        for seq in args.seqs if args.only != "glue" else ():
+        for seq in args.seqs if args.only in (None, "training", "inference") else ():
             for mode in args.modes:
                 train = infer = memory = None
                 if args.only in (None, "training"):
@@ -308,14 +385,15 @@ def main(argv=None):
                     memory = None if args.no_memory else bench_memory(preset, seq, mode)
                 if args.only in (None, "inference"):
                     infer = bench_inference(preset, seq, mode, args.steps, args.warmup, args.compile)
+                peak = gemm[preset, mode]["median"]
                 rows.append(dict(preset=preset, seq=seq, mode=mode, train=train, inference=infer, memory=memory,
-                                 peak_tflops=peaks[mode]))
+                                 peak_tflops=peak))
                 cells = [f"{preset:7} {seq:>4} {mode:5}"]
                 if train:
                     hf, us = train["transformers"], train["albert_hf"]
                     cells.append(f"{hf['tokens_per_s']:14.0f} {us['tokens_per_s']:8.0f} "
                                  f"{us['tokens_per_s'] / hf['tokens_per_s']:6.2f}")
-                    cells.append(f"{hf['tflops'] / peaks[mode]:6.1%} {us['tflops'] / peaks[mode]:6.1%}")
+                    cells.append(f"{hf['tflops'] / peak:6.1%} {us['tflops'] / peak:6.1%}")
                 else:
                     cells += [f"{'-':>14} {'-':>8} {dash}", f"{dash} {dash}"]
                 if memory:
@@ -331,6 +409,22 @@ def main(argv=None):
                 print(" | ".join(cells), flush=True)
                 print_eager_line("training", train, "tokens_per_s")
                 print_eager_line("inference", infer, "sequences_per_s")
+
+    if args.only in (None, "small"):
+        print(f"\nThe smaller step: batch {SMALL_BATCH[128]} at seq 128, {SMALL_BATCH[512]} at seq 512, "
+              f"{SMALL_MASKED_SHARE:.0%} of positions labelled, AdamW")
+        for preset in args.presets:
+            for seq in args.seqs:
+                for mode in args.modes:
+                    batch_size, small = bench_small_training(preset, seq, mode, args.steps, args.warmup, args.compile)
+                    peak = gemm[preset, mode]["median"]
+                    rows.append(dict(preset=preset, seq=seq, mode=mode, batch=batch_size, small_train=small,
+                                     peak_tflops=peak))
+                    hf, us = small["transformers"], small["albert_hf"]
+                    print(f"{preset:7} {seq:>4} {mode:5} batch {batch_size:2} | tok/s HF {hf['tokens_per_s']:.0f}, ours "
+                          f"{us['tokens_per_s']:.0f}, ratio {us['tokens_per_s'] / hf['tokens_per_s']:.2f} | MFU HF "
+                          f"{hf['tflops'] / peak:.1%}, ours {us['tflops'] / peak:.1%}", flush=True)
+                    print_eager_line("smaller step", small, "tokens_per_s")
 
     if args.only in (None, "glue") and args.glue_dir and Path(args.glue_dir).is_dir():
         batches = glue_eval_batches(args.glue_dir, args.glue_tokenizer)
@@ -348,7 +442,8 @@ def main(argv=None):
         raise SystemExit(f"error: --only glue needs --glue_dir naming a GLUE download (got {args.glue_dir})")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"peaks": peaks, "rows": rows}, f, indent=2)
+            json.dump({"cpu": cpu_description(), "gemm_peaks": {f"{k[0]} {k[1]}": v for k, v in gemm.items()},
+                       "rows": rows}, f, indent=2)
 
 
 if __name__ == "__main__":
