@@ -529,22 +529,25 @@ def test_fill_mask_examples_read_each_sentence_at_its_own_mask_in_a_padded_batch
     assert [e["true_word"] for e in examples] == ["value", "the"]
 
 
-def test_optimizer_takes_the_moment_decays_and_epsilon_from_the_command_line():
+def test_optimizer_takes_the_moment_decays_and_epsilon_from_the_command_line(tmp_path):
+    # its own --output_dir: the default, outputs/albert-pretraining, holds `make pretrain`'s run after the README's
+    # first command, and is refused as an earlier run
+    out = ["--output_dir", str(tmp_path / "run")]
     from conftest import tiny_config
 
     from albert_hf import AlbertHFForPreTraining
     from albert_hf.optimization import AdamWeightDecay, Lamb
 
     model = AlbertHFForPreTraining(tiny_config())
-    official = make_optimizer(model, parse_args([]))
+    official = make_optimizer(model, parse_args(out))
     assert isinstance(official, Lamb)
     assert {(g["betas"], g["eps"]) for g in official.param_groups} == {((0.9, 0.999), 1e-6)}
-    custom = make_optimizer(model, parse_args(["--optimizer", "adamw", "--adam_beta1", "0.8", "--adam_beta2", "0.98",
-                                               "--adam_epsilon", "1e-8"]))
+    custom = make_optimizer(model, parse_args([*out, "--optimizer", "adamw", "--adam_beta1", "0.8",
+                                               "--adam_beta2", "0.98", "--adam_epsilon", "1e-8"]))
     assert isinstance(custom, AdamWeightDecay)
     assert {(g["betas"], g["eps"]) for g in custom.param_groups} == {((0.8, 0.98), 1e-8)}
     with pytest.raises(SystemExit, match="--adam_beta2 must be in"):
-        parse_args(["--adam_beta2", "1.0"])
+        parse_args([*out, "--adam_beta2", "1.0"])
 
 
 def test_an_earlier_run_in_output_dir_is_refused_then_cleared_with_overwrite_output_dir(tmp_path, tiny_checkpoint):
