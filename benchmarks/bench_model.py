@@ -12,8 +12,9 @@ For every (preset, seq, mode):
 - peak tensor memory of a training step (parameters, gradients, optimizer moments and the activations saved
   for backward, at the forward/backward boundary where they all coexist);
 - sequence-classification inference (no grad) on full-length unpadded batches: sequences/s.
-Then the smaller step (batch 8 at seq 128, 4 at seq 512, 15% of positions labelled, AdamW). Then, with `--glue_dir` naming a GLUE download (the original `glue_data` folder: SST-2/, MRPC/, RTE/, QNLI/,
-...), sequence-classification inference on real dev batches padded as Trainer pads them (to the longest row of
+Then the smaller step (batch 8 at seq 128, 4 at seq 512, 15% of positions labelled, AdamW). Then, with
+`--glue_dir` naming a GLUE download (the original `glue_data` folder: SST-2/, MRPC/, RTE/, QNLI/, ...),
+sequence-classification inference on real dev batches padded as Trainer pads them (to the longest row of
 each batch of 32), per preset and mode. The first lines name the CPU, whether it has AMX, and the peaks.
 Ratios are albert_hf / transformers (higher is better; for memory lower is better). `--only` runs one part.
 """
@@ -366,7 +367,8 @@ def main(argv=None):
         for mode in args.modes:
             gemm[preset, mode] = gemm_peak(config, BATCH_TOKENS, DTYPES[mode])
             square = matmul_peak(DTYPES[mode])
-            print(f"measured peak, {preset} {mode}: F.linear at its GEMM shapes, median {gemm[preset, mode]['median']:.2f} TFLOP/s ("
+            print(f"measured peak, {preset} {mode}: F.linear at its GEMM shapes, median "
+                  f"{gemm[preset, mode]['median']:.2f} TFLOP/s ("
                   + ", ".join(f"{k} {v:.2f}" for k, v in gemm[preset, mode].items() if k != "median")
                   + f"); 2048^3 matmul, best of 10: {square:.2f}", flush=True)
     rows = []
@@ -421,7 +423,8 @@ def main(argv=None):
                     rows.append(dict(preset=preset, seq=seq, mode=mode, batch=batch_size, small_train=small,
                                      peak_tflops=peak))
                     hf, us = small["transformers"], small["albert_hf"]
-                    print(f"{preset:7} {seq:>4} {mode:5} batch {batch_size:2} | tok/s HF {hf['tokens_per_s']:.0f}, ours "
+                    print(f"{preset:7} {seq:>4} {mode:5} batch {batch_size:2} | tok/s HF {hf['tokens_per_s']:.0f}, "
+                          f"ours "
                           f"{us['tokens_per_s']:.0f}, ratio {us['tokens_per_s'] / hf['tokens_per_s']:.2f} | MFU HF "
                           f"{hf['tflops'] / peak:.1%}, ours {us['tflops'] / peak:.1%}", flush=True)
                     print_eager_line("smaller step", small, "tokens_per_s")

@@ -124,7 +124,8 @@ def report(config, seq, batch_size, unprofiled, parts, peak, top):
     print(f"  profiled: {profiled_total:.0f} ms per step (the profiler's own cost included)")
     print(f"  {'ms per step':26} " + " ".join(f"{p:>10}" for p in PHASES) + f" {'total':>10}")
     rows = [("matmul", lambda part: part["matmul"]), ("attention (SDPA)", lambda part: part["attention"]),
-            ("other ops", lambda part: sum(part["other"].values())), ("glue (Python, autograd)", lambda part: part["glue"])]
+            ("other ops", lambda part: sum(part["other"].values())),
+            ("glue (Python, autograd)", lambda part: part["glue"])]
     for label, get in rows:
         values = [get(parts[p]) for p in PHASES]
         print(f"  {label:26} " + " ".join(f"{v:10.1f}" for v in values) + f" {sum(values):10.1f}")
