@@ -54,43 +54,34 @@ def cpu_description() -> str:
     return f"CPU: {model}, {os.cpu_count()} logical cores, {amx} (flags: {' '.join(listed) or 'none of interest'})"
 
 
-def _linear_rate(rows, inputs, outputs, dtype, repeat) -> list[float]:
-    x, w, b = (torch.randn(rows, inputs, dtype=dtype), torch.randn(outputs, inputs, dtype=dtype),
-               torch.randn(outputs, dtype=dtype))
-    for _ in range(3):
-        F.linear(x, w, b)
-    rates = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        F.linear(x, w, b)
-        rates.append(2 * rows * inputs * outputs / (time.perf_counter() - start) / 1e12)
-    return rates
+def _rates(fn, flops, repeat, warmup=3) -> list[float]:
+    """TFLOP/s of each of `repeat` timed calls of `fn` (which does `flops`), after `warmup` untimed ones."""
+    for _ in range(warmup):
+        fn()
+    return [flops / timed(fn) / 1e12 for _ in range(repeat)]
 
 
 def gemm_peak(config, tokens=4096, dtype=torch.bfloat16, repeat=10) -> dict:
     """The MFU denominator: `F.linear` TFLOP/s at the model's own GEMM shapes (tokens x H -> I, tokens x I -> H,
     tokens x H -> H), measured in this process. "median" is the median over all timed calls of the three shapes;
-    the per-shape medians are kept too. A 2048^3 square matmul runs faster than these shapes on some CPUs, so it
-    would flatter nobody but the denominator."""
+    the per-shape medians are kept too. A square 2048^3 matmul (`matmul_peak`) can run at another rate than the
+    shapes the model actually multiplies."""
     h, i = config.hidden_size, config.intermediate_size
-    shapes = {f"{tokens}x{h}->{i}": (h, i), f"{tokens}x{i}->{h}": (i, h), f"{tokens}x{h}->{h}": (h, h)}
-    samples = {name: _linear_rate(tokens, inputs, outputs, dtype, repeat) for name, (inputs, outputs) in shapes.items()}
-    result = {name: statistics.median(rates) for name, rates in samples.items()}
-    result["median"] = statistics.median(r for rates in samples.values() for r in rates)
+    result, samples = {}, []
+    for inputs, outputs in ((h, i), (i, h), (h, h)):
+        x, w, b = (torch.randn(tokens, inputs, dtype=dtype), torch.randn(outputs, inputs, dtype=dtype),
+                   torch.randn(outputs, dtype=dtype))
+        rates = _rates(lambda: F.linear(x, w, b), 2 * tokens * inputs * outputs, repeat)
+        result[f"{tokens}x{inputs}->{outputs}"] = statistics.median(rates)
+        samples += rates
+    result["median"] = statistics.median(samples)
     return result
 
 
 def matmul_peak(dtype, size=2048, repeat=10) -> float:
     """Square `size`^3 matmul throughput (TFLOP/s), best of `repeat`: the MFU denominator of earlier runs."""
     a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
-    for _ in range(3):
-        a @ b
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        a @ b
-        times.append(time.perf_counter() - start)
-    return 2 * size**3 / min(times) / 1e12
+    return max(_rates(lambda: a @ b, 2 * size**3, repeat))
 
 
 def albert_flops(config, batch, seq, masked_per_seq=MASKED_PER_SEQ) -> float:

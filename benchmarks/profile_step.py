@@ -15,10 +15,12 @@ starts in. The same steps are also timed without the profiler (the profiler adds
 """
 
 import argparse
+import bisect
 import platform
 import statistics
 import time
 from collections import defaultdict
+from contextlib import nullcontext
 
 import torch
 from bench_model import MASKED_PER_SEQ, albert_flops, cpu_description, gemm_peak, make_batch, make_models
@@ -34,7 +36,7 @@ def step(model, optimizer, batch, profiled=False):
     seconds = {}
     for phase in PHASES:
         start = time.perf_counter()
-        with torch.profiler.record_function(phase) if profiled else _nothing():
+        with torch.profiler.record_function(phase) if profiled else nullcontext():
             if phase == "forward":
                 with torch.autocast("cpu", dtype=torch.bfloat16):
                     loss = model(**batch).loss
@@ -46,14 +48,6 @@ def step(model, optimizer, batch, profiled=False):
                 optimizer.zero_grad(set_to_none=True)
         seconds[phase] = time.perf_counter() - start
     return seconds
-
-
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def category(name: str) -> str:
@@ -73,8 +67,6 @@ def split_profile(prof, steps):
         result[name]["wall"] += (end - start) / 1e3 / steps
     ranges.sort(key=lambda r: r[1])
     starts = [r[1] for r in ranges]
-    import bisect
-
     for event in events:
         if event.name in PHASES or event.self_cpu_time_total <= 0:
             continue
