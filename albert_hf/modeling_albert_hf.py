@@ -115,14 +115,33 @@ class AlbertHFEmbeddings(nn.Module):
 
 
 def eager_attention_forward(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
-    """Plain softmax(QK^T * scaling + mask) V; the only implementation that returns attention weights."""
+    """Plain softmax(QK^T * scaling + mask) V; the only implementation that returns attention weights.
+
+    `attention_mask` is additive (eager's mask) or boolean, True where a key may be attended (SDPA's mask, when
+    `matmul_attention_pays` stands in for SDPA).
+    """
     weights = torch.matmul(query, key.transpose(2, 3)) * scaling
-    if attention_mask is not None:
+    if attention_mask is not None and attention_mask.dtype == torch.bool:
+        weights = weights.masked_fill(~attention_mask, torch.finfo(weights.dtype).min)
+    elif attention_mask is not None:
         weights = weights + attention_mask
     weights = F.softmax(weights, dim=-1)
     weights = F.dropout(weights, p=dropout, training=module.training)
     output = torch.matmul(weights, value).transpose(1, 2).contiguous()
     return output, weights
+
+
+# Training on a CPU, SDPA's fused kernel runs its forward well but its backward at a fraction of the matmul rate
+# (2-core Xeon with AMX, bf16, 12 heads of 64, ms per layer forward + backward, SDPA vs matmul + softmax:
+# seq 128 x batch 8 19 vs 6, seq 256 x 16 63 vs 39, seq 384 x 10 66 vs 65, seq 512 x 8 76 vs 90). Up to this key
+# length, training steps on a CPU compute "sdpa" attention as matmul + softmax instead: the same result up to the
+# bf16 rounding of the scores.
+MATMUL_ATTENTION_MAX_LENGTH = 256
+
+
+def matmul_attention_pays(config, key: torch.Tensor) -> bool:
+    return (config._attn_implementation == "sdpa" and key.device.type == "cpu" and torch.is_grad_enabled()
+            and key.shape[-2] <= MATMUL_ATTENTION_MAX_LENGTH)
 
 
 class RealTokens:
@@ -201,6 +220,8 @@ class AlbertHFAttention(nn.Module):
         attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
         )
+        if matmul_attention_pays(self.config, key):
+            attention = eager_attention_forward
         context, weights = attention(
             self,
             query,
@@ -496,6 +517,36 @@ def masked_positions(masked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.cat([cls, order], dim=1), valid
 
 
+class SummedSoftmaxCrossEntropy(torch.autograd.Function):
+    """sum_i -log softmax(logits_i)[target_i] in fp32, for the (masked tokens x vocabulary) MLM logits.
+
+    The value of `F.cross_entropy(logits.float(), targets, reduction="sum")` in fewer passes over the large
+    logits: forward keeps the fp32 softmax, and backward is `probs * g` minus g at the targets. F.cross_entropy's
+    backward instead zero-fills a gradient, scatters into it and recomputes the exponentials (log_softmax's
+    backward), three more full passes; on a CPU the exponentials and the fresh pages of each large tensor are
+    most of the loss's time (see BENCHMARKS.md).
+    """
+
+    @staticmethod
+    def forward(ctx, logits, targets):
+        probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
+        picked = probs.gather(1, targets.unsqueeze(1)).squeeze(1)
+        ctx.save_for_backward(probs, targets)
+        ctx.logits_dtype = logits.dtype
+        # -log p: exact for p down to fp32's smallest normal number (a loss of 87 per token); below, capped there.
+        return -picked.clamp_min(torch.finfo(torch.float32).tiny).log().sum()
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_loss):
+        probs, targets = ctx.saved_tensors
+        # In place: a fresh (masked tokens x vocabulary) fp32 tensor costs its page faults on every step. A second
+        # backward through the same graph (retain_graph) then fails autograd's saved-tensor version check.
+        grad = probs.mul_(grad_loss)
+        grad.scatter_add_(1, targets.unsqueeze(1), (-grad_loss).expand(targets.shape[0], 1).contiguous())
+        return grad.to(ctx.logits_dtype), None
+
+
 def sparse_mlm_logits_and_loss(head, masked_hidden_states, targets):
     """The MLM head only at the masked tokens (the official `masked_lm_positions` gather).
 
@@ -503,7 +554,7 @@ def sparse_mlm_logits_and_loss(head, masked_hidden_states, targets):
     A batch without masked tokens gives loss 0, as the official `/ (sum(weights) + 1e-5)` does.
     """
     logits = head(masked_hidden_states)
-    loss = F.cross_entropy(logits.float(), targets, reduction="sum") / max(targets.numel(), 1)
+    loss = SummedSoftmaxCrossEntropy.apply(logits, targets) / max(targets.numel(), 1)
     return logits, loss
 
 

@@ -14,6 +14,7 @@ from albert_hf import (
     AlbertHFForTokenClassification,
     AlbertHFModel,
 )
+from albert_hf.modeling_albert_hf import SummedSoftmaxCrossEntropy
 
 BATCH, LENGTH = 3, 24
 
@@ -78,6 +79,33 @@ def test_sparse_mlm_head_predicts_only_masked_positions():
     expected = F.cross_entropy(full.view(-1, full.shape[-1]), labels.view(-1), ignore_index=-100)
     torch.testing.assert_close(sparse.mlm_loss, expected, rtol=0, atol=1e-5)
     assert sparse.loss is sparse.mlm_loss and sparse.sop_loss is None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_mlm_loss_function_matches_cross_entropy_in_value_and_gradient(dtype):
+    generator = torch.Generator().manual_seed(0)
+    logits = (4 * torch.randn(50, 3000, generator=generator)).to(dtype)
+    targets = torch.randint(0, 3000, (50,), generator=generator)
+    targets[:5] = logits[:5].float().argmax(-1)  # confident rows (p near 1) as well as unlikely ones
+    ours_in, ref_in = logits.clone().requires_grad_(), logits.clone().requires_grad_()
+    ours = SummedSoftmaxCrossEntropy.apply(ours_in, targets)
+    reference = F.cross_entropy(ref_in.float(), targets, reduction="sum")
+    (0.37 * ours).backward()
+    (0.37 * reference).backward()
+    torch.testing.assert_close(ours, reference, rtol=1e-5, atol=1e-3)
+    assert ours_in.grad.dtype == dtype
+    # bf16 gradients: one rounding of the same fp32 value either way
+    tolerance = dict(rtol=0, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-2, atol=1e-6)
+    torch.testing.assert_close(ours_in.grad.float(), ref_in.grad.float(), **tolerance)
+
+
+def test_mlm_loss_function_refuses_a_second_backward_instead_of_a_wrong_gradient():
+    # backward scales the saved probabilities in place; autograd's version check must catch a reuse
+    logits = torch.randn(4, 10, requires_grad=True)
+    loss = SummedSoftmaxCrossEntropy.apply(logits, torch.tensor([1, 2, 3, 4]))
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
 
 
 def test_pretraining_loss_is_mlm_plus_sop():
@@ -253,6 +281,34 @@ def test_eager_and_sdpa_attention_agree_and_eager_returns_attentions():
     # one hidden state per block application, after the projected embedding (transformers 5.x convention)
     assert len(out.hidden_states) == 1 + blocks
     torch.testing.assert_close(out.hidden_states[-1], out.last_hidden_state)
+
+
+def test_cpu_training_computes_short_sdpa_attention_as_matmuls_with_the_same_result(monkeypatch):
+    from albert_hf import modeling_albert_hf as modeling
+
+    model = AlbertHFModel(tiny_config()).train()  # tiny: no dropout
+    config = model.config
+    assert config._attn_implementation == "sdpa"
+    key = torch.zeros(2, 4, 128, 8)
+    assert modeling.matmul_attention_pays(config, key)
+    assert not modeling.matmul_attention_pays(config, torch.zeros(2, 4, 512, 8))
+    with torch.no_grad():
+        assert not modeling.matmul_attention_pays(config, key)  # inference: SDPA's forward is the faster one
+    eager = AlbertHFModel._from_config(tiny_config(), attn_implementation="eager")
+    assert not modeling.matmul_attention_pays(eager.config, key)
+
+    calls = []
+    original = modeling.eager_attention_forward
+    monkeypatch.setattr(modeling, "eager_attention_forward",
+                        lambda *args, **kwargs: calls.append(args[4]) or original(*args, **kwargs))
+    inputs = make_inputs(pad_from=10)
+    with torch.no_grad():
+        kernel = model(**inputs).last_hidden_state
+    assert calls == []
+    trained = model(**inputs).last_hidden_state
+    assert calls and all(mask is None or mask.dtype == torch.bool for mask in calls)  # SDPA's boolean mask
+    real = inputs["attention_mask"].bool()
+    torch.testing.assert_close(trained[real], kernel[real], rtol=0, atol=1e-5)
 
 
 def test_inputs_embeds_equals_input_ids():
