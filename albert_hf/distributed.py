@@ -4,9 +4,13 @@ refused with one line when it cannot be had. There is no silent fallback.
 The mode comes from `accelerate launch` (its config or flags):
 - `--multi_gpu` / `MULTI_GPU`: DDP. On a machine without GPUs this becomes accelerate's CPU mode (gloo), so the same
   config runs on a laptop or a CPU server.
-- `FSDP` (fsdp_version 2): parameters, gradients and optimizer state are sharded over the processes with torch's
-  `fully_shard`. accelerate 1.x turns FSDP on only for GPU-like backends, but torch's FSDP2 also runs on CPUs with
-  gloo, so on CPUs we switch accelerate's state to FSDP ourselves (`_enable_fsdp2_on_cpu`).
+- `FSDP`: parameters, gradients and optimizer state are sharded over the processes with torch's `fully_shard`
+  (FSDP2). accelerate 1.x turns FSDP on only for GPU-like backends, but torch's FSDP2 also runs on CPUs with gloo,
+  so on CPUs we switch accelerate's state to FSDP ourselves (`_enable_fsdp2_on_cpu`). What an FSDP config written
+  by `accelerate config` asks for is read in `fsdp_plugin_from_launcher`: version 1 runs as FSDP2, the auto-wrap
+  policy gives way to ALBERT's own units, activation checkpointing becomes the model's gradient checkpointing, and
+  CPU-RAM-efficient loading reads a checkpoint on the first process only; each such translation is named in the
+  start line.
 - `DEEPSPEED`: needs CUDA GPUs. On a machine without them the run stops and says so.
 
 ALBERT's units of sharding (`shard_for_fsdp2`): each distinct `AlbertHFLayer` (with all layers shared that is one
@@ -19,13 +23,15 @@ import gc
 import os
 import time
 import weakref
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
 from accelerate import Accelerator, PartialState
-from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin, broadcast_object_list
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import distribute_tensor
+from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
 from .modeling_albert_hf import AlbertHFLayer
 
@@ -39,23 +45,97 @@ def _asked(name: str) -> bool:
     return os.environ.get(name, "false").lower() == "true"
 
 
-def make_accelerator(**kwargs) -> Accelerator:
-    """`Accelerator(**kwargs)` in the mode the launcher asked for, or SystemExit with the reason it cannot be had."""
+# FSDP version 1's sharding strategies (accelerate's names and numbers) and what runs instead
+_FSDP1_STRATEGIES = ["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2"]
+_FSDP1_AS_FSDP2 = {"FULL_SHARD": True, "SHARD_GRAD_OP": False}  # -> reshard_after_forward
+
+
+@dataclass
+class FsdpRequest:
+    """What the FSDP config asked for that albert_hf carries out itself, and the start line's notes about it."""
+
+    activation_checkpointing: bool = False  # -> the model's own gradient checkpointing
+    ram_efficient_loading: bool = False  # -> a checkpoint is read by the first process and sent to the others
+    notes: list[str] = field(default_factory=list)
+
+
+def fsdp_plugin_from_launcher() -> tuple[FullyShardedDataParallelPlugin, FsdpRequest]:
+    """The FSDP settings `accelerate launch` exported from its config (the FSDP_* variables) as the FSDP2 plugin
+    albert_hf runs, with what it carries out itself. Stops with one line on what cannot run.
+
+    - FSDP version 1 (accelerate 1.x's default, so most configs ask for it) runs as FSDP2: FULL_SHARD as
+      reshard_after_forward true, SHARD_GRAD_OP as false. Its prefetch, use_orig_params and sync_module_states
+      settings have no FSDP2 counterpart (FSDP2 always uses the original parameters, and every process starts from
+      the same weights). NO_SHARD (that is DDP) and the HYBRID strategies (a 2-D mesh) stop.
+    - Any auto-wrap policy is replaced by ALBERT's own units (`shard_for_fsdp2`): a policy can see neither that
+      the one shared layer is applied L times nor that the MLM head's bias and its decoder's are one parameter.
+    - fsdp_activation_checkpointing turns on the model's gradient checkpointing (the same recomputation, placed
+      where ALBERT's layers are); accelerate's own would wrap modules the policy picks.
+    - fsdp_cpu_ram_efficient_loading: with --model_name_or_path the first process reads the checkpoint and the
+      others receive their shards (`load_on_first_process`); from scratch there is nothing to load.
+    """
+    env = os.environ
+    request = FsdpRequest()
+    version = int(env.get("FSDP_VERSION", "1"))
+    reshard = env.get("FSDP_RESHARD_AFTER_FORWARD", "true").lower()
+    if version == 1:
+        # `accelerate config` writes version 1's strategy into fsdp_reshard_after_forward; older configs and flags
+        # into fsdp_sharding_strategy; either may be a name or accelerate's number (1-5)
+        strategy = reshard.upper() if reshard.upper() in _FSDP1_STRATEGIES or reshard.isdigit() else None
+        strategy = strategy or env.get("FSDP_SHARDING_STRATEGY", "FULL_SHARD").upper()
+        if strategy.isdigit() and 1 <= int(strategy) <= len(_FSDP1_STRATEGIES):
+            strategy = _FSDP1_STRATEGIES[int(strategy) - 1]
+        if strategy == "NO_SHARD":
+            _stop("the accelerate config asks for FSDP version 1 with NO_SHARD, which replicates the model as DDP "
+                  "does: use a DDP config (distributed_type: MULTI_GPU) instead")
+        if strategy not in _FSDP1_AS_FSDP2:
+            _stop(f"the accelerate config asks for FSDP version 1 with {strategy}, which shards within a machine and "
+                  "replicates across machines (a 2-D device mesh); albert_hf runs FSDP2 over one mesh: use "
+                  "FULL_SHARD or SHARD_GRAD_OP")
+        reshard = _FSDP1_AS_FSDP2[strategy]
+        request.notes.append(f"the config's FSDP version 1 ({strategy}) runs as FSDP2 with reshard_after_forward "
+                             f"{str(reshard).lower()}")
+    elif version == 2:
+        reshard = reshard not in ("false", "0", "no")
+    else:
+        _stop(f"the accelerate config asks for FSDP version {version}; there are versions 1 and 2")
+    # Everything but version, resharding and prefetch (version 1 only) as accelerate reads it from the environment.
+    plugin = FullyShardedDataParallelPlugin(fsdp_version=2, reshard_after_forward=reshard,
+                                            backward_prefetch="NO_PREFETCH")
+    if plugin.auto_wrap_policy is not None:
+        policy = env.get("FSDP_AUTO_WRAP_POLICY", "")
+        detail = {"TRANSFORMER_BASED_WRAP": env.get("FSDP_TRANSFORMER_CLS_TO_WRAP") or "_no_split_modules",
+                  "SIZE_BASED_WRAP": f"min_num_params {env.get('FSDP_MIN_NUM_PARAMS', '0')}"}.get(policy)
+        request.notes.append(f"the config's auto-wrap policy {policy}{f' ({detail})' if detail else ''} is replaced "
+                             "by ALBERT's units: each distinct AlbertHFLayer, the word table with the MLM head, the "
+                             "root")
+        plugin.auto_wrap_policy, plugin.transformer_cls_names_to_wrap, plugin.min_num_params = None, None, None
+    if plugin.activation_checkpointing:
+        request.activation_checkpointing = True
+        request.notes.append("fsdp_activation_checkpointing: the model's gradient checkpointing is on")
+        plugin.activation_checkpointing = False
+    if plugin.cpu_ram_efficient_loading:
+        request.ram_efficient_loading = True
+        plugin.cpu_ram_efficient_loading = False  # carried out by albert_hf (load_on_first_process), not accelerate
+    return plugin, request
+
+
+def make_accelerator(**kwargs) -> tuple[Accelerator, FsdpRequest | None]:
+    """`Accelerator(**kwargs)` in the mode the launcher asked for, or SystemExit with the reason it cannot be had;
+    under FSDP also what the config asked for that albert_hf carries out (None otherwise)."""
     has_gpu = torch.cuda.is_available()
     if _asked("ACCELERATE_USE_DEEPSPEED") and not has_gpu:
         _stop("the accelerate config asks for DeepSpeed, which needs CUDA GPUs, and this machine has none; on CPUs "
               f"use FSDP (--config_file {FSDP_CPU_CONFIG}) or DDP (--multi_gpu)")
-    fsdp = FullyShardedDataParallelPlugin() if _asked("ACCELERATE_USE_FSDP") else None  # the launcher's FSDP_* env
-    if fsdp is not None and fsdp.fsdp_version != 2:
-        _stop("the accelerate config asks for FSDP version 1; run_pretraining.py supports FSDP2 only: set "
-              "`fsdp_version: 2` in its fsdp_config")
-    if fsdp is not None and fsdp.activation_checkpointing:
-        _stop("fsdp_activation_checkpointing is not supported; use run_pretraining.py --gradient_checkpointing")
-    if fsdp is not None and fsdp.cpu_ram_efficient_loading:
-        # transformers would then load --model_name_or_path on the first process only; we shard what each built
-        _stop("fsdp_cpu_ram_efficient_loading is not supported: every process builds the model; set it to false")
-    # Without a GPU, accelerate runs several processes only in its CPU mode (gloo).
-    accelerator = Accelerator(cpu=not has_gpu, **kwargs)
+    fsdp, request = fsdp_plugin_from_launcher() if _asked("ACCELERATE_USE_FSDP") else (None, None)
+    if fsdp is not None and not has_gpu and isinstance(fsdp.cpu_offload, CPUOffloadPolicy):
+        # its pinned host buffers need a GPU, and without one the parameters are in CPU memory already
+        fsdp.cpu_offload = OffloadPolicy()
+        request.notes.append("fsdp_offload_params: nothing to offload on a machine without GPUs")
+    # Our plugin is passed on: left to itself, accelerate would build one from the environment (version 1 included,
+    # which fails on a machine without GPUs). Without a GPU, accelerate runs several processes only in its CPU mode
+    # (gloo), where it ignores FSDP; we then switch it on ourselves.
+    accelerator = Accelerator(cpu=not has_gpu, fsdp_plugin=fsdp, **kwargs)
     if fsdp is not None:
         if accelerator.distributed_type == DistributedType.MULTI_CPU:
             _enable_fsdp2_on_cpu(accelerator, fsdp)
@@ -63,7 +143,7 @@ def make_accelerator(**kwargs) -> Accelerator:
             mode = _MODE_NAMES.get(accelerator.distributed_type, accelerator.distributed_type.value)
             _stop(f"the accelerate config asks for FSDP, but this run is {mode}: start it with "
                   "`accelerate launch --config_file ...`")
-    return accelerator
+    return accelerator, request
 
 
 def _stop(reason: str):
@@ -96,6 +176,35 @@ def shard_for_fsdp2(model: torch.nn.Module, plugin: FullyShardedDataParallelPlug
         fully_shard([model.get_input_embeddings(), head], reshard_after_forward=False, **options)
     fully_shard(model, **options)
     return model
+
+
+def load_on_first_process(accelerator: Accelerator, load, build_from_config) -> torch.nn.Module:
+    """fsdp_cpu_ram_efficient_loading: `load()` (reading a checkpoint) runs on the first process only; the others
+    get its config and `build_from_config(config)` builds their model on the meta device, without memory. Once
+    the model is sharded, `send_weights_from_first_process` gives every process its shards."""
+    model = load() if accelerator.is_main_process else None
+    config = broadcast_object_list([model.config if model is not None else None])[0]
+    if model is None:
+        with torch.device("meta"):
+            model = build_from_config(config)
+    return model
+
+
+def send_weights_from_first_process(accelerator: Accelerator, model: torch.nn.Module, full_weights: dict | None):
+    """After `load_on_first_process` and `shard_for_fsdp2`: the first process (which holds `full_weights`, its
+    parameters from before sharding) scatters each parameter in turn, so another process never holds more than
+    one full tensor, and sends its buffers (FSDP2 does not shard them; e.g. the position ids). The others first
+    allocate their (meta) shards and buffers; tied parameters stay one parameter."""
+    if full_weights is None:
+        model.to_empty(device=accelerator.device)
+    with torch.no_grad():
+        for name, param in model.named_parameters():  # the same order on every process
+            full = (full_weights[name].to(param.device, param.dtype) if full_weights is not None
+                    else torch.empty(param.shape, dtype=param.dtype, device=param.device))
+            shard = distribute_tensor(full, param.device_mesh, param.placements, src_data_rank=0)
+            param.to_local().copy_(shard.to_local())
+        for _, buffer in model.named_buffers():
+            dist.broadcast(buffer, src=0)
 
 
 def local_share(model: torch.nn.Module) -> float:

@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import time
 from dataclasses import dataclass, field
 from itertools import islice
@@ -37,10 +38,12 @@ from .cli import parse_into_dataclasses
 from .configuration_albert_hf import PRESETS, SHARING_MODES, AlbertHFConfig
 from .corpus import LAYOUTS, load_corpus
 from .data_collator import DataCollatorForAlbertPretraining
-from .distributed import describe, end_distributed, gather_full_model, make_accelerator, shard_for_fsdp2
+from .distributed import (describe, end_distributed, gather_full_model, load_on_first_process, make_accelerator,
+                          send_weights_from_first_process, shard_for_fsdp2)
 from .hub import loading, push_folder, write_json, write_pretraining_card
 from .modeling_albert_hf import AlbertHFForPreTraining
 from .optimization import AdamWeightDecay, Lamb, get_official_schedule, parameter_groups
+from .preemption import PREEMPTED, StopOnSignal
 from .pretraining_data import TASKS as PAIR_TASKS
 from .pretraining_data import build_pretraining_dataset
 from .tokenization import train_tokenizer
@@ -385,6 +388,11 @@ def build_model(args, tokenizer):
             raise ValueError(f"--max_seq_length {args.max_seq_length} exceeds the model's "
                              f"max_position_embeddings={config.max_position_embeddings}")
         model = AlbertHFForPreTraining(config)
+    return finish_model(model, args, tokenizer)
+
+
+def finish_model(model, args, tokenizer):
+    """The checks and settings every built or loaded model gets: vocabulary, special tokens, checkpointing."""
     if len(tokenizer) > model.config.vocab_size:
         raise ValueError(f"The tokenizer has {len(tokenizer)} tokens but the model only {model.config.vocab_size}")
     for name in ("pad_token_id", "cls_token_id", "sep_token_id"):
@@ -452,7 +460,7 @@ class Pretraining:
 def prepare(args) -> Pretraining:
     """The accelerator (in the mode the launcher asked for), the output folder, the pairs, the tokenizer, the model
     (sharded under FSDP), the optimizer and the schedule; logs the start line."""
-    accelerator = make_accelerator(
+    accelerator, fsdp_request = make_accelerator(
         mixed_precision=args.mixed_precision,
         gradient_accumulation_steps=args.gradient_accumulation_steps,
         log_with=args.report_to if args.with_tracking else None,
@@ -503,11 +511,29 @@ def prepare(args) -> Pretraining:
         eval_dataloader = DataLoader(eval_pairs, batch_size=args.per_device_eval_batch_size,
                                      collate_fn=DataCollatorForAlbertPretraining(**masking, static_masking=True))
 
-    model = build_model(args, tokenizer)
+    fsdp_notes, full_weights = [], None
+    if fsdp_request is not None:
+        fsdp_notes = list(fsdp_request.notes)
+        if fsdp_request.activation_checkpointing:
+            args.gradient_checkpointing = True
+    if fsdp_request is not None and fsdp_request.ram_efficient_loading and args.model_name_or_path:
+        model = load_on_first_process(accelerator, lambda: build_model(args, tokenizer),
+                                      lambda config: finish_model(AlbertHFForPreTraining(config), args, tokenizer))
+        full_weights = dict(model.named_parameters()) if accelerator.is_main_process else None
+        fsdp_notes.append("fsdp_cpu_ram_efficient_loading: the first process read --model_name_or_path, the others "
+                          "received their shards")
+    else:
+        if fsdp_request is not None and fsdp_request.ram_efficient_loading:
+            fsdp_notes.append("fsdp_cpu_ram_efficient_loading: nothing to load (no --model_name_or_path); every "
+                              "process builds the same weights from --seed")
+        model = build_model(args, tokenizer)
     if args.torch_compile:
         model.compile_blocks()
     if accelerator.is_fsdp2:  # before the optimizer is built: it must hold the sharded parameters
         shard_for_fsdp2(model, accelerator.state.fsdp_plugin)
+        if fsdp_request.ram_efficient_loading and args.model_name_or_path:
+            send_weights_from_first_process(accelerator, model, full_weights)
+            del full_weights
     optimizer = make_optimizer(model, args)
     # The schedule counts optimizer steps; it is stepped by hand (not prepared), once per update, so that it
     # follows the official formula whatever the number of processes.
@@ -525,16 +551,28 @@ def prepare(args) -> Pretraining:
                              "tensorboard: pip install tensorboard, or albert_hf[tracking])")
         accelerator.init_trackers("albert_pretraining", {k: v for k, v in vars(args).items()
                                                          if isinstance(v, (int, float, str, bool))})
-    logger.info("%s parameters; global batch %d x %d tokens; %d steps; %s; mixed precision %s",
+    logger.info("%s parameters; global batch %d x %d tokens; %d steps; %s; mixed precision %s%s",
                 f"{num_parameters:,}", global_batch, args.max_seq_length, args.max_train_steps,
-                describe(accelerator, model), accelerator.mixed_precision)
+                describe(accelerator, model), accelerator.mixed_precision,
+                "".join(f"; {note}" for note in fsdp_notes))
     return Pretraining(args, accelerator, tokenizer, model, optimizer, scheduler, collate, train_dataloader,
                        eval_dataloader, eval_documents, checkpoints, num_parameters, global_batch)
 
 
-def fit(run: Pretraining) -> tuple[dict, int]:
+@dataclass
+class Outcome:
+    """How `fit` ended: at --max_train_steps, or early on a stop signal with a checkpoint written."""
+
+    eval_metrics: dict  # the last evaluation's
+    steps: int  # optimizer steps completed
+    stopped_by: str | None = None  # the signal's name (SIGTERM, SIGINT, SIGUSR1) when one ended the run early
+    checkpoint: Path | None = None  # the step_N written when it stopped
+
+
+def fit(run: Pretraining, stop: StopOnSignal | None = None) -> Outcome:
     """The training loop, from the checkpoint --resume_from_checkpoint names (if any) to --max_train_steps, with
-    logging, evaluation and checkpoints; returns (the last evaluation's metrics, the steps completed)."""
+    logging, evaluation and checkpoints. When `stop` reports a signal (in any process) at a step boundary, every
+    process saves the checkpoint of that step and the loop ends there."""
     args, accelerator, model = run.args, run.accelerator, run.model
     metrics_log = run.output_dir / "metrics.jsonl"
     # The training metrics logged every --logging_steps are means over a window of steps. The window's sums
@@ -565,10 +603,19 @@ def fit(run: Pretraining) -> tuple[dict, int]:
 
     progress = tqdm(total=args.max_train_steps, initial=completed_steps, disable=not accelerator.is_main_process,
                     desc="pretraining", dynamic_ncols=True)
+    def save_checkpoint() -> Path:  # a collective: every process calls it at the same step
+        window_sum = accelerator.reduce(window, "sum").cpu()
+        return run.checkpoints.save(completed_steps, {
+            "step": completed_steps, "epoch": epoch, "batches_in_epoch": batches_in_epoch,
+            "skipped_steps": skipped_steps, "window": window_sum.tolist(), "window_tokens": window_tokens,
+            "window_seconds": time.perf_counter() - window_start,
+        })
+
     window_start = time.perf_counter() - window_seconds
     eval_metrics = {}
+    stopped_by = stopped_checkpoint = None
     model.train()
-    while completed_steps < args.max_train_steps:
+    while completed_steps < args.max_train_steps and stopped_by is None:
         run.collate.set_epoch(epoch)
         if hasattr(run.train_dataloader, "set_epoch"):
             run.train_dataloader.set_epoch(epoch)
@@ -605,23 +652,23 @@ def fit(run: Pretraining) -> tuple[dict, int]:
                 logger.info("step %d: %s", completed_steps, _format(eval_metrics))
 
             if args.checkpointing_steps and completed_steps % args.checkpointing_steps == 0:
-                window_sum = accelerator.reduce(window, "sum").cpu()
-                run.checkpoints.save(completed_steps, {
-                    "step": completed_steps, "epoch": epoch, "batches_in_epoch": batches_in_epoch,
-                    "skipped_steps": skipped_steps, "window": window_sum.tolist(), "window_tokens": window_tokens,
-                    "window_seconds": time.perf_counter() - window_start,
-                })
+                save_checkpoint()
             if completed_steps >= args.max_train_steps:
+                break
+            if stop is not None and stop.agreed(accelerator.device):
+                stopped_by, stopped_checkpoint = stop.name, save_checkpoint()  # returns at once if just saved
                 break
         else:
             epoch += 1
             batches_in_epoch = 0
     progress.close()
+    if stopped_by is not None:
+        return Outcome(eval_metrics, completed_steps, stopped_by, stopped_checkpoint)
 
     if run.eval_dataloader is not None and (not args.eval_steps or args.max_train_steps % args.eval_steps):
         eval_metrics = evaluate(model, run.eval_dataloader, accelerator, args.task)
         log(eval_metrics)
-    return eval_metrics, completed_steps
+    return Outcome(eval_metrics, completed_steps)
 
 
 def finish(run: Pretraining, eval_metrics: dict, completed_steps: int):
@@ -678,15 +725,26 @@ def enable_cpu_fp16(accelerator):
 
 
 def main(argv=None):
+    """Exits with status PREEMPTED (75) when a stop signal ended the run early, after its checkpoint."""
     args = parse_args(argv)
     run = prepare(args)
-    eval_metrics, completed_steps = fit(run)
-    finish(run, eval_metrics, completed_steps)
-    accelerator = run.accelerator
-    del run  # its model and optimizer hold the process group: dropped, so that end_distributed can free it
-    if end_distributed(accelerator):
-        logger.warning("a process group is still alive at exit: the process may abort in teardown")
-    return eval_metrics
+    # From the first step on, SIGTERM / SIGINT / SIGUSR1 end the run at a step boundary with a checkpoint; during
+    # the final save they are noted and the save completes.
+    with StopOnSignal() as stop:
+        outcome = fit(run, stop)
+        if outcome.stopped_by is None:
+            finish(run, outcome.eval_metrics, outcome.steps)
+        accelerator = run.accelerator
+        del run  # its model and optimizer hold the process group: dropped, so that end_distributed can free it
+        if end_distributed(accelerator):
+            logger.warning("a process group is still alive at exit: the process may abort in teardown")
+        if outcome.stopped_by is not None:
+            if accelerator.is_main_process:
+                print(f"Stopped by {outcome.stopped_by} after step {outcome.steps} of {args.max_train_steps}: the "
+                      f"full training state is in {outcome.checkpoint}. To continue, run the same command with "
+                      "--resume_from_checkpoint latest", file=sys.stderr, flush=True)
+            raise SystemExit(PREEMPTED)
+    return outcome.eval_metrics
 
 
 def save_final_model(model, tokenizer, output_dir: Path, args, eval_metrics, global_batch, num_processes):

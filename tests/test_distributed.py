@@ -103,12 +103,13 @@ def test_two_machines_on_localhost_end_with_the_two_process_weights(tmp_path, dd
 
 @pytest.mark.parametrize("env, message", [
     ({"ACCELERATE_USE_DEEPSPEED": "true"}, "error: the accelerate config asks for DeepSpeed, which needs CUDA GPUs"),
-    ({"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "1"},
-     "error: the accelerate config asks for FSDP version 1; run_pretraining.py supports FSDP2 only"),
     ({"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2"},
      "error: the accelerate config asks for FSDP, but this run is one process: start it with `accelerate launch"),
-    ({"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2", "FSDP_CPU_RAM_EFFICIENT_LOADING": "true"},
-     "error: fsdp_cpu_ram_efficient_loading is not supported: every process builds the model"),
+    # version 1 with sync_module_states made accelerate itself fail on a machine without GPUs, before our check
+    ({"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "1", "FSDP_SYNC_MODULE_STATES": "true"},
+     "error: the accelerate config asks for FSDP, but this run is one process: start it with `accelerate launch"),
+    ({"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "1", "FSDP_RESHARD_AFTER_FORWARD": "no_shard"},
+     "error: the accelerate config asks for FSDP version 1 with NO_SHARD, which replicates the model as DDP does"),
 ])
 def test_a_mode_that_cannot_be_had_stops_with_one_line_before_any_work(tmp_path, env, message):
     """What `accelerate launch` exports from such a config, given to a plain process: it stops at once."""
@@ -118,6 +119,102 @@ def test_a_mode_that_cannot_be_had_stops_with_one_line_before_any_work(tmp_path,
     assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert done.stderr.strip().splitlines()[-1].startswith(message)
     assert not out.exists()
+
+
+# What `accelerate config` writes when the FSDP questions are answered so (other questions: its defaults, which include
+# fsdp_cpu_ram_efficient_loading true and, for version 2, fsdp_reshard_after_forward true); what the run then does.
+TRANSFORMER_CLASS = {"auto wrap policy": "TRANSFORMER_BASED_WRAP", "_no_split_modules": "no",
+                     "transformer layer class names": "AlbertHFLayer"}
+REPLACED = "is replaced by ALBERT's units: each distinct AlbertHFLayer, the word table with the MLM head, the root"
+GENERATED_CONFIGS = [
+    (TRANSFORMER_CLASS, ["FSDP2", "reshard True", f"auto-wrap policy TRANSFORMER_BASED_WRAP (AlbertHFLayer) {REPLACED}",
+                         "fsdp_cpu_ram_efficient_loading: nothing to load (no --model_name_or_path)"]),
+    ({"auto wrap policy": "TRANSFORMER_BASED_WRAP", "_no_split_modules": "yes"},
+     [f"auto-wrap policy TRANSFORMER_BASED_WRAP (_no_split_modules) {REPLACED}"]),
+    ({"auto wrap policy": "SIZE_BASED_WRAP"}, [f"auto-wrap policy SIZE_BASED_WRAP (min_num_params 100000000) {REPLACED}"]),
+    ({"auto wrap policy": "NO_WRAP", "CPU RAM efficient": "no"}, ["no notes"]),
+    ({"activation checkpointing": "yes"}, ["fsdp_activation_checkpointing: the model's gradient checkpointing is on"]),
+    ({"offload parameters": "yes"}, ["fsdp_offload_params: nothing to offload on a machine without GPUs"]),
+    ({"FSDP version": "1"}, ["the config's FSDP version 1 (FULL_SHARD) runs as FSDP2 with reshard_after_forward true"]),
+    ({"FSDP version": "1", "sharding strategy": "SHARD_GRAD_OP"},
+     ["reshard False", "the config's FSDP version 1 (SHARD_GRAD_OP) runs as FSDP2 with reshard_after_forward false"]),
+    ({"FSDP version": "1", "sharding strategy": "NO_SHARD"},
+     ["error: the accelerate config asks for FSDP version 1 with NO_SHARD, which replicates the model as DDP does: "
+      "use a DDP config (distributed_type: MULTI_GPU) instead"]),
+    ({"FSDP version": "1", "sharding strategy": "HYBRID_SHARD"},
+     ["error: the accelerate config asks for FSDP version 1 with HYBRID_SHARD, which shards within a machine and "
+      "replicates across machines"]),
+]
+
+
+@pytest.mark.parametrize("answers, expected", GENERATED_CONFIGS)
+def test_every_fsdp_config_accelerate_config_writes_is_read_into_what_runs_or_one_line(tmp_path, answers, expected):
+    from unittest import mock
+
+    from accelerate_configs import fsdp_config, launcher_environment
+
+    from albert_hf.distributed import fsdp_plugin_from_launcher
+
+    environment = launcher_environment(fsdp_config(tmp_path / "config.yaml", **answers))
+    with mock.patch.dict(os.environ, environment):
+        try:
+            plugin, request = fsdp_plugin_from_launcher()
+        except SystemExit as stop:
+            assert str(stop).startswith(expected[0]) and len(expected) == 1
+            return
+    assert plugin.fsdp_version == 2 and plugin.auto_wrap_policy is None and not plugin.activation_checkpointing
+    assert not plugin.cpu_ram_efficient_loading  # carried out by albert_hf, when there is a checkpoint to load
+    described = f"FSDP{plugin.fsdp_version}; reshard {plugin.reshard_after_forward}; " + "; ".join(request.notes)
+    for text in expected:
+        if text == "no notes":
+            assert not request.notes, request.notes
+        elif "offload" in text:  # decided where the machine is known
+            assert environment["FSDP_OFFLOAD_PARAMS"] == "true"
+        elif "nothing to load" in text:
+            assert request.ram_efficient_loading
+        else:
+            assert text in described, described
+    assert request.activation_checkpointing == ("activation checkpointing" in answers)
+
+
+def test_a_generated_fsdp_config_with_policy_and_activation_checkpointing_ends_with_the_ddp_weights(tmp_path, ddp_run):
+    """The first policy `accelerate config` offers, with the class named, plus activation checkpointing and its
+    defaults (resharding after forward, CPU-RAM-efficient loading): it trains, and says what it did instead."""
+    from accelerate_configs import fsdp_config
+
+    config = fsdp_config(tmp_path / "fsdp.yaml", **TRANSFORMER_CLASS, **{"activation checkpointing": "yes"})
+    run = tmp_path / "run"
+    done = pretrain(run, *ARGS, "--per_device_train_batch_size", "4", launcher=[*LAUNCH, "--config_file", config])
+    start = next(line for line in done.stderr.splitlines() if "parameters; global batch" in line)
+    assert "FSDP2 over 2 processes on 1 machine (gloo, cpu): this process holds 50.0% of the parameters" in start
+    assert f"auto-wrap policy TRANSFORMER_BASED_WRAP (AlbertHFLayer) {REPLACED}" in start
+    assert "fsdp_activation_checkpointing: the model's gradient checkpointing is on" in start
+    assert "fsdp_cpu_ram_efficient_loading: nothing to load (no --model_name_or_path)" in start
+    expected, got = load_file(ddp_run / "model.safetensors"), load_file(run / "model.safetensors")
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], rtol=0, atol=1e-5, msg=name)
+
+
+def test_fsdp_version_1_with_ram_efficient_loading_reads_on_the_first_process_and_shards_exactly(tmp_path, ddp_run):
+    """accelerate 1.x's default FSDP config (version 1, FULL_SHARD, sync_module_states, use_orig_params, full state
+    dicts) with --model_name_or_path: the first process reads the checkpoint, the second builds on the meta device
+    and receives its shards. At learning rate 0 the gathered final weights are the checkpoint's, bit for bit."""
+    from accelerate_configs import fsdp_config
+
+    config = fsdp_config(tmp_path / "fsdp1.yaml", **{"FSDP version": "1"})
+    run = tmp_path / "run"
+    done = pretrain(run, *ARGS, "--per_device_train_batch_size", "4", "--model_name_or_path", str(ddp_run),
+                    "--max_train_steps", "3", "--learning_rate", "0", launcher=[*LAUNCH, "--config_file", config])
+    start = next(line for line in done.stderr.splitlines() if "parameters; global batch" in line)
+    assert "FSDP2 over 2 processes" in start
+    assert "the config's FSDP version 1 (FULL_SHARD) runs as FSDP2 with reshard_after_forward true" in start
+    assert ("fsdp_cpu_ram_efficient_loading: the first process read --model_name_or_path, the others received their "
+            "shards") in start
+    assert (run / "step_3" / STATE_FILE).is_file()  # a full-state-dict checkpoint, as the config asks
+    expected, got = load_file(ddp_run / "model.safetensors"), load_file(run / "model.safetensors")
+    assert expected.keys() == got.keys()
+    for name in expected:
+        assert torch.equal(got[name], expected[name]), name
 
 
 SHARDING = """
