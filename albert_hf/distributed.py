@@ -1,5 +1,6 @@
-"""Where run_pretraining.py runs: the distributed mode is decided here once, named in the run's start line, and
-refused with one line when it cannot be had. There is no silent fallback.
+"""Where a run goes: the distributed mode of run_pretraining.py (`make_accelerator`) and of the Trainer-based
+fine-tuning scripts (`finetuning.AlbertTrainer`) is decided here once, named in the run's start line, and refused
+with one line when it cannot be had. There is no silent fallback.
 
 The mode comes from `accelerate launch` (its config or flags):
 - `--multi_gpu` / `MULTI_GPU`: DDP. On a machine without GPUs this becomes accelerate's CPU mode (gloo), so the same
@@ -120,30 +121,55 @@ def fsdp_plugin_from_launcher() -> tuple[FullyShardedDataParallelPlugin, FsdpReq
     return plugin, request
 
 
-def make_accelerator(**kwargs) -> tuple[Accelerator, FsdpRequest | None]:
-    """`Accelerator(**kwargs)` in the mode the launcher asked for, or SystemExit with the reason it cannot be had;
-    under FSDP also what the config asked for that albert_hf carries out (None otherwise)."""
+def requested_mode() -> tuple[FullyShardedDataParallelPlugin | None, FsdpRequest | None]:
+    """What the launcher asked for, checked before an Accelerator exists: the FSDP plugin albert_hf runs and
+    what it carries out itself (None, None without FSDP); SystemExit with one line for what cannot be had."""
     has_gpu = torch.cuda.is_available()
     if _asked("ACCELERATE_USE_DEEPSPEED") and not has_gpu:
         _stop("the accelerate config asks for DeepSpeed, which needs CUDA GPUs, and this machine has none; on CPUs "
               f"use FSDP (--config_file {FSDP_CPU_CONFIG}) or DDP (--multi_gpu)")
-    fsdp, request = fsdp_plugin_from_launcher() if _asked("ACCELERATE_USE_FSDP") else (None, None)
-    if fsdp is not None and not has_gpu and isinstance(fsdp.cpu_offload, CPUOffloadPolicy):
+    if not _asked("ACCELERATE_USE_FSDP"):
+        return None, None
+    fsdp, request = fsdp_plugin_from_launcher()
+    if not has_gpu and isinstance(fsdp.cpu_offload, CPUOffloadPolicy):
         # its pinned host buffers need a GPU, and without one the parameters are in CPU memory already
         fsdp.cpu_offload = OffloadPolicy()
         request.notes.append("fsdp_offload_params: nothing to offload on a machine without GPUs")
-    # Our plugin is passed on: left to itself, accelerate would build one from the environment (version 1 included,
-    # which fails on a machine without GPUs). Without a GPU, accelerate runs several processes only in its CPU mode
-    # (gloo), where it ignores FSDP; we then switch it on ourselves.
-    accelerator = Accelerator(cpu=not has_gpu, fsdp_plugin=fsdp, **kwargs)
+    return fsdp, request
+
+
+def use_fsdp(accelerator: Accelerator, fsdp: FullyShardedDataParallelPlugin):
+    """Puts a freshly built Accelerator (given `fsdp` as its fsdp_plugin) into FSDP mode on CPUs too, or stops
+    with one line when the run is not several processes.
+
+    The plugin is handed to the Accelerator: left to itself, accelerate would build one from the environment
+    (version 1 included, which fails on a machine without GPUs). Without a GPU, accelerate runs several processes
+    only in its CPU mode (gloo), where it ignores FSDP; it is switched on here."""
+    if accelerator.distributed_type == DistributedType.MULTI_CPU:
+        _enable_fsdp2_on_cpu(accelerator, fsdp)
+    if accelerator.distributed_type != DistributedType.FSDP:
+        mode = _MODE_NAMES.get(accelerator.distributed_type, accelerator.distributed_type.value)
+        _stop(f"the accelerate config asks for FSDP, but this run is {mode}: start it with "
+              "`accelerate launch --config_file ...`")
+
+
+def cpu_processes_without_gpus():
+    """Several processes on a machine without GPUs run in accelerate's CPU mode (gloo). Set before transformers'
+    TrainingArguments are built: without it Trainer gives every process its own independent training (its
+    "parallel_mode != ParallelMode.DISTRIBUTED" warning), whatever the launcher's config."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available():
+        os.environ["ACCELERATE_USE_CPU"] = "true"
+
+
+def make_accelerator(**kwargs) -> tuple[Accelerator, FsdpRequest | None]:
+    """`Accelerator(**kwargs)` in the mode the launcher asked for, or SystemExit with the reason it cannot be had;
+    under FSDP also what the config asked for that albert_hf carries out (None otherwise)."""
+    fsdp, request = requested_mode()
+    accelerator = Accelerator(cpu=not torch.cuda.is_available(), fsdp_plugin=fsdp, **kwargs)
     if fsdp is not None:
-        if accelerator.distributed_type == DistributedType.MULTI_CPU:
-            _enable_fsdp2_on_cpu(accelerator, fsdp)
-        if accelerator.distributed_type != DistributedType.FSDP:
-            mode = _MODE_NAMES.get(accelerator.distributed_type, accelerator.distributed_type.value)
-            _stop(f"the accelerate config asks for FSDP, but this run is {mode}: start it with "
-                  "`accelerate launch --config_file ...`")
+        use_fsdp(accelerator, fsdp)
     return accelerator, request
+
 
 
 def _stop(reason: str):
@@ -178,10 +204,22 @@ def shard_for_fsdp2(model: torch.nn.Module, plugin: FullyShardedDataParallelPlug
     return model
 
 
+def shard_model(accelerator: Accelerator, model: torch.nn.Module, send_first_process_weights: bool = False):
+    """`shard_for_fsdp2` with the run's plugin, before the optimizer is built. With `send_first_process_weights`
+    (fsdp_cpu_ram_efficient_loading and a checkpoint to start from) the first process's weights are then sent
+    to the others, whose model may be on the meta device (`load_on_first_process`)."""
+    full_weights = dict(model.named_parameters()) if send_first_process_weights and accelerator.is_main_process \
+        else None
+    shard_for_fsdp2(model, accelerator.state.fsdp_plugin)
+    if send_first_process_weights:
+        send_weights_from_first_process(accelerator, model, full_weights)
+    return model
+
+
 def load_on_first_process(accelerator: Accelerator, load, build_from_config) -> torch.nn.Module:
     """fsdp_cpu_ram_efficient_loading: `load()` (reading a checkpoint) runs on the first process only; the others
     get its config and `build_from_config(config)` builds their model on the meta device, without memory. Once
-    the model is sharded, `send_weights_from_first_process` gives every process its shards."""
+    the model is sharded, `shard_model(..., send_first_process_weights=True)` gives every process its shards."""
     model = load() if accelerator.is_main_process else None
     config = broadcast_object_list([model.config if model is not None else None])[0]
     if model is None:
@@ -191,10 +229,10 @@ def load_on_first_process(accelerator: Accelerator, load, build_from_config) -> 
 
 
 def send_weights_from_first_process(accelerator: Accelerator, model: torch.nn.Module, full_weights: dict | None):
-    """After `load_on_first_process` and `shard_for_fsdp2`: the first process (which holds `full_weights`, its
-    parameters from before sharding) scatters each parameter in turn, so another process never holds more than
-    one full tensor, and sends its buffers (FSDP2 does not shard them; e.g. the position ids). The others first
-    allocate their (meta) shards and buffers; tied parameters stay one parameter."""
+    """After sharding: the first process (which holds `full_weights`, its parameters from before sharding)
+    scatters each parameter in turn, so another process never holds more than one full tensor, and sends its
+    buffers (FSDP2 does not shard them; e.g. the position ids). The others first allocate their (meta) shards and
+    buffers; tied parameters stay one parameter."""
     if full_weights is None:
         model.to_empty(device=accelerator.device)
     with torch.no_grad():
@@ -242,7 +280,8 @@ def gather_full_model(accelerator: Accelerator, model: torch.nn.Module):
     if not accelerator.is_main_process:
         return None
     original_class = next(c for c in type(unwrapped).__mro__ if not issubclass(c, FSDPModule))
-    plain = original_class(unwrapped.config)
+    with torch.random.fork_rng(devices=[]):  # its random init must not move the run's random stream (dropout)
+        plain = original_class(unwrapped.config)
     plain.load_state_dict(state_dict)
     return plain.eval()
 

@@ -22,14 +22,19 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 import transformers
-from transformers import AutoTokenizer, HfArgumentParser, Trainer, TrainingArguments, set_seed
-from transformers.trainer_utils import get_last_checkpoint
+from transformers import AutoTokenizer, HfArgumentParser, Trainer, TrainerCallback, TrainingArguments, set_seed
+from transformers.trainer import TRAINING_ARGS_NAME
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
 from . import AlbertHFConfig
 from .cli import argument_file, parse_into_dataclasses, read_argument_file
+from .distributed import (cpu_processes_without_gpus, describe, gather_full_model, requested_mode, shard_model,
+                          use_fsdp)
 from .hub import loading
 from .optimization import AdamWeightDecay, get_official_schedule, parameter_groups
+from .preemption import PREEMPTED, StopOnSignal
 
 logger = logging.getLogger("albert_hf.finetuning")
 
@@ -114,12 +119,58 @@ class AlbertTrainer(Trainer):
 
     Otherwise it is transformers' Trainer unchanged. Task trainers (e.g. for SQuAD post-processing) subclass it.
     With --compile_blocks the model's blocks are compiled in place before training.
+
+    Under `accelerate launch` it runs in the mode the config asks for, as run_pretraining.py does
+    (`distributed.py`): DDP over gloo on CPUs, and FSDP2 with ALBERT's own units on GPUs and CPUs alike (Trainer
+    alone would shard with the config's auto-wrap policy on GPUs and silently skip FSDP on CPUs). Under FSDP the
+    saved model is always the full one, whatever the config's state-dict type.
     """
 
     def __init__(self, *args, **kwargs):
+        self.fsdp_plugin, self.fsdp_request = requested_mode()  # before Trainer builds its Accelerator
         super().__init__(*args, **kwargs)
+        if self.is_fsdp_enabled:
+            if self.fsdp_request.activation_checkpointing:
+                self.model.activation_checkpointing_enable()
         if getattr(self.args, "compile_blocks", False):
             self.model.compile_blocks()
+        if self.is_fsdp_enabled:  # before the optimizer is built: it must hold the sharded parameters
+            self.model = self.model_wrapped = shard_model(
+                self.accelerator, self.model, send_first_process_weights=self.fsdp_request.ram_efficient_loading)
+
+    def _build_accelerator_args(self, **kwargs):
+        accelerator_args = super()._build_accelerator_args(**kwargs)
+        if self.fsdp_plugin is not None:
+            accelerator_args["fsdp_plugin"] = self.fsdp_plugin
+        return accelerator_args
+
+    def create_accelerator_and_postprocess(self):
+        super().create_accelerator_and_postprocess()
+        if self.fsdp_plugin is not None:
+            use_fsdp(self.accelerator, self.fsdp_plugin)
+            self.is_fsdp_enabled = True
+
+    def describe_mode(self) -> str:
+        """Where this run trains, for the start line, e.g. 'FSDP2 over 2 processes on 1 machine (gloo, cpu): this
+        process holds 50.0% of the parameters', with what an FSDP config asked for that was done differently."""
+        notes = list(self.fsdp_request.notes) if self.is_fsdp_enabled else []
+        if self.is_fsdp_enabled and self.fsdp_request.ram_efficient_loading:
+            notes.append("fsdp_cpu_ram_efficient_loading: the first process's weights were sent to the others")
+        return describe(self.accelerator, self.model) + "".join(f"; {note}" for note in notes)
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
+        if not self.is_fsdp_enabled:
+            return super().save_model(output_dir, _internal_call)
+        # Trainer writes no model at all under a SHARDED_STATE_DICT config, and saving the sharded module itself
+        # would copy torch's FSDP sources as the folder's remote code. The full weights are gathered into a plain
+        # model instead (a collective: every process calls save_model) and written as Trainer writes a model.
+        plain = gather_full_model(self.accelerator, self.model)
+        if plain is not None and self.args.should_save:
+            output_dir = Path(output_dir or self.args.output_dir)
+            plain.save_pretrained(output_dir)
+            if self.processing_class is not None:
+                self.processing_class.save_pretrained(output_dir)
+            torch.save(self.args, output_dir / TRAINING_ARGS_NAME)
 
     def get_eval_dataloader(self, eval_dataset=None):
         # Trainer caches the evaluation loader under one key for every dataset passed in, and with
@@ -154,6 +205,8 @@ class AlbertTrainer(Trainer):
 def parse_arguments(data_arguments_class, argv=None):
     """(ModelArguments, data arguments, AlbertTrainingArguments) from the command line, or from one .json/.yaml
     file."""
+    requested_mode()  # a launcher mode that cannot be had stops here, before TrainingArguments try it
+    cpu_processes_without_gpus()  # before TrainingArguments decide the device
     return parse_into_dataclasses(HfArgumentParser((ModelArguments, data_arguments_class, AlbertTrainingArguments)),
                                   argv)
 
@@ -220,14 +273,40 @@ def limit(dataset, max_samples: int | None):
     return dataset if max_samples is None else dataset.select(range(min(max_samples, len(dataset))))
 
 
+class StopOnSignalCallback(TrainerCallback):
+    """SIGTERM, SIGINT or SIGUSR1 (in any process) ends training after the current optimizer step, with a
+    checkpoint-N that Trainer's --resume_from_checkpoint continues from (`preemption.py`)."""
+
+    def __init__(self, stop: StopOnSignal):
+        self.stop = stop
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.stop.agreed(args.device):  # every process asks at every step: they agree on the same step
+            control.should_save = control.should_training_stop = True
+
+
 def train(trainer, training_args, last_checkpoint, num_examples: int) -> dict:
     """Train (resuming if asked), save the final model with its tokenizer, write train_results.json.
 
-    A fresh all_results.json is started: results of an earlier run in output_dir describe another model.
+    A fresh all_results.json is started: results of an earlier run in output_dir describe another model. A stop
+    signal during training saves a checkpoint and exits with status PREEMPTED (75): see StopOnSignalCallback.
     """
     if trainer.is_world_process_zero():
         Path(training_args.output_dir, "all_results.json").unlink(missing_ok=True)
-    result = trainer.train(resume_from_checkpoint=last_checkpoint)
+    with StopOnSignal() as stop:
+        logger.info("Fine-tuning: %s", trainer.describe_mode())
+        callback = StopOnSignalCallback(stop)
+        trainer.add_callback(callback)
+        result = trainer.train(resume_from_checkpoint=last_checkpoint)
+        trainer.remove_callback(callback)
+        if stop.received is not None:
+            checkpoint = Path(training_args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{trainer.state.global_step}")
+            if trainer.is_world_process_zero():
+                print(f"Stopped by {stop.name} after step {trainer.state.global_step} of {trainer.state.max_steps}: "
+                      f"the training state is in {checkpoint}. To continue, run the same command (it resumes from "
+                      "the last checkpoint in --output_dir), or pass --resume_from_checkpoint with that folder",
+                      file=sys.stderr, flush=True)
+            raise SystemExit(PREEMPTED)
     # An internal save: with --push_to_hub, Trainer would otherwise upload here with its own model card; `finish`
     # pushes once, with ours.
     trainer.save_model(_internal_call=True)

@@ -39,7 +39,7 @@ from .configuration_albert_hf import PRESETS, SHARING_MODES, AlbertHFConfig
 from .corpus import LAYOUTS, load_corpus
 from .data_collator import DataCollatorForAlbertPretraining
 from .distributed import (describe, end_distributed, gather_full_model, load_on_first_process, make_accelerator,
-                          send_weights_from_first_process, shard_for_fsdp2)
+                          shard_model)
 from .hub import loading, push_folder, write_json, write_pretraining_card
 from .modeling_albert_hf import AlbertHFForPreTraining
 from .optimization import AdamWeightDecay, Lamb, get_official_schedule, parameter_groups
@@ -511,15 +511,13 @@ def prepare(args) -> Pretraining:
         eval_dataloader = DataLoader(eval_pairs, batch_size=args.per_device_eval_batch_size,
                                      collate_fn=DataCollatorForAlbertPretraining(**masking, static_masking=True))
 
-    fsdp_notes, full_weights = [], None
-    if fsdp_request is not None:
-        fsdp_notes = list(fsdp_request.notes)
-        if fsdp_request.activation_checkpointing:
-            args.gradient_checkpointing = True
-    if fsdp_request is not None and fsdp_request.ram_efficient_loading and args.model_name_or_path:
+    fsdp_notes = list(fsdp_request.notes) if fsdp_request is not None else []
+    if fsdp_request is not None and fsdp_request.activation_checkpointing:
+        args.gradient_checkpointing = True
+    load_once = fsdp_request is not None and fsdp_request.ram_efficient_loading and bool(args.model_name_or_path)
+    if load_once:
         model = load_on_first_process(accelerator, lambda: build_model(args, tokenizer),
                                       lambda config: finish_model(AlbertHFForPreTraining(config), args, tokenizer))
-        full_weights = dict(model.named_parameters()) if accelerator.is_main_process else None
         fsdp_notes.append("fsdp_cpu_ram_efficient_loading: the first process read --model_name_or_path, the others "
                           "received their shards")
     else:
@@ -530,10 +528,7 @@ def prepare(args) -> Pretraining:
     if args.torch_compile:
         model.compile_blocks()
     if accelerator.is_fsdp2:  # before the optimizer is built: it must hold the sharded parameters
-        shard_for_fsdp2(model, accelerator.state.fsdp_plugin)
-        if fsdp_request.ram_efficient_loading and args.model_name_or_path:
-            send_weights_from_first_process(accelerator, model, full_weights)
-            del full_weights
+        shard_model(accelerator, model, send_first_process_weights=load_once)
     optimizer = make_optimizer(model, args)
     # The schedule counts optimizer steps; it is stepped by hand (not prepared), once per update, so that it
     # follows the official formula whatever the number of processes.

@@ -1,5 +1,6 @@
 """run_pretraining.py beyond one process, for real on this CPU machine: FSDP2 (sharded, equal to DDP, killed and
-resumed), two machines on localhost, and the configs that cannot run here stopping with one line."""
+resumed), the FSDP configs `accelerate config` writes, two machines on localhost, and the configs that cannot run
+here stopping with one line (also for the fine-tuning scripts)."""
 
 import os
 import signal
@@ -16,6 +17,7 @@ from safetensors.torch import load_file
 from test_pretraining import RESUME_ARGS, SCRIPT, check_same_weights_and_curve, metrics, pretrain
 
 from albert_hf.checkpointing import STATE_FILE
+from albert_hf.pretraining import build_parser
 
 ARGS = [*RESUME_ARGS, "--mixed_precision", "no"]  # 12 steps, a checkpoint every 3; fp32 for the comparisons
 LAUNCH = [sys.executable, "-m", "accelerate.commands.launch", "--mixed_precision", "no", "--dynamo_backend", "no"]
@@ -131,7 +133,8 @@ GENERATED_CONFIGS = [
                          "fsdp_cpu_ram_efficient_loading: nothing to load (no --model_name_or_path)"]),
     ({"auto wrap policy": "TRANSFORMER_BASED_WRAP", "_no_split_modules": "yes"},
      [f"auto-wrap policy TRANSFORMER_BASED_WRAP (_no_split_modules) {REPLACED}"]),
-    ({"auto wrap policy": "SIZE_BASED_WRAP"}, [f"auto-wrap policy SIZE_BASED_WRAP (min_num_params 100000000) {REPLACED}"]),
+    ({"auto wrap policy": "SIZE_BASED_WRAP"},
+     [f"auto-wrap policy SIZE_BASED_WRAP (min_num_params 100000000) {REPLACED}"]),
     ({"auto wrap policy": "NO_WRAP", "CPU RAM efficient": "no"}, ["no notes"]),
     ({"activation checkpointing": "yes"}, ["fsdp_activation_checkpointing: the model's gradient checkpointing is on"]),
     ({"offload parameters": "yes"}, ["fsdp_offload_params: nothing to offload on a machine without GPUs"]),
@@ -326,3 +329,33 @@ def test_every_shipped_accelerate_config_loads_and_is_in_the_readme_table():
         assert path.name in table
         if config.distributed_type.value == "FSDP":  # what run_pretraining.py accepts
             assert config.fsdp_config["fsdp_version"] == 2 and not config.fsdp_config["fsdp_cpu_ram_efficient_loading"]
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"ACCELERATE_USE_DEEPSPEED": "true"}, "error: the accelerate config asks for DeepSpeed, which needs CUDA GPUs"),
+    ({"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2"},
+     "error: the accelerate config asks for FSDP, but this run is one process: start it with `accelerate launch"),
+])
+def test_fine_tuning_refuses_a_mode_that_cannot_be_had_with_one_line(tmp_path, tiny_checkpoint, env, message):
+    from test_glue import write_glue_folders
+
+    rte = write_glue_folders(tmp_path / "glue") / "RTE"
+    out = tmp_path / "out"
+    command = [sys.executable, str(REPO / "run_glue.py"), "--model_name_or_path", str(tiny_checkpoint),
+               "--task_name", "rte", "--data_dir", str(rte), "--do_train", "--max_steps", "2", "--report_to", "none",
+               "--output_dir", str(out)]
+    done = run_bounded(command, timeout=120, cwd=tmp_path, env={**os.environ, **env})
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines()[-1].startswith(message)
+    assert not (out / "model.safetensors").exists()
+
+
+def test_the_slurm_example_is_valid_bash_and_uses_only_real_flags():
+    script = REPO / "examples" / "slurm_pretraining.sh"
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    text = script.read_text()
+    assert "#SBATCH --signal=B:TERM@120" in text and "--resume_from_checkpoint latest" in text
+    known = {option for action in build_parser()._actions for option in action.option_strings}
+    used = {word for word in text.split("run_pretraining.py", 1)[1].split() if word.startswith("--")}
+    assert used and used <= known, used - known
+    assert "examples/slurm_pretraining.sh" in (REPO / "README.md").read_text()

@@ -1,13 +1,19 @@
 """A scheduler's stop signal (SIGTERM, SIGUSR1, Ctrl-C's SIGINT) ends run_pretraining.py after the current step with a
 complete checkpoint and status 75, and `--resume_from_checkpoint latest` continues to the weights and log of the
-uninterrupted run; also with two processes where only one of them is signalled."""
+uninterrupted run; also with two processes where only one of them is signalled. The fine-tuning scripts likewise,
+through Trainer's checkpoint-N."""
 
+import os
 import signal
 import subprocess
+import sys
 import time
 
 import psutil
 import pytest
+import torch
+from conftest import REPO, run_bounded
+from safetensors.torch import load_file
 from test_distributed import LAUNCH
 from test_pretraining import check_same_weights_and_curve, metrics, pretrain
 
@@ -132,3 +138,119 @@ def test_stop_on_signal_restores_the_previous_handlers():
         signal.raise_signal(signal.SIGTERM)  # a second one: the first stays the reason
         assert stop.agreed() == signal.SIGUSR1 and stop.name == "SIGUSR1"
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+def glue_command(checkpoint, data_dir, output_dir, launcher=None):
+    return [*(launcher or [sys.executable]), str(REPO / "run_glue.py"), "--model_name_or_path", str(checkpoint),
+            "--task_name", "rte", "--data_dir", str(data_dir), "--do_train", "--max_steps", "150",
+            "--max_seq_length", "32", "--per_device_train_batch_size", "4", "--learning_rate", "1e-3",
+            "--report_to", "none", "--save_strategy", "no", "--seed", "0", "--dataloader_pin_memory", "false",
+            "--disable_tqdm", "true", "--logging_steps", "1", "--output_dir", str(output_dir)]
+
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+@pytest.fixture(scope="module")
+def glue_launchers(tmp_path_factory):
+    """The launcher of each mode; FSDP2's config is `accelerate config`'s answers to FSDP, version 2 and 2
+    processes, every other question at its default (transformer-based wrapping with no class named, resharding
+    after forward, CPU-RAM-efficient loading)."""
+    from accelerate_configs import fsdp_config
+
+    config = fsdp_config(tmp_path_factory.mktemp("config") / "fsdp.yaml")
+    return {"one process": None, "DDP": DDP, "FSDP2": [*LAUNCH, "--config_file", config]}
+
+
+@pytest.fixture(scope="module")
+def rte_folder(tmp_path_factory):
+    from test_glue import write_glue_folders
+
+    return write_glue_folders(tmp_path_factory.mktemp("glue")) / "RTE"
+
+
+@pytest.fixture(scope="module")
+def glue_reference(tmp_path_factory, tiny_checkpoint, rte_folder, glue_launchers):
+    """mode -> (output folder, stderr) of an uninterrupted run_glue.py run in that mode (run once, on first use)."""
+    runs = {}
+
+    def reference(mode):
+        if mode not in runs:
+            out = tmp_path_factory.mktemp("glue_reference") / "run"
+            done = run_bounded(glue_command(tiny_checkpoint, rte_folder, out, glue_launchers[mode]), 300, env=ENV)
+            assert done.returncode == 0, done.stderr[-3000:]
+            runs[mode] = out, done.stderr
+        return runs[mode]
+
+    return reference
+
+
+def test_fine_tuning_under_the_fsdp_config_shards_and_ends_with_the_ddp_weights(glue_reference):
+    """run_glue.py launched with an FSDP config from `accelerate config` gets FSDP2 over gloo (Trainer alone would
+    train one independent copy per process on CPUs), says so, and saves the full model: the same weights as under
+    the DDP config. The config's CPU-RAM-efficient loading (transformers then loads the checkpoint on the first
+    process only) is completed by sending the first process's weights to the other."""
+    (ddp, ddp_stderr), (fsdp, fsdp_stderr) = glue_reference("DDP"), glue_reference("FSDP2")
+    assert "Fine-tuning: DDP over 2 processes on 1 machine (gloo, cpu)" in ddp_stderr
+    start = next(line for line in fsdp_stderr.splitlines() if "Fine-tuning: " in line)
+    assert "FSDP2 over 2 processes on 1 machine (gloo, cpu): this process holds 50.0% of the parameters" in start
+    assert "the config's auto-wrap policy TRANSFORMER_BASED_WRAP" in start
+    assert "fsdp_cpu_ram_efficient_loading: the first process's weights were sent to the others" in start
+    assert "parallel_mode != ParallelMode.DISTRIBUTED" not in ddp_stderr + fsdp_stderr
+    # the final folder: the full model, its tokenizer and our remote code, nothing of torch's FSDP sources
+    assert {"model.safetensors", "tokenizer.json", "modeling_albert_hf.py"} <= {p.name for p in fsdp.iterdir()}
+    assert not list(fsdp.glob("_fsdp*.py"))
+    expected, got = load_file(ddp / "model.safetensors"), load_file(fsdp / "model.safetensors")
+    assert expected.keys() == got.keys()
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], rtol=0, atol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("mode", ["one process", "DDP", "FSDP2"])
+def test_fine_tuning_stopped_by_a_signal_leaves_a_checkpoint_that_the_same_command_resumes(
+        tmp_path, tiny_checkpoint, rte_folder, glue_launchers, glue_reference, mode):
+    """run_glue.py (any fine-tuning script: the callback is in finetuning.train): SIGTERM to one process (with 2,
+    rank 1 only) saves checkpoint-N and exits 75; the same command resumes from it and ends with the uninterrupted
+    run's weights."""
+    processes = 1 if mode == "one process" else 2
+    launcher, env = glue_launchers[mode], ENV
+    reference, run = glue_reference(mode)[0], tmp_path / "run"
+
+    with open(tmp_path / "stdout.txt", "w") as out, open(tmp_path / "stderr.txt", "w") as err:
+        process = subprocess.Popen(glue_command(tiny_checkpoint, rte_folder, run, launcher), env=env,
+                                   stdout=out, stderr=err)
+
+        def targets():
+            if processes == 1:
+                return [psutil.Process(process.pid)]
+            return [child for child in psutil.Process(process.pid).children(recursive=True)
+                    if child.environ().get("RANK") == "1"]
+
+        deadline = time.time() + 300
+        # the first step's log: every process is in the training loop, its handlers in place
+        while "'loss'" not in (tmp_path / "stdout.txt").read_text():
+            assert process.poll() is None and time.time() < deadline, (tmp_path / "stderr.txt").read_text()[-3000:]
+            time.sleep(0.02)
+        for target in targets():
+            target.send_signal(signal.SIGTERM)
+        process.wait(timeout=300)
+    stderr = (tmp_path / "stderr.txt").read_text()
+    if processes == 1:
+        assert process.returncode == PREEMPTED, stderr[-3000:]
+        assert "Traceback" not in stderr
+    else:
+        assert process.returncode != 0 and f"exitcode  : {PREEMPTED}" in stderr
+        assert f"Fine-tuning: {mode} over 2 processes on 1 machine (gloo, cpu)" in stderr
+    line = next(line for line in stderr.splitlines() if line.startswith("Stopped by SIGTERM after step "))
+    step = int(line.split(" after step ")[1].split(" ")[0])
+    assert 1 <= step < 150
+    assert [path.name for path in run.glob("checkpoint-*")] == [f"checkpoint-{step}"]
+    assert not (run / "model.safetensors").exists()
+
+    done = run_bounded(glue_command(tiny_checkpoint, rte_folder, run, launcher), 300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"Resuming from {run / f'checkpoint-{step}'}" in done.stderr
+    expected, got = load_file(reference / "model.safetensors"), load_file(run / "model.safetensors")
+    assert expected.keys() == got.keys()
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], rtol=0, atol=1e-6, msg=name)
