@@ -129,9 +129,8 @@ class AlbertTrainer(Trainer):
     def __init__(self, *args, **kwargs):
         self.fsdp_plugin, self.fsdp_request = requested_mode()  # before Trainer builds its Accelerator
         super().__init__(*args, **kwargs)
-        if self.is_fsdp_enabled:
-            if self.fsdp_request.activation_checkpointing:
-                self.model.activation_checkpointing_enable()
+        if self.is_fsdp_enabled and self.fsdp_request.activation_checkpointing:
+            self.model.activation_checkpointing_enable()
         if getattr(self.args, "compile_blocks", False):
             self.model.compile_blocks()
         if self.is_fsdp_enabled:  # before the optimizer is built: it must hold the sharded parameters
@@ -279,10 +278,12 @@ class StopOnSignalCallback(TrainerCallback):
 
     def __init__(self, stop: StopOnSignal):
         self.stop = stop
+        self.stopped_at: int | None = None  # the step after which it stopped training (the same in every process)
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.stop.agreed(args.device):  # every process asks at every step: they agree on the same step
             control.should_save = control.should_training_stop = True
+            self.stopped_at = state.global_step
 
 
 def train(trainer, training_args, last_checkpoint, num_examples: int) -> dict:
@@ -299,7 +300,8 @@ def train(trainer, training_args, last_checkpoint, num_examples: int) -> dict:
         trainer.add_callback(callback)
         result = trainer.train(resume_from_checkpoint=last_checkpoint)
         trainer.remove_callback(callback)
-        if stop.received is not None:
+        # A signal after the last step (or only after training) stops nothing: the run finishes as usual.
+        if callback.stopped_at is not None and callback.stopped_at < trainer.state.max_steps:
             checkpoint = Path(training_args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{trainer.state.global_step}")
             if trainer.is_world_process_zero():
                 print(f"Stopped by {stop.name} after step {trainer.state.global_step} of {trainer.state.max_steps}: "
