@@ -116,8 +116,15 @@ def documents_from_text(text: str, layout: str) -> list[str]:
     raise ValueError(f"Unknown layout {layout!r}; choose one of {LAYOUTS}")
 
 
+def first_few(names: list[str], shown: int = 3) -> str:
+    """'a, b, c and 141 more': a problem that repeats per file is reported once, with a count and a few names."""
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
+
+
 def read_text_documents(files, layout: str = "document_per_file") -> Iterator[dict]:
-    """Yield {"text", "source"} per document; log skipped files and replaced bytes at the end."""
+    """Yield {"text", "source"} per document. Files skipped or repaired are summarised at the end (a count and the
+    first few names; every file at debug level), so a corpus of 100k files does not print 100k warnings."""
     if layout not in LAYOUTS:
         raise ValueError(f"Unknown layout {layout!r}; choose one of {LAYOUTS}")
     empty_files, binary_files, documents = [], [], 0
@@ -127,12 +134,12 @@ def read_text_documents(files, layout: str = "document_per_file") -> Iterator[di
         if b"\x00" in data:
             # NUL bytes never occur in text; a decoded binary file would only add noise.
             binary_files.append(str(file))
-            logger.warning("Skipping %s: it contains NUL bytes, so it is not a text file", file)
+            logger.debug("Skipping %s: it contains NUL bytes, so it is not a text file", file)
             continue
         text, n_bad = decode_text(data)
         if n_bad:
             replaced[str(file)] = n_bad
-            logger.warning("%s: %d byte sequences are not valid UTF-8 (cp1252?); replaced by U+FFFD", file, n_bad)
+            logger.debug("%s: %d byte sequences are not valid UTF-8 (cp1252?); replaced by U+FFFD", file, n_bad)
         docs = documents_from_text(text, layout)
         if not docs:
             empty_files.append(str(file))
@@ -145,8 +152,14 @@ def read_text_documents(files, layout: str = "document_per_file") -> Iterator[di
         "%d files had %d undecodable byte sequences",
         documents, len(files), len(empty_files), len(binary_files), len(replaced), sum(replaced.values()),
     )
+    if binary_files:
+        logger.warning("Skipped %d file(s) with NUL bytes (not text): %s", len(binary_files), first_few(binary_files))
+    if replaced:
+        logger.warning("%d file(s) hold byte sequences that are not valid UTF-8 (cp1252?), %d in all, replaced by "
+                       "U+FFFD: %s", len(replaced), sum(replaced.values()),
+                       first_few([f"{name} ({count})" for name, count in replaced.items()]))
     if empty_files:
-        logger.warning("Skipped %d empty files: %s", len(empty_files), ", ".join(empty_files[:10]))
+        logger.warning("Skipped %d empty file(s): %s", len(empty_files), first_few(empty_files))
 
 
 def load_text_files(paths, layout: str = "document_per_file", cache_dir: str | None = None):

@@ -61,8 +61,29 @@ def test_text_files_bad_input_is_skipped_and_counted(tmp_path, caplog):
     assert ds["text"][1] == "Caf\ufffd society. It was \ufffdfine\ufffd."
     log = caplog.text
     assert "skipped 2 empty and 1 binary files" in log
-    assert "d_cp1252.txt: 3 byte sequences are not valid UTF-8" in log
-    assert "e_binary.txt" in log
+    assert f"1 file(s) hold byte sequences that are not valid UTF-8 (cp1252?), 3 in all, replaced by U+FFFD: " \
+           f"{tmp_path / 'd_cp1252.txt'} (3)" in log
+    assert f"Skipped 1 file(s) with NUL bytes (not text): {tmp_path / 'e_binary.txt'}" in log
+
+
+def test_problems_repeated_per_file_are_one_line_with_a_count_and_the_first_names(tmp_path, caplog):
+    for i in range(40):
+        _write(tmp_path / f"cp1252_{i:02d}.txt", b"Caf\xe9 society, number %d." % i)
+        _write(tmp_path / f"empty_{i:02d}.txt", b"")
+    with caplog.at_level(logging.INFO, logger="albert_hf.corpus"):
+        ds = load_text_files(tmp_path, cache_dir=str(tmp_path / "cache"))
+    assert len(ds) == 40
+    warnings = [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING]
+    assert len(warnings) == 2, warnings
+    assert warnings[0] == ("40 file(s) hold byte sequences that are not valid UTF-8 (cp1252?), 40 in all, replaced "
+                           f"by U+FFFD: {tmp_path / 'cp1252_00.txt'} (1), {tmp_path / 'cp1252_01.txt'} (1), "
+                           f"{tmp_path / 'cp1252_02.txt'} (1) and 37 more")
+    assert warnings[1] == (f"Skipped 40 empty file(s): {tmp_path / 'empty_00.txt'}, {tmp_path / 'empty_01.txt'}, "
+                           f"{tmp_path / 'empty_02.txt'} and 37 more")
+    with caplog.at_level(logging.DEBUG, logger="albert_hf.corpus"):  # every file, at debug level
+        caplog.clear()
+        load_text_files(tmp_path, cache_dir=str(tmp_path / "cache2"))
+    assert f"{tmp_path / 'cp1252_39.txt'}: 1 byte sequences are not valid UTF-8" in caplog.text
 
 
 def test_text_file_layouts(tmp_path):
@@ -187,7 +208,7 @@ def test_real_gutenberg_and_state_union_files_decode_with_counted_replacements(c
     files = find_text_files(folders)
     expected = {str(f): _invalid_utf8_sequences(f.read_bytes()) for f in files}
     assert sum(1 for n in expected.values() if n) >= 5  # several real files are cp1252
-    with caplog.at_level(logging.WARNING, logger="albert_hf.corpus"):
+    with caplog.at_level(logging.DEBUG, logger="albert_hf.corpus"):  # per file at debug level
         ds = load_text_files(folders, cache_dir=str(tmp_path))
     assert len(ds) == len(files)
     for path, n in expected.items():
