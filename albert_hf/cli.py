@@ -36,3 +36,20 @@ def parse_into_dataclasses(parser: HfArgumentParser, argv=None) -> tuple:
     if remaining:
         parser.error(f"unrecognized arguments: {' '.join(remaining)}")
     return tuple(groups)
+
+
+def explicit_arguments(argv, dataclass_types) -> set[str]:
+    """Names of the arguments the user set explicitly (on the command line or in the .json file).
+
+    Re-parses argv with every default replaced by a sentinel, so abbreviations, `--a=b` and `--a-b` spellings
+    are all recognised exactly as HfArgumentParser recognises them.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    path = argument_file(argv)
+    if path is not None:
+        return set(read_argument_file(path))
+    parser = HfArgumentParser(dataclass_types)
+    unset = object()
+    parser.set_defaults(**{action.dest: unset for action in parser._actions if action.dest != "help"})
+    namespace, _ = parser.parse_known_args(argv)
+    return {name for name, value in vars(namespace).items() if value is not unset}

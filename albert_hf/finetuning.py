@@ -29,7 +29,7 @@ from transformers.trainer import TRAINING_ARGS_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
 from . import AlbertHFConfig
-from .cli import argument_file, parse_into_dataclasses, read_argument_file
+from .cli import explicit_arguments, parse_into_dataclasses
 from .distributed import (cpu_processes_without_gpus, describe, gather_full_model, requested_mode, shard_model,
                           use_fsdp)
 from .hub import loading
@@ -387,23 +387,6 @@ class PaperRecipe:
     name: str  # the recipe's row, e.g. "mrpc", "SQuAD v2.0", "RACE, v2 models"
     values: dict  # argument name -> the value the run uses (the recipe's, or the user's explicit one)
     explicit: list  # the names whose value the user gave explicitly
-
-
-def explicit_arguments(argv, dataclass_types) -> set[str]:
-    """Names of the arguments the user set explicitly (on the command line or in the .json file).
-
-    Re-parses argv with every default replaced by a sentinel, so abbreviations, `--a=b` and `--a-b` spellings
-    are all recognised exactly as HfArgumentParser recognises them.
-    """
-    argv = list(sys.argv[1:] if argv is None else argv)
-    path = argument_file(argv)
-    if path is not None:
-        return set(read_argument_file(path))
-    parser = HfArgumentParser(dataclass_types)
-    unset = object()
-    parser.set_defaults(**{action.dest: unset for action in parser._actions if action.dest != "help"})
-    namespace, _ = parser.parse_known_args(argv)
-    return {name for name, value in vars(namespace).items() if value is not unset}
 
 
 def resolve_paper_hparams(name: str, recipe: dict, model_args, data_args, training_args,

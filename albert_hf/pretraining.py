@@ -34,7 +34,8 @@ from transformers import AutoModel, AutoTokenizer, HfArgumentParser
 from .analysis.fill_mask import fill_mask_examples, format_fill_mask, pick_fill_mask_sentences
 from .checkpointing import (FILL_MASK_FILE, StepCheckpoints, clear_previous_run, previous_run_files,
                             truncate_metrics_log)
-from .cli import parse_into_dataclasses
+from . import prepared_data
+from .cli import explicit_arguments, parse_into_dataclasses
 from .configuration_albert_hf import PRESETS, SHARING_MODES, AlbertHFConfig
 from .corpus import LAYOUTS, load_corpus
 from .data_collator import DataCollatorForAlbertPretraining
@@ -44,6 +45,7 @@ from .hub import loading, push_folder, write_json, write_pretraining_card
 from .modeling_albert_hf import AlbertHFForPreTraining
 from .optimization import AdamWeightDecay, Lamb, get_official_schedule, parameter_groups
 from .preemption import PREEMPTED, StopOnSignal
+from .prepared_data import PretrainingData
 from .pretraining_data import TASKS as PAIR_TASKS
 from .pretraining_data import build_pretraining_dataset
 from .tokenization import train_tokenizer
@@ -108,6 +110,12 @@ class DataArguments:
         "help": "how many times the corpus is cut into pairs, each time differently (official: 40)"})
     preprocessing_num_workers: int | None = field(default=None, metadata={
         "help": "processes for tokenizing and building pairs (datasets' num_proc)"})
+    preprocess_only: bool = field(default=False, metadata={
+        "help": "write the tokenizer and the pairs into --output_dir and stop, for runs with --prepared_data (the "
+        "official create_pretraining_data.py step)"})
+    prepared_data: str | None = field(default=None, metadata={
+        "help": "train on a folder written by --preprocess_only: no corpus reading or tokenizing; the arguments "
+        "that shaped its pairs come from its manifest"})
 
 
 @dataclass
@@ -193,9 +201,16 @@ def build_parser() -> HfArgumentParser:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    """All groups as one namespace, checked: a bad value stops with one line naming the flag."""
+    """All groups as one namespace, checked: a bad value stops with one line naming the flag. With
+    --prepared_data the arguments that shaped its pairs are taken from its manifest (`args.adopted` lists them)."""
     groups = parse_into_dataclasses(build_parser(), argv)
-    args = argparse.Namespace(**{k: v for group in groups for k, v in vars(group).items()})
+    args = argparse.Namespace(**{k: v for group in groups for k, v in vars(group).items()}, adopted=[])
+    if args.prepared_data:
+        if args.preprocess_only:
+            raise SystemExit("error: pass --preprocess_only (to prepare a folder) or --prepared_data (to train on "
+                             "one), not both")
+        manifest = prepared_data.read_manifest(args.prepared_data)
+        args.adopted = prepared_data.adopt_manifest(args, manifest, explicit_arguments(argv, ARGUMENT_GROUPS))
     check_args(args)
     return args
 
@@ -221,6 +236,8 @@ def check_args(args):
             raise SystemExit(f"error: --{name} must be in [0, 1)")
     if args.resume_from_checkpoint and args.overwrite_output_dir:
         raise SystemExit("error: pass --resume_from_checkpoint or --overwrite_output_dir, not both")
+    if args.preprocess_only and args.resume_from_checkpoint:
+        raise SystemExit("error: --preprocess_only trains nothing: drop --resume_from_checkpoint")
     if args.resume_from_checkpoint not in (None, "latest"):
         problem = StepCheckpoints.problem(Path(args.resume_from_checkpoint))
         if problem:
@@ -371,6 +388,42 @@ def build_pairs(documents, tokenizer, args, dupe_factor, seed, one_chunk="random
     return pairs.remove_columns("sentence_order_label") if args.task == "none" else pairs
 
 
+def build_data(args) -> PretrainingData:
+    """Corpus -> held-out split -> tokenizer -> training and held-out pairs (each step a cached `datasets` map)."""
+    documents = load_documents(args)
+    train_documents, eval_documents = split_documents(documents, args)
+    tokenizer = load_tokenizer(args, train_documents)
+    train_pairs = build_pairs(train_documents, tokenizer, args, args.dupe_factor, args.seed)
+    eval_pairs = None
+    if eval_documents is not None:
+        # Held-out pairs without the one-sentence-chunk quirk (a random-document B labelled 1 even for SOP):
+        # the SOP accuracy then measures order prediction only, and chance is 50%.
+        eval_pairs = build_pairs(eval_documents, tokenizer, args, 1, args.seed + 1, one_chunk="skip")
+        if hasattr(eval_pairs, "__len__") and args.max_eval_samples:
+            eval_pairs = eval_pairs.select(range(min(args.max_eval_samples, len(eval_pairs))))
+        elif args.max_eval_samples:
+            eval_pairs = eval_pairs.take(args.max_eval_samples)
+    return PretrainingData(tokenizer, train_pairs, eval_pairs, eval_documents)
+
+
+def preprocess(args):
+    """--preprocess_only: the tokenizer and the pairs into --output_dir (prepared_data.py), nothing trained."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise SystemExit("error: --preprocess_only runs in one process: start it with python, not accelerate launch")
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S",
+                        level=logging.INFO)
+    quiet_library_logs()
+    set_seed(args.seed)
+    output_dir = Path(args.output_dir)
+    if args.overwrite_output_dir:
+        cleared = clear_previous_run(output_dir)
+        if cleared:
+            logger.info("--overwrite_output_dir: deleted the earlier run's %s", ", ".join(cleared))
+    manifest = prepared_data.save(build_data(args), output_dir, args)
+    print(f"\nPrepared {manifest['train_pairs']:,} training and {manifest.get('validation_pairs', 0):,} held-out "
+          f"pairs in {output_dir}. Train on them with: run_pretraining.py --prepared_data {output_dir} ...")
+
+
 def build_model(args, tokenizer):
     if args.model_name_or_path:
         with loading("--model_name_or_path", args.model_name_or_path):
@@ -484,19 +537,13 @@ def prepare(args) -> Pretraining:
     checkpoints.remove_partial()
 
     with accelerator.main_process_first():  # the main process builds the caches, the others read them
-        documents = load_documents(args)
-        train_documents, eval_documents = split_documents(documents, args)
-        tokenizer = load_tokenizer(args, train_documents)
-        train_pairs = build_pairs(train_documents, tokenizer, args, args.dupe_factor, args.seed)
-        eval_pairs = None
-        if eval_documents is not None:
-            # Held-out pairs without the one-sentence-chunk quirk (a random-document B labelled 1 even for SOP):
-            # the SOP accuracy then measures order prediction only, and chance is 50%.
-            eval_pairs = build_pairs(eval_documents, tokenizer, args, 1, args.seed + 1, one_chunk="skip")
-            if hasattr(eval_pairs, "__len__") and args.max_eval_samples:
-                eval_pairs = eval_pairs.select(range(min(args.max_eval_samples, len(eval_pairs))))
-            elif args.max_eval_samples:
-                eval_pairs = eval_pairs.take(args.max_eval_samples)
+        if args.prepared_data:
+            data = prepared_data.load(args.prepared_data)
+            logger.info("Training on the pairs prepared in %s (no tokenizing)%s", args.prepared_data,
+                        f"; from its manifest: {', '.join(args.adopted)}" if args.adopted else "")
+        else:
+            data = build_data(args)
+    tokenizer, train_pairs, eval_pairs = data.tokenizer, data.train_pairs, data.eval_pairs
 
     masking = dict(tokenizer=tokenizer, mlm_probability=args.mlm_probability, max_ngram=args.max_ngram,
                    max_predictions_per_seq=args.max_predictions_per_seq, seed=args.seed)
@@ -551,7 +598,7 @@ def prepare(args) -> Pretraining:
                 describe(accelerator, model), accelerator.mixed_precision,
                 "".join(f"; {note}" for note in fsdp_notes))
     return Pretraining(args, accelerator, tokenizer, model, optimizer, scheduler, collate, train_dataloader,
-                       eval_dataloader, eval_documents, checkpoints, num_parameters, global_batch)
+                       eval_dataloader, data.eval_documents, checkpoints, num_parameters, global_batch)
 
 
 @dataclass
@@ -722,6 +769,8 @@ def enable_cpu_fp16(accelerator):
 def main(argv=None):
     """Exits with status PREEMPTED (75) when a stop signal ended the run early, after its checkpoint."""
     args = parse_args(argv)
+    if args.preprocess_only:
+        return preprocess(args)
     run = prepare(args)
     # From the first step on, SIGTERM / SIGINT / SIGUSR1 end the run at a step boundary with a checkpoint; during
     # the final save they are noted and the save completes.

@@ -1,0 +1,94 @@
+"""Preprocess once, train many times: run_pretraining.py --preprocess_only writes the tokenizer and the pairs, and
+--prepared_data trains on them with no tokenizing, to the same weights as a run that builds them itself."""
+
+import json
+import os
+import sys
+
+import pytest
+import torch
+from conftest import run_bounded
+from safetensors.torch import load_file
+from test_pretraining import SCRIPT, metrics
+
+from albert_hf.pretraining import parse_args
+
+DATA = ["--vocab_size", "500", "--max_seq_length", "64", "--dupe_factor", "1", "--max_eval_samples", "64"]
+# --seed seeds the pairs (recorded in the manifest) and, separately, each training run's weights and masks
+TRAINING = ["--per_device_train_batch_size", "8", "--logging_steps", "2", "--max_train_steps", "6",
+            "--eval_steps", "3", "--mixed_precision", "no", "--seed", "7"]
+
+
+def run(*arguments):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    done = run_bounded([sys.executable, SCRIPT, *map(str, arguments)], 300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("prepared") / "data"
+    done = run("--preprocess_only", "--output_dir", folder, *DATA, "--seed", "7")
+    assert f"in {folder}. Train on them with: run_pretraining.py --prepared_data {folder}" in done.stdout
+    return folder
+
+
+def test_the_prepared_folder_holds_the_tokenizer_the_pairs_and_what_shaped_them(prepared):
+    manifest = json.loads((prepared / "prepared_data.json").read_text())
+    assert manifest["arguments"]["max_seq_length"] == 64 and manifest["arguments"]["dupe_factor"] == 1
+    assert manifest["arguments"]["vocab_size"] == 500 and manifest["arguments"]["task"] == "sop"
+    assert manifest["tokenizer_size"] == 500 and manifest["train_pairs"] > 1000
+    assert manifest["validation_pairs"] == 64
+    assert {"tokenizer.json", "tokenizer_config.json", "pairs"} <= {path.name for path in prepared.iterdir()}
+    assert not list(prepared.glob(".tmp-*"))  # moved into place complete
+    assert not (prepared / "model.safetensors").exists()  # nothing trained
+
+
+def test_training_on_the_prepared_folder_tokenizes_nothing_and_equals_building_the_pairs(tmp_path, prepared):
+    built = tmp_path / "built"
+    run("--output_dir", built, *DATA, *TRAINING)
+    from_folder = tmp_path / "from_folder"
+    done = run("--output_dir", from_folder, "--prepared_data", prepared, *TRAINING)
+    assert (f"Training on the pairs prepared in {prepared} (no tokenizing); from its manifest: --max_seq_length 64, "
+            "--dupe_factor 1, --max_eval_samples 64") in done.stderr
+    for building in ("albert_hf.tokenization", "albert_hf.pretraining_data", "Splitting and tokenizing"):
+        assert building not in done.stderr
+    expected, got = load_file(built / "model.safetensors"), load_file(from_folder / "model.safetensors")
+    assert expected.keys() == got.keys()
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], rtol=0, atol=0, msg=name)
+    def curve(folder):  # every logged loss and accuracy, training and held-out (the speed aside)
+        return [{k: v for k, v in row.items() if k != "tokens_per_second"} for row in metrics(folder)]
+
+    assert curve(from_folder) == curve(built) and len(curve(built)) == 5
+    assert (from_folder / "fill_mask_examples.json").is_file()  # the held-out documents came along
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--max_seq_length", "128"], "error: --max_seq_length 128 disagrees with --prepared_data {p}, which was "
+                                  "prepared with --max_seq_length 64: drop the flag, or prepare the data again"),
+    (["--task", "nsp"], "error: --task nsp disagrees with --prepared_data {p}, which was prepared with --task sop"),
+    (["--train_files", "corpus/"], "error: --train_files cannot be combined with --prepared_data {p}: the pairs and "
+                                   "the tokenizer come from that folder"),
+    (["--vocab_size", "500"], "error: --vocab_size cannot be combined with --prepared_data {p}"),
+    (["--preprocess_only"], "error: pass --preprocess_only (to prepare a folder) or --prepared_data (to train on "
+                            "one), not both"),
+])
+def test_arguments_that_disagree_with_the_prepared_folder_stop_with_one_line(tmp_path, prepared, flags, message):
+    with pytest.raises(SystemExit) as stop:
+        parse_args(["--output_dir", str(tmp_path / "run"), "--prepared_data", str(prepared), *flags])
+    assert str(stop.value).startswith(message.format(p=prepared))
+
+
+def test_a_folder_that_was_not_prepared_stops_with_one_line(tmp_path):
+    with pytest.raises(SystemExit, match="no prepared_data.json"):
+        parse_args(["--output_dir", str(tmp_path / "run"), "--prepared_data", str(tmp_path)])
+    with pytest.raises(SystemExit, match="no such folder"):
+        parse_args(["--output_dir", str(tmp_path / "run"), "--prepared_data", str(tmp_path / "missing")])
+
+
+def test_an_explicit_value_equal_to_the_manifest_is_accepted(tmp_path, prepared):
+    args = parse_args(["--output_dir", str(tmp_path / "run"), "--prepared_data", str(prepared),
+                       "--max_seq_length", "64"])
+    assert args.max_seq_length == 64 and args.dupe_factor == 1 and "--max_seq_length 64" not in args.adopted
