@@ -37,6 +37,7 @@ import logging
 import random
 
 import numpy as np
+import pyarrow as pa
 
 from .corpus import split_sentences
 
@@ -57,21 +58,37 @@ PAIRS_VERSION = 1  # bump when the output of the pair builder changes, to invali
 # Stage 1: documents -> sentences -> token ids
 
 
-def _tokenize_batch(batch, backend, text_column, sentence_per_line):
-    sentences, owners = [], []
-    for doc, text in enumerate(batch[text_column]):
-        doc_sentences = split_sentences(text or "", sentence_per_line=sentence_per_line)
-        sentences.extend(doc_sentences)
-        owners.extend([doc] * len(doc_sentences))
-    # The Rust backend directly: no per-call special tokens, no "longer than model_max_length" warnings.
-    encodings = backend.encode_batch_fast(sentences, add_special_tokens=False)
-    input_ids = [[] for _ in batch[text_column]]
-    offsets = [[0] for _ in batch[text_column]]
-    for doc, encoding in zip(owners, encodings):
-        if encoding.ids:  # the official reader also drops lines that tokenize to nothing
-            input_ids[doc].extend(encoding.ids)
-            offsets[doc].append(len(input_ids[doc]))
-    return {"input_ids": input_ids, "sentence_offsets": offsets}
+def list_column(arrays: list[np.ndarray], dtype) -> pa.ListArray:
+    """An Arrow list column from numpy arrays, one row each.
+
+    The maps below return Arrow tables, which `datasets` writes as they come: as Python lists of ints (about 36
+    bytes a token, and held until 1000 rows are written) a batch of books took gigabytes.
+    """
+    offsets = np.zeros(len(arrays) + 1, np.int32)
+    np.cumsum([len(a) for a in arrays], out=offsets[1:])
+    values = np.concatenate(arrays).astype(dtype, copy=False) if arrays else np.zeros(0, dtype)
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
+
+
+def _as_output(table: pa.Table, arrow: bool):
+    # A streaming map (IterableDataset) takes dicts of lists only; its batches live one at a time anyway.
+    return table if arrow else table.to_pydict()
+
+
+def _tokenize_batch(batch, backend, text_column, sentence_per_line, arrow=True):
+    input_ids, offsets = [], []
+    for text in batch[text_column]:
+        # One document at a time: a book's Encoding objects (ids, token strings, offsets) take about 100 bytes a
+        # token until they are turned into ids. The Rust backend directly: no per-call special tokens, no
+        # "longer than model_max_length" warnings.
+        sentences = split_sentences(text or "", sentence_per_line=sentence_per_line)
+        ids = [np.asarray(encoding.ids, np.int32) for encoding in backend.encode_batch_fast(
+            sentences, add_special_tokens=False)]
+        ids = [sentence for sentence in ids if len(sentence)]  # the official reader drops lines tokenizing to nothing
+        input_ids.append(np.concatenate(ids) if ids else np.zeros(0, np.int32))
+        offsets.append(np.concatenate([[0], np.cumsum([len(sentence) for sentence in ids])]))
+    return _as_output(pa.table({"input_ids": list_column(input_ids, np.int32),
+                                "sentence_offsets": list_column(offsets, np.int32)}), arrow)
 
 
 def plain_backend(tokenizer):
@@ -90,7 +107,7 @@ def tokenize_documents(
     text_column: str = "text",
     sentence_per_line: bool = False,
     num_proc: int | None = None,
-    batch_size: int = 64,
+    batch_size: int = 32,
 ):
     """Split every document into sentences and tokenize them (a batched, cached `datasets.map`).
 
@@ -116,7 +133,8 @@ def tokenize_documents(
         batch_size=batch_size,
         remove_columns=columns,
         features=features,
-        fn_kwargs=dict(backend=plain_backend(tokenizer), text_column=text_column, sentence_per_line=sentence_per_line),
+        fn_kwargs=dict(backend=plain_backend(tokenizer), text_column=text_column, sentence_per_line=sentence_per_line,
+                       arrow=isinstance(corpus, datasets.Dataset)),
     )
     if isinstance(corpus, datasets.Dataset):
         kwargs.update(num_proc=num_proc, desc="Splitting and tokenizing documents")
@@ -256,7 +274,7 @@ def instances_from_document(
         i += 1
 
 
-def _pairs_batch(batch, indices, documents, cls_id, sep_id, seed, dupe_factor, min_sentences, options):
+def _pairs_batch(batch, indices, documents, cls_id, sep_id, seed, dupe_factor, min_sentences, options, arrow=True):
     input_ids, token_type_ids, labels = [], [], []
     cls, sep = np.array([cls_id], np.int32), np.array([sep_id], np.int32)
     streaming = documents is None
@@ -276,10 +294,14 @@ def _pairs_batch(batch, indices, documents, cls_id, sep_id, seed, dupe_factor, m
         for _ in range(dupe_factor):
             for a, b, is_random_next in instances_from_document(row, tokens, offsets, documents, rng, **options):
                 seq_a, seq_b = a[0][a[1] : a[2]], b[0][b[1] : b[2]]
-                input_ids.append(np.concatenate([cls, seq_a, sep, seq_b, sep]).tolist())
-                token_type_ids.append([0] * (len(seq_a) + 2) + [1] * (len(seq_b) + 1))
+                input_ids.append(np.concatenate([cls, seq_a, sep, seq_b, sep]))
+                segments = np.zeros(len(seq_a) + len(seq_b) + 3, np.int8)
+                segments[len(seq_a) + 2 :] = 1
+                token_type_ids.append(segments)
                 labels.append(int(is_random_next))
-    return {"input_ids": input_ids, "token_type_ids": token_type_ids, "sentence_order_label": labels}
+    return _as_output(pa.table({"input_ids": list_column(input_ids, np.int32),
+                                "token_type_ids": list_column(token_type_ids, np.int8),
+                                "sentence_order_label": pa.array(labels, pa.int8())}), arrow)
 
 
 def create_pretraining_pairs(
@@ -294,7 +316,7 @@ def create_pretraining_pairs(
     min_sentences: int = 2,
     seed: int = 12345,
     num_proc: int | None = None,
-    batch_size: int = 256,
+    batch_size: int | None = None,
     shuffle: bool = True,
 ):
     """Build [CLS] A [SEP] B [SEP] instances from `tokenize_documents` output (a batched, cached `datasets.map`).
@@ -302,6 +324,9 @@ def create_pretraining_pairs(
     Returns columns "input_ids", "token_type_ids" and "sentence_order_label" (0 = in order; 1 = swapped for
     SOP, random B for NSP), shuffled with `seed` unless `shuffle=False`. Deterministic for a given seed,
     whatever `num_proc` and `batch_size`.
+
+    `batch_size` (documents per map batch) defaults to 16 for a `Dataset`: a batch of books gives hundreds of
+    thousands of pairs. A stream draws its random other documents from its batch, so its default is 256.
     """
     import datasets
     from datasets.fingerprint import Hasher
@@ -335,9 +360,9 @@ def create_pretraining_pairs(
                      dupe_factor=dupe_factor, min_sentences=min_sentences, options=options)
 
     if not isinstance(tokenized, datasets.Dataset):  # streaming: no random access, no counts, no cache
-        pairs = tokenized.map(_pairs_batch, with_indices=True, batched=True, batch_size=batch_size,
+        pairs = tokenized.map(_pairs_batch, with_indices=True, batched=True, batch_size=batch_size or 256,
                               remove_columns=tokenized.column_names, features=features,
-                              fn_kwargs={**fn_kwargs, "documents": None})
+                              fn_kwargs={**fn_kwargs, "documents": None, "arrow": False})
         return pairs.shuffle(seed=seed, buffer_size=10_000) if shuffle else pairs
 
     if tokenized._indices is not None:
@@ -362,7 +387,7 @@ def create_pretraining_pairs(
         _pairs_batch,
         with_indices=True,
         batched=True,
-        batch_size=batch_size,
+        batch_size=batch_size or 16,
         remove_columns=tokenized.column_names,
         features=features,
         fn_kwargs={**fn_kwargs, "documents": ArrowDocuments(tokenized.data, rows)},
