@@ -184,6 +184,8 @@ def load_text_files(paths, layout: str = "document_per_file", cache_dir: str | N
             features=features,
             fingerprint=fingerprint,
             cache_dir=cache_dir,
+            # documents may be whole books: written 32 at a time, not held by the thousand
+            writer_batch_size=32,
         )
     except ValueError as error:
         if "corresponds to no data" not in str(error):
