@@ -36,7 +36,7 @@ SHAPING_ARGUMENTS = ("max_seq_length", "short_seq_prob", "dupe_factor", "task", 
                      "validation_split_percentage", "max_eval_samples")
 # Where the text and the tokenizer came from: recorded; a training run must not name others.
 SOURCE_ARGUMENTS = ("train_files", "dataset_name", "dataset_config_name", "text_column", "tokenizer_name",
-                    "vocab_size", "streaming")
+                    "vocab_size", "tokenizer_sample_sentences", "streaming")
 
 
 @dataclass

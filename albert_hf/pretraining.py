@@ -78,6 +78,9 @@ class ModelArguments:
         "corpus (cached)"})
     vocab_size: int = field(default=4000, metadata={
         "help": "vocabulary size when training the tokenizer (the official models use 30000)"})
+    tokenizer_sample_sentences: int = field(default=10_000_000, metadata={
+        "help": "when training the tokenizer: at most this many sentences, sampled uniformly from the whole corpus "
+        "(SentencePiece's input_sentence_size; the official recipe: 10,000,000). The sample is held in memory"})
     gradient_checkpointing: bool = field(default=False, metadata={"help": "recompute activations in backward"})
     torch_compile: bool = field(default=False, metadata={
         "help": "torch.compile each transformer block (`compile_blocks`): one graph for all shared layer "
@@ -373,7 +376,8 @@ def load_tokenizer(args, train_documents):
         with loading("--model_name_or_path", args.model_name_or_path):
             return AutoTokenizer.from_pretrained(args.model_name_or_path)
     return train_tokenizer(train_documents, vocab_size=args.vocab_size, text_column="text",
-                           sentence_per_line=args.layout == "sentence_per_line")
+                           sentence_per_line=args.layout == "sentence_per_line",
+                           input_sentence_size=args.tokenizer_sample_sentences)
 
 
 def build_pairs(documents, tokenizer, args, dupe_factor, seed, one_chunk="random_next"):

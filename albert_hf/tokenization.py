@@ -197,7 +197,9 @@ def train_tokenizer(
                 f"SentencePiece training failed on {counts['documents']} documents / {counts['sentences']} "
                 f"sentences with vocab_size={vocab_size}: {error}. A small corpus needs a smaller vocab_size."
             ) from error
-        logger.info("Trained a %d-piece unigram model on %d sentences", vocab_size, counts["sentences"])
+        logger.info("Trained a %d-piece unigram model on %s of %d sentences", vocab_size,
+                    f"a sample of {input_sentence_size:,}" if counts["sentences"] > input_sentence_size else "all",
+                    counts["sentences"])
         tokenizer = tokenizer_from_spm_proto(model.getvalue(), model_max_length=model_max_length)
         if cache_dir is None:
             if output_dir is not None:

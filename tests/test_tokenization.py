@@ -142,3 +142,16 @@ def test_load_spiece_model_rejects_bad_models(tmp_path):
     generic.write_bytes(_spm_model([f"sentence number {i} of a few" for i in range(200)], vocab_size=40))
     with pytest.raises(ValueError, match=r"generic.model lacks ALBERT's special pieces \['<pad>', '\[CLS\]'"):
         load_spiece_model(generic)
+
+
+def test_training_reads_a_bounded_sample_of_the_sentences(caplog):
+    """--tokenizer_sample_sentences is SentencePiece's input_sentence_size: it trains on that many sentences drawn
+    from all of them. 3,000 distinct sentences give 300 pieces; a sample of 5 cannot (too few characters and words)."""
+    import logging
+
+    texts = [" ".join(split_sentences(t)) for t in embedded()["text"][:1500]]
+    with caplog.at_level(logging.INFO, logger="albert_hf.tokenization"):
+        train_tokenizer(texts, vocab_size=300, use_cache=False, input_sentence_size=1_000_000)
+    assert "Trained a 300-piece unigram model on all of" in caplog.text
+    with pytest.raises(ValueError, match="A small corpus needs a smaller vocab_size"):
+        train_tokenizer(texts, vocab_size=300, use_cache=False, input_sentence_size=5)
