@@ -349,8 +349,14 @@ def load_documents(args):
         return load_corpus(args.dataset_name, text_column=args.text_column, config_name=args.dataset_config_name,
                            streaming=args.streaming)
     if args.train_files:
-        return load_corpus(args.train_files, layout=args.layout, text_column=args.text_column,
-                           streaming=args.streaming)
+        documents = load_corpus(args.train_files, layout=args.layout, text_column=args.text_column,
+                                streaming=args.streaming)
+        if args.streaming and isinstance(documents, datasets.Dataset):
+            logger.warning("--streaming: plain-text files are not streamed; they are read into the Arrow cache "
+                           "first, as without the flag (json, jsonl, parquet, csv files and --dataset_name stream)")
+        return documents
+    if args.streaming:
+        logger.warning("--streaming: the embedded corpus is not streamed (it is small)")
     return load_corpus(None)
 
 
