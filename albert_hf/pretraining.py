@@ -420,15 +420,11 @@ def preprocess(args):
     """--preprocess_only: the tokenizer and the pairs into --output_dir (prepared_data.py), nothing trained."""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise SystemExit("error: --preprocess_only runs in one process: start it with python, not accelerate launch")
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S",
-                        level=logging.INFO)
-    quiet_library_logs()
+    start_logging(main_process=True)
     set_seed(args.seed)
     output_dir = Path(args.output_dir)
     if args.overwrite_output_dir:
-        cleared = clear_previous_run(output_dir)
-        if cleared:
-            logger.info("--overwrite_output_dir: deleted the earlier run's %s", ", ".join(cleared))
+        clear_earlier_run(output_dir)
     manifest = prepared_data.save(build_data(args), output_dir, args)
     print(f"\nPrepared {manifest['train_pairs']:,} training and {manifest.get('validation_pairs', 0):,} held-out "
           f"pairs in {output_dir}. Train on them with: run_pretraining.py --prepared_data {output_dir} ...")
@@ -530,17 +526,13 @@ def prepare(args) -> Pretraining:
         project_config=ProjectConfiguration(project_dir=args.output_dir, logging_dir=f"{args.output_dir}/runs"),
         dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True),
     )
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S",
-                        level=logging.INFO if accelerator.is_main_process else logging.WARNING)
-    quiet_library_logs()
+    start_logging(accelerator.is_main_process)
     if accelerator.mixed_precision == "fp16" and accelerator.scaler is None:
         enable_cpu_fp16(accelerator)
     set_seed(args.seed)
     output_dir = Path(args.output_dir)
     if args.overwrite_output_dir and accelerator.is_main_process:
-        cleared = clear_previous_run(output_dir)
-        if cleared:
-            logger.info("--overwrite_output_dir: deleted the earlier run's %s", ", ".join(cleared))
+        clear_earlier_run(output_dir)
     accelerator.wait_for_everyone()
     output_dir.mkdir(parents=True, exist_ok=True)
     checkpoints = StepCheckpoints(output_dir, accelerator, args.checkpoints_total_limit)
@@ -818,6 +810,20 @@ class _DropTiedWeightsNotice(logging.Filter):
     # accelerate's save_state warns that it dropped the tied decoder weights; they are re-tied on load.
     def filter(self, record):
         return "Removed shared tensor" not in record.getMessage()
+
+
+def start_logging(main_process: bool):
+    """Our log lines with timestamps (INFO on the main process, warnings only on the others), libraries quieter."""
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S",
+                        level=logging.INFO if main_process else logging.WARNING)
+    quiet_library_logs()
+
+
+def clear_earlier_run(output_dir: Path):
+    """--overwrite_output_dir: what an earlier run wrote into output_dir is deleted, and logged."""
+    cleared = clear_previous_run(output_dir)
+    if cleared:
+        logger.info("--overwrite_output_dir: deleted the earlier run's %s", ", ".join(cleared))
 
 
 def quiet_library_logs():
