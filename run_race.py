@@ -25,6 +25,7 @@ from albert_hf.finetuning import (
     limit,
     load_tokenizer_and_model,
     parse_arguments,
+    run_script,
     setup,
     train,
 )
@@ -73,4 +74,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

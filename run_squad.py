@@ -29,6 +29,7 @@ from albert_hf.finetuning import (
     limit,
     load_tokenizer_and_model,
     parse_arguments,
+    run_script,
     save_results,
     setup,
     train,
@@ -130,4 +131,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

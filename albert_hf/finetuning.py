@@ -30,8 +30,8 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoin
 
 from . import AlbertHFConfig
 from .cli import explicit_arguments, parse_into_dataclasses
-from .distributed import (cpu_processes_without_gpus, describe, gather_full_model, requested_mode, shard_model,
-                          use_fsdp)
+from .distributed import (cpu_processes_without_gpus, describe, end_distributed, gather_full_model, requested_mode,
+                          shard_model, use_fsdp)
 from .hub import loading
 from .optimization import AdamWeightDecay, get_official_schedule, parameter_groups
 from .preemption import PREEMPTED, StopOnSignal
@@ -374,6 +374,24 @@ def finish(trainer, model_args: ModelArguments, training_args, data_args, paper_
         trainer.push_to_hub()
     elif trainer.is_world_process_zero():
         write_card()
+
+
+def run_script(main) -> None:
+    """A script's entry point: `main()`, then, in every process of a launched run, the process group is freed while
+    the interpreter is still whole (`distributed.end_distributed`). Without it, Trainer's DDP or FSDP2 model kept
+    the gloo group to the interpreter's exit, where the second process of a two-process run_glue.py once aborted
+    with "terminate called without an active exception" after all its outputs were written. A SystemExit (an `error:` line, or
+    PREEMPTED after a stop signal) is re-raised only afterwards: while it is in flight, its traceback keeps main's
+    Trainer, and with it the group, alive."""
+    status = 0
+    try:
+        main()
+    except SystemExit as stop:
+        status = stop.code
+    if end_distributed():
+        logger.warning("a process group is still alive at exit: the process may abort in teardown")
+    if status:
+        raise SystemExit(status)
 
 
 # ----------------------------------------------------------------------------------------------------------------
