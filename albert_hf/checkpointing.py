@@ -16,6 +16,7 @@ logger = logging.getLogger("albert_hf.pretraining")
 
 STEP_DIR = re.compile(r"^step_(\d+)$")
 STATE_FILE = "training_state.json"  # written last: a step_N folder without it is not a checkpoint
+STREAM_STATE_FILE = "stream_state_{}.json"  # --streaming: each process's position in its stream (datasets' state)
 FILL_MASK_FILE = "fill_mask_examples.json"  # the summary's fill-mask examples (all_results.json: metrics only)
 
 
@@ -127,7 +128,17 @@ class StepCheckpoints:
                 shutil.rmtree(path, ignore_errors=True)
         self.accelerator.wait_for_everyone()
 
-    def save(self, step: int, state: dict) -> Path:
+    def stream_state(self, path: Path) -> dict:
+        """This process's stream position saved in checkpoint `path` (`save(..., stream_state=...)`)."""
+        file = path / STREAM_STATE_FILE.format(self.accelerator.process_index)
+        if not file.is_file():
+            written = len(list(path.glob(STREAM_STATE_FILE.format("*"))))
+            raise SystemExit(f"error: --resume_from_checkpoint {path}: it holds the stream positions of {written} "
+                             f"process(es), none for process {self.accelerator.process_index}: resume a --streaming "
+                             "run with --streaming and the number of processes that wrote it")
+        return json.loads(file.read_text())
+
+    def save(self, step: int, state: dict, stream_state: dict | None = None) -> Path:
         final = self.output_dir / f"step_{step}"
         tmp = self.output_dir / f".tmp-step_{step}"
         # Every process must make the same collective calls (save_state, wait_for_everyone). Whether the checkpoint
@@ -138,6 +149,9 @@ class StepCheckpoints:
         if broadcast_object_list([exists])[0]:
             return final
         self.accelerator.save_state(str(tmp))
+        if stream_state is not None:  # each process's own position in its own stream
+            tmp.mkdir(parents=True, exist_ok=True)
+            (tmp / STREAM_STATE_FILE.format(self.accelerator.process_index)).write_text(json.dumps(stream_state))
         # save_state has every process write its own files (its random states) and returns without waiting for
         # the others: the folder is renamed only once all of them have written, or a slower process would write
         # into a folder that is gone (seen with one process delayed).

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -122,13 +123,18 @@ def first_few(names: list[str], shown: int = 3) -> str:
     return ", ".join(names[:shown]) + more
 
 
-def read_text_documents(files, layout: str = "document_per_file") -> Iterator[dict]:
+def read_text_documents(files, layout: str = "document_per_file", held_out: dict | None = None,
+                        report: bool = True) -> Iterator[dict]:
     """Yield {"text", "source"} per document. Files skipped or repaired are summarised at the end (a count and the
-    first few names; every file at debug level), so a corpus of 100k files does not print 100k warnings."""
+    first few names; every file at debug level), so a corpus of 100k files does not print 100k warnings.
+
+    `held_out` maps a file name to how many of its first documents are not yielded (`first_documents` chose
+    them for evaluation). `report=False` logs the summary at debug level only (a stream's later passes)."""
     if layout not in LAYOUTS:
         raise ValueError(f"Unknown layout {layout!r}; choose one of {LAYOUTS}")
     empty_files, binary_files, documents = [], [], 0
     replaced = {}
+    held_out = held_out or {}
     for file in files:
         data = Path(file).read_bytes()
         if b"\x00" in data:
@@ -144,14 +150,17 @@ def read_text_documents(files, layout: str = "document_per_file") -> Iterator[di
         if not docs:
             empty_files.append(str(file))
             continue
-        for doc in docs:
+        for doc in docs[held_out.get(str(file), 0):]:
             documents += 1
             yield {"text": doc, "source": str(file)}
-    logger.info(
+    logger.log(
+        logging.INFO if report else logging.DEBUG,
         "Read %d documents from %d files; skipped %d empty and %d binary files; "
         "%d files had %d undecodable byte sequences",
         documents, len(files), len(empty_files), len(binary_files), len(replaced), sum(replaced.values()),
     )
+    if not report:
+        return
     if binary_files:
         logger.warning("Skipped %d file(s) with NUL bytes (not text): %s", len(binary_files), first_few(binary_files))
     if replaced:
@@ -160,6 +169,12 @@ def read_text_documents(files, layout: str = "document_per_file") -> Iterator[di
                        first_few([f"{name} ({count})" for name, count in replaced.items()]))
     if empty_files:
         logger.warning("Skipped %d empty file(s): %s", len(empty_files), first_few(empty_files))
+
+
+def files_fingerprint(files, layout: str) -> str:
+    """A key for what `files` hold: their names, sizes and modification times, and the layout."""
+    stats = [(str(f), os.stat(f).st_size, os.stat(f).st_mtime_ns) for f in files]
+    return hashlib.sha256(json.dumps([layout, stats]).encode()).hexdigest()[:32]
 
 
 def load_text_files(paths, layout: str = "document_per_file", cache_dir: str | None = None):
@@ -173,8 +188,7 @@ def load_text_files(paths, layout: str = "document_per_file", cache_dir: str | N
     if layout not in LAYOUTS:
         raise ValueError(f"Unknown layout {layout!r}; choose one of {LAYOUTS}")
     files = [str(f) for f in find_text_files(paths)]
-    stats = [(f, os.stat(f).st_size, os.stat(f).st_mtime_ns) for f in files]
-    fingerprint = hashlib.sha256(json.dumps([layout, stats]).encode()).hexdigest()[:32]
+    fingerprint = files_fingerprint(files, layout)
     features = datasets.Features({"text": datasets.Value("string"), "source": datasets.Value("string")})
     try:
         return datasets.Dataset.from_generator(
@@ -191,6 +205,59 @@ def load_text_files(paths, layout: str = "document_per_file", cache_dir: str | N
         if "corresponds to no data" not in str(error):
             raise
         raise ValueError(f"No text in {len(files)} file(s) under {paths}: all are empty or binary") from error
+
+
+def first_documents(files, layout: str, count: int) -> tuple[list[str], dict]:
+    """The first `count` documents of `files` (in their order), and {file: how many of its first documents they
+    are}, the `held_out` of `read_text_documents` and `text_file_stream`: a stream's evaluation documents,
+    found without reading the rest of the corpus."""
+    texts, held_out = [], {}
+    for row in read_text_documents(files, layout, report=False):
+        if len(texts) == count:
+            break
+        texts.append(row["text"])
+        held_out[row["source"]] = held_out.get(row["source"], 0) + 1
+    return texts, held_out
+
+
+def _text_file_passes(files, layout, seed, held_out, passes):
+    """read_text_documents over `files`, pass after pass (`passes` None: forever), each pass in a file order
+    shuffled by (seed, pass); the per-file summary is logged after the first pass only."""
+    import random
+
+    for number in itertools.count() if passes is None else range(passes):
+        order = list(files)
+        if passes is None:
+            random.Random(f"albert_hf-files:{seed}:{number}").shuffle(order)
+        read = 0
+        for row in read_text_documents(order, layout, held_out, report=number == 0):
+            read += 1
+            yield {"text": row["text"]}
+        if not read:
+            raise ValueError(f"No text to stream in {len(files)} file(s) ({first_few([str(f) for f in files])}): "
+                             "all are empty, binary or held out for evaluation")
+
+
+def text_file_stream(files, layout: str = "document_per_file", *, seed: int = 0, held_out: dict | None = None,
+                     endless: bool = True):
+    """Plain-text files as a `datasets.IterableDataset` of {"text"} documents, read file by file as iterated:
+    the plain-text side of --streaming. Nothing is read before the first document is asked for.
+
+    `endless`: pass after pass over `files`, each pass in another order (seeded), so a training stream never
+    ends (each process of a run streams its own files, and their passes differ in length); otherwise one pass in
+    the given order. `held_out`: see `read_text_documents`.
+
+    The position resumes exactly with the dataset's `state_dict()` / `load_state_dict()`, which count documents:
+    resuming re-reads (without tokenizing) the documents before the position.
+    """
+    import datasets
+
+    features = datasets.Features({"text": datasets.Value("string")})
+    return datasets.IterableDataset.from_generator(
+        _text_file_passes, features=features,
+        # a tuple, so that datasets keeps one generator over all the files (a list would be split into shards)
+        gen_kwargs={"files": tuple(str(f) for f in files), "layout": layout, "seed": seed,
+                    "held_out": dict(held_out or {}), "passes": None if endless else 1})
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -336,14 +403,20 @@ def embedded_corpus():
 # ----------------------------------------------------------------------------------------------------------------
 
 
+def is_plain_text(source) -> bool:
+    """Whether `source` (a path or a list of them) is plain-text files and folders, rather than a `datasets`
+    source (json/jsonl/parquet/csv files, a Hub name)."""
+    sources = [source] if isinstance(source, (str, os.PathLike)) else list(source)
+    return all(Path(s).is_dir() or Path(s).suffix.lower() in TEXT_FILE_SUFFIXES for s in sources)
+
+
 def load_corpus(source=None, layout: str = "document_per_file", text_column: str = "text", **kwargs):
     """One entry point for scripts: None -> embedded corpus; .txt files or directories -> `load_text_files`;
     json/jsonl/parquet/csv files or a Hub name -> `load_text_dataset`."""
     if source is None:
         return embedded_corpus()
-    sources = [source] if isinstance(source, (str, os.PathLike)) else list(source)
-    if all(Path(s).is_dir() or Path(s).suffix.lower() in TEXT_FILE_SUFFIXES for s in sources):
-        return load_text_files(sources, layout=layout)
+    if is_plain_text(source):
+        return load_text_files(source, layout=layout)
     return load_text_dataset(source, text_column=text_column, **kwargs)
 
 
@@ -355,8 +428,11 @@ __all__ = [
     "find_text_files",
     "read_text_documents",
     "load_text_files",
+    "first_documents",
+    "text_file_stream",
     "load_text_dataset",
     "stdlib_docstring_documents",
     "embedded_corpus",
+    "is_plain_text",
     "load_corpus",
 ]

@@ -12,6 +12,7 @@ clipping at 1.0, gradient accumulation, bf16/fp16 through accelerate. Every `--c
 """
 
 import argparse
+import hashlib
 import json
 import logging
 import os
@@ -26,7 +27,7 @@ import datasets
 import torch
 import transformers
 from accelerate import Accelerator
-from accelerate.utils import DataLoaderConfiguration, ProjectConfiguration, set_seed
+from accelerate.utils import DataLoaderConfiguration, ProjectConfiguration, send_to_device, set_seed
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 from transformers import AutoModel, AutoTokenizer, HfArgumentParser
@@ -37,7 +38,7 @@ from .checkpointing import (FILL_MASK_FILE, StepCheckpoints, clear_previous_run,
 from . import prepared_data
 from .cli import explicit_arguments, parse_into_dataclasses
 from .configuration_albert_hf import PRESETS, SHARING_MODES, AlbertHFConfig
-from .corpus import LAYOUTS, load_corpus
+from .corpus import LAYOUTS, files_fingerprint, find_text_files, first_documents, is_plain_text, load_corpus, text_file_stream
 from .data_collator import DataCollatorForAlbertPretraining
 from .distributed import (describe, end_distributed, gather_full_model, load_on_first_process, make_accelerator,
                           shard_model)
@@ -103,7 +104,9 @@ class DataArguments:
     layout: str = field(default="document_per_file", metadata={
         "help": "how plain-text files hold documents (sentence_per_line = the official format: one sentence per "
         "line, a blank line between documents)", "choices": list(LAYOUTS)})
-    streaming: bool = field(default=False, metadata={"help": "stream the corpus instead of materialising it"})
+    streaming: bool = field(default=False, metadata={
+        "help": "read the corpus as training goes (each process its own files, endlessly) instead of preparing all "
+        "pairs first"})
     validation_split_percentage: float = field(default=5.0, metadata={
         "help": "percentage of documents held out for evaluation (0: none)"})
     max_seq_length: int = field(default=128, metadata={"help": "tokens per pair (official: 512)"})
@@ -239,6 +242,9 @@ def check_args(args):
             raise SystemExit(f"error: --{name} must be in [0, 1)")
     if args.resume_from_checkpoint and args.overwrite_output_dir:
         raise SystemExit("error: pass --resume_from_checkpoint or --overwrite_output_dir, not both")
+    if args.preprocess_only and args.streaming:
+        raise SystemExit("error: --preprocess_only writes every pair to disk, and --streaming builds them as training "
+                         "goes: drop one of them")
     if args.preprocess_only and args.resume_from_checkpoint:
         raise SystemExit("error: --preprocess_only trains nothing: drop --resume_from_checkpoint")
     if args.resume_from_checkpoint not in (None, "latest"):
@@ -349,12 +355,8 @@ def load_documents(args):
         return load_corpus(args.dataset_name, text_column=args.text_column, config_name=args.dataset_config_name,
                            streaming=args.streaming)
     if args.train_files:
-        documents = load_corpus(args.train_files, layout=args.layout, text_column=args.text_column,
-                                streaming=args.streaming)
-        if args.streaming and isinstance(documents, datasets.Dataset):
-            logger.warning("--streaming: plain-text files are not streamed; they are read into the Arrow cache "
-                           "first, as without the flag (json, jsonl, parquet, csv files and --dataset_name stream)")
-        return documents
+        return load_corpus(args.train_files, layout=args.layout, text_column=args.text_column,
+                           streaming=args.streaming)
     if args.streaming:
         logger.warning("--streaming: the embedded corpus is not streamed (it is small)")
     return load_corpus(None)
@@ -365,7 +367,7 @@ def split_documents(documents, args):
     if args.validation_split_percentage == 0:
         return documents, None
     if isinstance(documents, datasets.IterableDataset):  # no length: the first documents of the stream
-        held_out = max(1, int(args.validation_split_percentage * 20))
+        held_out = streamed_documents_held_out(args)
         return documents.skip(held_out), documents.take(held_out)
     if len(documents) < 2:
         raise ValueError(f"The corpus has {len(documents)} document(s); evaluation needs at least 2 "
@@ -374,16 +376,26 @@ def split_documents(documents, args):
     return split["train"], split["test"]
 
 
-def load_tokenizer(args, train_documents):
+def streamed_documents_held_out(args) -> int:
+    """How many documents a stream holds out for evaluation (its first ones): a stream has no length, so
+    --validation_split_percentage x 20."""
+    return max(1, int(args.validation_split_percentage * 20))
+
+
+def load_tokenizer(args, train_documents, fingerprint: str | None = None):
     if args.tokenizer_name:
         with loading("--tokenizer_name", args.tokenizer_name):
             return AutoTokenizer.from_pretrained(args.tokenizer_name, trust_remote_code=args.trust_remote_code)
     if args.model_name_or_path and Path(args.model_name_or_path, "tokenizer.json").is_file():
         with loading("--model_name_or_path", args.model_name_or_path):
             return AutoTokenizer.from_pretrained(args.model_name_or_path)
+    if isinstance(train_documents, datasets.IterableDataset):
+        logger.warning("--streaming without --tokenizer_name: the tokenizer is trained first, on a sample of the "
+                       "whole corpus, which is read once before the first step (pass --tokenizer_name, e.g. the "
+                       "tokenizer of an earlier run, to stream from the start)")
     return train_tokenizer(train_documents, vocab_size=args.vocab_size, text_column="text",
                            sentence_per_line=args.layout == "sentence_per_line",
-                           input_sentence_size=args.tokenizer_sample_sentences)
+                           input_sentence_size=args.tokenizer_sample_sentences, fingerprint=fingerprint)
 
 
 def build_pairs(documents, tokenizer, args, dupe_factor, seed, one_chunk="random_next"):
@@ -398,12 +410,71 @@ def build_pairs(documents, tokenizer, args, dupe_factor, seed, one_chunk="random
     return pairs.remove_columns("sentence_order_label") if args.task == "none" else pairs
 
 
-def build_data(args) -> PretrainingData:
-    """Corpus -> held-out split -> tokenizer -> training and held-out pairs (each step a cached `datasets` map)."""
+def build_data(args, process_index: int = 0, num_processes: int = 1) -> PretrainingData:
+    """Corpus -> held-out split -> tokenizer -> training and held-out pairs (each step a cached `datasets` map).
+
+    A stream (--streaming) gives each process its own endless stream of pairs, built as it is read; its held-out
+    pairs are built up front, from its first documents."""
+    if args.streaming and args.train_files and is_plain_text(args.train_files):
+        return build_text_stream_data(args, process_index, num_processes)
     documents = load_documents(args)
     train_documents, eval_documents = split_documents(documents, args)
     tokenizer = load_tokenizer(args, train_documents)
+    if isinstance(train_documents, datasets.IterableDataset):
+        if num_processes > 1:
+            # Every process reads the whole stream and keeps its share of the documents: splitting by shards
+            # instead would split the skipped held-out documents too (datasets' skip divides them among shards).
+            train_documents = train_documents.filter(lambda _, i: i % num_processes == process_index,
+                                                     with_indices=True)
+        train_documents = train_documents.repeat(None)
+        logger.info("--streaming: %s", STREAM_NOTE if num_processes == 1 else
+                    f"each of the {num_processes} processes reads the whole stream and keeps every "
+                    f"{num_processes}th document; {STREAM_NOTE}")
     train_pairs = build_pairs(train_documents, tokenizer, args, args.dupe_factor, args.seed)
+    return PretrainingData(tokenizer, train_pairs, *build_eval_pairs(eval_documents, tokenizer, args))
+
+
+# A process's training stream never ends: the processes' passes differ in length, and a process whose stream had
+# ended would leave the others waiting in their next collective. --max_train_steps ends the run.
+STREAM_NOTE = "pass after pass, endlessly, until --max_train_steps"
+
+
+def build_text_stream_data(args, process_index: int, num_processes: int) -> PretrainingData:
+    """--streaming over plain-text files: every process streams files of its own (files[process::processes]),
+    endlessly, pass after pass in a reshuffled file order; pairs are built as the files are read. The first
+    documents of the corpus (in file order) are held out for evaluation, and skipped by the training streams."""
+    files = find_text_files(args.train_files)
+    if len(files) < num_processes:
+        raise SystemExit(f"error: --streaming: --train_files has {len(files)} text file(s) for {num_processes} "
+                         "processes, and each process streams files of its own: split the corpus into at least "
+                         f"{num_processes} files, or drop --streaming")
+    eval_documents, held_out = None, {}
+    if args.validation_split_percentage:
+        count = streamed_documents_held_out(args)
+        texts, held_out = first_documents(files, args.layout, count + 1)
+        if len(texts) <= count:
+            raise SystemExit(f"error: --streaming holds out the corpus's first {count} documents for evaluation "
+                             f"(--validation_split_percentage x 20), and --train_files has only {len(texts)}: pass "
+                             "a smaller --validation_split_percentage, or 0")
+        held_out = dict(held_out)
+        last = list(held_out)[-1]
+        held_out[last] -= 1  # the extra document read to see that more follow stays in training
+        eval_documents = datasets.Dataset.from_dict({"text": texts[:count]})
+    fingerprint = hashlib.sha256(json.dumps([files_fingerprint(files, args.layout), held_out]).encode()).hexdigest()
+    tokenizer = load_tokenizer(args, text_file_stream(files, args.layout, held_out=held_out, endless=False),
+                               fingerprint=fingerprint)
+    own = files[process_index::num_processes]
+    logger.info("--streaming: %s, each pass in a new file order; %s",
+                f"{len(files)} files" if num_processes == 1 else
+                f"each of the {num_processes} processes reads its own files, this one {len(own)} of {len(files)}",
+                STREAM_NOTE)
+    train_documents = text_file_stream(own, args.layout, seed=args.seed, held_out=held_out)
+    train_pairs = build_pairs(train_documents, tokenizer, args, args.dupe_factor, args.seed)
+    return PretrainingData(tokenizer, train_pairs, *build_eval_pairs(eval_documents, tokenizer, args))
+
+
+def build_eval_pairs(eval_documents, tokenizer, args) -> tuple:
+    """(held-out pairs, held-out documents), or (None, None) without held-out documents."""
     eval_pairs = None
     if eval_documents is not None:
         # Held-out pairs without the one-sentence-chunk quirk (a random-document B labelled 1 even for SOP):
@@ -413,7 +484,7 @@ def build_data(args) -> PretrainingData:
             eval_pairs = eval_pairs.select(range(min(args.max_eval_samples, len(eval_pairs))))
         elif args.max_eval_samples:
             eval_pairs = eval_pairs.take(args.max_eval_samples)
-    return PretrainingData(tokenizer, train_pairs, eval_pairs, eval_documents)
+    return eval_pairs, eval_documents
 
 
 def preprocess(args):
@@ -515,6 +586,12 @@ class Pretraining:
     def output_dir(self) -> Path:
         return Path(self.args.output_dir)
 
+    @property
+    def stream(self) -> datasets.IterableDataset | None:
+        """The process's own endless stream of training pairs under --streaming (its position is checkpointed)."""
+        dataset = self.train_dataloader.dataset
+        return dataset if isinstance(dataset, datasets.IterableDataset) else None
+
 
 def prepare(args) -> Pretraining:
     """The accelerator (in the mode the launcher asked for), the output folder, the pairs, the tokenizer, the model
@@ -544,7 +621,7 @@ def prepare(args) -> Pretraining:
             logger.info("Training on the pairs prepared in %s (no tokenizing)%s", args.prepared_data,
                         f"; from its manifest: {', '.join(args.adopted)}" if args.adopted else "")
         else:
-            data = build_data(args)
+            data = build_data(args, accelerator.process_index, accelerator.num_processes)
     tokenizer, train_pairs, eval_pairs = data.tokenizer, data.train_pairs, data.eval_pairs
 
     masking = dict(tokenizer=tokenizer, mlm_probability=args.mlm_probability, max_ngram=args.max_ngram,
@@ -582,7 +659,13 @@ def prepare(args) -> Pretraining:
     # The schedule counts optimizer steps; it is stepped by hand (not prepared), once per update, so that it
     # follows the official formula whatever the number of processes.
     scheduler = get_official_schedule(optimizer, args.num_warmup_steps, args.max_train_steps)
-    model, optimizer, train_dataloader = accelerator.prepare(model, optimizer, train_dataloader)
+    if isinstance(train_pairs, datasets.IterableDataset):
+        # Each process already streams its own pairs (build_data): accelerate would split them again, or have the
+        # first process read for all. Not prepared, the loader is iterated in this process, no batch ahead, so
+        # its dataset's state_dict() is the position after the last batch taken (saved with each checkpoint).
+        model, optimizer = accelerator.prepare(model, optimizer)
+    else:
+        model, optimizer, train_dataloader = accelerator.prepare(model, optimizer, train_dataloader)
     if eval_dataloader is not None:
         eval_dataloader = accelerator.prepare(eval_dataloader)
     accelerator.register_for_checkpointing(scheduler)
@@ -633,6 +716,8 @@ def fit(run: Pretraining, stop: StopOnSignal | None = None) -> Outcome:
         if accelerator.is_main_process and "window" in state:
             window = torch.tensor(state["window"], dtype=torch.float64, device=accelerator.device)
             window_tokens, window_seconds = state["window_tokens"], state["window_seconds"]
+        if run.stream is not None:
+            run.stream.load_state_dict(run.checkpoints.stream_state(path))
         if accelerator.is_main_process:
             truncate_metrics_log(metrics_log, completed_steps)
         logger.info("Resumed from %s: step %d, epoch %d, batch %d of the epoch", path, completed_steps, epoch,
@@ -653,7 +738,7 @@ def fit(run: Pretraining, stop: StopOnSignal | None = None) -> Outcome:
             "step": completed_steps, "epoch": epoch, "batches_in_epoch": batches_in_epoch,
             "skipped_steps": skipped_steps, "window": window_sum.tolist(), "window_tokens": window_tokens,
             "window_seconds": time.perf_counter() - window_start,
-        })
+        }, stream_state=None if run.stream is None else run.stream.state_dict())
 
     window_start = time.perf_counter() - window_seconds
     eval_metrics = {}
@@ -664,7 +749,9 @@ def fit(run: Pretraining, stop: StopOnSignal | None = None) -> Outcome:
         if hasattr(run.train_dataloader, "set_epoch"):
             run.train_dataloader.set_epoch(epoch)
         batches = run.train_dataloader
-        if batches_in_epoch:
+        if run.stream is not None:  # unprepared (see prepare); resumed by its state_dict, not by skipping
+            batches = (send_to_device(batch, accelerator.device) for batch in batches)
+        elif batches_in_epoch:
             batches = accelerator.skip_first_batches(run.train_dataloader, batches_in_epoch)
         for batch in batches:
             batches_in_epoch += 1

@@ -23,7 +23,9 @@ Deviations, each on purpose:
   the corpus, so the output does not depend on `num_proc`, batch size or the order workers finish.
 - Masking is not done here: `DataCollatorForAlbertPretraining` masks per batch (or statically, per example).
 - The official code shuffles documents first and instances last; here the final `Dataset.shuffle(seed)` does
-  both jobs (the random document is drawn uniformly, so document order does not change the distribution).
+  both jobs (the random document is drawn uniformly, so document order does not change the distribution). A
+  stream mixes the pairs of each map batch of documents instead (64 by default), seeded, so that a resumed
+  stream continues exactly.
 - Random documents (NSP and one-chunk B) are drawn from the whole corpus for a map-style `Dataset` (read
   zero-copy from its Arrow table), and from the documents of the same map batch for a streaming
   `IterableDataset`, which has no random access.
@@ -51,6 +53,7 @@ class NoPairsError(ValueError):
     """The documents are empty or too short to give a single sentence pair (as opposed to bad arguments)."""
 
 ONE_CHUNK_POLICIES = ("random_next", "skip")
+STREAM_BATCH = 64  # documents per pair-building batch of a stream: its random-document pool and mixing window
 PAIRS_VERSION = 1  # bump when the output of the pair builder changes, to invalidate cached maps
 
 
@@ -274,7 +277,8 @@ def instances_from_document(
         i += 1
 
 
-def _pairs_batch(batch, indices, documents, cls_id, sep_id, seed, dupe_factor, min_sentences, options, arrow=True):
+def _pairs_batch(batch, indices, documents, cls_id, sep_id, seed, dupe_factor, min_sentences, options, arrow=True,
+                 mix=False):
     input_ids, token_type_ids, labels = [], [], []
     cls, sep = np.array([cls_id], np.int32), np.array([sep_id], np.int32)
     streaming = documents is None
@@ -299,6 +303,12 @@ def _pairs_batch(batch, indices, documents, cls_id, sep_id, seed, dupe_factor, m
                 segments[len(seq_a) + 2 :] = 1
                 token_type_ids.append(segments)
                 labels.append(int(is_random_next))
+    if mix:
+        # A stream has no global shuffle: the pairs of the batch's documents are mixed here, in an order seeded by
+        # the batch's first row, so a resumed stream yields the same order (a shuffle buffer would be lost).
+        order = np.random.default_rng([seed, indices[0] if indices else 0]).permutation(len(labels))
+        input_ids, token_type_ids = [input_ids[i] for i in order], [token_type_ids[i] for i in order]
+        labels = [labels[i] for i in order]
     return _as_output(pa.table({"input_ids": list_column(input_ids, np.int32),
                                 "token_type_ids": list_column(token_type_ids, np.int8),
                                 "sentence_order_label": pa.array(labels, pa.int8())}), arrow)
@@ -322,11 +332,14 @@ def create_pretraining_pairs(
     """Build [CLS] A [SEP] B [SEP] instances from `tokenize_documents` output (a batched, cached `datasets.map`).
 
     Returns columns "input_ids", "token_type_ids" and "sentence_order_label" (0 = in order; 1 = swapped for
-    SOP, random B for NSP), shuffled with `seed` unless `shuffle=False`. Deterministic for a given seed,
+    SOP, random B for NSP), shuffled with `seed` unless `shuffle=False` (a stream: mixed within each batch of
+    documents). Deterministic for a given seed,
     whatever `num_proc` and `batch_size`.
 
     `batch_size` (documents per map batch) defaults to 16 for a `Dataset`: a batch of books gives hundreds of
-    thousands of pairs. A stream draws its random other documents from its batch, so its default is 256.
+    thousands of pairs. A stream draws its random other documents from its batch and mixes its pairs, so its
+    default is 64: larger would mix more, but a stream's first pairs wait for a whole batch to be tokenized (64
+    books are about 20 MB of text).
     """
     import datasets
     from datasets.fingerprint import Hasher
@@ -360,10 +373,11 @@ def create_pretraining_pairs(
                      dupe_factor=dupe_factor, min_sentences=min_sentences, options=options)
 
     if not isinstance(tokenized, datasets.Dataset):  # streaming: no random access, no counts, no cache
-        pairs = tokenized.map(_pairs_batch, with_indices=True, batched=True, batch_size=batch_size or 256,
-                              remove_columns=tokenized.column_names, features=features,
-                              fn_kwargs={**fn_kwargs, "documents": None, "arrow": False})
-        return pairs.shuffle(seed=seed, buffer_size=10_000) if shuffle else pairs
+        # Each batch's pairs come out mixed (see _pairs_batch), and nothing else is shuffled: what the stream
+        # yields then depends on its position only, which `state_dict()` restores exactly.
+        return tokenized.map(_pairs_batch, with_indices=True, batched=True, batch_size=batch_size or STREAM_BATCH,
+                             remove_columns=tokenized.column_names, features=features,
+                             fn_kwargs={**fn_kwargs, "documents": None, "arrow": False, "mix": shuffle})
 
     if tokenized._indices is not None:
         tokenized = tokenized.flatten_indices()  # row numbers must be Arrow rows for random access

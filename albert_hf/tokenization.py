@@ -139,13 +139,15 @@ def train_tokenizer(
     seed: int = 12345,
     model_max_length: int = 512,
     use_cache: bool = True,
+    fingerprint: str | None = None,
 ):
     """Train ALBERT's SentencePiece-unigram tokenizer on `corpus` and return it as an `AlbertTokenizer`.
 
     `corpus`: a `datasets.Dataset` (or IterableDataset) with a text column, or an iterable of document strings.
     The spm_train flags are those of the ALBERT README: unigram, <pad>=0, <unk>=1, [CLS]/[SEP]/[MASK] control
     symbols, the user-defined pieces above, no <s>/</s>, lowercased input. Trained once per (corpus, settings)
-    and cached under `cache_root()/tokenizers/`; `output_dir` gets a copy (tokenizer.json,
+    and cached under `cache_root()/tokenizers/` (a stream is cached when its `fingerprint` is given);
+    `output_dir` gets a copy (tokenizer.json,
     tokenizer_config.json and the spm model as spiece.model).
     """
     import sentencepiece as spm
@@ -156,7 +158,10 @@ def train_tokenizer(
         input_sentence_size=input_sentence_size, character_coverage=character_coverage, seed=seed,
         model_max_length=model_max_length, version=TOKENIZER_CACHE_VERSION,
     )
-    fingerprint = _corpus_fingerprint(corpus) if use_cache else None
+    if use_cache and fingerprint is None:
+        fingerprint = _corpus_fingerprint(corpus)
+    elif not use_cache:
+        fingerprint = None
     cache_dir = None
     if fingerprint is not None:
         key = hashlib.sha256(json.dumps([fingerprint, settings], sort_keys=True).encode()).hexdigest()[:16]

@@ -654,16 +654,3 @@ def test_checkpoint_save_takes_the_same_collective_path_on_every_process(tmp_pat
     assert sorted(path.name for path in (tmp_path / "out").iterdir()) == ["step_1", "step_2"]
     for step in ("step_1", "step_2"):  # each process's own random states made it into the renamed folder
         assert {"random_states_0.pkl", "random_states_1.pkl"} <= {p.name for p in (tmp_path / "out" / step).iterdir()}
-
-
-def test_streaming_asked_for_plain_text_files_says_they_are_not_streamed(tmp_path, caplog):
-    import logging
-
-    from albert_hf.pretraining import load_documents
-
-    (tmp_path / "a.txt").write_text("One sentence here. Another one.")
-    args = parse_args(["--output_dir", str(tmp_path / "run"), "--train_files", str(tmp_path), "--streaming"])
-    with caplog.at_level(logging.WARNING, logger="albert_hf.pretraining"):
-        documents = load_documents(args)
-    assert len(documents) == 1
-    assert "--streaming: plain-text files are not streamed; they are read into the Arrow cache first" in caplog.text

@@ -1,0 +1,183 @@
+"""--streaming over plain-text folders: files are read as the run goes (nothing before the first pairs but one batch
+of documents), each process streams files of its own, endlessly, and a stopped run resumes exactly from each
+process's saved stream position (datasets' state_dict)."""
+
+import logging
+import signal
+import subprocess
+from pathlib import Path
+
+import psutil
+import pytest
+from data_fixtures import embedded
+from test_preemption import DDP, signal_once_training, stopped_step
+from test_pretraining import check_same_weights_and_curve, metrics, parse_args, pretrain
+
+from albert_hf.corpus import first_documents, text_file_stream
+from albert_hf.preemption import PREEMPTED
+from albert_hf.pretraining import build_data
+
+FILES = 24
+
+
+def write_text_folder(folder: Path, files: int = FILES, documents_per_file: int = 60) -> Path:
+    """Embedded-corpus documents, `documents_per_file` per file, blank-line separated; file names sort in order."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = embedded().select(range(files * documents_per_file))["text"]
+    for k in range(files):
+        text = "\n\n".join(" ".join(doc.split()) for doc in rows[k * documents_per_file:(k + 1) * documents_per_file])
+        (folder / f"part_{k:03d}.txt").write_text(text + "\n")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def text_folder(tmp_path_factory):
+    return write_text_folder(tmp_path_factory.mktemp("streamed") / "corpus")
+
+
+def documents(stream, count):
+    taken = []
+    for row in stream:
+        taken.append(row["text"])
+        if len(taken) == count:
+            return taken
+    return taken
+
+
+def test_an_endless_stream_reads_pass_after_pass_in_new_orders_and_skips_the_held_out_documents(tmp_path):
+    folder = tmp_path / "c"
+    folder.mkdir()
+    for k in range(4):
+        (folder / f"{k}.txt").write_text(f"doc {k} a.\n\ndoc {k} b.\n")
+    files = sorted(folder.iterdir())
+    held, held_out = first_documents(files, "blank_line_separated", 3)
+    assert held == ["doc 0 a.", "doc 0 b.", "doc 1 a."]
+    assert held_out == {str(files[0]): 2, str(files[1]): 1}
+
+    one_pass = documents(text_file_stream(files, "blank_line_separated", held_out=held_out, endless=False), 100)
+    assert one_pass == ["doc 1 b.", "doc 2 a.", "doc 2 b.", "doc 3 a.", "doc 3 b."]
+    endless = documents(text_file_stream(files, "blank_line_separated", seed=1, held_out=held_out), 50)
+    assert len(endless) == 50  # ten passes and more: it never ends
+    passes = [endless[k:k + 5] for k in range(0, 50, 5)]
+    assert all(sorted(p) == sorted(one_pass) for p in passes)  # every pass: all training documents, once
+    assert len({tuple(p) for p in passes}) > 1  # in more than one file order
+    assert not set(held) & set(endless)
+
+
+def test_the_stream_resumes_exactly_from_its_state_dict(text_folder, tiny_checkpoint):
+    """A stream's state after k pairs, loaded into a fresh stream, yields the pairs the first one went on with."""
+    args = parse_args(["--output_dir", "unused", "--train_files", str(text_folder), "--streaming", "--layout",
+                       "blank_line_separated", "--tokenizer_name", str(tiny_checkpoint), "--max_seq_length", "64",
+                       "--dupe_factor", "2", "--validation_split_percentage", "0"])
+    stream = build_data(args).train_pairs
+    iterator = iter(stream)
+    for _ in range(3000):  # past several 64-document batches (about 600 pairs each here)
+        next(iterator)
+    state = stream.state_dict()
+    expected = [next(iterator)["input_ids"] for _ in range(700)]
+    fresh = build_data(args).train_pairs
+    fresh.load_state_dict(state)
+    assert [row["input_ids"] for _, row in zip(range(700), fresh)] == expected
+
+
+def test_each_process_streams_its_own_files_and_the_first_pairs_read_only_one_batch_of_documents(
+        text_folder, tiny_checkpoint, monkeypatch):
+    args = parse_args(["--output_dir", "unused", "--train_files", str(text_folder), "--streaming", "--layout",
+                       "blank_line_separated", "--tokenizer_name", str(tiny_checkpoint), "--max_seq_length", "64"])
+    read = []
+    original = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda self: read.append(self.name) or original(self))
+    for process in (0, 1):
+        read.clear()
+        stream = build_data(args, process, 2).train_pairs
+        # the held-out documents (the first 100: 5% x 20) are found reading the first files only
+        assert read == ["part_000.txt", "part_001.txt"]
+        read.clear()
+        next(iter(stream))
+        # one batch of 64 documents (60 a file; the first file's 60 and the second's first 40 are held out) for
+        # the first pairs: at most three files of the 24, all this process's own
+        assert 2 <= len(read) <= 3 and all(int(name[5:8]) % 2 == process for name in read), read
+
+
+def test_streaming_stops_with_one_line_when_it_cannot_share_or_hold_out(text_folder, tiny_checkpoint, tmp_path):
+    two = tmp_path / "two"
+    two.mkdir()
+    for k in range(2):
+        (two / f"{k}.txt").write_text("One sentence here. Another one follows.\n")
+    args = parse_args(["--output_dir", "unused", "--train_files", str(two), "--streaming",
+                       "--tokenizer_name", str(tiny_checkpoint)])
+    with pytest.raises(SystemExit, match=r"--train_files has 2 text file\(s\) for 3 processes, and each process "
+                                         r"streams files of its own"):
+        build_data(args, 0, 3)
+    with pytest.raises(SystemExit, match=r"holds out the corpus's first 100 documents for evaluation .* only 2"):
+        build_data(args)
+
+
+def test_streaming_plain_text_says_the_tokenizer_is_trained_first(tmp_path, caplog):
+    write_text_folder(tmp_path / "c", files=2, documents_per_file=200)
+    args = parse_args(["--output_dir", "unused", "--train_files", str(tmp_path / "c"), "--streaming", "--layout",
+                       "blank_line_separated", "--vocab_size", "300", "--validation_split_percentage", "0"])
+    with caplog.at_level(logging.INFO):
+        data = build_data(args)
+    assert "--streaming without --tokenizer_name: the tokenizer is trained first" in caplog.text
+    assert "--streaming: 2 files, each pass in a new file order" in caplog.text
+    assert len(data.tokenizer) == 300
+
+
+# A run of 40 steps, logged every 2; the only checkpoint is the one the signal causes.
+def streaming_args(folder, tokenizer):
+    return ["--train_files", str(folder), "--streaming", "--layout", "blank_line_separated", "--tokenizer_name",
+            str(tokenizer), "--max_train_steps", "40", "--eval_steps", "0", "--validation_split_percentage", "0",
+            "--mixed_precision", "no"]
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_a_stopped_streaming_run_resumes_to_the_uninterrupted_weights(tmp_path, text_folder, tiny_checkpoint,
+                                                                       processes):
+    """SIGTERM (to rank 1 only, with 2 processes) mid-run: each process saves its stream position with the step;
+    `--resume_from_checkpoint latest` then continues every stream where it was, to the uninterrupted run's
+    weights and curve."""
+    args = streaming_args(text_folder, tiny_checkpoint)
+    launcher = DDP if processes == 2 else None
+    if processes == 2:
+        args += ["--per_device_train_batch_size", "4"]
+    reference = tmp_path / "reference"
+    done = pretrain(reference, *args, launcher=launcher)
+    shares = ("--streaming: 24 files" if processes == 1 else
+              "--streaming: each of the 2 processes reads its own files, this one 12 of 24")
+    assert shares in done.stderr
+
+    run = tmp_path / "run"
+
+    def targets():
+        if processes == 1:
+            return [psutil.Process(process.pid)]
+        return [child for child in psutil.Process(process.pid).children(recursive=True)
+                if child.environ().get("RANK") == "1"]
+
+    with open(tmp_path / "stderr.txt", "w") as err:
+        process = pretrain(run, *args, launcher=launcher, stdout=subprocess.DEVNULL, stderr=err)
+        signal_once_training(run, process, targets, signal.SIGTERM)
+    stderr = (tmp_path / "stderr.txt").read_text()
+    if processes == 1:
+        assert process.returncode == PREEMPTED, stderr[-3000:]
+        step = stopped_step(stderr)
+    else:
+        assert f"exitcode  : {PREEMPTED}" in stderr, stderr[-3000:]
+        line = next(line for line in stderr.splitlines() if line.startswith("Stopped by SIGTERM after step "))
+        step = int(line.split(" after step ")[1].split(" ")[0])
+    assert 2 <= step < 40
+    saved = {path.name for path in (run / f"step_{step}").iterdir()}
+    assert {f"stream_state_{k}.json" for k in range(processes)} <= saved
+
+    done = pretrain(run, *args, "--resume_from_checkpoint", "latest", launcher=launcher)
+    assert f"Resumed from {run / f'step_{step}'}: step {step}" in done.stderr
+    assert [row["step"] for row in metrics(run)] == list(range(2, 41, 2))
+    check_same_weights_and_curve(run, reference, after_step=0)
+
+
+def test_preprocess_only_with_streaming_stops_with_one_line(tmp_path):
+    with pytest.raises(SystemExit) as stop:
+        parse_args(["--output_dir", str(tmp_path / "run"), "--preprocess_only", "--streaming"])
+    assert str(stop.value) == ("error: --preprocess_only writes every pair to disk, and --streaming builds them as "
+                               "training goes: drop one of them")
