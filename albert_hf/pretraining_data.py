@@ -42,6 +42,7 @@ import numpy as np
 import pyarrow as pa
 
 from .corpus import split_sentences
+from .tokenization import SentencePieceEncoder
 
 logger = logging.getLogger(__name__)
 
@@ -78,20 +79,39 @@ def _as_output(table: pa.Table, arrow: bool):
     return table if arrow else table.to_pydict()
 
 
-def _tokenize_batch(batch, backend, text_column, sentence_per_line, arrow=True):
+def _tokenize_batch(batch, encoder, text_column, sentence_per_line, arrow=True):
     input_ids, offsets = [], []
     for text in batch[text_column]:
         # One document at a time: a book's Encoding objects (ids, token strings, offsets) take about 100 bytes a
-        # token until they are turned into ids. The Rust backend directly: no per-call special tokens, no
-        # "longer than model_max_length" warnings.
+        # token until they are turned into ids.
         sentences = split_sentences(text or "", sentence_per_line=sentence_per_line)
-        ids = [np.asarray(encoding.ids, np.int32) for encoding in backend.encode_batch_fast(
-            sentences, add_special_tokens=False)]
+        ids = [np.asarray(sentence, np.int32) for sentence in encoder.encode(sentences)]
         ids = [sentence for sentence in ids if len(sentence)]  # the official reader drops lines tokenizing to nothing
         input_ids.append(np.concatenate(ids) if ids else np.zeros(0, np.int32))
         offsets.append(np.concatenate([[0], np.cumsum([len(sentence) for sentence in ids])]))
     return _as_output(pa.table({"input_ids": list_column(input_ids, np.int32),
                                 "sentence_offsets": list_column(offsets, np.int32)}), arrow)
+
+
+class BackendEncoder:
+    """Sentences -> token ids with the tokenizer's Rust backend directly: no per-call special tokens, no "longer
+    than model_max_length" warnings."""
+
+    def __init__(self, backend):
+        self.backend = backend
+
+    def encode(self, sentences: list[str]) -> list[list[int]]:
+        return [encoding.ids for encoding in self.backend.encode_batch_fast(sentences, add_special_tokens=False)]
+
+
+def sentence_encoder(tokenizer):
+    """SentencePiece's own encoder when it gives the tokenizer's ids (`tokenization.SentencePieceEncoder`, about 4
+    times faster), else the tokenizer's backend."""
+    backend = plain_backend(tokenizer)
+    fast = SentencePieceEncoder.for_tokenizer(tokenizer, backend)
+    logger.info("Tokenizing with %s", "SentencePiece's encoder (the tokenizer's ids, faster)" if fast else
+                "the tokenizer's backend (no spiece.model matching it for the faster SentencePiece encoder)")
+    return fast or BackendEncoder(backend)
 
 
 def plain_backend(tokenizer):
@@ -136,8 +156,8 @@ def tokenize_documents(
         batch_size=batch_size,
         remove_columns=columns,
         features=features,
-        fn_kwargs=dict(backend=plain_backend(tokenizer), text_column=text_column, sentence_per_line=sentence_per_line,
-                       arrow=isinstance(corpus, datasets.Dataset)),
+        fn_kwargs=dict(encoder=sentence_encoder(tokenizer), text_column=text_column,
+                       sentence_per_line=sentence_per_line, arrow=isinstance(corpus, datasets.Dataset)),
     )
     if isinstance(corpus, datasets.Dataset):
         kwargs.update(num_proc=num_proc, desc="Splitting and tokenizing documents")

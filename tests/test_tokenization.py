@@ -1,6 +1,7 @@
 """Training ALBERT's SentencePiece tokenizer and loading spiece.model files, all offline."""
 
 import io
+import json
 import os
 import subprocess
 import sys
@@ -155,3 +156,72 @@ def test_training_reads_a_bounded_sample_of_the_sentences(caplog):
     assert "Trained a 300-piece unigram model on all of" in caplog.text
     with pytest.raises(ValueError, match="A small corpus needs a smaller vocab_size"):
         train_tokenizer(texts, vocab_size=300, use_cache=False, input_sentence_size=5)
+
+
+# Strings where normalisation, whitespace or added tokens could make two encoders part ways.
+TRICKY = ["", "   ", "Hello world.", "``Quoted'' text", "Ünïcödé naïve café", "non\u00a0breaking\tand\ttabs",
+          "zero\u200bwidth", "ﬁne ligatures ﬂow", "İstanbul straße ΣΊΣΥΦΟΣ", "ｒｅｔｕｒｎ ｔｈｅ", "漢字とかな",
+          "emoji 🙂 here", "a <unk> b", "[MASK] at the start", "x▁y", "e\u0301 combining", "control\x07bell",
+          "dashes – and — £5 €3 (brackets)", "a  b   c", "ǅ ǈ ǋ title case", "ﬀ ﬃ Ⅻ ½", "***START***",
+          "_______ regiment", "Hahahaha!", "1000000 dollars..."]
+
+
+def test_the_sentencepiece_encoder_gives_the_tokenizers_ids():
+    from albert_hf.pretraining_data import plain_backend
+    from albert_hf.tokenization import SentencePieceEncoder
+
+    tok = tokenizer()
+    backend = plain_backend(tok)
+    encoder = SentencePieceEncoder.for_tokenizer(tok, backend)
+    assert encoder is not None  # a trained tokenizer keeps its spiece.model beside tokenizer.json
+    sentences = TRICKY + [s for t in embedded()["text"][:2000] for s in split_sentences(t)]
+    expected = [encoding.ids for encoding in backend.encode_batch_fast(sentences, add_special_tokens=False)]
+    assert encoder.encode(sentences) == expected
+
+
+def test_the_sentencepiece_encoder_gives_the_tokenizers_ids_on_the_real_corpus():
+    from data_fixtures import shared_corpus
+    from transformers import AutoTokenizer
+
+    from albert_hf.corpus import find_text_files, read_text_documents
+    from albert_hf.pretraining_data import plain_backend
+    from albert_hf.tokenization import SentencePieceEncoder
+
+    files = find_text_files(shared_corpus())
+    tok = tokenizer()
+    backend = plain_backend(tok)
+    encoder = SentencePieceEncoder.for_tokenizer(tok, backend)
+    sentences = [s for row in read_text_documents(files) for s in split_sentences(row["text"])]
+    assert len(sentences) > 150_000  # Gutenberg books, speeches, WikiText-2 (whose "<unk>" goes to the backend)
+    expected = [encoding.ids for encoding in backend.encode_batch_fast(sentences, add_special_tokens=False)]
+    assert encoder.encode(sentences) == expected
+
+
+def test_the_sentencepiece_encoder_is_only_used_where_it_agrees_by_construction(tmp_path):
+    from transformers import AlbertTokenizer, AutoTokenizer
+
+    from albert_hf.pretraining_data import BackendEncoder, plain_backend, sentence_encoder
+    from albert_hf.tokenization import SentencePieceEncoder
+
+    tok = tokenizer()
+    # the same pieces without their spiece.model, or with other normalisation (accents kept, case kept)
+    tok.save_pretrained(tmp_path / "no_spm")
+    (tmp_path / "no_spm" / "spiece.model").unlink(missing_ok=True)
+
+    without_model = AutoTokenizer.from_pretrained(tmp_path / "no_spm")
+    assert SentencePieceEncoder.for_tokenizer(without_model, plain_backend(without_model)) is None
+    assert isinstance(sentence_encoder(without_model), BackendEncoder)
+    vocab = [tuple(entry) for entry in json.loads(tok.backend_tokenizer.to_str())["model"]["vocab"]]
+    for options in ({"keep_accents": True}, {"do_lower_case": False}):
+        other = AlbertTokenizer(vocab=vocab, **options)
+        other.vocab_file = tok.vocab_file  # the same spiece.model, but the tokenizer normalises otherwise
+        assert SentencePieceEncoder.for_tokenizer(other, plain_backend(other)) is None, options
+
+
+def test_roots_with_two_powers_in_the_vocabulary_are_sent_to_the_backend():
+    """Equal-score segmentations come from pieces that are powers of one root: such text takes the backend's."""
+    from albert_hf.tokenization import _repeated_roots
+
+    pieces = ["ha", "haha", "*", "**", "▁x", "▁x▁x", "abab", "ab", "xyz", "xyzxyz0", "aa", "a", "cdcd", "cdcdcd"]
+    # single characters ("*", "a") are caught by the run-of-three rule; "▁" pieces cannot repeat inside a word
+    assert sorted(_repeated_roots(pieces)) == ["ababab", "cdcdcd", "hahaha"]
