@@ -24,6 +24,7 @@ from itertools import islice
 from pathlib import Path
 
 import datasets
+from datasets.distributed import split_dataset_by_node
 import torch
 import transformers
 from accelerate import Accelerator
@@ -367,13 +368,30 @@ def split_documents(documents, args):
     if args.validation_split_percentage == 0:
         return documents, None
     if isinstance(documents, datasets.IterableDataset):  # no length: the first documents of the stream
-        held_out = streamed_documents_held_out(args)
-        return documents.skip(held_out), documents.take(held_out)
+        count = streamed_documents_held_out(args)
+        texts = [row["text"] for row in documents.take(count + 1)]
+        if len(texts) <= count:
+            raise SystemExit(too_few_to_hold_out(count, len(texts)))
+        held_out = {text_digest(text) for text in texts[:count]}
+        # Dropped wherever they come: whichever process's shard holds them (datasets' skip would instead divide the
+        # skipped count among the shards, and the others would train on held-out documents).
+        train = documents.filter(lambda row: text_digest(row["text"]) not in held_out)
+        return train, datasets.Dataset.from_dict({"text": texts[:count]})
     if len(documents) < 2:
         raise ValueError(f"The corpus has {len(documents)} document(s); evaluation needs at least 2 "
                          "(or pass --validation_split_percentage 0)")
     split = documents.train_test_split(test_size=args.validation_split_percentage / 100, seed=args.seed)
     return split["train"], split["test"]
+
+
+def text_digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+def too_few_to_hold_out(count: int, found: int) -> str:
+    return (f"error: --streaming holds out the corpus's first {count} documents for evaluation "
+            f"(--validation_split_percentage x 20), and the corpus has only {found}: pass a smaller "
+            "--validation_split_percentage, or 0")
 
 
 def streamed_documents_held_out(args) -> int:
@@ -421,15 +439,17 @@ def build_data(args, process_index: int = 0, num_processes: int = 1) -> Pretrain
     train_documents, eval_documents = split_documents(documents, args)
     tokenizer = load_tokenizer(args, train_documents)
     if isinstance(train_documents, datasets.IterableDataset):
-        if num_processes > 1:
-            # Every process reads the whole stream and keeps its share of the documents: splitting by shards
-            # instead would split the skipped held-out documents too (datasets' skip divides them among shards).
-            train_documents = train_documents.filter(lambda _, i: i % num_processes == process_index,
-                                                     with_indices=True)
-        train_documents = train_documents.repeat(None)
-        logger.info("--streaming: %s", STREAM_NOTE if num_processes == 1 else
-                    f"each of the {num_processes} processes reads the whole stream and keeps every "
-                    f"{num_processes}th document; {STREAM_NOTE}")
+        shards = train_documents.n_shards
+        train_documents = split_dataset_by_node(train_documents, process_index, num_processes).repeat(None)
+        if num_processes == 1:
+            shares = f"{shards} shard(s)"
+        elif shards % num_processes == 0:
+            shares = f"each of the {num_processes} processes reads its own {shards // num_processes} of {shards} shards"
+        else:  # datasets' split_dataset_by_node
+            shares = (f"each of the {num_processes} processes reads all {shards} shard(s) and keeps every "
+                      f"{num_processes}th document (a number of shards, i.e. files, divisible by {num_processes} "
+                      "lets each read its own)")
+        logger.info("--streaming: %s; %s", shares, STREAM_NOTE)
     train_pairs = build_pairs(train_documents, tokenizer, args, args.dupe_factor, args.seed)
     return PretrainingData(tokenizer, train_pairs, *build_eval_pairs(eval_documents, tokenizer, args))
 
@@ -453,9 +473,7 @@ def build_text_stream_data(args, process_index: int, num_processes: int) -> Pret
         count = streamed_documents_held_out(args)
         texts, held_out = first_documents(files, args.layout, count + 1)
         if len(texts) <= count:
-            raise SystemExit(f"error: --streaming holds out the corpus's first {count} documents for evaluation "
-                             f"(--validation_split_percentage x 20), and --train_files has only {len(texts)}: pass "
-                             "a smaller --validation_split_percentage, or 0")
+            raise SystemExit(too_few_to_hold_out(count, len(texts)))
         held_out = dict(held_out)
         last = list(held_out)[-1]
         held_out[last] -= 1  # the extra document read to see that more follow stays in training

@@ -181,3 +181,34 @@ def test_preprocess_only_with_streaming_stops_with_one_line(tmp_path):
         parse_args(["--output_dir", str(tmp_path / "run"), "--preprocess_only", "--streaming"])
     assert str(stop.value) == ("error: --preprocess_only writes every pair to disk, and --streaming builds them as "
                                "training goes: drop one of them")
+
+
+def test_a_json_stream_of_several_files_is_shared_by_files_without_the_held_out_documents(tmp_path, caplog,
+                                                                                           tiny_checkpoint):
+    """4 jsonl files for 2 processes: each process reads 2 of them; the 100 held-out documents (the stream's
+    first, all in the first file and part of the second) are in no process's training documents."""
+    import json
+
+    from datasets.distributed import split_dataset_by_node
+
+    from albert_hf.pretraining import load_documents, split_documents
+
+    files = []
+    for f in range(4):
+        files.append(tmp_path / f"part{f}.jsonl")
+        files[-1].write_text("".join(json.dumps({"text": f"Document {f}-{k} begins. It ends here."}) + "\n"
+                                     for k in range(60)))
+    args = parse_args(["--output_dir", "unused", "--train_files", *map(str, files), "--streaming",
+                       "--tokenizer_name", str(tiny_checkpoint)])
+    train, held = split_documents(load_documents(args), args)
+    assert held["text"] == [f"Document {f}-{k} begins. It ends here." for f in range(2) for k in range(60)][:100]
+    shares = [[row["text"] for row in split_dataset_by_node(train, rank, 2)] for rank in (0, 1)]
+    read = [sorted({text.split()[1].split("-")[0] for text in share}) for share in shares]
+    # datasets deals the shards out in turn: files 0 and 2 to the first process (file 0 is all held out), 1 and 3
+    # to the second
+    assert read == [["2"], ["1", "3"]]
+    assert len(shares[0]) + len(shares[1]) == 240 - 100
+    assert not set(held["text"]) & set(shares[0] + shares[1])
+    with caplog.at_level(logging.INFO):
+        build_data(args, 1, 2)
+    assert "--streaming: each of the 2 processes reads its own 2 of 4 shards" in caplog.text
