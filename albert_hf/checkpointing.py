@@ -25,7 +25,8 @@ FILL_MASK_FILE = "fill_mask_examples.json"  # the summary's fill-mask examples (
 RUN_OUTPUTS = ("step_*", ".tmp-*", "runs", "metrics.jsonl", "all_results.json", "README.md", "config.json",
                "model.safetensors", "model-*.safetensors", "model.safetensors.index.json", "tokenizer.json",
                "tokenizer_config.json", "special_tokens_map.json", "spiece.model", "configuration_albert_hf.py",
-               "modeling_albert_hf.py", FILL_MASK_FILE, "pairs", "prepared_data.json")
+               "modeling_albert_hf.py", FILL_MASK_FILE, "pairs", "prepared_data.json",
+               "training_curves.png")
 
 
 def previous_run_files(output_dir) -> list[str]:

@@ -29,6 +29,7 @@ from transformers.trainer import TRAINING_ARGS_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
 from . import AlbertHFConfig
+from .analysis.curves import CURVES_FILE, trainer_curves
 from .cli import explicit_arguments, parse_into_dataclasses
 from .distributed import (cpu_processes_without_gpus, describe, end_distributed, gather_full_model, requested_mode,
                           shard_model, use_fsdp)
@@ -106,6 +107,11 @@ class AlbertTrainingArguments(TrainingArguments):
                   "batch, steps, warm-up, maximum lengths, dropout and the official optimizer; SQuAD v2.0 also the "
                   "answerability head and the dev-tuned null threshold. Flags given explicitly are kept; the values "
                   f"used are written to OUTPUT_DIR/{PAPER_HPARAMS_FILE} and the model card"},
+    )
+    no_plots: bool = field(
+        default=False,
+        metadata={"help": "do not draw OUTPUT_DIR/training_curves.png (training loss, evaluation metrics and learning "
+                  "rate from the log history; the model card shows it)"},
     )
 
     def __post_init__(self):
@@ -368,6 +374,8 @@ def finish(trainer, model_args: ModelArguments, training_args, data_args, paper_
     def write_card(**_trainer_card_arguments):
         write_finetuned_card(trainer, model_args, training_args, data_args, paper_recipe=paper_recipe)
 
+    if training_args.do_train and not training_args.no_plots and trainer.is_world_process_zero():
+        trainer_curves(trainer.state.log_history, Path(training_args.output_dir) / CURVES_FILE)
     if training_args.push_to_hub:
         # Trainer.push_to_hub writes README.md with create_model_card just before uploading: ours instead.
         trainer.create_model_card = write_card

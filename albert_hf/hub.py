@@ -262,17 +262,23 @@ def pretraining_card_dataset(args) -> CardDataset:
                        f"library; not a Hub dataset); {held_out}.", splits={"eval_": "held-out"})
 
 
-def write_pretraining_card(output_dir, model, args, global_batch: int, num_processes: int) -> Path:
-    """The card of a `run_pretraining.py` model, with the metrics of output_dir/all_results.json."""
+CURVES_SECTION = ("Training curves", "![Training curves](training_curves.png)")
+
+
+def write_pretraining_card(output_dir, model, args, global_batch: int, num_processes: int,
+                           curves: bool = False) -> Path:
+    """The card of a `run_pretraining.py` model, with the metrics of output_dir/all_results.json (the held-out
+    baselines among them, `*_baseline`) and, with `curves`, training_curves.png."""
     results = read_results(output_dir)
     dataset = pretraining_card_dataset(args)
     pair = {"sop": "sentence-order prediction", "nsp": "next-sentence prediction"}.get(args.task)
     objective = "masked language modelling with n-gram masking" + (f" and {pair}" if pair else "")
+    # the model-index lists the model's results; the baselines stay in the Results table beside them
     found = eval_results(results, dataset, "fill-mask", "Masked language modelling", with_loss=True,
-                         keep=lambda name: name.startswith("mlm"))
+                         keep=lambda name: name.startswith("mlm") and not name.endswith("_baseline"))
     if pair:  # the 2-way head classifies a pair of segments
         found += eval_results(results, dataset, "text-classification", pair.capitalize(), with_loss=True,
-                              keep=lambda name: name.startswith(args.task))
+                              keep=lambda name: name.startswith(args.task) and not name.endswith("_baseline"))
     base = getattr(args, "model_name_or_path", None)
     summary = (f"An ALBERT model (Lan et al., ICLR 2020) pretrained with albert_hf's `run_pretraining.py`: "
                f"{objective}.")
@@ -293,7 +299,7 @@ def write_pretraining_card(output_dir, model, args, global_batch: int, num_proce
         license=args.license, base_model=hub_model_name(base), datasets=[dataset.hub_id]
         if dataset.hub_id else None, eval_results=found,
         model_name=(hub_model_id or Path(args.output_dir).absolute().name).split("/")[-1],
-        sections=[("Framework versions", _framework_versions())],
+        sections=([CURVES_SECTION] if curves else []) + [("Framework versions", _framework_versions())],
     )
 
 
@@ -488,6 +494,8 @@ def write_finetuned_card(trainer, model_args, training_args, data_args, paper_re
     sections = []
     if paper_recipe is not None:
         sections.append(("Recipe", _paper_recipe_section(paper_recipe)))
+    if (output_dir / "training_curves.png").is_file():
+        sections.append(CURVES_SECTION)
     log = _training_log(trainer.state.log_history)
     if log:
         sections.append(("Training log", log))

@@ -33,6 +33,8 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 from transformers import AutoModel, AutoTokenizer, HfArgumentParser
 
+from .analysis.baselines import heldout_baselines, with_baselines
+from .analysis.curves import CURVES_FILE, pretraining_curves
 from .analysis.fill_mask import fill_mask_examples, format_fill_mask, pick_fill_mask_sentences
 from .checkpointing import (FILL_MASK_FILE, StepCheckpoints, clear_previous_run, previous_run_files,
                             truncate_metrics_log)
@@ -181,6 +183,8 @@ class OutputArguments:
     per_device_eval_batch_size: int = field(default=64, metadata={"help": "pairs per process per evaluation batch"})
     max_eval_samples: int | None = field(default=2000, metadata={"help": "held-out pairs evaluated (0: all)"})
     logging_steps: int = field(default=20, metadata={"help": "log training means every N optimizer steps"})
+    no_plots: bool = field(default=False, metadata={
+        "help": "do not draw training_curves.png (the curves of metrics.jsonl, with the held-out baselines)"})
     checkpointing_steps: int | None = field(default=None, metadata={
         "help": "save the full training state into step_N every N steps"})
     checkpoints_total_limit: int | None = field(default=None, metadata={"help": "keep only the newest N step_N"})
@@ -827,17 +831,29 @@ def finish(run: Pretraining, eval_metrics: dict, completed_steps: int):
     accelerator.wait_for_everyone()
     final = gather_full_model(accelerator, run.model)
     if accelerator.is_main_process:
+        pair_task = args.task if args.task != "none" else None
+        if run.eval_dataloader is not None and eval_metrics:
+            # on the evaluation's own pairs and static masks (the unprepared dataset and collator)
+            eval_metrics = {**eval_metrics, **heldout_baselines(
+                run.eval_dataloader.dataset, run.eval_dataloader.collate_fn, len(run.tokenizer),
+                run.tokenizer.all_special_ids, pair_task)}
+        curves = None
+        if not args.no_plots:
+            rows = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()
+                    ] if (output_dir / "metrics.jsonl").is_file() else []
+            curves = pretraining_curves(rows, eval_metrics, output_dir / CURVES_FILE, pair_task)
         save_final_model(final, run.tokenizer, output_dir, args, eval_metrics, run.global_batch,
-                         accelerator.num_processes)
+                         accelerator.num_processes, curves=curves is not None)
         reloaded = AutoModel.from_pretrained(output_dir, trust_remote_code=True)
         summary = {"output_dir": str(output_dir), "parameters": run.num_parameters, "steps": completed_steps,
                    "global_batch": run.global_batch, "reloaded_with": f"AutoModel -> {type(reloaded).__name__}",
-                   **eval_metrics}
+                   **({"training_curves": str(curves)} if curves else {})}
         # after the save: the examples are a look at the saved model, not part of it (nor of all_results.json)
         examples = held_out_fill_mask(final, run.tokenizer, run.eval_documents, args)
         if examples:
             (output_dir / FILL_MASK_FILE).write_text(json.dumps(examples, indent=2, ensure_ascii=False) + "\n")
         print("\n".join(["", "Pretraining done."] + [f"  {k}: {_format_value(v)}" for k, v in summary.items()]
+                        + [f"  {k}: {text}" for k, text in with_baselines(eval_metrics)]
                         + format_fill_mask(examples)))
         if args.push_to_hub:
             repo_id = args.hub_model_id or output_dir.name
@@ -898,14 +914,15 @@ def main(argv=None):
     return outcome.eval_metrics
 
 
-def save_final_model(model, tokenizer, output_dir: Path, args, eval_metrics, global_batch, num_processes):
+def save_final_model(model, tokenizer, output_dir: Path, args, eval_metrics, global_batch, num_processes,
+                     curves: bool = False):
     """Weights, tokenizer, remote code, model card: written into a temporary folder, then moved into place."""
     tmp = output_dir / ".tmp-final"
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     write_json(tmp / "all_results.json", eval_metrics)
-    write_pretraining_card(tmp, model, args, global_batch, num_processes)  # its metrics: all_results.json
+    write_pretraining_card(tmp, model, args, global_batch, num_processes, curves)  # metrics: all_results.json
     for path in tmp.iterdir():
         os.replace(path, output_dir / path.name)
     tmp.rmdir()
