@@ -17,9 +17,10 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 	touch $@
 
 # The main job on its embedded default: a tiny ALBERT pretrained on the embedded corpus, reloaded with AutoModel
-# (a demo: a second `make pretrain` replaces the first one's outputs/albert-pretraining).
+# (a demo: a second `make pretrain` replaces the first one's outputs/albert-pretraining). --adam_beta2 0.98: with
+# the official 0.999 this short run learns more slowly (held-out MLM accuracy 0.095 instead of 0.128; README).
 pretrain: setup
-	$(BIN)/python run_pretraining.py --overwrite_output_dir
+	$(BIN)/python run_pretraining.py --overwrite_output_dir --adam_beta2 0.98
 
 # Tests never touch the network: offline Hub and a throwaway HF_HOME.
 test: setup

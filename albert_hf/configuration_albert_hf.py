@@ -14,7 +14,11 @@ PRESETS = {
     "large": dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096),
     "xlarge": dict(hidden_size=2048, num_hidden_layers=24, num_attention_heads=16, intermediate_size=8192),
     "xxlarge": dict(hidden_size=4096, num_hidden_layers=12, num_attention_heads=64, intermediate_size=16384),
-    # For tests and the embedded demo: seconds on a laptop CPU.
+    # The small ALBERT of the small-scale reproductions (examples/): E=128 as the paper, all layers shared, 1.5M
+    # parameters with a 4000-piece vocabulary.
+    "small": dict(embedding_size=128, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
+                  intermediate_size=1024, max_position_embeddings=512),
+    # For tests: seconds on a laptop CPU.
     "tiny": dict(
         vocab_size=1000,
         embedding_size=16,
@@ -137,7 +141,8 @@ class AlbertHFConfig(PreTrainedConfig):
 
     @classmethod
     def from_preset(cls, name: str, **overrides) -> "AlbertHFConfig":
-        """`base`, `large`, `xlarge`, `xxlarge` (official v2 dimensions) or `tiny`; keyword arguments override."""
+        """`base`, `large`, `xlarge`, `xxlarge` (official v2 dimensions), `small` or `tiny`; keyword arguments
+        override."""
         if name not in PRESETS:
             raise ValueError(f"Unknown ALBERT preset {name!r}; choose one of {sorted(PRESETS)}")
         return cls(**{**PRESETS[name], **overrides})
