@@ -207,17 +207,17 @@ def load_text_files(paths, layout: str = "document_per_file", cache_dir: str | N
         raise ValueError(f"No text in {len(files)} file(s) under {paths}: all are empty or binary") from error
 
 
-def first_documents(files, layout: str, count: int) -> tuple[list[str], dict]:
-    """The first `count` documents of `files` (in their order), and {file: how many of its first documents they
-    are}, the `held_out` of `read_text_documents` and `text_file_stream`: a stream's evaluation documents,
-    found without reading the rest of the corpus."""
+def first_documents(files, layout: str, count: int) -> tuple[list[str], dict, bool]:
+    """The first `count` documents of `files` (in their order), {file: how many of its first documents they are}
+    (the `held_out` of `read_text_documents` and `text_file_stream`), and whether more documents follow: a
+    stream's evaluation documents, found without reading the rest of the corpus."""
     texts, held_out = [], {}
     for row in read_text_documents(files, layout, report=False):
         if len(texts) == count:
-            break
+            return texts, held_out, True
         texts.append(row["text"])
         held_out[row["source"]] = held_out.get(row["source"], 0) + 1
-    return texts, held_out
+    return texts, held_out, False
 
 
 def _text_file_passes(files, layout, seed, held_out, passes):

@@ -41,7 +41,8 @@ from .checkpointing import (FILL_MASK_FILE, StepCheckpoints, clear_previous_run,
 from . import prepared_data
 from .cli import explicit_arguments, parse_into_dataclasses
 from .configuration_albert_hf import PRESETS, SHARING_MODES, AlbertHFConfig
-from .corpus import LAYOUTS, files_fingerprint, find_text_files, first_documents, is_plain_text, load_corpus, text_file_stream
+from .corpus import (LAYOUTS, files_fingerprint, find_text_files, first_documents, is_plain_text, load_corpus,
+                     text_file_stream)
 from .data_collator import DataCollatorForAlbertPretraining
 from .distributed import (describe, end_distributed, gather_full_model, load_on_first_process, make_accelerator,
                           shard_model)
@@ -475,13 +476,10 @@ def build_text_stream_data(args, process_index: int, num_processes: int) -> Pret
     eval_documents, held_out = None, {}
     if args.validation_split_percentage:
         count = streamed_documents_held_out(args)
-        texts, held_out = first_documents(files, args.layout, count + 1)
-        if len(texts) <= count:
+        texts, held_out, more = first_documents(files, args.layout, count)
+        if not more:
             raise SystemExit(too_few_to_hold_out(count, len(texts)))
-        held_out = dict(held_out)
-        last = list(held_out)[-1]
-        held_out[last] -= 1  # the extra document read to see that more follow stays in training
-        eval_documents = datasets.Dataset.from_dict({"text": texts[:count]})
+        eval_documents = datasets.Dataset.from_dict({"text": texts})
     fingerprint = hashlib.sha256(json.dumps([files_fingerprint(files, args.layout), held_out]).encode()).hexdigest()
     tokenizer = load_tokenizer(args, text_file_stream(files, args.layout, held_out=held_out, endless=False),
                                fingerprint=fingerprint)
@@ -903,8 +901,7 @@ def main(argv=None):
             finish(run, outcome.eval_metrics, outcome.steps)
         accelerator = run.accelerator
         del run  # its model and optimizer hold the process group: dropped, so that end_distributed can free it
-        if end_distributed(accelerator):
-            logger.warning("a process group is still alive at exit: the process may abort in teardown")
+        end_distributed(accelerator)
         if outcome.stopped_by is not None:
             if accelerator.is_main_process:
                 print(f"Stopped by {outcome.stopped_by} after step {outcome.steps} of {args.max_train_steps}: the "

@@ -50,9 +50,10 @@ def test_an_endless_stream_reads_pass_after_pass_in_new_orders_and_skips_the_hel
     for k in range(4):
         (folder / f"{k}.txt").write_text(f"doc {k} a.\n\ndoc {k} b.\n")
     files = sorted(folder.iterdir())
-    held, held_out = first_documents(files, "blank_line_separated", 3)
-    assert held == ["doc 0 a.", "doc 0 b.", "doc 1 a."]
+    held, held_out, more = first_documents(files, "blank_line_separated", 3)
+    assert held == ["doc 0 a.", "doc 0 b.", "doc 1 a."] and more
     assert held_out == {str(files[0]): 2, str(files[1]): 1}
+    assert first_documents(files, "blank_line_separated", 8)[2] is False  # all 8 documents: none follows
 
     one_pass = documents(text_file_stream(files, "blank_line_separated", held_out=held_out, endless=False), 100)
     assert one_pass == ["doc 1 b.", "doc 2 a.", "doc 2 b.", "doc 3 a.", "doc 3 b."]
