@@ -21,6 +21,7 @@ bias is one parameter under two names; the root (embedding projection, pooler, S
 """
 
 import gc
+import logging
 import os
 import time
 import weakref
@@ -39,6 +40,8 @@ from .modeling_albert_hf import AlbertHFLayer
 FSDP_CPU_CONFIG = "examples/accelerate_configs/fsdp_cpu.yaml"
 _MODE_NAMES = {DistributedType.NO: "one process", DistributedType.MULTI_CPU: "DDP", DistributedType.MULTI_GPU: "DDP",
                DistributedType.FSDP: "FSDP2", DistributedType.DEEPSPEED: "DeepSpeed"}
+
+logger = logging.getLogger("albert_hf.distributed")
 
 
 def _asked(name: str) -> bool:
@@ -289,7 +292,8 @@ def gather_full_model(accelerator: Accelerator, model: torch.nn.Module):
 def end_distributed(accelerator: Accelerator | None = None, timeout: float = 5.0) -> int:
     """The last call of a distributed run, in every process, after a barrier and after the caller has dropped its
     own references to the model and optimizer: destroys the process group and frees it while the interpreter is
-    still whole. Returns how many process groups are still alive afterwards (0 when all went).
+    still whole. Returns how many process groups are still alive afterwards (0 when all went), and warns when
+    any is.
 
     `destroy_process_group` only unregisters a group; its gloo backend, with the worker threads that release each
     collective's work and the tensors it holds, lives until its last reference goes. A DDP or FSDP2 model, its
@@ -326,5 +330,7 @@ def end_distributed(accelerator: Accelerator | None = None, timeout: float = 5.0
         gc.collect()
         alive = sum(ref() is not None for ref in watched)
         if not alive or time.monotonic() > deadline:
+            if alive:
+                logger.warning("a process group is still alive at exit: the process may abort in teardown")
             return alive
         time.sleep(0.01)

@@ -396,8 +396,7 @@ def run_script(main) -> None:
         main()
     except SystemExit as stop:
         status = stop.code
-    if end_distributed():
-        logger.warning("a process group is still alive at exit: the process may abort in teardown")
+    end_distributed()
     if status:
         raise SystemExit(status)
 
