@@ -21,11 +21,13 @@ from transformers import AutoConfig, DataCollatorWithPadding, default_data_colla
 
 from albert_hf import AlbertHFForSequenceClassification
 from albert_hf import glue
+from albert_hf.errors import InputError
 from albert_hf.finetuning import (
     AlbertTrainer,
     apply_paper_hparams,
     evaluate_splits,
     finish,
+    fit_max_seq_length,
     limit,
     load_tokenizer_and_model,
     parse_arguments,
@@ -65,9 +67,9 @@ def main(argv=None):
     wanted = {"train": training_args.do_train, "validation": training_args.do_eval, "test": training_args.do_predict}
     needed = {kind for kind, asked in wanted.items() if asked}
     if not needed:
-        raise SystemExit("error: nothing to do; pass --do_train, --do_eval and/or --do_predict")
+        raise InputError("nothing to do; pass --do_train, --do_eval and/or --do_predict")
     if task.predict_only and needed != {"test"}:
-        raise SystemExit(f"error: {task.name} is the GLUE diagnostic set (unlabelled): --do_predict only, with a "
+        raise InputError(f"{task.name} is the GLUE diagnostic set (unlabelled): --do_predict only, with a "
                          "model fine-tuned on MNLI")
     last_checkpoint = setup(training_args)  # logging first, so that what --paper_hparams sets is logged
     recipe = None
@@ -77,7 +79,7 @@ def main(argv=None):
     raw_splits, sources = glue.load_raw_splits(data_args, needed, cache_dir=model_args.cache_dir)
     for kind in needed:
         if not any(task.split_kind(split) == kind for split in raw_splits):
-            raise SystemExit(f"error: {flags[kind]} needs {kind} data for {task.name}: pass --{kind}_file, or a "
+            raise InputError(f"{flags[kind]} needs {kind} data for {task.name}: pass --{kind}_file, or a "
                              "--data_dir holding "
                              f"{[name for split, name in task.tsv_files.items() if task.split_kind(split) == kind]}")
     splits = glue.prepare_splits(raw_splits, sources, task)
@@ -93,13 +95,8 @@ def main(argv=None):
     glue.check_checkpoint_labels(checkpoint_config, task)
     tokenizer, model = load_tokenizer_and_model(model_args, AlbertHFForSequenceClassification,
                                                 **glue.label_config(task))
-    max_seq_length = data_args.max_seq_length
-    if max_seq_length > model.config.max_position_embeddings:
-        logger.warning("max_seq_length %d is longer than the model's %d positions; using %d", max_seq_length,
-                       model.config.max_position_embeddings, model.config.max_position_embeddings)
-        max_seq_length = model.config.max_position_embeddings
-
-    tokenize = glue.tokenize_function(tokenizer, task, max_seq_length, data_args.pad_to_max_length)
+    fit_max_seq_length(data_args, model.config)
+    tokenize = glue.tokenize_function(tokenizer, task, data_args.max_seq_length, data_args.pad_to_max_length)
     features = {}
     with training_args.main_process_first(desc="tokenizing"):
         for split, dataset in splits.items():

@@ -5,7 +5,8 @@
         --per_device_train_batch_size 32 --gradient_accumulation_steps 16 --mixed_precision bf16 ...
 """
 
+from albert_hf.errors import run_entry_point
 from albert_hf.pretraining import main
 
 if __name__ == "__main__":
-    main()
+    run_entry_point(main)

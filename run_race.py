@@ -17,11 +17,13 @@ the chosen letters in predictions_validation.json and predictions_test.json.
 """
 
 from albert_hf import AlbertHFForMultipleChoice, race
+from albert_hf.errors import InputError
 from albert_hf.finetuning import (
     AlbertTrainer,
     apply_paper_hparams,
     evaluate_splits,
     finish,
+    fit_max_seq_length,
     limit,
     load_tokenizer_and_model,
     parse_arguments,
@@ -34,7 +36,7 @@ from albert_hf.finetuning import (
 def main(argv=None) -> dict:
     model_args, data_args, training_args = parse_arguments(race.RaceDataArguments, argv)
     if data_args.race_recipe != "v2" and not training_args.paper_hparams:
-        raise SystemExit(f"error: --race_recipe {data_args.race_recipe} chooses the row --paper_hparams applies: "
+        raise InputError(f"--race_recipe {data_args.race_recipe} chooses the row --paper_hparams applies: "
                          "pass --paper_hparams too")
     last_checkpoint = setup(training_args)
     recipe = None
@@ -48,9 +50,9 @@ def main(argv=None) -> dict:
                  for split, (needed, cap) in wanted.items() if needed}
 
     tokenizer, model = load_tokenizer_and_model(model_args, AlbertHFForMultipleChoice)
+    fit_max_seq_length(data_args, model.config)
     with training_args.main_process_first(desc="RACE tokenization"):
-        features = {split: race.encode_questions(rows, tokenizer, data_args, model.config.max_position_embeddings,
-                                                 f"RACE {split}")
+        features = {split: race.encode_questions(rows, tokenizer, data_args, f"RACE {split}")
                     for split, rows in questions.items()}
 
     trainer = AlbertTrainer(

@@ -23,6 +23,8 @@ import logging
 from transformers import default_data_collator
 
 from albert_hf import AlbertHFForQuestionAnswering, AlbertHFForQuestionAnsweringWithAnswerability
+from albert_hf import squad
+from albert_hf.errors import InputError
 from albert_hf.finetuning import (
     apply_paper_hparams,
     finish,
@@ -60,7 +62,7 @@ def main(argv=None):
     for split, asked in wanted.items():
         flag, file_argument = NEEDS[split]
         if asked and data_args.dataset_name is None and getattr(data_args, file_argument) is None:
-            raise SystemExit(f"error: {flag} needs a {split} set: give --{file_argument} (or a --dataset_name that "
+            raise InputError(f"{flag} needs a {split} set: give --{file_argument} (or a --dataset_name that "
                              f"has a {split} split)")
     last_checkpoint = setup(training_args)
     recipe = None
@@ -71,12 +73,13 @@ def main(argv=None):
                                                     start_n_top=data_args.start_n_top, end_n_top=data_args.end_n_top)
     else:
         tokenizer, model = load_tokenizer_and_model(model_args, AlbertHFForQuestionAnswering)
+    squad.fit_lengths(data_args, model.config)
 
     splits = load_squad_splits(data_args, cache_dir=model_args.cache_dir, token=model_args.token)
     for split, asked in wanted.items():
         if asked and split not in splits:
             flag, file_argument = NEEDS[split]
-            raise SystemExit(f"error: {flag} needs a {split} set: --dataset_name {data_args.dataset_name} has no "
+            raise InputError(f"{flag} needs a {split} set: --dataset_name {data_args.dataset_name} has no "
                              f"{split} split; give --{file_argument}")
 
     train_dataset = None

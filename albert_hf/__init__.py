@@ -9,6 +9,7 @@ from transformers import AutoConfig, AutoModelForQuestionAnswering
 from . import modeling_albert_hf
 from .configuration_albert_hf import PRESETS, AlbertHFConfig
 from .data_collator import DataCollatorForAlbertPretraining
+from .errors import InputError
 from .modeling_albert_hf import (
     AUTO_MAP,
     AlbertHFForMaskedLM,
@@ -51,4 +52,5 @@ __all__ = [
     "AlbertHFForTokenClassification",
     "AlbertHFForQuestionAnsweringWithAnswerability",
     "DataCollatorForAlbertPretraining",
+    "InputError",
 ]

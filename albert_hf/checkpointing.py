@@ -5,12 +5,13 @@ import json
 import logging
 import os
 import re
+import pickle
 import shutil
 from pathlib import Path
 
 from accelerate.utils import broadcast_object_list
 
-from .hub import first_line
+from .errors import InputError, first_line
 
 logger = logging.getLogger("albert_hf.pretraining")
 
@@ -111,17 +112,24 @@ class StepCheckpoints:
         path = Path(value)
         problem = self.problem(path)
         if problem:
-            raise FileNotFoundError(f"{path}: {problem}")
+            raise InputError(f"{path}: {problem}")
         return path
 
     def load(self, path: Path) -> dict:
         """Restores accelerate's state from `path` (model, optimizer, scheduler, RNGs) and returns the loop's
         position (`training_state.json`); a checkpoint that cannot be loaded stops with one line."""
+        from safetensors import SafetensorError
+
         try:
             self.accelerator.load_state(str(path))
-            return json.loads((path / STATE_FILE).read_text())
-        except (OSError, RuntimeError, ValueError, KeyError) as error:
-            raise SystemExit(f"error: --resume_from_checkpoint {path}: cannot load it: {first_line(error)}")
+            state = json.loads((path / STATE_FILE).read_text())
+        except (OSError, RuntimeError, ValueError, KeyError, EOFError, pickle.UnpicklingError, SafetensorError) as error:
+            raise InputError(f"--resume_from_checkpoint {path}: cannot load it: {first_line(error)}") from None
+        positions = ("step", "epoch", "batches_in_epoch")
+        if not isinstance(state, dict) or not all(type(state.get(key)) is int and state[key] >= 0 for key in positions):
+            raise InputError(f"--resume_from_checkpoint {path}: {STATE_FILE} does not hold the loop's position "
+                             f"({', '.join(positions)}: integers >= 0)")
+        return state
 
     def remove_partial(self):
         if self.accelerator.is_main_process and self.output_dir.is_dir():
@@ -134,7 +142,7 @@ class StepCheckpoints:
         file = path / STREAM_STATE_FILE.format(self.accelerator.process_index)
         if not file.is_file():
             written = len(list(path.glob(STREAM_STATE_FILE.format("*"))))
-            raise SystemExit(f"error: --resume_from_checkpoint {path}: it holds the stream positions of {written} "
+            raise InputError(f"--resume_from_checkpoint {path}: it holds the stream positions of {written} "
                              f"process(es), none for process {self.accelerator.process_index}: resume a --streaming "
                              "run with --streaming and the number of processes that wrote it")
         return json.loads(file.read_text())

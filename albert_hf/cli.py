@@ -1,8 +1,12 @@
 """Command lines of the scripts: HfArgumentParser dataclasses from flags or from one .json/.yaml file, and every
 mistake in them reported as one line naming the flag, key or file (argparse's `error:` line), never a traceback."""
 
+import dataclasses
+import enum
 import json
 import sys
+import types
+import typing
 from pathlib import Path
 
 import yaml
@@ -17,7 +21,7 @@ def argument_file(argv) -> Path | None:
 
 
 def read_argument_file(path: Path) -> dict:
-    text = path.read_text(encoding="utf-8")
+    text = path.read_text(encoding="utf-8-sig")
     return yaml.safe_load(text) if path.suffix in (".yaml", ".yml") else json.loads(text)
 
 
@@ -29,13 +33,71 @@ def parse_into_dataclasses(parser: HfArgumentParser, argv=None) -> tuple:
         if not path.is_file():
             parser.error(f"{path}: no such arguments file")
         try:
-            return parser.parse_dict(read_argument_file(path))
+            values = read_argument_file(path)
+            if not isinstance(values, dict):
+                parser.error(f"{path}: expected a mapping of argument names to values, found {type(values).__name__}")
+            check_value_types(parser, values, path)
+            known = {field.name for dataclass_type in parser.dataclass_types for field in dataclasses.fields(dataclass_type)}
+            unknown = sorted(set(values) - known)
+            if unknown:
+                parser.error(f"{path}: unknown argument(s) {unknown[:5]}")
+            return parser.parse_dict(values)
         except (ValueError, TypeError, yaml.YAMLError) as error:
             parser.error(f"{path}: {str(error).strip().splitlines()[0]}")
     *groups, remaining = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
     if remaining:
         parser.error(f"unrecognized arguments: {' '.join(remaining)}")
     return tuple(groups)
+
+
+def _matches(value, expected) -> bool:
+    """Whether a value read from a .json/.yaml file has the annotated type (what argparse would have converted)."""
+    origin, args = typing.get_origin(expected), typing.get_args(expected)
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, arg) for arg in args)
+    if origin is typing.Literal:
+        return value in args
+    if origin in (list, tuple):
+        return isinstance(value, list) and all(_matches(item, args[0]) for item in value) if args else True
+    if origin is dict or expected is dict:
+        return isinstance(value, dict)
+    if expected is type(None):
+        return value is None
+    if expected is bool:
+        return isinstance(value, bool)
+    if expected is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if expected is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if expected is str:
+        return isinstance(value, str)
+    if isinstance(expected, type) and issubclass(expected, enum.Enum):
+        return isinstance(value, expected) or value in {member.value for member in expected}
+    return True  # Any, or a type argparse would not check either
+
+
+def check_value_types(parser: HfArgumentParser, values: dict, path: Path) -> None:
+    """`parser.error` naming the key whose value has the wrong type or is not one of its choices: parse_dict passes
+    values to the dataclasses unchecked, where a list for --output_dir or a string for --max_train_steps would
+    fail much later, with a traceback."""
+    for dataclass_type in parser.dataclass_types:
+        try:
+            hints = typing.get_type_hints(dataclass_type)
+        except (NameError, TypeError):  # an annotation that cannot be resolved: left to the dataclass
+            continue
+        for field in dataclasses.fields(dataclass_type):
+            if field.name not in values or field.name not in hints:
+                continue
+            value = values[field.name]
+            if not _matches(value, hints[field.name]):
+                parser.error(f"{path}: {field.name}: {value!r:.60} is not of type {typing_name(hints[field.name])}")
+            choices = field.metadata.get("choices")
+            if choices and value is not None and value not in choices:
+                parser.error(f"{path}: {field.name}: {value!r:.60} is not one of {list(choices)}")
+
+
+def typing_name(expected) -> str:
+    return getattr(expected, "__name__", None) or str(expected).replace("typing.", "")
 
 
 def explicit_arguments(argv, dataclass_types) -> set[str]:

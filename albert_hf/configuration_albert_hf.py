@@ -167,6 +167,11 @@ class AlbertHFConfig(PreTrainedConfig):
             raise OSError(f"{pretrained_model_name_or_path} holds no config.json")
         if config_dict.get("model_type") == "albert":
             config_dict = cls.from_albert_config(config_dict).to_dict()
+        elif config_dict.get("model_type") != cls.model_type:
+            # else every missing field would silently take its default (ALBERT base's sizes)
+            raise ValueError(f"{pretrained_model_name_or_path}: config.json has model_type "
+                             f"{config_dict.get('model_type')!r:.40}, neither {cls.model_type!r} nor transformers' "
+                             "'albert'")
         return config_dict, kwargs
 
     def to_albert_config(self):

@@ -34,8 +34,9 @@ from transformers import PreTrainedConfig
 
 from . import modeling_albert_hf
 from .configuration_albert_hf import AlbertHFConfig
-from .hub import first_line, write_converted_card
-from .tf_checkpoint import TFCheckpoint, TFCheckpointError, resolve_prefix
+from .errors import InputError, first_line, run_entry_point
+from .hub import write_converted_card
+from .tf_checkpoint import TFCheckpoint, resolve_prefix
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ def to_albert_hf(source: str, out_dir: str, **hub_kwargs):
     config = AlbertHFConfig.from_pretrained(source, **hub_kwargs)
     ours = _architecture(config, "AlbertHFForPreTraining")  # already renamed by AlbertHFConfig.get_config_dict
     if ours not in ARCHITECTURES.values():
-        raise ValueError(f"{source}: unknown ALBERT architecture {ours!r}; known: {sorted(ARCHITECTURES)}")
+        raise InputError(f"{source}: unknown ALBERT architecture {ours!r}; known: {sorted(ARCHITECTURES)}")
     model = getattr(modeling_albert_hf, ours).from_pretrained(source, config=config, **hub_kwargs)
     model.save_pretrained(out_dir)
     return model
@@ -74,7 +75,7 @@ def to_transformers(source: str, out_dir: str, **hub_kwargs):
     ours = _architecture(config, "AlbertHFForPreTraining")
     theirs = _architecture(albert_config, "AlbertForPreTraining")
     if theirs not in ARCHITECTURES:
-        raise ValueError(f"{source}: unknown albert_hf architecture {ours!r}; known: {sorted(ARCHITECTURES.values())}")
+        raise InputError(f"{source}: unknown albert_hf architecture {ours!r}; known: {sorted(ARCHITECTURES.values())}")
     ours_model = getattr(modeling_albert_hf, ours).from_pretrained(source, config=config, **hub_kwargs)
     model = getattr(transformers, theirs)(albert_config)
     model.load_state_dict(ours_model.state_dict(), strict=True)
@@ -94,7 +95,7 @@ def copy_tokenizer_files(source: str, out_dir: str) -> list[str]:
 
 def _new_out_dir(out_dir: str) -> None:
     if Path(out_dir).exists() and any(Path(out_dir).iterdir()):
-        raise FileExistsError(f"{out_dir} exists and is not empty; choose a new output directory")
+        raise InputError(f"{out_dir} exists and is not empty; choose a new output directory")
     Path(out_dir).mkdir(parents=True, exist_ok=True)
 
 
@@ -104,11 +105,11 @@ def convert(source: str, out_dir: str, to: str | None = None, license: str | Non
     config_dict, _ = PreTrainedConfig.get_config_dict(source, **hub_kwargs)  # raw, before our conversion
     source_type = config_dict.get("model_type")
     if source_type not in ("albert", "albert_hf"):
-        raise ValueError(f"{source}: config.json has model_type {source_type!r}, expected 'albert' or 'albert_hf'")
+        raise InputError(f"{source}: config.json has model_type {source_type!r}, expected 'albert' or 'albert_hf'")
     if to is None:
         to = "albert_hf" if source_type == "albert" else "transformers"
     if to not in ("albert_hf", "transformers"):
-        raise ValueError(f"--to must be 'albert_hf' or 'transformers', got {to!r}")
+        raise InputError(f"--to must be 'albert_hf' or 'transformers', got {to!r}")
     _new_out_dir(out_dir)
     model = (to_albert_hf if to == "albert_hf" else to_transformers)(source, out_dir, **hub_kwargs)
     copied = copy_tokenizer_files(source, out_dir)
@@ -221,11 +222,11 @@ def _tf_head(checkpoint: TFCheckpoint, names: list[str], tf_head: str | None) ->
     found = {head for head, scopes in TF_HEAD_SCOPES.items()
              if any(name == scope or name.startswith(scope) for name in names for scope in scopes)}
     if tf_head and found != {"classifier"}:
-        raise ValueError(f"--tf_head {tf_head}: only for a checkpoint with the one-row output_weights of run_race "
+        raise InputError(f"--tf_head {tf_head}: only for a checkpoint with the one-row output_weights of run_race "
                          f"or a regression task; this one has {', '.join(sorted(found)) or 'no head'}")
     if found == {"classifier"}:
         if "output_weights" not in names:
-            raise ValueError("the checkpoint has output_bias without output_weights")
+            raise InputError("the checkpoint has output_bias without output_weights")
         labels = checkpoint.entry("output_weights").shape[0]
         if labels > 1:
             return "AlbertHFForSequenceClassification", {"num_labels": labels}
@@ -233,7 +234,7 @@ def _tf_head(checkpoint: TFCheckpoint, names: list[str], tf_head: str | None) ->
             return "AlbertHFForMultipleChoice", {}
         if tf_head == "regression":
             return "AlbertHFForSequenceClassification", {"num_labels": 1, "problem_type": "regression"}
-        raise ValueError("output_weights has one row: a RACE (multiple-choice) head or a one-label regression "
+        raise InputError("output_weights has one row: a RACE (multiple-choice) head or a one-label regression "
                          "classifier (STS-B), which the names do not tell apart; pass --tf_head multiple_choice or "
                          "--tf_head regression")
     heads = {
@@ -246,7 +247,7 @@ def _tf_head(checkpoint: TFCheckpoint, names: list[str], tf_head: str | None) ->
     if frozenset(found) not in heads:
         scopes = sorted({scope for head in found for scope in TF_HEAD_SCOPES[head]
                          if any(name == scope or name.startswith(scope) for name in names)})
-        raise ValueError(f"no albert_hf head holds this mix of head variables: {', '.join(scopes)}")
+        raise InputError(f"no albert_hf head holds this mix of head variables: {', '.join(scopes)}")
     return heads[frozenset(found)]
 
 
@@ -254,12 +255,12 @@ def _read_tf_config(path: Path) -> dict:
     try:
         values = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"--config {path}: cannot read it as JSON: {first_line(error)}") from None
+        raise InputError(f"--config {path}: cannot read it as JSON: {first_line(error)}") from None
     if not isinstance(values, dict):
-        raise ValueError(f"--config {path}: not a JSON object")
+        raise InputError(f"--config {path}: not a JSON object")
     activation = values.get("hidden_act", "gelu")
     if activation not in TF_ACTIVATIONS:
-        raise ValueError(f"--config {path}: hidden_act {activation!r} is none of the official code's "
+        raise InputError(f"--config {path}: hidden_act {activation!r} is none of the official code's "
                          f"{sorted(TF_ACTIVATIONS)}")
     values["hidden_act"] = TF_ACTIVATIONS[activation]
     return values
@@ -280,29 +281,29 @@ def from_tf_checkpoint(checkpoint, out_dir: str, config: str | None = None, spm_
     try:
         prefix = resolve_prefix(checkpoint)
     except FileNotFoundError as error:
-        raise FileNotFoundError(f"--from_tf {checkpoint}: {error}") from None
+        raise InputError(f"--from_tf {checkpoint}: {error}") from None
     folder = prefix.parent
     if config is None:
         config_path = folder / TF_CONFIG_NAME
         if not config_path.is_file():
-            raise FileNotFoundError(f"--config: no {TF_CONFIG_NAME} beside the checkpoint in {folder}; pass --config")
+            raise InputError(f"--config: no {TF_CONFIG_NAME} beside the checkpoint in {folder}; pass --config")
     else:
         config_path = Path(config)
         if not config_path.is_file():
-            raise FileNotFoundError(f"--config {config}: no such file")
+            raise InputError(f"--config {config}: no such file")
     if spm_model is not None and not Path(spm_model).is_file():
-        raise FileNotFoundError(f"--spm_model {spm_model}: no such file")
+        raise InputError(f"--spm_model {spm_model}: no such file")
     spm_path = Path(spm_model) if spm_model else _find_spm_model(folder)
     # albert_zh's *_google_zh releases carry BERT's WordPiece vocabulary instead of a SentencePiece model
     vocab_path = folder / WORDPIECE_VOCAB if spm_path is None and (folder / WORDPIECE_VOCAB).is_file() else None
 
     if Path(out_dir).exists() and any(Path(out_dir).iterdir()):
-        raise FileExistsError(f"{out_dir} exists and is not empty; choose a new output directory")
+        raise InputError(f"{out_dir} exists and is not empty; choose a new output directory")
     reader = TFCheckpoint(prefix)
     names = reader.names()
     foreign = sorted({match.group(0) for name in names for match in [TF_FOREIGN.search(name)] if match})
     if foreign:
-        raise ValueError(
+        raise InputError(
             f"{prefix}: not google-research/albert's layout but brightmart/albert_zh's original (or BERT's): "
             f"{', '.join(foreign)} means BERT-named layers and a bias-free E->H projection of the word embedding "
             "alone, before H-wide position/token-type embeddings; ALBERT adds E-wide embeddings, then projects with a "
@@ -317,7 +318,7 @@ def from_tf_checkpoint(checkpoint, out_dir: str, config: str | None = None, spm_
     try:
         albert_config = AlbertHFConfig(**{**values, **head_fields, "architectures": [class_name]})
     except (TypeError, ValueError) as error:
-        raise ValueError(f"--config {config_path}: {first_line(error)}") from None
+        raise InputError(f"--config {config_path}: {first_line(error)}") from None
     model = getattr(modeling_albert_hf, class_name)(albert_config)
     expected = model.state_dict()
     tied = set(getattr(model, "_tied_weights_keys", None) or {})
@@ -350,21 +351,21 @@ def from_tf_checkpoint(checkpoint, out_dir: str, config: str | None = None, spm_
     if shapes:
         problems.append(f"shapes that do not fit {config_path.name}: {', '.join(shapes)}")
     if problems:
-        raise ValueError(f"{prefix}: " + "; ".join(problems))
+        raise InputError(f"{prefix}: " + "; ".join(problems))
 
     if spm_path is not None:  # before anything is written: a tokenizer that does not fit stops the conversion
         from .tokenization import tokenizer_from_spm_proto
 
         tokenizer = tokenizer_from_spm_proto(spm_path.read_bytes(), source=str(spm_path))
         if len(tokenizer) != albert_config.vocab_size:
-            raise ValueError(f"--spm_model {spm_path}: {len(tokenizer)} pieces, but the config's vocab_size is "
+            raise InputError(f"--spm_model {spm_path}: {len(tokenizer)} pieces, but the config's vocab_size is "
                              f"{albert_config.vocab_size}")
     if vocab_path is not None:
         # What albert_zh tells its users to load it with: BERT's tokenizer, lower-cased, one piece per CJK character.
         pieces = vocab_path.read_text(encoding="utf-8").splitlines()
         tokenizer = transformers.BertTokenizer(vocab={piece: i for i, piece in enumerate(pieces)}, do_lower_case=True)
         if len(tokenizer) != albert_config.vocab_size:
-            raise ValueError(f"{vocab_path}: {len(tokenizer)} pieces, but the config's vocab_size is "
+            raise InputError(f"{vocab_path}: {len(tokenizer)} pieces, but the config's vocab_size is "
                              f"{albert_config.vocab_size}")
     with torch.no_grad():  # every read is checked (size, checksum) before the output folder is made
         for key, (name, transpose) in state.items():
@@ -421,8 +422,8 @@ def main(argv=None):
         try:
             from_tf_checkpoint(args.from_tf, args.source, config=args.config, spm_model=args.spm_model,
                                tf_head=args.tf_head, license=args.license)
-        except (TFCheckpointError, ValueError, OSError) as error:
-            raise SystemExit(f"error: {first_line(error)}") from None
+        except (ValueError, OSError) as error:  # ValueError: a config the model's own checks refuse
+            raise InputError(first_line(error)) from None
         print(json.dumps({"source": args.from_tf, "out_dir": args.source, "format": "albert_hf"}))
         return
     if args.source is None or args.out_dir is None:
@@ -435,4 +436,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    run_entry_point(main)

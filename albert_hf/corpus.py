@@ -28,6 +28,8 @@ import sysconfig
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from .errors import InputError, datasets_read_errors, input_errors
+
 logger = logging.getLogger(__name__)
 
 LAYOUTS = ("document_per_file", "blank_line_separated", "sentence_per_line")
@@ -99,12 +101,12 @@ def find_text_files(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> l
         if path.is_dir():
             found = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in TEXT_FILE_SUFFIXES)
             if not found:
-                raise FileNotFoundError(f"No text files ({', '.join(TEXT_FILE_SUFFIXES)}) under directory {path}")
+                raise InputError(f"No text files ({', '.join(TEXT_FILE_SUFFIXES)}) under directory {path}")
             files.extend(found)
         elif path.is_file():
             files.append(path)
         else:
-            raise FileNotFoundError(f"Corpus file or directory not found: {path}")
+            raise InputError(f"Corpus file or directory not found: {path}")
     return files
 
 
@@ -114,7 +116,7 @@ def documents_from_text(text: str, layout: str) -> list[str]:
         return [text.strip()] if text.strip() else []
     if layout in ("blank_line_separated", "sentence_per_line"):
         return paragraphs(text)
-    raise ValueError(f"Unknown layout {layout!r}; choose one of {LAYOUTS}")
+    raise InputError(f"Unknown layout {layout!r}; choose one of {LAYOUTS}")
 
 
 def first_few(names: list[str], shown: int = 3) -> str:
@@ -131,7 +133,7 @@ def read_text_documents(files, layout: str = "document_per_file", held_out: dict
     `held_out` maps a file name to how many of its first documents are not yielded (`first_documents` chose
     them for evaluation). `report=False` logs the summary at debug level only (a stream's later passes)."""
     if layout not in LAYOUTS:
-        raise ValueError(f"Unknown layout {layout!r}; choose one of {LAYOUTS}")
+        raise InputError(f"Unknown layout {layout!r}; choose one of {LAYOUTS}")
     empty_files, binary_files, documents = [], [], 0
     replaced = {}
     held_out = held_out or {}
@@ -186,7 +188,7 @@ def load_text_files(paths, layout: str = "document_per_file", cache_dir: str | N
     import datasets
 
     if layout not in LAYOUTS:
-        raise ValueError(f"Unknown layout {layout!r}; choose one of {LAYOUTS}")
+        raise InputError(f"Unknown layout {layout!r}; choose one of {LAYOUTS}")
     files = [str(f) for f in find_text_files(paths)]
     fingerprint = files_fingerprint(files, layout)
     features = datasets.Features({"text": datasets.Value("string"), "source": datasets.Value("string")})
@@ -204,7 +206,7 @@ def load_text_files(paths, layout: str = "document_per_file", cache_dir: str | N
     except ValueError as error:
         if "corresponds to no data" not in str(error):
             raise
-        raise ValueError(f"No text in {len(files)} file(s) under {paths}: all are empty or binary") from error
+        raise InputError(f"No text in {len(files)} file(s) under {paths}: all are empty or binary") from error
 
 
 def first_documents(files, layout: str, count: int) -> tuple[list[str], dict, bool]:
@@ -234,7 +236,7 @@ def _text_file_passes(files, layout, seed, held_out, passes):
             read += 1
             yield {"text": row["text"]}
         if not read:
-            raise ValueError(f"No text to stream in {len(files)} file(s) ({first_few([str(f) for f in files])}): "
+            raise InputError(f"No text to stream in {len(files)} file(s) ({first_few([str(f) for f in files])}): "
                              "all are empty, binary or held out for evaluation")
 
 
@@ -264,6 +266,15 @@ def text_file_stream(files, layout: str = "document_per_file", *, seed: int = 0,
 # `datasets` sources (local json/jsonl/parquet/csv files or Hub names)
 
 
+def check_json_start(path) -> None:
+    """Refuse a .json/.jsonl file whose first value is not an object or a list, before datasets reads it: pyarrow's
+    JSON reader (pyarrow 26) crashes the process with a segmentation fault on a file that starts with `null`."""
+    with open(path, "rb") as file:
+        start = file.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
+    if start and start[:1] not in (b"{", b"["):
+        raise InputError(f"{path}: not JSON objects (one per line) or a JSON list: it starts with {start[:20]!r}")
+
+
 def load_text_dataset(
     name_or_files,
     text_column: str = "text",
@@ -283,31 +294,42 @@ def load_text_dataset(
     suffixes = {Path(f).suffix.lower() for f in files}
     missing = [str(f) for f in files if Path(f).suffix.lower() in DATASET_FILE_BUILDERS and not Path(f).exists()]
     if missing:
-        raise FileNotFoundError(f"Corpus file(s) not found: {', '.join(missing)}")
+        raise InputError(f"Corpus file(s) not found: {', '.join(missing)}")
     if all(Path(f).exists() for f in files) and suffixes <= set(DATASET_FILE_BUILDERS):
         builders = {DATASET_FILE_BUILDERS[s] for s in suffixes}
         if len(builders) > 1:
-            raise ValueError(f"Mixed file types {sorted(suffixes)}; load one format at a time")
+            raise InputError(f"Mixed file types {sorted(suffixes)}; load one format at a time")
         if ".tsv" in suffixes:
             load_kwargs.setdefault("delimiter", "\t")
         where = ", ".join(map(str, files))
-        try:
+        for file in files:
+            if DATASET_FILE_BUILDERS[Path(file).suffix.lower()] == "json":
+                check_json_start(file)
+        with input_errors(f"Could not read {where}", *datasets_read_errors()):
             dataset = datasets.load_dataset(
                 builders.pop(), data_files=[str(f) for f in files], split=split, streaming=streaming, **load_kwargs
             )
-        except datasets.exceptions.DatasetGenerationError as error:
-            raise ValueError(f"Could not read {where}: {error.__cause__ or error}") from error
     elif len(files) == 1 and not Path(files[0]).exists():
         dataset = datasets.load_dataset(str(files[0]), config_name, split=split, streaming=streaming, **load_kwargs)
         where = str(files[0])
     else:
-        raise ValueError(
+        raise InputError(
             f"Cannot load {files}: expected existing {sorted(DATASET_FILE_BUILDERS)} files or a Hub dataset name "
             "(plain .txt files go through load_text_files)"
         )
     columns = dataset.column_names
     if columns is not None and text_column not in columns:
-        raise ValueError(f"Dataset {where} has no text column {text_column!r}; its columns are {columns}")
+        raise InputError(f"Dataset {where} has no text column {text_column!r}; its columns are {columns}")
+    feature = (dataset.features or {}).get(text_column)
+    if feature is not None and getattr(feature, "dtype", None) not in ("string", "large_string", "null"):
+        raise InputError(f"Dataset {where}: its text column {text_column!r} holds {feature}, not text")
+    if isinstance(dataset, datasets.Dataset):
+        # Arrow keeps the bytes of a parquet string as they are; invalid UTF-8 would fail later, in tokenizing
+        import pyarrow
+
+        with input_errors(f"Dataset {where}: its text column {text_column!r} is not valid UTF-8",
+                          pyarrow.ArrowInvalid):
+            dataset.data.table.column(text_column).validate(full=True)
     if columns is not None and text_column != "text":
         if "text" in columns:
             dataset = dataset.remove_columns("text")

@@ -35,6 +35,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from .errors import InputError
+
 # The official `_is_start_piece_sp` punctuation (no apostrophe, no < = >); its € and £ entries are UTF-8 bytes
 # in the official code and never match under Python 3, so they are left out here.
 _START_PUNCTUATION = frozenset('!"#$%&()*+,-./:;?@[\\]^_`{|}~')
@@ -150,7 +152,7 @@ class DataCollatorForAlbertPretraining:
         tok = self.tokenizer
         for name in ("mask_token_id", "pad_token_id", "cls_token_id", "sep_token_id"):
             if getattr(tok, name, None) is None:
-                raise ValueError(f"The tokenizer has no {name.removesuffix('_id')}; ALBERT pretraining needs it")
+                raise InputError(f"The tokenizer has no {name.removesuffix('_id')}; ALBERT pretraining needs it")
         if not 0 < self.mlm_probability < 1 or self.max_ngram < 1 or self.max_predictions_per_seq < 1:
             raise ValueError("Need 0 < mlm_probability < 1, max_ngram >= 1 and max_predictions_per_seq >= 1")
         if self.return_tensors not in ("pt", "np"):
@@ -202,7 +204,7 @@ class DataCollatorForAlbertPretraining:
         lengths = np.array([len(f["input_ids"]) for f in features])
         if self.max_length is not None and lengths.max() > self.max_length:
             i = int(lengths.argmax())
-            raise ValueError(
+            raise InputError(
                 f"Example {i} of the batch has {lengths[i]} tokens, more than max_length={self.max_length} (the "
                 "model's position limit); build pairs with a smaller max_seq_length"
             )

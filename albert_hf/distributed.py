@@ -35,6 +35,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import distribute_tensor
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
+from .errors import InputError
 from .modeling_albert_hf import AlbertHFLayer
 
 FSDP_CPU_CONFIG = "examples/accelerate_configs/fsdp_cpu.yaml"
@@ -126,7 +127,7 @@ def fsdp_plugin_from_launcher() -> tuple[FullyShardedDataParallelPlugin, FsdpReq
 
 def requested_mode() -> tuple[FullyShardedDataParallelPlugin | None, FsdpRequest | None]:
     """What the launcher asked for, checked before an Accelerator exists: the FSDP plugin albert_hf runs and
-    what it carries out itself (None, None without FSDP); SystemExit with one line for what cannot be had."""
+    what it carries out itself (None, None without FSDP); InputError for what cannot be had."""
     has_gpu = torch.cuda.is_available()
     if _asked("ACCELERATE_USE_DEEPSPEED") and not has_gpu:
         _stop("the accelerate config asks for DeepSpeed, which needs CUDA GPUs, and this machine has none; on CPUs "
@@ -165,7 +166,7 @@ def cpu_processes_without_gpus():
 
 
 def make_accelerator(**kwargs) -> tuple[Accelerator, FsdpRequest | None]:
-    """`Accelerator(**kwargs)` in the mode the launcher asked for, or SystemExit with the reason it cannot be had;
+    """`Accelerator(**kwargs)` in the mode the launcher asked for, or InputError with the reason it cannot be had;
     under FSDP also what the config asked for that albert_hf carries out (None otherwise)."""
     fsdp, request = requested_mode()
     accelerator = Accelerator(cpu=not torch.cuda.is_available(), fsdp_plugin=fsdp, **kwargs)
@@ -176,8 +177,7 @@ def make_accelerator(**kwargs) -> tuple[Accelerator, FsdpRequest | None]:
 
 
 def _stop(reason: str):
-    # One line from the first process; the others stop quietly (the launcher reports their exit codes).
-    raise SystemExit(f"error: {reason}" if os.environ.get("RANK", "0") == "0" else 1)
+    raise InputError(reason)  # printed by the first process only (errors.run_entry_point)
 
 
 def _enable_fsdp2_on_cpu(accelerator: Accelerator, plugin: FullyShardedDataParallelPlugin):

@@ -33,7 +33,8 @@ from .analysis.curves import CURVES_FILE, trainer_curves
 from .cli import explicit_arguments, parse_into_dataclasses
 from .distributed import (cpu_processes_without_gpus, describe, end_distributed, gather_full_model, requested_mode,
                           shard_model, use_fsdp)
-from .hub import loading
+from .errors import InputError, run_entry_point
+from .hub import check_tokenizer, loading
 from .optimization import AdamWeightDecay, get_official_schedule, parameter_groups
 from .preemption import PREEMPTED, StopOnSignal
 
@@ -117,7 +118,7 @@ class AlbertTrainingArguments(TrainingArguments):
     def __post_init__(self):
         super().__post_init__()
         if self.compile_blocks and self.torch_compile:
-            raise ValueError("--compile_blocks and --torch_compile both compile the model: pass one of them")
+            raise InputError("--compile_blocks and --torch_compile both compile the model: pass one of them")
 
 
 class AlbertTrainer(Trainer):
@@ -233,7 +234,7 @@ def setup(training_args: TrainingArguments) -> str | None:
         if training_args.resume_from_checkpoint:
             last_checkpoint = training_args.resume_from_checkpoint
         elif last_checkpoint is None and any(p.suffix in (".safetensors", ".bin") for p in output_dir.iterdir()):
-            raise SystemExit(f"error: {output_dir} already holds a trained model; pass --overwrite_output_dir to "
+            raise InputError(f"{output_dir} already holds a trained model; pass --overwrite_output_dir to "
                              "replace it, or another --output_dir")
         if last_checkpoint is not None:
             logger.info("Resuming from %s (pass --overwrite_output_dir to start over)", last_checkpoint)
@@ -246,6 +247,7 @@ def load_tokenizer_and_model(model_args: ModelArguments, model_class, **config_o
     flag, tokenizer_name = model_args.source("tokenizer")
     with loading(flag, tokenizer_name):
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_name, trust_remote_code=model_args.trust_remote_code, **hub)
+    check_tokenizer(tokenizer, flag, tokenizer_name)
     if "token_type_ids" not in tokenizer.model_input_names:
         # transformers' AlbertTokenizer leaves them out by default; ALBERT's segment embeddings need them.
         tokenizer.model_input_names = [*tokenizer.model_input_names, "token_type_ids"]
@@ -261,7 +263,7 @@ def load_tokenizer_and_model(model_args: ModelArguments, model_class, **config_o
             ignore_mismatched_sizes=model_args.ignore_mismatched_sizes, **hub,
         )
     if len(tokenizer) > model.config.vocab_size:
-        raise ValueError(f"The tokenizer has {len(tokenizer)} tokens but the model's vocabulary only "
+        raise InputError(f"The tokenizer has {len(tokenizer)} tokens but the model's vocabulary only "
                          f"{model.config.vocab_size}: they do not belong together")
     return tokenizer, model
 
@@ -271,7 +273,16 @@ def check_columns(dataset, required, where: str, expected: str = "") -> None:
     what the rows should look like (e.g. " for mrpc (expected [...])")."""
     missing = [name for name in required if name not in dataset.column_names]
     if missing:
-        raise ValueError(f"{where}: missing column(s) {missing}{expected}; found {dataset.column_names}")
+        raise InputError(f"{where}: missing column(s) {missing}{expected}; found {dataset.column_names}")
+
+
+def fit_max_seq_length(data_args, config) -> None:
+    """Caps `data_args.max_seq_length` at the model's positions, with a warning, as transformers' examples do: a
+    script's default (GLUE 128, SQuAD 384, RACE 512) then works with a model that has fewer."""
+    if data_args.max_seq_length > config.max_position_embeddings:
+        logger.warning("--max_seq_length %d is longer than the model's %d positions; using %d",
+                       data_args.max_seq_length, config.max_position_embeddings, config.max_position_embeddings)
+        data_args.max_seq_length = config.max_position_embeddings
 
 
 def limit(dataset, max_samples: int | None):
@@ -388,17 +399,10 @@ def run_script(main) -> None:
     """A script's entry point: `main()`, then, in every process of a launched run, the process group is freed while
     the interpreter is still whole (`distributed.end_distributed`). Without it, Trainer's DDP or FSDP2 model kept
     the gloo group to the interpreter's exit, where the second process of a two-process run_glue.py once aborted
-    with "terminate called without an active exception" after all its outputs were written. A SystemExit (an `error:` line, or
-    PREEMPTED after a stop signal) is re-raised only afterwards: while it is in flight, its traceback keeps main's
-    Trainer, and with it the group, alive."""
-    status = 0
-    try:
-        main()
-    except SystemExit as stop:
-        status = stop.code
-    end_distributed()
-    if status:
-        raise SystemExit(status)
+    with "terminate called without an active exception" after all its outputs were written. An InputError (its
+    `error:` line and status 2) or a SystemExit (PREEMPTED after a stop signal) ends the process only afterwards:
+    while it is in flight, its traceback keeps main's Trainer, and with it the group, alive."""
+    run_entry_point(main, finish=end_distributed)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -431,7 +435,7 @@ def resolve_paper_hparams(name: str, recipe: dict, model_args, data_args, traini
     if batch_size is not None:
         divisor = training_args.gradient_accumulation_steps * training_args.world_size
         if "per_device_train_batch_size" not in explicit and batch_size % divisor:
-            raise ValueError(f"--paper_hparams: the total batch {batch_size} is not divisible by "
+            raise InputError(f"--paper_hparams: the total batch {batch_size} is not divisible by "
                              f"gradient_accumulation_steps x processes = {divisor}; give --per_device_train_batch_size")
         recipe["per_device_train_batch_size"] = batch_size // divisor
     if "albert_dropout" in recipe:

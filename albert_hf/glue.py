@@ -19,6 +19,8 @@ import numpy as np
 from datasets import Dataset, DatasetDict, load_dataset
 
 from .finetuning import OFFICIAL_FINETUNING, check_columns
+from .corpus import check_json_start
+from .errors import InputError, datasets_read_errors, input_errors
 from .metrics import load_glue_metric
 
 logger = logging.getLogger("albert_hf.glue")
@@ -119,7 +121,7 @@ PAPER_COMMON = dict(max_seq_length=512, classifier_dropout_prob=0.1, **OFFICIAL_
 
 def get_task(name: str | None) -> GlueTask:
     if name is None or name.lower() not in TASKS:
-        raise ValueError(f"Unknown GLUE task {name!r}: --task_name must be one of {', '.join(TASKS)}")
+        raise InputError(f"Unknown GLUE task {name!r}: --task_name must be one of {', '.join(TASKS)}")
     return TASKS[name.lower()]
 
 
@@ -156,12 +158,12 @@ class GlueDataArguments:
         self.task = get_task(self.task_name)
         self.task_name = self.task.name
         if self.task.name != "mnli" and (self.validation_mismatched_file or self.test_mismatched_file):
-            raise ValueError("--validation_mismatched_file / --test_mismatched_file are for --task_name mnli only")
+            raise InputError("--validation_mismatched_file / --test_mismatched_file are for --task_name mnli only")
         for name in ("train_file", "validation_file", "validation_mismatched_file", "test_file",
                      "test_mismatched_file"):
             path = getattr(self, name)
             if path is not None and Path(path).suffix.lower() not in READERS:
-                raise ValueError(f"--{name} {path}: unsupported extension; use one of {', '.join(READERS)}")
+                raise InputError(f"--{name} {path}: unsupported extension; use one of {', '.join(READERS)}")
 
     def local_files(self) -> dict:
         """Split name -> file given on the command line."""
@@ -178,11 +180,11 @@ class GlueDataArguments:
 
 def _check_not_empty(path: Path) -> None:
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file")
+        raise InputError(f"{path}: no such file")
     with path.open("rb") as file:
         start = file.read(4096)
     if not start.strip(b"\xef\xbb\xbf \t\r\n"):
-        raise ValueError(f"{path}: the file is empty")
+        raise InputError(f"{path}: the file is empty")
 
 
 def read_glue_tsv(path, task: GlueTask) -> Dataset:
@@ -202,14 +204,19 @@ def read_glue_tsv(path, task: GlueTask) -> Dataset:
             rows = [(line, row) for line, row in
                     enumerate(csv.reader(file, delimiter="\t", quoting=csv.QUOTE_NONE), start=1) if row]
     except UnicodeDecodeError as error:
-        raise ValueError(f"{path}: not UTF-8 text ({error})") from error
+        raise InputError(f"{path}: not UTF-8 text ({error})") from error
     if task.name == "cola" and rows and rows[0][1][0] != "index":
         header = list(COLA_HEADERLESS_COLUMNS)
     else:
         header, rows = rows[0][1], rows[1:]
     if not rows:
-        raise ValueError(f"{path}: no data rows after the header")
+        raise InputError(f"{path}: no data rows after the header")
     keep = {position: task.tsv_columns[name] for position, name in enumerate(header) if name in task.tsv_columns}
+    if not keep:
+        hint = ("; it is not tab-separated: a comma-separated file needs the .csv extension"
+                if len(header) == 1 and "," in header[0] else "")
+        raise InputError(f"{path}: its header {header} names none of {task.name}'s columns "
+                         f"{list(task.tsv_columns)}{hint}")
     columns = {name: [] for name in keep.values()}
     malformed = []
     for line, row in rows:
@@ -222,7 +229,7 @@ def read_glue_tsv(path, task: GlueTask) -> Dataset:
         logger.warning("%s: skipped %d malformed row(s) (expected %d tab-separated fields), first at line %d",
                        path, len(malformed), len(header), malformed[0])
     if not columns or not next(iter(columns.values())):
-        raise ValueError(f"{path}: no usable rows (header {header})")
+        raise InputError(f"{path}: no usable rows (header {header})")
     if "idx" in columns and all(value.isdigit() for value in columns["idx"]):
         columns["idx"] = [int(value) for value in columns["idx"]]
     return Dataset.from_dict(columns)
@@ -231,12 +238,12 @@ def read_glue_tsv(path, task: GlueTask) -> Dataset:
 def _read_with_datasets(path, builder: str) -> Dataset:
     path = Path(path)
     _check_not_empty(path)
-    try:
+    if builder == "json":
+        check_json_start(path)
+    with input_errors(f"{path}: could not be read as {builder}", *datasets_read_errors()):
         dataset = load_dataset(builder, data_files={"data": str(path)}, split="data")
-    except Exception as error:  # datasets wraps parse errors in its own types, often without the file name
-        raise ValueError(f"{path}: could not be read as {builder}: {error}") from error
     if len(dataset) == 0:
-        raise ValueError(f"{path}: no data rows")
+        raise InputError(f"{path}: no data rows")
     return dataset
 
 
@@ -251,7 +258,7 @@ READERS = {
 def _task_folder(data_dir: Path, task: GlueTask) -> Path:
     """`data_dir` itself, or its `<task folder>` subfolder (so both glue_data/MRPC and glue_data work)."""
     if not data_dir.is_dir():
-        raise FileNotFoundError(f"--data_dir {data_dir}: no such folder")
+        raise InputError(f"--data_dir {data_dir}: no such folder")
     if (data_dir / task.folder).is_dir() and not any((data_dir / name).exists() for name in task.tsv_files.values()):
         return data_dir / task.folder
     return data_dir
@@ -273,7 +280,7 @@ def load_raw_splits(data_args: GlueDataArguments, needed: set[str], cache_dir=No
             if found is not None:
                 sources[split] = found
         if not sources:
-            raise FileNotFoundError(f"--data_dir {data_args.data_dir}: none of {list(task.tsv_files.values())} "
+            raise InputError(f"--data_dir {data_args.data_dir}: none of {list(task.tsv_files.values())} "
                                     f"found for {task.name} (looked in {folder})")
     sources.update({split: Path(path) for split, path in data_args.local_files().items()})
     sources = {split: path for split, path in sources.items() if task.split_kind(split) in needed}
@@ -284,7 +291,7 @@ def load_raw_splits(data_args: GlueDataArguments, needed: set[str], cache_dir=No
         try:
             hub = load_dataset(data_args.dataset_name, task.name, cache_dir=cache_dir)
         except ConnectionError as error:
-            raise ConnectionError(f"{error}\nOffline? Pass --data_dir (the original GLUE folders) or "
+            raise InputError(f"{error}\nOffline? Pass --data_dir (the original GLUE folders) or "
                                   "--train_file/--validation_file/--test_file") from error
         splits = DatasetDict({name: split for name, split in hub.items() if task.split_kind(name) in needed})
         return splits, {name: f"{data_args.dataset_name}/{task.name}[{name}]" for name in splits}
@@ -304,7 +311,7 @@ def encode_labels(dataset: Dataset, task: GlueTask, where: str) -> Dataset:
     """
     if "label" not in dataset.column_names:
         original = [name for name, column in task.tsv_columns.items() if column == "label"]
-        raise ValueError(f"{where}: missing the label column 'label' (original GLUE TSV header: {original}); "
+        raise InputError(f"{where}: missing the label column 'label' (original GLUE TSV header: {original}); "
                          f"found columns {dataset.column_names}")
     values = dataset["label"]
     if task.is_regression:
@@ -315,7 +322,7 @@ def encode_labels(dataset: Dataset, task: GlueTask, where: str) -> Dataset:
             except (TypeError, ValueError):
                 score = math.nan
             if not math.isfinite(score):
-                raise ValueError(f"{where}: row {row}: label {value!r} is not a similarity score (a number, 0-5)")
+                raise InputError(f"{where}: row {row}: label {value!r} is not a similarity score (a number, 0-5)")
             encoded.append(score)
     else:
         ids = {value: i for i, value in enumerate(task.labels)}
@@ -328,7 +335,7 @@ def encode_labels(dataset: Dataset, task: GlueTask, where: str) -> Dataset:
                 encoded.append(ids[value.strip()])
             else:
                 allowed = sorted(set(task.labels) | set(task.label_names))
-                raise ValueError(f"{where}: row {row}: unknown label {value!r} in column 'label' for {task.name}; "
+                raise InputError(f"{where}: row {row}: unknown label {value!r} in column 'label' for {task.name}; "
                                  f"expected one of {allowed} or an id 0-{len(task.labels) - 1}")
     # Added before the old column goes: a dataset left with no column would have no rows either.
     return dataset.add_column("label_id", encoded).remove_columns("label").rename_column("label_id", "label")
@@ -341,6 +348,9 @@ def prepare_splits(splits: DatasetDict, sources: dict, task: GlueTask) -> Datase
         where = f"{sources[split]} ({split})"
         check_columns(dataset, task.text_columns, where, f" for {task.name} (expected {list(task.text_columns)})")
         for column in task.text_columns:
+            feature = dataset.features[column]
+            if getattr(feature, "dtype", None) not in ("string", "large_string", "null"):
+                raise InputError(f"{where}: column {column!r} holds {feature}, not text")
             empty = sum(text is None for text in dataset[column])
             if empty:  # e.g. an empty csv field; a few real QQP questions are empty
                 logger.warning("%s: %d empty value(s) in column %r, read as empty text", where, empty, column)
@@ -400,7 +410,7 @@ def check_checkpoint_labels(config, task: GlueTask) -> None:
     if task.is_regression or all(name.startswith("LABEL_") for name in names):
         return
     if tuple(names) != task.label_names:
-        raise ValueError(f"The checkpoint's labels {names} are not those of {task.name} {list(task.label_names)}; "
+        raise InputError(f"The checkpoint's labels {names} are not those of {task.name} {list(task.label_names)}; "
                          "start from a pretrained (or same-task) checkpoint")
 
 
@@ -426,6 +436,6 @@ def write_submission(path, task: GlueTask, indices, logits) -> Path:
 def paper_recipe(task: GlueTask) -> tuple[str, dict]:
     """(name, recipe): the task's row with what every task shares, for `finetuning.apply_paper_hparams`."""
     if task.name not in PAPER_HPARAMS:
-        raise ValueError(f"--paper_hparams: the official run_glue.sh and the paper have no recipe for {task.name} "
+        raise InputError(f"--paper_hparams: the official run_glue.sh and the paper have no recipe for {task.name} "
                          f"(tasks: {', '.join(PAPER_HPARAMS)}); give the hyper-parameters explicitly")
     return task.name, {**PAPER_HPARAMS[task.name], **PAPER_COMMON}

@@ -24,6 +24,7 @@ from pathlib import Path
 import datasets
 import transformers
 
+from .errors import InputError
 from .pretraining_data import PAIRS_VERSION
 
 MANIFEST = "prepared_data.json"
@@ -52,7 +53,7 @@ class PretrainingData:
 def save(data: PretrainingData, folder: Path, args) -> dict:
     """Writes `data` and its manifest into `folder` (complete or not at all); returns the manifest."""
     if not isinstance(data.train_pairs, datasets.Dataset):
-        raise SystemExit("error: --preprocess_only writes Arrow shards and needs the corpus materialised: drop "
+        raise InputError("--preprocess_only writes Arrow shards and needs the corpus materialised: drop "
                          "--streaming")
     folder = Path(folder)
     tmp = folder / ".tmp-prepared"
@@ -79,23 +80,23 @@ def save(data: PretrainingData, folder: Path, args) -> dict:
 
 
 def read_manifest(folder) -> dict:
-    """The manifest of a prepared folder, or SystemExit with one line naming what is wrong with the folder."""
+    """The manifest of a prepared folder, or InputError naming what is wrong with the folder."""
     path = Path(folder) / MANIFEST
     if not Path(folder).is_dir():
-        raise SystemExit(f"error: --prepared_data {folder}: no such folder")
+        raise InputError(f"--prepared_data {folder}: no such folder")
     if not path.is_file():
-        raise SystemExit(f"error: --prepared_data {folder}: no {MANIFEST} (a folder written by run_pretraining.py "
+        raise InputError(f"--prepared_data {folder}: no {MANIFEST} (a folder written by run_pretraining.py "
                          "--preprocess_only has one)")
     try:
         manifest = json.loads(path.read_text())
         arguments = manifest["arguments"]
     except (ValueError, KeyError, TypeError) as error:
-        raise SystemExit(f"error: --prepared_data {folder}: {MANIFEST} is not readable ({error})")
+        raise InputError(f"--prepared_data {folder}: {MANIFEST} is not readable ({error})")
     if manifest.get("format_version") != FORMAT_VERSION or manifest.get("pairs_version") != PAIRS_VERSION:
-        raise SystemExit(f"error: --prepared_data {folder} was written by another version of albert_hf's pair "
+        raise InputError(f"--prepared_data {folder} was written by another version of albert_hf's pair "
                          "builder; prepare it again with --preprocess_only")
     if not isinstance(arguments, dict):
-        raise SystemExit(f"error: --prepared_data {folder}: {MANIFEST} has no arguments")
+        raise InputError(f"--prepared_data {folder}: {MANIFEST} has no arguments")
     return manifest
 
 
@@ -105,13 +106,13 @@ def adopt_manifest(args, manifest: dict, explicit: set[str]) -> list[str]:
     recorded, adopted = manifest["arguments"], []
     for name in SOURCE_ARGUMENTS:
         if name in explicit:
-            raise SystemExit(f"error: --{name} cannot be combined with --prepared_data {args.prepared_data}: the "
+            raise InputError(f"--{name} cannot be combined with --prepared_data {args.prepared_data}: the "
                              f"pairs and the tokenizer come from that folder (prepared with --{name} "
                              f"{recorded.get(name)})")
     for name in SHAPING_ARGUMENTS:
         value = recorded.get(name)
         if name in explicit and getattr(args, name) != value:
-            raise SystemExit(f"error: --{name} {getattr(args, name)} disagrees with --prepared_data "
+            raise InputError(f"--{name} {getattr(args, name)} disagrees with --prepared_data "
                              f"{args.prepared_data}, which was prepared with --{name} {value}: drop the flag, or "
                              "prepare the data again")
         if getattr(args, name) != value:

@@ -44,15 +44,16 @@ from .configuration_albert_hf import PRESETS, SHARING_MODES, AlbertHFConfig
 from .corpus import (LAYOUTS, files_fingerprint, find_text_files, first_documents, is_plain_text, load_corpus,
                      text_file_stream)
 from .data_collator import DataCollatorForAlbertPretraining
+from .errors import InputError, run_entry_point
 from .distributed import (describe, end_distributed, gather_full_model, load_on_first_process, make_accelerator,
                           shard_model)
-from .hub import loading, push_folder, write_json, write_pretraining_card
+from .hub import check_tokenizer, loading, push_folder, write_json, write_pretraining_card
 from .modeling_albert_hf import AlbertHFForPreTraining
 from .optimization import AdamWeightDecay, Lamb, get_official_schedule, parameter_groups
 from .preemption import PREEMPTED, StopOnSignal
 from .prepared_data import PretrainingData
 from .pretraining_data import TASKS as PAIR_TASKS
-from .pretraining_data import build_pretraining_dataset
+from .pretraining_data import NoPairsError, build_pretraining_dataset
 from .tokenization import train_tokenizer
 
 logger = logging.getLogger("albert_hf.pretraining")
@@ -219,7 +220,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = argparse.Namespace(**{k: v for group in groups for k, v in vars(group).items()}, adopted=[])
     if args.prepared_data:
         if args.preprocess_only:
-            raise SystemExit("error: pass --preprocess_only (to prepare a folder) or --prepared_data (to train on "
+            raise InputError("pass --preprocess_only (to prepare a folder) or --prepared_data (to train on "
                              "one), not both")
         manifest = prepared_data.read_manifest(args.prepared_data)
         args.adopted = prepared_data.adopt_manifest(args, manifest, explicit_arguments(argv, ARGUMENT_GROUPS))
@@ -230,44 +231,49 @@ def parse_args(argv=None) -> argparse.Namespace:
 def check_args(args):
     """Fills in the default warm-up; stops with one line on a bad value, path or output folder, before any work."""
     if args.train_files and args.dataset_name:
-        raise SystemExit("error: pass --train_files or --dataset_name, not both")
+        raise InputError("pass --train_files or --dataset_name, not both")
     for name in ("max_train_steps", "per_device_train_batch_size", "gradient_accumulation_steps", "max_seq_length"):
         if getattr(args, name) < 1:
-            raise SystemExit(f"error: --{name} must be at least 1")
+            raise InputError(f"--{name} must be at least 1")
     for path in args.train_files or ():
         if not Path(path).exists():
-            raise SystemExit(f"error: --train_files: {path} does not exist")
+            raise InputError(f"--train_files: {path} does not exist")
+    if args.train_files and is_plain_text(args.train_files):
+        try:
+            find_text_files(args.train_files)
+        except InputError as error:
+            raise InputError(f"--train_files: {error}") from None
     if args.num_warmup_steps is None:
         args.num_warmup_steps = round(0.025 * args.max_train_steps)
     if args.num_warmup_steps > args.max_train_steps:
-        raise SystemExit("error: --num_warmup_steps exceeds --max_train_steps")
+        raise InputError("--num_warmup_steps exceeds --max_train_steps")
     if not 0 <= args.validation_split_percentage < 100:
-        raise SystemExit("error: --validation_split_percentage must be in [0, 100)")
+        raise InputError("--validation_split_percentage must be in [0, 100)")
     for name in ("adam_beta1", "adam_beta2"):
         if not 0 <= getattr(args, name) < 1:
-            raise SystemExit(f"error: --{name} must be in [0, 1)")
+            raise InputError(f"--{name} must be in [0, 1)")
     if args.resume_from_checkpoint and args.overwrite_output_dir:
-        raise SystemExit("error: pass --resume_from_checkpoint or --overwrite_output_dir, not both")
+        raise InputError("pass --resume_from_checkpoint or --overwrite_output_dir, not both")
     if args.preprocess_only and args.streaming:
-        raise SystemExit("error: --preprocess_only writes every pair to disk, and --streaming builds them as training "
+        raise InputError("--preprocess_only writes every pair to disk, and --streaming builds them as training "
                          "goes: drop one of them")
     if args.preprocess_only and args.resume_from_checkpoint:
-        raise SystemExit("error: --preprocess_only trains nothing: drop --resume_from_checkpoint")
+        raise InputError("--preprocess_only trains nothing: drop --resume_from_checkpoint")
     if args.resume_from_checkpoint not in (None, "latest"):
         problem = StepCheckpoints.problem(Path(args.resume_from_checkpoint))
         if problem:
-            raise SystemExit(f"error: --resume_from_checkpoint {args.resume_from_checkpoint}: {problem}")
+            raise InputError(f"--resume_from_checkpoint {args.resume_from_checkpoint}: {problem}")
     earlier = previous_run_files(args.output_dir)
     if earlier and not args.overwrite_output_dir:
         has_checkpoint = bool(StepCheckpoints.complete_in(args.output_dir))
         if args.resume_from_checkpoint is None:
             resumable = ("pass --resume_from_checkpoint latest to continue it" if has_checkpoint
                          else "it left no complete step_N checkpoint for --resume_from_checkpoint latest")
-            raise SystemExit(f"error: --output_dir {args.output_dir} holds an earlier run ({', '.join(earlier[:4])}"
+            raise InputError(f"--output_dir {args.output_dir} holds an earlier run ({', '.join(earlier[:4])}"
                              f"{', ...' if len(earlier) > 4 else ''}): {resumable}; pass --overwrite_output_dir to "
                              "start over, or another --output_dir")
         if args.resume_from_checkpoint == "latest" and not has_checkpoint:
-            raise SystemExit(f"error: --resume_from_checkpoint latest: --output_dir {args.output_dir} holds an "
+            raise InputError(f"--resume_from_checkpoint latest: --output_dir {args.output_dir} holds an "
                              "earlier run but no complete step_N checkpoint to continue from; pass "
                              "--overwrite_output_dir to start over, or another --output_dir")
 
@@ -376,14 +382,14 @@ def split_documents(documents, args):
         count = streamed_documents_held_out(args)
         texts = [row["text"] for row in documents.take(count + 1)]
         if len(texts) <= count:
-            raise SystemExit(too_few_to_hold_out(count, len(texts)))
+            raise InputError(too_few_to_hold_out(count, len(texts)))
         held_out = {text_digest(text) for text in texts[:count]}
         # Dropped wherever they come: whichever process's shard holds them (datasets' skip would instead divide the
         # skipped count among the shards, and the others would train on held-out documents).
         train = documents.filter(lambda row: text_digest(row["text"]) not in held_out)
         return train, datasets.Dataset.from_dict({"text": texts[:count]})
     if len(documents) < 2:
-        raise ValueError(f"The corpus has {len(documents)} document(s); evaluation needs at least 2 "
+        raise InputError(f"{corpus_argument(args)}: {len(documents)} document(s); evaluation needs at least 2 "
                          "(or pass --validation_split_percentage 0)")
     split = documents.train_test_split(test_size=args.validation_split_percentage / 100, seed=args.seed)
     return split["train"], split["test"]
@@ -394,7 +400,7 @@ def text_digest(text: str) -> bytes:
 
 
 def too_few_to_hold_out(count: int, found: int) -> str:
-    return (f"error: --streaming holds out the corpus's first {count} documents for evaluation "
+    return (f"--streaming holds out the corpus's first {count} documents for evaluation "
             f"(--validation_split_percentage x 20), and the corpus has only {found}: pass a smaller "
             "--validation_split_percentage, or 0")
 
@@ -408,10 +414,12 @@ def streamed_documents_held_out(args) -> int:
 def load_tokenizer(args, train_documents, fingerprint: str | None = None):
     if args.tokenizer_name:
         with loading("--tokenizer_name", args.tokenizer_name):
-            return AutoTokenizer.from_pretrained(args.tokenizer_name, trust_remote_code=args.trust_remote_code)
+            tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_name, trust_remote_code=args.trust_remote_code)
+        return check_tokenizer(tokenizer, "--tokenizer_name", args.tokenizer_name)
     if args.model_name_or_path and Path(args.model_name_or_path, "tokenizer.json").is_file():
         with loading("--model_name_or_path", args.model_name_or_path):
-            return AutoTokenizer.from_pretrained(args.model_name_or_path)
+            tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path)
+        return check_tokenizer(tokenizer, "--model_name_or_path", args.model_name_or_path)
     if isinstance(train_documents, datasets.IterableDataset):
         logger.warning("--streaming without --tokenizer_name: the tokenizer is trained first, on a sample of the "
                        "whole corpus, which is read once before the first step (pass --tokenizer_name, e.g. the "
@@ -424,13 +432,24 @@ def load_tokenizer(args, train_documents, fingerprint: str | None = None):
 def build_pairs(documents, tokenizer, args, dupe_factor, seed, one_chunk="random_next"):
     """The pairs of the objective. --task none: SOP's pairs without their label, so batches carry none and the
     model's pair head gets no loss (the 2-way metrics then stay out of the logs as well)."""
-    pairs = build_pretraining_dataset(
-        documents, tokenizer, text_column="text", sentence_per_line=args.layout == "sentence_per_line",
-        num_proc=args.preprocessing_num_workers, max_seq_length=args.max_seq_length,
-        short_seq_prob=args.short_seq_prob, dupe_factor=dupe_factor, task="nsp" if args.task == "nsp" else "sop",
-        seed=seed, one_chunk=one_chunk,
-    )
+    try:
+        pairs = build_pretraining_dataset(
+            documents, tokenizer, text_column="text", sentence_per_line=args.layout == "sentence_per_line",
+            num_proc=args.preprocessing_num_workers, max_seq_length=args.max_seq_length,
+            short_seq_prob=args.short_seq_prob, dupe_factor=dupe_factor, task="nsp" if args.task == "nsp" else "sop",
+            seed=seed, one_chunk=one_chunk,
+        )
+    except NoPairsError as error:
+        which = "its training documents" if one_chunk == "random_next" else "its held-out documents"
+        raise InputError(f"{corpus_argument(args)} ({which}): {error}") from None
     return pairs.remove_columns("sentence_order_label") if args.task == "none" else pairs
+
+
+def corpus_argument(args) -> str:
+    """The argument that named the corpus, for error lines."""
+    if args.train_files:
+        return f"--train_files {' '.join(map(str, args.train_files[:3]))}{' ...' if len(args.train_files) > 3 else ''}"
+    return f"--dataset_name {args.dataset_name}" if args.dataset_name else "the embedded corpus"
 
 
 def build_data(args, process_index: int = 0, num_processes: int = 1) -> PretrainingData:
@@ -470,7 +489,7 @@ def build_text_stream_data(args, process_index: int, num_processes: int) -> Pret
     documents of the corpus (in file order) are held out for evaluation, and skipped by the training streams."""
     files = find_text_files(args.train_files)
     if len(files) < num_processes:
-        raise SystemExit(f"error: --streaming: --train_files has {len(files)} text file(s) for {num_processes} "
+        raise InputError(f"--streaming: --train_files has {len(files)} text file(s) for {num_processes} "
                          "processes, and each process streams files of its own: split the corpus into at least "
                          f"{num_processes} files, or drop --streaming")
     eval_documents, held_out = None, {}
@@ -478,7 +497,7 @@ def build_text_stream_data(args, process_index: int, num_processes: int) -> Pret
         count = streamed_documents_held_out(args)
         texts, held_out, more = first_documents(files, args.layout, count)
         if not more:
-            raise SystemExit(too_few_to_hold_out(count, len(texts)))
+            raise InputError(too_few_to_hold_out(count, len(texts)))
         eval_documents = datasets.Dataset.from_dict({"text": texts})
     fingerprint = hashlib.sha256(json.dumps([files_fingerprint(files, args.layout), held_out]).encode()).hexdigest()
     tokenizer = load_tokenizer(args, text_file_stream(files, args.layout, held_out=held_out, endless=False),
@@ -510,7 +529,7 @@ def build_eval_pairs(eval_documents, tokenizer, args) -> tuple:
 def preprocess(args):
     """--preprocess_only: the tokenizer and the pairs into --output_dir (prepared_data.py), nothing trained."""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        raise SystemExit("error: --preprocess_only runs in one process: start it with python, not accelerate launch")
+        raise InputError("--preprocess_only runs in one process: start it with python, not accelerate launch")
     start_logging(main_process=True)
     set_seed(args.seed)
     output_dir = Path(args.output_dir)
@@ -535,7 +554,7 @@ def build_model(args, tokenizer):
         if args.sharing:
             config = AlbertHFConfig(**{**config.to_diff_dict(), "sharing": args.sharing})
         if args.max_seq_length > config.max_position_embeddings:
-            raise ValueError(f"--max_seq_length {args.max_seq_length} exceeds the model's "
+            raise InputError(f"--max_seq_length {args.max_seq_length} exceeds the model's "
                              f"max_position_embeddings={config.max_position_embeddings}")
         model = AlbertHFForPreTraining(config)
     return finish_model(model, args, tokenizer)
@@ -544,7 +563,7 @@ def build_model(args, tokenizer):
 def finish_model(model, args, tokenizer):
     """The checks and settings every built or loaded model gets: vocabulary, special tokens, checkpointing."""
     if len(tokenizer) > model.config.vocab_size:
-        raise ValueError(f"The tokenizer has {len(tokenizer)} tokens but the model only {model.config.vocab_size}")
+        raise InputError(f"The tokenizer has {len(tokenizer)} tokens but the model only {model.config.vocab_size}")
     for name in ("pad_token_id", "cls_token_id", "sep_token_id"):
         setattr(model.config, name.replace("cls", "bos").replace("sep", "eos"), getattr(tokenizer, name))
     if args.gradient_checkpointing:
@@ -694,7 +713,7 @@ def prepare(args) -> Pretraining:
     global_batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * accelerator.num_processes
     if args.with_tracking:
         if not accelerator.log_with:
-            raise SystemExit(f"error: --with_tracking: no usable tracker for --report_to {args.report_to} (for "
+            raise InputError(f"--with_tracking: no usable tracker for --report_to {args.report_to} (for "
                              "tensorboard: pip install tensorboard, or albert_hf[tracking])")
         accelerator.init_trackers("albert_pretraining", {k: v for k, v in vars(args).items()
                                                          if isinstance(v, (int, float, str, bool))})
@@ -734,6 +753,11 @@ def fit(run: Pretraining, stop: StopOnSignal | None = None) -> Outcome:
         completed_steps, epoch, batches_in_epoch = state["step"], state["epoch"], state["batches_in_epoch"]
         skipped_steps = state.get("skipped_steps", 0)
         if accelerator.is_main_process and "window" in state:
+            sums, tokens, seconds = state["window"], state.get("window_tokens"), state.get("window_seconds")
+            if not (isinstance(sums, list) and len(sums) == len(window)
+                    and all(type(v) in (int, float) for v in [*sums, tokens, seconds])):
+                raise InputError(f"--resume_from_checkpoint {path}: the logging window in its training state is "
+                                 f"not {len(window)} + 2 numbers")
             window = torch.tensor(state["window"], dtype=torch.float64, device=accelerator.device)
             window_tokens, window_seconds = state["window_tokens"], state["window_seconds"]
         if run.stream is not None:
@@ -963,4 +987,4 @@ def _format(metrics: dict) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    run_entry_point(main)

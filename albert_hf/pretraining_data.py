@@ -42,6 +42,7 @@ import numpy as np
 import pyarrow as pa
 
 from .corpus import split_sentences
+from .errors import InputError
 from .tokenization import SentencePieceEncoder
 
 logger = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ OFFICIAL_DUPE_FACTOR = 40
 TASKS = ("sop", "nsp")
 
 
-class NoPairsError(ValueError):
+class NoPairsError(InputError):
     """The documents are empty or too short to give a single sentence pair (as opposed to bad arguments)."""
 
 ONE_CHUNK_POLICIES = ("random_next", "skip")
@@ -144,7 +145,7 @@ def tokenize_documents(
         corpus = corpus._resolve_features()  # a streaming dataset of unknown columns: peek at its first row
     columns = corpus.column_names
     if columns is not None and text_column not in columns:
-        raise ValueError(f"The corpus has no text column {text_column!r}; its columns are {columns}")
+        raise InputError(f"The corpus has no text column {text_column!r}; its columns are {columns}")
     features = datasets.Features(
         {
             "input_ids": datasets.List(datasets.Value("int32")),
@@ -370,12 +371,12 @@ def create_pretraining_pairs(
         raise ValueError(f"one_chunk must be one of {ONE_CHUNK_POLICIES}, got {one_chunk!r}")
     limit = getattr(tokenizer, "model_max_length", None)
     if limit is not None and limit < 10**9 and max_seq_length > limit:
-        raise ValueError(f"max_seq_length={max_seq_length} exceeds the tokenizer's model_max_length={limit} "
+        raise InputError(f"max_seq_length={max_seq_length} exceeds the tokenizer's model_max_length={limit} "
                          "(ALBERT has 512 position embeddings)")
     if max_seq_length < 5:
-        raise ValueError(f"max_seq_length={max_seq_length} leaves no room for [CLS] A [SEP] B [SEP]")
+        raise InputError(f"max_seq_length={max_seq_length} leaves no room for [CLS] A [SEP] B [SEP]")
     if dupe_factor < 1 or min_sentences < 1:
-        raise ValueError("dupe_factor and min_sentences must be at least 1")
+        raise InputError("dupe_factor and min_sentences must be at least 1")
     missing = {"input_ids", "sentence_offsets"} - set(tokenized.column_names or ())
     if missing:
         raise ValueError(f"Expected the output of tokenize_documents; missing columns {sorted(missing)}")

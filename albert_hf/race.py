@@ -29,6 +29,8 @@ from datasets import Dataset, load_dataset
 from transformers import DataCollatorForMultipleChoice
 
 from .finetuning import OFFICIAL_FINETUNING, check_columns
+from .corpus import check_json_start
+from .errors import InputError, datasets_read_errors, input_errors
 
 logger = logging.getLogger("albert_hf.race")
 
@@ -90,14 +92,14 @@ class RaceDataArguments:
 
     def __post_init__(self):
         if self.dataset_name and self.data_dir:
-            raise ValueError("Give either --dataset_name or --data_dir, not both")
+            raise InputError("Give either --dataset_name or --data_dir, not both")
         # [CLS] passage [SEP] qa [SEP]: a longer qa part is capped (encode_questions) so that one passage token fits.
         if self.max_seq_length < 5:
-            raise ValueError(f"--max_seq_length {self.max_seq_length} is too short for RACE: [CLS] passage [SEP] "
+            raise InputError(f"--max_seq_length {self.max_seq_length} is too short for RACE: [CLS] passage [SEP] "
                              "question+option [SEP] needs at least 5 tokens (--max_qa_length is capped at "
                              "max_seq_length - 4 to leave the passage one)")
         if self.max_qa_length < 1:
-            raise ValueError(f"--max_qa_length {self.max_qa_length}: the question+option part needs at least 1 token")
+            raise InputError(f"--max_qa_length {self.max_qa_length}: the question+option part needs at least 1 token")
 
 
 def paper_recipe(data_args: RaceDataArguments) -> tuple[str, dict]:
@@ -113,14 +115,14 @@ def paper_recipe(data_args: RaceDataArguments) -> tuple[str, dict]:
 def question_row(where: str, article_id, question_index: int, subset: str, article, question, options, answer):
     """One validated question; `where` (file and position) is named in every error."""
     if not isinstance(article, str) or not isinstance(question, str):
-        raise ValueError(f"{where}: 'article' and 'question' must be strings")
+        raise InputError(f"{where}: 'article' and 'question' must be strings")
     if not isinstance(options, (list, tuple)) or len(options) != len(ANSWER_LETTERS):
         count = len(options) if isinstance(options, (list, tuple)) else type(options).__name__
-        raise ValueError(f"{where}: {count} options; RACE questions have exactly 4 (A-D)")
+        raise InputError(f"{where}: {count} options; RACE questions have exactly 4 (A-D)")
     if not all(isinstance(option, str) for option in options):
-        raise ValueError(f"{where}: every option must be a string")
+        raise InputError(f"{where}: every option must be a string")
     if not isinstance(answer, str) or answer.strip() not in tuple(ANSWER_LETTERS):
-        raise ValueError(f"{where}: answer {answer!r} is not one of A, B, C, D")
+        raise InputError(f"{where}: answer {answer!r} is not one of A, B, C, D")
     return {"example_id": f"{article_id}-{question_index}", "subset": subset, "article": article,
             "question": question, "options": list(options), "label": ANSWER_LETTERS.index(answer.strip())}
 
@@ -128,15 +130,15 @@ def question_row(where: str, article_id, question_index: int, subset: str, artic
 def article_rows(record, where: str, subset: str):
     """The questions of one article in the official JSON fields, in order."""
     if not isinstance(record, dict):
-        raise ValueError(f"{where}: expected a JSON object with the fields {list(ARTICLE_FIELDS)}")
+        raise InputError(f"{where}: expected a JSON object with the fields {list(ARTICLE_FIELDS)}")
     missing = [name for name in ARTICLE_FIELDS if record.get(name) is None]  # JSON lines fill gaps with None
     if missing:
-        raise ValueError(f"{where}: missing field(s) {missing}; RACE articles have {list(ARTICLE_FIELDS)}")
+        raise InputError(f"{where}: missing field(s) {missing}; RACE articles have {list(ARTICLE_FIELDS)}")
     questions, options, answers = record["questions"], record["options"], record["answers"]
     if not (isinstance(questions, list) and isinstance(options, list) and isinstance(answers, list)):
-        raise ValueError(f"{where}: 'questions', 'options' and 'answers' must be lists")
+        raise InputError(f"{where}: 'questions', 'options' and 'answers' must be lists")
     if not len(questions) == len(options) == len(answers):
-        raise ValueError(f"{where}: {len(questions)} questions, {len(options)} option lists and "
+        raise InputError(f"{where}: {len(questions)} questions, {len(options)} option lists and "
                          f"{len(answers)} answers; they must match")
     subset = subset or subset_from_id(record["id"])
     return [question_row(f"{where} question {i}", record["id"], i, subset, record["article"], questions[i],
@@ -160,7 +162,7 @@ def read_article_folder(folder: Path, subset: str = "all") -> list[dict]:
     paths = sorted(p for p in folder.rglob("*") if p.suffix in (".txt", ".json") and p.is_file()
                    and not p.name.startswith("."))
     if not paths:
-        raise FileNotFoundError(f"{folder}: no RACE article files (*.txt or *.json) found")
+        raise InputError(f"{folder}: no RACE article files (*.txt or *.json) found")
     rows = []
     for path in paths:
         folder_subset = next((part for part in path.relative_to(folder).parts[:-1] if part in SUBSETS), "")
@@ -169,7 +171,7 @@ def read_article_folder(folder: Path, subset: str = "all") -> list[dict]:
         try:
             record = json.loads(path.read_text(encoding="utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise ValueError(f"{path}: not a RACE JSON article ({error})") from None
+            raise InputError(f"{path}: not a RACE JSON article ({error})") from None
         rows.extend(article_rows(record, str(path), folder_subset))
     return rows
 
@@ -183,7 +185,7 @@ def read_official_split(data_dir: Path, split: str, subset: str) -> list[dict]:
         if subset in ("all", level):
             level_dir = data_dir / OFFICIAL_SPLIT_FOLDERS[split] / level
             if not level_dir.is_dir():
-                raise FileNotFoundError(f"{level_dir}: missing (the official RACE layout is "
+                raise InputError(f"{level_dir}: missing (the official RACE layout is "
                                         "{train,dev,test}/{high,middle}/*.txt; use --subset for one level)")
             level_rows = read_article_folder(level_dir)
             for row in level_rows:  # the folder, not the id, says which level a question is
@@ -222,9 +224,12 @@ def read_flat_file(path: Path, cache_dir: str | None = None) -> Dataset:
     """A .json/.jsonl/.parquet file of Hub-style rows, or of official articles (one JSON object per line)."""
     builder = FLAT_FILE_BUILDERS.get(path.suffix)
     if builder is None:
-        raise ValueError(f"{path}: unsupported file type; give a folder of RACE article files or a "
+        raise InputError(f"{path}: unsupported file type; give a folder of RACE article files or a "
                          f"{'/'.join(FLAT_FILE_BUILDERS)} file")
-    dataset = load_dataset(builder, data_files=str(path), split="train", cache_dir=cache_dir)
+    if builder == "json":
+        check_json_start(path)
+    with input_errors(f"{path}: cannot be read as RACE rows ({builder})", *datasets_read_errors()):
+        dataset = load_dataset(builder, data_files=str(path), split="train", cache_dir=cache_dir)
     if "questions" in dataset.column_names:  # official article records
         rows = [row for index, record in enumerate(dataset)
                 for row in article_rows(record, f"{path} line {index + 1}", "")]
@@ -246,7 +251,7 @@ def select_subset(questions: Dataset, subset: str, where: str) -> Dataset:
         return questions
     unknown = sum(1 for level in questions["subset"] if not level)
     if unknown:
-        raise ValueError(f"{where}: --subset {subset} needs each question's level, but {unknown} question(s) have "
+        raise InputError(f"{where}: --subset {subset} needs each question's level, but {unknown} question(s) have "
                          "neither a high/ or middle/ folder nor an article id starting with high/middle")
     return questions.filter(lambda level: level == subset, input_columns="subset")
 
@@ -257,17 +262,17 @@ def load_race_split(data_args: RaceDataArguments, split: str, cache_dir=None, to
                 "test": data_args.test_file}[split]
     source = explicit or data_args.data_dir or data_args.dataset_name
     if source is None:
-        raise ValueError(f"No data for the {split} split: give --data_dir, --dataset_name or --{split}_file")
+        raise InputError(f"No data for the {split} split: give --data_dir, --dataset_name or --{split}_file")
     path = Path(source)
     if explicit and path.is_dir():
         questions = questions_dataset(read_article_folder(path, data_args.subset))
     elif explicit and path.is_file():
         questions = read_flat_file(path, cache_dir)
     elif explicit:
-        raise FileNotFoundError(f"{source}: no such file or folder (--{split}_file)")
+        raise InputError(f"{source}: no such file or folder (--{split}_file)")
     elif data_args.data_dir:
         if not path.is_dir():
-            raise FileNotFoundError(f"{source}: no such folder (--data_dir)")
+            raise InputError(f"{source}: no such folder (--data_dir)")
         questions = questions_dataset(read_official_split(path, split, data_args.subset))
     else:
         # The Hub's configs are the subsets (all, high, middle); its splits are train/validation/test.
@@ -276,7 +281,7 @@ def load_race_split(data_args: RaceDataArguments, split: str, cache_dir=None, to
                                            "" if data_args.subset == "all" else data_args.subset)
     questions = select_subset(questions, data_args.subset, source)
     if len(questions) == 0:
-        raise ValueError(f"{source}: no RACE questions for the {split} split (subset {data_args.subset})")
+        raise InputError(f"{source}: no RACE questions for the {split} split (subset {data_args.subset})")
     levels = Counter(questions["subset"])
     logger.info("RACE %s: %d questions from %s (high %d, middle %d, level unknown %d)", split, len(questions),
                 source, levels["high"], levels["middle"], levels[""])
@@ -301,7 +306,7 @@ def build_choice_input(passage_ids, qa_ids, cls_id: int, sep_id: int, max_seq_le
     what is left. Returns (input_ids, token_type_ids).
     """
     if max_seq_length < 5:
-        raise ValueError(f"max_seq_length {max_seq_length}: [CLS] passage [SEP] qa [SEP] needs at least 5 tokens")
+        raise InputError(f"max_seq_length {max_seq_length}: [CLS] passage [SEP] qa [SEP] needs at least 5 tokens")
     qa_ids = list(qa_ids[-min(max_qa_length, max_seq_length - 4):])
     passage_ids = list(passage_ids[:max_seq_length - 3 - len(qa_ids)])
     input_ids = [cls_id, *passage_ids, sep_id, *qa_ids, sep_id]
@@ -309,14 +314,11 @@ def build_choice_input(passage_ids, qa_ids, cls_id: int, sep_id: int, max_seq_le
     return input_ids, token_type_ids
 
 
-def encode_questions(questions: Dataset, tokenizer, data_args: RaceDataArguments, max_position_embeddings: int,
-                     description: str = "RACE") -> Dataset:
-    """Tokenize: per question, 4 (passage, question+option) inputs; keeps `example_id`, `subset` and `label`."""
-    if data_args.max_seq_length > max_position_embeddings:
-        raise ValueError(f"--max_seq_length {data_args.max_seq_length} is longer than the model's "
-                         f"max_position_embeddings ({max_position_embeddings})")
+def encode_questions(questions: Dataset, tokenizer, data_args: RaceDataArguments, description: str = "RACE") -> Dataset:
+    """Tokenize: per question, 4 (passage, question+option) inputs; keeps `example_id`, `subset` and `label`.
+    `data_args.max_seq_length` must fit the model (`finetuning.fit_max_seq_length`)."""
     if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
-        raise ValueError("The tokenizer has no [CLS]/[SEP] tokens, which RACE's input format needs")
+        raise InputError("The tokenizer has no [CLS]/[SEP] tokens, which RACE's input format needs")
     qa_length = min(data_args.max_qa_length, data_args.max_seq_length - 4)  # build_choice_input's cap
     if qa_length < data_args.max_qa_length and not getattr(data_args, "_qa_cap_logged", False):
         data_args._qa_cap_logged = True  # once per run, not once per split

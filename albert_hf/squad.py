@@ -32,7 +32,9 @@ import numpy as np
 from datasets import Dataset, load_dataset
 from transformers.trainer_utils import speed_metrics
 
-from .finetuning import OFFICIAL_FINETUNING, AlbertTrainer, check_columns
+from .finetuning import OFFICIAL_FINETUNING, AlbertTrainer, check_columns, fit_max_seq_length
+from .corpus import check_json_start
+from .errors import InputError, datasets_read_errors, input_errors
 from .squad_metrics import OFFICIAL_NA_PROB_THRESH, squad_v1_metrics, squad_v2_metrics
 
 logger = logging.getLogger("albert_hf.squad")
@@ -94,14 +96,30 @@ class SquadDataArguments:
 
     def __post_init__(self):
         if self.dataset_name is None and not (self.train_file or self.validation_file or self.test_file):
-            raise ValueError("Give --dataset_name (e.g. squad_v2) or --train_file/--validation_file/--test_file")
-        if self.max_seq_length <= self.max_query_length + 3:
-            raise ValueError(f"max_seq_length ({self.max_seq_length}) must exceed max_query_length "
-                             f"({self.max_query_length}) + 3, or no context fits in a window")
+            raise InputError("Give --dataset_name (e.g. squad_v2) or --train_file/--validation_file/--test_file")
+        if self.max_seq_length < 5:
+            raise InputError(f"--max_seq_length {self.max_seq_length}: [CLS] question [SEP] context [SEP] needs at "
+                             "least 5 pieces")
+        if self.max_query_length < 1:
+            raise InputError(f"--max_query_length {self.max_query_length}: the question needs at least 1 piece")
         if self.doc_stride <= 0:
-            raise ValueError("doc_stride must be positive")
+            raise InputError("doc_stride must be positive")
         if self.answerability_head and not self.version_2_with_negative:
-            raise ValueError("--answerability_head is the SQuAD v2.0 head: pass --version_2_with_negative too")
+            raise InputError("--answerability_head is the SQuAD v2.0 head: pass --version_2_with_negative too")
+
+
+def fit_lengths(data_args: SquadDataArguments, config) -> None:
+    """Makes the window lengths compose: --max_seq_length is capped at the model's positions, then a
+    --max_query_length that would leave the context no room in a window (the default 64 with --max_seq_length 64)
+    is cut to half the window's room, logged once. Windows advance by min(doc_stride, window), as the official
+    loop, so --doc_stride composes with any window."""
+    fit_max_seq_length(data_args, config)
+    room = data_args.max_seq_length - 3  # [CLS] question [SEP] context [SEP]
+    if data_args.max_query_length >= room:
+        capped = room // 2
+        logger.warning("--max_query_length %d would leave no context in a --max_seq_length %d window: questions keep "
+                       "their first %d pieces", data_args.max_query_length, data_args.max_seq_length, capped)
+        data_args.max_query_length = capped
 
 
 def paper_recipe(data_args: SquadDataArguments) -> tuple[str, dict]:
@@ -121,25 +139,52 @@ def _flatten_official(data: dict, path) -> list[dict]:
     """
     rows = []
     for a, article in enumerate(data["data"]):
-        for p, paragraph in enumerate(article.get("paragraphs", [])):
+        where = f"{path}: data[{a}]"
+        for p, paragraph in enumerate(_of_type(_of_type(article, dict, where).get("paragraphs", []), list,
+                                               f"{where}.paragraphs")):
             where = f"{path}: data[{a}].paragraphs[{p}]"
-            if "context" not in paragraph:
-                raise ValueError(f"{where} has no 'context'")
-            for q, qa in enumerate(paragraph.get("qas", [])):
-                if not str(qa.get("id", "")).strip():
-                    raise ValueError(f"{where}.qas[{q}]: the question has no 'id'")
+            if "context" not in _of_type(paragraph, dict, where):
+                raise InputError(f"{where} has no 'context'")
+            context = _of_type(paragraph["context"], str, f"{where}.context")
+            for q, qa in enumerate(_of_type(paragraph.get("qas", []), list, f"{where}.qas")):
+                if not str(_of_type(qa, dict, f"{where}.qas[{q}]").get("id", "")).strip():
+                    raise InputError(f"{where}.qas[{q}]: the question has no 'id'")
                 if "question" not in qa:
-                    raise ValueError(f"{where}.qas[{q}] (id {qa['id']}) has no 'question'")
+                    raise InputError(f"{where}.qas[{q}] (id {qa['id']}) has no 'question'")
                 answers = [] if qa.get("is_impossible") else qa.get("answers", [])
+                answers = [_of_type(x, dict, f"{where}.qas[{q}].answers[{i}]")
+                           for i, x in enumerate(_of_type(answers, list, f"{where}.qas[{q}].answers"))]
                 rows.append({
                     "id": str(qa["id"]),
-                    "title": article.get("title", ""),
-                    "context": paragraph["context"],
-                    "question": qa["question"],
-                    "answers": {"text": [x["text"] for x in answers],
-                                "answer_start": [int(x["answer_start"]) for x in answers]},
+                    "title": str(article.get("title", "")),
+                    "context": context,
+                    "question": _of_type(qa["question"], str, f"{where}.qas[{q}].question"),
+                    "answers": _answers_column([x.get("text") for x in answers],
+                                               [x.get("answer_start") for x in answers], f"{where}.qas[{q}].answers"),
                 })
     return rows
+
+
+_JSON_TYPE_NAMES = {dict: "object", list: "list", str: "string"}
+
+
+def _of_type(value, kind: type, where: str):
+    if not isinstance(value, kind):
+        raise InputError(f"{where}: expected a JSON {_JSON_TYPE_NAMES[kind]}, found {type(value).__name__} "
+                         f"{value!r:.40}")
+    return value
+
+
+def _answers_column(texts, starts, where: str) -> dict:
+    """{"text", "answer_start"} checked: as many texts as starts, strings and non-negative integers."""
+    if not isinstance(texts, list) or not isinstance(starts, list) or len(texts) != len(starts):
+        raise InputError(f"{where}: answers need as many 'text' strings as 'answer_start' offsets")
+    for text, start in zip(texts, starts):
+        if not isinstance(text, str):
+            raise InputError(f"{where}: answer text {text!r:.40} is not a string")
+        if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+            raise InputError(f"{where}: answer_start {start!r:.40} is not a character offset (an integer >= 0)")
+    return {"text": texts, "answer_start": starts}
 
 
 def read_squad_file(path, answers_required: bool = True) -> Dataset:
@@ -149,23 +194,28 @@ def read_squad_file(path, answers_required: bool = True) -> Dataset:
     """
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"SQuAD file not found: {path}")
+        raise InputError(f"SQuAD file not found: {path}")
     if path.suffix not in (".json", ".jsonl", ".parquet"):
-        raise ValueError(f"{path}: unsupported extension; use the official .json, or .json/.jsonl/.parquet rows")
+        raise InputError(f"{path}: unsupported extension; use the official .json, or .json/.jsonl/.parquet rows")
     data = None
     if path.suffix == ".json":
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
+        except UnicodeDecodeError as error:
+            raise InputError(f"{path}: not UTF-8 text ({error})") from None
         except json.JSONDecodeError:
             pass  # JSON lines
     articles = data.get("data") if isinstance(data, dict) else None
     if isinstance(articles, list) and articles and isinstance(articles[0], dict) and "paragraphs" in articles[0]:
         dataset = Dataset.from_list(_flatten_official(data, path))
-    elif path.suffix == ".parquet":
-        dataset = load_dataset("parquet", data_files=str(path), split="train")
     else:
+        builder = "parquet" if path.suffix == ".parquet" else "json"
         field_name = "data" if isinstance(articles, list) else None  # {"data": [rows]} as datasets' json `field`
-        dataset = load_dataset("json", data_files=str(path), field=field_name, split="train")
+        if builder == "json":
+            check_json_start(path)
+        with input_errors(f"{path}: cannot be read as SQuAD rows ({builder})", *datasets_read_errors()):
+            dataset = load_dataset(builder, data_files=str(path), split="train",
+                                   **({"field": field_name} if builder == "json" else {}))
     if not answers_required and "answers" not in dataset.column_names and len(dataset):
         dataset = dataset.add_column("answers", [{"text": [], "answer_start": []}] * len(dataset))
     check_examples(dataset, str(path))
@@ -178,10 +228,16 @@ def check_examples(dataset: Dataset, where: str) -> None:
     seen = set()
     for row, question_id in enumerate(dataset["id"]):
         if question_id is None or not str(question_id).strip():
-            raise ValueError(f"{where}: row {row} (question {dataset[row]['question']!r}) has no 'id'")
+            raise InputError(f"{where}: row {row} (question {dataset[row]['question']!r}) has no 'id'")
         if question_id in seen:
-            raise ValueError(f"{where}: question id {question_id!r} appears twice (row {row}); ids must be unique")
+            raise InputError(f"{where}: question id {question_id!r} appears twice (row {row}); ids must be unique")
         seen.add(question_id)
+    for name in ("context", "question"):
+        for row, value in enumerate(dataset[name]):
+            _of_type(value, str, f"{where}: row {row} {name!r}")
+    for row, answers in enumerate(dataset["answers"]):
+        _of_type(answers, dict, f"{where}: row {row} 'answers'")
+        _answers_column(answers.get("text"), answers.get("answer_start"), f"{where}: row {row} 'answers'")
 
 
 def load_squad_splits(data_args: SquadDataArguments, cache_dir=None, token=None) -> dict:
@@ -241,7 +297,7 @@ def select_evaluable(dataset: Dataset, version_2: bool, where: str, labelled: bo
     if labelled and not version_2:
         for question_id, answers in zip(dataset["id"], dataset["answers"]):
             if not answers["text"]:
-                raise ValueError(f"{where}: question {question_id!r} has no answer: this is SQuAD v2.0 data, pass "
+                raise InputError(f"{where}: question {question_id!r} has no answer: this is SQuAD v2.0 data, pass "
                                  "--version_2_with_negative")
     keep = [row for row, context in enumerate(dataset["context"]) if context.strip()]
     if len(keep) < len(dataset):
@@ -317,7 +373,7 @@ def build_features(examples: dict, tokenizer, data_args: SquadDataArguments, tra
                 start_char = answers["answer_start"][0]
                 answer_tokens = _answer_token_span(context_offsets, start_char, start_char + len(answers["text"][0]))
                 if answer_tokens is None:  # select_trainable only lets through answers made of visible text
-                    raise ValueError(f"question {examples['id'][i]!r}: the answer covers no piece of the context")
+                    raise InputError(f"question {examples['id'][i]!r}: the answer covers no piece of the context")
         for (start, span_length), flags in zip(spans, max_context):
             ids = [cls, *question, sep, *context_ids[start:start + span_length], sep]
             used = len(ids)

@@ -19,6 +19,8 @@ import re
 import string
 import sys
 
+from .errors import InputError
+
 PUNCTUATION = set(string.punctuation)
 # evaluate-v2.0.py's default --na-prob-thresh, which the official ALBERT evaluate_v2 uses too
 OFFICIAL_NA_PROB_THRESH = 1.0
@@ -68,11 +70,11 @@ def f1_v2(prediction: str, gold: str) -> float:
 def squad_v1_metrics(golds: dict, predictions: dict) -> dict:
     """{"exact_match", "f1"} in percent over all questions of `golds`, as evaluate-v1.1.py computes them."""
     if not golds:
-        raise ValueError("No gold questions to evaluate")
+        raise InputError("No gold questions to evaluate")
     exact_match = f1 = 0.0
     for question_id, gold_answers in golds.items():
         if not gold_answers:
-            raise ValueError(f"Question {question_id!r} has no gold answer: SQuAD v1.1 needs one for every "
+            raise InputError(f"Question {question_id!r} has no gold answer: SQuAD v1.1 needs one for every "
                              "question (unanswerable questions are SQuAD v2.0: use the v2 metric)")
         if question_id not in predictions:
             continue  # the official script scores it 0 and keeps it in the total
@@ -142,12 +144,12 @@ def squad_v2_metrics(golds: dict, predictions: dict, na_probs: dict | None = Non
     probability is above `na_prob_thresh` as no-answer predictions.
     """
     if not golds:
-        raise ValueError("No gold questions to evaluate")
+        raise InputError("No gold questions to evaluate")
     missing = [q for q in golds if q not in predictions]
     if missing:  # the official script fails on these with a KeyError; say which
-        raise ValueError(f"{len(missing)} question(s) have no prediction, e.g. {missing[:3]}")
+        raise InputError(f"{len(missing)} question(s) have no prediction, e.g. {missing[:3]}")
     if na_probs is not None and golds.keys() - na_probs.keys():
-        raise ValueError(f"{len(golds.keys() - na_probs.keys())} question(s) have no no-answer probability, "
+        raise InputError(f"{len(golds.keys() - na_probs.keys())} question(s) have no no-answer probability, "
                          f"e.g. {sorted(golds.keys() - na_probs.keys())[:3]}")
     has_answer = {q: bool(answers) for q, answers in golds.items()}
     exact_raw, f1_raw = raw_scores_v2(golds, predictions)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .errors import InputError
 from .protobuf_wire import proto_fields, varint
 
 TABLE_MAGIC = 0xDB4775248B80FB57  # LevelDB's table magic number, the last 8 bytes of the .index file
@@ -46,7 +47,7 @@ DT_BFLOAT16 = 14
 DTYPE_NAMES = {7: "string", DT_BFLOAT16: "bfloat16"}
 
 
-class TFCheckpointError(ValueError):
+class TFCheckpointError(InputError):
     """The files are not a readable TensorFlow checkpoint (missing, truncated, corrupted or unsupported)."""
 
 

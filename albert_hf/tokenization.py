@@ -23,6 +23,7 @@ import unicodedata
 from pathlib import Path
 
 from .corpus import cache_root, split_sentences
+from .errors import InputError
 from .protobuf_wire import proto_fields
 
 logger = logging.getLogger(__name__)
@@ -59,15 +60,15 @@ def tokenizer_from_spm_proto(model_proto: bytes, source: str = "<spm model>", mo
     try:
         processor = spm.SentencePieceProcessor(model_proto=model_proto)
     except Exception as error:  # sentencepiece raises RuntimeError or OSError on garbage
-        raise ValueError(f"{source} is not a valid SentencePiece model: {error}") from error
+        raise InputError(f"{source} is not a valid SentencePiece model: {error}") from error
     vocab = [(processor.id_to_piece(i), processor.get_score(i)) for i in range(processor.get_piece_size())]
     pieces = [piece for piece, _ in vocab]
     missing = [token for token in SPECIAL_TOKENS if token not in pieces]
     if missing:
-        raise ValueError(f"{source} lacks ALBERT's special pieces {missing}; its first pieces are {pieces[:6]}")
+        raise InputError(f"{source} lacks ALBERT's special pieces {missing}; its first pieces are {pieces[:6]}")
     if pieces.index(UNK) != 1:
         # AlbertTokenizer builds its Unigram model with unk_id=1; anything else would mis-map unknown pieces.
-        raise ValueError(f"{source} has <unk> at id {pieces.index(UNK)}; ALBERT expects it at id 1")
+        raise InputError(f"{source} has <unk> at id {pieces.index(UNK)}; ALBERT expects it at id 1")
     return AlbertTokenizer(
         vocab=vocab,
         _spm_precompiled_charsmap=precompiled_charsmap(model_proto),
@@ -88,7 +89,7 @@ def load_spiece_model(path, output_dir=None, model_max_length: int = 512):
     if path.is_dir():
         path = path / "spiece.model"
     if not path.is_file():
-        raise FileNotFoundError(f"SentencePiece model not found: {path}")
+        raise InputError(f"SentencePiece model not found: {path}")
     tokenizer = tokenizer_from_spm_proto(path.read_bytes(), source=str(path), model_max_length=model_max_length)
     if output_dir is not None:
         tokenizer.save_pretrained(output_dir)
@@ -269,7 +270,7 @@ def _documents(corpus, text_column: str):
     columns = getattr(corpus, "column_names", None)
     if columns is not None:
         if text_column not in columns:
-            raise ValueError(f"The corpus has no text column {text_column!r}; its columns are {columns}")
+            raise InputError(f"The corpus has no text column {text_column!r}; its columns are {columns}")
         corpus = corpus.select_columns([text_column])
     for item in corpus:
         yield item[text_column] if isinstance(item, dict) else item
@@ -345,8 +346,8 @@ def train_tokenizer(
             )
         except RuntimeError as error:
             if counts["sentences"] == 0:
-                raise ValueError("Cannot train a tokenizer: the corpus has no text") from error
-            raise ValueError(
+                raise InputError("Cannot train a tokenizer: the corpus has no text") from error
+            raise InputError(
                 f"SentencePiece training failed on {counts['documents']} documents / {counts['sentences']} "
                 f"sentences with vocab_size={vocab_size}: {error}. A small corpus needs a smaller vocab_size."
             ) from error

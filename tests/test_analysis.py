@@ -13,6 +13,7 @@ from albert_hf.analysis import (
 )
 from albert_hf.analysis import transitions as transitions_cli
 from albert_hf.analysis.intrinsic import main as intrinsic_main
+from albert_hf.errors import InputError
 
 # ------------------------------------------------------------------------------------------------------------
 # Layer transitions on hand-made hidden states
@@ -116,14 +117,14 @@ def test_transitions_cli_writes_png_and_csv(tmp_path, tiny_checkpoint):
 def test_transitions_cli_clear_errors(tmp_path, tiny_checkpoint):
     empty = tmp_path / "empty.txt"
     empty.write_text("\n  \n")
-    with pytest.raises(SystemExit, match="empty.txt holds no non-empty line"):
+    with pytest.raises(InputError, match="empty.txt holds no non-empty line"):
         transitions_cli.main(["--model", str(tiny_checkpoint), "--texts", str(empty), "--out", str(tmp_path / "a.png")])
     texts = tmp_path / "t.txt"
     texts.write_text("hello world\n")
-    with pytest.raises(SystemExit, match="no_such_model"):
+    with pytest.raises(InputError, match="no_such_model"):
         transitions_cli.main(["--model", str(tmp_path / "no_such_model"), "--texts", str(texts),
                               "--out", str(tmp_path / "a.png")])
-    with pytest.raises(SystemExit, match="missing.txt"):
+    with pytest.raises(InputError, match="missing.txt"):
         transitions_cli.main(["--model", str(tiny_checkpoint), "--texts", str(tmp_path / "missing.txt"),
                               "--out", str(tmp_path / "a.png")])
 
@@ -242,9 +243,9 @@ def test_intrinsic_cli(tmp_path, tiny_checkpoint, capsys):
     assert set(by_document) == {"0.txt", "1.txt"}
     assert all(0 < r["sop_examples"] <= 8 for r in by_document.values())
     assert "per document" in capsys.readouterr().out
-    with pytest.raises(SystemExit, match="nowhere"):
+    with pytest.raises(InputError, match="nowhere"):
         intrinsic_main(["--model", str(tiny_checkpoint), "--documents", str(tmp_path / "nowhere")])
-    with pytest.raises(SystemExit, match="missing_model"):
+    with pytest.raises(InputError, match="missing_model"):
         intrinsic_main(["--model", str(tmp_path / "missing_model"), "--documents", str(docs), "--max_examples", "4"])
 
 

@@ -6,6 +6,8 @@ pass in numpy, in float64, from the fixture's weights.npz (the same arrays, stor
 code under test), and compares the converted model with it.
 """
 
+import contextlib
+import io
 import json
 import shutil
 from pathlib import Path
@@ -24,6 +26,7 @@ from albert_hf import (
 )
 from albert_hf.convert import from_tf_checkpoint, main
 from albert_hf.tf_checkpoint import TFCheckpoint, TFCheckpointError, crc32c
+from albert_hf.errors import run_entry_point
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "tf_albert"
 ATOL = 1e-5
@@ -266,11 +269,14 @@ def test_race_head_needs_the_head_named_then_converts(tmp_path):
 
 
 def cli_error(*argv) -> str:
-    with pytest.raises(SystemExit) as stopped:
-        main([str(arg) for arg in argv])
-    message = str(stopped.value.code)
-    assert message.startswith("error: ") and "\n" not in message
-    return message
+    """What `python -m albert_hf.convert ARGV` prints on stderr, checked to be one `error:` line with status 2."""
+    stderr = io.StringIO()
+    with pytest.raises(SystemExit) as stopped, contextlib.redirect_stderr(stderr):
+        run_entry_point(lambda: main([str(arg) for arg in argv]))
+    assert stopped.value.code == 2
+    message = stderr.getvalue()
+    assert message.startswith("error: ") and message.count("\n") == 1, message
+    return message.rstrip("\n")
 
 
 def test_unknown_and_missing_variables_are_named_and_stop(tmp_path):

@@ -18,6 +18,7 @@ from albert_hf.corpus import (
     split_sentences,
 )
 from data_fixtures import embedded, shared_corpus
+from albert_hf.errors import InputError
 
 
 def test_decode_text_counts_replacements_and_never_raises():
@@ -107,10 +108,10 @@ def test_text_files_cache_follows_file_changes(tmp_path):
 
 
 def test_missing_paths_and_unknown_layouts_are_clear_errors(tmp_path):
-    with pytest.raises(FileNotFoundError, match="nowhere.txt"):
+    with pytest.raises(InputError, match="nowhere.txt"):
         find_text_files(tmp_path / "nowhere.txt")
     (tmp_path / "empty_dir").mkdir()
-    with pytest.raises(FileNotFoundError, match="empty_dir"):
+    with pytest.raises(InputError, match="empty_dir"):
         find_text_files(tmp_path / "empty_dir")
     (tmp_path / "only_empty").mkdir()
     _write(tmp_path / "only_empty" / "a.txt", b"")
@@ -119,7 +120,7 @@ def test_missing_paths_and_unknown_layouts_are_clear_errors(tmp_path):
     _write(tmp_path / "x.txt", b"text")
     with pytest.raises(ValueError, match="layout"):
         load_text_files(tmp_path / "x.txt", layout="one_per_line", cache_dir=str(tmp_path / "c"))
-    with pytest.raises(FileNotFoundError, match="typo.jsonl"):  # not mistaken for a Hub dataset name
+    with pytest.raises(InputError, match="typo.jsonl"):  # not mistaken for a Hub dataset name
         load_corpus(tmp_path / "typo.jsonl")
 
 

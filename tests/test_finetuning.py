@@ -20,6 +20,7 @@ from albert_hf.finetuning import (
     train,
 )
 from albert_hf.optimization import AdamWeightDecay
+from albert_hf.errors import InputError
 
 
 @dataclass
@@ -105,7 +106,7 @@ def test_output_dir_with_a_trained_model_is_not_overwritten(tmp_path):
     _, _, training_args = parse_arguments(
         NoDataArguments, ["--model_name_or_path", "m", "--output_dir", str(tmp_path), "--do_train"]
     )
-    with pytest.raises(SystemExit, match="overwrite_output_dir"):
+    with pytest.raises(InputError, match="overwrite_output_dir"):
         setup(training_args)
     _, _, training_args = parse_arguments(
         NoDataArguments, ["--model_name_or_path", "m", "--output_dir", str(tmp_path), "--do_train", "--overwrite_output_dir"]

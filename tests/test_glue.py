@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from conftest import check_tokenizer_loads_without_prompt
 from data_fixtures import SHARED_DATA
+from albert_hf.errors import InputError
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run_glue.py is a top-level script
@@ -315,7 +316,7 @@ def test_hub_by_task_name_offline_points_to_local_files(caplog, tmp_path):
     from albert_hf.glue import GlueDataArguments, load_raw_splits, prepare_splits
 
     # No local file: the Hub dataset is asked for, which the offline test environment refuses at once.
-    with pytest.raises(ConnectionError, match=r"nyu-mll/glue(.|\n)*Offline\? Pass --data_dir"):
+    with pytest.raises(InputError, match=r"nyu-mll/glue(.|\n)*Offline\? Pass --data_dir"):
         load_raw_splits(GlueDataArguments(task_name="mrpc"), {"train"})
     path = tmp_path / "train.csv"
     path.write_text("question1,question2,label\nWhy?,,0\nHow?,What?,1\n")
@@ -497,7 +498,7 @@ def test_end_to_end_csv_and_jsonl_files_then_ax_with_the_mnli_model(tiny_checkpo
               "--output_dir", tmp_path / "ax", "--max_seq_length", 32, "--report_to", "none"])
     ax_rows = submission_rows(tmp_path / "ax" / "AX.tsv")
     assert len(ax_rows) == 5 and {row[1] for row in ax_rows[1:]} <= {"entailment", "neutral", "contradiction"}
-    with pytest.raises(SystemExit, match="ax is the GLUE diagnostic set"):
+    with pytest.raises(InputError, match="ax is the GLUE diagnostic set"):
         run_glue(["--model_name_or_path", mnli_dir, "--task_name", "ax", "--data_dir", ax_folder, "--do_eval",
                   "--output_dir", tmp_path / "ax2"])
     # An MNLI model evaluated on RTE would be silently relabelled: refused.
@@ -562,9 +563,9 @@ def test_missing_split_and_nothing_to_do_stop_early(tmp_path):
     train = tmp_path / "train.csv"
     train.write_text("sentence,label\ngood,1\nbad,0\n")
     base = ["--model_name_or_path", "unused", "--task_name", "sst2", "--output_dir", tmp_path / "out"]
-    with pytest.raises(SystemExit, match=r"--do_eval needs validation data for sst2.*\['dev\.tsv'\]"):
+    with pytest.raises(InputError, match=r"--do_eval needs validation data for sst2.*\['dev\.tsv'\]"):
         run_glue(base + ["--train_file", train, "--do_eval"])
-    with pytest.raises(SystemExit, match="nothing to do"):
+    with pytest.raises(InputError, match="nothing to do"):
         run_glue(base + ["--train_file", train])
 
 

@@ -13,6 +13,7 @@ from huggingface_hub.errors import EntryNotFoundError
 from transformers import AutoModel, AutoModelForPreTraining, AutoModelForQuestionAnswering
 
 import albert_hf
+from albert_hf.errors import InputError
 from albert_hf.modeling_albert_hf import AUTO_MAP
 
 REMOTE_FILES = {"configuration_albert_hf.py", "modeling_albert_hf.py"}
@@ -178,20 +179,20 @@ def test_a_model_or_tokenizer_that_cannot_be_loaded_stops_with_the_argument_name
     from albert_hf.hub import loading
     from albert_hf.pretraining import build_model, load_tokenizer
 
-    with pytest.raises(SystemExit, match=r"^error: --tokenizer_name someone/no-such-albert: cannot load it \(no local "
+    with pytest.raises(InputError, match=r"^--tokenizer_name someone/no-such-albert: cannot load it \(no local "
                                          r"folder by that name, so it was looked up on the Hub\)") as stopped:
         load_tokenizer(Namespace(tokenizer_name="someone/no-such-albert", trust_remote_code=False), None)
     assert ("HF_HUB_OFFLINE" in str(stopped.value)) == constants.HF_HUB_OFFLINE
     empty = tmp_path / "empty"
     empty.mkdir()
     # transformers alone would read the empty folder as a default config (hidden size 4096), silently
-    with pytest.raises(SystemExit, match=r"--config_name .*empty: cannot load it \(a local folder, but .*holds no "
+    with pytest.raises(InputError, match=r"--config_name .*empty: cannot load it \(a local folder, but .*holds no "
                                          r"config\.json"):
         build_model(Namespace(model_name_or_path=None, config_name=str(empty)), None)
     given = ModelArguments(model_name_or_path="m", tokenizer_name="t")
     assert (given.source("tokenizer"), given.source("config")) == (("--tokenizer_name", "t"),
                                                                    ("--model_name_or_path", "m"))
-    with pytest.raises(SystemExit, match=r"--model_name_or_path albert/albert-base-v2: cannot load it"):
+    with pytest.raises(InputError, match=r"--model_name_or_path albert/albert-base-v2: cannot load it"):
         load_tokenizer_and_model(ModelArguments(model_name_or_path="albert/albert-base-v2"),
                                  albert_hf.AlbertHFForSequenceClassification)
     with pytest.raises(ValueError, match="not an OSError"), loading("--x", "y"):

@@ -11,6 +11,7 @@ from transformers import AlbertConfig
 
 import albert_hf
 from albert_hf.convert import convert
+from albert_hf.errors import InputError
 
 ATOL = 1e-5
 
@@ -172,7 +173,7 @@ def test_convert_refuses_partial_sharing_and_non_empty_output(tmp_path):
         convert(str(tmp_path / "ours"), str(tmp_path / "out"))
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "keep.txt").write_text("x")
-    with pytest.raises(FileExistsError, match="not empty"):
+    with pytest.raises(InputError, match="not empty"):
         convert(str(tmp_path / "ours"), str(tmp_path / "full"))
 
 

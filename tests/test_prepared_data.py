@@ -12,6 +12,7 @@ from safetensors.torch import load_file
 from test_pretraining import SCRIPT, metrics
 
 from albert_hf.pretraining import parse_args
+from albert_hf.errors import InputError
 
 DATA = ["--vocab_size", "500", "--max_seq_length", "64", "--dupe_factor", "1", "--max_eval_samples", "64"]
 # --seed seeds the pairs (recorded in the manifest) and, separately, each training run's weights and masks
@@ -66,25 +67,25 @@ def test_training_on_the_prepared_folder_tokenizes_nothing_and_equals_building_t
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--max_seq_length", "128"], "error: --max_seq_length 128 disagrees with --prepared_data {p}, which was "
+    (["--max_seq_length", "128"], "--max_seq_length 128 disagrees with --prepared_data {p}, which was "
                                   "prepared with --max_seq_length 64: drop the flag, or prepare the data again"),
-    (["--task", "nsp"], "error: --task nsp disagrees with --prepared_data {p}, which was prepared with --task sop"),
-    (["--train_files", "corpus/"], "error: --train_files cannot be combined with --prepared_data {p}: the pairs and "
+    (["--task", "nsp"], "--task nsp disagrees with --prepared_data {p}, which was prepared with --task sop"),
+    (["--train_files", "corpus/"], "--train_files cannot be combined with --prepared_data {p}: the pairs and "
                                    "the tokenizer come from that folder"),
-    (["--vocab_size", "500"], "error: --vocab_size cannot be combined with --prepared_data {p}"),
-    (["--preprocess_only"], "error: pass --preprocess_only (to prepare a folder) or --prepared_data (to train on "
+    (["--vocab_size", "500"], "--vocab_size cannot be combined with --prepared_data {p}"),
+    (["--preprocess_only"], "pass --preprocess_only (to prepare a folder) or --prepared_data (to train on "
                             "one), not both"),
 ])
 def test_arguments_that_disagree_with_the_prepared_folder_stop_with_one_line(tmp_path, prepared, flags, message):
-    with pytest.raises(SystemExit) as stop:
+    with pytest.raises(InputError) as stop:
         parse_args(["--output_dir", str(tmp_path / "run"), "--prepared_data", str(prepared), *flags])
     assert str(stop.value).startswith(message.format(p=prepared))
 
 
 def test_a_folder_that_was_not_prepared_stops_with_one_line(tmp_path):
-    with pytest.raises(SystemExit, match="no prepared_data.json"):
+    with pytest.raises(InputError, match="no prepared_data.json"):
         parse_args(["--output_dir", str(tmp_path / "run"), "--prepared_data", str(tmp_path)])
-    with pytest.raises(SystemExit, match="no such folder"):
+    with pytest.raises(InputError, match="no such folder"):
         parse_args(["--output_dir", str(tmp_path / "run"), "--prepared_data", str(tmp_path / "missing")])
 
 

@@ -15,6 +15,7 @@ from datasets import Dataset
 
 from albert_hf import race
 from albert_hf.race import RaceDataArguments
+from albert_hf.errors import InputError
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # for `import run_race`
@@ -112,7 +113,7 @@ def test_encoded_inputs_follow_the_official_layout_with_the_real_tokenizer(tiny_
     record["options"][0][0] = "walked very slowly to the old school with many books " * 3  # longer than max_qa
     questions = Dataset.from_list(race.article_rows(record, "x", "high"))
     args = RaceDataArguments(max_seq_length=40, max_qa_length=12)
-    encoded = race.encode_questions(questions, tokenizer, args, max_position_embeddings=128)[0]
+    encoded = race.encode_questions(questions, tokenizer, args)[0]
     passage = tokenizer(record["article"], add_special_tokens=False)["input_ids"]
     for choice, option in enumerate(record["options"][0]):
         qa = tokenizer(record["questions"][0].replace("_", option), add_special_tokens=False)["input_ids"][-12:]
@@ -164,7 +165,7 @@ def test_a_capped_max_qa_length_is_logged_once(tiny_checkpoint, caplog):
     args = RaceDataArguments(max_seq_length=12, max_qa_length=64)
     with caplog.at_level("INFO", logger="albert_hf.race"):
         for _ in range(3):  # train, validation, test
-            encoded = race.encode_questions(questions, tokenizer, args, max_position_embeddings=128)
+            encoded = race.encode_questions(questions, tokenizer, args)
     capped = [entry for entry in caplog.records if "--max_qa_length 64" in entry.getMessage()]
     assert len(capped) == 1 and capped[0].levelname == "WARNING"
     assert "--max_seq_length 12" in capped[0].getMessage() and "last 8 tokens" in capped[0].getMessage()
@@ -254,7 +255,7 @@ def test_bad_flat_rows_and_missing_folders_are_named(tmp_path):
     with pytest.raises(ValueError, match=rf"{path}: missing column\(s\) \['options', 'answer'\]"):
         race.load_race_split(RaceDataArguments(validation_file=str(path)), "validation")
     (tmp_path / "dev" / "high").mkdir(parents=True)
-    with pytest.raises(FileNotFoundError, match=r"dev/middle: missing"):
+    with pytest.raises(InputError, match=r"dev/middle: missing"):
         race.load_race_split(RaceDataArguments(data_dir=str(tmp_path)), "validation")
 
 
@@ -345,7 +346,7 @@ def test_paper_hparams_race_rows_for_v2_and_v1_models(tmp_path):
 
 
 def test_race_recipe_without_paper_hparams_names_the_flag(tmp_path):
-    with pytest.raises(SystemExit, match=r"^error: --race_recipe v1 chooses the row --paper_hparams applies: pass "
+    with pytest.raises(InputError, match=r"^--race_recipe v1 chooses the row --paper_hparams applies: pass "
                                          r"--paper_hparams too$"):
         run_race(["--model_name_or_path", "m", "--data_dir", tmp_path, "--do_eval", "--output_dir", tmp_path / "out",
                   "--race_recipe", "v1"])

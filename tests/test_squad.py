@@ -25,6 +25,7 @@ from albert_hf.squad import (
     window_starts,
 )
 from albert_hf.squad_metrics import squad_v1_metrics, squad_v2_metrics
+from albert_hf.errors import InputError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -611,7 +612,7 @@ def test_do_predict_writes_test_predictions_and_metrics_and_all_results_has_ever
 
 def test_do_predict_without_a_test_set_names_test_file(tmp_path):
     path = write_json(tmp_path / "dev.json", SQUAD_V1)
-    with pytest.raises(SystemExit, match=r"^error: --do_predict needs a test set: give --test_file"):
+    with pytest.raises(InputError, match=r"^--do_predict needs a test set: give --test_file"):
         run_squad(["--model_name_or_path", "unused", "--validation_file", path, "--do_predict",
                    "--output_dir", tmp_path / "out"])
 

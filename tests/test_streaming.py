@@ -16,6 +16,7 @@ from test_pretraining import check_same_weights_and_curve, metrics, parse_args, 
 from albert_hf.corpus import first_documents, text_file_stream
 from albert_hf.preemption import PREEMPTED
 from albert_hf.pretraining import build_data
+from albert_hf.errors import InputError
 
 FILES = 24
 
@@ -107,10 +108,10 @@ def test_streaming_stops_with_one_line_when_it_cannot_share_or_hold_out(text_fol
         (two / f"{k}.txt").write_text("One sentence here. Another one follows.\n")
     args = parse_args(["--output_dir", "unused", "--train_files", str(two), "--streaming",
                        "--tokenizer_name", str(tiny_checkpoint)])
-    with pytest.raises(SystemExit, match=r"--train_files has 2 text file\(s\) for 3 processes, and each process "
+    with pytest.raises(InputError, match=r"--train_files has 2 text file\(s\) for 3 processes, and each process "
                                          r"streams files of its own"):
         build_data(args, 0, 3)
-    with pytest.raises(SystemExit, match=r"holds out the corpus's first 100 documents for evaluation .* only 2"):
+    with pytest.raises(InputError, match=r"holds out the corpus's first 100 documents for evaluation .* only 2"):
         build_data(args)
 
 
@@ -178,9 +179,9 @@ def test_a_stopped_streaming_run_resumes_to_the_uninterrupted_weights(tmp_path, 
 
 
 def test_preprocess_only_with_streaming_stops_with_one_line(tmp_path):
-    with pytest.raises(SystemExit) as stop:
+    with pytest.raises(InputError) as stop:
         parse_args(["--output_dir", str(tmp_path / "run"), "--preprocess_only", "--streaming"])
-    assert str(stop.value) == ("error: --preprocess_only writes every pair to disk, and --streaming builds them as "
+    assert str(stop.value) == ("--preprocess_only writes every pair to disk, and --streaming builds them as "
                                "training goes: drop one of them")
 
 

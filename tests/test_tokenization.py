@@ -14,6 +14,7 @@ import sentencepiece as spm
 from albert_hf.corpus import split_sentences
 from albert_hf.tokenization import load_spiece_model, train_tokenizer
 from data_fixtures import TEST_VOCAB_SIZE, embedded, tokenizer
+from albert_hf.errors import InputError
 
 
 def _fresh_process(script: str, **env) -> str:
@@ -132,7 +133,7 @@ def test_load_spiece_model_matches_sentencepiece(tmp_path):
 
 
 def test_load_spiece_model_rejects_bad_models(tmp_path):
-    with pytest.raises(FileNotFoundError, match="missing.model"):
+    with pytest.raises(InputError, match="missing.model"):
         load_spiece_model(tmp_path / "missing.model")
     garbage = tmp_path / "garbage.model"
     garbage.write_bytes(b"this is not a sentencepiece model")

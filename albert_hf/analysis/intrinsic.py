@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from ..errors import InputError, first_line, run_entry_point
 from ..pretraining_data import NoPairsError, build_pretraining_dataset
 
 logger = logging.getLogger(__name__)
@@ -200,10 +201,10 @@ def main(argv=None):
 
     for path in args.documents:
         if not Path(path).exists():
-            raise SystemExit(f"error: --documents: {path} does not exist")
+            raise InputError(f"--documents: {path} does not exist")
     documents = load_corpus(args.documents, layout=args.layout)
     if len(documents) == 0:
-        raise SystemExit(f"error: --documents: no document in {' '.join(args.documents)}")
+        raise InputError(f"--documents: no document in {' '.join(args.documents)}")
     rows = {}
     for directory in args.model:
         try:
@@ -215,7 +216,7 @@ def main(argv=None):
                 rows[directory]["sop_by_document"] = sop_by_document(
                     model, tokenizer, documents["text"], document_names(documents), **options)
         except (FileNotFoundError, ValueError) as error:
-            raise SystemExit(f"error: {error}") from None
+            raise InputError(first_line(error)) from None
     print(format_table(rows, paper=None).replace("objective", "model    "))
     if args.per_document:
         print("\nSOP accuracy (%) per document (pairs)")
@@ -228,4 +229,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    run_entry_point(main)

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import torch
 
+from ..errors import InputError, first_line, run_entry_point
+
 CSV_FIELDS = ("model", "layer", "l2", "cosine", "angle_degrees", "tokens")
 
 
@@ -195,11 +197,11 @@ def main(argv=None):
         results = run(args.model, args.texts, args.out, args.csv, args.name, args.max_seq_length, args.batch_size,
                       args.max_texts)
     except (FileNotFoundError, ValueError) as error:
-        raise SystemExit(f"error: {error}") from None
+        raise InputError(first_line(error)) from None
     print(format_table(results))
     print(f"wrote {args.out} and {args.csv or Path(args.out).with_suffix('.csv')}")
     return results
 
 
 if __name__ == "__main__":
-    main()
+    run_entry_point(main)

@@ -1,0 +1,76 @@
+"""Input the user can fix, and how the entry points report it.
+
+Every check of a file, column, label, flag, config or checkpoint raises `InputError` with one line naming what is
+wrong and where. The entry points (`run_pretraining.py`, `run_glue.py`, `run_squad.py`, `run_race.py`,
+`python -m albert_hf.convert`) print it as `error: <message>` and exit with status 2, as argparse does for a bad
+flag. Any other exception is a bug and keeps its traceback.
+"""
+
+import os
+import sys
+from contextlib import contextmanager
+
+# argparse's exit status for a command line it refuses; ours for any input it refuses.
+INPUT_ERROR_STATUS = 2
+
+
+class InputError(ValueError):
+    """Input the user can fix. The message is one line that names the file, field, flag or argument."""
+
+
+def first_line(error: BaseException) -> str:
+    """An error's message cut to its first line (library errors often run on for a paragraph), or its type."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+@contextmanager
+def input_errors(where: str, *types: type[BaseException]):
+    """Re-raise the given library exceptions (parse errors of a file, a config's checks) as InputError naming
+    `where`: their own messages rarely say which file or flag they came from. A wrapped error (datasets'
+    DatasetGenerationError) is described by its cause."""
+    try:
+        yield
+    except InputError:
+        raise
+    except types as error:
+        detail = "it holds no rows" if isinstance(error, StopIteration) else first_line(error.__cause__ or error)
+        raise InputError(f"{where}: {detail}") from None
+
+
+def datasets_read_errors() -> tuple[type[BaseException], ...]:
+    """What `datasets.load_dataset` raises for a local file it cannot parse: its own DatasetGenerationError, Arrow's
+    errors (OSError for a damaged parquet footer), the ValueError / TypeError / KeyError of its builders (json with
+    mixed types, a csv with a ragged row), and StopIteration from its json builder for a file that yields no
+    table. Imported here lazily, so that the entry points that never read datasets do not import it."""
+    import datasets
+    import pyarrow
+
+    return (datasets.exceptions.DatasetGenerationError, pyarrow.ArrowException, OSError, ValueError, TypeError,
+            KeyError, StopIteration)
+
+
+def is_first_process() -> bool:
+    # The launcher's rank, read from the environment: an InputError can come before accelerate is set up.
+    return os.environ.get("RANK", "0") == "0"
+
+
+def run_entry_point(main, finish=None) -> None:
+    """Run `main()`; an InputError becomes one `error:` line on stderr (from the first process only, under
+    `accelerate launch`: every process checks the same input) and exit status 2. `finish()`, when given, runs after
+    main in every case, before the process exits: the fine-tuning scripts free their process group there. A
+    SystemExit (argparse's own error, a preempted run's status) passes through after `finish`."""
+    status = 0
+    try:
+        main()
+    except InputError as error:
+        if is_first_process():
+            print(f"error: {first_line(error)}", file=sys.stderr, flush=True)
+        status = INPUT_ERROR_STATUS
+    except SystemExit as stop:
+        status = stop.code
+    finally:
+        if finish is not None:
+            finish()
+    if status:
+        raise SystemExit(status)
