@@ -334,6 +334,11 @@ class AlbertHFPreTrainedModel(PreTrainedModel):
     _supports_flash_attn = True
     _supports_flex_attn = True
     _supports_attention_backend = True
+    # transformers' Trainer gives `num_items_in_batch` (the labelled tokens of a whole accumulated step) to models
+    # that take it, and then no longer divides their loss by the accumulation steps. Heads whose loss is a mean
+    # over examples (classification, multiple choice, question answering, pretraining) do not take it: for them
+    # Trainer's division gives the batch's mean. The token-level heads (masked LM, token classification) take it.
+    accepts_loss_kwargs = False
     # As transformers 5.x: one hidden state per block application (1 + L*K in all), attentions per block.
     _can_record_outputs = {"hidden_states": AlbertHFLayer, "attentions": AlbertHFAttention}
     # Old transformers checkpoints store the position_ids buffer.
@@ -446,6 +451,7 @@ class AlbertHFModel(AlbertHFPreTrainedModel):
         position_ids=None,
         inputs_embeds=None,
         last_layer_positions=None,
+        reads_padding=False,
         **kwargs,
     ) -> BaseModelOutputWithPooling:
         r"""
@@ -454,6 +460,9 @@ class AlbertHFModel(AlbertHFPreTrainedModel):
             `(batch_size, Q, hidden_size)` and the pooler reads its first column, so put the [CLS] position 0
             first. The heads that read few positions (pretraining with labels, sequence classification, multiple
             choice) use it: the last block then costs a fraction of the others.
+        reads_padding (`bool`): the caller uses the outputs at padded positions (the span QA head's softmax covers
+            every position, as the official code's does), so the padding is not removed: its outputs are then
+            the model's own values, the same whatever else is in the batch.
         """
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of input_ids or inputs_embeds")
@@ -466,8 +475,8 @@ class AlbertHFModel(AlbertHFPreTrainedModel):
         real_tokens = None
         # Padding removal (`unpad_inputs`); not when this forward itself is compiled, where the pack's
         # data-dependent size would break the graph (`compile_blocks` compiles only the blocks, and keeps it).
-        if (mask is not None and self.config.unpad_inputs and self.can_skip_work(attention_mask, kwargs)
-                and not torch.compiler.is_compiling()):
+        if (mask is not None and self.config.unpad_inputs and not reads_padding
+                and self.can_skip_work(attention_mask, kwargs) and not torch.compiler.is_compiling()):
             real_tokens = RealTokens.worth_it(attention_mask)
         if real_tokens is not None:
             embeddings = real_tokens.gather(embeddings)
@@ -643,8 +652,19 @@ class AlbertHFForPreTraining(AlbertHFPreTrainedModel):
         )
 
 
+def token_cross_entropy(logits, labels, num_items_in_batch=None) -> torch.Tensor:
+    """Cross-entropy over the labelled tokens (-100 ignored): their mean, or with Trainer's `num_items_in_batch`
+    their sum over that count, so that the micro-batches of an accumulated step add up to the whole step's mean."""
+    if num_items_in_batch is None:
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1))
+    summed = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), reduction="sum")
+    return summed / num_items_in_batch
+
+
 class AlbertHFForMaskedLM(AlbertHFPreTrainedModel):
     """ALBERT with the MLM head only; full (batch, seq, vocab) logits, as transformers' AlbertForMaskedLM."""
+
+    accepts_loss_kwargs = True  # num_items_in_batch (see AlbertHFPreTrainedModel)
 
     _tied_weights_keys = _TIED_DECODER
 
@@ -670,6 +690,7 @@ class AlbertHFForMaskedLM(AlbertHFPreTrainedModel):
         position_ids=None,
         inputs_embeds=None,
         labels=None,
+        num_items_in_batch=None,
         **kwargs,
     ) -> MaskedLMOutput:
         outputs = self.albert(
@@ -684,7 +705,7 @@ class AlbertHFForMaskedLM(AlbertHFPreTrainedModel):
         logits = self.predictions(outputs.last_hidden_state)
         loss = None
         if labels is not None:
-            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), labels.view(-1))
+            loss = token_cross_entropy(logits, labels, num_items_in_batch)
         return MaskedLMOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
@@ -839,6 +860,7 @@ class AlbertHFForQuestionAnswering(AlbertHFPreTrainedModel):
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,
             return_dict=True,
+            reads_padding=True,  # the softmax over positions includes the padding
             **kwargs,
         )
         start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).unbind(dim=-1)
@@ -863,6 +885,8 @@ class AlbertHFForQuestionAnswering(AlbertHFPreTrainedModel):
 class AlbertHFForTokenClassification(AlbertHFPreTrainedModel):
     """Sequence output -> dropout -> linear(H, num_labels) per token; labels -100 are ignored."""
 
+    accepts_loss_kwargs = True  # num_items_in_batch (see AlbertHFPreTrainedModel)
+
     def __init__(self, config: AlbertHFConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
@@ -880,6 +904,7 @@ class AlbertHFForTokenClassification(AlbertHFPreTrainedModel):
         position_ids=None,
         inputs_embeds=None,
         labels=None,
+        num_items_in_batch=None,
         **kwargs,
     ) -> TokenClassifierOutput:
         outputs = self.albert(
@@ -894,7 +919,7 @@ class AlbertHFForTokenClassification(AlbertHFPreTrainedModel):
         logits = self.classifier(self.dropout(outputs.last_hidden_state))
         loss = None
         if labels is not None:
-            loss = F.cross_entropy(logits.view(-1, self.num_labels).float(), labels.view(-1))
+            loss = token_cross_entropy(logits, labels, num_items_in_batch)
         return TokenClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )

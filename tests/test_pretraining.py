@@ -376,7 +376,7 @@ def test_fp16_overflow_skips_the_update_and_the_schedule_without_touching_weight
     before = {k: v.clone() for k, v in model.state_dict().items()}
     dtypes = []
     model.predictions.decoder.register_forward_hook(lambda module, args, out: dtypes.append(out.dtype))
-    training_step(model, batch, optimizer, scheduler, accelerator, max_grad_norm=1.0)
+    training_step(model, [batch], optimizer, scheduler, accelerator, max_grad_norm=1.0)
     assert dtypes == [torch.float16]  # fp16 autocast really ran
     assert accelerator.optimizer_step_was_skipped
     assert scheduler.last_epoch == 0
@@ -385,7 +385,7 @@ def test_fp16_overflow_skips_the_update_and_the_schedule_without_touching_weight
 
     AcceleratorState._reset_state(True)
     accelerator, model, optimizer, scheduler = setup(init_scale=2.0**8)
-    training_step(model, batch, optimizer, scheduler, accelerator, max_grad_norm=1.0)
+    training_step(model, [batch], optimizer, scheduler, accelerator, max_grad_norm=1.0)
     assert not accelerator.optimizer_step_was_skipped and scheduler.last_epoch == 1
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert all(torch.isfinite(p).all() for p in model.parameters())
