@@ -43,8 +43,8 @@ from .checkpointing import (FILL_MASK_FILE, StepCheckpoints, clear_previous_run,
 from . import prepared_data
 from .cli import explicit_arguments, parse_into_dataclasses
 from .configuration_albert_hf import PRESETS, SHARING_MODES, AlbertHFConfig
-from .corpus import (LAYOUTS, files_fingerprint, find_text_files, first_documents, is_plain_text, load_corpus,
-                     text_file_stream)
+from .corpus import (LAYOUTS, files_fingerprint, find_text_files, first_documents, first_few, is_plain_text,
+                     load_corpus, split_sentences, text_file_stream)
 from .data_collator import DataCollatorForAlbertPretraining
 from .errors import InputError, run_entry_point
 from .distributed import (describe, end_distributed, gather_full_model, load_on_first_process, make_accelerator,
@@ -452,6 +452,18 @@ def build_pairs(documents, tokenizer, args, dupe_factor, seed, one_chunk="random
     return pairs.remove_columns("sentence_order_label") if args.task == "none" else pairs
 
 
+def check_stream_makes_pairs(documents, args, where: str) -> None:
+    """Stop with one line when a process's stream holds no document of two sentences or more, read once through:
+    its endless stream would otherwise read pass after pass and never give a pair, and the run would hang. A normal
+    corpus answers at its first documents."""
+    sentence_per_line = args.layout == "sentence_per_line"
+    for row in documents:
+        if len(split_sentences(row["text"] or "", sentence_per_line=sentence_per_line)) >= 2:
+            return
+    raise InputError(f"{where} holds no document of two sentences or more (the held-out ones left out), so it "
+                     "gives no sentence pair to train on")
+
+
 def corpus_argument(args) -> str:
     """The argument that named the corpus, for error lines."""
     if args.train_files:
@@ -471,7 +483,9 @@ def build_data(args, process_index: int = 0, num_processes: int = 1) -> Pretrain
     tokenizer = load_tokenizer(args, train_documents)
     if isinstance(train_documents, datasets.IterableDataset):
         shards = train_documents.n_shards
-        train_documents = split_dataset_by_node(train_documents, process_index, num_processes).repeat(None)
+        train_documents = split_dataset_by_node(train_documents, process_index, num_processes)
+        check_stream_makes_pairs(train_documents, args, f"{corpus_argument(args)}: process {process_index}'s share")
+        train_documents = train_documents.repeat(None)
         if num_processes == 1:
             shares = f"{shards} shard(s)"
         elif shards % num_processes == 0:
@@ -514,6 +528,8 @@ def build_text_stream_data(args, process_index: int, num_processes: int) -> Pret
                 f"{len(files)} files" if num_processes == 1 else
                 f"each of the {num_processes} processes reads its own files, this one {len(own)} of {len(files)}",
                 STREAM_NOTE)
+    check_stream_makes_pairs(text_file_stream(own, args.layout, held_out=held_out, endless=False), args,
+                             f"--train_files: the files of process {process_index} ({first_few(list(map(str, own)))})")
     train_documents = text_file_stream(own, args.layout, seed=args.seed, held_out=held_out)
     train_pairs = build_pairs(train_documents, tokenizer, args, args.dupe_factor, args.seed)
     return PretrainingData(tokenizer, train_pairs, *build_eval_pairs(eval_documents, tokenizer, args))

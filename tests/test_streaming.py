@@ -5,18 +5,20 @@ process's saved stream position (datasets' state_dict)."""
 import logging
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import psutil
 import pytest
+from conftest import REPO, run_bounded
 from data_fixtures import embedded
 from test_preemption import DDP, signal_once_training, stopped_step
 from test_pretraining import check_same_weights_and_curve, metrics, parse_args, pretrain
 
 from albert_hf.corpus import first_documents, text_file_stream
+from albert_hf.errors import InputError
 from albert_hf.preemption import PREEMPTED
 from albert_hf.pretraining import build_data
-from albert_hf.errors import InputError
 
 FILES = 24
 
@@ -92,8 +94,10 @@ def test_each_process_streams_its_own_files_and_the_first_pairs_read_only_one_ba
     for process in (0, 1):
         read.clear()
         stream = build_data(args, process, 2).train_pairs
-        # the held-out documents (the first 100: 5% x 20) are found reading the first files only
-        assert read == ["part_000.txt", "part_001.txt"]
+        # the held-out documents (the first 100: 5% x 20) are found reading the first files only; then the check
+        # that the process's own files can make a pair reads up to its first document that is not held out
+        assert read[:2] == ["part_000.txt", "part_001.txt"]
+        assert read[2:] == (["part_000.txt", "part_002.txt"] if process == 0 else ["part_001.txt"])
         read.clear()
         next(iter(stream))
         # one batch of 64 documents (60 a file; the first file's 60 and the second's first 40 are held out) for
@@ -214,3 +218,31 @@ def test_a_json_stream_of_several_files_is_shared_by_files_without_the_held_out_
     with caplog.at_level(logging.INFO):
         build_data(args, 1, 2)
     assert "--streaming: each of the 2 processes reads its own 2 of 4 shards" in caplog.text
+
+
+def test_a_stream_that_can_make_no_pair_stops_with_one_line_instead_of_hanging(tmp_path, tiny_checkpoint):
+    """A process whose stream holds only one-sentence documents would read pass after pass and never give a pair."""
+    import json
+
+    folder = tmp_path / "text"
+    folder.mkdir()
+    (folder / "a.txt").write_text("A first sentence. A second one follows it.")
+    (folder / "b.txt").write_text("Only one sentence here")
+    args = parse_args(["--output_dir", "unused", "--train_files", str(folder), "--streaming", "--tokenizer_name",
+                       str(tiny_checkpoint), "--validation_split_percentage", "0"])
+    build_data(args, 0, 2)  # process 0 streams a.txt
+    with pytest.raises(InputError, match=r"--train_files: the files of process 1 \(.*b\.txt\) holds no document of "
+                                         r"two sentences or more"):
+        build_data(args, 1, 2)
+    lines = tmp_path / "one.jsonl"
+    lines.write_text("".join(json.dumps({"text": f"Short document {k}"}) + "\n" for k in range(30)))
+    args = parse_args(["--output_dir", "unused", "--train_files", str(lines), "--streaming", "--tokenizer_name",
+                       str(tiny_checkpoint), "--validation_split_percentage", "0"])
+    with pytest.raises(InputError, match=r"one\.jsonl: process 0's share holds no document of two sentences"):
+        build_data(args)
+    # as a user runs it: one line and status 2, where the run used to hang
+    done = run_bounded([sys.executable, str(REPO / "run_pretraining.py"), "--train_files", str(folder / "b.txt"),
+                        "--streaming", "--tokenizer_name", str(tiny_checkpoint), "--validation_split_percentage", "0",
+                        "--output_dir", str(tmp_path / "out")], timeout=120, cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "holds no document of two sentences or more" in done.stderr.strip().splitlines()[-1]
