@@ -29,8 +29,8 @@ from datasets.distributed import split_dataset_by_node
 import torch
 import transformers
 from accelerate import Accelerator
-from accelerate.utils import (DataLoaderConfiguration, DistributedType, ProjectConfiguration, send_to_device,
-                               set_seed)
+from accelerate.utils import (DataLoaderConfiguration, DistributedType, ProjectConfiguration, gather_object,
+                               send_to_device, set_seed)
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 from transformers import AutoModel, AutoTokenizer, HfArgumentParser
@@ -680,13 +680,22 @@ def prepare(args) -> Pretraining:
     checkpoints = StepCheckpoints(output_dir, accelerator, args.checkpoints_total_limit)
     checkpoints.remove_partial()
 
+    problem = None
     with accelerator.main_process_first():  # the main process builds the caches, the others read them
-        if args.prepared_data:
-            data = prepared_data.load(args.prepared_data)
-            logger.info("Training on the pairs prepared in %s (no tokenizing)%s", args.prepared_data,
-                        f"; from its manifest: {', '.join(args.adopted)}" if args.adopted else "")
-        else:
-            data = build_data(args, accelerator.process_index, accelerator.num_processes)
+        try:
+            if args.prepared_data:
+                data = prepared_data.load(args.prepared_data)
+                logger.info("Training on the pairs prepared in %s (no tokenizing)%s", args.prepared_data,
+                            f"; from its manifest: {', '.join(args.adopted)}" if args.adopted else "")
+            else:
+                data = build_data(args, accelerator.process_index, accelerator.num_processes)
+        except InputError as error:
+            # Raised below by every process at once: a process stopping alone would leave the others waiting in
+            # their next collective, and only the first process prints the line (errors.run_entry_point).
+            problem = str(error)
+    problems = gather_object([problem]) if accelerator.num_processes > 1 else [problem]
+    if any(problems):
+        raise InputError(next(found for found in problems if found))
     tokenizer, train_pairs, eval_pairs = data.tokenizer, data.train_pairs, data.eval_pairs
 
     masking = dict(tokenizer=tokenizer, mlm_probability=args.mlm_probability, max_ngram=args.max_ngram,

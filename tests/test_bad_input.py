@@ -180,17 +180,29 @@ def test_each_script_prints_one_line_and_exits_2(tmp_path, tiny_checkpoint):
     check_one_error_line(done, "--from_tf", "nowhere")
 
 
-def test_under_accelerate_launch_only_the_first_process_prints_the_line(tmp_path):
+@pytest.mark.parametrize("which", ["every process", "the second process only"])
+def test_under_accelerate_launch_the_line_is_printed_once(tmp_path, tiny_checkpoint, which):
+    """Every process checks the same flags, and the first prints the line. A problem that only one process meets
+    (its own share of a streamed corpus) stops every process at once, and the first prints that process's line."""
     from accelerate_configs import write_config
 
     config = tmp_path / "ddp.yaml"
     write_config(config, {"type of machine": "multi-GPU", "How many different machines": "1", "How many GPU(s)": "2",
                           "FullyShardedDataParallel": "no", "mixed precision": "no"})
     launcher = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config)]
-    done = run_script_file("run_pretraining.py", "--train_files", tmp_path / "nowhere.txt", "--output_dir",
-                           tmp_path / "out", cwd=tmp_path, launcher=launcher)
+    if which == "every process":
+        argv, expected = ["--train_files", tmp_path / "nowhere.txt"], "nowhere.txt"
+    else:
+        (tmp_path / "text").mkdir()
+        (tmp_path / "text" / "a.txt").write_text("A first sentence. A second one follows it. " * 20)
+        (tmp_path / "text" / "b.txt").write_text("Only one sentence here")
+        argv = ["--train_files", tmp_path / "text", "--streaming", "--tokenizer_name", tiny_checkpoint,
+                "--validation_split_percentage", "0", "--max_train_steps", "2"]
+        expected = "the files of process 1"
+    done = run_script_file("run_pretraining.py", *argv, "--output_dir", tmp_path / "out", cwd=tmp_path,
+                           launcher=launcher)
     assert done.returncode != 0
     ours = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
-    assert len(ours) == 1 and "nowhere.txt" in ours[0], done.stderr[-3000:]
-    assert "Traceback (most recent call last):\n  File \"" + str(REPO) not in done.stderr  # none from our code
+    assert len(ours) == 1 and expected in ours[0], done.stderr[-3000:]
+    assert "[rank" not in done.stderr, done.stderr[-3000:]  # no worker traceback, only the launcher's report
 
