@@ -579,7 +579,6 @@ def write_json(path, data: dict) -> None:
     Path(path).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
-# The JSON files of a model or tokenizer folder, each an object of settings.
 # The JSON files of a model or tokenizer folder, and the fields transformers uses before any check of its own: a
 # wrong type there fails deep inside from_pretrained, with a traceback.
 FOLDER_JSON_FIELDS = {
