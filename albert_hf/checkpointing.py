@@ -123,7 +123,8 @@ class StepCheckpoints:
         try:
             self.accelerator.load_state(str(path))
             state = json.loads((path / STATE_FILE).read_text())
-        except (OSError, RuntimeError, ValueError, KeyError, EOFError, pickle.UnpicklingError, SafetensorError) as error:
+        except (OSError, RuntimeError, ValueError, KeyError, EOFError, pickle.UnpicklingError,
+                SafetensorError) as error:
             raise InputError(f"--resume_from_checkpoint {path}: cannot load it: {first_line(error)}") from None
         positions = ("step", "epoch", "batches_in_epoch")
         if not isinstance(state, dict) or not all(type(state.get(key)) is int and state[key] >= 0 for key in positions):

@@ -37,7 +37,8 @@ def parse_into_dataclasses(parser: HfArgumentParser, argv=None) -> tuple:
             if not isinstance(values, dict):
                 parser.error(f"{path}: expected a mapping of argument names to values, found {type(values).__name__}")
             check_value_types(parser, values, path)
-            known = {field.name for dataclass_type in parser.dataclass_types for field in dataclasses.fields(dataclass_type)}
+            known = {field.name for dataclass_type in parser.dataclass_types
+                     for field in dataclasses.fields(dataclass_type)}
             unknown = sorted(set(values) - known)
             if unknown:
                 parser.error(f"{path}: unknown argument(s) {unknown[:5]}")

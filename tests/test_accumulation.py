@@ -171,7 +171,8 @@ def test_trainer_accumulation_gives_the_whole_batch_step(tmp_path, head):
         torch.manual_seed(0)
         model = model_class(tiny_config(vocab_size=300, num_labels=3, classifier_dropout_prob=0.0))
         initial = {name: p.detach().clone() for name, p in model.named_parameters()}
-        args = TrainingArguments(output_dir=str(tmp_path / f"{batch}x{accumulation}"), per_device_train_batch_size=batch,
+        args = TrainingArguments(output_dir=str(tmp_path / f"{batch}x{accumulation}"),
+                                 per_device_train_batch_size=batch,
                                  gradient_accumulation_steps=accumulation, max_steps=3, learning_rate=0.5,
                                  optim="sgd", lr_scheduler_type="constant", use_cpu=True, report_to="none",
                                  save_strategy="no", seed=0, data_seed=0, disable_tqdm=True, max_grad_norm=0.0)
