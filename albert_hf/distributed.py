@@ -257,16 +257,18 @@ def local_share(model: torch.nn.Module) -> float:
     return local / total
 
 
-def describe(accelerator: Accelerator, model: torch.nn.Module) -> str:
-    """The start line's account of where the run is, e.g. 'FSDP2 over 2 processes on 1 machine (gloo, cpu):
-    this process holds 50.1% of the parameters'."""
+def describe(accelerator: Accelerator, model: torch.nn.Module, hardware=None) -> str:
+    """The start line's account of where the run is, e.g. 'FSDP2 over 2 processes on 1 machine (gloo, cpu: AMD
+    EPYC 7B13, AVX2, 1 thread): this process holds 50.1% of the parameters' (`hardware.Hardware` names the device;
+    without it, only its type)."""
     n = accelerator.num_processes
     mode = _MODE_NAMES.get(accelerator.distributed_type, accelerator.distributed_type.value)
+    device = hardware.describe() if hardware is not None else accelerator.device.type
     if n == 1:
-        return f"{mode} ({accelerator.device.type})"
+        return f"{mode} ({device})"
     machines = n // int(os.environ.get("LOCAL_WORLD_SIZE", n))
     text = (f"{mode} over {n} processes on {machines} machine{'s' * (machines > 1)} "
-            f"({accelerator.state.backend}, {accelerator.device.type})")
+            f"({accelerator.state.backend}, {device})")
     if accelerator.distributed_type == DistributedType.FSDP:
         text += f": this process holds {100 * local_share(model):.1f}% of the parameters"
     return text

@@ -34,6 +34,7 @@ from .cli import explicit_arguments, parse_into_dataclasses
 from .distributed import (cpu_processes_without_gpus, describe, end_distributed, gather_full_model, requested_mode,
                           shard_model, use_fsdp)
 from .errors import InputError, run_entry_point
+from .hardware import bf16_trainer_warning, detect
 from .hub import check_tokenizer, loading
 from .optimization import AdamWeightDecay, get_official_schedule, parameter_groups
 from .preemption import PREEMPTED, StopOnSignal
@@ -162,7 +163,9 @@ class AlbertTrainer(Trainer):
         notes = list(self.fsdp_request.notes) if self.is_fsdp_enabled else []
         if self.is_fsdp_enabled and self.fsdp_request.ram_efficient_loading:
             notes.append("fsdp_cpu_ram_efficient_loading: the first process's weights were sent to the others")
-        return describe(self.accelerator, self.model) + "".join(f"; {note}" for note in notes)
+        precision = ("bf16 autocast" if self.args.bf16 else "fp16 autocast with loss scaling" if self.args.fp16
+                     else "fp32")
+        return f"{describe(self.accelerator, self.model, detect())}; {precision}" + "".join(f"; {n}" for n in notes)
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
         if not self.is_fsdp_enabled:
@@ -226,6 +229,9 @@ def setup(training_args: TrainingArguments) -> str | None:
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S",
                         level=logging.INFO if training_args.should_log else logging.WARNING)
     transformers.utils.logging.set_verbosity_warning()
+    slow = bf16_trainer_warning(detect()) if training_args.bf16 else None
+    if slow:  # first, before the data is read: the user can stop a slow run at once
+        logger.warning(slow)
     set_seed(training_args.seed)
     output_dir = Path(training_args.output_dir)
     last_checkpoint = None

@@ -268,7 +268,7 @@ CURVES_SECTION = ("Training curves", "![Training curves](training_curves.png)")
 
 
 def write_pretraining_card(output_dir, model, args, global_batch: int, num_processes: int,
-                           curves: bool = False) -> Path:
+                           curves: bool = False, where: dict | None = None) -> Path:
     """The card of a `run_pretraining.py` model, with the metrics of output_dir/all_results.json (the held-out
     baselines among them, `*_baseline`) and, with `curves`, training_curves.png."""
     results = read_results(output_dir)
@@ -291,13 +291,15 @@ def write_pretraining_card(output_dir, model, args, global_batch: int, num_proce
                 "steps": args.max_train_steps, "global batch": global_batch, "sequence length": args.max_seq_length,
                 "optimizer": args.optimizer.upper(), "peak learning rate": args.learning_rate,
                 "warmup steps": args.num_warmup_steps, "processes": num_processes,
-                "mixed precision": args.mixed_precision or "no", "seed": args.seed}
+                "mixed precision": (where or {}).get("precision", args.mixed_precision), "seed": args.seed,
+                **({"hardware": where["hardware"]} if where else {})}
     name = args.model_config if not args.config_name else "custom"
     hub_model_id = getattr(args, "hub_model_id", None)
     return write_model_card(
         output_dir, title=f"ALBERT ({name}) pretrained with albert_hf", summary=summary, model=model,
         pipeline_tag="fill-mask", tags=("pretraining", args.task), usage_class="AutoModelForPreTraining",
-        data=dataset.description, training=training, metrics=results, repo=hub_model_id,
+        data=dataset.description, training=training, repo=hub_model_id,
+        metrics={key: value for key, value in results.items() if not isinstance(value, str)},  # not where it ran
         license=args.license, base_model=hub_model_name(base), datasets=[dataset.hub_id]
         if dataset.hub_id else None, eval_results=found,
         model_name=(hub_model_id or Path(args.output_dir).absolute().name).split("/")[-1],

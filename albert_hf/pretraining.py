@@ -49,6 +49,7 @@ from .data_collator import DataCollatorForAlbertPretraining
 from .errors import InputError, run_entry_point
 from .distributed import (describe, end_distributed, gather_full_model, load_on_first_process, make_accelerator,
                           shard_model)
+from .hardware import MIXED_PRECISION_CHOICES, Hardware, Precision, choose_precision, detect, use_tf32
 from .hub import check_tokenizer, loading, push_folder, write_json, write_pretraining_card
 from .modeling_albert_hf import AlbertHFForPreTraining
 from .optimization import AdamWeightDecay, Lamb, get_official_schedule, parameter_groups
@@ -173,9 +174,12 @@ class OptimizationArguments:
     max_train_steps: int = field(default=1500, metadata={"help": "optimizer steps"})
     num_warmup_steps: int | None = field(default=None, metadata={
         "help": "default: 2.5%% of --max_train_steps, the official ratio (3125 of 125k)"})
-    mixed_precision: str | None = field(default=None, metadata={
-        "help": "default: accelerate's configuration (bf16 is the fast path on CPUs with AMX)",
-        "choices": ["no", "fp16", "bf16"]})
+    mixed_precision: str = field(default="auto", metadata={
+        "help": "auto: bf16 autocast where the hardware has bf16 units (CPUs with AMX or AVX-512 BF16, CUDA GPUs "
+        "from Ampere on), fp16 with loss scaling on older GPUs, fp32 elsewhere; the start line says which and why. "
+        "An accelerate config's bf16 or fp16 is taken as asked; no: fp32", "choices": list(MIXED_PRECISION_CHOICES)})
+    tf32: bool | None = field(default=None, metadata={
+        "help": "fp32 matmuls on TF32 tensor cores (CUDA GPUs from Ampere on); default: on where they exist"})
     seed: int = field(default=12345, metadata={"help": "seeds the split, the pairs, the masks and the weights"})
 
 
@@ -643,6 +647,8 @@ class Pretraining:
     checkpoints: StepCheckpoints
     num_parameters: int
     global_batch: int
+    hardware: Hardware
+    precision: Precision
 
     @property
     def output_dir(self) -> Path:
@@ -658,13 +664,19 @@ class Pretraining:
 def prepare(args) -> Pretraining:
     """The accelerator (in the mode the launcher asked for), the output folder, the pairs, the tokenizer, the model
     (sharded under FSDP), the optimizer and the schedule; logs the start line."""
+    hardware = detect()
+    precision = choose_precision(hardware, args.mixed_precision, os.environ.get("ACCELERATE_MIXED_PRECISION"),
+                                 args.tf32)
+    use_tf32(precision)
     accelerator, fsdp_request = make_accelerator(
-        mixed_precision=args.mixed_precision,  # accumulation is ours (fit, training_step), not accelerate's
+        mixed_precision=precision.mixed_precision,  # accumulation is ours (fit, training_step), not accelerate's
         log_with=args.report_to if args.with_tracking else None,
         project_config=ProjectConfiguration(project_dir=args.output_dir, logging_dir=f"{args.output_dir}/runs"),
         dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True),
     )
     start_logging(accelerator.is_main_process)
+    if precision.warning:  # first, before the data is built: the user can stop a slow run at once
+        logger.warning(precision.warning)
     if accelerator.distributed_type == DistributedType.DEEPSPEED and args.gradient_accumulation_steps > 1:
         raise InputError("--gradient_accumulation_steps under DeepSpeed: DeepSpeed accumulates by its own count and "
                          "scaling, which would undo the step-wide loss weighting of training_step; use an FSDP or "
@@ -752,12 +764,13 @@ def prepare(args) -> Pretraining:
                              "tensorboard: pip install tensorboard, or albert_hf[tracking])")
         accelerator.init_trackers("albert_pretraining", {k: v for k, v in vars(args).items()
                                                          if isinstance(v, (int, float, str, bool))})
-    logger.info("%s parameters; global batch %d x %d tokens; %d steps; %s; mixed precision %s%s",
+    logger.info("%s parameters; global batch %d x %d tokens; %d steps; %s; %s%s",
                 f"{num_parameters:,}", global_batch, args.max_seq_length, args.max_train_steps,
-                describe(accelerator, model), accelerator.mixed_precision,
+                describe(accelerator, model, hardware), precision.describe(),
                 "".join(f"; {note}" for note in fsdp_notes))
     return Pretraining(args, accelerator, tokenizer, model, optimizer, scheduler, collate, train_dataloader,
-                       eval_dataloader, data.eval_documents, checkpoints, num_parameters, global_batch)
+                       eval_dataloader, data.eval_documents, checkpoints, num_parameters, global_batch, hardware,
+                       precision)
 
 
 @dataclass
@@ -899,7 +912,8 @@ def finish(run: Pretraining, eval_metrics: dict, completed_steps: int):
                     ] if (output_dir / "metrics.jsonl").is_file() else []
             curves = pretraining_curves(rows, eval_metrics, output_dir / CURVES_FILE, pair_task)
         save_final_model(final, run.tokenizer, output_dir, args, eval_metrics, run.global_batch,
-                         accelerator.num_processes, curves=curves is not None)
+                         accelerator.num_processes, curves=curves is not None,
+                         where=where_trained(run.hardware, run.precision, accelerator.num_processes))
         reloaded = AutoModel.from_pretrained(output_dir, trust_remote_code=True)
         summary = {"output_dir": str(output_dir), "parameters": run.num_parameters, "steps": completed_steps,
                    "global_batch": run.global_batch, "reloaded_with": f"AutoModel -> {type(reloaded).__name__}",
@@ -1031,15 +1045,24 @@ def main(argv=None):
     return outcome.eval_metrics
 
 
+def where_trained(hardware: Hardware, precision: Precision, num_processes: int) -> dict:
+    """The hardware and precision of the run, for all_results.json and the model card."""
+    return {"hardware": hardware.describe() + (f", {num_processes} processes" if num_processes > 1 else ""),
+            "fast_precisions": ", ".join(hardware.fast_precisions), "mixed_precision": precision.mixed_precision,
+            "precision": precision.describe()}
+
+
 def save_final_model(model, tokenizer, output_dir: Path, args, eval_metrics, global_batch, num_processes,
-                     curves: bool = False):
-    """Weights, tokenizer, remote code, model card: written into a temporary folder, then moved into place."""
+                     curves: bool = False, where: dict | None = None):
+    """Weights, tokenizer, remote code, model card: written into a temporary folder, then moved into place.
+    `where` (hardware and precision, `where_trained`) goes into all_results.json and the card."""
     tmp = output_dir / ".tmp-final"
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
-    write_json(tmp / "all_results.json", eval_metrics)
-    write_pretraining_card(tmp, model, args, global_batch, num_processes, curves)  # metrics: all_results.json
+    write_json(tmp / "all_results.json", {**eval_metrics, **(where or {})})
+    write_pretraining_card(tmp, model, args, global_batch, num_processes, curves,  # metrics: all_results.json
+                           where=where)
     for path in tmp.iterdir():
         os.replace(path, output_dir / path.name)
     tmp.rmdir()

@@ -2,7 +2,7 @@
 
     python benchmarks/bench_end_to_end.py --train_files path/to/books/ [--steps 24 --warmup_steps 4]
 
-1. run_pretraining.py runs as users run it (base, bf16, seq 512, batch 8 by default; no evaluation or checkpoints
+1. run_pretraining.py runs as users run it (base, auto precision, seq 512, batch 8 by default; no evaluation or checkpoints
    inside the measured steps), in a subprocess; its throughput is read from its own metrics.jsonl
    (`tokens_per_second`: real tokens over wall time per logging window), windows after the warm-up.
 2. In this process, the same arguments build the same run (`prepare`), the first batches are collated ahead of
@@ -75,7 +75,8 @@ def main(argv=None):
     parser.add_argument("--vocab_size", type=int, default=30000)
     parser.add_argument("--max_seq_length", type=int, default=512)
     parser.add_argument("--batch_size", type=int, default=8)
-    parser.add_argument("--mixed_precision", default="bf16", choices=["no", "bf16"])
+    parser.add_argument("--mixed_precision", default="auto", choices=["auto", "no", "bf16"],
+                        help="as run_pretraining.py: auto picks bf16 where the CPU has bf16 units, else fp32")
     parser.add_argument("--torch_compile", action="store_true")
     parser.add_argument("--steps", type=int, default=24)
     parser.add_argument("--warmup_steps", type=int, default=4)

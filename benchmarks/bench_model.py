@@ -1,6 +1,7 @@
 """albert_hf against transformers' ALBERT, same configs, same weights, same inputs, in one process.
 
-    python benchmarks/bench_model.py                       # base, seq 128 and 512, fp32 and bf16 (~15 min on 2 cores)
+    python benchmarks/bench_model.py                       # base, seq 128 and 512, the precision auto picks
+    python benchmarks/bench_model.py --modes fp32 bf16     # both (~15 min on 2 cores)
     python benchmarks/bench_model.py --presets base large --seqs 512 --modes bf16 --steps 5
 
 For every (preset, seq, mode):
@@ -49,9 +50,20 @@ def cpu_description() -> str:
                 flags = set(value.split())
     except OSError:
         pass
+    from albert_hf.hardware import detect
+
     listed = [f for f in ("amx_bf16", "amx_tile", "avx512_bf16", "avx512f", "avx2") if f in flags]
-    amx = "with AMX" if "amx_bf16" in flags else "no AMX"
-    return f"CPU: {model}, {os.cpu_count()} logical cores, {amx} (flags: {' '.join(listed) or 'none of interest'})"
+    found = detect()
+    return (f"CPU: {model}, {os.cpu_count()} logical cores, torch capability {found.cpu_capability}, bf16 units: "
+            f"{found.cpu_bf16_units or 'none'} (flags: {' '.join(listed) or 'none of interest'}"
+            f"{'; ONEDNN_MAX_CPU_ISA=' + os.environ['ONEDNN_MAX_CPU_ISA'] if 'ONEDNN_MAX_CPU_ISA' in os.environ else ''})")
+
+
+def auto_mode() -> str:
+    """The precision run_pretraining.py's --mixed_precision auto picks on this machine: bf16 or fp32."""
+    from albert_hf.hardware import choose_precision, detect
+
+    return "bf16" if choose_precision(detect()).mixed_precision == "bf16" else "fp32"
 
 
 def _rates(fn, flops, repeat, warmup=3) -> list[float]:
@@ -326,7 +338,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--presets", nargs="+", default=["base"])
     parser.add_argument("--seqs", nargs="+", type=int, default=[128, 512])
-    parser.add_argument("--modes", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
+    parser.add_argument("--modes", nargs="+", default=["auto"], choices=["auto", "fp32", "bf16"],
+                        help="auto: the precision run_pretraining.py picks here (bf16 with bf16 units, else fp32)")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--compile", choices=["model", "blocks"], default=None,
@@ -344,6 +357,7 @@ def main(argv=None):
     parser.add_argument("--only", choices=["training", "inference", "small", "glue"], default=None,
                         help="run one part only")
     args = parser.parse_args(argv)
+    args.modes = list(dict.fromkeys(auto_mode() if mode == "auto" else mode for mode in args.modes))
     global EAGER_BASELINE
     EAGER_BASELINE = not args.no_eager
 

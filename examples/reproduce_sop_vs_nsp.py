@@ -56,7 +56,8 @@ def common_arguments(parser: argparse.ArgumentParser, steps: int, output_dir: st
     parser.add_argument("--max_eval_samples", type=int, default=1000)
     parser.add_argument("--intrinsic_examples", type=int, default=2000, help="pairs per intrinsic set")
     parser.add_argument("--model_json", default=None, help="JSON of config fields overriding the small model")
-    parser.add_argument("--mixed_precision", default="bf16", choices=["no", "bf16", "fp16"])
+    parser.add_argument("--mixed_precision", default="auto", choices=["auto", "no", "bf16", "fp16"],
+                        help="as run_pretraining.py: auto is bf16 where the CPU has bf16 units, fp32 elsewhere")
     parser.add_argument("--torch_compile", action="store_true",
                         help="compile each transformer block (run_pretraining.py --torch_compile): about 1.25x "
                         "the eager speed for the small model; needs a C++ compiler")
@@ -74,6 +75,10 @@ def apply_smoke(args):
 
 
 def prepare(args):
+    from albert_hf.hardware import choose_precision, detect
+
+    # resolved once, here: every run and the intrinsic evaluation use the same precision, named in the summary
+    args.mixed_precision = choose_precision(detect(), args.mixed_precision).mixed_precision
     args.model_fields = dict(SMALL_MODEL)
     if args.smoke:
         apply_smoke(args)

@@ -1,0 +1,213 @@
+"""The one place that knows the machine a run is on, and the precision it trains in there.
+
+`detect()` records what decides speed: the CPU model, torch's CPU capability and whether the CPU has bf16 matmul
+units (AMX, AVX-512 BF16, Arm's BF16), the threads, and the CUDA device with its compute capability and bf16
+support. `choose_precision` turns that and the user's request into the run's mixed-precision mode:
+
+    request                       CPU with bf16 units   CPU without            CUDA, bf16 (Ampere+)   older CUDA
+    auto (no flag, no config)     bf16 autocast         fp32                   bf16                   fp16 + scaling
+    --mixed_precision / config    as asked; bf16 where the hardware has no bf16 units warns in one line
+
+Without bf16 units, torch emulates bf16 arithmetic: on a 2-core AVX2 CPU a bf16 matmul ran 59x slower than fp32
+(BENCHMARKS.md, "Precision per kind of CPU"), so auto trains in fp32 there. On CUDA devices of compute capability
+8.0 or more, fp32 matmuls use TF32 unless --tf32 false.
+
+The decision reads only flags torch and the system expose (no timing), so it is instant, and it is tested under
+every answer with a made-up `Hardware`.
+"""
+
+import os
+import platform
+import re
+from dataclasses import dataclass
+
+import torch
+
+from .errors import InputError
+
+# The ONEDNN_MAX_CPU_ISA values (oneDNN's names) below which oneDNN does not use the CPU's bf16 instructions:
+# a user (or a test that stands in for an older CPU) who caps the ISA gets the speed of the capped CPU.
+_ISA_WITHOUT_BF16 = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI")
+
+
+@dataclass(frozen=True)
+class Hardware:
+    cpu_model: str
+    cpu_capability: str  # torch.backends.cpu.get_cpu_capability(): AVX2, AVX512, SVE256, DEFAULT, ...
+    cpu_bf16_units: str | None  # "AMX", "AVX512_BF16", "Arm BF16", or None: bf16 is emulated
+    threads: int  # torch's intra-op threads in this process
+    cpu_fp16_units: bool = False  # AMX-FP16 (Granite Rapids); elsewhere fp16 on a CPU is emulated
+    gpu_name: str | None = None  # the CUDA device this process trains on
+    gpu_capability: tuple[int, int] | None = None
+    gpu_bf16: bool = False
+    gpu_count: int = 0
+
+    @property
+    def device(self) -> str:
+        return "cuda" if self.gpu_name else "cpu"
+
+    @property
+    def cpu_kind(self) -> str:
+        """The CPU's speed class: its bf16 units when it has them, torch's capability otherwise."""
+        return self.cpu_bf16_units or self.cpu_capability
+
+    @property
+    def tf32(self) -> bool:
+        """TF32 tensor cores: CUDA compute capability 8.0 (Ampere) or more."""
+        return self.gpu_capability is not None and self.gpu_capability >= (8, 0)
+
+    @property
+    def fast_precisions(self) -> tuple[str, ...]:
+        """The precisions with hardware units here, fastest first."""
+        if self.device == "cuda":
+            major = self.gpu_capability[0] if self.gpu_capability else 0
+            return (("bf16",) * self.gpu_bf16 + ("fp16",) * (major >= 7) + ("tf32",) * self.tf32 + ("fp32",))
+        return ("bf16",) * bool(self.cpu_bf16_units) + ("fp32",)
+
+    def describe(self) -> str:
+        """E.g. 'cpu: AMD EPYC 7B13, AVX2, 2 threads' or 'cuda: NVIDIA H100 80GB HBM3, compute capability 9.0'."""
+        if self.device == "cuda":
+            major, minor = self.gpu_capability or (0, 0)
+            return f"cuda: {self.gpu_name}, compute capability {major}.{minor}"
+        return f"cpu: {self.cpu_model}, {self.cpu_kind}, {self.threads} thread{'s' * (self.threads != 1)}"
+
+
+def cpu_model() -> str:
+    """The CPU's marketing name ('model name' in /proc/cpuinfo on Linux), else what the platform reports."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.lower().startswith(("model name", "cpu model")):  # "Intel(R) Xeon(R) CPU" -> "Intel Xeon CPU"
+                    return " ".join(re.sub(r"\((R|TM|tm|r)\)", "", line.split(":", 1)[1]).split())
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.lower().startswith(("flags", "features")):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def _onednn_isa_allows_bf16(environ=os.environ) -> bool:
+    cap = (environ.get("ONEDNN_MAX_CPU_ISA") or environ.get("DNNL_MAX_CPU_ISA") or "").upper()
+    return cap not in _ISA_WITHOUT_BF16
+
+
+def cpu_bf16_units(environ=os.environ) -> str | None:
+    """Which bf16 matmul units this CPU has and oneDNN may use (torch's bf16 matmuls run there), or None."""
+    if not _onednn_isa_allows_bf16(environ):
+        return None
+    if platform.machine().lower() in ("x86_64", "amd64", "i686", "x86"):
+        if torch.cpu._is_amx_tile_supported():
+            return "AMX"
+        if torch.cpu._is_avx512_bf16_supported():
+            return "AVX512_BF16"
+        return None
+    if platform.machine().lower() in ("aarch64", "arm64") and "bf16" in _cpu_flags():
+        return "Arm BF16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else None
+    return None
+
+
+def detect() -> Hardware:
+    """This process's hardware, as torch sees it (a launched process sees its own GPU)."""
+    gpu = {}
+    if torch.cuda.is_available():
+        index = torch.cuda.current_device()
+        gpu = dict(gpu_name=torch.cuda.get_device_name(index), gpu_capability=torch.cuda.get_device_capability(index),
+                   gpu_bf16=torch.cuda.is_bf16_supported(including_emulation=False),
+                   gpu_count=torch.cuda.device_count())
+    return Hardware(cpu_model=cpu_model(), cpu_capability=torch.backends.cpu.get_cpu_capability(),
+                    cpu_bf16_units=cpu_bf16_units(), threads=torch.get_num_threads(),
+                    cpu_fp16_units=torch.cpu._is_amx_fp16_supported() and _onednn_isa_allows_bf16(), **gpu)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The precision a run trains in
+
+MIXED_PRECISION_CHOICES = ("auto", "no", "bf16", "fp16")
+_NAMES = {"no": "fp32", "bf16": "bf16 autocast", "fp16": "fp16 autocast with loss scaling"}
+
+
+@dataclass(frozen=True)
+class Precision:
+    mixed_precision: str  # accelerate's value: "no", "bf16" or "fp16"
+    reason: str  # why, for the start line
+    warning: str | None = None  # one line when an explicit request will be slow here
+    tf32: bool = False  # fp32 matmuls on TF32 tensor cores
+
+    def describe(self) -> str:
+        """E.g. 'fp32: this CPU has no bf16 units (AVX2)'."""
+        return f"{_NAMES[self.mixed_precision]}{' (TF32 matmuls)' * self.tf32}: {self.reason}"
+
+
+def choose_precision(hardware: Hardware, flag: str | None = "auto", launcher: str | None = None,
+                     tf32: bool | None = None) -> Precision:
+    """The run's precision from `flag` (--mixed_precision: auto, no, bf16, fp16), `launcher` (the mixed_precision
+    `accelerate launch` passes on from its config or flags, ACCELERATE_MIXED_PRECISION) and `tf32` (--tf32; None:
+    on wherever the GPU has it).
+
+    An explicit flag wins; then the launcher's bf16 or fp16. The launcher's "no" is what `accelerate launch` passes
+    when nothing was asked (and the default answer of `accelerate config`), so it is read as no preference and the
+    hardware decides; `--mixed_precision no` is the way to insist on fp32."""
+    if flag not in (None, "auto"):
+        requested, source = flag, f"--mixed_precision {flag}"
+    elif launcher in ("bf16", "fp16", "fp8"):
+        requested, source = launcher, f"the accelerate config's mixed_precision {launcher}"
+    else:
+        requested = source = None
+    if requested == "fp8":
+        raise InputError("the accelerate config asks for mixed_precision fp8, which albert_hf does not run (it "
+                          "needs fp8 GPU units and an fp8 library); use bf16, fp16 or no")
+    use_tf32 = hardware.tf32 and tf32 is not False
+    if requested is None:
+        mode, reason = _auto(hardware)
+        if launcher == "no" and mode != "no":
+            reason += " (the launcher's mixed_precision 'no', accelerate's default, is read as no preference; " \
+                      "--mixed_precision no insists on fp32)"
+        return Precision(mode, reason, tf32=use_tf32)
+    return Precision(requested, f"asked for by {source}", _slow_request_warning(hardware, requested, source),
+                     tf32=use_tf32)
+
+
+def _auto(hardware: Hardware) -> tuple[str, str]:
+    if hardware.device == "cuda":
+        if hardware.gpu_bf16:
+            return "bf16", f"the {hardware.gpu_name} has bf16 units"
+        major, minor = hardware.gpu_capability or (0, 0)
+        return "fp16", f"the {hardware.gpu_name} (compute capability {major}.{minor}) has no bf16 units"
+    if hardware.cpu_bf16_units:
+        return "bf16", f"this CPU has {hardware.cpu_bf16_units} bf16 units"
+    return "no", f"this CPU has no bf16 units ({hardware.cpu_capability})"
+
+
+def _slow_request_warning(hardware: Hardware, requested: str, source: str) -> str | None:
+    if requested == "bf16" and hardware.device == "cpu" and not hardware.cpu_bf16_units:
+        return (f"{source} on a CPU without bf16 units ({hardware.cpu_capability}): torch emulates bf16 there, "
+                "matmuls run tens of times slower than fp32 (59x on a 2-core AVX2 EPYC), so expect a run many "
+                "times slower; --mixed_precision auto (or no) trains in fp32")
+    if requested == "bf16" and hardware.device == "cuda" and not hardware.gpu_bf16:
+        return (f"{source} on the {hardware.gpu_name}, which has no bf16 units: torch emulates bf16 there, "
+                "much slower than fp16; --mixed_precision auto (fp16 with loss scaling) avoids it")
+    if requested == "fp16" and hardware.device == "cpu" and not hardware.cpu_fp16_units:
+        return (f"{source} on a CPU without fp16 matmul units: slower than fp32 (useful for parity with GPU runs "
+                "only); --mixed_precision auto picks the fast precision here")
+    return None
+
+
+def bf16_trainer_warning(hardware: Hardware) -> str | None:
+    """The fine-tuning scripts' one line for --bf16 where the hardware has no bf16 units (None where it has)."""
+    return _slow_request_warning(hardware, "bf16", "--bf16")
+
+
+def use_tf32(precision: Precision):
+    """Lets fp32 matmuls run on TF32 tensor cores when `precision` says so (before the model runs); otherwise
+    torch's default (IEEE fp32) is left as it is."""
+    if precision.tf32:
+        torch.set_float32_matmul_precision("high")
