@@ -25,11 +25,13 @@ pretrain: setup
 	$(BIN)/python run_pretraining.py --overwrite_output_dir --model_config small --max_seq_length 64 \
 		--learning_rate 5e-3 --adam_beta2 0.98 --max_train_steps 700 --eval_steps 175
 
-# Tests never touch the network: offline Hub and a throwaway HF_HOME. Each test runs one thread (tests/conftest.py),
-# so the files are spread over one worker per core (pytest-xdist; at most 4), a file's tests in one worker so that
-# its module fixtures run once.
+# Tests never touch the network: offline Hub and a throwaway HF_HOME, and a throwaway torch.compile cache (torch 2.13
+# does not key it on ATEN_CPU_CAPABILITY: a kernel cached by a process with it set aborted a later one). Each test
+# runs one thread (tests/conftest.py), so the files are spread over one worker per core (pytest-xdist; at most 4), a
+# file's tests in one worker so that its module fixtures run once.
 test: setup
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HOME=$$(mktemp -d) \
+		TORCHINDUCTOR_CACHE_DIR=$$(mktemp -d) \
 		$(BIN)/python -m pytest -q -p no:cacheprovider --numprocesses auto --maxprocesses 4 --dist loadfile tests
 
 clean:

@@ -84,7 +84,10 @@ def main(argv=None):
     for part in args.parts:
         for name, env_extra in KINDS.items():
             slug = name.replace(" ", "_")
-            print(f"\n=== {part}, this CPU {name} {' '.join(f'{k}={v}' for k, v in env_extra.items())}", flush=True)
+            # torch.compile's kernel cache is not keyed on ATEN_CPU_CAPABILITY: each kind keeps its own
+            env_extra = {**env_extra, "TORCHINDUCTOR_CACHE_DIR": str(workdir / f"inductor-{slug}")}
+            caps = " ".join(f"{k}={v}" for k, v in KINDS[name].items())
+            print(f"\n=== {part}, this CPU {name} {caps}", flush=True)
             if part == "model":
                 json_path = workdir / f"model-{slug}.json"
                 _, output = run([sys.executable, "benchmarks/bench_model.py", "--only", "training", "--no-memory",

@@ -184,7 +184,8 @@ NO_BF16_UNITS = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}  #
 def test_run_pretraining_on_a_cpu_without_bf16_units_says_what_it_chose_and_warns_for_explicit_bf16(tmp_path):
     from test_pretraining import FAST, SCRIPT
 
-    env = {**os.environ, **NO_BF16_UNITS, "OMP_NUM_THREADS": "1"}
+    # its own torch.compile cache: torch does not key that cache on ATEN_CPU_CAPABILITY
+    env = {**os.environ, **NO_BF16_UNITS, "OMP_NUM_THREADS": "1", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
     tiny = [*FAST, "--max_train_steps", "2", "--eval_steps", "0", "--max_eval_samples", "16", "--no_plots"]
     auto = run_bounded([sys.executable, SCRIPT, "--output_dir", str(tmp_path / "auto"), *tiny,
                         "--mixed_precision", "auto"], 300, env=env, cwd=tmp_path)
