@@ -98,11 +98,17 @@ def reference_runs(tmp_path_factory):
     return runs
 
 
-def check_same_weights(run, reference):
+# AdamW here has no bias correction and divides by sqrt(v) + 1e-6: for an element whose gradient is near zero, the
+# fp32 summation-order difference between one batch of 32 and 4 x 8 is amplified up to the step size (lr 1e-2).
+# Measured on a Xeon with AMX (AVX-512 fp32 kernels): 1.1e-5 at most after 10 steps, where an element can move 0.1.
+ATOL = {"lamb": 1e-5, "adamw": 5e-5}
+
+
+def check_same_weights(run, reference, optimizer):
     expected, got = load_file(reference / "model.safetensors"), load_file(run / "model.safetensors")
     assert expected.keys() == got.keys()
     for name in expected:
-        torch.testing.assert_close(got[name], expected[name], rtol=0, atol=1e-5, msg=name)
+        torch.testing.assert_close(got[name], expected[name], rtol=0, atol=ATOL[optimizer], msg=name)
 
 
 @pytest.mark.parametrize("optimizer", ["lamb", "adamw"])
@@ -110,7 +116,7 @@ def test_8x4_on_one_process_ends_with_the_weights_of_32x1(tmp_path, reference_ru
     run = tmp_path / "8x4"
     pretrain(run, *STEPS, "--optimizer", optimizer, "--per_device_train_batch_size", "8",
              "--gradient_accumulation_steps", "4")
-    check_same_weights(run, reference_runs[optimizer])
+    check_same_weights(run, reference_runs[optimizer], optimizer)
 
 
 @pytest.mark.parametrize("per_device, accumulation, optimizer", [(16, 1, "lamb"), (8, 2, "lamb"), (8, 2, "adamw")])
@@ -118,7 +124,7 @@ def test_two_processes_end_with_the_weights_of_32x1(tmp_path, reference_runs, pe
     run = tmp_path / f"{per_device}x{accumulation}x2"
     pretrain(run, *STEPS, "--optimizer", optimizer, "--per_device_train_batch_size", str(per_device),
              "--gradient_accumulation_steps", str(accumulation), launcher=LAUNCH_2)
-    check_same_weights(run, reference_runs[optimizer])
+    check_same_weights(run, reference_runs[optimizer], optimizer)
 
 
 # ----------------------------------------------------------------------------------------------------------------
