@@ -117,6 +117,11 @@ class AlbertTrainingArguments(TrainingArguments):
     )
 
     def __post_init__(self):
+        if (self.bf16 or self.bf16_full_eval) and not self.use_cpu and not torch.cuda.is_available() \
+                and not transformers.utils.is_torch_bf16_gpu_available():
+            # transformers refuses --bf16 without a bf16 GPU unless --use_cpu is given (a traceback); on a machine
+            # without CUDA the CPU is where the run trains anyway (the start line names it, and warns if slow)
+            self.use_cpu = True
         super().__post_init__()
         if self.compile_blocks and self.torch_compile:
             raise InputError("--compile_blocks and --torch_compile both compile the model: pass one of them")
@@ -229,7 +234,7 @@ def setup(training_args: TrainingArguments) -> str | None:
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S",
                         level=logging.INFO if training_args.should_log else logging.WARNING)
     transformers.utils.logging.set_verbosity_warning()
-    slow = bf16_trainer_warning(detect()) if training_args.bf16 else None
+    slow = bf16_trainer_warning(detect()) if training_args.bf16 and training_args.should_log else None
     if slow:  # first, before the data is read: the user can stop a slow run at once
         logger.warning(slow)
     set_seed(training_args.seed)

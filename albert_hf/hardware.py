@@ -187,23 +187,31 @@ def _auto(hardware: Hardware) -> tuple[str, str]:
     return "no", f"this CPU has no bf16 units ({hardware.cpu_capability})"
 
 
-def _slow_request_warning(hardware: Hardware, requested: str, source: str) -> str | None:
+def _slow_request_warning(hardware: Hardware, requested: str, source: str, trainer: bool = False) -> str | None:
+    """One line for a request that runs slowly here, naming the flag that avoids it: an accelerate config's request
+    wins over auto, so that one needs an explicit flag; the fine-tuning scripts have transformers' flags."""
+    from_config = source.startswith("the accelerate config")
     if requested == "bf16" and hardware.device == "cpu" and not hardware.cpu_bf16_units:
+        fix = ("without --bf16 it trains in fp32" if trainer else "--mixed_precision no trains in fp32" if from_config
+               else "--mixed_precision auto (or no) trains in fp32")
         return (f"{source} on a CPU without bf16 units ({hardware.cpu_capability}): torch emulates bf16 there, "
                 "matmuls run tens of times slower than fp32 (59x on a 2-core AVX2 EPYC), so expect a run many "
-                "times slower; --mixed_precision auto (or no) trains in fp32")
+                f"times slower; {fix}")
     if requested == "bf16" and hardware.device == "cuda" and not hardware.gpu_bf16:
+        fix = ("--fp16 avoids it" if trainer else "--mixed_precision fp16 avoids it" if from_config
+               else "--mixed_precision auto (fp16 with loss scaling) avoids it")
         return (f"{source} on the {hardware.gpu_name}, which has no bf16 units: torch emulates bf16 there, "
-                "much slower than fp16; --mixed_precision auto (fp16 with loss scaling) avoids it")
+                f"much slower than fp16; {fix}")
     if requested == "fp16" and hardware.device == "cpu" and not hardware.cpu_fp16_units:
+        fix = "--mixed_precision no trains in fp32" if from_config else "--mixed_precision auto picks the fast one"
         return (f"{source} on a CPU without fp16 matmul units: slower than fp32 (useful for parity with GPU runs "
-                "only); --mixed_precision auto picks the fast precision here")
+                f"only); {fix}")
     return None
 
 
 def bf16_trainer_warning(hardware: Hardware) -> str | None:
     """The fine-tuning scripts' one line for --bf16 where the hardware has no bf16 units (None where it has)."""
-    return _slow_request_warning(hardware, "bf16", "--bf16")
+    return _slow_request_warning(hardware, "bf16", "--bf16", trainer=True)
 
 
 def use_tf32(precision: Precision):

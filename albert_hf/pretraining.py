@@ -675,7 +675,7 @@ def prepare(args) -> Pretraining:
         dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True),
     )
     start_logging(accelerator.is_main_process)
-    if precision.warning:  # first, before the data is built: the user can stop a slow run at once
+    if precision.warning and accelerator.is_main_process:  # first, before the data is built: stop a slow run early
         logger.warning(precision.warning)
     if accelerator.distributed_type == DistributedType.DEEPSPEED and args.gradient_accumulation_steps > 1:
         raise InputError("--gradient_accumulation_steps under DeepSpeed: DeepSpeed accumulates by its own count and "

@@ -74,13 +74,17 @@ def test_the_precision_follows_the_request_then_the_hardware(machine, flag, laun
 
 
 def test_an_explicit_bf16_without_bf16_units_warns_in_one_line_naming_the_slowdown_and_the_way_out():
-    for source, precision in (("--mixed_precision bf16", choose_precision(AVX2, "bf16")),
-                              ("the accelerate config's mixed_precision bf16", choose_precision(AVX2, "auto", "bf16"))):
+    # the flag that avoids it: auto for a flag; for a config's request (which wins over auto) an explicit flag
+    for source, precision, fix in (
+            ("--mixed_precision bf16", choose_precision(AVX2, "bf16"), "--mixed_precision auto (or no) trains in fp32"),
+            ("the accelerate config's mixed_precision bf16", choose_precision(AVX2, "auto", "bf16"),
+             "--mixed_precision no trains in fp32")):
         warning = precision.warning
-        assert "\n" not in warning and warning.startswith(source)
+        assert "\n" not in warning and warning.startswith(source) and warning.endswith(fix)
         assert "CPU without bf16 units (AVX2)" in warning and "slower than fp32" in warning
-        assert "--mixed_precision auto" in warning
+        assert choose_precision(AVX2, "no", "bf16").mixed_precision == "no"  # that flag does win over the config
     assert "--mixed_precision auto (fp16 with loss scaling)" in choose_precision(V100, "bf16").warning
+    assert choose_precision(V100, "auto", "bf16").warning.endswith("--mixed_precision fp16 avoids it")
     assert "fp16 matmul units" in choose_precision(AVX2, "fp16").warning
     amx_fp16 = Hardware("Intel Xeon 6", "AVX512", "AMX", 2, cpu_fp16_units=True)
     assert choose_precision(amx_fp16, "fp16").warning is None
@@ -113,6 +117,8 @@ def test_the_start_line_pieces_name_the_device_the_kind_the_threads_and_the_reas
 
 def test_fine_tuning_warns_for_bf16_only_where_the_hardware_lacks_it():
     assert bf16_trainer_warning(AVX2).startswith("--bf16 on a CPU without bf16 units (AVX2)")
+    assert bf16_trainer_warning(AVX2).endswith("without --bf16 it trains in fp32")
+    assert bf16_trainer_warning(V100).endswith("--fp16 avoids it")
     assert bf16_trainer_warning(AVX512) is not None and bf16_trainer_warning(V100) is not None
     for machine in (AMX, AVX512_BF16, A100):
         assert bf16_trainer_warning(machine) is None
@@ -208,3 +214,44 @@ def test_run_pretraining_on_a_cpu_without_bf16_units_says_what_it_chose_and_warn
     assert len(warnings) == 1 and "--mixed_precision bf16 on a CPU without bf16 units (AVX2)" in warnings[0]
     assert "--mixed_precision auto (or no) trains in fp32" in warnings[0]
     assert "; bf16 autocast: asked for by --mixed_precision bf16" in explicit.stderr
+
+
+def test_a_launched_run_whose_config_asks_for_bf16_without_bf16_units_warns_once(tmp_path):
+    """Two processes from a config written by `accelerate config`'s questions (bf16 answered): the run trains in
+    bf16 as asked, and only the first process prints the warning."""
+    from accelerate_configs import write_config
+    from test_pretraining import FAST, SCRIPT
+
+    config = tmp_path / "ddp_bf16.yaml"
+    write_config(config, {"type of machine": "multi-GPU", "How many different machines": "1", "How many GPU(s)": "2",
+                          "FullyShardedDataParallel": "no", "mixed precision": "bf16"})
+    env = {**os.environ, **NO_BF16_UNITS, "OMP_NUM_THREADS": "1", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "ind")}
+    fast = [arg for arg in FAST if arg not in ("--mixed_precision", "no")]  # the config decides
+    done = run_bounded([sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config), SCRIPT,
+                        "--output_dir", str(tmp_path / "out"), *fast, "--max_train_steps", "1", "--eval_steps", "0",
+                        "--validation_split_percentage", "0", "--no_plots"], 300, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    warnings = [line for line in done.stderr.splitlines() if " WARNING albert_hf" in line]
+    assert len(warnings) == 1, warnings
+    assert "the accelerate config's mixed_precision bf16 on a CPU without bf16 units (AVX2)" in warnings[0]
+    assert warnings[0].endswith("--mixed_precision no trains in fp32")
+    assert re.search(r"DDP over 2 processes on 1 machine \(gloo, cpu: [^)]+, AVX2, 1 thread\); bf16 autocast: asked "
+                     r"for by the accelerate config's mixed_precision bf16", done.stderr)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="about a machine without CUDA")
+def test_fine_tuning_with_bf16_on_a_cpu_runs_there_and_warns_once_where_it_is_slow(tmp_path, caplog):
+    """transformers refuses --bf16 without a bf16 GPU unless --use_cpu is given (a ValueError traceback): on a
+    machine without CUDA the scripts train on the CPU, and setup() warns where the CPU has no bf16 units."""
+    import logging
+
+    from albert_hf import finetuning
+    from albert_hf.finetuning import AlbertTrainingArguments
+
+    args = AlbertTrainingArguments(output_dir=str(tmp_path / "out"), bf16=True, report_to="none")
+    assert args.use_cpu and args.bf16
+    for machine, expected in ((AVX2, 1), (AMX, 0)):
+        caplog.clear()
+        with mock.patch.object(finetuning, "detect", return_value=machine), caplog.at_level(logging.WARNING):
+            finetuning.setup(args)
+        assert len([r for r in caplog.records if "--bf16 on a CPU without bf16 units" in r.getMessage()]) == expected
