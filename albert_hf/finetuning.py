@@ -34,7 +34,7 @@ from .cli import explicit_arguments, parse_into_dataclasses
 from .distributed import (cpu_processes_without_gpus, describe, end_distributed, gather_full_model, requested_mode,
                           shard_model, use_fsdp)
 from .errors import InputError, run_entry_point
-from .hardware import bf16_trainer_warning, detect
+from .hardware import PRECISION_NAMES, bf16_trainer_warning, detect
 from .hub import check_tokenizer, loading
 from .optimization import AdamWeightDecay, get_official_schedule, parameter_groups
 from .preemption import PREEMPTED, StopOnSignal
@@ -168,8 +168,7 @@ class AlbertTrainer(Trainer):
         notes = list(self.fsdp_request.notes) if self.is_fsdp_enabled else []
         if self.is_fsdp_enabled and self.fsdp_request.ram_efficient_loading:
             notes.append("fsdp_cpu_ram_efficient_loading: the first process's weights were sent to the others")
-        precision = ("bf16 autocast" if self.args.bf16 else "fp16 autocast with loss scaling" if self.args.fp16
-                     else "fp32")
+        precision = PRECISION_NAMES["bf16" if self.args.bf16 else "fp16" if self.args.fp16 else "no"]
         return f"{describe(self.accelerator, self.model, detect())}; {precision}" + "".join(f"; {n}" for n in notes)
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False):

@@ -9,7 +9,7 @@ support. `choose_precision` turns that and the user's request into the run's mix
     --mixed_precision / config    as asked; bf16 where the hardware has no bf16 units warns in one line
 
 Without bf16 units, torch emulates bf16 arithmetic: on a 2-core AVX2 CPU a bf16 matmul ran 59x slower than fp32
-(BENCHMARKS.md, "Precision per kind of CPU"), so auto trains in fp32 there. On CUDA devices of compute capability
+(BENCHMARKS.md, "Per kind of CPU"), so auto trains in fp32 there. On CUDA devices of compute capability
 8.0 or more, fp32 matmuls use TF32 unless --tf32 false.
 
 The decision reads only flags torch and the system expose (no timing), so it is instant, and it is tested under
@@ -72,27 +72,29 @@ class Hardware:
         return f"cpu: {self.cpu_model}, {self.cpu_kind}, {self.threads} thread{'s' * (self.threads != 1)}"
 
 
-def cpu_model() -> str:
-    """The CPU's marketing name ('model name' in /proc/cpuinfo on Linux), else what the platform reports."""
+def _cpuinfo_value(*keys: str) -> str | None:
+    """The value of the first /proc/cpuinfo line whose key starts with one of `keys` (None off Linux)."""
     try:
         with open("/proc/cpuinfo") as cpuinfo:
             for line in cpuinfo:
-                if line.lower().startswith(("model name", "cpu model")):  # "Intel(R) Xeon(R) CPU" -> "Intel Xeon CPU"
-                    return " ".join(re.sub(r"\((R|TM|tm|r)\)", "", line.split(":", 1)[1]).split())
+                if line.lower().startswith(keys):
+                    return line.split(":", 1)[1]
     except OSError:
         pass
+    return None
+
+
+def cpu_model() -> str:
+    """The CPU's marketing name ('model name' in /proc/cpuinfo on Linux), else what the platform reports."""
+    name = _cpuinfo_value("model name", "cpu model")
+    if name is not None:  # "Intel(R) Xeon(R) CPU" -> "Intel Xeon CPU"
+        return " ".join(re.sub(r"\((R|TM|tm|r)\)", "", name).split())
     return platform.processor() or platform.machine() or "unknown CPU"
 
 
-def _cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.lower().startswith(("flags", "features")):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags as /proc/cpuinfo lists them (x86 'flags', Arm 'Features'); empty off Linux."""
+    return set((_cpuinfo_value("flags", "features") or "").split())
 
 
 def _onednn_isa_allows_bf16(environ=os.environ) -> bool:
@@ -110,7 +112,7 @@ def cpu_bf16_units(environ=os.environ) -> str | None:
         if torch.cpu._is_avx512_bf16_supported():
             return "AVX512_BF16"
         return None
-    if platform.machine().lower() in ("aarch64", "arm64") and "bf16" in _cpu_flags():
+    if platform.machine().lower() in ("aarch64", "arm64") and "bf16" in cpu_flags():
         return "Arm BF16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else None
     return None
 
@@ -132,7 +134,7 @@ def detect() -> Hardware:
 # The precision a run trains in
 
 MIXED_PRECISION_CHOICES = ("auto", "no", "bf16", "fp16")
-_NAMES = {"no": "fp32", "bf16": "bf16 autocast", "fp16": "fp16 autocast with loss scaling"}
+PRECISION_NAMES = {"no": "fp32", "bf16": "bf16 autocast", "fp16": "fp16 autocast with loss scaling"}  # accelerate's
 
 
 @dataclass(frozen=True)
@@ -144,7 +146,7 @@ class Precision:
 
     def describe(self) -> str:
         """E.g. 'fp32: this CPU has no bf16 units (AVX2)'."""
-        return f"{_NAMES[self.mixed_precision]}{' (TF32 matmuls)' * self.tf32}: {self.reason}"
+        return f"{PRECISION_NAMES[self.mixed_precision]}{' (TF32 matmuls)' * self.tf32}: {self.reason}"
 
 
 def choose_precision(hardware: Hardware, flag: str | None = "auto", launcher: str | None = None,
@@ -165,15 +167,15 @@ def choose_precision(hardware: Hardware, flag: str | None = "auto", launcher: st
     if requested == "fp8":
         raise InputError("the accelerate config asks for mixed_precision fp8, which albert_hf does not run (it "
                           "needs fp8 GPU units and an fp8 library); use bf16, fp16 or no")
-    use_tf32 = hardware.tf32 and tf32 is not False
+    tf32_on = hardware.tf32 and tf32 is not False
     if requested is None:
         mode, reason = _auto(hardware)
         if launcher == "no" and mode != "no":
             reason += " (the launcher's mixed_precision 'no', accelerate's default, is read as no preference; " \
                       "--mixed_precision no insists on fp32)"
-        return Precision(mode, reason, tf32=use_tf32)
+        return Precision(mode, reason, tf32=tf32_on)
     return Precision(requested, f"asked for by {source}", _slow_request_warning(hardware, requested, source),
-                     tf32=use_tf32)
+                     tf32=tf32_on)
 
 
 def _auto(hardware: Hardware) -> tuple[str, str]:

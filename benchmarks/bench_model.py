@@ -24,7 +24,6 @@ import argparse
 import copy
 import json
 import os
-import platform
 import statistics
 import time
 from contextlib import nullcontext
@@ -39,24 +38,16 @@ MASKED_PER_SEQ = 20  # the official max_predictions_per_seq
 
 
 def cpu_description() -> str:
-    """The CPU model, core count and the instruction sets that decide bf16 matmul speed (AMX, AVX-512 BF16)."""
-    model, flags = platform.processor() or "unknown CPU", set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                model = value.strip()
-            elif key.strip() == "flags":
-                flags = set(value.split())
-    except OSError:
-        pass
-    from albert_hf.hardware import detect
+    """The CPU model, core count, torch's capability, the bf16 units albert_hf found (what decides bf16 matmul
+    speed) and the instruction-set flags behind them, as albert_hf.hardware reads them."""
+    from albert_hf.hardware import cpu_flags, detect
 
+    found, flags = detect(), cpu_flags()
     listed = [f for f in ("amx_bf16", "amx_tile", "avx512_bf16", "avx512f", "avx2") if f in flags]
-    found = detect()
-    return (f"CPU: {model}, {os.cpu_count()} logical cores, torch capability {found.cpu_capability}, bf16 units: "
-            f"{found.cpu_bf16_units or 'none'} (flags: {' '.join(listed) or 'none of interest'}"
-            f"{'; ONEDNN_MAX_CPU_ISA=' + os.environ['ONEDNN_MAX_CPU_ISA'] if 'ONEDNN_MAX_CPU_ISA' in os.environ else ''})")
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA")
+    return (f"CPU: {found.cpu_model}, {os.cpu_count()} logical cores, torch capability {found.cpu_capability}, "
+            f"bf16 units: {found.cpu_bf16_units or 'none'} (flags: {' '.join(listed) or 'none of interest'}"
+            f"{f'; ONEDNN_MAX_CPU_ISA={cap}' if cap else ''})")
 
 
 def auto_mode() -> str:

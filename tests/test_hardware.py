@@ -6,7 +6,6 @@ import json
 import os
 import platform
 import re
-import subprocess
 import sys
 from pathlib import Path
 from unittest import mock
@@ -162,11 +161,11 @@ def test_detection_of_a_cuda_device_and_of_arm_bf16_units():
         ("cuda", "Tesla T4", (7, 5), False, 4)
     assert choose_precision(found).mixed_precision == "fp16"
     with mock.patch.object(platform, "machine", return_value="aarch64"), \
-            mock.patch.object(hardware, "_cpu_flags", return_value={"fp", "asimd", "sve", "bf16"}), \
+            mock.patch.object(hardware, "cpu_flags", return_value={"fp", "asimd", "sve", "bf16"}), \
             mock.patch.object(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", return_value=True):
         assert hardware.cpu_bf16_units({}) == "Arm BF16"
     with mock.patch.object(platform, "machine", return_value="aarch64"), \
-            mock.patch.object(hardware, "_cpu_flags", return_value={"fp", "asimd"}):
+            mock.patch.object(hardware, "cpu_flags", return_value={"fp", "asimd"}):
         assert hardware.cpu_bf16_units({}) is None
 
 
