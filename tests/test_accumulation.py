@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import tiny_config
 from safetensors.torch import load_file
-from test_pretraining import pretrain
+from test_pretraining import pretrain_runs
 
 from albert_hf import AlbertHFForPreTraining
 
@@ -88,13 +88,15 @@ def test_per_device_normalization_weights_each_processes_own_tokens(monkeypatch)
 
 
 @pytest.fixture(scope="module")
-def reference_runs(tmp_path_factory):
-    """32 x 1 on one process, with LAMB and with AdamW."""
+def one_process_runs(tmp_path_factory):
+    """32 x 1 (the references) and 8 x 4 on one process, with LAMB and with AdamW: one process for the four."""
     root = tmp_path_factory.mktemp("accumulation")
-    runs = {}
-    for optimizer in ("lamb", "adamw"):
-        runs[optimizer] = root / f"32x1-{optimizer}"
-        pretrain(runs[optimizer], *STEPS, "--optimizer", optimizer, "--per_device_train_batch_size", "32")
+    runs = {(batch, optimizer): root / f"{batch}x{32 // batch}-{optimizer}" for batch in (32, 8)
+            for optimizer in ("lamb", "adamw")}
+    results, _ = pretrain_runs([(out, [*STEPS, "--optimizer", optimizer, "--per_device_train_batch_size", str(batch),
+                                       "--gradient_accumulation_steps", str(32 // batch)])
+                                for (batch, optimizer), out in runs.items()])
+    assert [result["status"] for result in results] == [0] * 4, results
     return runs
 
 
@@ -112,19 +114,30 @@ def check_same_weights(run, reference, optimizer):
 
 
 @pytest.mark.parametrize("optimizer", ["lamb", "adamw"])
-def test_8x4_on_one_process_ends_with_the_weights_of_32x1(tmp_path, reference_runs, optimizer):
-    run = tmp_path / "8x4"
-    pretrain(run, *STEPS, "--optimizer", optimizer, "--per_device_train_batch_size", "8",
-             "--gradient_accumulation_steps", "4")
-    check_same_weights(run, reference_runs[optimizer], optimizer)
+def test_8x4_on_one_process_ends_with_the_weights_of_32x1(one_process_runs, optimizer):
+    check_same_weights(one_process_runs[8, optimizer], one_process_runs[32, optimizer], optimizer)
 
 
-@pytest.mark.parametrize("per_device, accumulation, optimizer", [(16, 1, "lamb"), (8, 2, "lamb"), (8, 2, "adamw")])
-def test_two_processes_end_with_the_weights_of_32x1(tmp_path, reference_runs, per_device, accumulation, optimizer):
-    run = tmp_path / f"{per_device}x{accumulation}x2"
-    pretrain(run, *STEPS, "--optimizer", optimizer, "--per_device_train_batch_size", str(per_device),
-             "--gradient_accumulation_steps", str(accumulation), launcher=LAUNCH_2)
-    check_same_weights(run, reference_runs[optimizer], optimizer)
+TWO_PROCESSES = [(16, 1, "lamb"), (8, 2, "lamb"), (8, 2, "adamw")]
+
+
+@pytest.fixture(scope="module")
+def two_process_runs(tmp_path_factory):
+    """The three two-process runs in one launch."""
+    root = tmp_path_factory.mktemp("two_processes")
+    runs = {case: root / "{}x{}x2-{}".format(*case) for case in TWO_PROCESSES}
+    results, _ = pretrain_runs([(out, [*STEPS, "--optimizer", optimizer, "--per_device_train_batch_size",
+                                       str(per_device), "--gradient_accumulation_steps", str(accumulation)])
+                                for (per_device, accumulation, optimizer), out in runs.items()], launcher=LAUNCH_2)
+    assert [result["status"] for result in results] == [0] * 3, results
+    return runs
+
+
+@pytest.mark.parametrize("per_device, accumulation, optimizer", TWO_PROCESSES)
+def test_two_processes_end_with_the_weights_of_32x1(one_process_runs, two_process_runs, per_device, accumulation,
+                                                    optimizer):
+    check_same_weights(two_process_runs[per_device, accumulation, optimizer], one_process_runs[32, optimizer],
+                       optimizer)
 
 
 # ----------------------------------------------------------------------------------------------------------------

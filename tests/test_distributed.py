@@ -15,7 +15,7 @@ import pytest
 import torch
 from conftest import REPO, run_bounded
 from safetensors.torch import load_file
-from test_pretraining import RESUME_ARGS, SCRIPT, check_same_weights_and_curve, metrics, pretrain
+from test_pretraining import RESUME_ARGS, check_same_weights_and_curve, metrics, pretrain, pretrain_runs
 
 from albert_hf.checkpointing import STATE_FILE
 from albert_hf.errors import InputError
@@ -107,7 +107,7 @@ def test_two_machines_on_localhost_end_with_the_two_process_weights(tmp_path, dd
     check_same_weights_and_curve(run, ddp_run, after_step=0)
 
 
-@pytest.mark.parametrize("env, message", [
+IMPOSSIBLE_MODES = [
     ({"ACCELERATE_USE_DEEPSPEED": "true"}, "error: the accelerate config asks for DeepSpeed, which needs CUDA GPUs"),
     ({"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2"},
      "error: the accelerate config asks for FSDP, but this run is one process: start it with `accelerate launch"),
@@ -116,15 +116,24 @@ def test_two_machines_on_localhost_end_with_the_two_process_weights(tmp_path, dd
      "error: the accelerate config asks for FSDP, but this run is one process: start it with `accelerate launch"),
     ({"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "1", "FSDP_RESHARD_AFTER_FORWARD": "no_shard"},
      "error: the accelerate config asks for FSDP version 1 with NO_SHARD, which replicates the model as DDP does"),
-])
-def test_a_mode_that_cannot_be_had_stops_with_one_line_before_any_work(tmp_path, env, message):
-    """What `accelerate launch` exports from such a config, given to a plain process: it stops at once."""
-    out = tmp_path / "run"
-    done = run_bounded([sys.executable, SCRIPT, "--output_dir", str(out)], timeout=120, cwd=tmp_path,
-                       env={**os.environ, **env})
-    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
-    assert done.stderr.strip().splitlines()[-1].startswith(message)
-    assert not out.exists()
+]
+
+
+@pytest.fixture(scope="module")
+def impossible_mode_runs(tmp_path_factory):
+    """What `accelerate launch` exports from such configs, given to plain runs (one process for the four)."""
+    root = tmp_path_factory.mktemp("impossible")
+    outs = [root / f"run{i}" for i in range(len(IMPOSSIBLE_MODES))]
+    results, done = pretrain_runs([(out, [], env) for out, (env, _) in zip(outs, IMPOSSIBLE_MODES)])
+    return outs, results, done
+
+
+@pytest.mark.parametrize("case", range(len(IMPOSSIBLE_MODES)))
+def test_a_mode_that_cannot_be_had_stops_with_one_line_before_any_work(impossible_mode_runs, case):
+    outs, results, done = impossible_mode_runs
+    assert results[case]["status"] == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert results[case]["line"].startswith(IMPOSSIBLE_MODES[case][1])
+    assert not outs[case].exists()
 
 
 # What `accelerate config` writes when the FSDP questions are answered so (other questions: its defaults, which include

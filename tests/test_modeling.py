@@ -448,55 +448,49 @@ def dynamo_counters():
     torch._dynamo.reset()
 
 
-def test_compiled_blocks_match_eager_and_keep_the_work_skipping_paths(dynamo_counters):
-    """compile_blocks: values and gradients as eager over batches whose packed row count and masked-token count
-    change, padding removal and last-block selection still on, and no recompiling once shapes are dynamic."""
+def test_compiled_blocks_match_eager_in_every_layout_and_never_fall_back_to_eager(dynamo_counters):
+    """compile_blocks against eager, values and gradients, over every block variant a run meets: packed rows
+    whose count and masked-token count change (padding removal and last-block selection on), padded with a mask,
+    unpadded; in training and in evaluation without grad. No recompiling once shapes are dynamic,
+    and more graphs than torch's default limit of 8, past which dynamo would silently run the rest eager (it
+    raises here instead). Dropout is 0 so that training-mode values can be compared."""
     torch.manual_seed(0)
-    config = tiny_config(num_hidden_groups=2, inner_group_num=2)
-    eager = AlbertHFForPreTraining(config).eval()
-    compiled = AlbertHFForPreTraining(config).eval()
+    config = tiny_config(num_hidden_groups=2, inner_group_num=2, hidden_dropout_prob=0.0,
+                         attention_probs_dropout_prob=0.0, classifier_dropout_prob=0.0)
+    eager = AlbertHFForPreTraining(config)
+    compiled = AlbertHFForPreTraining(config)
     compiled.load_state_dict(eager.state_dict())
     compiled.compile_blocks()
     seen = []  # what the (eager) encoder hands the compiled blocks: the rows of its input, whether positions
     compiled.albert.encoder.register_forward_pre_hook(
         lambda module, args: seen.append((args[0].shape[:-1].numel(), args[3] is not None)))
-    graphs = []
-    lengths = [(32, 9, 5, 3, 1, 1, 1, 1), (32, 32, 20, 2, 10, 10, 2, 2), (32, 32, 32, 32, 10, 6, 3, 3), (32,) * 8]
-    for step, real_lengths in enumerate(lengths):  # 53, 110, 150 and 256 real tokens of 8 x 32
-        inputs = padded_batch(batch=8, length=32, real_lengths=real_lengths)
-        real = inputs["attention_mask"].bool()
-        labels = mlm_labels(inputs["input_ids"], every=2 + step).masked_fill(~real, -100)
-        extra = dict(labels=labels, sentence_order_label=torch.arange(8) % 2)
-        a, b = compiled(**inputs, **extra), eager(**inputs, **extra)
-        assert seen[-1] == ([64, 128, 192, 256][step], True)  # packs of the real tokens while padded
-        torch.testing.assert_close(a.prediction_logits, b.prediction_logits, rtol=1e-4, atol=1e-5)
-        torch.testing.assert_close(a.loss, b.loss, rtol=1e-5, atol=1e-6)
-        compiled.zero_grad(), eager.zero_grad()
-        a.loss.backward(), b.loss.backward()
-        grads = dict(eager.named_parameters())
-        for name, param in compiled.named_parameters():
-            torch.testing.assert_close(param.grad, grads[name].grad, rtol=1e-4, atol=1e-6, msg=name)
-        graphs.append(dynamo_counters["stats"]["unique_graphs"])
-    assert graphs[0] > 0  # the blocks did compile
-    assert graphs[2] == graphs[1]  # a new pack size and masked-token count: no new graph
-
-
-def test_compiled_blocks_stay_compiled_across_training_and_evaluation_layouts(dynamo_counters):
-    """A run meets more block variants than torch's default limit of 8 graphs (packed / padded with a mask /
-    unpadded input, last block or not, grad or not); past the limit dynamo would silently run them eager."""
-    torch.manual_seed(0)
-    model = AlbertHFForPreTraining(tiny_config()).compile_blocks()
-    layouts = {"packed": (32, 9, 5, 3, 1, 1, 1, 1), "padded": (32,) * 7 + (31,), "unpadded": (32,) * 8}
+    # (real lengths of 8 x 32, the packed rows the blocks get or None where the batch is not packed)
+    layouts = [((32, 9, 5, 3, 1, 1, 1, 1), 64), ((32, 32, 20, 2, 10, 10, 2, 2), 128),
+               ((32, 32, 32, 32, 10, 6, 3, 3), 192), ((32,) * 7 + (31,), None), ((32,) * 8, None)]
     with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):  # falling back to eager raises here
-        for training in (True, False):
-            model.train(training)
-            for real_lengths in layouts.values():
+        for training, grad in ((True, True), (False, False)):
+            compiled.train(training), eager.train(training)
+            graphs = []
+            for step, (real_lengths, packed_rows) in enumerate(layouts):
                 inputs = padded_batch(batch=8, length=32, real_lengths=real_lengths)
-                labels = mlm_labels(inputs["input_ids"], every=3).masked_fill(~inputs["attention_mask"].bool(), -100)
-                with torch.set_grad_enabled(training):
-                    loss = model(**inputs, labels=labels, sentence_order_label=torch.arange(8) % 2).loss
-                    if training:
-                        loss.backward()
+                real = inputs["attention_mask"].bool()
+                labels = mlm_labels(inputs["input_ids"], every=2 + step).masked_fill(~real, -100)
+                extra = dict(labels=labels, sentence_order_label=torch.arange(8) % 2)
+                with torch.set_grad_enabled(grad):
+                    a, b = compiled(**inputs, **extra), eager(**inputs, **extra)
+                if packed_rows is not None:
+                    assert seen[-1] == (packed_rows, True)  # packs of the real tokens while padded
+                torch.testing.assert_close(a.prediction_logits, b.prediction_logits, rtol=1e-4, atol=1e-5)
+                torch.testing.assert_close(a.loss, b.loss, rtol=1e-5, atol=1e-6)
+                if grad:
+                    compiled.zero_grad(), eager.zero_grad()
+                    a.loss.backward(), b.loss.backward()
+                    grads = dict(eager.named_parameters())
+                    for name, param in compiled.named_parameters():
+                        torch.testing.assert_close(param.grad, grads[name].grad, rtol=1e-4, atol=1e-6, msg=name)
+                graphs.append(dynamo_counters["stats"]["unique_graphs"])
+            assert graphs[0] > 0  # the blocks did compile
+            assert graphs[2] == graphs[1], (training, grad)  # a new pack size and masked-token count: no new graph
     assert dynamo_counters["stats"]["unique_graphs"] > 8  # the workload did need more graphs than torch's default
 
 

@@ -38,6 +38,24 @@ def pretrain(out, *extra, launcher=None, check=True, timeout=300, **popen):
     return done
 
 
+def pretrain_runs(runs, launcher=None, timeout=300, steps_only=False) -> tuple[list[dict], subprocess.CompletedProcess]:
+    """Several `pretrain` runs, each (output folder, extra arguments[, environment]), one after the other in one
+    process or one launch (tests/launched_runs.py: a launch costs more than a tiny run). Per run: "status" (0, 2 or
+    "traceback") and "line" (its error line), and the finished process. With `steps_only`, prepare and fit only
+    (no final save)."""
+    spec = [{"argv": ["--output_dir", str(out), *FAST, *extra], "env": env[0] if env else {}, "steps_only": steps_only}
+            for out, extra, *env in runs]
+    folder = Path(runs[0][0]).parent
+    path = folder / f"runs-{Path(runs[0][0]).name}.json"
+    path.write_text(json.dumps(spec))
+    command = (launcher or [sys.executable]) + [str(REPO / "tests" / "launched_runs.py"), str(path)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    done = run_bounded(command, timeout, env=env, cwd=folder)
+    results = Path(f"{path}.results")
+    assert done.returncode == 0 and results.is_file(), done.stderr[-4000:]
+    return json.loads(results.read_text()), done
+
+
 def metrics(out):
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
@@ -181,9 +199,9 @@ def check_fill_mask_examples(out, stdout, held_out):
 
 def test_torch_compile_compiles_the_blocks_and_follows_the_eager_loss_curve(tmp_path):
     steps = ["--max_train_steps", "4", "--eval_steps", "0", "--max_seq_length", "48"]  # 48: the batches are padded
-    pretrain(tmp_path / "eager", *steps)
-    done = pretrain(tmp_path / "compiled", *steps, "--torch_compile")
-    assert "AutoModel -> AlbertHFModel" in done.stdout
+    results, done = pretrain_runs([(tmp_path / "eager", steps), (tmp_path / "compiled", [*steps, "--torch_compile"])])
+    assert [result["status"] for result in results] == [0, 0], results
+    assert done.stdout.count("AutoModel -> AlbertHFModel") == 2
     eager, compiled = ([row for row in metrics(tmp_path / name) if "train_mlm_loss" in row]
                        for name in ("eager", "compiled"))
     assert [row["step"] for row in compiled] == [row["step"] for row in eager] == [2, 4]
