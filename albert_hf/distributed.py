@@ -16,8 +16,9 @@ The mode comes from `accelerate launch` (its config or flags):
 
 ALBERT's units of sharding (`shard_for_fsdp2`): each distinct `AlbertHFLayer` (with all layers shared that is one
 module applied L times; the shipped configs set fsdp_reshard_after_forward false, so it is gathered once per pass
-rather than once per use); the tied word table together with the MLM head, whose decoder uses that table and whose
-bias is one parameter under two names; the root (embedding projection, pooler, SOP).
+rather than once per use); under sharing="attention" / "ffn", the one attention / FFN that every block borrows;
+the tied word table together with the MLM head, whose decoder uses that table and whose bias is one parameter under
+two names; the root (embedding projection, pooler, SOP).
 """
 
 import gc
@@ -197,6 +198,14 @@ def shard_for_fsdp2(model: torch.nn.Module, plugin: FullyShardedDataParallelPlug
     options = {"mp_policy": plugin.mixed_precision_policy or MixedPrecisionPolicy(),
                "offload_policy": plugin.cpu_offload}
     layers = {id(module): module for module in model.modules() if isinstance(module, AlbertHFLayer)}
+    config = getattr(model, "config", None)
+    if getattr(config, "sharing", "all") in ("attention", "ffn"):
+        # Every block applies block 0's attention (or FFN), so it is a unit of its own, gathered by each block that
+        # uses it; inside block 0's unit it would be resharded when block 0 ends, before the next block reads it.
+        first = next(iter(layers.values()))
+        shared = ([first.attention] if config.sharing == "attention"
+                  else [first.ffn, first.ffn_output, first.full_layer_layer_norm])
+        fully_shard(shared, reshard_after_forward=plugin.reshard_after_forward, **options)
     for layer in layers.values():
         fully_shard(layer, reshard_after_forward=plugin.reshard_after_forward, **options)
     head = getattr(model, "predictions", None)
@@ -259,8 +268,8 @@ def local_share(model: torch.nn.Module) -> float:
 
 def describe(accelerator: Accelerator, model: torch.nn.Module, hardware=None) -> str:
     """The start line's account of where the run is, e.g. 'FSDP2 over 2 processes on 1 machine (gloo, cpu: AMD
-    EPYC 7B13, AVX2, 1 thread): this process holds 50.1% of the parameters' (`hardware.Hardware` names the device;
-    without it, only its type)."""
+    EPYC 7B13, AVX2, 1 thread): this process holds 50.1% of the parameters (reshard_after_forward false)'
+    (`hardware.Hardware` names the device; without it, only its type)."""
     n = accelerator.num_processes
     mode = _MODE_NAMES.get(accelerator.distributed_type, accelerator.distributed_type.value)
     device = hardware.describe() if hardware is not None else accelerator.device.type
@@ -270,7 +279,9 @@ def describe(accelerator: Accelerator, model: torch.nn.Module, hardware=None) ->
     text = (f"{mode} over {n} processes on {machines} machine{'s' * (machines > 1)} "
             f"({accelerator.state.backend}, {device})")
     if accelerator.distributed_type == DistributedType.FSDP:
-        text += f": this process holds {100 * local_share(model):.1f}% of the parameters"
+        reshard = str(accelerator.state.fsdp_plugin.reshard_after_forward).lower()
+        text += (f": this process holds {100 * local_share(model):.1f}% of the parameters "
+                 f"(reshard_after_forward {reshard})")
     return text
 
 

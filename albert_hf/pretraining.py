@@ -289,6 +289,19 @@ def check_args(args):
                              "--overwrite_output_dir to start over, or another --output_dir")
 
 
+def check_deepspeed(args):
+    """What run_pretraining.py cannot do under DeepSpeed, refused in one line before any work."""
+    if args.gradient_accumulation_steps > 1:
+        raise InputError("--gradient_accumulation_steps under DeepSpeed: DeepSpeed accumulates by its own count and "
+                         "scaling, which would undo the step-wide loss weighting of training_step; use an FSDP or "
+                         "DDP config, or a larger --per_device_train_batch_size")
+    if args.optimizer == "lamb":
+        raise InputError("--optimizer lamb under DeepSpeed: ZeRO and DeepSpeed's mixed-precision optimizers hand the "
+                         "optimizer one flat partition per parameter group, so LAMB's per-parameter trust ratio "
+                         "would become one ratio per partition, which is not LAMB; use --optimizer adamw, or an "
+                         "FSDP or DDP config for LAMB")
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Metrics
 
@@ -595,6 +608,9 @@ def finish_model(model, args, tokenizer):
         setattr(model.config, name.replace("cls", "bos").replace("sep", "eos"), getattr(tokenizer, name))
     if args.gradient_checkpointing:
         model.activation_checkpointing_enable()
+    if args.task == "none":  # no loss reaches the pooler and SOP head: frozen, so DDP expects no gradient for them
+        model.albert.pooler.requires_grad_(False)
+        model.sop_classifier.requires_grad_(False)
     return model
 
 
@@ -677,10 +693,8 @@ def prepare(args) -> Pretraining:
     start_logging(accelerator.is_main_process)
     if precision.warning and accelerator.is_main_process:  # first, before the data is built: stop a slow run early
         logger.warning(precision.warning)
-    if accelerator.distributed_type == DistributedType.DEEPSPEED and args.gradient_accumulation_steps > 1:
-        raise InputError("--gradient_accumulation_steps under DeepSpeed: DeepSpeed accumulates by its own count and "
-                         "scaling, which would undo the step-wide loss weighting of training_step; use an FSDP or "
-                         "DDP config, or a larger --per_device_train_batch_size")
+    if accelerator.distributed_type == DistributedType.DEEPSPEED:
+        check_deepspeed(args)
     if accelerator.mixed_precision == "fp16" and accelerator.scaler is None:
         enable_cpu_fp16(accelerator)
     set_seed(args.seed)
@@ -723,18 +737,20 @@ def prepare(args) -> Pretraining:
         eval_dataloader = DataLoader(eval_pairs, batch_size=args.per_device_eval_batch_size,
                                      collate_fn=DataCollatorForAlbertPretraining(**masking, static_masking=True))
 
-    fsdp_notes = list(fsdp_request.notes) if fsdp_request is not None else []
+    notes = list(fsdp_request.notes) if fsdp_request is not None else []
+    if args.task == "none":
+        notes.append("--task none: the pooler and the sentence-order head are frozen (no loss trains them)")
     if fsdp_request is not None and fsdp_request.activation_checkpointing:
         args.gradient_checkpointing = True
     load_once = fsdp_request is not None and fsdp_request.ram_efficient_loading and bool(args.model_name_or_path)
     if load_once:
         model = load_on_first_process(accelerator, lambda: build_model(args, tokenizer),
                                       lambda config: finish_model(AlbertHFForPreTraining(config), args, tokenizer))
-        fsdp_notes.append("fsdp_cpu_ram_efficient_loading: the first process read --model_name_or_path, the others "
+        notes.append("fsdp_cpu_ram_efficient_loading: the first process read --model_name_or_path, the others "
                           "received their shards")
     else:
         if fsdp_request is not None and fsdp_request.ram_efficient_loading:
-            fsdp_notes.append("fsdp_cpu_ram_efficient_loading: nothing to load (no --model_name_or_path); every "
+            notes.append("fsdp_cpu_ram_efficient_loading: nothing to load (no --model_name_or_path); every "
                               "process builds the same weights from --seed")
         model = build_model(args, tokenizer)
     if args.torch_compile:
@@ -767,7 +783,7 @@ def prepare(args) -> Pretraining:
     logger.info("%s parameters; global batch %d x %d tokens; %d steps; %s; %s%s",
                 f"{num_parameters:,}", global_batch, args.max_seq_length, args.max_train_steps,
                 describe(accelerator, model, hardware), precision.describe(),
-                "".join(f"; {note}" for note in fsdp_notes))
+                "".join(f"; {note}" for note in notes))
     return Pretraining(args, accelerator, tokenizer, model, optimizer, scheduler, collate, train_dataloader,
                        eval_dataloader, data.eval_documents, checkpoints, num_parameters, global_batch, hardware,
                        precision)

@@ -19,7 +19,7 @@ from test_pretraining import RESUME_ARGS, check_same_weights_and_curve, metrics,
 
 from albert_hf.checkpointing import STATE_FILE
 from albert_hf.errors import InputError
-from albert_hf.pretraining import build_parser
+from albert_hf.pretraining import build_parser, parse_args
 
 ARGS = [*RESUME_ARGS, "--mixed_precision", "no"]  # 12 steps, a checkpoint every 3; fp32 for the comparisons
 LAUNCH = [sys.executable, "-m", "accelerate.commands.launch", "--mixed_precision", "no", "--dynamo_backend", "no"]
@@ -343,6 +343,35 @@ def test_every_shipped_accelerate_config_loads_and_is_in_the_readme_table():
         assert path.name in table
         if config.distributed_type.value == "FSDP":  # what run_pretraining.py accepts
             assert config.fsdp_config["fsdp_version"] == 2 and not config.fsdp_config["fsdp_cpu_ram_efficient_loading"]
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--gradient_accumulation_steps", "2", "--optimizer", "adamw"], "--gradient_accumulation_steps under DeepSpeed"),
+    ([], "--optimizer lamb under DeepSpeed: ZeRO and DeepSpeed's mixed-precision optimizers hand the optimizer one "
+         "flat partition per parameter group"),
+])
+def test_what_deepspeed_would_change_is_refused_in_one_line(flags, message):
+    from albert_hf.pretraining import check_deepspeed
+
+    with pytest.raises(InputError) as refused:
+        check_deepspeed(parse_args(["--output_dir", "unused", *flags]))
+    assert str(refused.value).startswith(message) and "\n" not in str(refused.value)
+    if "lamb" in message:
+        assert "use --optimizer adamw" in str(refused.value)
+
+
+def test_the_shipped_deepspeed_config_agrees_with_what_the_script_accepts():
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    from albert_hf.pretraining import check_deepspeed
+
+    path = REPO / "examples" / "accelerate_configs" / "deepspeed_zero2.yaml"
+    config = load_config_from_file(str(path)).deepspeed_config
+    usage = path.read_text().split("run_pretraining.py \\\n#", 1)[1].split("...")[0].split()
+    args = parse_args(["--output_dir", "unused", *usage,
+                       "--gradient_accumulation_steps", str(config["gradient_accumulation_steps"])])
+    check_deepspeed(args)  # raises InputError on what the script refuses
+    assert config["gradient_clipping"] == args.max_grad_norm and args.optimizer == "adamw"
 
 
 @pytest.mark.parametrize("env, message", [

@@ -39,12 +39,12 @@ def pretrain(out, *extra, launcher=None, check=True, timeout=300, **popen):
 
 
 def pretrain_runs(runs, launcher=None, timeout=300, steps_only=False) -> tuple[list[dict], subprocess.CompletedProcess]:
-    """Several `pretrain` runs, each (output folder, extra arguments[, environment]), one after the other in one
-    process or one launch (tests/launched_runs.py: a launch costs more than a tiny run). Per run: "status" (0, 2 or
-    "traceback") and "line" (its error line), and the finished process. With `steps_only`, prepare and fit only
-    (no final save)."""
-    spec = [{"argv": ["--output_dir", str(out), *FAST, *extra], "env": env[0] if env else {}, "steps_only": steps_only}
-            for out, extra, *env in runs]
+    """Several `pretrain` runs, each (output folder, extra arguments[, environment[, steps_only]]), one after the
+    other in one process or one launch (tests/launched_runs.py: a launch costs more than a tiny run). Per run:
+    "status" (0, 2 or "traceback") and "line" (its error line), and the finished process. With `steps_only` (the
+    default for runs that do not say), prepare and fit only (no final save)."""
+    spec = [{"argv": ["--output_dir", str(out), *FAST, *extra], "env": rest[0] if rest else {},
+             "steps_only": rest[1] if len(rest) > 1 else steps_only} for out, extra, *rest in runs]
     folder = Path(runs[0][0]).parent
     path = folder / f"runs-{Path(runs[0][0]).name}.json"
     path.write_text(json.dumps(spec))
