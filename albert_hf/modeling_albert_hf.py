@@ -139,8 +139,9 @@ def eager_attention_forward(module, query, key, value, attention_mask, scaling, 
 MATMUL_ATTENTION_MAX_LENGTH = 256
 
 
-def matmul_attention_pays(config, key: torch.Tensor) -> bool:
-    return (config._attn_implementation == "sdpa" and key.device.type == "cpu" and torch.is_grad_enabled()
+def matmul_attention_pays(config, key: torch.Tensor, training: bool) -> bool:
+    # the module's training mode, not grad mode: the same inputs in the same mode take the same path (tracing)
+    return (config._attn_implementation == "sdpa" and key.device.type == "cpu" and training
             and key.shape[-2] <= MATMUL_ATTENTION_MAX_LENGTH)
 
 
@@ -163,6 +164,11 @@ class RealTokens:
         # int of the real count reaches the layers, so a compiled block does not specialise on it.
         self.gather_indices = torch.cat([indices, indices.new_zeros(filler)])
         self.scatter_indices = torch.cat([indices, indices.new_full((filler,), self.batch * self.length)])
+
+    @staticmethod
+    def pays_on(device: torch.device) -> bool:
+        """CPUs only: tuned for oneDNN; on CUDA the padded batch goes to SDPA's kernels as it is (unmeasured)."""
+        return device.type == "cpu"
 
     @classmethod
     def worth_it(cls, attention_mask: torch.Tensor) -> "RealTokens | None":
@@ -220,7 +226,7 @@ class AlbertHFAttention(nn.Module):
         attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
         )
-        if matmul_attention_pays(self.config, key):
+        if matmul_attention_pays(self.config, key, self.training):
             attention = eager_attention_forward
         context, weights = attention(
             self,
@@ -476,6 +482,7 @@ class AlbertHFModel(AlbertHFPreTrainedModel):
         # Padding removal (`unpad_inputs`); not when this forward itself is compiled, where the pack's
         # data-dependent size would break the graph (`compile_blocks` compiles only the blocks, and keeps it).
         if (mask is not None and self.config.unpad_inputs and not reads_padding
+                and RealTokens.pays_on(embeddings.device)
                 and self.can_skip_work(attention_mask, kwargs) and not torch.compiler.is_compiling()):
             real_tokens = RealTokens.worth_it(attention_mask)
         if real_tokens is not None:

@@ -10,6 +10,7 @@ from albert_hf import (
     AlbertHFForMultipleChoice,
     AlbertHFForPreTraining,
     AlbertHFForQuestionAnswering,
+    AlbertHFForQuestionAnsweringWithAnswerability,
     AlbertHFForSequenceClassification,
     AlbertHFForTokenClassification,
     AlbertHFModel,
@@ -293,12 +294,13 @@ def test_cpu_training_computes_short_sdpa_attention_as_matmuls_with_the_same_res
     config = model.config
     assert config._attn_implementation == "sdpa"
     key = torch.zeros(2, 4, 128, 8)
-    assert modeling.matmul_attention_pays(config, key)
-    assert not modeling.matmul_attention_pays(config, torch.zeros(2, 4, 512, 8))
-    with torch.no_grad():
-        assert not modeling.matmul_attention_pays(config, key)  # inference: SDPA's forward is the faster one
+    assert modeling.matmul_attention_pays(config, key, training=True)
+    assert not modeling.matmul_attention_pays(config, torch.zeros(2, 4, 512, 8), training=True)
+    # evaluation (with or without grad): SDPA's forward is the faster one
+    assert not modeling.matmul_attention_pays(config, key, training=False)
+    assert not modeling.matmul_attention_pays(config, key.to("meta"), training=True)  # not a CPU: SDPA
     eager = AlbertHFModel._from_config(tiny_config(), attn_implementation="eager")
-    assert not modeling.matmul_attention_pays(eager.config, key)
+    assert not modeling.matmul_attention_pays(eager.config, key, training=True)
 
     calls = []
     original = modeling.eager_attention_forward
@@ -306,12 +308,49 @@ def test_cpu_training_computes_short_sdpa_attention_as_matmuls_with_the_same_res
                         lambda *args, **kwargs: calls.append(args[4]) or original(*args, **kwargs))
     inputs = make_inputs(pad_from=10)
     with torch.no_grad():
-        kernel = model(**inputs).last_hidden_state
+        kernel = model.eval()(**inputs).last_hidden_state
     assert calls == []
-    trained = model(**inputs).last_hidden_state
+    trained = model.train()(**inputs).last_hidden_state
     assert calls and all(mask is None or mask.dtype == torch.bool for mask in calls)  # SDPA's boolean mask
     real = inputs["attention_mask"].bool()
     torch.testing.assert_close(trained[real], kernel[real], rtol=0, atol=1e-5)
+
+
+HEADS = [AlbertHFModel, AlbertHFForPreTraining, AlbertHFForMaskedLM, AlbertHFForSequenceClassification,
+         AlbertHFForTokenClassification, AlbertHFForQuestionAnswering, AlbertHFForQuestionAnsweringWithAnswerability,
+         AlbertHFForMultipleChoice]
+
+
+@pytest.mark.parametrize("head", HEADS, ids=lambda head: head.__name__)
+def test_every_head_traces_to_one_graph_with_tracings_own_check(head):
+    """torch.jit.trace runs the model again (under no_grad) to check the trace: the path taken depends on the
+    module's mode and device, never on grad mode, so both runs record the same graph."""
+    torch.manual_seed(0)
+    model = head(tiny_config()).eval()
+    inputs = make_inputs(pad_from=10)
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    if head is AlbertHFForMultipleChoice:
+        ids, mask = ids.unsqueeze(0), mask.unsqueeze(0)
+    traced = torch.jit.trace(model, (ids, mask), check_trace=True, strict=False)  # raises if the graphs differ
+    with torch.no_grad():
+        expected = model(ids, mask, return_dict=False)[0]
+    torch.testing.assert_close(next(iter(traced(ids, mask).values())), expected)
+
+
+def test_padding_removal_is_for_cpus(monkeypatch):
+    """On CUDA the padded batch goes to SDPA as it is: the model packs the real tokens only where it pays."""
+    from albert_hf import modeling_albert_hf as modeling
+
+    assert modeling.RealTokens.pays_on(torch.device("cpu"))
+    assert not modeling.RealTokens.pays_on(torch.device("cuda", 0))
+    packed = []
+    model = AlbertHFModel(tiny_config()).eval()
+    inputs = make_inputs(pad_from=10)
+    for pays in (True, False):
+        monkeypatch.setattr(modeling.RealTokens, "pays_on", staticmethod(lambda device: pays))
+        monkeypatch.setattr(modeling.RealTokens, "worth_it", classmethod(lambda cls, mask: packed.append(pays)))
+        model(**inputs)
+    assert packed == [True]
 
 
 def test_inputs_embeds_equals_input_ids():

@@ -76,9 +76,11 @@ def evaluate_pairs(model, tokenizer, pairs, *, batch_size=32, seed=12345, autoca
     loader = DataLoader(pairs, batch_size=batch_size, collate_fn=collate)
     counts = dict(mlm_correct=0, mlm_tokens=0, pair_correct=0, pairs=0)
     model.eval()
+    device = next(model.parameters()).device  # the batches follow the model, and so does autocast
     for batch in loader:
+        batch = {name: value.to(device) for name, value in batch.items()}
         order = batch.pop("sentence_order_label")
-        with torch.autocast("cpu", dtype=autocast_dtype, enabled=autocast_dtype is not None):
+        with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
             # labels make the head run at the masked positions only: (num_masked, vocab) logits
             outputs = model(**batch)
         if getattr(outputs, "sop_logits", None) is None:

@@ -65,10 +65,11 @@ def model_transitions(model, tokenizer, texts, max_seq_length: int = 128, batch_
     if not texts:
         raise ValueError("No non-empty text to measure the layer transitions on")
     model.eval()
+    device = next(model.parameters()).device
     totals = None
     for start in range(0, len(texts), batch_size):
         batch = _encode(tokenizer, texts[start : start + batch_size], max_seq_length)
-        batch = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+        batch = {k: v.to(device) for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
         outputs = model(**batch, output_hidden_states=True)
         sums = transition_sums(outputs.hidden_states, batch["attention_mask"])
         totals = sums if totals is None else {k: totals[k] + sums[k] for k in totals}
