@@ -50,8 +50,9 @@ class AlbertHFConfig(PreTrainedConfig):
         always creates it; the official code only when E != H. Set False to reproduce the paper's E=768 counts.
     unpad_inputs (`bool`, defaults to `True`):
         When the batch has padding, run the token-wise work (projections, FFN, LayerNorms: all but the attention
-        scores) on the real tokens only, on CPUs (on CUDA devices the padded batch goes to SDPA as it is). Same results at every real token; the hidden states at padded positions
-        come out as zeros instead of transformers' meaningless values. Off when the whole model is compiled
+        scores) on the real tokens only, on CPUs (on CUDA devices the padded batch goes to SDPA as it is). Same
+        results at every real token; the hidden states at padded positions come out as zeros instead of
+        transformers' meaningless values. Off when the whole model is compiled
         (`compile_blocks` keeps it on), with `output_hidden_states` / `output_attentions`, and for attention
         kernels other than sdpa and eager.
     """
