@@ -1,0 +1,41 @@
+"""benchmarks/gpu_check.py, the first command to run on a GPU, runs every part here on the CPU with the tiny preset."""
+
+import json
+import os
+import sys
+
+import pytest
+from conftest import REPO, run_bounded
+
+
+def test_gpu_check_runs_every_part_on_the_cpu_and_writes_its_report(tmp_path):
+    out = tmp_path / "check.json"
+    done = run_bounded([sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--device", "cpu", "--preset",
+                        "tiny", "--steps", "4", "--out", str(out)], 600, cwd=tmp_path,
+                       env={**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["failed"] == [] and "Traceback" not in done.stderr
+    assert report["machine"]["device"] == "cpu" and report["machine"]["hardware"].startswith("cpu: ")
+    parity = report["parity"]
+    assert parity["passed"] and len([k for k in parity if k.startswith("AlbertHF")]) == 8
+    pretraining = report["pretraining"]
+    assert pretraining["steps"] == 4 and pretraining["tokens_per_s"] > 0 and 0 < pretraining["mfu"] < 1
+    assert 0 <= pretraining["eval_mlm_accuracy"] <= 1 and pretraining["precision"]
+    against = report["against_transformers"]
+    assert set(against["tokens_per_s"]) == {"transformers", "albert_hf"} and against["ratio"] > 0
+    assert 0 <= report["fine_tuning"]["eval_accuracy"] <= 1 and report["fine_tuning"]["steps"] == 2
+    fsdp = report["fsdp2_one_process"]
+    assert fsdp["passed"] and len(fsdp["losses"]["fsdp2"]) == 3
+
+
+def test_gpu_check_without_a_gpu_says_so_in_one_line(monkeypatch):
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import gpu_check
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    monkeypatch.setattr(gpu_check.torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit) as stop:
+        gpu_check.main(["--device", "cuda"])
+    assert str(stop.value).startswith("gpu_check.py: --device cuda, but torch sees no CUDA device")
