@@ -10,7 +10,8 @@ signal a second time cannot interrupt the save (SIGKILL still can; the previous 
 
 In a multi-process run the signal may reach one process only (a scheduler that signals one task, a Ctrl-C in one
 terminal of a multi-node run). The processes agree on it at every step boundary with one tiny all-reduce, so all of
-them stop after the same step and take part in the same checkpoint.
+them stop after the same step and take part in the same checkpoint. Each boundary reads the all-reduce of the one
+before (long arrived), so on a GPU the poll never waits for the queued work: the stop comes one step later.
 """
 
 import logging
@@ -39,6 +40,7 @@ class StopOnSignal:
         self.signals = signals
         self.received: int | None = None
         self._previous = {}
+        self._polled = None  # multi-process: the last poll's all-reduced flag on the host, and its copy's event
 
     def __enter__(self):
         if threading.current_thread() is not threading.main_thread():
@@ -69,12 +71,23 @@ class StopOnSignal:
                            "once, and the previous checkpoints stay whole)", name)
 
     def agreed(self, device=None) -> int | None:
-        """The stop signal received by any process (the highest number if several), or None."""
+        """The stop signal received by any process (the highest number if several), or None; with several
+        processes, as it stood at the previous call (see the module's docstring)."""
         local = self.received or 0
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            # every process answers with the previous poll's agreement, the same in all of them
             flag = torch.tensor([local], dtype=torch.int64, device=device)
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-            local = int(flag.item())
+            answer, event = self._polled if self._polled is not None else (torch.zeros(1, dtype=torch.int64), None)
+            if event is not None:
+                event.synchronize()  # recorded a step ago: done by now
+            local = int(answer.numpy()[0])  # a host tensor: no device read
+            on_cuda = flag.device.type == "cuda"
+            host = torch.empty(1, dtype=torch.int64, pin_memory=on_cuda)
+            host.copy_(flag, non_blocking=on_cuda)
+            self._polled = (host, torch.cuda.Event() if on_cuda else None)
+            if on_cuda:
+                self._polled[1].record()
         if local and self.received is None:
             self.received = local  # another process got it: this one stops too
         return local or None

@@ -809,7 +809,9 @@ def fit(run: Pretraining, stop: StopOnSignal | None = None) -> Outcome:
     # travel with the checkpoint (summed over processes, held by the main process), so that a resumed run logs
     # exactly what the uninterrupted run would have, wherever the checkpoint fell inside a window.
     window = torch.zeros(6, dtype=torch.float64, device=accelerator.device)
-    window_tokens, window_seconds = 0, 0.0
+    # this process's real tokens in the window, on the device: read (summed over processes) when it is logged
+    window_tokens = torch.zeros((), dtype=torch.float64, device=accelerator.device)
+    window_seconds = 0.0
     completed_steps, epoch, batches_in_epoch, skipped_steps = 0, 0, 0, 0
     path = run.checkpoints.resolve(args.resume_from_checkpoint) if args.resume_from_checkpoint else None
     if path is not None:
@@ -823,7 +825,8 @@ def fit(run: Pretraining, stop: StopOnSignal | None = None) -> Outcome:
                 raise InputError(f"--resume_from_checkpoint {path}: the logging window in its training state is "
                                  f"not {len(window)} + 2 numbers")
             window = torch.tensor(state["window"], dtype=torch.float64, device=accelerator.device)
-            window_tokens, window_seconds = state["window_tokens"], state["window_seconds"]
+            window_tokens.fill_(state["window_tokens"])
+            window_seconds = state["window_seconds"]
         if run.stream is not None:
             run.stream.load_state_dict(run.checkpoints.stream_state(path))
         if accelerator.is_main_process:
@@ -841,10 +844,10 @@ def fit(run: Pretraining, stop: StopOnSignal | None = None) -> Outcome:
     progress = tqdm(total=args.max_train_steps, initial=completed_steps, disable=not accelerator.is_main_process,
                     desc="pretraining", dynamic_ncols=True)
     def save_checkpoint() -> Path:  # a collective: every process calls it at the same step
-        window_sum = accelerator.reduce(window, "sum").cpu()
+        window_sum = accelerator.reduce(torch.cat([window, window_tokens.view(1)]), "sum").cpu().tolist()
         return run.checkpoints.save(completed_steps, {
             "step": completed_steps, "epoch": epoch, "batches_in_epoch": batches_in_epoch,
-            "skipped_steps": skipped_steps, "window": window_sum.tolist(), "window_tokens": window_tokens,
+            "skipped_steps": skipped_steps, "window": window_sum[:-1], "window_tokens": window_sum[-1],
             "window_seconds": time.perf_counter() - window_start,
         }, stream_state=None if run.stream is None else run.stream.state_dict())
 
@@ -865,16 +868,17 @@ def fit(run: Pretraining, stop: StopOnSignal | None = None) -> Outcome:
             batches_in_epoch += len(micro_batches)
             window += training_step(model, micro_batches, run.optimizer, run.scheduler, accelerator,
                                     args.max_grad_norm, args.loss_normalization)
-            window_tokens += sum(int(batch["attention_mask"].sum()) for batch in micro_batches) \
-                * accelerator.num_processes
+            for batch in micro_batches:
+                window_tokens += batch["attention_mask"].sum()
             completed_steps += 1
             skipped_steps += accelerator.optimizer_step_was_skipped
             progress.update(1)
 
             if completed_steps % args.logging_steps == 0 or completed_steps == args.max_train_steps:
                 elapsed = time.perf_counter() - window_start
-                train_metrics = metrics_from_counts(accelerator.reduce(window, "sum").cpu(), pair_task=args.task)
-                train_metrics.update(lr=run.scheduler.get_last_lr()[0], tokens_per_second=window_tokens / elapsed)
+                sums = accelerator.reduce(torch.cat([window, window_tokens.view(1)]), "sum").cpu()
+                train_metrics = metrics_from_counts(sums[:-1], pair_task=args.task)
+                train_metrics.update(lr=run.scheduler.get_last_lr()[0], tokens_per_second=float(sums[-1]) / elapsed)
                 if skipped_steps:
                     train_metrics["skipped_steps"] = skipped_steps  # fp16 overflows (no update, no LR step)
                 progress.set_postfix({k.replace("_accuracy", "_acc"): f"{v:.3g}" for k, v in train_metrics.items()
@@ -882,7 +886,8 @@ def fit(run: Pretraining, stop: StopOnSignal | None = None) -> Outcome:
                 log({f"train_{k}" if k not in ("lr", "tokens_per_second", "skipped_steps") else k: v
                      for k, v in train_metrics.items()})
                 window.zero_()
-                window_tokens, window_start = 0, time.perf_counter()
+                window_tokens.zero_()
+                window_start = time.perf_counter()
 
             if run.eval_dataloader is not None and args.eval_steps and completed_steps % args.eval_steps == 0:
                 eval_metrics = evaluate(model, run.eval_dataloader, accelerator, args.task)

@@ -33,6 +33,17 @@ def _one_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.fixture
+def fresh_accelerate_state():
+    """An accelerate state built in the test (an in-process Accelerator) is cleared before and after it."""
+    from accelerate.state import AcceleratorState, PartialState
+
+    AcceleratorState._reset_state(True)
+    yield
+    AcceleratorState._reset_state(True)
+    PartialState._reset_state()
+
+
 def tiny_config(**overrides):
     from albert_hf import AlbertHFConfig
 

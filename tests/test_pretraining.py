@@ -358,16 +358,6 @@ def test_bad_arguments_stop_with_a_clear_message(tmp_path):
     assert "nothing_here.txt" in done.stderr.strip().splitlines()[-1]
 
 
-@pytest.fixture
-def fresh_accelerate_state():
-    from accelerate.state import AcceleratorState, PartialState
-
-    AcceleratorState._reset_state(True)
-    yield
-    AcceleratorState._reset_state(True)
-    PartialState._reset_state()
-
-
 def test_fp16_overflow_skips_the_update_and_the_schedule_without_touching_weights(fresh_accelerate_state):
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
