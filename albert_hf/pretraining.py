@@ -125,6 +125,9 @@ class DataArguments:
         "help": "how many times the corpus is cut into pairs, each time differently (official: 40)"})
     preprocessing_num_workers: int | None = field(default=None, metadata={
         "help": "processes for tokenizing and building pairs (datasets' num_proc)"})
+    dataloader_num_workers: int | None = field(default=None, metadata={
+        "help": "DataLoader worker processes that mask and batch the pairs while the model runs (not with "
+        "--streaming); default: 2 with a CUDA device, 0 on CPUs (measured in BENCHMARKS.md)"})
     preprocess_only: bool = field(default=False, metadata={
         "help": "write the tokenizer and the pairs into --output_dir and stop, for runs with --prepared_data (the "
         "official create_pretraining_data.py step)"})
@@ -268,6 +271,11 @@ def check_args(args):
     if args.preprocess_only and args.streaming:
         raise InputError("--preprocess_only writes every pair to disk, and --streaming builds them as training "
                          "goes: drop one of them")
+    if args.dataloader_num_workers is not None and args.dataloader_num_workers < 0:
+        raise InputError("--dataloader_num_workers must be 0 or more")
+    if args.streaming and args.dataloader_num_workers:
+        raise InputError("--dataloader_num_workers with --streaming: the stream is read in the training process, "
+                         "whose position each checkpoint records; drop --dataloader_num_workers")
     if args.preprocess_only and args.resume_from_checkpoint:
         raise InputError("--preprocess_only trains nothing: drop --resume_from_checkpoint")
     if args.resume_from_checkpoint not in (None, "latest"):
@@ -688,7 +696,8 @@ def prepare(args) -> Pretraining:
         mixed_precision=precision.mixed_precision,  # accumulation is ours (fit, training_step), not accelerate's
         log_with=args.report_to if args.with_tracking else None,
         project_config=ProjectConfiguration(project_dir=args.output_dir, logging_dir=f"{args.output_dir}/runs"),
-        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True),
+        # batches are copied to a GPU from pinned memory without waiting (DataLoader's pin_memory below)
+        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, non_blocking=torch.cuda.is_available()),
     )
     start_logging(accelerator.is_main_process)
     if precision.warning and accelerator.is_main_process:  # first, before the data is built: stop a slow run early
@@ -729,15 +738,23 @@ def prepare(args) -> Pretraining:
     # Dynamic masks keyed on (seed, epoch, example) (`set_epoch` in `fit`): the same example gets the same mask
     # whatever the batching, the number of processes or a resume, so runs are exactly reproducible.
     collate = DataCollatorForAlbertPretraining(**masking)
+    # Workers mask and batch while the model runs; the masks stay keyed on (seed, epoch, example) in every worker.
+    workers = args.dataloader_num_workers
+    if workers is None:
+        workers = 2 if accelerator.device.type == "cuda" and not args.streaming else 0
+    loading = dict(num_workers=workers, pin_memory=accelerator.device.type == "cuda")
     train_dataloader = DataLoader(train_pairs, batch_size=args.per_device_train_batch_size, collate_fn=collate,
-                                  shuffle=hasattr(train_pairs, "__len__"))
+                                  shuffle=hasattr(train_pairs, "__len__"), **loading)
     eval_dataloader = None
     if eval_pairs is not None:
         # Static masking: every evaluation sees the same masks, so the numbers are comparable over time.
         eval_dataloader = DataLoader(eval_pairs, batch_size=args.per_device_eval_batch_size,
-                                     collate_fn=DataCollatorForAlbertPretraining(**masking, static_masking=True))
+                                     collate_fn=DataCollatorForAlbertPretraining(**masking, static_masking=True),
+                                     **loading)
 
     notes = list(fsdp_request.notes) if fsdp_request is not None else []
+    if workers:
+        notes.append(f"{workers} DataLoader worker{'s' * (workers > 1)}")
     if args.task == "none":
         notes.append("--task none: the pooler and the sentence-order head are frozen (no loss trains them)")
     if fsdp_request is not None and fsdp_request.activation_checkpointing:
@@ -861,7 +878,8 @@ def fit(run: Pretraining, stop: StopOnSignal | None = None) -> Outcome:
             run.train_dataloader.set_epoch(epoch)
         batches = run.train_dataloader
         if run.stream is not None:  # unprepared (see prepare); resumed by its state_dict, not by skipping
-            batches = (send_to_device(batch, accelerator.device) for batch in batches)
+            batches = (send_to_device(batch, accelerator.device, non_blocking=accelerator.non_blocking)
+                       for batch in batches)
         elif batches_in_epoch:
             batches = accelerator.skip_first_batches(run.train_dataloader, batches_in_epoch)
         for micro_batches in accumulation_groups(batches, args.gradient_accumulation_steps):

@@ -249,6 +249,19 @@ def test_resume_from_a_checkpoint_inside_a_logging_window_logs_the_uninterrupted
     check_same_weights_and_curve(resumed, reference_run, after_step=step)
 
 
+def test_dataloader_workers_change_nothing_but_the_speed(tmp_path, reference_run):
+    """Two DataLoader workers mask and batch the pairs: the uninterrupted run's weights and curve, and again
+    when resumed from one of its checkpoints (masks are keyed on seed, epoch and example, not on a worker)."""
+    workers = [*RESUME_ARGS, "--dataloader_num_workers", "2"]
+    resumed = [*workers, "--resume_from_checkpoint", str(reference_run / "step_6")]
+    results, done = pretrain_runs([(tmp_path / "workers", workers), (tmp_path / "resumed", resumed)],
+                                  steps_only=False)
+    assert [result["status"] for result in results] == [0, 0], results
+    assert done.stderr.count("; 2 DataLoader workers") == 2  # in each start line
+    check_same_weights_and_curve(tmp_path / "workers", reference_run, after_step=0)
+    check_same_weights_and_curve(tmp_path / "resumed", reference_run, after_step=6)
+
+
 def test_sigkill_mid_run_then_resume_ends_with_the_same_weights(tmp_path, reference_run):
     interrupted = tmp_path / "interrupted"
     process = pretrain(interrupted, *RESUME_ARGS, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

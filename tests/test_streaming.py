@@ -182,6 +182,14 @@ def test_a_stopped_streaming_run_resumes_to_the_uninterrupted_weights(tmp_path, 
     check_same_weights_and_curve(run, reference, after_step=0)
 
 
+def test_dataloader_workers_with_streaming_stop_with_one_line(tmp_path):
+    with pytest.raises(InputError) as stop:
+        parse_args(["--output_dir", str(tmp_path / "run"), "--streaming", "--dataloader_num_workers", "2"])
+    assert str(stop.value).startswith("--dataloader_num_workers with --streaming: the stream is read in the "
+                                      "training process")
+    parse_args(["--output_dir", str(tmp_path / "run"), "--streaming", "--dataloader_num_workers", "0"])  # accepted
+
+
 def test_preprocess_only_with_streaming_stops_with_one_line(tmp_path):
     with pytest.raises(InputError) as stop:
         parse_args(["--output_dir", str(tmp_path / "run"), "--preprocess_only", "--streaming"])
