@@ -301,16 +301,17 @@ def test_partial_checkpoints_are_never_resumed_from(tmp_path):
 
 def test_two_processes_and_accumulation_follow_the_same_loss_curve_as_one(tmp_path):
     args = ["--max_train_steps", "8", "--eval_steps", "0", "--validation_split_percentage", "0"]
-    single = tmp_path / "single"
-    pretrain(single, *args)
+    single, accumulated = tmp_path / "single", tmp_path / "accumulated"
+    # same global batch: 2 processes x 4 = 1 process x 8 = 1 process x 4 x 2 accumulation steps (one process
+    # for the two one-process runs; the curve is all they are compared by)
+    results, _ = pretrain_runs([(single, args), (accumulated, [*args, "--per_device_train_batch_size", "4",
+                                                               "--gradient_accumulation_steps", "2"])])
+    assert [result["status"] for result in results] == [0, 0], results
     double = tmp_path / "double"
     launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
                 "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
-    # same global batch: 2 processes x 4 = 1 process x 8 = 1 process x 4 x 2 accumulation steps
     done = pretrain(double, *args, "--per_device_train_batch_size", "4", launcher=launcher)
     assert "2 processes" in done.stderr
-    accumulated = tmp_path / "accumulated"
-    pretrain(accumulated, *args, "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2")
     one = metrics(single)
     for other in (metrics(double), metrics(accumulated)):
         check_same_curve(one, other)
