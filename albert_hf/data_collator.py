@@ -60,6 +60,17 @@ def ngram_probabilities(max_ngram: int, favor_shorter_ngram: bool = True) -> np.
     return p if favor_shorter_ngram else p[::-1].copy()
 
 
+def fixed_size_positions(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The masked positions of each row (labels != -100), ascending, as the official `masked_lm_positions` /
+    `masked_lm_weights`: (batch, P) arrays, P the widest row's count (at least 1), padded with 0 / 0.0."""
+    masked = labels != -100
+    counts = masked.sum(axis=1)
+    width = max(1, int(counts.max()) if len(counts) else 0)
+    order = np.argsort(~masked, axis=1, kind="stable")[:, :width]  # masked first, in order
+    valid = np.arange(width)[None, :] < counts[:, None]
+    return np.where(valid, order, 0).astype(np.int64), valid.astype(np.float32)
+
+
 def masking_budget(length: int | np.ndarray, mlm_probability: float, max_predictions_per_seq: int):
     """min(max_predictions, max(1, round(p · length))); numpy's rint rounds half to even like Python's round."""
     return np.minimum(max_predictions_per_seq, np.maximum(1, np.rint(np.asarray(length) * mlm_probability)))
@@ -131,7 +142,10 @@ class DataCollatorForAlbertPretraining:
     Input features: "input_ids" ([CLS] A [SEP] B [SEP]), optionally "token_type_ids" (else 0 up to the first
     [SEP], 1 after it), "attention_mask" (ignored, rebuilt), "sentence_order_label" (passed through when every
     feature has it). Output: input_ids, attention_mask, token_type_ids, labels, [sentence_order_label],
-    padded to a multiple of `pad_to_multiple_of`.
+    padded to a multiple of `pad_to_multiple_of`. With `masked_positions`, also the official fixed-size form of
+    the masked tokens: masked_lm_positions (batch, P) and masked_lm_weights (batch, P, float), P the widest row's
+    count (at least 1), each row's positions ascending, padded with position 0 and weight 0. Given them,
+    `AlbertHFForPreTraining` sizes its MLM head from their shape instead of reading counts from the device.
     """
 
     tokenizer: Any
@@ -144,6 +158,7 @@ class DataCollatorForAlbertPretraining:
     pad_to_multiple_of: int | None = 8
     max_length: int | None = None
     return_tensors: str = "pt"
+    masked_positions: bool = False
     _rng: Any = field(default=None, init=False, repr=False)
     _rng_key: Any = field(default=None, init=False, repr=False)
     _epoch: int | None = field(default=None, init=False, repr=False)
@@ -248,8 +263,12 @@ class DataCollatorForAlbertPretraining:
             if not all(has_label):
                 raise ValueError("Some features have a sentence_order_label and some do not")
             batch["sentence_order_label"] = np.array([int(f["sentence_order_label"]) for f in features])
+        if self.masked_positions:
+            batch["masked_lm_positions"], weights = fixed_size_positions(labels)
         if self.return_tensors == "pt":
             batch = {k: torch.from_numpy(np.ascontiguousarray(v, dtype=np.int64)) for k, v in batch.items()}
+        if self.masked_positions:
+            batch["masked_lm_weights"] = torch.from_numpy(weights) if self.return_tensors == "pt" else weights
         return batch
 
     # ------------------------------------------------------------------------------------------------------------

@@ -405,7 +405,8 @@ class AlbertHFForPreTrainingOutput(ModelOutput):
 
     loss: mlm_loss + sop_loss (whichever labels were given).
     prediction_logits: (batch, seq, vocab) without labels; with `labels`, only the masked positions,
-        (num_masked, vocab) in row-major order of `labels != -100` (the official sparse MLM head).
+        (num_masked, vocab) in row-major order of `labels != -100` (the official sparse MLM head); with
+        `masked_lm_positions` too, (batch * P, vocab), one row per position, those of weight 0 included.
     sop_logits: (batch, 2); label 0 = original order, 1 = swapped.
     """
 
@@ -544,23 +545,27 @@ class SummedSoftmaxCrossEntropy(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, logits, targets):
+    def forward(ctx, logits, targets, weights=None):
+        """`weights` (rows,), optional: each row's loss is multiplied by its weight (0 drops a padding row)."""
         probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
         picked = probs.gather(1, targets.unsqueeze(1)).squeeze(1)
-        ctx.save_for_backward(probs, targets)
+        ctx.save_for_backward(probs, targets, weights)
         ctx.logits_dtype = logits.dtype
         # -log p: exact for p down to fp32's smallest normal number (a loss of 87 per token); below, capped there.
-        return -picked.clamp_min(torch.finfo(torch.float32).tiny).log().sum()
+        losses = -picked.clamp_min(torch.finfo(torch.float32).tiny).log()
+        return (losses if weights is None else losses * weights).sum()
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_loss):
-        probs, targets = ctx.saved_tensors
+        probs, targets, weights = ctx.saved_tensors
         # In place: a fresh (masked tokens x vocabulary) fp32 tensor costs its page faults on every step. A second
         # backward through the same graph (retain_graph) then fails autograd's saved-tensor version check.
         grad = probs.mul_(grad_loss)
         grad.scatter_add_(1, targets.unsqueeze(1), (-grad_loss).expand(targets.shape[0], 1).contiguous())
-        return grad.to(ctx.logits_dtype), None
+        if weights is not None:
+            grad.mul_(weights.unsqueeze(1))
+        return grad.to(ctx.logits_dtype), None, None
 
 
 def sparse_mlm_logits_and_loss(head, masked_hidden_states, targets):
@@ -571,6 +576,15 @@ def sparse_mlm_logits_and_loss(head, masked_hidden_states, targets):
     """
     logits = head(masked_hidden_states)
     loss = SummedSoftmaxCrossEntropy.apply(logits, targets) / max(targets.numel(), 1)
+    return logits, loss
+
+
+def fixed_size_mlm_logits_and_loss(head, states, targets, weights):
+    """The same head on the official fixed-size form: `states` (rows, H) at every position of
+    `masked_lm_positions`, `targets` and `weights` (rows,), weight 0 for padding. Returns (logits (rows, V), the
+    weighted mean cross-entropy), with no count read from the device."""
+    logits = head(states)
+    loss = SummedSoftmaxCrossEntropy.apply(logits, targets, weights) / weights.sum().clamp(min=1)
     return logits, loss
 
 
@@ -609,19 +623,30 @@ class AlbertHFForPreTraining(AlbertHFPreTrainedModel):
         inputs_embeds=None,
         labels=None,
         sentence_order_label=None,
+        masked_lm_positions=None,
+        masked_lm_weights=None,
         **kwargs,
     ) -> AlbertHFForPreTrainingOutput:
         r"""
         labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`): MLM targets, -100 where not predicted.
             When given, the MLM head runs only at the predicted positions (see `AlbertHFForPreTrainingOutput`).
         sentence_order_label (`torch.LongTensor` of shape `(batch_size,)`): 0 = original order, 1 = swapped.
+        masked_lm_positions, masked_lm_weights (`(batch_size, P)`, with `labels`): the same positions in the
+            official fixed-size form (`DataCollatorForAlbertPretraining(masked_positions=True)`), weight 0 for
+            padding. The head then runs at all batch * P positions, sized by their shape: nothing is read from
+            the device to size it (on a GPU such reads stall the queue).
         """
         # With labels only [CLS] and the masked tokens are read: the last block computes just those (not when
         # this forward itself is compiled, where their data-dependent count would break the graph).
         positions = valid = None
-        masked = labels != -100 if labels is not None else None
-        if (masked is not None and self.albert.can_skip_work(attention_mask, kwargs)
-                and not torch.compiler.is_compiling()):
+        fixed = labels is not None and masked_lm_positions is not None
+        masked = labels != -100 if labels is not None and not fixed else None
+        skip = labels is not None and self.albert.can_skip_work(attention_mask, kwargs) \
+            and not torch.compiler.is_compiling()
+        if skip and fixed:
+            cls = masked_lm_positions.new_zeros(masked_lm_positions.shape[0], 1)
+            positions = torch.cat([cls, masked_lm_positions], dim=1)
+        elif skip:
             positions, valid = masked_positions(masked)
         outputs = self.albert(
             input_ids,
@@ -637,7 +662,18 @@ class AlbertHFForPreTraining(AlbertHFPreTrainedModel):
         sop_logits = self.sop_classifier(pooled_output)
 
         mlm_loss = sop_loss = loss = None
-        if labels is not None:
+        if fixed:
+            if positions is None:  # the whole sequence was computed: take the positions from it
+                index = masked_lm_positions.unsqueeze(-1).expand(-1, -1, sequence_output.shape[-1])
+                states = sequence_output.gather(1, index)
+            else:
+                states = sequence_output[:, 1:]
+            # padding rows (weight 0) may point at a position without a target: any id serves there
+            targets = labels.gather(1, masked_lm_positions).clamp(min=0)
+            prediction_logits, mlm_loss = fixed_size_mlm_logits_and_loss(
+                self.predictions, states.flatten(0, 1), targets.flatten(), masked_lm_weights.flatten().float())
+            loss = mlm_loss
+        elif labels is not None:
             # row-major order of `masked` either way: the positions are ascending within each row
             masked_states = sequence_output[:, 1:][valid] if positions is not None else sequence_output[masked]
             prediction_logits, mlm_loss = sparse_mlm_logits_and_loss(self.predictions, masked_states, labels[masked])

@@ -326,14 +326,12 @@ def example_counts(outputs, batch) -> torch.Tensor:
     counts = torch.zeros(sop_logits.shape[0], 6, dtype=torch.float64, device=sop_logits.device)
     labels = batch.get("labels")
     if labels is not None and outputs.mlm_loss is not None:
-        masked = labels != -100
-        owner = masked.nonzero()[:, 0]  # the example of each predicted token, in the head's row order
-        targets = labels[masked]
+        targets, weights, owner = mlm_targets(batch)
         logits = outputs.prediction_logits.float()
-        token_loss = torch.nn.functional.cross_entropy(logits, targets, reduction="none").double()
+        token_loss = torch.nn.functional.cross_entropy(logits, targets, reduction="none").double() * weights
         counts[:, 0].index_add_(0, owner, token_loss)
-        counts[:, 1].index_add_(0, owner, (logits.argmax(-1) == targets).double())
-        counts[:, 2] = masked.sum(1)
+        counts[:, 1].index_add_(0, owner, (logits.argmax(-1) == targets).double() * weights)
+        counts[:, 2].index_add_(0, owner, weights)
     order = batch.get("sentence_order_label")
     if order is not None and outputs.sop_loss is not None:
         counts[:, 3] = torch.nn.functional.cross_entropy(sop_logits.float(), order, reduction="none").double()
@@ -353,16 +351,39 @@ def step_counts(outputs, batch) -> torch.Tensor:
     counts = torch.zeros(6, dtype=torch.float64, device=outputs.sop_logits.device)
     labels = batch.get("labels")
     if labels is not None and outputs.mlm_loss is not None:
-        targets = labels[labels != -100]  # in the head's row order
-        counts[0] = outputs.mlm_loss.double() * targets.numel()
-        counts[1] = (outputs.prediction_logits.argmax(-1) == targets).sum()
-        counts[2] = targets.numel()
+        targets, weights, _ = mlm_targets(batch)  # in the head's row order
+        masked = weights.sum()
+        counts[0] = outputs.mlm_loss.double() * masked
+        counts[1] = ((outputs.prediction_logits.argmax(-1) == targets).double() * weights).sum()
+        counts[2] = masked
     order = batch.get("sentence_order_label")
     if order is not None and outputs.sop_loss is not None:
         counts[3] = outputs.sop_loss.double() * order.numel()
         counts[4] = (outputs.sop_logits.argmax(-1) == order).sum()
         counts[5] = order.numel()
     return counts
+
+
+def mlm_targets(batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The MLM head's rows as the model orders them: (target ids, weights (float64: 1, or 0 for the padding of
+    the fixed-size form), the example of each row). From `masked_lm_positions` when the batch has them (no count
+    read from the device), else from `labels != -100`."""
+    labels = batch["labels"]
+    positions = batch.get("masked_lm_positions")
+    if positions is not None:
+        weights = batch["masked_lm_weights"].flatten().double()
+        owner = torch.arange(labels.shape[0], device=labels.device).repeat_interleave(positions.shape[1])
+        return labels.gather(1, positions).clamp(min=0).flatten(), weights, owner
+    masked = labels != -100
+    targets = labels[masked]
+    return targets, targets.new_ones(targets.shape, dtype=torch.float64), masked.nonzero()[:, 0]
+
+
+def masked_count(batch) -> torch.Tensor:
+    """The batch's masked tokens, as a device tensor (from the collator's weights when it gave them)."""
+    if batch.get("masked_lm_weights") is not None:
+        return batch["masked_lm_weights"].sum()
+    return (batch["labels"] != -100).sum()
 
 
 def metrics_from_counts(totals: torch.Tensor, prefix: str = "", pair_task: str = "sop") -> dict:
@@ -733,8 +754,9 @@ def prepare(args) -> Pretraining:
         raise InputError(next(found for found in problems if found))
     tokenizer, train_pairs, eval_pairs = data.tokenizer, data.train_pairs, data.eval_pairs
 
+    # the fixed-size masked positions: the model sizes its MLM head without reading counts from the device
     masking = dict(tokenizer=tokenizer, mlm_probability=args.mlm_probability, max_ngram=args.max_ngram,
-                   max_predictions_per_seq=args.max_predictions_per_seq, seed=args.seed)
+                   max_predictions_per_seq=args.max_predictions_per_seq, seed=args.seed, masked_positions=True)
     # Dynamic masks keyed on (seed, epoch, example) (`set_epoch` in `fit`): the same example gets the same mask
     # whatever the batching, the number of processes or a resume, so runs are exactly reproducible.
     collate = DataCollatorForAlbertPretraining(**masking)
@@ -1005,7 +1027,7 @@ def loss_weights(micro_batches, accelerator, normalization: str = "global") -> t
     counts = torch.zeros(2, dtype=torch.float64, device=device)
     for batch in micro_batches:
         if batch.get("labels") is not None:
-            counts[0] += (batch["labels"] != -100).sum()
+            counts[0] += masked_count(batch)
         if batch.get("sentence_order_label") is not None:
             counts[1] += batch["sentence_order_label"].numel()
     scale = 1.0
@@ -1018,7 +1040,7 @@ def weighted_loss(outputs, batch, weights: torch.Tensor) -> torch.Tensor:
     """A micro-batch's share of the step's loss (`loss_weights`), from the means the model computed."""
     loss = outputs.sop_logits.new_zeros(())
     if outputs.mlm_loss is not None:
-        loss = loss + outputs.mlm_loss * ((batch["labels"] != -100).sum() * weights[0]).to(loss.dtype)
+        loss = loss + outputs.mlm_loss * (masked_count(batch) * weights[0]).to(loss.dtype)
     if outputs.sop_loss is not None:
         loss = loss + outputs.sop_loss * (batch["sentence_order_label"].numel() * weights[1]).to(loss.dtype)
     return loss

@@ -282,6 +282,24 @@ def test_output_format_and_pass_through(real_features):
     assert batch["sentence_order_label"].tolist() == [f["sentence_order_label"] for f in features]
 
 
+def test_masked_positions_give_the_official_fixed_size_form(real_features):
+    tok = tokenizer()
+    features = list(real_features[:37])
+    plain = DataCollatorForAlbertPretraining(tokenizer=tok, seed=0)(features)
+    batch = DataCollatorForAlbertPretraining(tokenizer=tok, seed=0, masked_positions=True)(features)
+    assert set(batch) == set(plain) | {"masked_lm_positions", "masked_lm_weights"}
+    assert all(torch.equal(batch[k], plain[k]) for k in plain)  # the same masks
+    positions, weights = batch["masked_lm_positions"], batch["masked_lm_weights"]
+    masked = batch["labels"] != -100
+    assert positions.dtype == torch.long and weights.dtype == torch.float32
+    assert positions.shape == weights.shape == (37, int(masked.sum(1).max()))
+    for row in range(37):
+        count = int(masked[row].sum())
+        assert positions[row, :count].tolist() == masked[row].nonzero().squeeze(1).tolist()  # ascending
+        assert weights[row].tolist() == [1.0] * count + [0.0] * (positions.shape[1] - count)
+        assert not positions[row, count:].any()
+
+
 def test_token_types_derived_when_absent():
     tok = tokenizer()
     encoded = tok("Return the value.", "Raise an error otherwise.")

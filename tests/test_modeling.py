@@ -82,6 +82,41 @@ def test_sparse_mlm_head_predicts_only_masked_positions():
     assert sparse.loss is sparse.mlm_loss and sparse.sop_loss is None
 
 
+@pytest.mark.parametrize("with_padding_removal", [True, False])
+def test_fixed_size_masked_positions_give_the_sparse_heads_logits_loss_and_gradients(with_padding_removal,
+                                                                                     monkeypatch):
+    """The official masked_lm_positions / masked_lm_weights form (rows of weight 0 padding a short row): the
+    valid rows are the sparse head's rows, the loss and every gradient are the same."""
+    from albert_hf.data_collator import fixed_size_positions
+    from albert_hf.modeling_albert_hf import RealTokens
+
+    if not with_padding_removal:
+        monkeypatch.setattr(RealTokens, "pays_on", staticmethod(lambda device: False))
+    torch.manual_seed(0)
+    model = AlbertHFForPreTraining(tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+    inputs = make_inputs(pad_from=18)
+    labels = mlm_labels(inputs["input_ids"], every=3)
+    labels[1, 18:] = -100
+    labels[2, 10:] = -100  # rows with 8, 6 and 3 masked tokens: padding in the fixed-size form
+    positions, weights = (torch.from_numpy(a) for a in fixed_size_positions(labels.numpy()))
+    assert positions.shape == (3, 8) and weights.sum() == (labels != -100).sum()
+    order = torch.tensor([0, 1, 1])
+    sparse = model(**inputs, labels=labels, sentence_order_label=order)
+    sparse.loss.backward()
+    expected = {name: param.grad.clone() for name, param in model.named_parameters() if param.grad is not None}
+    model.zero_grad()
+    fixed = model(**inputs, labels=labels, sentence_order_label=order, masked_lm_positions=positions,
+                  masked_lm_weights=weights)
+    fixed.loss.backward()
+    assert fixed.prediction_logits.shape == (3 * 8, model.config.vocab_size)
+    valid = weights.flatten().bool()
+    torch.testing.assert_close(fixed.prediction_logits[valid], sparse.prediction_logits, rtol=0, atol=1e-5)
+    torch.testing.assert_close(fixed.mlm_loss, sparse.mlm_loss, rtol=1e-6, atol=1e-6)
+    for name, param in model.named_parameters():
+        if name in expected:
+            torch.testing.assert_close(param.grad, expected[name], rtol=1e-5, atol=1e-7, msg=name)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_mlm_loss_function_matches_cross_entropy_in_value_and_gradient(dtype):
     generator = torch.Generator().manual_seed(0)
