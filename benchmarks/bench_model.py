@@ -126,12 +126,14 @@ def make_batch(config, batch, seq, generator, masked_per_seq=MASKED_PER_SEQ):
                 labels=labels, sentence_order_label=torch.randint(0, 2, (batch,), generator=generator))
 
 
-def autocast(mode):
-    return torch.autocast("cpu", dtype=torch.bfloat16) if mode == "bf16" else nullcontext()
+def autocast(mode, model):
+    """bf16 autocast on the device the model is on (these benchmarks keep it on the CPU), or nothing for fp32."""
+    device = next(model.parameters()).device.type
+    return torch.autocast(device, dtype=torch.bfloat16) if mode == "bf16" else nullcontext()
 
 
 def train_step(model, optimizer, batch, mode):
-    with autocast(mode):
+    with autocast(mode, model):
         loss = model(**batch).loss
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -218,7 +220,7 @@ def bench_classification_inference(preset, mode, batches, steps, warmup, compile
     with torch.no_grad():
         for step in range(warmup + steps):
             for name, model in list(models.items())[:: 1 if step % 2 == 0 else -1]:
-                with autocast(mode):
+                with autocast(mode, model):
                     seconds = timed(lambda: [model(**batch) for batch in batches])
                 if step >= warmup:
                     times[name].append(seconds)
@@ -301,7 +303,7 @@ def step_tensor_memory(model, batch, mode) -> dict:
         return tensor
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        with autocast(mode):
+        with autocast(mode, model):
             loss = model(**batch).loss
     loss.backward()
     model.zero_grad(set_to_none=True)

@@ -38,7 +38,7 @@ def step(model, optimizer, batch, profiled=False):
         start = time.perf_counter()
         with torch.profiler.record_function(phase) if profiled else nullcontext():
             if phase == "forward":
-                with torch.autocast("cpu", dtype=torch.bfloat16):
+                with torch.autocast(next(model.parameters()).device.type, dtype=torch.bfloat16):
                     loss = model(**batch).loss
             elif phase == "backward":
                 loss.backward()
