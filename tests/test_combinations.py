@@ -21,7 +21,12 @@ BORROWING = ["attention", "ffn"]  # also trained 4 steps to the end under DDP an
 
 @pytest.fixture(scope="module")
 def setups(tmp_path_factory):
-    """Per setup: its cases (sharing, task, accumulation, reshard), their output folders, results, the launch."""
+    """Per setup: its cases (sharing, task, accumulation, reshard), their output folders, results, the launch.
+    The tiny preset with 2 layers: block 1 borrows from block 0, and each run costs less."""
+    from albert_hf import AlbertHFConfig
+
+    model = tmp_path_factory.mktemp("config")
+    AlbertHFConfig.from_preset("tiny", num_hidden_layers=2).save_pretrained(model)
     found = {}
     for setup, (launcher, reshards) in SETUPS.items():
         root = tmp_path_factory.mktemp(setup.replace(" ", "_"))
@@ -29,13 +34,14 @@ def setups(tmp_path_factory):
         for reshard, (sharing, task, accumulation) in itertools.product(reshards, SWITCHES):
             env = {"FSDP_RESHARD_AFTER_FORWARD": reshard} if reshard else {}
             runs.append((root / f"{sharing}-{task}-{accumulation}-{reshard}",
-                         ["--model_config", "tiny", "--sharing", sharing, "--task", task,
+                         ["--config_name", str(model), "--sharing", sharing, "--task", task,
                           "--gradient_accumulation_steps", str(accumulation), *STEPS], env))
             cases.append((sharing, task, accumulation, reshard))
         if launcher is not None:
             for sharing in BORROWING:
-                runs.append((root / f"full-{sharing}", ["--model_config", "tiny", "--sharing", sharing, *STEPS,
-                                                         "--max_train_steps", "4", "--per_device_train_batch_size", "4"],
+                full = ["--config_name", str(model), "--sharing", sharing, *STEPS, "--max_train_steps", "4",
+                        "--per_device_train_batch_size", "4"]
+                runs.append((root / f"full-{sharing}", full,
                              {"FSDP_RESHARD_AFTER_FORWARD": "true"} if reshards[0] else {}, False))
         results, done = pretrain_runs(runs, launcher=launcher, steps_only=True)
         found[setup] = cases, [run[0] for run in runs], results, done
