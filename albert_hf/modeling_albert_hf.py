@@ -568,24 +568,18 @@ class SummedSoftmaxCrossEntropy(torch.autograd.Function):
         return grad.to(ctx.logits_dtype), None, None
 
 
-def sparse_mlm_logits_and_loss(head, masked_hidden_states, targets):
+def sparse_mlm_logits_and_loss(head, masked_hidden_states, targets, weights=None):
     """The MLM head only at the masked tokens (the official `masked_lm_positions` gather).
 
     Returns (logits of shape (num_masked, V), mean cross-entropy over the masked tokens of the whole batch).
-    A batch without masked tokens gives loss 0, as the official `/ (sum(weights) + 1e-5)` does.
+    A batch without masked tokens gives loss 0, as the official `/ (sum(weights) + 1e-5)` does. With `weights`
+    (rows,), the official fixed-size form: rows of weight 0 pad it, and the mean is over the weights' sum, a
+    device tensor, so no count is read from the device.
     """
     logits = head(masked_hidden_states)
-    loss = SummedSoftmaxCrossEntropy.apply(logits, targets) / max(targets.numel(), 1)
-    return logits, loss
-
-
-def fixed_size_mlm_logits_and_loss(head, states, targets, weights):
-    """The same head on the official fixed-size form: `states` (rows, H) at every position of
-    `masked_lm_positions`, `targets` and `weights` (rows,), weight 0 for padding. Returns (logits (rows, V), the
-    weighted mean cross-entropy), with no count read from the device."""
-    logits = head(states)
-    loss = SummedSoftmaxCrossEntropy.apply(logits, targets, weights) / weights.sum().clamp(min=1)
-    return logits, loss
+    if weights is None:
+        return logits, SummedSoftmaxCrossEntropy.apply(logits, targets) / max(targets.numel(), 1)
+    return logits, SummedSoftmaxCrossEntropy.apply(logits, targets, weights) / weights.sum().clamp(min=1)
 
 
 _TIED_DECODER = {
@@ -670,7 +664,7 @@ class AlbertHFForPreTraining(AlbertHFPreTrainedModel):
                 states = sequence_output[:, 1:]
             # padding rows (weight 0) may point at a position without a target: any id serves there
             targets = labels.gather(1, masked_lm_positions).clamp(min=0)
-            prediction_logits, mlm_loss = fixed_size_mlm_logits_and_loss(
+            prediction_logits, mlm_loss = sparse_mlm_logits_and_loss(
                 self.predictions, states.flatten(0, 1), targets.flatten(), masked_lm_weights.flatten().float())
             loss = mlm_loss
         elif labels is not None:

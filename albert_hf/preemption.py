@@ -82,12 +82,13 @@ class StopOnSignal:
             if event is not None:
                 event.synchronize()  # recorded a step ago: done by now
             local = int(answer.numpy()[0])  # a host tensor: no device read
-            on_cuda = flag.device.type == "cuda"
-            host = torch.empty(1, dtype=torch.int64, pin_memory=on_cuda)
-            host.copy_(flag, non_blocking=on_cuda)
-            self._polled = (host, torch.cuda.Event() if on_cuda else None)
-            if on_cuda:
-                self._polled[1].record()
+            if flag.device.type == "cuda":  # copied to pinned host memory behind the queued work
+                host, event = torch.empty(1, dtype=torch.int64, pin_memory=True), torch.cuda.Event()
+                host.copy_(flag, non_blocking=True)
+                event.record()
+                self._polled = (host, event)
+            else:
+                self._polled = (flag, None)
         if local and self.received is None:
             self.received = local  # another process got it: this one stops too
         return local or None

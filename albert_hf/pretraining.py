@@ -786,11 +786,11 @@ def prepare(args) -> Pretraining:
         model = load_on_first_process(accelerator, lambda: build_model(args, tokenizer),
                                       lambda config: finish_model(AlbertHFForPreTraining(config), args, tokenizer))
         notes.append("fsdp_cpu_ram_efficient_loading: the first process read --model_name_or_path, the others "
-                          "received their shards")
+                     "received their shards")
     else:
         if fsdp_request is not None and fsdp_request.ram_efficient_loading:
             notes.append("fsdp_cpu_ram_efficient_loading: nothing to load (no --model_name_or_path); every "
-                              "process builds the same weights from --seed")
+                         "process builds the same weights from --seed")
         model = build_model(args, tokenizer)
     if args.torch_compile:
         model.compile_blocks()
@@ -882,11 +882,14 @@ def fit(run: Pretraining, stop: StopOnSignal | None = None) -> Outcome:
 
     progress = tqdm(total=args.max_train_steps, initial=completed_steps, disable=not accelerator.is_main_process,
                     desc="pretraining", dynamic_ncols=True)
+    def window_sums() -> torch.Tensor:  # a collective: the six counts, then the real tokens, over all processes
+        return accelerator.reduce(torch.cat([window, window_tokens.view(1)]), "sum").cpu()
+
     def save_checkpoint() -> Path:  # a collective: every process calls it at the same step
-        window_sum = accelerator.reduce(torch.cat([window, window_tokens.view(1)]), "sum").cpu().tolist()
+        *sums, tokens = window_sums().tolist()
         return run.checkpoints.save(completed_steps, {
             "step": completed_steps, "epoch": epoch, "batches_in_epoch": batches_in_epoch,
-            "skipped_steps": skipped_steps, "window": window_sum[:-1], "window_tokens": window_sum[-1],
+            "skipped_steps": skipped_steps, "window": sums, "window_tokens": tokens,
             "window_seconds": time.perf_counter() - window_start,
         }, stream_state=None if run.stream is None else run.stream.state_dict())
 
@@ -916,7 +919,7 @@ def fit(run: Pretraining, stop: StopOnSignal | None = None) -> Outcome:
 
             if completed_steps % args.logging_steps == 0 or completed_steps == args.max_train_steps:
                 elapsed = time.perf_counter() - window_start
-                sums = accelerator.reduce(torch.cat([window, window_tokens.view(1)]), "sum").cpu()
+                sums = window_sums()
                 train_metrics = metrics_from_counts(sums[:-1], pair_task=args.task)
                 train_metrics.update(lr=run.scheduler.get_last_lr()[0], tokens_per_second=float(sums[-1]) / elapsed)
                 if skipped_steps:

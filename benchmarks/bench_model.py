@@ -57,14 +57,14 @@ def auto_mode() -> str:
     return "bf16" if choose_precision(detect()).mixed_precision == "bf16" else "fp32"
 
 
-def _rates(fn, flops, repeat, warmup=3) -> list[float]:
+def _rates(fn, flops, repeat, warmup=3, device=None) -> list[float]:
     """TFLOP/s of each of `repeat` timed calls of `fn` (which does `flops`), after `warmup` untimed ones."""
     for _ in range(warmup):
         fn()
-    return [flops / timed(fn) / 1e12 for _ in range(repeat)]
+    return [flops / timed(fn, device) / 1e12 for _ in range(repeat)]
 
 
-def gemm_peak(config, tokens=4096, dtype=torch.bfloat16, repeat=10) -> dict:
+def gemm_peak(config, tokens=4096, dtype=torch.bfloat16, repeat=10, device="cpu") -> dict:
     """The MFU denominator: `F.linear` TFLOP/s at the model's own GEMM shapes (tokens x H -> I, tokens x I -> H,
     tokens x H -> H), measured in this process. "median" is the median over all timed calls of the three shapes;
     the per-shape medians are kept too. A square 2048^3 matmul (`matmul_peak`) can run at another rate than the
@@ -72,9 +72,10 @@ def gemm_peak(config, tokens=4096, dtype=torch.bfloat16, repeat=10) -> dict:
     h, i = config.hidden_size, config.intermediate_size
     result, samples = {}, []
     for inputs, outputs in ((h, i), (i, h), (h, h)):
-        x, w, b = (torch.randn(tokens, inputs, dtype=dtype), torch.randn(outputs, inputs, dtype=dtype),
-                   torch.randn(outputs, dtype=dtype))
-        rates = _rates(lambda: F.linear(x, w, b), 2 * tokens * inputs * outputs, repeat)
+        made = dict(dtype=dtype, device=device)
+        x, w = torch.randn(tokens, inputs, **made), torch.randn(outputs, inputs, **made)
+        b = torch.randn(outputs, **made)
+        rates = _rates(lambda: F.linear(x, w, b), 2 * tokens * inputs * outputs, repeat, device=device)
         result[f"{tokens}x{inputs}->{outputs}"] = statistics.median(rates)
         samples += rates
     result["median"] = statistics.median(samples)
@@ -141,9 +142,15 @@ def train_step(model, optimizer, batch, mode):
     optimizer.zero_grad(set_to_none=True)
 
 
-def timed(fn) -> float:
+def timed(fn, device=None) -> float:
+    """Seconds of `fn()`; on a CUDA device, until its queued kernels are done."""
+    synchronize = torch.cuda.synchronize if device is not None and torch.device(device).type == "cuda" else None
+    if synchronize:
+        synchronize(device)
     start = time.perf_counter()
     fn()
+    if synchronize:
+        synchronize(device)
     return time.perf_counter() - start
 
 

@@ -29,25 +29,11 @@ import traceback
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from bench_model import albert_flops, make_batch  # noqa: E402
-
-
-def synchronize(device: torch.device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def timed(fn, device) -> float:
-    synchronize(device)
-    start = time.perf_counter()
-    fn()
-    synchronize(device)
-    return time.perf_counter() - start
+from bench_model import albert_flops, gemm_peak, make_batch, timed  # noqa: E402
 
 
 def describe_device(device: torch.device) -> dict:
@@ -111,20 +97,6 @@ def parity(device: torch.device, preset: str) -> dict:
     return result
 
 
-def gemm_peak(config, device, dtype, tokens=4096, repeat=10) -> float:
-    """Median `F.linear` TFLOP/s at the model's GEMM shapes, on the device, in `dtype`: the MFU denominator."""
-    h, i = config.hidden_size, config.intermediate_size
-    rates = []
-    for inputs, outputs in ((h, i), (i, h), (h, h)):
-        x = torch.randn(tokens, inputs, dtype=dtype, device=device)
-        w = torch.randn(outputs, inputs, dtype=dtype, device=device)
-        for step in range(repeat + 3):
-            seconds = timed(lambda: F.linear(x, w), device)
-            if step >= 3:
-                rates.append(2 * tokens * inputs * outputs / seconds / 1e12)
-    return statistics.median(rates)
-
-
 def run(command, env=None, timeout=3600) -> subprocess.CompletedProcess:
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **(env or {})})
@@ -155,7 +127,7 @@ def pretraining(device, preset, seq, steps, out: Path, env) -> dict:
     config = AlbertHFConfig.from_pretrained(out)
     tokens_per_s = statistics.median(rates)
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16 if precision == "fp16" else torch.float32
-    peak = gemm_peak(config, device, dtype)
+    peak = gemm_peak(config, dtype=dtype, device=device)["median"]  # the MFU denominator, on the device
     achieved = albert_flops(config, batch, seq) / (batch * seq) * tokens_per_s / 1e12
     return {"precision": results.get("precision"), "steps": steps, "batch": batch, "seq": seq,
             "tokens_per_s": tokens_per_s, "tflops": achieved, "gemm_peak_tflops": peak, "mfu": achieved / peak,
