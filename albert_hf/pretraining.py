@@ -706,6 +706,13 @@ class Pretraining:
         return dataset if isinstance(dataset, datasets.IterableDataset) else None
 
 
+def compile_note(device: torch.device) -> str | None:
+    """compile_blocks is built for CPUs; on a GPU it measured slower than eager (BENCHMARKS.md, "On a GPU")."""
+    if device.type == "cuda":
+        return "--torch_compile: compiled blocks ran 37% slower than eager on an H200 (base, 32 x 128); kept as asked"
+    return None
+
+
 def prepare(args) -> Pretraining:
     """The accelerator (in the mode the launcher asked for), the output folder, the pairs, the tokenizer, the model
     (sharded under FSDP), the optimizer and the schedule; logs the start line."""
@@ -794,6 +801,7 @@ def prepare(args) -> Pretraining:
         model = build_model(args, tokenizer)
     if args.torch_compile:
         model.compile_blocks()
+        notes += [note for note in [compile_note(accelerator.device)] if note]
     if accelerator.is_fsdp2:  # before the optimizer is built: it must hold the sharded parameters
         shard_model(accelerator, model, send_first_process_weights=load_once)
     optimizer = make_optimizer(model, args)

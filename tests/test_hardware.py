@@ -114,6 +114,14 @@ def test_the_start_line_pieces_name_the_device_the_kind_the_threads_and_the_reas
     assert V100.fast_precisions == ("fp16", "fp32") and H100.fast_precisions == ("bf16", "fp16", "tf32", "fp32")
 
 
+def test_torch_compile_on_a_gpu_is_kept_and_the_start_line_says_it_measured_slower():
+    from albert_hf.pretraining import compile_note
+
+    assert compile_note(torch.device("cpu")) is None
+    note = compile_note(torch.device("cuda", 0))
+    assert note.startswith("--torch_compile:") and "slower than eager" in note and note.endswith("kept as asked")
+
+
 def test_fine_tuning_warns_for_bf16_only_where_the_hardware_lacks_it():
     assert bf16_trainer_warning(AVX2).startswith("--bf16 on a CPU without bf16 units (AVX2)")
     assert bf16_trainer_warning(AVX2).endswith("without --bf16 it trains in fp32")
