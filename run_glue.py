@@ -1,8 +1,14 @@
 #!/usr/bin/env python
-"""Fine-tune ALBERT on a GLUE task, with the arguments of transformers' run_glue.py.
+"""Fine-tune ALBERT on a GLUE task or on your own labelled data, with the arguments of transformers' run_glue.py.
 
     python run_glue.py --model_name_or_path albert/albert-base-v2 --task_name mrpc --data_dir glue_data/MRPC \
         --do_train --do_eval --do_predict --paper_hparams --output_dir out/mrpc
+    python run_glue.py --model_name_or_path MODEL --train_file train.csv --validation_file dev.csv \
+        --do_train --do_eval --output_dir out/mine
+
+Without --task_name the data is yours (albert_hf/text_classification.py): csv/tsv/json/jsonl/parquet files or a
+--dataset_name, its label names in the saved config, accuracy and macro-F1 (or Pearson, Spearman and MSE for float
+labels), and test predictions with the label names in predict_results.txt.
 
 --paper_hparams applies the task's row of ALBERT's recipe (explicit flags win) and writes the values used to
 paper_hparams.json.
@@ -20,7 +26,7 @@ from pathlib import Path
 from transformers import AutoConfig, DataCollatorWithPadding, default_data_collator
 
 from albert_hf import AlbertHFForSequenceClassification
-from albert_hf import glue
+from albert_hf import glue, text_classification
 from albert_hf.errors import InputError
 from albert_hf.finetuning import (
     AlbertTrainer,
@@ -57,44 +63,55 @@ def labels_of_test_set(raw, task, where: str):
         logger.warning("%s: %d of %d rows have no label: no metrics (predict_results.json) for it", where,
                        sum(missing), len(missing))
         return None
-    return glue.encode_labels(raw, task, where)["label"]
+    return task.encode_labels(raw, where)["label"]
 
 
 def main(argv=None):
     model_args, data_args, training_args = parse_arguments(glue.GlueDataArguments, argv)
-    task = data_args.task
+    task = data_args.task  # None: the user's own data, whose task is read from it below
     flags = {"train": "--do_train", "validation": "--do_eval", "test": "--do_predict"}
     wanted = {"train": training_args.do_train, "validation": training_args.do_eval, "test": training_args.do_predict}
     needed = {kind for kind, asked in wanted.items() if asked}
     if not needed:
         raise InputError("nothing to do; pass --do_train, --do_eval and/or --do_predict")
-    if task.predict_only and needed != {"test"}:
+    if task is not None and task.predict_only and needed != {"test"}:
         raise InputError(f"{task.name} is the GLUE diagnostic set (unlabelled): --do_predict only, with a "
                          "model fine-tuned on MNLI")
     last_checkpoint = setup(training_args)  # logging first, so that what --paper_hparams sets is logged
     recipe = None
     if training_args.paper_hparams:
+        if task is None:
+            raise InputError("--paper_hparams is the paper's recipe for a GLUE --task_name; for your own data give "
+                             "the hyper-parameters explicitly")
         recipe = apply_paper_hparams(*glue.paper_recipe(task), model_args, data_args, training_args, argv)
 
-    raw_splits, sources = glue.load_raw_splits(data_args, needed, cache_dir=model_args.cache_dir)
-    for kind in needed:
-        if not any(task.split_kind(split) == kind for split in raw_splits):
-            raise InputError(f"{flags[kind]} needs {kind} data for {task.name}: pass --{kind}_file, or a "
-                             "--data_dir holding "
-                             f"{[name for split, name in task.tsv_files.items() if task.split_kind(split) == kind]}")
-    splits = glue.prepare_splits(raw_splits, sources, task)
-    max_samples = {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples,
-                   "test": data_args.max_predict_samples}
-    splits = {split: limit(dataset, max_samples[task.split_kind(split)]) for split, dataset in splits.items()}
-
+    if task is None:
+        raw_splits, sources = text_classification.load_raw_splits(data_args, needed, cache_dir=model_args.cache_dir)
+    else:
+        raw_splits, sources = glue.load_raw_splits(data_args, needed, cache_dir=model_args.cache_dir)
+        for kind in needed:
+            if not any(task.split_kind(split) == kind for split in raw_splits):
+                raise InputError(f"{flags[kind]} needs {kind} data for {task.name}: pass --{kind}_file, or a "
+                                 "--data_dir holding "
+                                 f"{[n for split, n in task.tsv_files.items() if task.split_kind(split) == kind]}")
+        splits = glue.prepare_splits(raw_splits, sources, task)  # the data's checks before the model is read
     flag, config_name = model_args.source("config")
     with loading(flag, config_name):
         checkpoint_config = AutoConfig.from_pretrained(
             config_name, trust_remote_code=model_args.trust_remote_code, cache_dir=model_args.cache_dir,
             revision=model_args.model_revision, token=model_args.token)
-    glue.check_checkpoint_labels(checkpoint_config, task)
-    tokenizer, model = load_tokenizer_and_model(model_args, AlbertHFForSequenceClassification,
-                                                **glue.label_config(task))
+    if task is None:
+        task = data_args.task = text_classification.infer_task(
+            raw_splits, sources, data_args, checkpoint_config, config_name, model_args.ignore_mismatched_sizes)
+        logger.info("Your data: %s", task.describe())
+        splits = glue.prepare_splits(raw_splits, sources, task)
+    else:
+        glue.check_checkpoint_labels(checkpoint_config, task)
+    max_samples = {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples,
+                   "test": data_args.max_predict_samples}
+    splits = {split: limit(dataset, max_samples[task.split_kind(split)]) for split, dataset in splits.items()}
+
+    tokenizer, model = load_tokenizer_and_model(model_args, AlbertHFForSequenceClassification, **task.label_config())
     fit_max_seq_length(data_args, model.config)
     tokenize = glue.tokenize_function(tokenizer, task, data_args.max_seq_length, data_args.pad_to_max_length)
     features = {}
@@ -119,7 +136,7 @@ def main(argv=None):
         eval_dataset=features[validation_splits[0]] if validation_splits else None,
         processing_class=tokenizer,
         data_collator=collator,
-        compute_metrics=glue.compute_metrics_function(task),
+        compute_metrics=task.compute_metrics_function(),
     )
 
     if training_args.do_train:
@@ -137,9 +154,9 @@ def main(argv=None):
             output = trainer.predict(dataset, metric_key_prefix="predict")
             indices = splits[split]["idx"] if "idx" in splits[split].column_names else range(len(splits[split]))
             if trainer.is_world_process_zero():
-                path = glue.write_submission(Path(training_args.output_dir) / task.submission_files[split], task,
-                                             indices, output.predictions)
-                logger.info("%s predictions (GLUE submission format): %s", split, path)
+                path = task.write_predictions(Path(training_args.output_dir) / task.submission_files[split],
+                                              indices, output.predictions)
+                logger.info("%s predictions: %s", split, path)
             if labels is not None:
                 metrics = {**output.metrics, "predict_samples": len(dataset)}
                 predict_metrics.update(suffixed(metrics, SUFFIXES.get(split, "")))

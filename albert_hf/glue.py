@@ -53,6 +53,22 @@ class GlueTask:
         """'train', 'validation' or 'test' for a split name such as 'validation_matched'."""
         return split.split("_")[0]
 
+    def describe(self) -> str:
+        return f"GLUE {self.folder}"
+
+    # What run_glue.py asks of a task; text_classification.OwnTask answers the same for a user's own data.
+    def encode_labels(self, dataset, where: str):
+        return encode_labels(dataset, self, where)
+
+    def label_config(self) -> dict:
+        return label_config(self)
+
+    def compute_metrics_function(self):
+        return compute_metrics_function(self)
+
+    def write_predictions(self, path, indices, logits) -> Path:
+        return write_submission(path, self, indices, logits)
+
 
 _STANDARD_FILES = {"train": "train.tsv", "validation": "dev.tsv", "test": "test.tsv"}
 _INDEX = {"index": "idx"}
@@ -101,6 +117,7 @@ TASKS = {
     ]
 }
 COLA_HEADERLESS_COLUMNS = ("source", "label", "author_label", "sentence")
+GLUE_HUB_DATASET = "nyu-mll/glue"
 
 # The official run_glue.sh (LR, total batch, steps, warmup) and the paper's "ALBERT DR" (Table 14), the one value
 # the released configurations give both the hidden and the attention dropout; the table is in
@@ -129,15 +146,24 @@ def get_task(name: str | None) -> GlueTask:
 class GlueDataArguments:
     """Data arguments, named as in transformers' run_glue.py (plus --data_dir)."""
 
-    task_name: str = field(metadata={"help": f"one of: {', '.join(TASKS)}"})
+    task_name: str | None = field(default=None, metadata={
+        "help": f"a GLUE task, one of: {', '.join(TASKS)}; leave it out to fine-tune on your own data "
+        "(--train_file / --validation_file / --test_file or --dataset_name)"})
     data_dir: str | None = field(
         default=None,
         metadata={"help": "an original GLUE task folder (e.g. glue_data/MRPC), or glue_data itself"},
     )
-    dataset_name: str = field(
-        default="nyu-mll/glue", metadata={"help": "Hub dataset used when no local file is given (config = task)"}
-    )
-    train_file: str | None = field(default=None, metadata={"help": "training data: .tsv (GLUE), .csv, .json, .jsonl"})
+    dataset_name: str | None = field(default=None, metadata={
+        "help": "used when no local file is given: for a GLUE task the Hub dataset holding it (default "
+        f"{GLUE_HUB_DATASET}, config = task); for your own data a Hub dataset, a folder of data files or a "
+        "save_to_disk folder"})
+    dataset_config_name: str | None = field(default=None, metadata={"help": "your own data: the Hub config"})
+    text_column_names: str | None = field(default=None, metadata={
+        "help": "your own data: the one or two text columns, comma-separated (default: sentence1,sentence2 when "
+        "there, else the first one or two text columns)"})
+    label_column_name: str = field(default="label", metadata={"help": "your own data: the label column"})
+    train_file: str | None = field(default=None, metadata={
+        "help": "training data: .tsv (GLUE), .csv, .json, .jsonl (and .parquet for your own data)"})
     validation_file: str | None = field(default=None, metadata={"help": "dev data (MNLI: matched)"})
     validation_mismatched_file: str | None = field(default=None, metadata={"help": "MNLI: dev mismatched"})
     test_file: str | None = field(default=None, metadata={"help": "unlabelled test data (MNLI: matched)"})
@@ -155,8 +181,18 @@ class GlueDataArguments:
     max_predict_samples: int | None = field(default=None, metadata={"help": "keep only the first N test rows"})
 
     def __post_init__(self):
+        if self.task_name is None:
+            self.own_data_checks()
+            self.task = None  # read from the data (text_classification.infer_task)
+            return
         self.task = get_task(self.task_name)
         self.task_name = self.task.name
+        self.dataset_name = self.dataset_name or GLUE_HUB_DATASET
+        for name in ("dataset_config_name", "text_column_names"):
+            if getattr(self, name) is not None:
+                raise InputError(f"--{name} is for your own data (no --task_name): GLUE tasks have their own")
+        if self.label_column_name != "label":
+            raise InputError("--label_column_name is for your own data (no --task_name): GLUE tasks have their own")
         if self.task.name != "mnli" and (self.validation_mismatched_file or self.test_mismatched_file):
             raise InputError("--validation_mismatched_file / --test_mismatched_file are for --task_name mnli only")
         for name in ("train_file", "validation_file", "validation_mismatched_file", "test_file",
@@ -164,6 +200,25 @@ class GlueDataArguments:
             path = getattr(self, name)
             if path is not None and Path(path).suffix.lower() not in READERS:
                 raise InputError(f"--{name} {path}: unsupported extension; use one of {', '.join(READERS)}")
+
+    def own_data_checks(self) -> None:
+        from .text_classification import FORMATS
+
+        if self.data_dir is not None:
+            raise InputError("--data_dir reads the original GLUE folders: pass --task_name with it, or give your "
+                             "own data as --train_file / --validation_file / --test_file")
+        if self.validation_mismatched_file or self.test_mismatched_file:
+            raise InputError("--validation_mismatched_file / --test_mismatched_file are for --task_name mnli only")
+        files = [name for name in ("train_file", "validation_file", "test_file") if getattr(self, name)]
+        if not files and not self.dataset_name:
+            raise InputError("no data: pass --task_name (a GLUE task), or your own data as --train_file / "
+                             "--validation_file / --test_file or --dataset_name")
+        if files and self.dataset_name:
+            raise InputError("pass your own data as files (--train_file ...) or as --dataset_name, not both")
+        for name in files:
+            if Path(getattr(self, name)).suffix.lower() not in FORMATS:
+                raise InputError(f"--{name} {getattr(self, name)}: unsupported extension; use one of "
+                                 f"{', '.join(FORMATS)}")
 
     def local_files(self) -> dict:
         """Split name -> file given on the command line."""
@@ -235,13 +290,14 @@ def read_glue_tsv(path, task: GlueTask) -> Dataset:
     return Dataset.from_dict(columns)
 
 
-def _read_with_datasets(path, builder: str) -> Dataset:
+def read_with_datasets(path, builder: str, **options) -> Dataset:
+    """A csv/json/parquet file read by `datasets`; an empty or unreadable file stops the run naming it."""
     path = Path(path)
     _check_not_empty(path)
     if builder == "json":
         check_json_start(path)
     with input_errors(f"{path}: could not be read as {builder}", *datasets_read_errors()):
-        dataset = load_dataset(builder, data_files={"data": str(path)}, split="data")
+        dataset = load_dataset(builder, data_files={"data": str(path)}, split="data", **options)
     if len(dataset) == 0:
         raise InputError(f"{path}: no data rows")
     return dataset
@@ -249,9 +305,9 @@ def _read_with_datasets(path, builder: str) -> Dataset:
 
 READERS = {
     ".tsv": read_glue_tsv,
-    ".csv": lambda path, task: _read_with_datasets(path, "csv"),
-    ".json": lambda path, task: _read_with_datasets(path, "json"),
-    ".jsonl": lambda path, task: _read_with_datasets(path, "json"),
+    ".csv": lambda path, task: read_with_datasets(path, "csv"),
+    ".json": lambda path, task: read_with_datasets(path, "json"),
+    ".jsonl": lambda path, task: read_with_datasets(path, "json"),
 }
 
 
@@ -341,7 +397,7 @@ def encode_labels(dataset: Dataset, task: GlueTask, where: str) -> Dataset:
     return dataset.add_column("label_id", encoded).remove_columns("label").rename_column("label_id", "label")
 
 
-def prepare_splits(splits: DatasetDict, sources: dict, task: GlueTask) -> DatasetDict:
+def prepare_splits(splits: DatasetDict, sources: dict, task) -> DatasetDict:
     """Check each split's columns, encode the labels of train/dev splits, drop those of test splits."""
     prepared = DatasetDict()
     for split, dataset in splits.items():
@@ -358,7 +414,7 @@ def prepare_splits(splits: DatasetDict, sources: dict, task: GlueTask) -> Datase
             # Unlabelled by definition (the Hub stores -1); predictions never need a label.
             prepared[split] = dataset.remove_columns([c for c in ("label",) if c in dataset.column_names])
         else:
-            prepared[split] = encode_labels(dataset, task, where)
+            prepared[split] = task.encode_labels(dataset, where)
     return prepared
 
 

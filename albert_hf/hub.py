@@ -335,8 +335,27 @@ def _from_sources(name, sources: dict, config, extra: str, **splits) -> CardData
     return CardDataset(f"{name} (local files)", description, None, None, **splits)
 
 
+def _own_dataset(data_args, wanted) -> CardDataset:
+    """run_glue.py on the user's own data: files or a --dataset_name, described with its columns and labels."""
+    task = data_args.task
+    files = {split: getattr(data_args, f"{split}_file") for split in wanted}
+    local = any(files.values()) or Path(data_args.dataset_name).exists()
+    hub_id = None if local else hub_dataset_id(data_args.dataset_name)
+    sources = {split: (hub_id, f"`{Path(path).name}`" if path else f"`{data_args.dataset_name}` ({split})")
+               for split, path in files.items() if path or data_args.dataset_name}
+    extra = (f" {task.describe().capitalize()}; inputs: at most {data_args.max_seq_length} tokens."
+             f"{_limits(data_args, wanted)}")
+    if hub_id:
+        return _from_sources(data_args.dataset_name, sources, data_args.dataset_config_name, extra)
+    read = "; ".join(f"{split}: {how}" for split, (_, how) in sources.items())
+    name = "local files" if any(files.values()) else Path(data_args.dataset_name).name
+    return CardDataset(name, f"The user's own data, not a Hub dataset; read from: {read}.{extra}")
+
+
 def _glue_dataset(data_args, wanted) -> CardDataset:
     task = data_args.task
+    if data_args.task_name is None:
+        return _own_dataset(data_args, wanted)
     mnli = task.name == "mnli"
     splits = dict(splits={"eval_": "validation_matched" if mnli else "validation", "predict_": "test"},
                   suffixes={"_mm": "validation_mismatched"} if mnli else {})
@@ -495,6 +514,8 @@ def write_finetuned_card(trainer, model_args, training_args, data_args, paper_re
             f"{result.metric_name} {_format(result.metric_value)} ({result.dataset_split})" for result in found) + "."
     subtask = getattr(getattr(data_args, "task", None), "name", None) or ("squad_v2" if getattr(
         data_args, "version_2_with_negative", False) else None)
+    if getattr(data_args, "task_name", "") is None:  # run_glue.py on the user's own data: not GLUE
+        tag = subtask = None
     sections = []
     if paper_recipe is not None:
         sections.append(("Recipe", _paper_recipe_section(paper_recipe)))
