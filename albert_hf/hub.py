@@ -335,21 +335,25 @@ def _from_sources(name, sources: dict, config, extra: str, **splits) -> CardData
     return CardDataset(f"{name} (local files)", description, None, None, **splits)
 
 
-def _own_dataset(data_args, wanted) -> CardDataset:
-    """run_glue.py on the user's own data: files or a --dataset_name, described with its columns and labels."""
-    task = data_args.task
+def _user_data(data_args, wanted, extra: str) -> CardDataset:
+    """A user's own data (run_glue.py without a task, run_ner.py): --*_file files, or a --dataset_name that is a
+    Hub dataset or a local folder."""
     files = {split: getattr(data_args, f"{split}_file") for split in wanted}
     local = any(files.values()) or Path(data_args.dataset_name).exists()
     hub_id = None if local else hub_dataset_id(data_args.dataset_name)
     sources = {split: (hub_id, f"`{Path(path).name}`" if path else f"`{data_args.dataset_name}` ({split})")
                for split, path in files.items() if path or data_args.dataset_name}
-    extra = (f" {task.describe().capitalize()}; inputs: at most {data_args.max_seq_length} tokens."
-             f"{_limits(data_args, wanted)}")
     if hub_id:
         return _from_sources(data_args.dataset_name, sources, data_args.dataset_config_name, extra)
     read = "; ".join(f"{split}: {how}" for split, (_, how) in sources.items())
     name = "local files" if any(files.values()) else Path(data_args.dataset_name).name
     return CardDataset(name, f"The user's own data, not a Hub dataset; read from: {read}.{extra}")
+
+
+def _own_dataset(data_args, wanted) -> CardDataset:
+    extra = (f" {data_args.task.describe().capitalize()}; inputs: at most {data_args.max_seq_length} tokens."
+             f"{_limits(data_args, wanted)}")
+    return _user_data(data_args, wanted, extra)
 
 
 def _glue_dataset(data_args, wanted) -> CardDataset:
@@ -430,6 +434,12 @@ def _race_dataset(data_args, wanted) -> CardDataset:
     return _from_sources(name, sources, data_args.subset, extra)
 
 
+def _ner_dataset(data_args, wanted) -> CardDataset:
+    extra = (f" Sentences of at most {data_args.max_seq_length} pieces; each word tagged on its "
+             f"{'pieces' if data_args.label_all_tokens else 'first piece'}.{_limits(data_args, wanted)}")
+    return _user_data(data_args, wanted, extra)
+
+
 # data-argument class -> (pipeline tag, Auto class, script, tag, what the card says about the data)
 FINETUNING_TASKS = {
     "GlueDataArguments": ("text-classification", "AutoModelForSequenceClassification", "run_glue.py", "glue",
@@ -437,6 +447,8 @@ FINETUNING_TASKS = {
     "SquadDataArguments": ("question-answering", "AutoModelForQuestionAnswering", "run_squad.py", "squad",
                            _squad_dataset),
     "RaceDataArguments": ("multiple-choice", "AutoModelForMultipleChoice", "run_race.py", "race", _race_dataset),
+    "NerDataArguments": ("token-classification", "AutoModelForTokenClassification", "run_ner.py", None,
+                         _ner_dataset),
 }
 
 

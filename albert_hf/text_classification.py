@@ -258,27 +258,45 @@ def checkpoint_classes(config) -> tuple[str, ...] | None:
     return None if all(name.startswith("LABEL_") for name in names) else tuple(names)
 
 
+def labels_without_training(checkpoint_config, model_name: str, what: str = "classes"):
+    """With no training data, the labels are the checkpoint's (None: regression); a pretrained one has none."""
+    if checkpoint_config.problem_type == "regression":
+        return None
+    fine_tuned = checkpoint_classes(checkpoint_config)
+    if fine_tuned is None:
+        raise InputError(f"{model_name} has no {what} of its own (not fine-tuned), and without --do_train no "
+                         "training data says which: fine-tune it first, or pass --train_file")
+    return fine_tuned
+
+
+def reconcile_labels(names, checkpoint_config, model_name: str, where: str, ignore_mismatched_sizes: bool,
+                     what: str = "classes"):
+    """The training data's label `names` (None: regression), in the checkpoint's order when it was fine-tuned on
+    the same ones, so that its head keeps its meaning. Other labels than a fine-tuned checkpoint's stop the run,
+    unless --ignore_mismatched_sizes."""
+    fine_tuned = checkpoint_classes(checkpoint_config)
+    was_regression = checkpoint_config.problem_type == "regression"
+    if fine_tuned is not None and names is not None and set(fine_tuned) == set(names):
+        return fine_tuned
+    if (fine_tuned is None and not was_regression) or names == fine_tuned:
+        return names
+    had = "regression" if was_regression else f"the {what} {list(fine_tuned)}"
+    has = "float labels (regression)" if names is None else f"the {what} {list(names)}"
+    if not ignore_mismatched_sizes:
+        raise InputError(f"{model_name} was fine-tuned on {had}, and {where} has {has}: pass "
+                         "--ignore_mismatched_sizes to train a new head, or start from a pretrained checkpoint")
+    logger.warning("%s was fine-tuned on %s; --ignore_mismatched_sizes: training on %s", model_name, had, has)
+    return names
+
+
 def infer_task(splits: DatasetDict, sources: dict, data_args, checkpoint_config, model_name: str,
                ignore_mismatched_sizes: bool) -> OwnTask:
     """The task of the user's data: text columns, and the classes of the training labels (or the checkpoint's,
     when there is no training data), reconciled with what the checkpoint was fine-tuned on."""
     first = next(kind for kind in SPLIT_KINDS if kind in splits)
     text_columns = choose_text_columns(splits[first], data_args.text_column_names, sources[first])
-    fine_tuned = checkpoint_classes(checkpoint_config)
-    was_regression = checkpoint_config.problem_type == "regression"
     if "train" not in splits:
-        if fine_tuned is None and not was_regression:
-            raise InputError(f"{model_name} has no classes of its own (not fine-tuned), and without --do_train no "
-                             "training labels say which: fine-tune it first, or pass --train_file")
-        return OwnTask(text_columns, None if was_regression else fine_tuned)
+        return OwnTask(text_columns, labels_without_training(checkpoint_config, model_name))
     names = class_names(splits["train"], sources["train"])
-    if fine_tuned is not None and names is not None and set(fine_tuned) == set(names):
-        names = fine_tuned  # the checkpoint's ids, so its head keeps its meaning
-    elif (fine_tuned is not None or was_regression) and names != fine_tuned:
-        had = "regression" if was_regression else f"the classes {list(fine_tuned)}"
-        has = "float labels (regression)" if names is None else f"the classes {list(names)}"
-        if not ignore_mismatched_sizes:
-            raise InputError(f"{model_name} was fine-tuned on {had}, and {sources['train']} has {has}: pass "
-                             "--ignore_mismatched_sizes to train a new head, or start from a pretrained checkpoint")
-        logger.warning("%s was fine-tuned on %s; --ignore_mismatched_sizes: a new head for %s", model_name, had, has)
-    return OwnTask(text_columns, names)
+    return OwnTask(text_columns, reconcile_labels(names, checkpoint_config, model_name, sources["train"],
+                                                  ignore_mismatched_sizes))

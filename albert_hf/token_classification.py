@@ -1,0 +1,337 @@
+"""Token classification (named entities, part-of-speech tags) for run_ner.py: reading, word-to-piece label
+alignment, entity metrics and the predictions file.
+
+- Data: CoNLL files (`.conll`, `.txt`, `.iob`: a token and its tag per line, the tag in the last column, a blank
+  line between sentences, `-DOCSTART-` lines skipped), `.json`/`.jsonl` rows with a list of tokens and a list of
+  tags, or --dataset_name (a Hub dataset, a folder of data files, or a `save_to_disk` folder).
+- Tags: a ClassLabel keeps its names and order; otherwise the training tags, `O` first, then sorted.
+- Alignment: each word's tag goes to its first SentencePiece piece, the others are ignored (-100), or with
+  --label_all_tokens tagged too (a `B-X` continues as `I-X`). Metrics and predictions are per word, from the first
+  piece, whichever is used.
+- Metrics: entity precision, recall and F1 as the CoNLL evaluation script (conlleval, seqeval's default mode)
+  counts them: an entity is a maximal span of one type, opened by `B-`/`S-`, or by `I-`/`E-` after another type
+  or `O` (IOB1); plus the token accuracy.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from datasets import ClassLabel, Dataset, DatasetDict, Sequence
+
+from .errors import InputError
+
+logger = logging.getLogger("albert_hf.token_classification")
+
+CONLL_SUFFIXES = (".conll", ".txt", ".iob", ".bio")
+JSON_SUFFIXES = (".json", ".jsonl")
+PREDICTIONS_FILE = "predictions.txt"  # transformers' run_ner.py: one sentence per line, its tags space-separated
+SPLITS = ("train", "validation", "test")
+IGNORED = -100
+
+
+@dataclass
+class NerDataArguments:
+    """Data arguments, named as in transformers' run_ner.py."""
+
+    train_file: str | None = field(default=None, metadata={"help": "a CoNLL file (.conll/.txt/.iob) or .json/.jsonl"})
+    validation_file: str | None = field(default=None, metadata={"help": "dev data, as --train_file"})
+    test_file: str | None = field(default=None, metadata={"help": "test data (its tags, when present, are scored)"})
+    dataset_name: str | None = field(default=None, metadata={
+        "help": "used when no file is given: a Hub dataset (e.g. conll2003), a folder of data files or a "
+        "save_to_disk folder"})
+    dataset_config_name: str | None = field(default=None, metadata={"help": "the Hub dataset's config"})
+    text_column_name: str = field(default="tokens", metadata={"help": "json/Hub: the column of token lists"})
+    label_column_name: str = field(default="ner_tags", metadata={"help": "json/Hub: the column of tag lists"})
+    max_seq_length: int = field(default=128, metadata={"help": "pieces per sentence; longer ones are truncated"})
+    pad_to_max_length: bool = field(default=False, metadata={"help": "pad every sentence to max_seq_length"})
+    label_all_tokens: bool = field(default=False, metadata={
+        "help": "train on every piece of a word (B-X continues as I-X), not only on its first piece"})
+    return_entity_level_metrics: bool = field(default=False, metadata={
+        "help": "also precision/recall/F1 per entity type (e.g. eval_PER_f1)"})
+    overwrite_cache: bool = field(default=False, metadata={"help": "recompute the tokenized datasets"})
+    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "processes for tokenization"})
+    max_train_samples: int | None = field(default=None, metadata={"help": "keep only the first N train sentences"})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "keep only the first N dev sentences"})
+    max_predict_samples: int | None = field(default=None, metadata={"help": "keep only the first N test sentences"})
+
+    def __post_init__(self):
+        files = [name for name in ("train_file", "validation_file", "test_file") if getattr(self, name)]
+        if not files and not self.dataset_name:
+            raise InputError("no data: pass --train_file / --validation_file / --test_file (CoNLL or json) or "
+                             "--dataset_name")
+        if files and self.dataset_name:
+            raise InputError("pass files (--train_file ...) or --dataset_name, not both")
+        for name in files:
+            if Path(getattr(self, name)).suffix.lower() not in CONLL_SUFFIXES + JSON_SUFFIXES:
+                raise InputError(f"--{name} {getattr(self, name)}: unsupported extension; use a CoNLL file "
+                                 f"({', '.join(CONLL_SUFFIXES)}) or {', '.join(JSON_SUFFIXES)}")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Reading
+
+
+def read_conll(path) -> Dataset:
+    """Sentences of a CoNLL file: `tokens`, and `ner_tags` from the last column (absent when no line has one)."""
+    from .glue import _check_not_empty
+
+    path = Path(path)
+    _check_not_empty(path)
+    sentences, tokens, tags, widths = [], [], [], set()
+    try:
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
+    except UnicodeDecodeError as error:
+        raise InputError(f"{path}: not UTF-8 text ({error})") from None
+    for number, line in enumerate(lines + [""], start=1):
+        fields = line.split()
+        if fields and fields[0] == "-DOCSTART-":
+            continue
+        if not fields:
+            if tokens:
+                sentences.append((tokens, tags))
+            tokens, tags = [], []
+            continue
+        widths.add(min(len(fields), 2))
+        if len(widths) > 1:
+            raise InputError(f"{path}: line {number}: {line.strip()!r} has no tag, where the lines before have one "
+                             "(a token and its tag, separated by whitespace)")
+        tokens.append(fields[0])
+        tags.append(fields[-1])
+    if not sentences:
+        raise InputError(f"{path}: no sentences")
+    columns = {"tokens": [s[0] for s in sentences]}
+    if widths == {2}:
+        columns["ner_tags"] = [s[1] for s in sentences]
+    return Dataset.from_dict(columns)
+
+
+def read_file(path, text_column: str, label_column: str) -> Dataset:
+    from .glue import read_with_datasets
+
+    path = Path(path)
+    if path.suffix.lower() in CONLL_SUFFIXES:
+        return read_conll(path)
+    return renamed(read_with_datasets(path, "json"), text_column, label_column, str(path))
+
+
+def renamed(dataset, text_column: str, label_column: str, where: str):
+    """The token and tag columns as `tokens` / `ner_tags`; a missing token column stops the run."""
+    if text_column not in dataset.column_names:
+        raise InputError(f"{where}: no token column {text_column!r} (--text_column_name); found "
+                         f"{dataset.column_names}")
+    mapping = {text_column: "tokens", label_column: "ner_tags"}
+    mapping = {old: new for old, new in mapping.items() if old in dataset.column_names and old != new}
+    others = [new for new in mapping.values() if new in dataset.column_names and new not in mapping]
+    return dataset.remove_columns(others).rename_columns(mapping)
+
+
+def load_raw_splits(data_args, needed: set[str], cache_dir=None) -> tuple[DatasetDict, dict]:
+    """The splits `needed` asks for, with `tokens` and (except a test split, optionally) `ner_tags`."""
+    from .text_classification import load_hub_or_folder
+
+    splits, sources = DatasetDict(), {}
+    files = {split: getattr(data_args, f"{split}_file") for split in SPLITS}
+    if any(files.values()):
+        for split in sorted(needed):
+            if files[split] is None:
+                raise InputError(f"{FLAGS[split]} needs {split} data: pass --{split}_file")
+            splits[split] = read_file(files[split], data_args.text_column_name, data_args.label_column_name)
+            sources[split] = str(files[split])
+    else:
+        found = load_hub_or_folder(data_args.dataset_name, data_args.dataset_config_name, cache_dir)
+        for split in sorted(needed):
+            if split not in found:
+                raise InputError(f"{FLAGS[split]} needs {split} data: --dataset_name {data_args.dataset_name} has "
+                                 f"the splits {list(found)}")
+            sources[split] = f"{data_args.dataset_name}[{split}]"
+            splits[split] = renamed(found[split], data_args.text_column_name, data_args.label_column_name,
+                                    sources[split])
+    for split, dataset in splits.items():
+        if split != "test" and "ner_tags" not in dataset.column_names:
+            raise InputError(f"{sources[split]}: no tags (CoNLL: a token and its tag per line; json/Hub: the column "
+                             f"{data_args.label_column_name!r}, --label_column_name)")
+        logger.info("%s: %d sentences from %s", split, len(dataset), sources[split])
+    return splits, sources
+
+
+FLAGS = {"train": "--do_train", "validation": "--do_eval", "test": "--do_predict"}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Tags
+
+
+def tag_names(dataset: Dataset, where: str) -> tuple[str, ...]:
+    """The tags in id order: a ClassLabel's names, else the tags found, `O` first, then sorted."""
+    feature = dataset.features["ner_tags"]
+    inner = feature.feature if isinstance(feature, Sequence) else getattr(feature, "feature", None)
+    if isinstance(inner, ClassLabel):
+        return tuple(inner.names)
+    found = set()
+    for row, (tokens, tags) in enumerate(zip(dataset["tokens"], dataset["ner_tags"])):
+        check_row(tokens, tags, row, where)
+        found.update(str(tag) for tag in tags)
+    return tuple(sorted(found, key=lambda tag: (tag != "O", tag)))
+
+
+def check_row(tokens, tags, row: int, where: str) -> None:
+    if not isinstance(tokens, list) or not all(isinstance(token, str) for token in tokens):
+        raise InputError(f"{where}: sentence {row}: the tokens are not a list of strings")
+    if not isinstance(tags, list) or len(tags) != len(tokens):
+        raise InputError(f"{where}: sentence {row}: {len(tokens)} tokens but "
+                         f"{len(tags) if isinstance(tags, list) else 'no list of'} tags")
+
+
+def encode_tags(dataset: Dataset, names: tuple[str, ...], where: str) -> Dataset:
+    """`ner_tags` as ids into `names`; a tag the training data lacks stops the run, naming sentence and tag."""
+    feature = dataset.features["ner_tags"]
+    inner = feature.feature if isinstance(feature, Sequence) else getattr(feature, "feature", None)
+    ids = {name: i for i, name in enumerate(names)}
+    encoded = []
+    for row, (tokens, tags) in enumerate(zip(dataset["tokens"], dataset["ner_tags"])):
+        check_row(tokens, tags, row, where)
+        if isinstance(inner, ClassLabel):
+            tags = [inner.names[tag] for tag in tags]
+        unknown = next((tag for tag in tags if str(tag) not in ids), None)
+        if unknown is not None:
+            raise InputError(f"{where}: sentence {row}: tag {unknown!r} is not among the training tags {list(names)}")
+        encoded.append([ids[str(tag)] for tag in tags])
+    return dataset.remove_columns("ner_tags").add_column("ner_tags", encoded)
+
+
+def continuation_ids(names: tuple[str, ...]) -> list[int]:
+    """For --label_all_tokens: the id a word's later pieces get, `I-X` for `B-X` when there is one."""
+    ids = {name: i for i, name in enumerate(names)}
+    return [ids.get("I-" + name[2:], i) if name.startswith("B-") else i for i, name in enumerate(names)]
+
+
+def tokenize_function(tokenizer, max_seq_length: int, pad_to_max_length: bool, label_all_tokens: bool,
+                      names: tuple[str, ...]):
+    """Batched map function: pieces of the pre-split words, `labels` aligned to them (see the module's
+    docstring) when the rows have tags, and `first_pieces`, each word's first piece position (-1: not kept)."""
+    continuation = continuation_ids(names)
+
+    def tokenize(batch):
+        encoded = tokenizer(batch["tokens"], is_split_into_words=True, truncation=True, max_length=max_seq_length,
+                            padding="max_length" if pad_to_max_length else False, return_token_type_ids=True)
+        labels, first_pieces = [], []
+        for row, tokens in enumerate(batch["tokens"]):
+            word_ids = encoded.word_ids(row)
+            firsts = [-1] * len(tokens)
+            row_labels = []
+            previous = None
+            for position, word in enumerate(word_ids):
+                if word is None:
+                    row_labels.append(IGNORED)
+                elif word != previous:
+                    firsts[word] = position
+                    row_labels.append(batch["ner_tags"][row][word] if "ner_tags" in batch else IGNORED)
+                else:
+                    tag = batch["ner_tags"][row][word] if "ner_tags" in batch else None
+                    row_labels.append(continuation[tag] if label_all_tokens and tag is not None else IGNORED)
+                previous = word
+            labels.append(row_labels)
+            first_pieces.append(firsts)
+        if "ner_tags" in batch:
+            encoded["labels"] = labels
+        encoded["first_pieces"] = first_pieces
+        return encoded
+
+    return tokenize
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Metrics
+
+
+def split_tag(tag: str) -> tuple[str, str]:
+    """('B', 'PER') for 'B-PER', ('O', '') for 'O'; a tag without a prefix is its own type inside ('I', tag)."""
+    if tag == "O":
+        return "O", ""
+    prefix, _, kind = tag.partition("-")
+    if prefix in ("B", "I", "E", "S") and kind:
+        return prefix, kind
+    return "I", tag
+
+
+def entities(tags: list[str]) -> set[tuple[str, int, int]]:
+    """The entities of one sentence's tags as (type, first word, last word), counted as conlleval counts them."""
+    found = set()
+    start = None
+    previous, previous_kind = "O", ""
+    for position, tag in enumerate(list(tags) + ["O"]):
+        prefix, kind = split_tag(tag)
+        ends = start is not None and (
+            previous in ("E", "S") or prefix in ("B", "S", "O") or kind != previous_kind)
+        if ends:
+            found.add((previous_kind, start, position - 1))
+            start = None
+        starts = prefix in ("B", "S") or (prefix in ("I", "E") and (
+            previous in ("E", "S", "O") or kind != previous_kind))
+        if starts:
+            start = position
+        elif prefix == "O":
+            start = None
+        previous, previous_kind = prefix, kind
+    return found
+
+
+def entity_scores(gold: list[list[str]], predicted: list[list[str]], per_type: bool = False) -> dict:
+    """precision, recall, f1 over entities (micro-averaged), accuracy over words; per type with `per_type`."""
+    correct, guessed, actual = {}, {}, {}
+    for gold_tags, predicted_tags in zip(gold, predicted):
+        gold_entities, predicted_entities = entities(gold_tags), entities(predicted_tags)
+        for store, found in ((actual, gold_entities), (guessed, predicted_entities),
+                             (correct, gold_entities & predicted_entities)):
+            for kind, _, _ in found:
+                store[kind] = store.get(kind, 0) + 1
+
+    def scores(right, guesses, truths):
+        precision = right / guesses if guesses else 0.0
+        recall = right / truths if truths else 0.0
+        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        return {"precision": precision, "recall": recall, "f1": f1}
+
+    words = [(g, p) for gold_tags, predicted_tags in zip(gold, predicted) for g, p in zip(gold_tags, predicted_tags)]
+    result = {**scores(sum(correct.values()), sum(guessed.values()), sum(actual.values())),
+              "accuracy": sum(g == p for g, p in words) / len(words) if words else 0.0}
+    if per_type:
+        for kind in sorted(set(actual) | set(guessed)):
+            for name, value in scores(correct.get(kind, 0), guessed.get(kind, 0), actual.get(kind, 0)).items():
+                result[f"{kind}_{name}"] = value
+    return result
+
+
+def word_tags(logits, first_pieces, names) -> list[list[str]]:
+    """Each sentence's predicted tag per word, from its first piece (`O` for words cut off by truncation)."""
+    predictions = np.argmax(logits, axis=-1)
+    return [[names[predictions[row][position]] if position >= 0 else "O" for position in firsts]
+            for row, firsts in enumerate(first_pieces)]
+
+
+def compute_metrics_function(features: Dataset, names: tuple[str, ...], per_type: bool):
+    """Trainer `compute_metrics` for `features` (the evaluation loop keeps their order): scores per word."""
+    first_pieces = features["first_pieces"]
+    gold = [[names[tag] for tag in tags] for tags in features["ner_tags"]]
+
+    def compute_metrics(eval_prediction):
+        logits = eval_prediction.predictions
+        logits = logits[0] if isinstance(logits, tuple) else logits
+        return entity_scores(gold, word_tags(logits, first_pieces, names), per_type)
+
+    return compute_metrics
+
+
+def write_predictions(path, logits, first_pieces, names) -> Path:
+    """One line per sentence, its words' predicted tags separated by spaces (transformers' run_ner.py)."""
+    path = Path(path)
+    sentences = word_tags(logits, first_pieces, names)
+    cut = sum(position < 0 for firsts in first_pieces for position in firsts)
+    if cut:
+        logger.warning("%d word(s) beyond --max_seq_length had no piece to tag: written as O in %s", cut, path)
+    path.write_text("".join(" ".join(tags) + "\n" for tags in sentences), encoding="utf-8")
+    return path
