@@ -1,7 +1,7 @@
 """Input the user can fix, and how the entry points report it.
 
 Every check of a file, column, label, flag, config or checkpoint raises `InputError` with one line naming what is
-wrong and where. The entry points (`run_pretraining.py`, `run_glue.py`, `run_squad.py`, `run_race.py`,
+wrong and where. The entry points (`run_pretraining.py`, `run_glue.py`, `run_squad.py`, `run_race.py`, `run_ner.py`,
 `python -m albert_hf.convert`) print it as `error: <message>` and exit with status 2, as argparse does for a bad
 flag. Any other exception is a bug and keeps its traceback.
 """

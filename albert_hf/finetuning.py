@@ -1,4 +1,5 @@
-"""What run_glue.py, run_squad.py and run_race.py share: arguments, loading, the train/evaluate flow, outputs.
+"""What run_glue.py, run_squad.py, run_race.py and run_ner.py share: arguments, loading, the train/evaluate flow,
+outputs.
 
 Each script defines only its task's data arguments, preprocessing, metrics and predictions, and calls:
 

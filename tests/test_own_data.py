@@ -263,3 +263,29 @@ def test_bad_own_data_stops_with_one_line(tiny_checkpoint, tmp_path):
         tiny_checkpoint, tmp_path, "--task_name", "sst2", "--train_file", train, "--do_train",
         "--text_column_names", "sentence")
     assert "offline?" in bad(tiny_checkpoint, tmp_path, "--dataset_name", "someone/reviews", "--do_train")
+
+
+def test_the_docs_example_data_reads_as_the_docs_say(tmp_path):
+    """examples/own_data.py writes what docs/your_data.md fine-tunes on, in the formats the scripts read."""
+    import importlib.util
+
+    from conftest import REPO
+
+    from albert_hf.text_classification import read_file
+    from albert_hf.token_classification import read_conll
+
+    spec = importlib.util.spec_from_file_location("own_data", REPO / "examples" / "own_data.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main([str(tmp_path)])
+    reviews = read_file(tmp_path / "reviews_train.csv")
+    assert reviews.column_names == ["sentence", "label"] and set(reviews["label"]) == {"positive", "negative"}
+    assert read_file(tmp_path / "reviews_test.csv").column_names == ["sentence"]
+    assert class_names(read_file(tmp_path / "ratings_train.jsonl").rename_column("stars", "label"), "f") is None
+    people = read_conll(tmp_path / "people_dev.conll")
+    assert len(people) == 200 and "I-LOC" in {tag for tags in people["ner_tags"] for tag in tags}
+    assert read_conll(tmp_path / "people_test.conll").column_names == ["tokens"]
+    from datasets import load_from_disk
+
+    assert load_from_disk(str(tmp_path / "reviews_dataset"))["train"].features["label"].names == ["negative",
+                                                                                                  "positive"]
