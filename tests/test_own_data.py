@@ -289,3 +289,15 @@ def test_the_docs_example_data_reads_as_the_docs_say(tmp_path):
 
     assert load_from_disk(str(tmp_path / "reviews_dataset"))["train"].features["label"].names == ["negative",
                                                                                                   "positive"]
+
+
+def test_tsv_and_parquet_files_read_like_csv(tmp_path):
+    from albert_hf.text_classification import read_file
+
+    rows = reviews(5, 0)
+    (tmp_path / "train.tsv").write_text("sentence\tlabel\n" + "".join(f"{r['sentence']}\t{r['label']}\n"
+                                                                       for r in rows))
+    Dataset.from_list(rows).to_parquet(tmp_path / "train.parquet")
+    for name in ("train.tsv", "train.parquet"):
+        found = read_file(tmp_path / name)
+        assert found.column_names == ["sentence", "label"] and found["label"] == [r["label"] for r in rows], name
