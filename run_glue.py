@@ -43,7 +43,7 @@ from albert_hf.finetuning import (
     suffixed,
     train,
 )
-from albert_hf.hub import loading
+from albert_hf.loading import loading
 
 logger = logging.getLogger("run_glue")
 

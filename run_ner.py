@@ -33,7 +33,7 @@ from albert_hf.finetuning import (
     setup,
     train,
 )
-from albert_hf.hub import loading
+from albert_hf.loading import loading
 from albert_hf.text_classification import labels_without_training, reconcile_labels
 
 logger = logging.getLogger("run_ner")

@@ -35,7 +35,7 @@ from transformers import PreTrainedConfig
 from . import modeling_albert_hf
 from .configuration_albert_hf import AlbertHFConfig
 from .errors import InputError, first_line, run_entry_point
-from .hub import write_converted_card
+from .model_card import write_converted_card
 from .tf_checkpoint import TFCheckpoint, resolve_prefix
 
 logger = logging.getLogger(__name__)

@@ -36,7 +36,7 @@ from .distributed import (cpu_processes_without_gpus, describe, end_distributed,
                           shard_model, use_fsdp)
 from .errors import InputError, run_entry_point
 from .hardware import PRECISION_NAMES, bf16_trainer_warning, detect
-from .hub import check_tokenizer, loading
+from .loading import check_tokenizer, loading
 from .optimization import AdamWeightDecay, get_official_schedule, parameter_groups
 from .preemption import PREEMPTED, StopOnSignal
 
@@ -388,10 +388,10 @@ def evaluate_splits(trainer, splits: dict, evaluate=None, prefix: str = "eval", 
 
 
 def finish(trainer, model_args: ModelArguments, training_args, data_args, paper_recipe: "PaperRecipe | None" = None):
-    """Write the model card (README.md: `hub.write_finetuned_card`, metrics from all_results.json, the
+    """Write the model card (README.md: `model_card.write_finetuned_card`, metrics from all_results.json, the
     --paper_hparams recipe when given) and push the output folder when --push_to_hub is set. Nothing contacts the
     Hub unless pushing."""
-    from .hub import write_finetuned_card
+    from .model_card import write_finetuned_card
 
     def write_card(**_trainer_card_arguments):
         write_finetuned_card(trainer, model_args, training_args, data_args, paper_recipe=paper_recipe)

@@ -22,6 +22,7 @@ from .finetuning import OFFICIAL_FINETUNING, check_columns
 from .corpus import check_json_start
 from .errors import InputError, datasets_read_errors, input_errors
 from .metrics import load_glue_metric
+from .model_card import CardDataset, from_sources, hub_dataset_id, limits
 
 logger = logging.getLogger("albert_hf.glue")
 
@@ -179,6 +180,36 @@ class GlueDataArguments:
     max_train_samples: int | None = field(default=None, metadata={"help": "keep only the first N train rows"})
     max_eval_samples: int | None = field(default=None, metadata={"help": "keep only the first N rows of each dev set"})
     max_predict_samples: int | None = field(default=None, metadata={"help": "keep only the first N test rows"})
+
+    PIPELINE_TAG, AUTO_CLASS, SCRIPT = "text-classification", "AutoModelForSequenceClassification", "run_glue.py"
+
+    def card_tags(self) -> list[str]:
+        return [] if self.task_name is None else ["glue", self.task.name]
+
+    def card_dataset(self, wanted) -> CardDataset:
+        """The card's Data section: the GLUE task from the Hub or from its files, or the user's own data."""
+        if self.task_name is None:
+            from .text_classification import card_dataset
+
+            return card_dataset(self, wanted)
+        task = self.task
+        mnli = task.name == "mnli"
+        splits = dict(splits={"eval_": "validation_matched" if mnli else "validation", "predict_": "test"},
+                      suffixes={"_mm": "validation_mismatched"} if mnli else {})
+        files = self.local_files()
+        sources = {}
+        for split in wanted:
+            if self.data_dir is None and not files:
+                hub_id = hub_dataset_id(self.dataset_name)
+                sources[split] = (hub_id, f"the Hub's {hub_id} ({task.name})")
+                continue
+            given = [Path(path) for name, path in files.items() if task.split_kind(name) == split]
+            for path in given:  # the original GLUE files are TSVs in a task-specific layout; other formats are not
+                sources[split] = (GLUE_HUB_DATASET if path.suffix.lower() == ".tsv" else None, f"`{path.name}`")
+            if not given and self.data_dir is not None:
+                sources[split] = (GLUE_HUB_DATASET, f"the original GLUE TSV files in `{Path(self.data_dir).name}`")
+        extra = f" Inputs: at most {self.max_seq_length} tokens.{limits(self, wanted)}"
+        return from_sources(f"GLUE {task.folder}", sources, task.name, extra, **splits)
 
     def __post_init__(self):
         if self.task_name is None:

@@ -50,7 +50,9 @@ from .errors import InputError, run_entry_point
 from .distributed import (describe, end_distributed, gather_full_model, load_on_first_process, make_accelerator,
                           shard_model)
 from .hardware import MIXED_PRECISION_CHOICES, Hardware, Precision, choose_precision, detect, use_tf32
-from .hub import check_tokenizer, loading, push_folder, write_json, write_pretraining_card
+from .hub import push_folder, write_json
+from .loading import check_tokenizer, loading
+from .model_card import write_pretraining_card
 from .modeling_albert_hf import AlbertHFForPreTraining
 from .optimization import AdamWeightDecay, Lamb, get_official_schedule, parameter_groups
 from .preemption import PREEMPTED, StopOnSignal

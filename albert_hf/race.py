@@ -29,6 +29,7 @@ from datasets import Dataset, load_dataset
 from transformers import DataCollatorForMultipleChoice
 
 from .finetuning import OFFICIAL_FINETUNING, check_columns
+from .model_card import CardDataset, from_sources, hub_dataset_id, limits
 from .corpus import check_json_start
 from .errors import InputError, datasets_read_errors, input_errors
 
@@ -89,6 +90,27 @@ class RaceDataArguments:
                                         "run_race.py: lr 1e-5, dropout 0) or v1 for v1 models (the paper: lr 2e-5, "
                                         "dropout 0.1; it makes v2 models diverge)"}
     )
+
+    PIPELINE_TAG, AUTO_CLASS, SCRIPT = "multiple-choice", "AutoModelForMultipleChoice", "run_race.py"
+
+    def card_tags(self) -> list[str]:
+        return ["race"]
+
+    def card_dataset(self, wanted) -> CardDataset:
+        name = {"all": "RACE", "high": "RACE-H", "middle": "RACE-M"}[self.subset]
+        sources = {}
+        for split in wanted:
+            path = getattr(self, f"{split}_file", None)
+            if path:  # folders or files of RACE-format articles or rows: not necessarily RACE's own split
+                sources[split] = (None, f"`{Path(path).name}`")
+            elif self.data_dir:  # the official layout, {train,dev,test}/{high,middle}/*.txt
+                sources[split] = ("ehovy/race", f"the official layout in `{Path(self.data_dir).name}`")
+            elif self.dataset_name:
+                hub_id = hub_dataset_id(self.dataset_name)
+                sources[split] = (hub_id, f"the Hub's {hub_id}")
+        extra = (f" Inputs: at most {self.max_seq_length} tokens, the question and option keeping their last "
+                 f"{self.max_qa_length}.{limits(self, wanted)}")
+        return from_sources(name, sources, self.subset, extra)
 
     def __post_init__(self):
         if self.dataset_name and self.data_dir:

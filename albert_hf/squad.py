@@ -94,6 +94,16 @@ class SquadDataArguments:
     start_n_top: int = field(default=5, metadata={"help": "answerability head: beam of start positions"})
     end_n_top: int = field(default=5, metadata={"help": "answerability head: end positions per start"})
 
+    PIPELINE_TAG, AUTO_CLASS, SCRIPT = "question-answering", "AutoModelForQuestionAnswering", "run_squad.py"
+
+    def card_tags(self) -> list[str]:
+        return ["squad"] + ["squad_v2"] * self.version_2_with_negative
+
+    def card_dataset(self, wanted):
+        from .model_card import squad_card_dataset
+
+        return squad_card_dataset(self, wanted)
+
     def __post_init__(self):
         if self.dataset_name is None and not (self.train_file or self.validation_file or self.test_file):
             raise InputError("Give --dataset_name (e.g. squad_v2) or --train_file/--validation_file/--test_file")

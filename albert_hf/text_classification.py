@@ -25,6 +25,7 @@ from datasets import ClassLabel, DatasetDict, Value, load_dataset, load_from_dis
 
 from .errors import InputError, first_line
 from .metrics import classification_metrics, regression_metrics
+from .model_card import CardDataset, limits, user_data
 
 logger = logging.getLogger("albert_hf.text_classification")
 
@@ -300,3 +301,10 @@ def infer_task(splits: DatasetDict, sources: dict, data_args, checkpoint_config,
     names = class_names(splits["train"], sources["train"])
     return OwnTask(text_columns, reconcile_labels(names, checkpoint_config, model_name, sources["train"],
                                                   ignore_mismatched_sizes))
+
+
+def card_dataset(data_args, wanted) -> CardDataset:
+    """The card's Data section for run_glue.py on the user's own data."""
+    extra = (f" {data_args.task.describe().capitalize()}; inputs: at most {data_args.max_seq_length} tokens."
+             f"{limits(data_args, wanted)}")
+    return user_data(data_args, wanted, extra)

@@ -23,6 +23,7 @@ import numpy as np
 from datasets import ClassLabel, Dataset, DatasetDict, Sequence
 
 from .errors import InputError
+from .model_card import CardDataset, limits, user_data
 
 logger = logging.getLogger("albert_hf.token_classification")
 
@@ -57,6 +58,16 @@ class NerDataArguments:
     max_train_samples: int | None = field(default=None, metadata={"help": "keep only the first N train sentences"})
     max_eval_samples: int | None = field(default=None, metadata={"help": "keep only the first N dev sentences"})
     max_predict_samples: int | None = field(default=None, metadata={"help": "keep only the first N test sentences"})
+
+    PIPELINE_TAG, AUTO_CLASS, SCRIPT = "token-classification", "AutoModelForTokenClassification", "run_ner.py"
+
+    def card_tags(self) -> list[str]:
+        return []
+
+    def card_dataset(self, wanted) -> CardDataset:
+        extra = (f" Sentences of at most {self.max_seq_length} pieces; each word tagged on its "
+                 f"{'pieces' if self.label_all_tokens else 'first piece'}.{limits(self, wanted)}")
+        return user_data(self, wanted, extra)
 
     def __post_init__(self):
         files = [name for name in ("train_file", "validation_file", "test_file") if getattr(self, name)]

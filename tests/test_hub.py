@@ -176,7 +176,7 @@ def test_a_model_or_tokenizer_that_cannot_be_loaded_stops_with_the_argument_name
     from huggingface_hub import constants
 
     from albert_hf.finetuning import ModelArguments, load_tokenizer_and_model
-    from albert_hf.hub import loading
+    from albert_hf.loading import loading
     from albert_hf.pretraining import build_model, load_tokenizer
 
     with pytest.raises(InputError, match=r"^--tokenizer_name someone/no-such-albert: cannot load it \(no local "
@@ -416,11 +416,14 @@ def test_card_datasets_are_hub_data_or_its_official_files_only(tmp_path):
 
     from albert_hf.finetuning import AlbertTrainingArguments
     from albert_hf.glue import GlueDataArguments
-    from albert_hf.hub import finetuning_card_dataset
+    from albert_hf.model_card import wanted_splits
     from albert_hf.race import RaceDataArguments
     from albert_hf.squad import SquadDataArguments
 
     train_eval = AlbertTrainingArguments(output_dir=str(tmp_path), do_train=True, do_eval=True, report_to="none")
+
+    def finetuning_card_dataset(data_args, training_args):
+        return data_args.card_dataset(wanted_splits(training_args))
 
     def dataset(data_args):
         found = finetuning_card_dataset(data_args, train_eval)
@@ -453,7 +456,7 @@ def test_convert_writes_a_card_carrying_the_source_card_and_a_license(tmp_path, 
     from transformers import AlbertConfig, AlbertForSequenceClassification
 
     from albert_hf.convert import main as convert_main
-    from albert_hf.hub import write_converted_card
+    from albert_hf.model_card import write_converted_card
 
     source = tmp_path / "theirs"
     AlbertForSequenceClassification(AlbertConfig(vocab_size=100, embedding_size=8, hidden_size=16,
