@@ -42,3 +42,19 @@ def test_docs_links_point_at_existing_files():
             if "://" not in target and not (page.parent / target).exists():
                 broken.append(f"{page.relative_to(REPO)} -> {target}")
     assert not broken, "broken links:\n" + "\n".join(broken)
+
+
+def heading_anchors(page: Path) -> set:
+    """GitHub's anchors of a page's headings: lower case, punctuation dropped, spaces as hyphens."""
+    headings = re.findall(r"^#{1,6} (.+)$", page.read_text(encoding="utf-8"), flags=re.MULTILINE)
+    return {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-") for heading in headings}
+
+
+def test_docs_links_to_a_section_name_a_heading_of_that_page():
+    broken = []
+    for page in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)#([^)\s]+)\)", page.read_text(encoding="utf-8")):
+            linked = (page.parent / target) if target else page
+            if linked.suffix == ".md" and anchor not in heading_anchors(linked):
+                broken.append(f"{page.relative_to(REPO)} -> {target}#{anchor}")
+    assert not broken, "links to sections that are not there:\n" + "\n".join(broken)
