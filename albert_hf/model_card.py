@@ -437,7 +437,7 @@ def _paper_recipe_section(recipe) -> str:
 
 
 def write_finetuned_card(trainer, model_args, training_args, data_args, paper_recipe=None) -> Path:
-    """The card of a model fine-tuned by run_glue.py / run_squad.py / run_race.py, with the metrics of
+    """The card of a model fine-tuned by run_glue.py / run_squad.py / run_race.py / run_ner.py, with the metrics of
     output_dir/all_results.json, the license of --license and the resolved --paper_hparams recipe
     (`finetuning.PaperRecipe`) when given."""
     pipeline_tag, script = data_args.PIPELINE_TAG, data_args.SCRIPT
