@@ -306,7 +306,8 @@ def _race(folder: Path, res: Resources):
 def _corpus(source_name: str, layout: str = "document_per_file"):
     """run_pretraining.py's data path (`build_data`): corpus, held-out split, tokenizer, training and held-out pairs."""
     def target(folder: Path, res: Resources):
-        from albert_hf.pretraining import build_data, parse_args
+        from albert_hf.pretraining import parse_args
+        from albert_hf.pretraining_inputs import build_data
 
         args = parse_args(["--train_files", str(folder / source_name), "--layout", layout, "--tokenizer_name",
                            str(res.tiny_checkpoint), "--max_seq_length", "32", "--dupe_factor", "1",
