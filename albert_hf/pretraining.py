@@ -2,15 +2,15 @@
 
     accelerate launch run_pretraining.py --model_config base --train_files corpus/ --max_seq_length 512 ...
     python run_pretraining.py            # a tiny ALBERT on the embedded corpus, a few minutes on a laptop CPU
-    python run_pretraining.py args.json  # the same arguments from a file (.json or .yaml)
+    python run_pretraining.py recipes/demo.yaml  # the arguments from a file (.json or .yaml; recipes/ has some)
 
 `main` = `parse_args` -> `prepare` (`setup`: accelerator and output folder; the inputs: pretraining_inputs.py;
 the model and optimizer: pretraining_model.py) -> `fit` (the loop over a `TrainingState`, its step and evaluation in
 pretraining_step.py) -> `finish` (save, summary: pretraining_output.py; push). Loop: MLM + SOP loss (their plain
 sum), LAMB with the official poly-decay schedule, global clipping at 1.0, gradient accumulation, bf16/fp16 through
-accelerate. Every `--checkpointing_steps` the full state
-(model, optimizer, scheduler, RNGs, data position) goes atomically into `OUTPUT_DIR/step_N` (checkpointing.py);
-`--resume_from_checkpoint latest` continues exactly where the last complete checkpoint left off.
+accelerate. Every `--checkpointing_steps` the full state (model, optimizer, scheduler, RNGs, data position) goes
+atomically into `OUTPUT_DIR/step_N` (checkpointing.py); `--resume_from_checkpoint latest` continues exactly where
+the last complete checkpoint left off.
 """
 
 import argparse
@@ -44,9 +44,10 @@ from .preemption import PREEMPTED, StopOnSignal
 from .pretraining_data import TASKS as PAIR_TASKS
 from .pretraining_inputs import build_inputs, check_train_files, preprocess
 from .pretraining_model import OPTIMIZERS, build_run_model, enable_cpu_fp16, make_optimizer
-from .pretraining_output import MetricsLog, clear_earlier_run, format_metrics, start_logging, write_final_folder
-from .pretraining_step import (LOSS_NORMALIZATIONS, accumulation_groups, epoch_batches, evaluate_and_log, log_window,
-                               resume, save_checkpoint, training_step)
+from .pretraining_output import (MetricsLog, clear_earlier_run, format_metrics, start_logging, start_tracking,
+                                 write_final_folder)
+from .pretraining_step import (LOSS_NORMALIZATIONS, FitResult, accumulation_groups, epoch_batches, evaluate_and_log,
+                               log_window, resume, save_checkpoint, training_step)
 
 logger = logging.getLogger("albert_hf.pretraining")
 
@@ -368,11 +369,7 @@ def prepare(args) -> Pretraining:
     num_parameters = sum(p.numel() for p in accelerator.unwrap_model(model).parameters())
     global_batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * accelerator.num_processes
     if args.with_tracking:
-        if not accelerator.log_with:
-            raise InputError(f"--with_tracking: no usable tracker for --report_to {args.report_to} (for "
-                             "tensorboard: pip install tensorboard, or albert_hf[tracking])")
-        accelerator.init_trackers("albert_pretraining", {k: v for k, v in vars(args).items()
-                                                         if isinstance(v, (int, float, str, bool))})
+        start_tracking(accelerator, args)
     logger.info("%s parameters; global batch %d x %d tokens; %d steps; %s; %s%s",
                 f"{num_parameters:,}", global_batch, args.max_seq_length, args.max_train_steps,
                 describe(accelerator, model, hardware), precision.describe(),
@@ -380,16 +377,6 @@ def prepare(args) -> Pretraining:
     return Pretraining(args, accelerator, inputs.tokenizer, model, optimizer, scheduler, inputs.collate,
                        train_dataloader, eval_dataloader, inputs.eval_documents, checkpoints, num_parameters,
                        global_batch, hardware, precision)
-
-
-@dataclass
-class FitResult:
-    """How `fit` ended: at --max_train_steps, or early on a stop signal with a checkpoint written."""
-
-    eval_metrics: dict  # the last evaluation's
-    steps: int  # optimizer steps completed
-    stopped_by: str | None = None  # the signal's name (SIGTERM, SIGINT, SIGUSR1) when one ended the run early
-    checkpoint: Path | None = None  # the step_N written when it stopped
 
 
 def fit(run: Pretraining, stop: StopOnSignal | None = None) -> FitResult:

@@ -18,6 +18,7 @@ from .analysis.baselines import heldout_baselines, with_baselines
 from .analysis.curves import CURVES_FILE, pretraining_curves
 from .analysis.fill_mask import fill_mask_examples, format_fill_mask, pick_fill_mask_sentences
 from .checkpointing import FILL_MASK_FILE, clear_previous_run
+from .errors import InputError
 from .hardware import Hardware, Precision
 from .hub import write_json, write_pretraining_card
 
@@ -107,6 +108,15 @@ def start_logging(main_process: bool):
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S",
                         level=logging.INFO if main_process else logging.WARNING)
     quiet_library_logs()
+
+
+def start_tracking(accelerator: Accelerator, args):
+    """--with_tracking: the trackers of --report_to, given the run's plain arguments."""
+    if not accelerator.log_with:
+        raise InputError(f"--with_tracking: no usable tracker for --report_to {args.report_to} (for "
+                         "tensorboard: pip install tensorboard, or albert_hf[tracking])")
+    accelerator.init_trackers("albert_pretraining", {k: v for k, v in vars(args).items()
+                                                     if isinstance(v, (int, float, str, bool))})
 
 
 def clear_earlier_run(output_dir: Path):

@@ -277,6 +277,16 @@ class TrainingState:
                 "window_seconds": time.perf_counter() - self.window_start}
 
 
+@dataclass
+class FitResult:
+    """How `fit` ended: at --max_train_steps, or early on a stop signal with a checkpoint written."""
+
+    eval_metrics: dict  # the last evaluation's
+    steps: int  # optimizer steps completed
+    stopped_by: str | None = None  # the signal's name (SIGTERM, SIGINT, SIGUSR1) when one ended the run early
+    checkpoint: Path | None = None  # the step_N written when it stopped
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # The parts of `fit`'s loop (`run`: the job `pretraining.prepare` built)
 
