@@ -20,10 +20,9 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 # for 700 steps of 32 pairs of 64 tokens, then reloaded with AutoModel (a demo: a second `make pretrain` replaces
 # the first one's outputs/albert-pretraining). Under 5 minutes on 2 cores of any kind (README, "The demo"): LAMB at
 # 5e-3 with --adam_beta2 0.98, in the precision run_pretraining.py's default (auto) picks: bf16 autocast on CPUs with
-# bf16 units, fp32 on the others.
+# bf16 units, fp32 on the others. The flags are in recipes/demo.yaml.
 pretrain: setup
-	$(BIN)/python run_pretraining.py --overwrite_output_dir --model_config small --max_seq_length 64 \
-		--learning_rate 5e-3 --adam_beta2 0.98 --max_train_steps 700 --eval_steps 175
+	$(BIN)/python run_pretraining.py recipes/demo.yaml
 
 # Tests never touch the network: offline Hub and a throwaway HF_HOME, and a throwaway torch.compile cache (torch 2.13
 # does not key it on ATEN_CPU_CAPABILITY: a kernel cached by a process with it set aborted a later one). Each test

@@ -14,8 +14,9 @@ Writes predictions.json, nbest_predictions.json (v2.0: null_odds.json) and eval_
 with --do_predict, predict_predictions.json, predict_nbest_predictions.json (v2.0: predict_null_odds.json) and,
 when the test file has answers, predict_results.json; all_results.json holds every result of the run.
 
-The task logic lives in albert_hf/squad.py (data, features, post-processing, metrics, SquadTrainer); the official
-v2 answerability head is AlbertHFForQuestionAnsweringWithAnswerability; the shared flow is albert_hf/finetuning.py.
+The task logic lives in albert_hf/squad.py (arguments, SquadTrainer), albert_hf/squad_features.py (reading,
+windows) and albert_hf/squad_postprocess.py (answers, metrics, files); the official v2 answerability head is
+AlbertHFForQuestionAnsweringWithAnswerability; the shared flow is albert_hf/finetuning.py.
 """
 
 import logging
@@ -36,17 +37,15 @@ from albert_hf.finetuning import (
     setup,
     train,
 )
-from albert_hf.squad import (
-    SquadDataArguments,
-    SquadTrainer,
+from albert_hf.squad import SquadDataArguments, SquadTrainer, paper_recipe
+from albert_hf.squad_features import (
     features_dataset,
     has_gold_answers,
     load_squad_splits,
-    paper_recipe,
     prepare_questions,
     select_trainable,
-    write_outputs,
 )
+from albert_hf.squad_postprocess import write_outputs
 
 logger = logging.getLogger("run_squad")
 

@@ -37,6 +37,28 @@ def previous_run_files(output_dir) -> list[str]:
     return sorted({path.name for pattern in RUN_OUTPUTS for path in output_dir.glob(pattern)})
 
 
+def check_output_dir(output_dir, resume_from_checkpoint: str | None, overwrite_output_dir: bool) -> None:
+    """Stops with one line, before any work, on a --resume_from_checkpoint folder that cannot be resumed, or on an
+    --output_dir holding an earlier run that the arguments neither continue nor overwrite."""
+    if resume_from_checkpoint not in (None, "latest"):
+        problem = StepCheckpoints.problem(Path(resume_from_checkpoint))
+        if problem:
+            raise InputError(f"--resume_from_checkpoint {resume_from_checkpoint}: {problem}")
+    earlier = previous_run_files(output_dir)
+    if earlier and not overwrite_output_dir:
+        has_checkpoint = bool(StepCheckpoints.complete_in(output_dir))
+        if resume_from_checkpoint is None:
+            resumable = ("pass --resume_from_checkpoint latest to continue it" if has_checkpoint
+                         else "it left no complete step_N checkpoint for --resume_from_checkpoint latest")
+            raise InputError(f"--output_dir {output_dir} holds an earlier run ({', '.join(earlier[:4])}"
+                             f"{', ...' if len(earlier) > 4 else ''}): {resumable}; pass --overwrite_output_dir to "
+                             "start over, or another --output_dir")
+        if resume_from_checkpoint == "latest" and not has_checkpoint:
+            raise InputError(f"--resume_from_checkpoint latest: --output_dir {output_dir} holds an "
+                             "earlier run but no complete step_N checkpoint to continue from; pass "
+                             "--overwrite_output_dir to start over, or another --output_dir")
+
+
 def truncate_metrics_log(path: Path, step: int) -> None:
     """Keep the rows up to `step`: a resumed run logs the later ones again. A row cut short by a kill is dropped."""
     if not path.is_file():

@@ -304,22 +304,9 @@ def gather_full_model(accelerator: Accelerator, model: torch.nn.Module):
 
 def end_distributed(accelerator: Accelerator | None = None, timeout: float = 5.0) -> int:
     """The last call of a distributed run, in every process, after a barrier and after the caller has dropped its
-    own references to the model and optimizer: destroys the process group and frees it while the interpreter is
-    still whole. Returns how many process groups are still alive afterwards (0 when all went), and warns when
-    any is.
-
-    `destroy_process_group` only unregisters a group; its gloo backend, with the worker threads that release each
-    collective's work and the tensors it holds, lives until its last reference goes. A DDP or FSDP2 model, its
-    optimizer's sharded parameters, and the DeviceMesh objects that DTensor keeps in its caches all hold one. Left to
-    the interpreter's exit, a worker thread still releasing the last barrier (which holds the tensors of earlier
-    all-gathers) must take the GIL of a finalizing interpreter, and the process aborts with "terminate called without
-    an active exception": 3 of 174 two-process FSDP runs of the tests' tiny model here, always the second process.
-    Freed here, the group's destructor joins its worker threads while Python still runs.
-
-    Right after the barrier a worker may not yet have released the last work, and through the work's tensors the
-    model stays reachable for a moment; so this polls (10 ms steps, up to `timeout` seconds) until the groups are
-    gone. In the tests 2 of 32 calls needed one more step; without it 3 of 12 runs kept the group alive.
-    """
+    own references to the model and optimizer: destroys the process groups and frees them (polling up to `timeout`
+    seconds) while the interpreter is still whole, as a gloo group freed at exit can abort the process (BENCHMARKS.md,
+    "Ending a distributed run"). Returns how many groups are still alive (0 when all went), and warns when any is."""
     if not dist.is_initialized():
         if accelerator is not None:
             accelerator.end_training()  # the trackers
@@ -332,12 +319,10 @@ def end_distributed(accelerator: Accelerator | None = None, timeout: float = 5.0
         dist.destroy_process_group()
     deadline = time.monotonic() + timeout
     while True:
-        # Scanned again on every step: with one scan before the loop, 3 of 6 test runs kept the groups alive to the
-        # timeout (which object held them then was not pinned down).
-        for obj in gc.get_objects():
+        for obj in gc.get_objects():  # DTensor's cached meshes hold the groups they resolved
             # `type(...) is`: isinstance on every object would call torch's __instancecheck__ hooks (warnings)
             registry = getattr(obj, "_pg_registry", None) if type(obj) is DeviceMesh else None
-            if registry:  # the groups a mesh resolved, kept alive by it
+            if registry:
                 watched += [weakref.ref(group) for group in registry.values()]
                 registry.clear()
         gc.collect()

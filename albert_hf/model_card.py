@@ -346,44 +346,6 @@ def user_data(data_args, wanted, extra: str) -> CardDataset:
     return CardDataset(name, f"The user's own data, not a Hub dataset; read from: {read}.{extra}")
 
 
-# Questions in the official SQuAD files: a file in the official JSON format is that dataset only when it holds them
-# all (SQuAD's JSON is the exchange format of many QA sets, and of partial copies such as half of the v2.0 dev set).
-SQUAD_QUESTIONS = {("1.1", "train"): 87599, ("1.1", "validation"): 10570,
-                   ("v2.0", "train"): 130319, ("v2.0", "validation"): 11873}
-
-
-def _is_official_squad(path: Path, version: str, split: str) -> bool:
-    expected = SQUAD_QUESTIONS.get((version, split))
-    if expected is None or path.suffix.lower() != ".json" or not path.is_file():
-        return False
-    try:
-        content = json.loads(path.read_text(encoding="utf-8"))
-        return (str(content.get("version")) == version and expected == sum(
-            len(paragraph["qas"]) for article in content["data"] for paragraph in article["paragraphs"]))
-    except (OSError, ValueError, AttributeError, KeyError, TypeError):
-        return False
-
-
-def squad_card_dataset(data_args, wanted) -> CardDataset:
-    v2 = data_args.version_2_with_negative
-    name, official, version = (("SQuAD v2.0", "rajpurkar/squad_v2", "v2.0") if v2
-                               else ("SQuAD v1.1", "rajpurkar/squad", "1.1"))
-    sources = {}
-    for split in wanted:
-        path = getattr(data_args, f"{split}_file", None)
-        if path:
-            found = _is_official_squad(Path(path), version, split)
-            sources[split] = (official if found else None,
-                              f"`{Path(path).name}`" + (f" (the official {name} {split} file)" if found else ""))
-        elif data_args.dataset_name:
-            hub_id = hub_dataset_id(data_args.dataset_name)
-            sources[split] = (hub_id, f"the Hub's {hub_id}")
-    extra = (f" Windows of {data_args.max_seq_length} tokens (question: at most {data_args.max_query_length}), "
-             f"stride {data_args.doc_stride}.{limits(data_args, wanted)}")
-    config = data_args.dataset_config_name if data_args.dataset_name else None
-    return from_sources(name, sources, config, extra)
-
-
 def _training_log(log_history) -> str | None:
     """Training loss and evaluations during training, by step (as in transformers' Trainer cards). The log ends
     at Trainer's summary entry (train_runtime): the final evaluations that follow are in the Results section."""

@@ -52,13 +52,7 @@ AUTO_MAP = {
 
 
 class TanhGELU(nn.GELU):
-    """ALBERT's tanh-approximated GELU ("gelu_new", the official code's "gelu").
-
-    Eager, torch's single fused kernel: the same formula as transformers' NewGELUActivation (max difference ~2e-7)
-    without its seven elementwise passes, forward and backward, over the largest activation tensor of the model.
-    Under torch.compile, the identical form x * sigmoid(2u), since 0.5 * (1 + tanh(u)) = sigmoid(2u): inductor
-    fuses it into one loop, and on CPU its sigmoid is several times faster than its tanh or torch's tanh kernel.
-    """
+    """ALBERT's tanh GELU ("gelu_new"): torch's kernel eager, x * sigmoid(2u) compiled (BENCHMARKS.md, TanhGELU)."""
 
     def __init__(self):
         super().__init__(approximate="tanh")
@@ -118,7 +112,7 @@ def eager_attention_forward(module, query, key, value, attention_mask, scaling, 
     """Plain softmax(QK^T * scaling + mask) V; the only implementation that returns attention weights.
 
     `attention_mask` is additive (eager's mask) or boolean, True where a key may be attended (SDPA's mask, when
-    `matmul_attention_pays` stands in for SDPA).
+    `use_matmul_attention` stands in for SDPA).
     """
     weights = torch.matmul(query, key.transpose(2, 3)) * scaling
     if attention_mask is not None and attention_mask.dtype == torch.bool:
@@ -131,15 +125,11 @@ def eager_attention_forward(module, query, key, value, attention_mask, scaling, 
     return output, weights
 
 
-# Training on a CPU, SDPA's fused kernel runs its forward well but its backward at a fraction of the matmul rate
-# (2-core Xeon with AMX, bf16, 12 heads of 64, ms per layer forward + backward, SDPA vs matmul + softmax:
-# seq 128 x batch 8 19 vs 6, seq 256 x 16 63 vs 39, seq 384 x 10 66 vs 65, seq 512 x 8 76 vs 90). Up to this key
-# length, training steps on a CPU compute "sdpa" attention as matmul + softmax instead: the same result up to the
-# bf16 rounding of the scores.
+# CPU training computes "sdpa" attention up to this key length as matmul + softmax (BENCHMARKS.md, "Results").
 MATMUL_ATTENTION_MAX_LENGTH = 256
 
 
-def matmul_attention_pays(config, key: torch.Tensor, training: bool) -> bool:
+def use_matmul_attention(config, key: torch.Tensor, training: bool) -> bool:
     # the module's training mode, not grad mode: the same inputs in the same mode take the same path (tracing)
     return (config._attn_implementation == "sdpa" and key.device.type == "cpu" and training
             and key.shape[-2] <= MATMUL_ATTENTION_MAX_LENGTH)
@@ -171,7 +161,8 @@ class RealTokens:
         return device.type == "cpu"
 
     @classmethod
-    def worth_it(cls, attention_mask: torch.Tensor) -> "RealTokens | None":
+    def pack_if_smaller(cls, attention_mask: torch.Tensor) -> "RealTokens | None":
+        """The pack, or None when its rounded-up rows are no fewer than the padded batch's."""
         real_tokens = cls(attention_mask)
         return real_tokens if real_tokens.gather_indices.numel() < attention_mask.numel() else None
 
@@ -226,7 +217,7 @@ class AlbertHFAttention(nn.Module):
         attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
         )
-        if matmul_attention_pays(self.config, key, self.training):
+        if use_matmul_attention(self.config, key, self.training):
             attention = eager_attention_forward
         context, weights = attention(
             self,
@@ -367,16 +358,8 @@ class AlbertHFPreTrainedModel(PreTrainedModel):
             init.copy_(module.position_ids, torch.arange(module.position_ids.shape[-1]).expand((1, -1)))
 
     def compile_blocks(self, **compile_kwargs):
-        """Regional `torch.compile`: each transformer block is compiled in place (`compile_kwargs` go to
-        `torch.compile`), the rest stays eager. Returns the model.
-
-        One graph serves every application of a shared block, so compiling takes seconds rather than minutes, and
-        the eager glue keeps padding removal and the last-block selection, which compiling the whole model turns
-        off. Their sizes depend on the data, so shapes are dynamic from the start. A block meets up to 16 input
-        variants, each its own graph: a packed or padded input, with or without a mask, the last block or not,
-        with or without grad. torch's default limit of 8 graphs would send the rest back to eager, so the limit
-        is raised for the blocks alone.
-        """
+        """Regional `torch.compile` of each block in place (`compile_kwargs` go to `torch.compile`); returns the model.
+        Why dynamic shapes and a raised recompile limit: BENCHMARKS.md, "What each optimisation bought"."""
         compile_kwargs = {"dynamic": True, "recompile_limit": 32, **compile_kwargs}
         if "recompile_limit" not in (torch.compile.__kwdefaults__ or {}):  # torch < 2.13: only a global limit
             limit = compile_kwargs.pop("recompile_limit")
@@ -439,8 +422,8 @@ class AlbertHFModel(AlbertHFPreTrainedModel):
     def set_input_embeddings(self, value: nn.Embedding) -> None:
         self.embeddings.word_embeddings = value
 
-    def can_skip_work(self, attention_mask, kwargs) -> bool:
-        """Whether work whose results nobody reads may be skipped (padding removal, `last_layer_positions`): no
+    def is_plain_forward(self, attention_mask, kwargs) -> bool:
+        """A plain forward, whose unread work may be skipped (padding removal, `last_layer_positions`): no
         per-layer outputs requested (their (batch, seq) shape is the API), a plain (batch, seq) mask or none, and
         an attention kernel we slice and re-pad for."""
         recording = any(kwargs.get(f"output_{name}", getattr(self.config, f"output_{name}", False))
@@ -458,7 +441,7 @@ class AlbertHFModel(AlbertHFPreTrainedModel):
         position_ids=None,
         inputs_embeds=None,
         last_layer_positions=None,
-        reads_padding=False,
+        keep_padding=False,
         **kwargs,
     ) -> BaseModelOutputWithPooling:
         r"""
@@ -467,13 +450,13 @@ class AlbertHFModel(AlbertHFPreTrainedModel):
             `(batch_size, Q, hidden_size)` and the pooler reads its first column, so put the [CLS] position 0
             first. The heads that read few positions (pretraining with labels, sequence classification, multiple
             choice) use it: the last block then costs a fraction of the others.
-        reads_padding (`bool`): the caller uses the outputs at padded positions (the span QA head's softmax covers
+        keep_padding (`bool`): the caller uses the outputs at padded positions (the span QA head's softmax covers
             every position, as the official code's does), so the padding is not removed: its outputs are then
             the model's own values, the same whatever else is in the batch.
         """
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of input_ids or inputs_embeds")
-        if last_layer_positions is not None and not self.can_skip_work(attention_mask, kwargs):
+        if last_layer_positions is not None and not self.is_plain_forward(attention_mask, kwargs):
             raise ValueError("last_layer_positions needs a (batch, seq) attention_mask, sdpa or eager attention and "
                              "no output_hidden_states / output_attentions")
         embeddings = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
@@ -482,10 +465,10 @@ class AlbertHFModel(AlbertHFPreTrainedModel):
         real_tokens = None
         # Padding removal (`unpad_inputs`); not when this forward itself is compiled, where the pack's
         # data-dependent size would break the graph (`compile_blocks` compiles only the blocks, and keeps it).
-        if (mask is not None and self.config.unpad_inputs and not reads_padding
+        if (mask is not None and self.config.unpad_inputs and not keep_padding
                 and RealTokens.pays_on(embeddings.device)
-                and self.can_skip_work(attention_mask, kwargs) and not torch.compiler.is_compiling()):
-            real_tokens = RealTokens.worth_it(attention_mask)
+                and self.is_plain_forward(attention_mask, kwargs) and not torch.compiler.is_compiling()):
+            real_tokens = RealTokens.pack_if_smaller(attention_mask)
         if real_tokens is not None:
             embeddings = real_tokens.gather(embeddings)
         sequence_output = self.encoder(embeddings, mask, real_tokens, last_layer_positions, **kwargs).last_hidden_state
@@ -535,14 +518,8 @@ def masked_positions(masked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 class SummedSoftmaxCrossEntropy(torch.autograd.Function):
-    """sum_i -log softmax(logits_i)[target_i] in fp32, for the (masked tokens x vocabulary) MLM logits.
-
-    The value of `F.cross_entropy(logits.float(), targets, reduction="sum")` in fewer passes over the large
-    logits: forward keeps the fp32 softmax, and backward is `probs * g` minus g at the targets. F.cross_entropy's
-    backward instead zero-fills a gradient, scatters into it and recomputes the exponentials (log_softmax's
-    backward), three more full passes; on a CPU the exponentials and the fresh pages of each large tensor are
-    most of the loss's time (see BENCHMARKS.md).
-    """
+    """sum_i -log softmax(logits_i)[target_i] in fp32, as F.cross_entropy(reduction="sum"), its backward from the
+    kept softmax (`probs * g` minus g at the targets) in fewer passes (BENCHMARKS.md, "Results")."""
 
     @staticmethod
     def forward(ctx, logits, targets, weights=None):
@@ -635,7 +612,7 @@ class AlbertHFForPreTraining(AlbertHFPreTrainedModel):
         positions = valid = None
         fixed = labels is not None and masked_lm_positions is not None
         masked = labels != -100 if labels is not None and not fixed else None
-        skip = labels is not None and self.albert.can_skip_work(attention_mask, kwargs) \
+        skip = labels is not None and self.albert.is_plain_forward(attention_mask, kwargs) \
             and not torch.compiler.is_compiling()
         if skip and fixed:
             cls = masked_lm_positions.new_zeros(masked_lm_positions.shape[0], 1)
@@ -750,7 +727,7 @@ class AlbertHFForMaskedLM(AlbertHFPreTrainedModel):
 
 def cls_only(model: AlbertHFModel, input_ids, inputs_embeds, attention_mask, kwargs) -> torch.Tensor | None:
     """`last_layer_positions` for heads that read only the pooled [CLS] output, when allowed."""
-    if not model.can_skip_work(attention_mask, kwargs):
+    if not model.is_plain_forward(attention_mask, kwargs):
         return None
     rows = input_ids if input_ids is not None else inputs_embeds
     return torch.zeros(rows.shape[0], 1, dtype=torch.long, device=rows.device)
@@ -897,7 +874,7 @@ class AlbertHFForQuestionAnswering(AlbertHFPreTrainedModel):
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,
             return_dict=True,
-            reads_padding=True,  # the softmax over positions includes the padding
+            keep_padding=True,  # the softmax over positions includes the padding
             **kwargs,
         )
         start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).unbind(dim=-1)

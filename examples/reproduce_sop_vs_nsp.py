@@ -150,7 +150,7 @@ def pretrain(args, run_dir: Path, task: str = "sop", sharing: str | None = None)
 def held_out_documents(args):
     """The documents run_pretraining.py held out (same corpus, same 10% split, same seed): never trained on."""
     from albert_hf.corpus import load_corpus
-    from albert_hf.pretraining import split_documents
+    from albert_hf.pretraining_inputs import split_documents
 
     documents = load_corpus(args.train_files, layout="document_per_file") if args.train_files else load_corpus(None)
     _, held_out = split_documents(documents, Namespace(validation_split_percentage=10.0, seed=args.seed))

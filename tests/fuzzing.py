@@ -281,17 +281,17 @@ def _glue(task_name: str, file_name: str):
 
 def _squad(training: bool):
     def target(folder: Path, res: Resources):
-        from albert_hf import squad
+        from albert_hf import squad, squad_features
 
         path = str(folder / "squad.json")
         args = squad.SquadDataArguments(train_file=path, version_2_with_negative=True, max_seq_length=48,
                                         max_query_length=16, doc_stride=16)
-        splits = squad.load_squad_splits(args)
+        splits = squad_features.load_squad_splits(args)
         if training:
-            examples = squad.select_trainable(splits["train"], True, path)
-            squad.features_dataset(examples, res.tokenizer, args, training=True)
+            examples = squad_features.select_trainable(splits["train"], True, path)
+            squad_features.features_dataset(examples, res.tokenizer, args, training=True)
         else:
-            squad.prepare_questions(splits["train"], res.tokenizer, args, path)
+            squad_features.prepare_questions(splits["train"], res.tokenizer, args, path)
     return target
 
 
@@ -306,7 +306,8 @@ def _race(folder: Path, res: Resources):
 def _corpus(source_name: str, layout: str = "document_per_file"):
     """run_pretraining.py's data path (`build_data`): corpus, held-out split, tokenizer, training and held-out pairs."""
     def target(folder: Path, res: Resources):
-        from albert_hf.pretraining import build_data, parse_args
+        from albert_hf.pretraining import parse_args
+        from albert_hf.pretraining_inputs import build_data
 
         args = parse_args(["--train_files", str(folder / source_name), "--layout", layout, "--tokenizer_name",
                            str(res.tiny_checkpoint), "--max_seq_length", "32", "--dupe_factor", "1",

@@ -115,7 +115,7 @@ def test_the_start_line_pieces_name_the_device_the_kind_the_threads_and_the_reas
 
 
 def test_torch_compile_on_a_gpu_is_kept_and_the_start_line_says_it_measured_slower():
-    from albert_hf.pretraining import compile_note
+    from albert_hf.pretraining_model import compile_note
 
     assert compile_note(torch.device("cpu")) is None
     note = compile_note(torch.device("cuda", 0))

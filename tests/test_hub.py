@@ -177,7 +177,8 @@ def test_a_model_or_tokenizer_that_cannot_be_loaded_stops_with_the_argument_name
 
     from albert_hf.finetuning import ModelArguments, load_tokenizer_and_model
     from albert_hf.loading import loading
-    from albert_hf.pretraining import build_model, load_tokenizer
+    from albert_hf.pretraining_inputs import load_tokenizer
+    from albert_hf.pretraining_model import build_model
 
     with pytest.raises(InputError, match=r"^--tokenizer_name someone/no-such-albert: cannot load it \(no local "
                                          r"folder by that name, so it was looked up on the Hub\)") as stopped:
@@ -281,7 +282,9 @@ def test_pretraining_card_metadata_and_model_index_come_from_all_results(tmp_pat
 def test_pretraining_card_lists_a_hub_dataset_license_and_base_model_without_going_online(tmp_path, hub_unreachable):
     from data_fixtures import tokenizer
 
-    from albert_hf.pretraining import build_parser, save_final_model
+    from albert_hf.pretraining import build_parser
+
+    from albert_hf.pretraining_output import save_final_model
 
     args = build_parser().parse_args(["--output_dir", str(tmp_path), "--dataset_name", "Salesforce/wikitext",
                                       "--dataset_config_name", "wikitext-2-raw-v1", "--model_name_or_path",

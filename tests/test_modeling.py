@@ -329,13 +329,13 @@ def test_cpu_training_computes_short_sdpa_attention_as_matmuls_with_the_same_res
     config = model.config
     assert config._attn_implementation == "sdpa"
     key = torch.zeros(2, 4, 128, 8)
-    assert modeling.matmul_attention_pays(config, key, training=True)
-    assert not modeling.matmul_attention_pays(config, torch.zeros(2, 4, 512, 8), training=True)
+    assert modeling.use_matmul_attention(config, key, training=True)
+    assert not modeling.use_matmul_attention(config, torch.zeros(2, 4, 512, 8), training=True)
     # evaluation (with or without grad): SDPA's forward is the faster one
-    assert not modeling.matmul_attention_pays(config, key, training=False)
-    assert not modeling.matmul_attention_pays(config, key.to("meta"), training=True)  # not a CPU: SDPA
+    assert not modeling.use_matmul_attention(config, key, training=False)
+    assert not modeling.use_matmul_attention(config, key.to("meta"), training=True)  # not a CPU: SDPA
     eager = AlbertHFModel._from_config(tiny_config(), attn_implementation="eager")
-    assert not modeling.matmul_attention_pays(eager.config, key, training=True)
+    assert not modeling.use_matmul_attention(eager.config, key, training=True)
 
     calls = []
     original = modeling.eager_attention_forward
@@ -383,7 +383,7 @@ def test_padding_removal_is_for_cpus(monkeypatch):
     inputs = make_inputs(pad_from=10)
     for pays in (True, False):
         monkeypatch.setattr(modeling.RealTokens, "pays_on", staticmethod(lambda device: pays))
-        monkeypatch.setattr(modeling.RealTokens, "worth_it", classmethod(lambda cls, mask: packed.append(pays)))
+        monkeypatch.setattr(modeling.RealTokens, "pack_if_smaller", classmethod(lambda cls, mask: packed.append(pays)))
         model(**inputs)
     assert packed == [True]
 

@@ -18,7 +18,8 @@ from safetensors.torch import load_file
 
 from albert_hf.checkpointing import STATE_FILE, StepCheckpoints
 from albert_hf.errors import InputError
-from albert_hf.pretraining import build_parser, make_optimizer, parse_args
+from albert_hf.pretraining import build_parser, parse_args
+from albert_hf.pretraining_model import make_optimizer
 
 SCRIPT = str(REPO / "run_pretraining.py")
 # Tiny and fast: the embedded corpus, a 500-piece tokenizer (trained once, cached in the test HF_HOME).
@@ -173,7 +174,7 @@ def held_out_texts(tmp_path):
     """The documents `pretrain` holds out of the embedded corpus (FAST's seed, the default 5%), single-spaced."""
     from data_fixtures import embedded
 
-    from albert_hf.pretraining import split_documents
+    from albert_hf.pretraining_inputs import split_documents
 
     _, held_out = split_documents(embedded(), parse_args(["--output_dir", str(tmp_path / "unused"), *FAST]))
     return [" ".join(text.split()) for text in held_out["text"]]
@@ -379,7 +380,8 @@ def test_fp16_overflow_skips_the_update_and_the_schedule_without_touching_weight
 
     from albert_hf import AlbertHFForPreTraining
     from albert_hf.optimization import Lamb, get_official_schedule, parameter_groups
-    from albert_hf.pretraining import enable_cpu_fp16, training_step
+    from albert_hf.pretraining_model import enable_cpu_fp16
+    from albert_hf.pretraining_step import training_step
 
     def setup(init_scale):
         accelerator = Accelerator(cpu=True, mixed_precision="fp16")
@@ -447,7 +449,7 @@ def test_running_metric_counts_hold_no_autograd_graph():
     from conftest import tiny_config
 
     from albert_hf import AlbertHFForPreTraining
-    from albert_hf.pretraining import example_counts, step_counts
+    from albert_hf.pretraining_step import example_counts, step_counts
 
     model = AlbertHFForPreTraining(tiny_config()).train()
     input_ids = torch.randint(5, 1000, (4, 16))
@@ -469,7 +471,7 @@ def test_training_counts_from_the_model_losses_equal_the_per_token_recount():
     from conftest import tiny_config
 
     from albert_hf import AlbertHFForPreTraining
-    from albert_hf.pretraining import example_counts, step_counts
+    from albert_hf.pretraining_step import example_counts, step_counts
 
     model = AlbertHFForPreTraining(tiny_config()).eval()
     input_ids = torch.randint(5, 1000, (6, 24))

@@ -14,16 +14,15 @@ from conftest import check_tokenizer_loads_without_prompt
 from data_fixtures import SHARED_DATA, tokenizer
 from datasets import Dataset
 
-from albert_hf.squad import (
-    SquadDataArguments,
+from albert_hf.squad import SquadDataArguments
+from albert_hf.squad_features import (
     build_features,
     max_context_flags,
-    postprocess_beam_predictions,
-    postprocess_span_predictions,
     read_squad_file,
     select_trainable,
     window_starts,
 )
+from albert_hf.squad_postprocess import postprocess_beam_predictions, postprocess_span_predictions
 from albert_hf.squad_metrics import squad_v1_metrics, squad_v2_metrics
 from albert_hf.errors import InputError
 
@@ -338,7 +337,7 @@ def test_answerability_head_beam_is_the_top_ends_of_each_top_start(answerability
 def test_v2_null_decision_at_the_threshold_and_the_official_rescoring_by_hand():
     """The official run_squad_v2.py: "" when the null odds reach the threshold (>=), and the reported metrics are
     evaluate-v2.0.py's with the null odds as no-answer probabilities and na_prob_thresh 1.0."""
-    from albert_hf.squad import apply_null_threshold, squad_metrics
+    from albert_hf.squad_postprocess import apply_null_threshold, squad_metrics
 
     golds = {"a": ["x"], "d": ["w"], "b": ["y"], "c": [], "e": []}
     best = {"a": "x", "d": "w", "b": "y", "c": "z", "e": "v"}  # every span right where there is an answer

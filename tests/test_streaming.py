@@ -18,7 +18,7 @@ from test_pretraining import check_same_weights_and_curve, metrics, parse_args, 
 from albert_hf.corpus import first_documents, text_file_stream
 from albert_hf.errors import InputError
 from albert_hf.preemption import PREEMPTED
-from albert_hf.pretraining import build_data
+from albert_hf.pretraining_inputs import build_data
 
 FILES = 24
 
@@ -205,7 +205,7 @@ def test_a_json_stream_of_several_files_is_shared_by_files_without_the_held_out_
 
     from datasets.distributed import split_dataset_by_node
 
-    from albert_hf.pretraining import load_documents, split_documents
+    from albert_hf.pretraining_inputs import load_documents, split_documents
 
     files = []
     for f in range(4):

@@ -1,0 +1,303 @@
+"""Arguments -> inputs of the pretraining job: the training and held-out loaders, the tokenizer and a description.
+
+Every source goes through `build_inputs`: a folder written by --preprocess_only (--prepared_data), or a corpus
+(plain text, json/parquet/csv, a Hub dataset, the embedded one; read whole or streamed) cut into documents, split
+into training and held-out documents, tokenized (a tokenizer trained on the training documents unless one is
+named) and built into sentence pairs (`build_data`), then masked and batched by the collator.
+"""
+
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import datasets
+import transformers
+from accelerate.utils import gather_object, set_seed
+from datasets.distributed import split_dataset_by_node
+from torch.utils.data import DataLoader
+from transformers import AutoTokenizer
+
+from . import prepared_data
+from .corpus import (files_fingerprint, find_text_files, first_documents, first_few, is_plain_text, load_corpus,
+                     split_sentences, text_file_stream)
+from .data_collator import DataCollatorForAlbertPretraining
+from .errors import InputError
+from .loading import check_tokenizer, loading
+from .prepared_data import PretrainingData
+from .pretraining_data import NoPairsError, build_pretraining_dataset
+from .pretraining_output import clear_earlier_run, start_logging
+from .tokenization import train_tokenizer
+
+logger = logging.getLogger("albert_hf.pretraining")
+
+
+def check_train_files(train_files) -> None:
+    """Stops with one line, before any work, on a --train_files path that does not exist or holds no text file."""
+    for path in train_files or ():
+        if not Path(path).exists():
+            raise InputError(f"--train_files: {path} does not exist")
+    if train_files and is_plain_text(train_files):
+        try:
+            find_text_files(train_files)
+        except InputError as error:
+            raise InputError(f"--train_files: {error}") from None
+
+
+def load_documents(args):
+    """The corpus as documents ("text" column): files, a Hub dataset, or the embedded default corpus."""
+    if args.dataset_name:
+        return load_corpus(args.dataset_name, text_column=args.text_column, config_name=args.dataset_config_name,
+                           streaming=args.streaming)
+    if args.train_files:
+        return load_corpus(args.train_files, layout=args.layout, text_column=args.text_column,
+                           streaming=args.streaming)
+    if args.streaming:
+        logger.warning("--streaming: the embedded corpus is not streamed (it is small)")
+    return load_corpus(None)
+
+
+def split_documents(documents, args):
+    """Hold out whole documents for evaluation, so no evaluation sentence was seen in training."""
+    if args.validation_split_percentage == 0:
+        return documents, None
+    if isinstance(documents, datasets.IterableDataset):  # no length: the first documents of the stream
+        count = streamed_documents_held_out(args)
+        texts = [row["text"] for row in documents.take(count + 1)]
+        if len(texts) <= count:
+            raise InputError(too_few_to_hold_out(count, len(texts)))
+        held_out = {text_digest(text) for text in texts[:count]}
+        # Dropped wherever they come: whichever process's shard holds them (datasets' skip would instead divide the
+        # skipped count among the shards, and the others would train on held-out documents).
+        train = documents.filter(lambda row: text_digest(row["text"]) not in held_out)
+        return train, datasets.Dataset.from_dict({"text": texts[:count]})
+    if len(documents) < 2:
+        raise InputError(f"{corpus_argument(args)}: {len(documents)} document(s); evaluation needs at least 2 "
+                         "(or pass --validation_split_percentage 0)")
+    split = documents.train_test_split(test_size=args.validation_split_percentage / 100, seed=args.seed)
+    return split["train"], split["test"]
+
+
+def text_digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+def too_few_to_hold_out(count: int, found: int) -> str:
+    return (f"--streaming holds out the corpus's first {count} documents for evaluation "
+            f"(--validation_split_percentage x 20), and the corpus has only {found}: pass a smaller "
+            "--validation_split_percentage, or 0")
+
+
+def streamed_documents_held_out(args) -> int:
+    """How many documents a stream holds out for evaluation (its first ones): a stream has no length, so
+    --validation_split_percentage x 20."""
+    return max(1, int(args.validation_split_percentage * 20))
+
+
+def load_tokenizer(args, train_documents, fingerprint: str | None = None):
+    if args.tokenizer_name:
+        with loading("--tokenizer_name", args.tokenizer_name):
+            tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_name, trust_remote_code=args.trust_remote_code)
+        return check_tokenizer(tokenizer, "--tokenizer_name", args.tokenizer_name)
+    if args.model_name_or_path and Path(args.model_name_or_path, "tokenizer.json").is_file():
+        with loading("--model_name_or_path", args.model_name_or_path):
+            tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path)
+        return check_tokenizer(tokenizer, "--model_name_or_path", args.model_name_or_path)
+    if isinstance(train_documents, datasets.IterableDataset):
+        logger.warning("--streaming without --tokenizer_name: the tokenizer is trained first, on a sample of the "
+                       "whole corpus, which is read once before the first step (pass --tokenizer_name, e.g. the "
+                       "tokenizer of an earlier run, to stream from the start)")
+    return train_tokenizer(train_documents, vocab_size=args.vocab_size, text_column="text",
+                           sentence_per_line=args.layout == "sentence_per_line",
+                           input_sentence_size=args.tokenizer_sample_sentences, fingerprint=fingerprint)
+
+
+def build_pairs(documents, tokenizer, args, dupe_factor, seed, one_chunk="random_next"):
+    """The pairs of the objective. --task none: SOP's pairs without their label, so batches carry none and the
+    model's pair head gets no loss (the 2-way metrics then stay out of the logs as well)."""
+    try:
+        pairs = build_pretraining_dataset(
+            documents, tokenizer, text_column="text", sentence_per_line=args.layout == "sentence_per_line",
+            num_proc=args.preprocessing_num_workers, max_seq_length=args.max_seq_length,
+            short_seq_prob=args.short_seq_prob, dupe_factor=dupe_factor, task="nsp" if args.task == "nsp" else "sop",
+            seed=seed, one_chunk=one_chunk,
+        )
+    except NoPairsError as error:
+        which = "its training documents" if one_chunk == "random_next" else "its held-out documents"
+        raise InputError(f"{corpus_argument(args)} ({which}): {error}") from None
+    return pairs.remove_columns("sentence_order_label") if args.task == "none" else pairs
+
+
+def check_stream_makes_pairs(documents, args, where: str) -> None:
+    """Stop with one line when a process's stream holds no document of two sentences or more, read once through:
+    its endless stream would otherwise read pass after pass and never give a pair, and the run would hang. A normal
+    corpus answers at its first documents."""
+    sentence_per_line = args.layout == "sentence_per_line"
+    for row in documents:
+        if len(split_sentences(row["text"] or "", sentence_per_line=sentence_per_line)) >= 2:
+            return
+    raise InputError(f"{where} holds no document of two sentences or more (the held-out ones left out), so it "
+                     "gives no sentence pair to train on")
+
+
+def corpus_argument(args) -> str:
+    """The argument that named the corpus, for error lines."""
+    if args.train_files:
+        return f"--train_files {' '.join(map(str, args.train_files[:3]))}{' ...' if len(args.train_files) > 3 else ''}"
+    return f"--dataset_name {args.dataset_name}" if args.dataset_name else "the embedded corpus"
+
+
+def build_data(args, process_index: int = 0, num_processes: int = 1) -> PretrainingData:
+    """Corpus -> held-out split -> tokenizer -> training and held-out pairs (each step a cached `datasets` map).
+
+    A stream (--streaming) gives each process its own endless stream of pairs, built as it is read; its held-out
+    pairs are built up front, from its first documents."""
+    if args.streaming and args.train_files and is_plain_text(args.train_files):
+        return build_text_stream_data(args, process_index, num_processes)
+    documents = load_documents(args)
+    train_documents, eval_documents = split_documents(documents, args)
+    tokenizer = load_tokenizer(args, train_documents)
+    if isinstance(train_documents, datasets.IterableDataset):
+        shards = train_documents.n_shards
+        train_documents = split_dataset_by_node(train_documents, process_index, num_processes)
+        check_stream_makes_pairs(train_documents, args, f"{corpus_argument(args)}: process {process_index}'s share")
+        train_documents = train_documents.repeat(None)
+        if num_processes == 1:
+            shares = f"{shards} shard(s)"
+        elif shards % num_processes == 0:
+            shares = f"each of the {num_processes} processes reads its own {shards // num_processes} of {shards} shards"
+        else:  # datasets' split_dataset_by_node
+            shares = (f"each of the {num_processes} processes reads all {shards} shard(s) and keeps every "
+                      f"{num_processes}th document (a number of shards, i.e. files, divisible by {num_processes} "
+                      "lets each read its own)")
+        logger.info("--streaming: %s; %s", shares, STREAM_NOTE)
+    train_pairs = build_pairs(train_documents, tokenizer, args, args.dupe_factor, args.seed)
+    return PretrainingData(tokenizer, train_pairs, *build_eval_pairs(eval_documents, tokenizer, args))
+
+
+# A process's training stream never ends: the processes' passes differ in length, and a process whose stream had
+# ended would leave the others waiting in their next collective. --max_train_steps ends the run.
+STREAM_NOTE = "pass after pass, endlessly, until --max_train_steps"
+
+
+def build_text_stream_data(args, process_index: int, num_processes: int) -> PretrainingData:
+    """--streaming over plain-text files: every process streams files of its own (files[process::processes]),
+    endlessly, pass after pass in a reshuffled file order; pairs are built as the files are read. The first
+    documents of the corpus (in file order) are held out for evaluation, and skipped by the training streams."""
+    files = find_text_files(args.train_files)
+    if len(files) < num_processes:
+        raise InputError(f"--streaming: --train_files has {len(files)} text file(s) for {num_processes} "
+                         "processes, and each process streams files of its own: split the corpus into at least "
+                         f"{num_processes} files, or drop --streaming")
+    eval_documents, held_out = None, {}
+    if args.validation_split_percentage:
+        count = streamed_documents_held_out(args)
+        texts, held_out, more = first_documents(files, args.layout, count)
+        if not more:
+            raise InputError(too_few_to_hold_out(count, len(texts)))
+        eval_documents = datasets.Dataset.from_dict({"text": texts})
+    fingerprint = hashlib.sha256(json.dumps([files_fingerprint(files, args.layout), held_out]).encode()).hexdigest()
+    tokenizer = load_tokenizer(args, text_file_stream(files, args.layout, held_out=held_out, endless=False),
+                               fingerprint=fingerprint)
+    own = files[process_index::num_processes]
+    logger.info("--streaming: %s, each pass in a new file order; %s",
+                f"{len(files)} files" if num_processes == 1 else
+                f"each of the {num_processes} processes reads its own files, this one {len(own)} of {len(files)}",
+                STREAM_NOTE)
+    check_stream_makes_pairs(text_file_stream(own, args.layout, held_out=held_out, endless=False), args,
+                             f"--train_files: the files of process {process_index} ({first_few(list(map(str, own)))})")
+    train_documents = text_file_stream(own, args.layout, seed=args.seed, held_out=held_out)
+    train_pairs = build_pairs(train_documents, tokenizer, args, args.dupe_factor, args.seed)
+    return PretrainingData(tokenizer, train_pairs, *build_eval_pairs(eval_documents, tokenizer, args))
+
+
+def build_eval_pairs(eval_documents, tokenizer, args) -> tuple:
+    """(held-out pairs, held-out documents), or (None, None) without held-out documents."""
+    eval_pairs = None
+    if eval_documents is not None:
+        # Held-out pairs without the one-sentence-chunk quirk (a random-document B labelled 1 even for SOP):
+        # the SOP accuracy then measures order prediction only, and chance is 50%.
+        eval_pairs = build_pairs(eval_documents, tokenizer, args, 1, args.seed + 1, one_chunk="skip")
+        if hasattr(eval_pairs, "__len__") and args.max_eval_samples:
+            eval_pairs = eval_pairs.select(range(min(args.max_eval_samples, len(eval_pairs))))
+        elif args.max_eval_samples:
+            eval_pairs = eval_pairs.take(args.max_eval_samples)
+    return eval_pairs, eval_documents
+
+
+def preprocess(args):
+    """--preprocess_only: the tokenizer and the pairs into --output_dir (prepared_data.py), nothing trained."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise InputError("--preprocess_only runs in one process: start it with python, not accelerate launch")
+    start_logging(main_process=True)
+    set_seed(args.seed)
+    output_dir = Path(args.output_dir)
+    if args.overwrite_output_dir:
+        clear_earlier_run(output_dir)
+    manifest = prepared_data.save(build_data(args), output_dir, args)
+    print(f"\nPrepared {manifest['train_pairs']:,} training and {manifest.get('validation_pairs', 0):,} held-out "
+          f"pairs in {output_dir}. Train on them with: run_pretraining.py --prepared_data {output_dir} ...")
+
+
+@dataclass
+class PretrainingInputs:
+    """What `build_inputs` gives the job: the loaders (not yet prepared by accelerate), their tokenizer and training
+    collator, the held-out documents (for the fill-mask examples) and notes for the start line."""
+
+    tokenizer: transformers.PreTrainedTokenizerBase
+    collate: DataCollatorForAlbertPretraining  # the training collator: `fit` sets its epoch
+    train_dataloader: DataLoader
+    eval_dataloader: DataLoader | None
+    eval_documents: datasets.Dataset | datasets.IterableDataset | None
+    notes: list[str] = field(default_factory=list)
+
+
+def build_inputs(args, accelerator) -> PretrainingInputs:
+    """The pairs (`read_pairs`), masked and batched: dynamic masks for training, static ones for evaluation."""
+    data = read_pairs(args, accelerator)
+    tokenizer, train_pairs, eval_pairs = data.tokenizer, data.train_pairs, data.eval_pairs
+    # the fixed-size masked positions: the model sizes its MLM head without reading counts from the device
+    masking = dict(tokenizer=tokenizer, mlm_probability=args.mlm_probability, max_ngram=args.max_ngram,
+                   max_predictions_per_seq=args.max_predictions_per_seq, seed=args.seed, masked_positions=True)
+    # Dynamic masks keyed on (seed, epoch, example) (`set_epoch` in `fit`): the same example gets the same mask
+    # whatever the batching, the number of processes or a resume, so runs are exactly reproducible.
+    collate = DataCollatorForAlbertPretraining(**masking)
+    # Workers mask and batch while the model runs; the masks stay keyed on (seed, epoch, example) in every worker.
+    workers = args.dataloader_num_workers
+    if workers is None:
+        workers = 2 if accelerator.device.type == "cuda" and not args.streaming else 0
+    loader_options = dict(num_workers=workers, pin_memory=accelerator.device.type == "cuda")
+    train_dataloader = DataLoader(train_pairs, batch_size=args.per_device_train_batch_size, collate_fn=collate,
+                                  shuffle=hasattr(train_pairs, "__len__"), **loader_options)
+    eval_dataloader = None
+    if eval_pairs is not None:
+        # Static masking: every evaluation sees the same masks, so the numbers are comparable over time.
+        eval_dataloader = DataLoader(eval_pairs, batch_size=args.per_device_eval_batch_size,
+                                     collate_fn=DataCollatorForAlbertPretraining(**masking, static_masking=True),
+                                     **loader_options)
+    notes = [f"{workers} DataLoader worker{'s' * (workers > 1)}"] if workers else []
+    return PretrainingInputs(tokenizer, collate, train_dataloader, eval_dataloader, data.eval_documents, notes)
+
+
+def read_pairs(args, accelerator) -> PretrainingData:
+    """The tokenizer and the pairs: from the --prepared_data folder, or built from the corpus (`build_data`) with
+    the main process first (it builds the caches, the others read them)."""
+    problem = None
+    with accelerator.main_process_first():
+        try:
+            if args.prepared_data:
+                data = prepared_data.load(args.prepared_data)
+                logger.info("Training on the pairs prepared in %s (no tokenizing)%s", args.prepared_data,
+                            f"; from its manifest: {', '.join(args.adopted)}" if args.adopted else "")
+            else:
+                data = build_data(args, accelerator.process_index, accelerator.num_processes)
+        except InputError as error:
+            # Raised below by every process at once: a process stopping alone would leave the others waiting in
+            # their next collective, and only the first process prints the line (errors.run_entry_point).
+            problem = str(error)
+    problems = gather_object([problem]) if accelerator.num_processes > 1 else [problem]
+    if any(problems):
+        raise InputError(next(found for found in problems if found))
+    return data

@@ -1,0 +1,93 @@
+"""The model and optimizer of the pretraining job: built from a preset, a config or earlier weights, checked
+against the tokenizer, loaded once under FSDP's RAM-efficient loading, compiled and sharded when asked."""
+
+import torch
+
+from .configuration_albert_hf import AlbertHFConfig
+from .distributed import load_on_first_process, shard_model
+from .errors import InputError
+from .loading import loading
+from .modeling_albert_hf import AlbertHFForPreTraining
+from .optimization import AdamWeightDecay, Lamb, parameter_groups
+
+OPTIMIZERS = {"lamb": Lamb, "adamw": AdamWeightDecay}
+
+
+def build_model(args, tokenizer):
+    if args.model_name_or_path:
+        with loading("--model_name_or_path", args.model_name_or_path):
+            model = AlbertHFForPreTraining.from_pretrained(args.model_name_or_path)
+    else:
+        if args.config_name:
+            with loading("--config_name", args.config_name):
+                config = AlbertHFConfig.from_pretrained(args.config_name)
+        else:
+            config = AlbertHFConfig.from_preset(args.model_config)
+        config.vocab_size = len(tokenizer)
+        if args.sharing:
+            config = AlbertHFConfig(**{**config.to_diff_dict(), "sharing": args.sharing})
+        if args.max_seq_length > config.max_position_embeddings:
+            raise InputError(f"--max_seq_length {args.max_seq_length} exceeds the model's "
+                             f"max_position_embeddings={config.max_position_embeddings}")
+        model = AlbertHFForPreTraining(config)
+    return finish_model(model, args, tokenizer)
+
+
+def finish_model(model, args, tokenizer):
+    """The checks and settings every built or loaded model gets: vocabulary, special tokens, checkpointing."""
+    if len(tokenizer) > model.config.vocab_size:
+        raise InputError(f"The tokenizer has {len(tokenizer)} tokens but the model only {model.config.vocab_size}")
+    for name in ("pad_token_id", "cls_token_id", "sep_token_id"):
+        setattr(model.config, name.replace("cls", "bos").replace("sep", "eos"), getattr(tokenizer, name))
+    if args.gradient_checkpointing:
+        model.activation_checkpointing_enable()
+    if args.task == "none":  # no loss reaches the pooler and SOP head: frozen, so DDP expects no gradient for them
+        model.albert.pooler.requires_grad_(False)
+        model.sop_classifier.requires_grad_(False)
+    return model
+
+
+def make_optimizer(model, args):
+    groups = parameter_groups(model, weight_decay=args.weight_decay)
+    return OPTIMIZERS[args.optimizer](groups, lr=args.learning_rate, betas=(args.adam_beta1, args.adam_beta2),
+                           eps=args.adam_epsilon)
+
+
+def compile_note(device: torch.device) -> str | None:
+    """compile_blocks is built for CPUs; on a GPU it measured slower than eager (BENCHMARKS.md, "On a GPU")."""
+    if device.type == "cuda":
+        return "--torch_compile: compiled blocks ran 37% slower than eager on an H200 (base, 32 x 128); kept as asked"
+    return None
+
+
+def enable_cpu_fp16(accelerator):
+    """accelerate silently trains in fp32 when asked for fp16 on a CPU; torch has CPU fp16 autocast and loss
+    scaling, so turn them on (slow: CPUs have no fp16 matmul units; use bf16 for speed, fp16 for parity with GPU
+    runs). This sets two attributes of the Accelerator before `prepare`; tests/test_pretraining.py checks it."""
+    accelerator.native_amp = True
+    accelerator.scaler = torch.amp.GradScaler("cpu")
+
+
+def build_run_model(args, tokenizer, accelerator, fsdp_request, notes: list[str]) -> torch.nn.Module:
+    """The model of the run: built or loaded (under FSDP's RAM-efficient loading, read by the first process only),
+    compiled with --torch_compile, sharded under FSDP2; what the start line says of it is added to `notes`."""
+    if fsdp_request is not None and fsdp_request.activation_checkpointing:
+        args.gradient_checkpointing = True
+    first_process_loads = (fsdp_request is not None and fsdp_request.ram_efficient_loading
+                           and bool(args.model_name_or_path))
+    if first_process_loads:
+        model = load_on_first_process(accelerator, lambda: build_model(args, tokenizer),
+                                      lambda config: finish_model(AlbertHFForPreTraining(config), args, tokenizer))
+        notes.append("fsdp_cpu_ram_efficient_loading: the first process read --model_name_or_path, the others "
+                     "received their shards")
+    else:
+        if fsdp_request is not None and fsdp_request.ram_efficient_loading:
+            notes.append("fsdp_cpu_ram_efficient_loading: nothing to load (no --model_name_or_path); every "
+                         "process builds the same weights from --seed")
+        model = build_model(args, tokenizer)
+    if args.torch_compile:
+        model.compile_blocks()
+        notes += [note for note in [compile_note(accelerator.device)] if note]
+    if accelerator.is_fsdp2:  # before the optimizer is built: it must hold the sharded parameters
+        shard_model(accelerator, model, send_first_process_weights=first_process_loads)
+    return model

@@ -1,0 +1,160 @@
+"""What the pretraining job writes and prints: its log setup, the metrics log, the final folder (weights,
+tokenizer, results, card), the fill-mask examples of the summary, and the number formats of its lines."""
+
+import json
+import logging
+import os
+import shutil
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+
+import datasets
+import transformers
+from accelerate import Accelerator
+from transformers import AutoModel
+
+from .analysis.baselines import heldout_baselines, with_baselines
+from .analysis.curves import CURVES_FILE, pretraining_curves
+from .analysis.fill_mask import fill_mask_examples, format_fill_mask, pick_fill_mask_sentences
+from .checkpointing import FILL_MASK_FILE, clear_previous_run
+from .errors import InputError
+from .hardware import Hardware, Precision
+from .hub import write_json
+from .model_card import write_pretraining_card
+
+logger = logging.getLogger("albert_hf.pretraining")
+
+
+def held_out_fill_mask(model, tokenizer, eval_documents, args, count=4, documents_read=50) -> list[dict]:
+    """`fill_mask_examples` on sentences of the first held-out documents (a seeded sample already, or the
+    first documents of a stream); [] when there is nothing to show."""
+    if eval_documents is None:  # --validation_split_percentage 0: no held-out sentence to show
+        return []
+    if tokenizer.mask_token is None:
+        logger.info("No fill-mask examples: the tokenizer has no mask token")
+        return []
+    texts = [row["text"] for row in islice(eval_documents, documents_read)]  # reads a stream's head only
+    sentences = pick_fill_mask_sentences(texts, tokenizer, count=count, seed=args.seed,
+                                         max_length=args.max_seq_length,
+                                         sentence_per_line=args.layout == "sentence_per_line")
+    if not sentences:
+        logger.info("No fill-mask examples: the first %d held-out documents have no sentence of 8 to 30 words with "
+                    "a one-piece content word", documents_read)
+    return fill_mask_examples(model, tokenizer, sentences)
+
+
+def write_final_folder(run, final, eval_metrics: dict, completed_steps: int):
+    """On the main process, at the end (`pretraining.finish`): the held-out baselines, the curves, the final folder
+    (`save_final_model`), reloaded with AutoModel as a check, and the summary with fill-mask examples."""
+    accelerator, args, output_dir = run.accelerator, run.args, run.output_dir
+    pair_task = args.task if args.task != "none" else None
+    if run.eval_dataloader is not None and eval_metrics:
+        # on the evaluation's own pairs and static masks (the unprepared dataset and collator)
+        eval_metrics = {**eval_metrics, **heldout_baselines(
+            run.eval_dataloader.dataset, run.eval_dataloader.collate_fn, len(run.tokenizer),
+            run.tokenizer.all_special_ids, pair_task)}
+    curves = None
+    if not args.no_plots:
+        rows = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()
+                ] if (output_dir / "metrics.jsonl").is_file() else []
+        curves = pretraining_curves(rows, eval_metrics, output_dir / CURVES_FILE, pair_task)
+    save_final_model(final, run.tokenizer, output_dir, args, eval_metrics, run.global_batch,
+                     accelerator.num_processes, curves=curves is not None,
+                     where=where_trained(run.hardware, run.precision, accelerator.num_processes))
+    reloaded = AutoModel.from_pretrained(output_dir, trust_remote_code=True)
+    summary = {"output_dir": str(output_dir), "parameters": run.num_parameters, "steps": completed_steps,
+               "global_batch": run.global_batch, "reloaded_with": f"AutoModel -> {type(reloaded).__name__}",
+               **({"training_curves": str(curves)} if curves else {})}
+    # after the save: the examples are a look at the saved model, not part of it (nor of all_results.json)
+    examples = held_out_fill_mask(final, run.tokenizer, run.eval_documents, args)
+    if examples:
+        (output_dir / FILL_MASK_FILE).write_text(json.dumps(examples, indent=2, ensure_ascii=False) + "\n")
+    print("\n".join(["", "Pretraining done."] + [f"  {k}: {format_value(v)}" for k, v in summary.items()]
+                    + [f"  {k}: {text}" for k, text in with_baselines(eval_metrics)]
+                    + format_fill_mask(examples)))
+
+
+def where_trained(hardware: Hardware, precision: Precision, num_processes: int) -> dict:
+    """The hardware and precision of the run, for all_results.json and the model card."""
+    return {"hardware": hardware.describe() + (f", {num_processes} processes" if num_processes > 1 else ""),
+            "fast_precisions": ", ".join(hardware.fast_precisions), "mixed_precision": precision.mixed_precision,
+            "precision": precision.describe()}
+
+
+def save_final_model(model, tokenizer, output_dir: Path, args, eval_metrics, global_batch, num_processes,
+                     curves: bool = False, where: dict | None = None):
+    """Weights, tokenizer, remote code, model card: written into a temporary folder, then moved into place.
+    `where` (hardware and precision, `where_trained`) goes into all_results.json and the card."""
+    tmp = output_dir / ".tmp-final"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    write_json(tmp / "all_results.json", {**eval_metrics, **(where or {})})
+    write_pretraining_card(tmp, model, args, global_batch, num_processes, curves,  # metrics: all_results.json
+                           where=where)
+    for path in tmp.iterdir():
+        os.replace(path, output_dir / path.name)
+    tmp.rmdir()
+
+
+class _DropTiedWeightsNotice(logging.Filter):
+    # accelerate's save_state warns that it dropped the tied decoder weights; they are re-tied on load.
+    def filter(self, record):
+        return "Removed shared tensor" not in record.getMessage()
+
+
+def start_logging(main_process: bool):
+    """Our log lines with timestamps (INFO on the main process, warnings only on the others), libraries quieter."""
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S",
+                        level=logging.INFO if main_process else logging.WARNING)
+    quiet_library_logs()
+
+
+def start_tracking(accelerator: Accelerator, args):
+    """--with_tracking: the trackers of --report_to, given the run's plain arguments."""
+    if not accelerator.log_with:
+        raise InputError(f"--with_tracking: no usable tracker for --report_to {args.report_to} (for "
+                         "tensorboard: pip install tensorboard, or albert_hf[tracking])")
+    accelerator.init_trackers("albert_pretraining", {k: v for k, v in vars(args).items()
+                                                     if isinstance(v, (int, float, str, bool))})
+
+
+def clear_earlier_run(output_dir: Path):
+    """--overwrite_output_dir: what an earlier run wrote into output_dir is deleted, and logged."""
+    cleared = clear_previous_run(output_dir)
+    if cleared:
+        logger.info("--overwrite_output_dir: deleted the earlier run's %s", ", ".join(cleared))
+
+
+def quiet_library_logs():
+    """Keep the console to our progress and results: accelerate's per-file checkpoint notices go to WARNING."""
+    logging.getLogger("accelerate").setLevel(logging.WARNING)
+    logging.getLogger("accelerate.utils.other").addFilter(_DropTiedWeightsNotice())
+    datasets.utils.logging.set_verbosity_warning()
+    transformers.utils.logging.set_verbosity_warning()
+    transformers.utils.logging.disable_progress_bar()
+
+
+def format_value(value):
+    return f"{value:.4f}" if isinstance(value, float) else value
+
+
+def format_metrics(metrics: dict) -> str:
+    return ", ".join(f"{k}={format_value(v)}" for k, v in metrics.items())
+
+
+@dataclass
+class MetricsLog:
+    """metrics.jsonl (written by the main process), and the trackers of --report_to with --with_tracking."""
+
+    path: Path
+    accelerator: Accelerator
+    tracking: bool
+
+    def write(self, step: int, metrics: dict):
+        if self.tracking:
+            self.accelerator.log(metrics, step=step)
+        if self.accelerator.is_main_process:
+            with open(self.path, "a") as f:
+                f.write(json.dumps({"step": step, **metrics}) + "\n")

@@ -1,0 +1,319 @@
+"""SQuAD examples and their features (transformers' run_qa.py preprocessing): the questions read from the official
+JSON or the Hub's flattened format and checked, then cut into `[CLS] question [SEP] context-window [SEP]` windows
+with their answer positions (training) or the columns post-processing reads (evaluation); see albert_hf/squad.py."""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from datasets import Dataset, load_dataset
+
+from .corpus import check_json_start
+from .errors import InputError, datasets_read_errors, input_errors
+from .finetuning import check_columns
+
+if TYPE_CHECKING:
+    from .squad import SquadDataArguments
+
+logger = logging.getLogger("albert_hf.squad")
+
+REQUIRED_COLUMNS = ["id", "question", "context", "answers"]
+# Columns of the evaluation features that post-processing needs but the model must not see.
+POSTPROCESSING_COLUMNS = ["example_id", "offset_mapping", "token_is_max_context"]
+
+# ----------------------------------------------------------------------------------------------------------------
+# Reading
+
+
+def _flatten_official(data: dict, path) -> list[dict]:
+    """Rows in the Hub layout from the official nested JSON: data[].paragraphs[].qas[].
+
+    v2.0 unanswerable questions get empty answers (their `plausible_answers` are not answers).
+    """
+    rows = []
+    for a, article in enumerate(data["data"]):
+        where = f"{path}: data[{a}]"
+        for p, paragraph in enumerate(_of_type(_of_type(article, dict, where).get("paragraphs", []), list,
+                                               f"{where}.paragraphs")):
+            where = f"{path}: data[{a}].paragraphs[{p}]"
+            if "context" not in _of_type(paragraph, dict, where):
+                raise InputError(f"{where} has no 'context'")
+            context = _of_type(paragraph["context"], str, f"{where}.context")
+            for q, qa in enumerate(_of_type(paragraph.get("qas", []), list, f"{where}.qas")):
+                if not str(_of_type(qa, dict, f"{where}.qas[{q}]").get("id", "")).strip():
+                    raise InputError(f"{where}.qas[{q}]: the question has no 'id'")
+                if "question" not in qa:
+                    raise InputError(f"{where}.qas[{q}] (id {qa['id']}) has no 'question'")
+                answers = [] if qa.get("is_impossible") else qa.get("answers", [])
+                answers = [_of_type(x, dict, f"{where}.qas[{q}].answers[{i}]")
+                           for i, x in enumerate(_of_type(answers, list, f"{where}.qas[{q}].answers"))]
+                rows.append({
+                    "id": str(qa["id"]),
+                    "title": str(article.get("title", "")),
+                    "context": context,
+                    "question": _of_type(qa["question"], str, f"{where}.qas[{q}].question"),
+                    "answers": _answers_column([x.get("text") for x in answers],
+                                               [x.get("answer_start") for x in answers], f"{where}.qas[{q}].answers"),
+                })
+    return rows
+
+
+_JSON_TYPE_NAMES = {dict: "object", list: "list", str: "string"}
+
+
+def _of_type(value, kind: type, where: str):
+    if not isinstance(value, kind):
+        raise InputError(f"{where}: expected a JSON {_JSON_TYPE_NAMES[kind]}, found {type(value).__name__} "
+                         f"{value!r:.40}")
+    return value
+
+
+def _answers_column(texts, starts, where: str) -> dict:
+    """{"text", "answer_start"} checked: as many texts as starts, strings and non-negative integers."""
+    if not isinstance(texts, list) or not isinstance(starts, list) or len(texts) != len(starts):
+        raise InputError(f"{where}: answers need as many 'text' strings as 'answer_start' offsets")
+    for text, start in zip(texts, starts):
+        if not isinstance(text, str):
+            raise InputError(f"{where}: answer text {text!r:.40} is not a string")
+        if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+            raise InputError(f"{where}: answer_start {start!r:.40} is not a character offset (an integer >= 0)")
+    return {"text": texts, "answer_start": starts}
+
+
+def read_squad_file(path, answers_required: bool = True) -> Dataset:
+    """The official nested SQuAD JSON, or the flattened Hub layout in .json/.jsonl/.parquet, as a Dataset.
+
+    With `answers_required=False` (test files) rows without an `answers` column are read with empty answers.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"SQuAD file not found: {path}")
+    if path.suffix not in (".json", ".jsonl", ".parquet"):
+        raise InputError(f"{path}: unsupported extension; use the official .json, or .json/.jsonl/.parquet rows")
+    data = None
+    if path.suffix == ".json":
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except UnicodeDecodeError as error:
+            raise InputError(f"{path}: not UTF-8 text ({error})") from None
+        except json.JSONDecodeError:
+            pass  # JSON lines
+    articles = data.get("data") if isinstance(data, dict) else None
+    if isinstance(articles, list) and articles and isinstance(articles[0], dict) and "paragraphs" in articles[0]:
+        dataset = Dataset.from_list(_flatten_official(data, path))
+    else:
+        builder = "parquet" if path.suffix == ".parquet" else "json"
+        field_name = "data" if isinstance(articles, list) else None  # {"data": [rows]} as datasets' json `field`
+        if builder == "json":
+            check_json_start(path)
+        with input_errors(f"{path}: cannot be read as SQuAD rows ({builder})", *datasets_read_errors()):
+            dataset = load_dataset(builder, data_files=str(path), split="train",
+                                   **({"field": field_name} if builder == "json" else {}))
+    if not answers_required and "answers" not in dataset.column_names and len(dataset):
+        dataset = dataset.add_column("answers", [{"text": [], "answer_start": []}] * len(dataset))
+    check_examples(dataset, str(path))
+    return dataset
+
+
+def check_examples(dataset: Dataset, where: str) -> None:
+    """Stop on what would silently corrupt results: missing columns, questions without an id, repeated ids."""
+    check_columns(dataset, REQUIRED_COLUMNS, where)
+    seen = set()
+    for row, question_id in enumerate(dataset["id"]):
+        if question_id is None or not str(question_id).strip():
+            raise InputError(f"{where}: row {row} (question {dataset[row]['question']!r}) has no 'id'")
+        if question_id in seen:
+            raise InputError(f"{where}: question id {question_id!r} appears twice (row {row}); ids must be unique")
+        seen.add(question_id)
+    for name in ("context", "question"):
+        for row, value in enumerate(dataset[name]):
+            _of_type(value, str, f"{where}: row {row} {name!r}")
+    for row, answers in enumerate(dataset["answers"]):
+        _of_type(answers, dict, f"{where}: row {row} 'answers'")
+        _answers_column(answers.get("text"), answers.get("answer_start"), f"{where}: row {row} 'answers'")
+
+
+def load_squad_splits(data_args: SquadDataArguments, cache_dir=None, token=None) -> dict:
+    """{"train", "validation", "test": Dataset} (those there are) from local files or a Hub dataset; a local file
+    replaces the Hub's split of the same name."""
+    splits = {}
+    if data_args.dataset_name is not None:
+        hub = load_dataset(data_args.dataset_name, data_args.dataset_config_name, cache_dir=cache_dir, token=token)
+        for name in ("train", "validation", "test"):
+            if name in hub:
+                check_examples(hub[name], f"{data_args.dataset_name}[{name}]")
+                splits[name] = hub[name]
+    for name, path in (("train", data_args.train_file), ("validation", data_args.validation_file),
+                       ("test", data_args.test_file)):
+        if path is not None:
+            splits[name] = read_squad_file(path, answers_required=name != "test")
+    return splits
+
+
+def has_gold_answers(examples: Dataset) -> bool:
+    """Whether a set of questions is labelled: at least one has an answer (a test set without answers has none)."""
+    return any(answers["text"] for answers in examples["answers"])
+
+
+def _answer_problem(context: str, answers: dict, version_2: bool) -> str | None:
+    """Why a training question cannot be used, or None. The official code skips these too ("Could not find")."""
+    if not context.strip():
+        return "an empty context"
+    if not answers["text"]:
+        return None if version_2 else "no answer (v2.0 data? pass --version_2_with_negative)"
+    start, text = answers["answer_start"][0], answers["text"][0]
+    if not text.strip():
+        return "an empty answer text"
+    if start is None or start < 0 or context[start:start + len(text)] != text:
+        return "an answer text that is not at its answer_start"
+    return None
+
+
+def select_trainable(dataset: Dataset, version_2: bool, where: str) -> Dataset:
+    """Drop (and count in the log) the training questions that cannot be labelled."""
+    keep, problems = [], collections.defaultdict(list)
+    for row, (question_id, context, answers) in enumerate(zip(dataset["id"], dataset["context"], dataset["answers"])):
+        problem = _answer_problem(context, answers, version_2)
+        if problem is None:
+            keep.append(row)
+        else:
+            problems[problem].append(question_id)
+    for problem, ids in problems.items():
+        logger.warning("%s: skipped %d of %d training questions with %s (e.g. id %s)",
+                       where, len(ids), len(dataset), problem, ids[0])
+    return dataset if len(keep) == len(dataset) else dataset.select(keep)
+
+
+def select_evaluable(dataset: Dataset, version_2: bool, where: str, labelled: bool = True) -> Dataset:
+    """Evaluation questions: an empty context is a counted skip; v1.1 mode refuses unanswerable questions (in a
+    labelled set; an unlabelled test set has no answers at all)."""
+    if labelled and not version_2:
+        for question_id, answers in zip(dataset["id"], dataset["answers"]):
+            if not answers["text"]:
+                raise InputError(f"{where}: question {question_id!r} has no answer: this is SQuAD v2.0 data, pass "
+                                 "--version_2_with_negative")
+    keep = [row for row, context in enumerate(dataset["context"]) if context.strip()]
+    if len(keep) < len(dataset):
+        logger.warning("%s: skipped %d of %d evaluation questions with an empty context (left out of predictions "
+                       "and metrics)", where, len(dataset) - len(keep), len(dataset))
+        dataset = dataset.select(keep)
+    return dataset
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Features
+
+
+def window_starts(num_context_tokens: int, max_context_tokens: int, doc_stride: int) -> list[tuple[int, int]]:
+    """(start, length) of the context windows, as the official `doc_spans` loop: advance by doc_stride until the
+    window reaches the end of the context."""
+    spans, start = [], 0
+    while True:
+        length = min(num_context_tokens - start, max_context_tokens)
+        spans.append((start, length))
+        if start + length >= num_context_tokens:
+            return spans
+        start += min(length, doc_stride)
+
+
+def max_context_flags(spans: list[tuple[int, int]]) -> list[list[bool]]:
+    """For each window, for each of its context tokens: is this the window where the token has the most context?
+
+    Official `_check_is_max_context`: score = min(left, right context) + 0.01 * window length; the first window
+    wins ties.
+    """
+    best = {}
+    for span_index, (start, length) in enumerate(spans):
+        for position in range(start, start + length):
+            score = min(position - start, start + length - 1 - position) + 0.01 * length
+            if position not in best or score > best[position][0]:
+                best[position] = (score, span_index)
+    return [[best[position][1] == span_index for position in range(start, start + length)]
+            for span_index, (start, length) in enumerate(spans)]
+
+
+def _answer_token_span(offsets, start_char: int, end_char: int) -> tuple[int, int]:
+    """First piece ending after the answer's first character, last piece starting before its end."""
+    start = next((i for i, (_, piece_end) in enumerate(offsets) if piece_end > start_char), None)
+    end = max((i for i, (piece_start, _) in enumerate(offsets) if piece_start < end_char), default=None)
+    return None if start is None or end is None or end < start else (start, end)
+
+
+def build_features(examples: dict, tokenizer, data_args: SquadDataArguments, training: bool) -> dict:
+    """Batched `Dataset.map` function: one feature per context window.
+
+    All features have `input_ids`, `token_type_ids`, `attention_mask`, `p_mask` (1 on question, [SEP] and
+    padding; 0 on [CLS] and context) padded to max_seq_length. Training adds `start_positions`, `end_positions`,
+    `is_impossible`; evaluation adds `example_id`, `offset_mapping` (character span in the context, None outside
+    it) and `token_is_max_context`.
+    """
+    questions = [q.lstrip() for q in examples["question"]]
+    question_ids = tokenizer(questions, add_special_tokens=False)["input_ids"]
+    contexts = tokenizer(examples["context"], add_special_tokens=False, return_offsets_mapping=True, verbose=False)
+    cls, sep, pad = tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id
+    length = data_args.max_seq_length
+    out = collections.defaultdict(list)
+    for i, question in enumerate(question_ids):
+        question = question[: data_args.max_query_length]
+        context_ids, context_offsets = contexts["input_ids"][i], contexts["offset_mapping"][i]
+        first_context_position = len(question) + 2  # after [CLS] question [SEP]
+        spans = window_starts(len(context_ids), length - len(question) - 3, data_args.doc_stride)
+        max_context = max_context_flags(spans)
+        if training:
+            answers = examples["answers"][i]
+            answer_tokens = None
+            if answers["text"]:
+                start_char = answers["answer_start"][0]
+                answer_tokens = _answer_token_span(context_offsets, start_char, start_char + len(answers["text"][0]))
+                if answer_tokens is None:  # select_trainable only lets through answers made of visible text
+                    raise InputError(f"question {examples['id'][i]!r}: the answer covers no piece of the context")
+        for (start, span_length), flags in zip(spans, max_context):
+            ids = [cls, *question, sep, *context_ids[start:start + span_length], sep]
+            used = len(ids)
+            out["input_ids"].append(ids + [pad] * (length - used))
+            out["token_type_ids"].append([0] * first_context_position + [1] * (used - first_context_position)
+                                         + [0] * (length - used))
+            out["attention_mask"].append([1] * used + [0] * (length - used))
+            out["p_mask"].append([0] + [1] * (first_context_position - 1) + [0] * span_length
+                                 + [1] * (length - used + 1))
+            if training:
+                inside = (answer_tokens is not None and start <= answer_tokens[0]
+                          and answer_tokens[1] < start + span_length)
+                shift = first_context_position - start
+                out["start_positions"].append(answer_tokens[0] + shift if inside else 0)
+                out["end_positions"].append(answer_tokens[1] + shift if inside else 0)
+                out["is_impossible"].append(0.0 if inside else 1.0)
+            else:
+                out["example_id"].append(examples["id"][i])
+                offsets = [None] * length
+                offsets[first_context_position:first_context_position + span_length] = [
+                    list(o) for o in context_offsets[start:start + span_length]]
+                out["offset_mapping"].append(offsets)
+                after = length - first_context_position - span_length
+                out["token_is_max_context"].append([False] * first_context_position + flags + [False] * after)
+    return dict(out)
+
+
+def features_dataset(examples: Dataset, tokenizer, data_args: SquadDataArguments, training: bool) -> Dataset:
+    return examples.map(
+        build_features, batched=True, remove_columns=examples.column_names,
+        num_proc=data_args.preprocessing_num_workers,
+        fn_kwargs=dict(tokenizer=tokenizer, data_args=data_args, training=training),
+        desc=f"SQuAD {'training' if training else 'evaluation'} features",
+    )
+
+
+def prepare_questions(examples: Dataset, tokenizer, data_args: SquadDataArguments, where: str):
+    """(questions, their windows) of an evaluation or test set: `select_evaluable`, then `features_dataset`."""
+    examples = select_evaluable(examples, data_args.version_2_with_negative, where, has_gold_answers(examples))
+    return examples, features_dataset(examples, tokenizer, data_args, training=False)
+
+
+def model_inputs(features: Dataset) -> Dataset:
+    """The windows without the columns only post-processing reads."""
+    return features.remove_columns([c for c in POSTPROCESSING_COLUMNS if c in features.column_names])
+

@@ -1,0 +1,40 @@
+"""recipes/*.yaml: each one read by run_pretraining.py's own argument parser (nothing trained), the paper's recipes
+with the paper's values, and the demo recipe the same arguments as the flags `make pretrain` used to pass."""
+
+import re
+
+import pytest
+from conftest import REPO
+
+from albert_hf.pretraining import parse_args
+
+RECIPES = REPO / "recipes"
+PAPER = ("base", "large", "xlarge", "xxlarge")
+DEMO_FLAGS = ["--overwrite_output_dir", "--model_config", "small", "--max_seq_length", "64", "--learning_rate", "5e-3",
+              "--adam_beta2", "0.98", "--max_train_steps", "700", "--eval_steps", "175"]
+
+
+def test_every_recipe_is_read_by_the_argument_parser(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # their output_dir is relative: a fresh folder, no earlier run
+    recipes = sorted(RECIPES.glob("*.yaml"))
+    assert {path.stem for path in recipes} == {"demo", *PAPER}
+    for path in recipes:
+        parse_args([str(path)])
+
+
+@pytest.mark.parametrize("name", PAPER)
+def test_the_paper_recipes_have_the_paper_values(tmp_path, monkeypatch, name):
+    monkeypatch.chdir(tmp_path)
+    path = RECIPES / f"{name}.yaml"
+    args = parse_args([str(path)])
+    processes = int(re.search(r"--num_processes (\d+)", path.read_text()).group(1))  # how its header launches it
+    assert args.per_device_train_batch_size * processes * args.gradient_accumulation_steps == 4096
+    assert (args.model_config, args.max_seq_length, args.optimizer, args.learning_rate, args.max_train_steps,
+            args.num_warmup_steps, args.max_ngram, args.max_predictions_per_seq) == (
+        name, 512, "lamb", 0.00176, 125_000, 3125, 3, 20)
+
+
+def test_the_demo_recipe_is_what_make_pretrain_passed_as_flags(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert vars(parse_args([str(RECIPES / "demo.yaml")])) == vars(parse_args(DEMO_FLAGS))
+    assert "run_pretraining.py recipes/demo.yaml" in (REPO / "Makefile").read_text()
