@@ -158,6 +158,19 @@ def use_fsdp(accelerator: Accelerator, fsdp: FullyShardedDataParallelPlugin):
               "`accelerate launch --config_file ...`")
 
 
+def check_deepspeed(args):
+    """What run_pretraining.py (its parsed `args`) cannot do under DeepSpeed, refused in one line before any work."""
+    if args.gradient_accumulation_steps > 1:
+        raise InputError("--gradient_accumulation_steps under DeepSpeed: DeepSpeed accumulates by its own count and "
+                         "scaling, which would undo the step-wide loss weighting of training_step; use an FSDP or "
+                         "DDP config, or a larger --per_device_train_batch_size")
+    if args.optimizer == "lamb":
+        raise InputError("--optimizer lamb under DeepSpeed: ZeRO and DeepSpeed's mixed-precision optimizers hand the "
+                         "optimizer one flat partition per parameter group, so LAMB's per-parameter trust ratio "
+                         "would become one ratio per partition, which is not LAMB; use --optimizer adamw, or an "
+                         "FSDP or DDP config for LAMB")
+
+
 def cpu_processes_without_gpus():
     """Several processes on a machine without GPUs run in accelerate's CPU mode (gloo). Set before transformers'
     TrainingArguments are built: without it Trainer gives every process its own independent training (its

@@ -35,7 +35,7 @@ from .cli import explicit_arguments, parse_into_dataclasses
 from .configuration_albert_hf import PRESETS, SHARING_MODES
 from .corpus import LAYOUTS
 from .data_collator import DataCollatorForAlbertPretraining
-from .distributed import describe, end_distributed, gather_full_model, make_accelerator
+from .distributed import check_deepspeed, describe, end_distributed, gather_full_model, make_accelerator
 from .errors import InputError, run_entry_point
 from .hardware import MIXED_PRECISION_CHOICES, Hardware, Precision, choose_precision, detect, use_tf32
 from .hub import push_folder
@@ -259,19 +259,6 @@ def check_args(args):
     if args.preprocess_only and args.resume_from_checkpoint:
         raise InputError("--preprocess_only trains nothing: drop --resume_from_checkpoint")
     check_output_dir(args.output_dir, args.resume_from_checkpoint, args.overwrite_output_dir)
-
-
-def check_deepspeed(args):
-    """What run_pretraining.py cannot do under DeepSpeed, refused in one line before any work."""
-    if args.gradient_accumulation_steps > 1:
-        raise InputError("--gradient_accumulation_steps under DeepSpeed: DeepSpeed accumulates by its own count and "
-                         "scaling, which would undo the step-wide loss weighting of training_step; use an FSDP or "
-                         "DDP config, or a larger --per_device_train_batch_size")
-    if args.optimizer == "lamb":
-        raise InputError("--optimizer lamb under DeepSpeed: ZeRO and DeepSpeed's mixed-precision optimizers hand the "
-                         "optimizer one flat partition per parameter group, so LAMB's per-parameter trust ratio "
-                         "would become one ratio per partition, which is not LAMB; use --optimizer adamw, or an "
-                         "FSDP or DDP config for LAMB")
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -351,7 +351,7 @@ def test_every_shipped_accelerate_config_loads_and_is_in_the_docs_table():
          "flat partition per parameter group"),
 ])
 def test_what_deepspeed_would_change_is_refused_in_one_line(flags, message):
-    from albert_hf.pretraining import check_deepspeed
+    from albert_hf.distributed import check_deepspeed
 
     with pytest.raises(InputError) as refused:
         check_deepspeed(parse_args(["--output_dir", "unused", *flags]))
@@ -363,7 +363,7 @@ def test_what_deepspeed_would_change_is_refused_in_one_line(flags, message):
 def test_the_shipped_deepspeed_config_agrees_with_what_the_script_accepts():
     from accelerate.commands.config.config_args import load_config_from_file
 
-    from albert_hf.pretraining import check_deepspeed
+    from albert_hf.distributed import check_deepspeed
 
     path = REPO / "examples" / "accelerate_configs" / "deepspeed_zero2.yaml"
     config = load_config_from_file(str(path)).deepspeed_config
