@@ -43,7 +43,7 @@ from .optimization import get_official_schedule
 from .preemption import PREEMPTED, StopOnSignal
 from .pretraining_data import TASKS as PAIR_TASKS
 from .pretraining_inputs import build_inputs, check_train_files, preprocess
-from .pretraining_model import OPTIMIZERS, build_run_model, enable_cpu_fp16, make_optimizer
+from .pretraining_model import OPTIMIZERS, build_run_model, check_positions, enable_cpu_fp16, make_optimizer
 from .pretraining_output import (MetricsLog, clear_earlier_run, format_metrics, start_logging, start_tracking,
                                  write_final_folder)
 from .pretraining_step import (LOSS_NORMALIZATIONS, FitResult, accumulation_groups, epoch_batches, evaluate_and_log,
@@ -53,8 +53,7 @@ logger = logging.getLogger("albert_hf.pretraining")
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Command line: five groups of arguments, parsed by transformers' HfArgumentParser (so `run_pretraining.py args.json`
-# or `args.yaml` works as in transformers' examples); the job reads them as one namespace.
+# Command line: five groups of arguments (HfArgumentParser: `run_pretraining.py args.yaml` works), one namespace.
 
 
 @dataclass
@@ -258,6 +257,7 @@ def check_args(args):
                          "whose position each checkpoint records; drop --dataloader_num_workers")
     if args.preprocess_only and args.resume_from_checkpoint:
         raise InputError("--preprocess_only trains nothing: drop --resume_from_checkpoint")
+    check_positions(args)
     check_output_dir(args.output_dir, args.resume_from_checkpoint, args.overwrite_output_dir)
 
 

@@ -13,6 +13,22 @@ from .optimization import AdamWeightDecay, Lamb, parameter_groups
 OPTIMIZERS = {"lamb": Lamb, "adamw": AdamWeightDecay}
 
 
+def check_positions(args) -> None:
+    """--max_seq_length against the positions of the model the run will build or load, before any data is read:
+    the one check of that limit for a run (the model, the pair builder and the collator each keep their own for
+    callers that use them directly)."""
+    if args.model_name_or_path or args.config_name:
+        flag, name = (("--model_name_or_path", args.model_name_or_path) if args.model_name_or_path
+                      else ("--config_name", args.config_name))
+        with loading(flag, name):
+            positions = AlbertHFConfig.from_pretrained(name).max_position_embeddings
+    else:
+        positions = AlbertHFConfig.from_preset(args.model_config).max_position_embeddings
+    if args.max_seq_length > positions:
+        raise InputError(f"--max_seq_length {args.max_seq_length} exceeds the model's max_position_embeddings="
+                         f"{positions}")
+
+
 def build_model(args, tokenizer):
     if args.model_name_or_path:
         with loading("--model_name_or_path", args.model_name_or_path):
@@ -26,9 +42,6 @@ def build_model(args, tokenizer):
         config.vocab_size = len(tokenizer)
         if args.sharing:
             config = AlbertHFConfig(**{**config.to_diff_dict(), "sharing": args.sharing})
-        if args.max_seq_length > config.max_position_embeddings:
-            raise InputError(f"--max_seq_length {args.max_seq_length} exceeds the model's "
-                             f"max_position_embeddings={config.max_position_embeddings}")
         model = AlbertHFForPreTraining(config)
     return finish_model(model, args, tokenizer)
 

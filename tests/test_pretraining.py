@@ -373,6 +373,20 @@ def test_bad_arguments_stop_with_a_clear_message(tmp_path):
     assert "nothing_here.txt" in done.stderr.strip().splitlines()[-1]
 
 
+def test_a_sequence_longer_than_the_models_positions_stops_at_the_entry_before_any_data(tmp_path, tiny_checkpoint):
+    """Checked once, in parse_args, for a preset, a --config_name and a loaded --model_name_or_path alike (the last
+    one used to fail inside the model, after the corpus was read)."""
+    from albert_hf.pretraining import parse_args
+
+    base = ["--output_dir", str(tmp_path / "out")]
+    for extra in (["--model_config", "tiny"], ["--config_name", str(tiny_checkpoint)],
+                  ["--model_name_or_path", str(tiny_checkpoint)]):  # the tiny preset and checkpoint: 128 positions
+        with pytest.raises(InputError, match=r"^--max_seq_length 129 exceeds the model's "
+                                             r"max_position_embeddings=128$"):
+            parse_args([*base, *extra, "--max_seq_length", "129"])
+    assert parse_args([*base, "--model_config", "tiny", "--max_seq_length", "128"]).max_seq_length == 128
+
+
 def test_fp16_overflow_skips_the_update_and_the_schedule_without_touching_weights(fresh_accelerate_state):
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
