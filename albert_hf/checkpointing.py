@@ -137,9 +137,10 @@ class StepCheckpoints:
             raise InputError(f"{path}: {problem}")
         return path
 
-    def load(self, path: Path) -> dict:
+    def load(self, path: Path, window_length: int) -> dict:
         """Restores accelerate's state from `path` (model, optimizer, scheduler, RNGs) and returns the loop's
-        position (`training_state.json`); a checkpoint that cannot be loaded stops with one line."""
+        position (`training_state.json`, checked once here: the position, and the logging window of
+        `window_length` sums when saved); a checkpoint that cannot be loaded stops with one line."""
         from safetensors import SafetensorError
 
         try:
@@ -152,6 +153,12 @@ class StepCheckpoints:
         if not isinstance(state, dict) or not all(type(state.get(key)) is int and state[key] >= 0 for key in positions):
             raise InputError(f"--resume_from_checkpoint {path}: {STATE_FILE} does not hold the loop's position "
                              f"({', '.join(positions)}: integers >= 0)")
+        if "window" in state:
+            sums = state["window"]
+            if not (isinstance(sums, list) and len(sums) == window_length and all(
+                    type(v) in (int, float) for v in [*sums, state.get("window_tokens"), state.get("window_seconds")])):
+                raise InputError(f"--resume_from_checkpoint {path}: the logging window in its training state is "
+                                 f"not {window_length} + 2 numbers")
         return state
 
     def remove_partial(self):

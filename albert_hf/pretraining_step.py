@@ -12,7 +12,6 @@ import torch
 from accelerate.utils import send_to_device
 
 from .checkpointing import truncate_metrics_log
-from .errors import InputError
 
 logger = logging.getLogger("albert_hf.pretraining")
 
@@ -22,6 +21,8 @@ LOSS_NORMALIZATIONS = ("global", "per_device")
 # ----------------------------------------------------------------------------------------------------------------
 # Metrics
 
+# The sums behind every metric: MLM loss, MLM correct, MLM count, pair loss, pair correct, pair count.
+COUNTS = 6
 
 @torch.no_grad()
 def example_counts(outputs, batch) -> torch.Tensor:
@@ -32,7 +33,7 @@ def example_counts(outputs, batch) -> torch.Tensor:
     last batch, so the losses are computed again per token here (training uses the model's own: `step_counts`).
     """
     sop_logits = outputs.sop_logits
-    counts = torch.zeros(sop_logits.shape[0], 6, dtype=torch.float64, device=sop_logits.device)
+    counts = torch.zeros(sop_logits.shape[0], COUNTS, dtype=torch.float64, device=sop_logits.device)
     labels = batch.get("labels")
     if labels is not None and outputs.mlm_loss is not None:
         targets, weights, owner = mlm_targets(batch)
@@ -57,7 +58,7 @@ def step_counts(outputs, batch) -> torch.Tensor:
     No grad: the training loop adds these into a running window, which would otherwise chain every step's graph
     into one that is never freed (about 30 MB a step at H=256, batch 32).
     """
-    counts = torch.zeros(6, dtype=torch.float64, device=outputs.sop_logits.device)
+    counts = torch.zeros(COUNTS, dtype=torch.float64, device=outputs.sop_logits.device)
     labels = batch.get("labels")
     if labels is not None and outputs.mlm_loss is not None:
         targets, weights, _ = mlm_targets(batch)  # in the head's row order
@@ -110,7 +111,7 @@ def metrics_from_counts(totals: torch.Tensor, prefix: str = "", pair_task: str =
 @torch.no_grad()
 def evaluate(model, dataloader, accelerator, task: str) -> dict:
     model.eval()
-    totals = torch.zeros(6, dtype=torch.float64)
+    totals = torch.zeros(COUNTS, dtype=torch.float64)
     for batch in dataloader:
         with accelerator.autocast():
             outputs = model(**batch)
@@ -223,22 +224,18 @@ class TrainingState:
 
     @classmethod
     def start(cls, device: torch.device) -> "TrainingState":
-        return cls(torch.zeros(6, dtype=torch.float64, device=device),
+        return cls(torch.zeros(COUNTS, dtype=torch.float64, device=device),
                    torch.zeros((), dtype=torch.float64, device=device), time.perf_counter())
 
-    def restore(self, saved: dict, path: Path, main_process: bool):
-        """The position of a checkpoint's training state; its window on the main process, which holds the sums."""
+    def restore(self, saved: dict, main_process: bool):
+        """The position of a checkpoint's training state (checked by StepCheckpoints.load); its window on the main
+        process, which holds the sums."""
         self.step, self.epoch, self.batches_in_epoch = saved["step"], saved["epoch"], saved["batches_in_epoch"]
         self.skipped_steps = saved.get("skipped_steps", 0)
         if main_process and "window" in saved:
-            sums, tokens, seconds = saved["window"], saved.get("window_tokens"), saved.get("window_seconds")
-            if not (isinstance(sums, list) and len(sums) == len(self.window)
-                    and all(type(v) in (int, float) for v in [*sums, tokens, seconds])):
-                raise InputError(f"--resume_from_checkpoint {path}: the logging window in its training state is "
-                                 f"not {len(self.window)} + 2 numbers")
-            self.window = torch.tensor(sums, dtype=torch.float64, device=self.window.device)
-            self.window_tokens.fill_(tokens)
-            self.window_start = time.perf_counter() - seconds
+            self.window = torch.tensor(saved["window"], dtype=torch.float64, device=self.window.device)
+            self.window_tokens.fill_(saved["window_tokens"])
+            self.window_start = time.perf_counter() - saved["window_seconds"]
 
     def add_step(self, counts: torch.Tensor, micro_batches, skipped: bool):
         """One optimizer step done: its counts and real tokens into the window."""
@@ -298,7 +295,7 @@ def resume(run) -> TrainingState:
     path = run.checkpoints.resolve(args.resume_from_checkpoint) if args.resume_from_checkpoint else None
     if path is None:
         return state
-    state.restore(run.checkpoints.load(path), path, accelerator.is_main_process)
+    state.restore(run.checkpoints.load(path, COUNTS), accelerator.is_main_process)
     if run.stream is not None:
         run.stream.load_state_dict(run.checkpoints.stream_state(path))
     if accelerator.is_main_process:

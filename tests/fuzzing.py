@@ -332,8 +332,10 @@ def _model_folder(folder: Path, res: Resources):
 
 def _step_checkpoint(folder: Path, res: Resources):
     accelerator, checkpoints = _checkpointing(res.tiny_checkpoint, res.workdir / "step_run")
+    from albert_hf.pretraining_step import COUNTS
+
     path = checkpoints.resolve(str(folder / "step_1"))
-    checkpoints.load(path)
+    checkpoints.load(path, COUNTS)
 
 
 def _tf_checkpoint(folder: Path, res: Resources):

@@ -300,6 +300,26 @@ def test_partial_checkpoints_are_never_resumed_from(tmp_path):
     assert StepCheckpoints(tmp_path / "missing", accelerator).resolve("latest") is None
 
 
+def test_a_training_state_is_checked_once_on_load_position_and_window_alike(tmp_path):
+    from albert_hf.pretraining_step import COUNTS
+
+    checkpoints = StepCheckpoints(tmp_path, mock.MagicMock(is_main_process=True))  # load_state: a mock
+    position = {"step": 4, "epoch": 0, "batches_in_epoch": 4}
+    window = {"window": [1.0] * COUNTS, "window_tokens": 512, "window_seconds": 0.5}
+    for name, state, problem in (
+            ("good", {**position, **window}, None), ("no_window", position, None),
+            ("short", {**position, **window, "window": [1.0] * (COUNTS - 1)}, "the logging window"),
+            ("text", {**position, **window, "window_tokens": "512"}, "the logging window"),
+            ("negative", {**position, "step": -1}, "does not hold the loop's position")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / STATE_FILE).write_text(json.dumps(state))
+        if problem is None:
+            assert checkpoints.load(tmp_path / name, COUNTS) == state
+        else:
+            with pytest.raises(InputError, match=f"^--resume_from_checkpoint {tmp_path / name}: .*{problem}"):
+                checkpoints.load(tmp_path / name, COUNTS)
+
+
 def test_two_processes_and_accumulation_follow_the_same_loss_curve_as_one(tmp_path):
     args = ["--max_train_steps", "8", "--eval_steps", "0", "--validation_split_percentage", "0"]
     single, accumulated = tmp_path / "single", tmp_path / "accumulated"
