@@ -18,9 +18,9 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 
 # The main job on its embedded default: the small ALBERT (E=128, H=256, 4 layers) pretrained on the embedded corpus
 # for 700 steps of 32 pairs of 64 tokens, then reloaded with AutoModel (a demo: a second `make pretrain` replaces
-# the first one's outputs/albert-pretraining). Under 5 minutes on 2 cores of any kind (README, "The demo"): LAMB at
-# 5e-3 with --adam_beta2 0.98, in the precision run_pretraining.py's default (auto) picks: bf16 autocast on CPUs with
-# bf16 units, fp32 on the others. The flags are in recipes/demo.yaml.
+# the first one's outputs/albert-pretraining). Under 5 minutes on 2 cores of any kind (docs/pretraining.md, "The
+# demo"): LAMB at 5e-3 with --adam_beta2 0.98, in the precision run_pretraining.py's default (auto) picks: bf16
+# autocast on CPUs with bf16 units, fp32 on the others. The flags are in recipes/demo.yaml.
 pretrain: setup
 	$(BIN)/python run_pretraining.py recipes/demo.yaml
 
