@@ -23,7 +23,7 @@ the GLUE submission files (MRPC.tsv, MNLI-m.tsv, ...). Task logic: albert_hf/glu
 import logging
 from pathlib import Path
 
-from transformers import AutoConfig, DataCollatorWithPadding, default_data_collator
+from transformers import DataCollatorWithPadding, default_data_collator
 
 from albert_hf import AlbertHFForSequenceClassification
 from albert_hf import glue, text_classification
@@ -35,6 +35,7 @@ from albert_hf.finetuning import (
     finish,
     fit_max_seq_length,
     limit,
+    load_checkpoint_config,
     load_tokenizer_and_model,
     parse_arguments,
     run_script,
@@ -43,7 +44,6 @@ from albert_hf.finetuning import (
     suffixed,
     train,
 )
-from albert_hf.loading import loading
 
 logger = logging.getLogger("run_glue")
 
@@ -95,11 +95,8 @@ def main(argv=None):
                                  "--data_dir holding "
                                  f"{[n for split, n in task.tsv_files.items() if task.split_kind(split) == kind]}")
         splits = glue.prepare_splits(raw_splits, sources, task)  # the data's checks before the model is read
-    flag, config_name = model_args.source("config")
-    with loading(flag, config_name):
-        checkpoint_config = AutoConfig.from_pretrained(
-            config_name, trust_remote_code=model_args.trust_remote_code, cache_dir=model_args.cache_dir,
-            revision=model_args.model_revision, token=model_args.token)
+    checkpoint_config = load_checkpoint_config(model_args)
+    config_name = model_args.source("config")[1]
     if task is None:
         task = data_args.task = text_classification.infer_task(
             raw_splits, sources, data_args, checkpoint_config, config_name, model_args.ignore_mismatched_sizes)

@@ -26,6 +26,7 @@ from albert_hf.finetuning import (
     finish,
     fit_max_seq_length,
     limit,
+    load_checkpoint_config,
     load_tokenizer_and_model,
     parse_arguments,
     run_script,
@@ -33,15 +34,12 @@ from albert_hf.finetuning import (
     setup,
     train,
 )
-from albert_hf.loading import loading
 from albert_hf.text_classification import labels_without_training, reconcile_labels
 
 logger = logging.getLogger("run_ner")
 
 
 def main(argv=None) -> dict:
-    from transformers import AutoConfig
-
     model_args, data_args, training_args = parse_arguments(ner.NerDataArguments, argv)
     if training_args.paper_hparams:
         raise InputError("--paper_hparams: ALBERT's paper has no token-classification recipe; give the "
@@ -53,11 +51,8 @@ def main(argv=None) -> dict:
     last_checkpoint = setup(training_args)
     raw_splits, sources = ner.load_raw_splits(data_args, needed, cache_dir=model_args.cache_dir)
 
-    flag, config_name = model_args.source("config")
-    with loading(flag, config_name):
-        checkpoint_config = AutoConfig.from_pretrained(
-            config_name, trust_remote_code=model_args.trust_remote_code, cache_dir=model_args.cache_dir,
-            revision=model_args.model_revision, token=model_args.token)
+    checkpoint_config = load_checkpoint_config(model_args)
+    config_name = model_args.source("config")[1]
     if "train" in raw_splits:
         names = reconcile_labels(ner.tag_names(raw_splits["train"], sources["train"]), checkpoint_config,
                                  config_name, sources["train"], model_args.ignore_mismatched_sizes, what="tags")

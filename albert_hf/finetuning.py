@@ -25,7 +25,8 @@ from pathlib import Path
 
 import torch
 import transformers
-from transformers import AutoTokenizer, HfArgumentParser, Trainer, TrainerCallback, TrainingArguments, set_seed
+from transformers import (AutoConfig, AutoTokenizer, HfArgumentParser, Trainer, TrainerCallback, TrainingArguments,
+                          set_seed)
 from transformers.trainer import TRAINING_ARGS_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
@@ -250,6 +251,16 @@ def setup(training_args: TrainingArguments) -> str | None:
         if last_checkpoint is not None:
             logger.info("Resuming from %s (pass --overwrite_output_dir to start over)", last_checkpoint)
     return last_checkpoint
+
+
+def load_checkpoint_config(model_args: ModelArguments):
+    """The checkpoint's own config as saved (AutoConfig: its labels, problem type), before anything overrides it:
+    what the scripts compare the data's labels with."""
+    flag, config_name = model_args.source("config")
+    with loading(flag, config_name):
+        return AutoConfig.from_pretrained(config_name, trust_remote_code=model_args.trust_remote_code,
+                                          cache_dir=model_args.cache_dir, revision=model_args.model_revision,
+                                          token=model_args.token)
 
 
 def load_tokenizer_and_model(model_args: ModelArguments, model_class, **config_overrides):
