@@ -263,7 +263,8 @@ def text_file_stream(files, layout: str = "document_per_file", *, seed: int = 0,
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# `datasets` sources (local json/jsonl/parquet/csv files or Hub names)
+# `datasets` sources (local json/jsonl/parquet/csv files or Hub names); the first three checks and readers also
+# serve the fine-tuning scripts' data files (glue.py, text_classification.py, token_classification.py, race.py, ...)
 
 
 def check_json_start(path) -> None:
@@ -273,6 +274,31 @@ def check_json_start(path) -> None:
         start = file.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
     if start and start[:1] not in (b"{", b"["):
         raise InputError(f"{path}: not JSON objects (one per line) or a JSON list: it starts with {start[:20]!r}")
+
+
+def check_not_empty(path: Path) -> None:
+    """A user's data file that is missing or holds nothing but blanks (and a BOM) stops the run naming it."""
+    if not path.is_file():
+        raise InputError(f"{path}: no such file")
+    with path.open("rb") as file:
+        start = file.read(4096)
+    if not start.strip(b"\xef\xbb\xbf \t\r\n"):
+        raise InputError(f"{path}: the file is empty")
+
+
+def read_with_datasets(path, builder: str, **options):
+    """A csv/json/parquet file as a `datasets.Dataset`; an empty or unreadable file stops the run naming it."""
+    from datasets import load_dataset
+
+    path = Path(path)
+    check_not_empty(path)
+    if builder == "json":
+        check_json_start(path)
+    with input_errors(f"{path}: could not be read as {builder}", *datasets_read_errors()):
+        dataset = load_dataset(builder, data_files={"data": str(path)}, split="data", **options)
+    if len(dataset) == 0:
+        raise InputError(f"{path}: no data rows")
+    return dataset
 
 
 def load_text_dataset(

@@ -18,9 +18,10 @@ from pathlib import Path
 import numpy as np
 from datasets import Dataset, DatasetDict, load_dataset
 
+from . import text_classification
+from .corpus import check_not_empty, read_with_datasets
+from .errors import InputError
 from .finetuning import OFFICIAL_FINETUNING, check_columns
-from .corpus import check_json_start
-from .errors import InputError, datasets_read_errors, input_errors
 from .metrics import load_glue_metric
 from .model_card import CardDataset, from_sources, hub_dataset_id, limits
 
@@ -189,9 +190,7 @@ class GlueDataArguments:
     def card_dataset(self, wanted) -> CardDataset:
         """The card's Data section: the GLUE task from the Hub or from its files, or the user's own data."""
         if self.task_name is None:
-            from .text_classification import card_dataset
-
-            return card_dataset(self, wanted)
+            return text_classification.card_dataset(self, wanted)
         task = self.task
         mnli = task.name == "mnli"
         splits = dict(splits={"eval_": "validation_matched" if mnli else "validation", "predict_": "test"},
@@ -233,8 +232,6 @@ class GlueDataArguments:
                 raise InputError(f"--{name} {path}: unsupported extension; use one of {', '.join(READERS)}")
 
     def own_data_checks(self) -> None:
-        from .text_classification import FORMATS
-
         if self.data_dir is not None:
             raise InputError("--data_dir reads the original GLUE folders: pass --task_name with it, or give your "
                              "own data as --train_file / --validation_file / --test_file")
@@ -247,9 +244,9 @@ class GlueDataArguments:
         if files and self.dataset_name:
             raise InputError("pass your own data as files (--train_file ...) or as --dataset_name, not both")
         for name in files:
-            if Path(getattr(self, name)).suffix.lower() not in FORMATS:
+            if Path(getattr(self, name)).suffix.lower() not in text_classification.FORMATS:
                 raise InputError(f"--{name} {getattr(self, name)}: unsupported extension; use one of "
-                                 f"{', '.join(FORMATS)}")
+                                 f"{', '.join(text_classification.FORMATS)}")
 
     def local_files(self) -> dict:
         """Split name -> file given on the command line."""
@@ -264,15 +261,6 @@ class GlueDataArguments:
 # Reading
 
 
-def _check_not_empty(path: Path) -> None:
-    if not path.is_file():
-        raise InputError(f"{path}: no such file")
-    with path.open("rb") as file:
-        start = file.read(4096)
-    if not start.strip(b"\xef\xbb\xbf \t\r\n"):
-        raise InputError(f"{path}: the file is empty")
-
-
 def read_glue_tsv(path, task: GlueTask) -> Dataset:
     """One file of the original GLUE download, as the GLUE/BERT/ALBERT processors read it.
 
@@ -282,7 +270,7 @@ def read_glue_tsv(path, task: GlueTask) -> Dataset:
     broken QQP lines in some copies) are skipped and counted in a warning.
     """
     path = Path(path)
-    _check_not_empty(path)
+    check_not_empty(path)
     csv.field_size_limit(sys.maxsize)
     try:
         with path.open(encoding="utf-8-sig", newline="") as file:
@@ -319,19 +307,6 @@ def read_glue_tsv(path, task: GlueTask) -> Dataset:
     if "idx" in columns and all(value.isdigit() for value in columns["idx"]):
         columns["idx"] = [int(value) for value in columns["idx"]]
     return Dataset.from_dict(columns)
-
-
-def read_with_datasets(path, builder: str, **options) -> Dataset:
-    """A csv/json/parquet file read by `datasets`; an empty or unreadable file stops the run naming it."""
-    path = Path(path)
-    _check_not_empty(path)
-    if builder == "json":
-        check_json_start(path)
-    with input_errors(f"{path}: could not be read as {builder}", *datasets_read_errors()):
-        dataset = load_dataset(builder, data_files={"data": str(path)}, split="data", **options)
-    if len(dataset) == 0:
-        raise InputError(f"{path}: no data rows")
-    return dataset
 
 
 READERS = {

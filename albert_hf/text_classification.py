@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 from datasets import ClassLabel, DatasetDict, Value, load_dataset, load_from_disk
 
+from .corpus import read_with_datasets
 from .errors import InputError, first_line
 from .metrics import classification_metrics, regression_metrics
 from .model_card import CardDataset, limits, user_data
@@ -133,8 +134,6 @@ def label_key(value) -> str:
 
 
 def read_file(path):
-    from .glue import read_with_datasets
-
     path = Path(path)
     builder, options = FORMATS[path.suffix.lower()]
     return read_with_datasets(path, builder, **options)

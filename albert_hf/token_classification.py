@@ -22,8 +22,10 @@ from pathlib import Path
 import numpy as np
 from datasets import ClassLabel, Dataset, DatasetDict, Sequence
 
+from .corpus import check_not_empty, read_with_datasets
 from .errors import InputError
 from .model_card import CardDataset, limits, user_data
+from .text_classification import load_hub_or_folder
 
 logger = logging.getLogger("albert_hf.token_classification")
 
@@ -88,10 +90,8 @@ class NerDataArguments:
 
 def read_conll(path) -> Dataset:
     """Sentences of a CoNLL file: `tokens`, and `ner_tags` from the last column (absent when no line has one)."""
-    from .glue import _check_not_empty
-
     path = Path(path)
-    _check_not_empty(path)
+    check_not_empty(path)
     sentences, tokens, tags, widths = [], [], [], set()
     try:
         lines = path.read_text(encoding="utf-8-sig").splitlines()
@@ -121,8 +121,6 @@ def read_conll(path) -> Dataset:
 
 
 def read_file(path, text_column: str, label_column: str) -> Dataset:
-    from .glue import read_with_datasets
-
     path = Path(path)
     if path.suffix.lower() in CONLL_SUFFIXES:
         return read_conll(path)
@@ -142,8 +140,6 @@ def renamed(dataset, text_column: str, label_column: str, where: str):
 
 def load_raw_splits(data_args, needed: set[str], cache_dir=None) -> tuple[DatasetDict, dict]:
     """The splits `needed` asks for, with `tokens` and (except a test split, optionally) `ner_tags`."""
-    from .text_classification import load_hub_or_folder
-
     splits, sources = DatasetDict(), {}
     files = {split: getattr(data_args, f"{split}_file") for split in SPLITS}
     if any(files.values()):
