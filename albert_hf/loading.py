@@ -84,7 +84,7 @@ def loading(flag: str, name):
         check_folder_files(folder, flag, name)
     try:
         yield
-    except (Exception, BaseException) as error:  # noqa: B036 - Rust panics are BaseExceptions, one class per module
+    except BaseException as error:  # noqa: B036 - Rust panics are BaseExceptions, one class per extension
         if isinstance(error, InputError) or not (isinstance(error, library_errors()) or type(error) is Exception
                                                  or type(error).__name__ == "PanicException"):
             raise  # ours already, a bug, or KeyboardInterrupt / SystemExit
