@@ -101,6 +101,18 @@ def check_tokenizer_loads_without_prompt(folder, fill_mask: bool = False):
     assert "AlbertTokenizer.from_pretrained(" in card
 
 
+def run_script(script_name: str, argv):
+    """A script's `main(argv)` in this process (e.g. "run_glue"), with accelerate's state cleared first: each
+    script builds its own Accelerator."""
+    import importlib
+
+    from accelerate.state import AcceleratorState, PartialState
+
+    AcceleratorState._reset_state(True)
+    PartialState._reset_state()
+    return importlib.import_module(script_name).main([str(a) for a in argv])
+
+
 def run_bounded(command, timeout: float, **kwargs):
     """subprocess.run(capture_output=True, text=True) that cannot hang a test run: on timeout the command and every
     process it started are killed, and the test fails with what the command printed so far.

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import check_tokenizer_loads_without_prompt
+from conftest import check_tokenizer_loads_without_prompt, run_script
 from data_fixtures import SHARED_DATA
 from albert_hf.errors import InputError
 
@@ -386,13 +386,7 @@ def test_write_submission_uses_glue_label_values(tmp_path):
 
 
 def run_glue(argv):
-    from accelerate.state import AcceleratorState, PartialState
-
-    import run_glue as script
-
-    AcceleratorState._reset_state(True)
-    PartialState._reset_state()
-    script.main([str(a) for a in argv])
+    return run_script("run_glue", argv)
 
 
 def common_args(checkpoint, output_dir, *extra):

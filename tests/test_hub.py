@@ -7,7 +7,7 @@ from unittest import mock
 
 import pytest
 import torch
-from conftest import run_python, tiny_config
+from conftest import run_python, run_script, tiny_config
 from huggingface_hub import HfApi, RepoUrl
 from huggingface_hub.errors import EntryNotFoundError
 from transformers import AutoModel, AutoModelForPreTraining, AutoModelForQuestionAnswering
@@ -306,16 +306,6 @@ def test_pretraining_card_lists_a_hub_dataset_license_and_base_model_without_goi
     }
     assert {r.task_name for r in card.data.eval_results} == {"Masked language modelling", "Next-sentence prediction"}
     assert "next-sentence prediction" in card.text and "sentence-order" not in card.text
-
-
-def run_script(script_name: str, argv):
-    import importlib
-
-    from accelerate.state import AcceleratorState, PartialState
-
-    AcceleratorState._reset_state(True)
-    PartialState._reset_state()
-    return importlib.import_module(script_name).main([str(a) for a in argv])
 
 
 def test_glue_card_pushed_is_ours_with_the_mnli_results_of_both_dev_sets(tiny_checkpoint, tmp_path):

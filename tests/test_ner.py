@@ -7,7 +7,7 @@ import random
 from pathlib import Path
 
 import pytest
-from conftest import run_python
+from conftest import run_python, run_script
 from data_fixtures import tokenizer
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Sequence, Value
 
@@ -57,13 +57,7 @@ def write_conll(path, rows):
 
 
 def run_ner(argv):
-    from accelerate.state import AcceleratorState, PartialState
-
-    import run_ner as script
-
-    AcceleratorState._reset_state(True)
-    PartialState._reset_state()
-    return script.main([str(a) for a in argv])
+    return run_script("run_ner", argv)
 
 
 def args(checkpoint, output_dir, *extra):

@@ -8,7 +8,7 @@ import random
 
 import numpy as np
 import pytest
-from conftest import run_python
+from conftest import run_python, run_script
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
 
 from albert_hf.errors import InputError
@@ -45,13 +45,7 @@ def write_jsonl(path, rows):
 
 
 def run_glue(argv):
-    from accelerate.state import AcceleratorState, PartialState
-
-    import run_glue as script
-
-    AcceleratorState._reset_state(True)
-    PartialState._reset_state()
-    script.main([str(a) for a in argv])
+    return run_script("run_glue", argv)
 
 
 def args(checkpoint, output_dir, *extra):

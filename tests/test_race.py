@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import check_tokenizer_loads_without_prompt
+from conftest import check_tokenizer_loads_without_prompt, run_script
 from datasets import Dataset
 
 from albert_hf import race
@@ -76,13 +76,8 @@ def write_jsonl(path: Path, rows) -> Path:
     return path
 
 
-def run_race(argv) -> dict:
-    import run_race as script
-    from accelerate.state import AcceleratorState, PartialState
-
-    AcceleratorState._reset_state(True)
-    PartialState._reset_state()
-    return script.main([str(arg) for arg in argv])
+def run_race(argv):
+    return run_script("run_race", argv)
 
 
 # ---------------------------------------------------------------------------------------------------------------
