@@ -29,6 +29,7 @@ from albert_hf import AlbertHFForSequenceClassification
 from albert_hf import glue, text_classification
 from albert_hf.errors import InputError
 from albert_hf.finetuning import (
+    SPLIT_FLAGS,
     AlbertTrainer,
     apply_paper_hparams,
     evaluate_splits,
@@ -37,6 +38,7 @@ from albert_hf.finetuning import (
     limit,
     load_checkpoint_config,
     load_tokenizer_and_model,
+    needed_splits,
     parse_arguments,
     run_script,
     save_results,
@@ -69,11 +71,7 @@ def labels_of_test_set(raw, task, where: str):
 def main(argv=None):
     model_args, data_args, training_args = parse_arguments(glue.GlueDataArguments, argv)
     task = data_args.task  # None: the user's own data, whose task is read from it below
-    flags = {"train": "--do_train", "validation": "--do_eval", "test": "--do_predict"}
-    wanted = {"train": training_args.do_train, "validation": training_args.do_eval, "test": training_args.do_predict}
-    needed = {kind for kind, asked in wanted.items() if asked}
-    if not needed:
-        raise InputError("nothing to do; pass --do_train, --do_eval and/or --do_predict")
+    needed = needed_splits(training_args)
     if task is not None and task.predict_only and needed != {"test"}:
         raise InputError(f"{task.name} is the GLUE diagnostic set (unlabelled): --do_predict only, with a "
                          "model fine-tuned on MNLI")
@@ -91,7 +89,7 @@ def main(argv=None):
         raw_splits, sources = glue.load_raw_splits(data_args, needed, cache_dir=model_args.cache_dir)
         for kind in needed:
             if not any(task.split_kind(split) == kind for split in raw_splits):
-                raise InputError(f"{flags[kind]} needs {kind} data for {task.name}: pass --{kind}_file, or a "
+                raise InputError(f"{SPLIT_FLAGS[kind]} needs {kind} data for {task.name}: pass --{kind}_file, or a "
                                  "--data_dir holding "
                                  f"{[n for split, n in task.tsv_files.items() if task.split_kind(split) == kind]}")
         splits = glue.prepare_splits(raw_splits, sources, task)  # the data's checks before the model is read

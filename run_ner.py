@@ -28,6 +28,7 @@ from albert_hf.finetuning import (
     limit,
     load_checkpoint_config,
     load_tokenizer_and_model,
+    needed_splits,
     parse_arguments,
     run_script,
     save_results,
@@ -44,10 +45,7 @@ def main(argv=None) -> dict:
     if training_args.paper_hparams:
         raise InputError("--paper_hparams: ALBERT's paper has no token-classification recipe; give the "
                          "hyper-parameters explicitly")
-    needed = {split for split, asked in (("train", training_args.do_train), ("validation", training_args.do_eval),
-                                         ("test", training_args.do_predict)) if asked}
-    if not needed:
-        raise InputError("nothing to do; pass --do_train, --do_eval and/or --do_predict")
+    needed = needed_splits(training_args)
     last_checkpoint = setup(training_args)
     raw_splits, sources = ner.load_raw_splits(data_args, needed, cache_dir=model_args.cache_dir)
 

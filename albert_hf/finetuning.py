@@ -226,6 +226,23 @@ def parse_arguments(data_arguments_class, argv=None):
                                   argv)
 
 
+# The split each of TrainingArguments' --do_* flags asks for.
+SPLIT_FLAGS = {"train": "--do_train", "validation": "--do_eval", "test": "--do_predict"}
+
+
+def wanted_splits(training_args) -> list[str]:
+    """The splits the run's --do_train / --do_eval / --do_predict ask for, in that order."""
+    return [split for split, flag in SPLIT_FLAGS.items() if getattr(training_args, flag[2:])]
+
+
+def needed_splits(training_args) -> set[str]:
+    """`wanted_splits`, for a script that reads its data split by split; none at all stops the run."""
+    needed = set(wanted_splits(training_args))
+    if not needed:
+        raise InputError("nothing to do; pass --do_train, --do_eval and/or --do_predict")
+    return needed
+
+
 def setup(training_args: TrainingArguments) -> str | None:
     """Logging, seed, and the checkpoint to resume from (None to start fresh).
 

@@ -300,15 +300,7 @@ def write_pretraining_card(output_dir, model, args, global_batch: int, num_proce
     )
 
 
-# --- fine-tuning (run_glue.py, run_squad.py, run_race.py)
-
-
 # --- fine-tuning (run_glue.py, run_squad.py, run_race.py, run_ner.py): what the tasks' card_dataset use
-
-def wanted_splits(training_args) -> list[str]:
-    return [split for split, asked in (("train", training_args.do_train), ("validation", training_args.do_eval),
-                                       ("test", training_args.do_predict)) if asked]
-
 
 def limits(data_args, wanted) -> str:
     caps = [(split, getattr(data_args, f"max_{kind}_samples", None))
@@ -404,6 +396,8 @@ def write_finetuned_card(trainer, model_args, training_args, data_args, paper_re
     (`finetuning.PaperRecipe`) when given."""
     pipeline_tag, script = data_args.PIPELINE_TAG, data_args.SCRIPT
     output_dir = Path(training_args.output_dir)
+    from .finetuning import wanted_splits
+
     dataset = data_args.card_dataset(wanted_splits(training_args))
     results = read_results(output_dir)
     found = eval_results(results, dataset, pipeline_tag)

@@ -25,6 +25,7 @@ from datasets import ClassLabel, DatasetDict, Value, load_dataset, load_from_dis
 
 from .corpus import read_with_datasets
 from .errors import InputError, first_line
+from .finetuning import SPLIT_FLAGS
 from .metrics import classification_metrics, regression_metrics
 from .model_card import CardDataset, limits, user_data
 
@@ -184,11 +185,10 @@ def load_raw_splits(data_args, needed: set[str], cache_dir=None) -> tuple[Datase
             sources[kind] = f"{data_args.dataset_name}[{kind}]"
             splits[kind] = found[kind]
         available = list(found)
-    flags = {"train": "--do_train", "validation": "--do_eval", "test": "--do_predict"}
     for kind in sorted(needed - set(splits)):
         where = f"--{kind}_file" if any(files.values()) else f"--dataset_name {data_args.dataset_name} (splits: " \
             f"{available})"
-        raise InputError(f"{flags[kind]} needs {kind} data: none in {where}")
+        raise InputError(f"{SPLIT_FLAGS[kind]} needs {kind} data: none in {where}")
     for kind in splits:  # a test split may have no labels
         splits[kind] = with_label_column(splits[kind], label_column, sources[kind], required=kind != "test")
     return splits, sources

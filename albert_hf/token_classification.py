@@ -24,6 +24,7 @@ from datasets import ClassLabel, Dataset, DatasetDict, Sequence
 
 from .corpus import check_not_empty, read_with_datasets
 from .errors import InputError
+from .finetuning import SPLIT_FLAGS
 from .model_card import CardDataset, limits, user_data
 from .text_classification import load_hub_or_folder
 
@@ -145,15 +146,15 @@ def load_raw_splits(data_args, needed: set[str], cache_dir=None) -> tuple[Datase
     if any(files.values()):
         for split in sorted(needed):
             if files[split] is None:
-                raise InputError(f"{FLAGS[split]} needs {split} data: pass --{split}_file")
+                raise InputError(f"{SPLIT_FLAGS[split]} needs {split} data: pass --{split}_file")
             splits[split] = read_file(files[split], data_args.text_column_name, data_args.label_column_name)
             sources[split] = str(files[split])
     else:
         found = load_hub_or_folder(data_args.dataset_name, data_args.dataset_config_name, cache_dir)
         for split in sorted(needed):
             if split not in found:
-                raise InputError(f"{FLAGS[split]} needs {split} data: --dataset_name {data_args.dataset_name} has "
-                                 f"the splits {list(found)}")
+                raise InputError(f"{SPLIT_FLAGS[split]} needs {split} data: --dataset_name {data_args.dataset_name} "
+                                 f"has the splits {list(found)}")
             sources[split] = f"{data_args.dataset_name}[{split}]"
             splits[split] = renamed(found[split], data_args.text_column_name, data_args.label_column_name,
                                     sources[split])
@@ -164,8 +165,6 @@ def load_raw_splits(data_args, needed: set[str], cache_dir=None) -> tuple[Datase
         logger.info("%s: %d sentences from %s", split, len(dataset), sources[split])
     return splits, sources
 
-
-FLAGS = {"train": "--do_train", "validation": "--do_eval", "test": "--do_predict"}
 
 
 # ----------------------------------------------------------------------------------------------------------------

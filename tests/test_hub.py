@@ -409,7 +409,7 @@ def test_card_datasets_are_hub_data_or_its_official_files_only(tmp_path):
 
     from albert_hf.finetuning import AlbertTrainingArguments
     from albert_hf.glue import GlueDataArguments
-    from albert_hf.model_card import wanted_splits
+    from albert_hf.finetuning import wanted_splits
     from albert_hf.race import RaceDataArguments
     from albert_hf.squad import SquadDataArguments
 
