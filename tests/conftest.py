@@ -19,16 +19,37 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 
 
+# The files that take longest, longest first (seconds per file: BENCHMARKS.md, "The test suite"). pytest-xdist hands
+# each worker whole files in collection order, so starting with these lets the workers finish together.
+SLOWEST_FILES = ["test_preemption.py", "test_pretraining.py", "test_distributed.py", "test_modeling.py",
+                 "test_combinations.py", "test_streaming.py", "test_bad_input.py", "test_hardware.py", "test_ner.py"]
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(SLOWEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
 
 
+# Torch threads per test and per process a test starts. Tiny models: thread start-up costs more than it saves, and
+# CI has 2 cores shared with subprocess tests. ALBERT_HF_TEST_THREADS=2 runs the suite with another summation order
+# (a test that holds only for one order asserts a rounding, not a behaviour).
+THREADS = int(os.environ.get("ALBERT_HF_TEST_THREADS", "1"))
+
+
+def subprocess_env(**extra) -> dict:
+    """The environment of a process a test starts: this one's, with the tests' thread count."""
+    return {**os.environ, "OMP_NUM_THREADS": str(THREADS), "TOKENIZERS_PARALLELISM": "false", **extra}
+
+
 @pytest.fixture(autouse=True, scope="session")
-def _one_thread():
-    # Tiny models: thread start-up costs more than it saves, and CI has 2 cores shared with subprocess tests.
+def _test_threads():
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(THREADS)
     yield
     torch.set_num_threads(threads)
 
@@ -62,7 +83,7 @@ def run_python(code: str, cwd, env_extra=None, timeout=300):
         "            raise ImportError('albert_hf is deliberately not importable in this test')\n"
         "sys.meta_path.insert(0, _BlockAlbertHF())\n"
     )
-    env = {**os.environ, **(env_extra or {})}
+    env = subprocess_env(**(env_extra or {}))
     env.pop("PYTHONPATH", None)
     return subprocess.run(  # stdin closed, as in a notebook kernel or a job: a prompt cannot be answered
         [sys.executable, "-c", blocker + code], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,

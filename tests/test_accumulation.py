@@ -11,6 +11,8 @@ from test_pretraining import pretrain_runs
 
 from albert_hf import AlbertHFForPreTraining
 
+pytestmark = pytest.mark.trains
+
 STEPS = ["--max_train_steps", "10", "--eval_steps", "0", "--validation_split_percentage", "0", "--no_plots",
          "--mixed_precision", "no"]
 LAUNCH_2 = [sys.executable, "-m", "accelerate.commands.launch", "--mixed_precision", "no", "--dynamo_backend", "no",
@@ -134,6 +136,7 @@ def two_process_runs(tmp_path_factory):
 
 
 @pytest.mark.parametrize("per_device, accumulation, optimizer", TWO_PROCESSES)
+@pytest.mark.launched
 def test_two_processes_end_with_the_weights_of_32x1(one_process_runs, two_process_runs, per_device, accumulation,
                                                     optimizer):
     check_same_weights(two_process_runs[per_device, accumulation, optimizer], one_process_runs[32, optimizer],

@@ -5,12 +5,11 @@ that once ended in a traceback."""
 
 import json
 import logging
-import os
 import shutil
 import sys
 
 import pytest
-from conftest import REPO, run_bounded
+from conftest import REPO, run_bounded, subprocess_env
 from test_glue import run_glue, write_glue_folders, write_tsv
 from test_race import write_official_layout
 from test_squad import SQUAD_V1, common_args, run_squad, write_json
@@ -144,7 +143,7 @@ def test_the_default_max_seq_length_is_capped_at_a_small_models_positions(tmp_pa
 
 def run_script_file(script, *argv, cwd, launcher=None):
     command = (launcher or [sys.executable]) + [str(REPO / script), *map(str, argv)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env = subprocess_env()
     return run_bounded(command, 240, env=env, cwd=cwd)
 
 
@@ -181,6 +180,7 @@ def test_each_script_prints_one_line_and_exits_2(tmp_path, tiny_checkpoint):
 
 
 @pytest.mark.parametrize("which", ["every process", "the second process only"])
+@pytest.mark.launched
 def test_under_accelerate_launch_the_line_is_printed_once(tmp_path, tiny_checkpoint, which):
     """Every process checks the same flags, and the first prints the line. A problem that only one process meets
     (its own share of a streamed corpus) stops every process at once, and the first prints that process's line."""

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from test_pretraining import pretrain
+from test_pretraining import pretrain_runs
 
 from albert_hf.analysis.baselines import heldout_baselines, with_baselines
 from albert_hf.analysis.curves import pretraining_curves, trainer_curves
@@ -66,9 +66,13 @@ def test_curves_are_drawn_from_the_logs(tmp_path):
     check_png(trainer_curves(history, tmp_path / "t.png"), 3 * 420, 340)  # loss, eval_accuracy, learning rate
 
 
+@pytest.mark.trains
 def test_a_run_ends_with_baselines_in_its_summary_results_and_card_and_draws_its_curves(tmp_path):
-    out = tmp_path / "run"
-    done = pretrain(out, "--max_train_steps", "4", "--eval_steps", "2")
+    out, quiet = tmp_path / "run", tmp_path / "quiet"
+    results, done = pretrain_runs([(out, ["--max_train_steps", "4", "--eval_steps", "2"]),
+                                   (quiet, ["--max_train_steps", "2", "--eval_steps", "2", "--no_plots"])],
+                                  steps_only=False)  # one process: its start-up costs more than these runs
+    assert [result["status"] for result in results] == [0, 0], results
     assert "(always the most frequent piece: " in done.stdout and "(majority label: " in done.stdout
     assert "(unigram cross-entropy: " in done.stdout
     results = json.loads((out / "all_results.json").read_text())
@@ -80,12 +84,11 @@ def test_a_run_ends_with_baselines_in_its_summary_results_and_card_and_draws_its
     assert "baseline" not in model_index  # the model-index holds the model's own results only
     check_png(out / "training_curves.png", 1680, 340)
 
-    quiet = tmp_path / "quiet"
-    pretrain(quiet, "--max_train_steps", "2", "--eval_steps", "2", "--no_plots")
     assert not (quiet / "training_curves.png").exists()
     assert "Training curves" not in (quiet / "README.md").read_text()
 
 
+@pytest.mark.trains
 def test_fine_tuning_draws_its_curves_and_the_card_shows_them(tmp_path, tiny_checkpoint):
     from test_glue import common_args, run_glue, write_glue_folders
 

@@ -12,6 +12,8 @@ from safetensors.torch import load_file
 from test_distributed import DDP, FSDP
 from test_pretraining import metrics, pretrain_runs
 
+pytestmark = [pytest.mark.trains, pytest.mark.launched]  # one module fixture launches every setup
+
 SWITCHES = list(itertools.product(["all", "attention", "ffn", "none"], ["sop", "nsp", "none"], [1, 2]))
 SETUPS = {"one process": (None, [None]), "DDP": (DDP, [None]), "FSDP2": (FSDP, ["true", "false"])}
 FROZEN = "--task none: the pooler and the sentence-order head are frozen (no loss trains them)"

@@ -3,6 +3,7 @@
 
 import math
 
+import pytest
 import torch
 from transformers import AutoTokenizer
 
@@ -12,6 +13,7 @@ from albert_hf.tokenization import train_tokenizer
 from data_fixtures import TEST_VOCAB_SIZE, embedded
 
 
+@pytest.mark.trains
 def test_embedded_corpus_to_albert_pretraining(tmp_path):
     train_tokenizer(embedded(), vocab_size=TEST_VOCAB_SIZE, output_dir=tmp_path / "tokenizer")
     tok = AutoTokenizer.from_pretrained(str(tmp_path / "tokenizer"))  # as a later run would load it

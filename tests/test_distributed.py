@@ -13,7 +13,7 @@ import time
 import psutil
 import pytest
 import torch
-from conftest import REPO, run_bounded
+from conftest import REPO, run_bounded, subprocess_env
 from safetensors.torch import load_file
 from test_pretraining import RESUME_ARGS, check_same_weights_and_curve, metrics, pretrain, pretrain_runs
 
@@ -50,6 +50,8 @@ def fsdp_run(tmp_path_factory):
     return run, done
 
 
+@pytest.mark.trains
+@pytest.mark.launched
 def test_fsdp_really_shards_and_ends_with_the_ddp_weights(fsdp_run, ddp_run):
     run, done = fsdp_run
     assert re.search(r"FSDP2 over 2 processes on 1 machine \(gloo, cpu: [^)]+\): this process holds 50.0% of the "
@@ -65,6 +67,8 @@ def test_fsdp_really_shards_and_ends_with_the_ddp_weights(fsdp_run, ddp_run):
     assert "process group is still alive at exit" not in done.stderr  # both processes freed it (end_distributed)
 
 
+@pytest.mark.trains
+@pytest.mark.launched
 def test_fsdp_killed_mid_run_resumes_from_latest_to_the_uninterrupted_weights(tmp_path, fsdp_run):
     reference, _ = fsdp_run
     interrupted = tmp_path / "interrupted"
@@ -91,6 +95,8 @@ def test_fsdp_killed_mid_run_resumes_from_latest_to_the_uninterrupted_weights(tm
     check_same_weights_and_curve(interrupted, reference, after_step=0)
 
 
+@pytest.mark.trains
+@pytest.mark.launched
 def test_two_machines_on_localhost_end_with_the_two_process_weights(tmp_path, ddp_run):
     run = tmp_path / "run"
     machines = [*LAUNCH, "--multi_gpu", "--num_processes", "2", "--num_machines", "2",
@@ -193,6 +199,8 @@ def test_every_fsdp_config_accelerate_config_writes_is_read_into_what_runs_or_on
     assert request.activation_checkpointing == ("activation checkpointing" in answers)
 
 
+@pytest.mark.trains
+@pytest.mark.launched
 def test_a_generated_fsdp_config_with_policy_and_activation_checkpointing_ends_with_the_ddp_weights(tmp_path, ddp_run):
     """The first policy `accelerate config` offers, with the class named, plus activation checkpointing and its
     defaults (resharding after forward, CPU-RAM-efficient loading): it trains, and says what it did instead."""
@@ -212,6 +220,8 @@ def test_a_generated_fsdp_config_with_policy_and_activation_checkpointing_ends_w
         torch.testing.assert_close(got[name], expected[name], rtol=0, atol=1e-5, msg=name)
 
 
+@pytest.mark.trains
+@pytest.mark.launched
 def test_fsdp_version_1_with_ram_efficient_loading_reads_on_the_first_process_and_shards_exactly(tmp_path, ddp_run):
     """accelerate 1.x's default FSDP config (version 1, FULL_SHARD, sync_module_states, use_orig_params, full state
     dicts) with --model_name_or_path: the first process reads the checkpoint, the second builds on the meta device
@@ -305,13 +315,15 @@ with open(f"{sys.argv[1]}/{sys.argv[2]}_rank_{rank}.txt", "w") as f:
 """
 
 
+@pytest.mark.trains
+@pytest.mark.launched
 def test_fsdp2_units_and_lamb_full_norms_under_sharding(tmp_path):
     script = tmp_path / "sharding.py"
     script.write_text(SHARDING)
     for sharing in ("all", "none"):
         done = run_bounded([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                             str(script), str(tmp_path), sharing], timeout=180, cwd=tmp_path,
-                           env={**os.environ, "OMP_NUM_THREADS": "1"})
+                           env=subprocess_env())
         assert done.returncode == 0, done.stderr[-3000:]
     for rank in (0, 1):
         for sharing, layers in (("all", 1), ("none", 4)):
@@ -387,7 +399,7 @@ def test_fine_tuning_refuses_a_mode_that_cannot_be_had_with_one_line(tmp_path, t
     command = [sys.executable, str(REPO / "run_glue.py"), "--model_name_or_path", str(tiny_checkpoint),
                "--task_name", "rte", "--data_dir", str(rte), "--do_train", "--max_steps", "2", "--report_to", "none",
                "--output_dir", str(out)]
-    done = run_bounded(command, timeout=120, cwd=tmp_path, env={**os.environ, **env})
+    done = run_bounded(command, timeout=120, cwd=tmp_path, env=subprocess_env(**env))
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert done.stderr.strip().splitlines()[-1].startswith(message)
     assert not (out / "model.safetensors").exists()

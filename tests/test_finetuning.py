@@ -72,6 +72,7 @@ def test_default_optimizer_is_trainers(tmp_path, tiny_checkpoint):
     assert type(trainer.optimizer).__name__ == "AdamW"
 
 
+@pytest.mark.compiles
 def test_compile_blocks_compiles_each_block_in_place_and_refuses_a_double_compile(tmp_path, tiny_checkpoint):
     from albert_hf.modeling_albert_hf import AlbertHFLayer
 
@@ -122,6 +123,7 @@ def test_missing_columns_are_named_with_the_file():
         check_columns(rows, ["sentence", "label"], "train.tsv")
 
 
+@pytest.mark.trains
 def test_results_files_are_flat_and_all_results_merges_train_eval_and_predict(tmp_path, tiny_checkpoint):
     import json
 
@@ -145,6 +147,7 @@ def test_results_files_are_flat_and_all_results_merges_train_eval_and_predict(tm
         evaluate_splits(trainer, {"a": Rows(4), "b": Rows(4)})
 
 
+@pytest.mark.trains
 def test_a_second_evaluation_set_is_scored_on_itself_with_persistent_workers(tmp_path):
     """With --dataloader_persistent_workers, Trainer hands out its cached evaluation loader for any dataset passed
     to evaluate(): MNLI's mismatched dev set was scored on the matched one. Each set must get its own loader."""

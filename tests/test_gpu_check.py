@@ -1,18 +1,18 @@
 """benchmarks/gpu_check.py, the first command to run on a GPU, runs every part here on the CPU with the tiny preset."""
 
 import json
-import os
 import sys
 
 import pytest
-from conftest import REPO, run_bounded
+from conftest import REPO, run_bounded, subprocess_env
 
 
+@pytest.mark.trains
 def test_gpu_check_runs_every_part_on_the_cpu_and_writes_its_report(tmp_path):
     out = tmp_path / "check.json"
     done = run_bounded([sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--device", "cpu", "--preset",
                         "tiny", "--steps", "4", "--out", str(out)], 600, cwd=tmp_path,
-                       env={**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"})
+                       env=subprocess_env())
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["failed"] == [] and "Traceback" not in done.stderr

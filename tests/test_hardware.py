@@ -12,7 +12,7 @@ from unittest import mock
 
 import pytest
 import torch
-from conftest import REPO, run_bounded
+from conftest import REPO, run_bounded, subprocess_env
 
 from albert_hf import hardware
 from albert_hf.errors import InputError
@@ -194,35 +194,42 @@ def test_the_shipped_cpu_configs_leave_the_precision_to_the_hardware():
 NO_BF16_UNITS = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}  # what an AVX2 CPU gives torch
 
 
+@pytest.mark.trains
 def test_run_pretraining_on_a_cpu_without_bf16_units_says_what_it_chose_and_warns_for_explicit_bf16(tmp_path):
-    from test_pretraining import FAST, SCRIPT
+    from test_pretraining import FAST
 
-    # its own torch.compile cache: torch does not key that cache on ATEN_CPU_CAPABILITY
-    env = {**os.environ, **NO_BF16_UNITS, "OMP_NUM_THREADS": "1", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
-    tiny = [*FAST, "--max_train_steps", "2", "--eval_steps", "0", "--max_eval_samples", "16", "--no_plots"]
-    auto = run_bounded([sys.executable, SCRIPT, "--output_dir", str(tmp_path / "auto"), *tiny,
-                        "--mixed_precision", "auto"], 300, env=env, cwd=tmp_path)
-    assert auto.returncode == 0, auto.stderr[-3000:]
-    start = next(line for line in auto.stderr.splitlines() if "parameters; global batch" in line)
+    # One process for both runs (its environment caps the kernels before torch is imported), with its own
+    # torch.compile cache: torch does not key that cache on ATEN_CPU_CAPABILITY.
+    tiny = ["--max_train_steps", "2", "--eval_steps", "0", "--max_eval_samples", "16", "--no_plots"]
+    auto, explicit = tmp_path / "auto", tmp_path / "bf16"
+    spec = tmp_path / "runs.json"
+    spec.write_text(json.dumps([
+        {"argv": ["--output_dir", str(auto), *FAST, *tiny, "--mixed_precision", "auto"]},
+        {"argv": ["--output_dir", str(explicit), *FAST, *tiny, "--max_train_steps", "1",
+                  "--mixed_precision", "bf16"]}]))
+    done = run_bounded([sys.executable, str(REPO / "tests" / "launched_runs.py"), str(spec)], 300, cwd=tmp_path,
+                       env=subprocess_env(**NO_BF16_UNITS, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor")))
+    assert done.returncode == 0 and json.loads(Path(f"{spec}.results").read_text()) == [
+        {"status": 0, "line": ""}, {"status": 0, "line": ""}], done.stderr[-3000:]
+    auto_start, explicit_start = [line for line in done.stderr.splitlines() if "parameters; global batch" in line]
     assert re.search(r"; one process \(cpu: [^,]+, AVX2, 1 thread\); fp32: this CPU has no bf16 units \(AVX2\)$",
-                     start), start
-    assert "WARNING" not in auto.stderr
-    results = json.loads((tmp_path / "auto" / "all_results.json").read_text())
+                     auto_start), auto_start
+    results = json.loads((auto / "all_results.json").read_text())
     assert results["mixed_precision"] == "no" and results["precision"] == "fp32: this CPU has no bf16 units (AVX2)"
     assert results["hardware"].endswith(", AVX2, 1 thread") and results["fast_precisions"] == "fp32"
-    card = (tmp_path / "auto" / "README.md").read_text()
+    card = (auto / "README.md").read_text()
     assert "fp32: this CPU has no bf16 units (AVX2)" in card and results["hardware"] in card
     assert "AVX2, 1 thread |" not in card.split("## Results", 1)[-1].split("##", 1)[0]  # not among the metrics
 
-    explicit = run_bounded([sys.executable, SCRIPT, "--output_dir", str(tmp_path / "bf16"), *tiny,
-                            "--max_train_steps", "1", "--mixed_precision", "bf16"], 300, env=env, cwd=tmp_path)
-    assert explicit.returncode == 0, explicit.stderr[-3000:]
-    warnings = [line for line in explicit.stderr.splitlines() if " WARNING " in line]
+    # the one warning of the two runs is the explicit bf16 run's (the auto run warns of nothing)
+    warnings = [line for line in done.stderr.splitlines() if " WARNING " in line]
     assert len(warnings) == 1 and "--mixed_precision bf16 on a CPU without bf16 units (AVX2)" in warnings[0]
     assert "--mixed_precision auto (or no) trains in fp32" in warnings[0]
-    assert "; bf16 autocast: asked for by --mixed_precision bf16" in explicit.stderr
+    assert "; bf16 autocast: asked for by --mixed_precision bf16" in explicit_start
 
 
+@pytest.mark.trains
+@pytest.mark.launched
 def test_a_launched_run_whose_config_asks_for_bf16_without_bf16_units_warns_once(tmp_path):
     """Two processes from a config written by `accelerate config`'s questions (bf16 answered): the run trains in
     bf16 as asked, and only the first process prints the warning."""
@@ -232,7 +239,7 @@ def test_a_launched_run_whose_config_asks_for_bf16_without_bf16_units_warns_once
     config = tmp_path / "ddp_bf16.yaml"
     write_config(config, {"type of machine": "multi-GPU", "How many different machines": "1", "How many GPU(s)": "2",
                           "FullyShardedDataParallel": "no", "mixed precision": "bf16"})
-    env = {**os.environ, **NO_BF16_UNITS, "OMP_NUM_THREADS": "1", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "ind")}
+    env = subprocess_env(**NO_BF16_UNITS, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "ind"))
     fast = [arg for arg in FAST if arg not in ("--mixed_precision", "no")]  # the config decides
     done = run_bounded([sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config), SCRIPT,
                         "--output_dir", str(tmp_path / "out"), *fast, "--max_train_steps", "1", "--eval_steps", "0",
@@ -247,6 +254,7 @@ def test_a_launched_run_whose_config_asks_for_bf16_without_bf16_units_warns_once
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="about a machine without CUDA")
+@pytest.mark.trains
 def test_fine_tuning_with_bf16_on_a_cpu_runs_there_and_warns_once_where_it_is_slow(tmp_path, caplog):
     """transformers refuses --bf16 without a bf16 GPU unless --use_cpu is given (a ValueError traceback): on a
     machine without CUDA the scripts train on the CPU, and setup() warns where the CPU has no bf16 units."""

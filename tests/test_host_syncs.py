@@ -24,6 +24,7 @@ class HostReads(TorchDispatchMode):
 
 
 @pytest.mark.parametrize("accumulation, padding_removal", [(1, True), (2, True), (2, False)])
+@pytest.mark.trains
 def test_a_training_step_reads_the_host_once_per_micro_batch(tmp_path, accumulation, padding_removal,
                                                             fresh_accelerate_state, monkeypatch):
     """Once: transformers' check whether the batch has padding at all (create_bidirectional_mask). Padding removal

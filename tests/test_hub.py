@@ -251,6 +251,7 @@ def fresh_pretraining_state():
     PartialState._reset_state()
 
 
+@pytest.mark.trains
 def test_pretraining_card_metadata_and_model_index_come_from_all_results(tmp_path, fresh_pretraining_state):
     """The card of a real (tiny) run: pipeline tag, tags, no dataset (the embedded corpus is none), and every
     eval metric of all_results.json in the model-index, losses included."""
@@ -308,6 +309,7 @@ def test_pretraining_card_lists_a_hub_dataset_license_and_base_model_without_goi
     assert "next-sentence prediction" in card.text and "sentence-order" not in card.text
 
 
+@pytest.mark.trains
 def test_glue_card_pushed_is_ours_with_the_mnli_results_of_both_dev_sets(tiny_checkpoint, tmp_path):
     """run_glue.py on the original-layout MNLI files with --push_to_hub (Hub API mocked): the uploaded README.md is
     our card, not the one Trainer.push_to_hub would write, and its model-index holds all_results.json's numbers
@@ -350,6 +352,7 @@ def test_glue_card_pushed_is_ours_with_the_mnli_results_of_both_dev_sets(tiny_ch
         assert section in card.text
 
 
+@pytest.mark.trains
 def test_squad_card_names_its_data_and_holds_the_exact_match_and_f1(tiny_checkpoint, tmp_path):
     """Trainer's card said "fine-tuned ... on the None dataset" with `results: []`. A 3-question file in the
     official JSON format is not SQuAD itself: the card describes the file and lists no dataset."""

@@ -502,6 +502,7 @@ def test_bf16_autocast_trains_close_to_fp32():
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
 
 
+@pytest.mark.compiles
 def test_torch_compile_matches_eager():
     model = AlbertHFForSequenceClassification(tiny_config(num_hidden_layers=2)).eval()
     inputs = make_inputs()
@@ -522,6 +523,7 @@ def dynamo_counters():
     torch._dynamo.reset()
 
 
+@pytest.mark.compiles
 def test_compiled_blocks_match_eager_in_every_layout_and_never_fall_back_to_eager(dynamo_counters):
     """compile_blocks against eager, values and gradients, over every block variant a run meets: packed rows
     whose count and masked-token count change (padding removal and last-block selection on), padded with a mask,
@@ -568,6 +570,7 @@ def test_compiled_blocks_match_eager_in_every_layout_and_never_fall_back_to_eage
     assert dynamo_counters["stats"]["unique_graphs"] > 8  # the workload did need more graphs than torch's default
 
 
+@pytest.mark.compiles
 def test_tanh_gelu_compiles_to_the_same_function_and_gradient(dynamo_counters):
     """Compiled, TanhGELU switches to its sigmoid form (fast on CPU); it must stay the tanh formula."""
     from albert_hf.modeling_albert_hf import TanhGELU

@@ -7,7 +7,7 @@ import random
 from pathlib import Path
 
 import pytest
-from conftest import run_python, run_script
+from conftest import run_python, run_script, subprocess_env
 from data_fixtures import tokenizer
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Sequence, Value
 
@@ -147,37 +147,56 @@ def test_scores_of_seqevals_readme_example_and_a_hand_count():
 # End to end
 
 
+@pytest.mark.trains
 def test_a_conll_file_trains_to_entity_f1_and_the_saved_folder_tags_entities_in_a_pipeline_without_albert_hf(
         tiny_checkpoint, tmp_path):
     train, dev = write_conll(tmp_path / "train.conll", generated(300, 0)), write_conll(tmp_path / "dev.conll",
                                                                                         generated(60, 1))
+    sentence = "Grace Taylor moved to Vienna ."  # 25 pieces: no truncation at --max_seq_length 32
     test_rows = generated(20, 2)
     test = tmp_path / "test.conll"
-    test.write_text("".join("".join(f"{t}\n" for t in tokens) + "\n" for tokens, _ in test_rows))
+    test.write_text("".join("".join(f"{t}\n" for t in tokens) + "\n" for tokens, _ in test_rows)
+                    + "".join(f"{t}\n" for t in sentence.split()))
     out = tmp_path / "out"
     run_ner(args(tiny_checkpoint, out, "--train_file", train, "--validation_file", dev, "--test_file", test,
                  "--do_train", "--do_eval", "--do_predict", "--num_train_epochs", 20, "--label_all_tokens", "true"))
     results = json.loads((out / "all_results.json").read_text())
     assert {"eval_precision", "eval_recall", "eval_f1", "eval_accuracy", "train_loss"} <= set(results)
-    assert results["eval_f1"] >= 0.9, results
+    assert results["eval_f1"] >= 0.9, results  # 1.0 on AMX and on AVX2 kernels
     config = json.loads((out / "config.json").read_text())
     assert set(config["id2label"].values()) == {"O", "B-PER", "I-PER", "B-LOC", "I-LOC"}
     lines = (out / "predictions.txt").read_text().splitlines()
-    assert [len(line.split()) for line in lines] == [len(tokens) for tokens, _ in test_rows]
+    assert [len(line.split()) for line in lines] == [len(tokens) for tokens, _ in test_rows] + [len(sentence.split())]
     right = sum(line.split() == tags for line, (_, tags) in zip(lines, test_rows))
     assert right >= 16, lines
     card = (out / "README.md").read_text()
     assert "pipeline_tag: token-classification" in card and "`train.conll`" in card
-    sentence = "Yesterday , Grace Taylor moved to Vienna ."
-    code = ("from transformers import pipeline\n"
-            f"tag = pipeline('token-classification', model={str(out)!r}, aggregation_strategy='simple', "
-            "trust_remote_code=True)\n"
-            f"print('GROUPS', [(g['entity_group'], {sentence!r}[g['start']:g['end']]) for g in tag({sentence!r})])\n")
+    # A fresh process without albert_hf, the pipeline on the same words: each word's first piece has the tag the
+    # predictions file gives that word, from the trained tags. (Which tags a 20-epoch tiny model gives this one
+    # sentence is left to the statistics above: on other kernels its weights differ in their last bits, and a word
+    # near a tie may change its tag. The pipeline's word aggregation is not used: transformers' fallback heuristic
+    # for SentencePiece pieces splits a word at a lone "▁" piece.)
+    words = sentence.split()
+    code = ("import json\n"
+            "from transformers import pipeline\n"
+            f"tag = pipeline('token-classification', model={str(out)!r}, trust_remote_code=True)\n"
+            f"[found] = tag([{words!r}], is_split_into_words=True, ignore_labels=[])\n"
+            f"word_ids = tag.tokenizer({words!r}, is_split_into_words=True).word_ids()\n"
+            "print('PIECES', json.dumps([[e['index'], e['entity'], round(float(e['score']), 4)] for e in found]))\n"
+            "print('WORDS', json.dumps(word_ids))\n")
     done = run_python(code, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split("GROUPS ")[1].strip() == str([("PER", "Grace Taylor"), ("LOC", "Vienna")])
+    printed = dict(line.split(" ", 1) for line in done.stdout.splitlines() if line.startswith(("PIECES", "WORDS")))
+    pieces = {index: (entity, score) for index, entity, score in json.loads(printed["PIECES"])}
+    word_ids = json.loads(printed["WORDS"])
+    assert len(word_ids) <= 32  # the run's --max_seq_length: the predictions file saw the same pieces
+    assert {entity for entity, _ in pieces.values()} <= set(config["id2label"].values())
+    assert set(pieces) == {i for i, word in enumerate(word_ids) if word is not None}  # every piece, no special one
+    first_pieces = [word_ids.index(w) for w in range(len(words))]
+    assert [pieces[i][0] for i in first_pieces] == lines[-1].split(), [pieces[i] for i in first_pieces]
 
 
+@pytest.mark.trains
 def test_the_public_domain_conll_sample_and_json_with_named_columns_and_a_classlabel_dataset(
         tiny_checkpoint, tmp_path):
     sentences = read_conll(PUBLIC_DOMAIN)
@@ -247,12 +266,13 @@ def test_bad_input_stops_with_one_line(tiny_checkpoint, tmp_path):
     assert "has no tags of its own" in bad(tiny_checkpoint, tmp_path, "--validation_file", train, "--do_eval")
 
 
+@pytest.mark.trains
+@pytest.mark.launched
 def test_under_fsdp2_over_two_processes_the_gathered_evaluation_scores_every_sentence_in_order(
         tiny_checkpoint, tmp_path):
     """run_ner.py launched with an FSDP config from `accelerate config` shards the token-classification model with
     ALBERT's units, and its evaluation, gathered from two processes whose sentences have different lengths, scores
     the same as one process evaluating the saved model."""
-    import os
 
     from accelerate_configs import fsdp_config
     from conftest import REPO, run_bounded
@@ -265,7 +285,7 @@ def test_under_fsdp2_over_two_processes_the_gathered_evaluation_scores_every_sen
                *map(str, args(tiny_checkpoint, out, "--train_file", train, "--validation_file", dev, "--do_train",
                               "--do_eval", "--max_steps", 30, "--per_device_train_batch_size", 8,
                               "--per_device_eval_batch_size", 4))]
-    done = run_bounded(command, 300, env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=tmp_path)
+    done = run_bounded(command, 300, env=subprocess_env(), cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Fine-tuning: FSDP2 over 2 processes on 1 machine" in done.stderr
     distributed = json.loads((out / "eval_results.json").read_text())

@@ -146,6 +146,7 @@ def test_metrics_hand_worked():
 # End to end
 
 
+@pytest.mark.trains
 def test_a_csv_trains_with_its_label_names_into_config_predictions_card_and_a_pipeline_without_albert_hf(
         tiny_checkpoint, tmp_path):
     train = write_csv(tmp_path / "train.csv", reviews(200, 0))
@@ -182,6 +183,7 @@ def test_a_csv_trains_with_its_label_names_into_config_predictions_card_and_a_pi
     assert json.loads((again / "all_results.json").read_text())["eval_accuracy"] == results["eval_accuracy"]
 
 
+@pytest.mark.trains
 def test_float_labels_in_json_are_regression_with_pearson_spearman_and_mse(tiny_checkpoint, tmp_path):
     rng = random.Random(0)
 
@@ -201,6 +203,7 @@ def test_float_labels_in_json_are_regression_with_pearson_spearman_and_mse(tiny_
     assert config["problem_type"] == "regression" and len(config["id2label"]) == 1
 
 
+@pytest.mark.trains
 def test_a_dataset_folder_from_save_to_disk_with_classlabels(tiny_checkpoint, tmp_path):
     features = Features({"text": Value("string"), "label": ClassLabel(names=["negative", "positive"])})
 

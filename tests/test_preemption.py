@@ -3,7 +3,6 @@ complete checkpoint and status 75, and `--resume_from_checkpoint latest` continu
 uninterrupted run; also with two processes where only one of them is signalled. The fine-tuning scripts likewise,
 through Trainer's checkpoint-N."""
 
-import os
 import re
 import signal
 import subprocess
@@ -13,13 +12,15 @@ import time
 import psutil
 import pytest
 import torch
-from conftest import REPO, run_bounded
+from conftest import REPO, run_bounded, subprocess_env
 from safetensors.torch import load_file
 from test_distributed import LAUNCH
 from test_pretraining import check_same_weights_and_curve, metrics, pretrain
 
 from albert_hf.checkpointing import STATE_FILE
 from albert_hf.preemption import PREEMPTED
+
+pytestmark = pytest.mark.trains
 
 # 40 steps, logged every 2, no periodic checkpoints: the only checkpoint is the one the signal causes.
 ARGS = ["--max_train_steps", "40", "--eval_steps", "0", "--validation_split_percentage", "0", "--mixed_precision", "no"]
@@ -95,6 +96,7 @@ def test_a_stop_signal_saves_the_step_and_resuming_equals_the_uninterrupted_run(
 
 
 @pytest.mark.parametrize("target", ["rank 1", "launcher"])
+@pytest.mark.launched
 def test_two_processes_stop_after_the_same_step_whichever_process_is_signalled(tmp_path, ddp_reference, target):
     """Only rank 1 signalled (the launcher and rank 0 get nothing), or only the launcher (which forwards the signal
     to its workers and gives them 30 s, TORCH_ELASTIC_SHUTDOWN_TIMEOUT, before SIGKILL)."""
@@ -141,15 +143,19 @@ def test_stop_on_signal_restores_the_previous_handlers():
     assert signal.getsignal(signal.SIGTERM) == before
 
 
+# The signal goes at the first logged step and stops the run a step or two later: 60 steps leave a wide margin.
+FINE_TUNING_STEPS = 60
+
+
 def glue_command(checkpoint, data_dir, output_dir, launcher=None):
     return [*(launcher or [sys.executable]), str(REPO / "run_glue.py"), "--model_name_or_path", str(checkpoint),
-            "--task_name", "rte", "--data_dir", str(data_dir), "--do_train", "--max_steps", "150",
+            "--task_name", "rte", "--data_dir", str(data_dir), "--do_train", "--max_steps", str(FINE_TUNING_STEPS),
             "--max_seq_length", "32", "--per_device_train_batch_size", "4", "--learning_rate", "1e-3",
             "--report_to", "none", "--save_strategy", "no", "--seed", "0", "--dataloader_pin_memory", "false",
             "--disable_tqdm", "true", "--logging_steps", "1", "--output_dir", str(output_dir)]
 
 
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+ENV = subprocess_env()
 
 
 @pytest.fixture(scope="module")
@@ -189,6 +195,7 @@ def glue_reference(tmp_path_factory, tiny_checkpoint, rte_folder, glue_launchers
     return reference
 
 
+@pytest.mark.launched
 def test_fine_tuning_under_the_fsdp_config_shards_and_ends_with_the_ddp_weights(glue_reference):
     """run_glue.py launched with an FSDP config from `accelerate config` gets FSDP2 over gloo (Trainer alone would
     train one independent copy per process on CPUs), says so, and saves the full model: the same weights as under
@@ -211,7 +218,8 @@ def test_fine_tuning_under_the_fsdp_config_shards_and_ends_with_the_ddp_weights(
         torch.testing.assert_close(got[name], expected[name], rtol=0, atol=1e-5, msg=name)
 
 
-@pytest.mark.parametrize("mode", ["one process", "DDP", "FSDP2"])
+@pytest.mark.parametrize("mode", ["one process", *(pytest.param(mode, marks=pytest.mark.launched)
+                                                    for mode in ("DDP", "FSDP2"))])
 def test_fine_tuning_stopped_by_a_signal_leaves_a_checkpoint_that_the_same_command_resumes(
         tmp_path, tiny_checkpoint, rte_folder, glue_launchers, glue_reference, mode):
     """run_glue.py (any fine-tuning script: the callback is in finetuning.train): SIGTERM to one process (with 2,
@@ -248,7 +256,7 @@ def test_fine_tuning_stopped_by_a_signal_leaves_a_checkpoint_that_the_same_comma
         assert f"Fine-tuning: {mode} over 2 processes on 1 machine (gloo, cpu: " in stderr
     line = next(line for line in stderr.splitlines() if line.startswith("Stopped by SIGTERM after step "))
     step = int(line.split(" after step ")[1].split(" ")[0])
-    assert 1 <= step < 150
+    assert 1 <= step < FINE_TUNING_STEPS
     assert [path.name for path in run.glob("checkpoint-*")] == [f"checkpoint-{step}"]
     assert not (run / "model.safetensors").exists()
     assert "process group is still alive at exit" not in stderr  # freed before the exit with status 75 too

@@ -2,12 +2,11 @@
 --prepared_data trains on them with no tokenizing, to the same weights as a run that builds them itself."""
 
 import json
-import os
 import sys
 
 import pytest
 import torch
-from conftest import run_bounded
+from conftest import run_bounded, subprocess_env
 from safetensors.torch import load_file
 from test_pretraining import SCRIPT, metrics
 
@@ -21,7 +20,7 @@ TRAINING = ["--per_device_train_batch_size", "8", "--logging_steps", "2", "--max
 
 
 def run(*arguments):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env = subprocess_env()
     done = run_bounded([sys.executable, SCRIPT, *map(str, arguments)], 300, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     return done
@@ -46,6 +45,7 @@ def test_the_prepared_folder_holds_the_tokenizer_the_pairs_and_what_shaped_them(
     assert not (prepared / "model.safetensors").exists()  # nothing trained
 
 
+@pytest.mark.trains
 def test_training_on_the_prepared_folder_tokenizes_nothing_and_equals_building_the_pairs(tmp_path, prepared):
     built = tmp_path / "built"
     run("--output_dir", built, *DATA, *TRAINING)

@@ -2,7 +2,6 @@
 two processes against one, fp16 loss scaling, Hub push."""
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -13,7 +12,7 @@ from unittest import mock
 
 import pytest
 import torch
-from conftest import REPO, check_tokenizer_loads_without_prompt, run_bounded, run_python
+from conftest import REPO, check_tokenizer_loads_without_prompt, run_bounded, run_python, subprocess_env
 from safetensors.torch import load_file
 
 from albert_hf.checkpointing import STATE_FILE, StepCheckpoints
@@ -30,7 +29,7 @@ FAST = ["--vocab_size", "500", "--max_seq_length", "64", "--per_device_train_bat
 
 def pretrain(out, *extra, launcher=None, check=True, timeout=300, **popen):
     command = (launcher or [sys.executable]) + [SCRIPT, "--output_dir", str(out), *FAST, *extra]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env = subprocess_env()
     if popen:
         return subprocess.Popen(command, env=env, cwd=out.parent, **popen)
     done = run_bounded(command, timeout, env=env, cwd=out.parent)
@@ -50,7 +49,7 @@ def pretrain_runs(runs, launcher=None, timeout=300, steps_only=False) -> tuple[l
     path = folder / f"runs-{Path(runs[0][0]).name}.json"
     path.write_text(json.dumps(spec))
     command = (launcher or [sys.executable]) + [str(REPO / "tests" / "launched_runs.py"), str(path)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env = subprocess_env()
     done = run_bounded(command, timeout, env=env, cwd=folder)
     results = Path(f"{path}.results")
     assert done.returncode == 0 and results.is_file(), done.stderr[-4000:]
@@ -136,6 +135,7 @@ def test_a_mistake_in_the_arguments_is_one_line_naming_it(tmp_path, capsys, argv
     assert capsys.readouterr().err.strip().splitlines()[-1].endswith(message)
 
 
+@pytest.mark.trains
 def test_end_to_end_run_saves_a_model_that_loads_without_albert_hf(tmp_path):
     out = tmp_path / "run"
     done = pretrain(out, "--max_train_steps", "6", "--eval_steps", "3", "--with_tracking")
@@ -198,6 +198,8 @@ def check_fill_mask_examples(out, stdout, held_out):
         assert line == f'    "{sentence}" — true: {word}; predicted: {" | ".join(example["predictions"])}'
 
 
+@pytest.mark.trains
+@pytest.mark.compiles
 def test_torch_compile_compiles_the_blocks_and_follows_the_eager_loss_curve(tmp_path):
     steps = ["--max_train_steps", "4", "--eval_steps", "0", "--max_seq_length", "48"]  # 48: the batches are padded
     results, done = pretrain_runs([(tmp_path / "eager", steps), (tmp_path / "compiled", [*steps, "--torch_compile"])])
@@ -240,6 +242,7 @@ def check_same_weights_and_curve(run, reference, after_step):
 
 
 @pytest.mark.parametrize("step", [3, 9])
+@pytest.mark.trains
 def test_resume_from_a_checkpoint_inside_a_logging_window_logs_the_uninterrupted_curve(tmp_path, reference_run,
                                                                                       step):
     """Checkpoints at odd steps fall inside a 2-step logging window: the window's sums travel with the checkpoint,
@@ -250,6 +253,7 @@ def test_resume_from_a_checkpoint_inside_a_logging_window_logs_the_uninterrupted
     check_same_weights_and_curve(resumed, reference_run, after_step=step)
 
 
+@pytest.mark.trains
 def test_dataloader_workers_change_nothing_but_the_speed(tmp_path, reference_run):
     """Two DataLoader workers mask and batch the pairs: the uninterrupted run's weights and curve, and again
     when resumed from one of its checkpoints (masks are keyed on seed, epoch and example, not on a worker)."""
@@ -263,6 +267,7 @@ def test_dataloader_workers_change_nothing_but_the_speed(tmp_path, reference_run
     check_same_weights_and_curve(tmp_path / "resumed", reference_run, after_step=6)
 
 
+@pytest.mark.trains
 def test_sigkill_mid_run_then_resume_ends_with_the_same_weights(tmp_path, reference_run):
     interrupted = tmp_path / "interrupted"
     process = pretrain(interrupted, *RESUME_ARGS, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -320,6 +325,8 @@ def test_a_training_state_is_checked_once_on_load_position_and_window_alike(tmp_
                 checkpoints.load(tmp_path / name, COUNTS)
 
 
+@pytest.mark.trains
+@pytest.mark.launched
 def test_two_processes_and_accumulation_follow_the_same_loss_curve_as_one(tmp_path):
     args = ["--max_train_steps", "8", "--eval_steps", "0", "--validation_split_percentage", "0"]
     single, accumulated = tmp_path / "single", tmp_path / "accumulated"
@@ -348,6 +355,7 @@ def check_same_curve(one, two):
         assert b["train_mlm_accuracy"] == pytest.approx(a["train_mlm_accuracy"], abs=0.02)
 
 
+@pytest.mark.trains
 def test_streaming_jsonl_corpus(tmp_path, tiny_checkpoint):
     """--streaming reads the corpus lazily (an IterableDataset end to end) and still trains and evaluates."""
     from data_fixtures import embedded
@@ -366,6 +374,7 @@ def test_streaming_jsonl_corpus(tmp_path, tiny_checkpoint):
     check_fill_mask_examples(out, done.stdout, [" ".join(row["text"].split()) for row in embedded().select(range(100))])
 
 
+@pytest.mark.trains
 def test_nsp_run_names_its_metrics_nsp(tmp_path, tiny_checkpoint):
     """With --task nsp the 2-way head's loss and accuracy are logged as nsp_*, never as sop_*."""
     out = tmp_path / "run"
@@ -381,16 +390,16 @@ def test_nsp_run_names_its_metrics_nsp(tmp_path, tiny_checkpoint):
 
 
 def test_bad_arguments_stop_with_a_clear_message(tmp_path):
-    done = pretrain(tmp_path / "a", "--model_config", "huge", "--max_train_steps", "2", check=False)
-    last = done.stderr.strip().splitlines()[-1]
-    assert done.returncode == 2 and "--model_config" in last and "invalid choice: 'huge'" in last and "xxlarge" in last
-    done = pretrain(tmp_path / "b", "--max_train_steps", "5", "--num_warmup_steps", "9", check=False)
-    assert done.returncode == 2
-    assert done.stderr.strip().splitlines()[-1] == "error: --num_warmup_steps exceeds --max_train_steps"
-    done = pretrain(tmp_path / "c", "--train_files", str(tmp_path / "nothing_here.txt"), "--max_train_steps", "2",
-                    check=False)
-    assert done.returncode == 2 and "Traceback" not in done.stderr
-    assert "nothing_here.txt" in done.stderr.strip().splitlines()[-1]
+    # one process for the three (the command line's own exit with status 2 and one line: test_bad_input.py)
+    results, done = pretrain_runs([(tmp_path / "a", ["--model_config", "huge", "--max_train_steps", "2"]),
+                                   (tmp_path / "b", ["--max_train_steps", "5", "--num_warmup_steps", "9"]),
+                                   (tmp_path / "c", ["--train_files", str(tmp_path / "nothing_here.txt"),
+                                                     "--max_train_steps", "2"])])
+    assert [result["status"] for result in results] == [2, 2, 2] and "Traceback" not in done.stderr, results
+    usage = [line for line in done.stderr.splitlines() if "invalid choice: 'huge'" in line]
+    assert len(usage) == 1 and "--model_config" in usage[0] and "xxlarge" in usage[0]  # argparse's own line
+    assert results[1]["line"] == "error: --num_warmup_steps exceeds --max_train_steps"
+    assert "nothing_here.txt" in results[2]["line"]
 
 
 def test_a_sequence_longer_than_the_models_positions_stops_at_the_entry_before_any_data(tmp_path, tiny_checkpoint):
@@ -407,6 +416,7 @@ def test_a_sequence_longer_than_the_models_positions_stops_at_the_entry_before_a
     assert parse_args([*base, "--model_config", "tiny", "--max_seq_length", "128"]).max_seq_length == 128
 
 
+@pytest.mark.trains
 def test_fp16_overflow_skips_the_update_and_the_schedule_without_touching_weights(fresh_accelerate_state):
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
@@ -702,6 +712,7 @@ assert end_distributed(accelerator) == 0
 """
 
 
+@pytest.mark.launched
 def test_checkpoint_save_takes_the_same_collective_path_on_every_process(tmp_path):
     """A slower process must not decide alone that a checkpoint exists and skip the collective calls the others
     make: it would leave them waiting forever (seen: a 2-process run hung at its first checkpoint)."""
@@ -709,7 +720,7 @@ def test_checkpoint_save_takes_the_same_collective_path_on_every_process(tmp_pat
     script.write_text(DELAYED_SAVE)
     launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
                 "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = subprocess_env()
     done = run_bounded(launcher + [str(script), str(tmp_path / "out"), str(tmp_path)], timeout=120, env=env,
                        cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -269,29 +269,54 @@ def trained_on_official_layout(tiny_checkpoint, tmp_path_factory):
     return root, out, results
 
 
+def right_letters(levels: dict) -> dict:
+    """Per question id, the letter of the fixture's RIGHT option (what a model that learned the fixture picks)."""
+    return {f"{record['id']}-{i}": "ABCD"[options.index(RIGHT)] for files in levels.values()
+            for record in files.values() for i, options in enumerate(record["options"])}
+
+
+def gold_letters(levels: dict) -> dict:
+    return {f"{record['id']}-{i}": answer for files in levels.values() for record in files.values()
+            for i, answer in enumerate(record["answers"])}
+
+
+def check_learned_and_scored(predictions: dict, metrics: dict, prefix: str, levels: dict = DEV):
+    """The model learned the fixture (RIGHT picked for at least 7 of the 8 questions: a kernel's rounding may move
+    a near-tie, not the lesson), and the reported accuracies are those of the written letters against the gold
+    answers, overall and per level, worked out here from the files."""
+    right, gold = right_letters(levels), gold_letters(levels)
+    assert set(predictions) == set(gold) and set(predictions.values()) <= set("ABCD")
+    assert sum(predictions[q] == right[q] for q in right) >= len(right) - 1, predictions
+    for level in ("", "high", "middle"):
+        ids = [q for q in gold if q.startswith(level)]
+        if ids:
+            key = f"{prefix}_accuracy_{level}" if level else f"{prefix}_accuracy"
+            assert metrics[key] == pytest.approx(sum(predictions[q] == gold[q] for q in ids) / len(ids)), key
+            if level:
+                assert metrics[f"{prefix}_num_{level}"] == len(ids)
+
+
+@pytest.mark.trains
 def test_official_layout_trains_evaluates_and_writes_the_predicted_letters(trained_on_official_layout):
     root, out, results = trained_on_official_layout
     predictions = json.loads((out / "predictions_validation.json").read_text())
-    # The model learned to pick RIGHT: its letter is the article's right_positions, not always the gold answer.
-    assert predictions == {"high5.txt-0": "A", "high5.txt-1": "B", "high5.txt-2": "C", "high6.txt-0": "D",
-                           "middle7.txt-0": "C", "middle7.txt-1": "A", "middle8.txt-0": "B", "middle8.txt-1": "D"}
+    # With every letter RIGHT the accuracy is 6 of 8: middle7.txt-1 and middle8.txt-0 have another gold answer.
     assert json.loads((out / "predictions_test.json").read_text()) == predictions
     # The dev set (--do_eval) as eval_*, the test set (--do_predict) as predict_*, as transformers' examples name them.
     for split, prefix in (("validation", "eval"), ("test", "predict")):
         metrics = results[split]
-        assert metrics[f"{prefix}_accuracy"] == 0.75  # 6 of 8: middle7.txt-1 and middle8.txt-0 have another gold
-        assert metrics[f"{prefix}_accuracy_high"] == 1.0 and metrics[f"{prefix}_num_high"] == 4
-        assert metrics[f"{prefix}_accuracy_middle"] == 0.5 and metrics[f"{prefix}_num_middle"] == 4
+        check_learned_and_scored(predictions, metrics, prefix)
         assert metrics[f"{prefix}_samples"] == 8
-        assert all(key.startswith(f"{prefix}_") for key in metrics)
+    assert all(key.startswith(f"{prefix}_") for key in metrics)
     # The results files: flat, one per kind, and all_results.json with every one of them.
     files = {kind: json.loads((out / f"{kind}_results.json").read_text()) for kind in ("train", "eval", "predict")}
     assert files["eval"] == results["validation"] and files["predict"] == results["test"]
-    assert files["predict"]["predict_accuracy"] == 0.75 and files["train"]["train_samples"] == 24
+    assert files["train"]["train_samples"] == 24
     assert json.loads((out / "all_results.json").read_text()) == {**files["train"], **files["eval"], **files["predict"]}
     check_tokenizer_loads_without_prompt(out)
 
 
+@pytest.mark.trains
 def test_a_short_max_seq_length_runs_with_the_default_max_qa_length(tiny_checkpoint, tmp_path):
     # --max_seq_length 128 with the default --max_qa_length 128: the qa part is capped at 124, not refused.
     root = write_official_layout(tmp_path / "data" / "RACE")
@@ -347,6 +372,7 @@ def test_race_recipe_without_paper_hparams_names_the_flag(tmp_path):
                   "--race_recipe", "v1"])
 
 
+@pytest.mark.trains
 def test_paper_hparams_run_trains_with_the_recipe_dropouts_and_records_it(tiny_checkpoint, tmp_path):
     root = write_official_layout(tmp_path / "data" / "RACE")
     out = tmp_path / "out"
@@ -363,6 +389,7 @@ def test_paper_hparams_run_trains_with_the_recipe_dropouts_and_records_it(tiny_c
     assert "ALBERT's fine-tuning recipe for RACE, v1 models" in card and "| max_qa_length | 16 (explicit) |" in card
 
 
+@pytest.mark.trains
 def test_flat_json_trains_and_evaluates_and_the_trained_model_agrees_across_formats(
         trained_on_official_layout, tiny_checkpoint, tmp_path):
     root, trained, _ = trained_on_official_layout
@@ -372,14 +399,18 @@ def test_flat_json_trains_and_evaluates_and_the_trained_model_agrees_across_form
                         dev_file, "--do_train", "--do_eval", "--output_dir", tmp_path / "flat",
                         "--per_device_train_batch_size", "8", "--learning_rate", "3e-3", "--num_train_epochs", "8",
                         "--warmup_steps", "0", "--save_strategy", "no", *TINY_ARGS])
-    assert results["validation"]["eval_accuracy"] == 0.75
-    assert results["validation"]["eval_accuracy_middle"] == 0.5  # levels from the "middle7.txt" id prefix
-    # The model trained on the official layout, evaluated on the flat rows with --subset middle only.
+    check_learned_and_scored(json.loads((tmp_path / "flat" / "predictions_validation.json").read_text()),
+                             results["validation"], "eval")  # levels from the "middle7.txt" id prefix
+    # The model trained on the official layout, evaluated on the flat rows with --subset middle only: the same
+    # letters as it wrote for those questions from the official files.
     results = run_race(["--model_name_or_path", trained, "--validation_file", dev_file, "--subset", "middle",
                         "--do_eval", "--output_dir", tmp_path / "eval_only", *TINY_ARGS])
-    assert results["validation"]["eval_accuracy"] == 0.5 and "eval_accuracy_high" not in results["validation"]
-    assert json.loads((tmp_path / "eval_only" / "predictions_validation.json").read_text()) == {
-        "middle7.txt-0": "C", "middle7.txt-1": "A", "middle8.txt-0": "B", "middle8.txt-1": "D"}
+    assert "eval_accuracy_high" not in results["validation"]
+    middle = json.loads((tmp_path / "eval_only" / "predictions_validation.json").read_text())
+    official = json.loads((trained / "predictions_validation.json").read_text())
+    assert middle == {q: letter for q, letter in official.items() if q.startswith("middle")}
+    gold = gold_letters(DEV)
+    assert results["validation"]["eval_accuracy"] == pytest.approx(sum(middle[q] == gold[q] for q in middle) / 4)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -396,6 +427,7 @@ def real_accuracy(predictions: dict, folder: Path) -> float:
     return sum(gold[question] == letter for question, letter in predictions.items()) / len(predictions)
 
 
+@pytest.mark.trains
 def test_real_official_layout_sample_end_to_end(tiny_checkpoint, tmp_path):
     sample = shared_race("official_layout_sample")
     results = run_race(["--model_name_or_path", tiny_checkpoint, "--data_dir", sample, "--do_train", "--do_eval",

@@ -86,6 +86,7 @@ def test_reproduction_passes_optimizer_and_accumulation_only_when_given(tmp_path
             assert given[given.index(flag) + 1] == value if extra else flag not in given
 
 
+@pytest.mark.trains
 def test_smoke_run_writes_every_result_and_reuses_finished_runs(reproduction, tmp_path, monkeypatch, capsys):
     out = tmp_path / "out"
     argv = ["--smoke", "--glue_dir", str(write_glue_folders(tmp_path / "glue")), "--output_dir", str(out)]

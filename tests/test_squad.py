@@ -426,6 +426,10 @@ def run_squad(args):
     return script.main([str(a) for a in args])
 
 
+# Steps after which the tiny model knows the three fixture answers with a margin (see test_v1_end_to_end_...)
+MEMORIZED = 60
+
+
 def common_args(checkpoint, output_dir, steps, seq=48, query=16, stride=16):
     return ["--model_name_or_path", checkpoint, "--output_dir", output_dir, "--max_seq_length", seq,
             "--max_query_length", query, "--doc_stride", stride, "--per_device_train_batch_size", 8,
@@ -450,13 +454,15 @@ def without_answers(official):
     return stripped
 
 
+@pytest.mark.trains
 def test_v1_end_to_end_learns_the_fixture_answers(tiny_checkpoint, tmp_path):
     """Three questions whose windows (48 pieces) often miss the answer: if labels, windows or post-processing
-    were off, 30 steps could not reach exact match on all three."""
+    were off, training could not reach exact match on all three. MEMORIZED steps: 30 steps reached it with some
+    seeds and not others (a near tie, which other kernels' rounding could tip); 60 reached it with each of six."""
     path = write_json(tmp_path / "train-v1.1.json", SQUAD_V1)
     out = tmp_path / "out"
     run_squad(["--train_file", path, "--validation_file", path, "--do_train", "--do_eval",
-               *common_args(tiny_checkpoint, out, steps=30)])
+               *common_args(tiny_checkpoint, out, steps=MEMORIZED)])
     outputs = read_outputs(out)
     assert outputs["predictions.json"] == {"q1": "quick brown fox", "q2": "Paris", "q3": "1911"}
     assert "null_odds.json" not in outputs
@@ -469,6 +475,7 @@ def test_v1_end_to_end_learns_the_fixture_answers(tiny_checkpoint, tmp_path):
 
 
 @pytest.mark.parametrize("head", ["span", "answerability"])
+@pytest.mark.trains
 def test_v2_end_to_end_learns_answers_and_no_answers(tiny_checkpoint, tmp_path, head):
     if head == "span":  # the flattened Hub layout as JSON lines
         path = tmp_path / "train.jsonl"
@@ -501,6 +508,7 @@ def test_v2_end_to_end_learns_answers_and_no_answers(tiny_checkpoint, tmp_path, 
     assert max(null_odds["p1"], null_odds["p3"]) <= threshold < min(null_odds["p2"], null_odds["p4"])
 
 
+@pytest.mark.trains
 def test_v2_paper_hparams_run_uses_the_answerability_head_and_tunes_the_threshold(tiny_checkpoint, tmp_path):
     """--paper_hparams on v2.0 data with the sizes given explicitly (tiny model, fixture data): the recipe's head,
     threshold tuning and optimizer are what the run uses, and paper_hparams.json and the card say so."""
@@ -534,6 +542,7 @@ def test_v2_paper_hparams_run_uses_the_answerability_head_and_tunes_the_threshol
     assert "AdamWeightDecay (official" in card and "| epsilon | 1e-06 |" in card
 
 
+@pytest.mark.trains
 def test_eval_strategy_steps_scores_every_evaluation_and_keeps_the_checkpoint_with_the_best_f1(
         tiny_checkpoint, tmp_path):
     """--eval_strategy steps with the SQuAD metrics (post-processed, "eval_" keys), and --load_best_model_at_end
@@ -576,6 +585,7 @@ def test_eval_strategy_steps_scores_every_evaluation_and_keeps_the_checkpoint_wi
     assert outputs["eval_results.json"]["eval_exact_match"] == expected["exact_match"]
 
 
+@pytest.mark.trains
 def test_do_predict_writes_test_predictions_and_metrics_and_all_results_has_every_result(tiny_checkpoint, tmp_path):
     train_file = write_json(tmp_path / "train-v1.1.json", SQUAD_V1)
     test_rows = flattened_rows(SQUAD_V1)[1:]  # q2, q3, as Hub rows
@@ -584,7 +594,7 @@ def test_do_predict_writes_test_predictions_and_metrics_and_all_results_has_ever
     out = tmp_path / "out"
     # (with persistent loader workers, Trainer caches the dev set's loader: the test set must not get it)
     run_squad(["--train_file", train_file, "--validation_file", train_file, "--test_file", labelled, "--do_train",
-               "--do_eval", "--do_predict", *common_args(tiny_checkpoint, out, steps=30),
+               "--do_eval", "--do_predict", *common_args(tiny_checkpoint, out, steps=MEMORIZED),
                "--dataloader_num_workers", 1, "--dataloader_persistent_workers"])
     outputs = read_outputs(out, prefix="predict_")
     assert outputs["predict_predictions.json"] == {"q2": "Paris", "q3": "1911"}
@@ -643,6 +653,7 @@ def test_real_dev_files_read_completely():
 
 
 @pytest.mark.parametrize("version", ["1.1", "2.0"])
+@pytest.mark.trains
 def test_real_dev_articles_end_to_end(tiny_checkpoint, tmp_path, version):
     if version == "1.1":
         path, extra = shared_squad("v1.1_dev", "dev-v1.1.json"), []

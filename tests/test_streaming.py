@@ -10,10 +10,10 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import REPO, run_bounded
+from conftest import REPO, run_bounded, subprocess_env
 from data_fixtures import embedded
 from test_preemption import DDP, signal_once_training, stopped_step
-from test_pretraining import check_same_weights_and_curve, metrics, parse_args, pretrain
+from test_pretraining import check_same_weights_and_curve, metrics, parse_args, pretrain, pretrain_runs
 
 from albert_hf.corpus import first_documents, text_file_stream
 from albert_hf.errors import InputError
@@ -137,7 +137,8 @@ def streaming_args(folder, tokenizer):
             "--mixed_precision", "no"]
 
 
-@pytest.mark.parametrize("processes", [1, 2])
+@pytest.mark.parametrize("processes", [1, pytest.param(2, marks=pytest.mark.launched)])
+@pytest.mark.trains
 def test_a_stopped_streaming_run_resumes_to_the_uninterrupted_weights(tmp_path, text_folder, tiny_checkpoint,
                                                                        processes):
     """SIGTERM (to rank 1 only, with 2 processes) mid-run: each process saves its stream position with the step;
@@ -147,12 +148,6 @@ def test_a_stopped_streaming_run_resumes_to_the_uninterrupted_weights(tmp_path, 
     launcher = DDP if processes == 2 else None
     if processes == 2:
         args += ["--per_device_train_batch_size", "4"]
-    reference = tmp_path / "reference"
-    done = pretrain(reference, *args, launcher=launcher)
-    shares = ("--streaming: 24 files" if processes == 1 else
-              "--streaming: each of the 2 processes reads its own files, this one 12 of 24")
-    assert shares in done.stderr
-
     run = tmp_path / "run"
 
     def targets():
@@ -176,7 +171,14 @@ def test_a_stopped_streaming_run_resumes_to_the_uninterrupted_weights(tmp_path, 
     saved = {path.name for path in (run / f"step_{step}").iterdir()}
     assert {f"stream_state_{k}.json" for k in range(processes)} <= saved
 
-    done = pretrain(run, *args, "--resume_from_checkpoint", "latest", launcher=launcher)
+    # The resumed run and the uninterrupted one, in one launch (a launch costs more than these runs).
+    reference = tmp_path / "reference"
+    results, done = pretrain_runs([(run, [*args, "--resume_from_checkpoint", "latest"]), (reference, args)],
+                                  launcher=launcher, steps_only=False)
+    assert [result["status"] for result in results] == [0, 0], results
+    shares = ("--streaming: 24 files" if processes == 1 else
+              "--streaming: each of the 2 processes reads its own files, this one 12 of 24")
+    assert shares in done.stderr
     assert f"Resumed from {run / f'step_{step}'}: step {step}" in done.stderr
     assert [row["step"] for row in metrics(run)] == list(range(2, 41, 2))
     check_same_weights_and_curve(run, reference, after_step=0)
@@ -251,6 +253,6 @@ def test_a_stream_that_can_make_no_pair_stops_with_one_line_instead_of_hanging(t
     # as a user runs it: one line and status 2, where the run used to hang
     done = run_bounded([sys.executable, str(REPO / "run_pretraining.py"), "--train_files", str(folder / "b.txt"),
                         "--streaming", "--tokenizer_name", str(tiny_checkpoint), "--validation_split_percentage", "0",
-                        "--output_dir", str(tmp_path / "out")], timeout=120, cwd=tmp_path)
+                        "--output_dir", str(tmp_path / "out")], timeout=120, cwd=tmp_path, env=subprocess_env())
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert "holds no document of two sentences or more" in done.stderr.strip().splitlines()[-1]
