@@ -41,6 +41,9 @@ def _seed():
 THREADS = int(os.environ.get("ALBERT_HF_TEST_THREADS", "1"))
 
 
+THREADS_SAID = "1 thread" if THREADS == 1 else f"{THREADS} threads"  # as a start line names them
+
+
 def subprocess_env(**extra) -> dict:
     """The environment of a process a test starts: this one's, with the tests' thread count."""
     return {**os.environ, "OMP_NUM_THREADS": str(THREADS), "TOKENIZERS_PARALLELISM": "false", **extra}

@@ -13,7 +13,7 @@ import time
 import psutil
 import pytest
 import torch
-from conftest import REPO, run_bounded, subprocess_env
+from conftest import REPO, THREADS_SAID, run_bounded, subprocess_env
 from safetensors.torch import load_file
 from test_pretraining import RESUME_ARGS, check_same_weights_and_curve, metrics, pretrain, pretrain_runs
 
@@ -37,7 +37,7 @@ def free_port() -> int:
 def ddp_run(tmp_path_factory):
     run = tmp_path_factory.mktemp("ddp") / "run"
     done = pretrain(run, *ARGS, "--per_device_train_batch_size", "4", launcher=DDP)
-    assert re.search(r"DDP over 2 processes on 1 machine \(gloo, cpu: [^)]+, 1 thread\); fp32: asked for by "
+    assert re.search(rf"DDP over 2 processes on 1 machine \(gloo, cpu: [^)]+, {THREADS_SAID}\); fp32: asked for by "
                      r"--mixed_precision no", done.stderr)
     assert "process group is still alive at exit" not in done.stderr  # both processes freed it (end_distributed)
     return run

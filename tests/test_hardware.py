@@ -12,7 +12,7 @@ from unittest import mock
 
 import pytest
 import torch
-from conftest import REPO, run_bounded, subprocess_env
+from conftest import REPO, THREADS_SAID, run_bounded, subprocess_env
 
 from albert_hf import hardware
 from albert_hf.errors import InputError
@@ -212,14 +212,14 @@ def test_run_pretraining_on_a_cpu_without_bf16_units_says_what_it_chose_and_warn
     assert done.returncode == 0 and json.loads(Path(f"{spec}.results").read_text()) == [
         {"status": 0, "line": ""}, {"status": 0, "line": ""}], done.stderr[-3000:]
     auto_start, explicit_start = [line for line in done.stderr.splitlines() if "parameters; global batch" in line]
-    assert re.search(r"; one process \(cpu: [^,]+, AVX2, 1 thread\); fp32: this CPU has no bf16 units \(AVX2\)$",
+    assert re.search(rf"; one process \(cpu: [^,]+, AVX2, {THREADS_SAID}\); fp32: this CPU has no bf16 units \(AVX2\)$",
                      auto_start), auto_start
     results = json.loads((auto / "all_results.json").read_text())
     assert results["mixed_precision"] == "no" and results["precision"] == "fp32: this CPU has no bf16 units (AVX2)"
-    assert results["hardware"].endswith(", AVX2, 1 thread") and results["fast_precisions"] == "fp32"
+    assert results["hardware"].endswith(f", AVX2, {THREADS_SAID}") and results["fast_precisions"] == "fp32"
     card = (auto / "README.md").read_text()
     assert "fp32: this CPU has no bf16 units (AVX2)" in card and results["hardware"] in card
-    assert "AVX2, 1 thread |" not in card.split("## Results", 1)[-1].split("##", 1)[0]  # not among the metrics
+    assert f"AVX2, {THREADS_SAID} |" not in card.split("## Results", 1)[-1].split("##", 1)[0]  # not among the metrics
 
     # the one warning of the two runs is the explicit bf16 run's (the auto run warns of nothing)
     warnings = [line for line in done.stderr.splitlines() if " WARNING " in line]
@@ -249,8 +249,8 @@ def test_a_launched_run_whose_config_asks_for_bf16_without_bf16_units_warns_once
     assert len(warnings) == 1, warnings
     assert "the accelerate config's mixed_precision bf16 on a CPU without bf16 units (AVX2)" in warnings[0]
     assert warnings[0].endswith("--mixed_precision no trains in fp32")
-    assert re.search(r"DDP over 2 processes on 1 machine \(gloo, cpu: [^)]+, AVX2, 1 thread\); bf16 autocast: asked "
-                     r"for by the accelerate config's mixed_precision bf16", done.stderr)
+    assert re.search(rf"DDP over 2 processes on 1 machine \(gloo, cpu: [^)]+, AVX2, {THREADS_SAID}\); bf16 autocast: "
+                     r"asked for by the accelerate config's mixed_precision bf16", done.stderr)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="about a machine without CUDA")
