@@ -48,9 +48,10 @@ test: setup
 		echo "make test: no AVX-512 kernels on this CPU, so the run above already had what the AVX2 caps give"; \
 	fi
 
-# The quick loop while developing: everything but the launched multi-process runs and torch.compile.
+# The quick loop while developing: everything but the launched multi-process runs, torch.compile and the tests that
+# train to an outcome (`make test` runs them all).
 test-fast: setup
-	$(PYTEST) -m "not launched and not compiles" tests
+	$(PYTEST) -m "not launched and not compiles and not trains" tests
 
 clean:
 	rm -rf $(VENV) *.egg-info
