@@ -196,21 +196,17 @@ NO_BF16_UNITS = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}  #
 
 @pytest.mark.trains
 def test_run_pretraining_on_a_cpu_without_bf16_units_says_what_it_chose_and_warns_for_explicit_bf16(tmp_path):
-    from test_pretraining import FAST
+    from test_pretraining import pretrain_runs
 
     # One process for both runs (its environment caps the kernels before torch is imported), with its own
     # torch.compile cache: torch does not key that cache on ATEN_CPU_CAPABILITY.
     tiny = ["--max_train_steps", "2", "--eval_steps", "0", "--max_eval_samples", "16", "--no_plots"]
     auto, explicit = tmp_path / "auto", tmp_path / "bf16"
-    spec = tmp_path / "runs.json"
-    spec.write_text(json.dumps([
-        {"argv": ["--output_dir", str(auto), *FAST, *tiny, "--mixed_precision", "auto"]},
-        {"argv": ["--output_dir", str(explicit), *FAST, *tiny, "--max_train_steps", "1",
-                  "--mixed_precision", "bf16"]}]))
-    done = run_bounded([sys.executable, str(REPO / "tests" / "launched_runs.py"), str(spec)], 300, cwd=tmp_path,
-                       env=subprocess_env(**NO_BF16_UNITS, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor")))
-    assert done.returncode == 0 and json.loads(Path(f"{spec}.results").read_text()) == [
-        {"status": 0, "line": ""}, {"status": 0, "line": ""}], done.stderr[-3000:]
+    results, done = pretrain_runs(
+        [(auto, [*tiny, "--mixed_precision", "auto"]),
+         (explicit, [*tiny, "--max_train_steps", "1", "--mixed_precision", "bf16"])], steps_only=False,
+        process_env={**NO_BF16_UNITS, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")})
+    assert [result["status"] for result in results] == [0, 0], results
     auto_start, explicit_start = [line for line in done.stderr.splitlines() if "parameters; global batch" in line]
     assert re.search(rf"; one process \(cpu: [^,]+, AVX2, {THREADS_SAID}\); fp32: this CPU has no bf16 units \(AVX2\)$",
                      auto_start), auto_start
