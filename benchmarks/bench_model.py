@@ -88,14 +88,23 @@ def matmul_peak(dtype, size=2048, repeat=10) -> float:
     return max(_rates(lambda: a @ b, 2 * size**3, repeat))
 
 
-def albert_flops(config, batch, seq, masked_per_seq=MASKED_PER_SEQ) -> float:
-    """FLOPs of one training step (3x forward): the matmuls, attention's included, with the MLM head at the masked
-    positions only (as the official code)."""
+def albert_flops(config, batch, seq, masked_per_seq=MASKED_PER_SEQ, last_layer_queries=None) -> float:
+    """FLOPs of one training step (backward = 2x forward): the matmuls, attention's included, with the MLM head at
+    the masked positions only (as the official code). Every layer computes every position unless
+    `last_layer_queries` is given: albert_hf's last layer computes only the positions read after it (the masked
+    ones and the first), so it does `last_layer_queries` rows a sequence for its queries, attention output and FFN
+    (keys and values still for all). MFU counts the model's FLOPs (None); the test checks both against torch's
+    FlopCounterMode."""
     h, e, i, v, layers = config.hidden_size, config.embedding_size, config.intermediate_size, config.vocab_size, (
         config.num_hidden_layers * config.inner_group_num)
     tokens = batch * seq
+
+    def layer(queries):  # Q, K, V, attention output and FFN projections, then scores and context
+        rows = batch * queries
+        return 2 * rows * (2 * h * h + 2 * h * i) + 2 * tokens * 2 * h * h + 2 * 2 * rows * seq * h
+
     forward = 2 * tokens * e * h  # E -> H projection
-    forward += layers * (2 * tokens * (4 * h * h + 2 * h * i) + 2 * 2 * batch * seq * seq * h)
+    forward += (layers - 1) * layer(seq) + layer(last_layer_queries or seq)
     forward += 2 * batch * h * h + 2 * batch * h * 2  # pooler, SOP
     forward += 2 * batch * masked_per_seq * (h * e + e * v)  # sparse MLM head
     return 3 * forward

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Everything a GPU lease runs, as one command that ends within --total seconds (default 580): the shapes users
+# pretrain at against transformers' ALBERT (bench_gpu.py), the demo recipe forced to fp16 with loss scaling, and
+# pretraining's downstream gain on GLUE (examples/reproduce_downstream.py --gpu). Results go to OUT_DIR as at most
+# 8 files: session.log, bench_gpu.json, demo_fp16.json, downstream.json.
+#
+#     bash benchmarks/gpu_session.sh OUT_DIR [TOTAL_SECONDS]
+#
+# Run from the repository root. Wheels in .whl/ (packages the GPU image lacks, e.g. datasets) are installed first
+# into /tmp/site. The downstream part reads a folder of plain-text books ($BOOKS, default books/) and the original
+# GLUE download ($GLUE_DIR, default glue_data/), both git-ignored here and carried to the GPU machine; without
+# them it is skipped and says so.
+set -u
+out=${1:?usage: gpu_session.sh OUT_DIR [TOTAL_SECONDS]}
+total=${2:-580}
+books=${BOOKS:-books}
+glue=${GLUE_DIR:-glue_data}
+mkdir -p "$out"
+exec > >(tee -a "$out/session.log") 2>&1
+export PYTHONUNBUFFERED=1 HF_HOME=${HF_HOME:-/tmp/gpu_session_hf} HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+export TOKENIZERS_PARALLELISM=false
+if compgen -G ".whl/*.whl" >/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+        .whl/*.whl || exit 1
+    export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+fi
+export PYTHONPATH=$PWD:${PYTHONPATH:-}
+left() { echo $((total - SECONDS)); }
+
+echo "== machine ($(date -u +%FT%TZ))"
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader
+python3 -c "import torch, transformers, accelerate, datasets, pyarrow, tokenizers; print('torch', torch.__version__,
+'cuda', torch.version.cuda, '| transformers', transformers.__version__, '| accelerate', accelerate.__version__,
+'| datasets', datasets.__version__, '| pyarrow', pyarrow.__version__, '| tokenizers', tokenizers.__version__,
+'| cores', __import__('os').cpu_count())"
+
+echo "== bench_gpu.py ($(left) s left)"
+timeout 170 python3 benchmarks/bench_gpu.py --out "$out/bench_gpu.json" --time_limit 120
+
+echo "== demo recipe in fp16 with loss scaling ($(left) s left)"
+rm -rf /tmp/demo_fp16
+timeout 75 python3 run_pretraining.py --output_dir /tmp/demo_fp16 --overwrite_output_dir --model_config small \
+    --max_seq_length 64 --learning_rate 5e-3 --adam_beta2 0.98 --max_train_steps 700 --eval_steps 175 \
+    --mixed_precision fp16 2>&1 | grep -v -E "^\s*$|it/s\]$" | tail -25
+python3 - "$out/demo_fp16.json" <<'EOF'
+import json, math, sys
+from pathlib import Path
+from safetensors.torch import load_file
+run = Path("/tmp/demo_fp16")
+rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()] if run.exists() else []
+weights = load_file(run / "model.safetensors") if (run / "model.safetensors").exists() else {}
+summary = {"results": json.loads((run / "all_results.json").read_text()) if (run / "all_results.json").exists() else None,
+           "eval_curve": [r for r in rows if "eval_mlm_accuracy" in r],
+           "skipped_steps": max([r.get("skipped_steps", 0) for r in rows] or [None]),
+           "tensors": len(weights), "non_finite_tensors": [k for k, v in weights.items() if not v.isfinite().all()]}
+Path(sys.argv[1]).write_text(json.dumps(summary, indent=2) + "\n")
+print(json.dumps({k: v for k, v in summary.items() if k != "eval_curve"}))
+EOF
+
+echo "== downstream: pretrained against random init on GLUE ($(left) s left)"
+if [ -d "$books" ] && [ -d "$glue" ]; then
+    minutes=$(python3 -c "print(max(1.0, ($(left) - 25) / 60))")
+    timeout $(( $(left) - 10 )) python3 examples/reproduce_downstream.py --gpu --train_files "$books" \
+        --glue_dir "$glue" --output_dir /tmp/downstream --deadline_minutes "$minutes"
+    cp /tmp/downstream/gpu_results.json "$out/downstream.json"
+else
+    echo "downstream skipped: $books or $glue is not a folder (set BOOKS and GLUE_DIR)"
+fi
+echo "== done in ${SECONDS} s"

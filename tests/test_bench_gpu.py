@@ -1,0 +1,88 @@
+"""benchmarks/bench_gpu.py: its FLOP count against torch's own counter, its peak table, and its run on the CPU."""
+
+import json
+import sys
+
+import pytest
+import torch
+from conftest import REPO, tiny_config
+from torch.utils.flop_counter import FlopCounterMode
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+try:
+    import bench_gpu
+    from bench_model import albert_flops
+finally:
+    sys.path.remove(str(REPO / "benchmarks"))
+
+from albert_hf import AlbertHFForPreTraining
+
+
+def counted_step_flops(model, batch: int, seq: int, masked: int) -> int:
+    """FLOPs torch counts for one forward and backward, with `masked` labelled positions a sequence (from 1 on)."""
+    ids = torch.randint(5, model.config.vocab_size, (batch, seq))
+    labels = torch.full_like(ids, -100)
+    labels[:, 1 : 1 + masked] = ids[:, 1 : 1 + masked]
+    with FlopCounterMode(display=False) as counter:
+        loss = model(input_ids=ids, labels=labels, sentence_order_label=torch.zeros(batch, dtype=torch.long)).loss
+        loss.backward()
+    return counter.get_total_flops()
+
+
+@pytest.mark.parametrize("groups", [{}, {"num_hidden_groups": 2, "inner_group_num": 2, "num_hidden_layers": 4}])
+@pytest.mark.parametrize("masked", [4, 15])
+def test_flop_count_is_what_torch_counts_for_the_positions_albert_hf_computes(groups, masked):
+    config = tiny_config(**groups)
+    model = AlbertHFForPreTraining(config).train()
+    batch, seq = 3, 16
+    # The last layer computes the masked positions and the first (the pooler's): masked + 1 query rows.
+    assert albert_flops(config, batch, seq, masked, last_layer_queries=masked + 1) == \
+        counted_step_flops(model, batch, seq, masked)
+    # The model's count (what MFU divides) has the last layer at every position: more whenever positions are skipped.
+    skipped = seq - (masked + 1)
+    assert (albert_flops(config, batch, seq, masked) > albert_flops(config, batch, seq, masked, masked + 1)) == \
+        (skipped > 0)
+
+
+@pytest.mark.parametrize("name, peak", [("NVIDIA H100 80GB HBM3", 989.0), ("NVIDIA H100 PCIe", 756.0),
+                                        ("NVIDIA H200", 989.0), ("NVIDIA A100-SXM4-80GB", 312.0),
+                                        ("NVIDIA L4", 121.0), ("NVIDIA L40S", 362.0), ("Tesla T4", 65.0),
+                                        ("Tesla V100-SXM2-32GB", 125.0), ("NVIDIA GeForce RTX 4090", None)])
+def test_spec_peak_is_read_by_device_name(monkeypatch, name, peak):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+    assert bench_gpu.spec_peak(torch.device("cuda")) == peak
+    assert bench_gpu.spec_peak(torch.device("cpu")) is None
+
+
+def test_shapes_parse():
+    assert bench_gpu.Shape.parse("base:32x512") == bench_gpu.Shape("base", 32, 512)
+    assert bench_gpu.Shape.parse("xxlarge:auto:512") == bench_gpu.Shape("xxlarge", None, 512)
+
+
+@pytest.mark.trains
+def test_bench_gpu_runs_on_the_cpu_and_writes_every_shape(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    with pytest.raises(SystemExit) as done:
+        bench_gpu.main(["--device", "cpu", "--mode", "fp32", "--shapes", "tiny:4x32", "tiny:auto:32", "--warmup", "1",
+                        "--windows", "2", "--window_steps", "1", "--max_auto_batch", "16", "--out", str(out)])
+    assert done.value.code == 0
+    report = json.loads(out.read_text())
+    fixed, searched = report["shapes"]
+    assert (fixed["batch"], fixed["seq"], fixed["largest_batch_searched"]) == (4, 32, False)
+    assert (searched["batch"], searched["largest_batch_searched"]) == (16, True)  # the tiny model fits all 3 tries
+    for row in report["shapes"]:
+        for name in ("transformers", "albert_hf"):
+            cell = row[name]
+            assert cell["tokens_per_s"] > 0 and cell["step_ms"] > 0
+            assert 0 < cell["mfu_gemm"] and cell["mfu_spec"] is None  # a CPU has no spec peak in the table
+        assert row["ratio"] == pytest.approx(row["albert_hf"]["tokens_per_s"] / row["transformers"]["tokens_per_s"])
+        assert row["flops_per_step"] == albert_flops(tiny_config(), row["batch"], row["seq"])
+    table = capsys.readouterr().out.splitlines()
+    assert table[-1].startswith("| tiny 16 x 32 | albert_hf |") and table[-6].startswith("| shape |")
+
+
+def test_bench_gpu_without_a_gpu_says_so_in_one_line(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit) as stop:
+        bench_gpu.main(["--device", "cuda"])
+    assert "torch sees no CUDA device" in str(stop.value.code)
