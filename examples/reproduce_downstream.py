@@ -26,19 +26,44 @@ except Matthews correlation for CoLA and Pearson for STS-B); glue_avg_se its sta
 
 Goal: albert_sop beats no_pretraining on the GLUE average by more than twice the standard error of the difference.
 Every finished run (pretraining or fine-tuning) is reused, so an interrupted reproduction restarts where it stopped.
+
+GPU mode (`--gpu`), about 7 minutes on one GPU with tokenizer training and corpus preprocessing:
+
+    python examples/reproduce_downstream.py --gpu --train_files books/ --glue_dir glue_data \
+        --output_dir outputs/downstream_gpu
+
+albert_sop is a BERT-medium-sized ALBERT (E=128, H=512, 8 layers sharing one block, 8 heads, FFN 2048), pretrained
+with SOP for --max_train_steps (2000) steps of --batch_size (256) x 128 tokens, LAMB 2e-3 with a 10% warm-up, in the
+precision auto picks (bf16 on a recent GPU); the steps are a count, not a time limit (run_pretraining.py has none):
+on an H200 2000 steps took 80 s (900k tokens/s), and the run prints its measured tokens/s. Held-out MLM and SOP accuracy are
+evaluated --eval_points (4) times, evenly spaced. no_pretraining is its random-init twin. Both are fine-tuned on
+--glue_tasks (all five) with one learning rate (--finetune_learning_rates, 1e-4; no sweep), --num_train_epochs 3,
+batch 32, bf16, at most --finetune_max_train_samples (2000) training rows per task (SST-2: its first
+--sst2_max_train_samples, 2000), seeds --finetune_seeds (1 2 3), no checkpoints, one evaluation on the whole dev set
+at the end. Runs go seed by seed (every task and both models for seed 1, then seed 2, ...); one that would end past
+--deadline_minutes (6.5) from the start is skipped and named. OUTPUT_DIR/gpu_results.json is rewritten after every
+run: settings; pretraining {steps, tokens, parameters, tokens_per_second, curve: [{step, tokens, mlm_accuracy,
+sop_accuracy}]}; runs {model: {task: [{seed, metrics, seconds}]}}; tasks {task: {albert_sop, no_pretraining: mean,
+sd and se of each metric; gap, gap_se (x 100)}}; average {model: {glue_avg, glue_avg_se}, gap, gap_se, exceeds_2se,
+tasks}; skipped; timings (tokenizer and pairs, pretraining loop, random init, fine-tuning, total, in seconds). The
+table printed last gives mean ± standard error per task and model, the gap and the GLUE average; the goal line is
+last. --models, --budgets, --curve_tasks and --sst2_train_sizes are not used in this mode; with --smoke it runs
+the same pipeline at smoke size (the tests do, on the CPU).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import os
 import shutil
 import sys
+import time
 from argparse import Namespace
 from pathlib import Path
-from statistics import mean, stdev
+from statistics import mean, median, stdev
 
 from reproduce_sop_vs_nsp import common_arguments, fresh_accelerate_state, prepare, pretrain, wall_time
 
@@ -59,6 +84,16 @@ HEADERS = {"sst2": "SST-2 acc", "cola": "CoLA MCC", "mrpc": "MRPC acc", "stsb": 
 SMOKE = dict(models=["albert_sop", "no_pretraining"], budgets=[0, 10, 20], finetune_learning_rates=[1e-3],
              finetune_seeds=[1], num_train_epochs=1, finetune_max_train_samples=64, finetune_max_eval_samples=64,
              sst2_max_train_samples=64, sst2_train_sizes=[32, 64], curve_tasks=["sst2", "mrpc", "stsb"])
+# --gpu defaults (flags given explicitly still win; --smoke shrinks the model and the budgets on top). LAMB at 2e-3
+# with a 10% warm-up: an 8-layer shared H=512 model collapsed at 5e-3 and trained at 2e-3 to 3e-3 with a longer
+# warm-up on the CPU (docs/analysis.md). 2000 steps x 256 x 128 (65.5M token slots) took 80 s on an H200 (900k
+# tokens/s, docs/downstream.md); the run prints its tokens/s, from which --max_train_steps for another budget follows.
+GPU = {"max_train_steps": 2000, "batch_size": 256, "learning_rate": 2e-3, "max_eval_samples": 2000,
+       "finetune_learning_rates": [1e-4], "finetune_seeds": [1, 2, 3], "num_train_epochs": 3,
+       "finetune_max_train_samples": 2000, "sst2_max_train_samples": 2000, "deadline_minutes": 6.5}
+# BERT-medium's shape (Turc et al. 2019) as an ALBERT: E=128, every layer shares one block.
+MEDIUM_MODEL = {"embedding_size": 128, "hidden_size": 512, "num_hidden_layers": 8, "num_attention_heads": 8,
+                "intermediate_size": 2048, "max_position_embeddings": 512}
 
 
 def parse_arguments(argv=None):
@@ -82,12 +117,28 @@ def parse_arguments(argv=None):
     parser.add_argument("--finetune_max_train_samples", type=int, default=None,
                         help="training rows of the tasks other than SST-2 (default: all)")
     parser.add_argument("--finetune_max_eval_samples", type=int, default=None, help="dev rows (default: all)")
+    parser.add_argument("--gpu", action="store_true",
+                        help="the GPU mode (see above): a BERT-medium-sized ALBERT, one learning rate, ~7 minutes")
+    parser.add_argument("--glue_tasks", nargs="+", default=list(GLUE_TASKS), choices=list(GLUE_TASKS),
+                        help="--gpu: the tasks fine-tuned (default: all five)")
+    parser.add_argument("--eval_points", type=int, default=4,
+                        help="--gpu: held-out MLM / SOP evaluations during pretraining, evenly spaced (sets "
+                        "--eval_steps)")
+    parser.add_argument("--deadline_minutes", type=float, default=None,
+                        help="--gpu: fine-tuning runs that would end after this many minutes from the start are "
+                        "skipped (and named); the table is printed anyway (--gpu default: 6.5)")
     args = parser.parse_args(argv)
+    if args.gpu:
+        parser.set_defaults(**GPU)
     if args.smoke:
         parser.set_defaults(**SMOKE)
+    if args.gpu or args.smoke:
         args = parser.parse_args(argv)
     if any(steps < 0 for steps in args.budgets) or any(n < 1 for n in args.sst2_train_sizes):
         raise SystemExit("error: --budgets must be >= 0 and --sst2_train_sizes >= 1")
+    if args.gpu and (len(args.finetune_learning_rates) != 1 or args.eval_points < 1):
+        raise SystemExit("error: --gpu fine-tunes with one learning rate (no sweep): give one "
+                         "--finetune_learning_rates; --eval_points must be >= 1")
     return args
 
 
@@ -228,6 +279,9 @@ def finetune_argv(args, model_dir: Path, task: str, train_rows, learning_rate: f
             "--pad_to_max_length", "false",
             "--output_dir", output_dir, "--save_strategy", "no", "--report_to", "none", "--overwrite_output_dir",
             "--disable_tqdm", "true", "--dataloader_pin_memory", "false", "--logging_steps", 100]
+    if getattr(args, "gpu", False):
+        # bf16 where pretraining used it; no training_curves.png per run (matplotlib costs seconds a run)
+        argv += ["--no_plots", *(["--bf16"] if args.mixed_precision == "bf16" else [])]
     if train_rows:
         argv += ["--max_train_samples", train_rows]
     if args.finetune_max_eval_samples:
@@ -401,8 +455,234 @@ def print_claims(args, results: dict):
               + note)
 
 
+# ----------------------------------------------------------------------------------------------------------------
+# GPU mode (--gpu): one pretraining run, one learning rate, every result written as soon as it exists
+
+
+PAIR = ("albert_sop", "no_pretraining")  # pretrained, then the same architecture and tokenizer at random init
+
+
+class TrainingStart(logging.Handler):
+    """Notes when run_pretraining logs its start line, i.e. once the tokenizer, the pairs and the model are built:
+    it splits the pretraining phase's wall time into data preparation and the training loop."""
+
+    def __init__(self):
+        super().__init__(level=logging.INFO)
+        self.at: float | None = None
+
+    def emit(self, record: logging.LogRecord):
+        if self.at is None and "global batch" in record.getMessage():
+            self.at = time.perf_counter()
+
+
+def gpu_pretrain(args, out: Path) -> dict:
+    """Pretrains albert_sop (reused when finished) and makes its random-init twin; returns their timings."""
+    watcher, logger = TrainingStart(), logging.getLogger("albert_hf.pretraining")
+    level = logger.level
+    logger.setLevel(logging.INFO)  # the start line is an INFO record, whatever the caller's logging setup
+    logger.addHandler(watcher)
+    start = time.perf_counter()
+    try:
+        print(f"\n=== pretraining albert_sop: SOP, all layers shared, {args.max_train_steps} steps ===")
+        seconds = pretrain(args, out / "albert_sop", task="sop", sharing="all")
+    finally:
+        logger.removeHandler(watcher)
+        logger.setLevel(level)
+    end = time.perf_counter()
+    reused = math.isnan(seconds)
+    timings = {"pretraining_reused": reused,
+               "tokenizer_and_pairs_seconds": None if reused or watcher.at is None else watcher.at - start,
+               "pretraining_loop_seconds": None if reused or watcher.at is None else end - watcher.at,
+               "pretraining_phase_seconds": None if reused else end - start}
+    start = time.perf_counter()
+    random_init(args, out / "albert_sop", out / "no_pretraining")
+    timings["random_init_seconds"] = time.perf_counter() - start
+    return timings
+
+
+def pretraining_log(args, run_dir: Path) -> dict:
+    """From metrics.jsonl: the held-out MLM / SOP accuracy at each evaluation (against tokens seen) and the loop's
+    rate, the median of the logged windows' real (non-padding) tokens/s, the first window (warm-up) left out."""
+    path = run_dir / "metrics.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+    curve = [{"step": r["step"], "tokens": tokens(args, r["step"]), "mlm_accuracy": r.get("eval_mlm_accuracy"),
+              "sop_accuracy": r.get("eval_sop_accuracy")} for r in rows if "eval_mlm_accuracy" in r]
+    rates = [r["tokens_per_second"] for r in rows if "tokens_per_second" in r]
+    return {"curve": curve, "tokens_per_second": median(rates[1:] or rates) if rates else None}
+
+
+def summarise_runs(runs: list[dict], task: str, learning_rate: float) -> dict | None:
+    """`summarise` of one (model, task)'s finished seeds plus the standard error of each metric's mean."""
+    if not runs:
+        return None
+    row = summarise(runs, GLUE_TASKS[task], learning_rate)
+    for metric in GLUE_TASKS[task]:
+        row[f"{metric}_se"] = row[f"{metric}_std"] / math.sqrt(len(runs))
+    return row
+
+
+def gpu_summary(args, runs: dict[str, dict[str, list[dict]]]) -> dict:
+    """Per task and model: mean, sd and standard error over the finished seeds; per task the gap (albert_sop minus
+    no_pretraining, x 100) and its standard error; the GLUE-style average over the tasks both models finished."""
+    rate = args.finetune_learning_rates[0]
+    tasks = {task: {model: summarise_runs(runs[model][task], task, rate) for model in PAIR}
+             for task in args.glue_tasks}
+    for task, row in tasks.items():
+        metric = GLUE_TASKS[task][0]
+        if all(row[model] for model in PAIR):
+            a, b = row[PAIR[0]], row[PAIR[1]]
+            row["gap"] = 100 * (a[metric] - b[metric])
+            row["gap_se"] = 100 * math.hypot(a[f"{metric}_se"], b[f"{metric}_se"])
+    done = [task for task, row in tasks.items() if "gap" in row]
+    averages = {}
+    if done:
+        for model in PAIR:
+            averages[model] = dict(zip(("glue_avg", "glue_avg_se"), average({t: tasks[t][model] for t in done})))
+        diff, se = difference(averages, *PAIR)
+        averages.update(gap=diff, gap_se=se, exceeds_2se=diff > 2 * se, tasks=done)
+    return {"tasks": tasks, "average": averages}
+
+
+def write_json(path: Path, data: dict):
+    """Written whole, then renamed over the old file: a run killed mid-write leaves the previous version."""
+    tmp = path.with_name(f".tmp-{path.name}")
+    tmp.write_text(json.dumps(data, indent=2))
+    os.replace(tmp, path)
+
+
+def gpu_finetune(args, out: Path, results: dict, deadline: float | None):
+    """Every (seed, task, model) run, seed by seed so that a deadline cuts whole seeds, not whole tasks; the
+    results file is rewritten after each run. A run is skipped when, at the longest time a run of its task took so
+    far, it would end after the deadline."""
+    runs, skipped = results["runs"], results["skipped"]
+    rate, started = args.finetune_learning_rates[0], time.perf_counter()
+    longest: dict[str, float] = {}
+    for seed in args.finetune_seeds:
+        for task in args.glue_tasks:
+            rows = args.sst2_max_train_samples if task == "sst2" else args.finetune_max_train_samples
+            for model in PAIR:
+                expected = longest.get(task, max(longest.values(), default=0.0))
+                if deadline is not None and time.perf_counter() + expected > deadline:
+                    skipped.append(f"{model} {task} seed {seed}")
+                    print(f"[skipped] {model} {task} seed {seed}: the deadline ({args.deadline_minutes:g} min)")
+                    continue
+                output_dir = out / "finetune" / model / task / f"lr{rate:g}_seed{seed}"
+                start = time.perf_counter()
+                scores = read_scores(finetune(finetune_argv(args, out / model, task, rows or None, rate, seed,
+                                                            output_dir), output_dir), task)
+                seconds = time.perf_counter() - start
+                longest[task] = max(longest.get(task, 0.0), seconds)
+                runs[model][task].append({"seed": seed, **scores, "seconds": round(seconds, 1)})
+                print(f"[fine-tuned] {model} {task} seed {seed}: {GLUE_TASKS[task][0]} "
+                      f"{100 * scores[GLUE_TASKS[task][0]]:.1f} in {seconds:.1f} s")
+                results["timings"]["finetuning_seconds"] = time.perf_counter() - started
+                results.update(gpu_summary(args, runs))
+                write_json(out / "gpu_results.json", results)
+
+
+def se_cell(row: dict | None, metric: str) -> str:
+    if row is None:
+        return "–"
+    return f"{100 * row[metric]:.1f} ± {100 * row[f'{metric}_se']:.1f} ({row['seeds']})"
+
+
+def seconds_text(value) -> str:
+    return "reused" if value is None else f"{value:.0f} s"
+
+
+def print_gpu_table(args, results: dict):
+    m, pre, timings = args.model_fields, results["pretraining"], results["timings"]
+    print("\n=== GPU mode: albert_sop (pretrained) vs no_pretraining (random init), GLUE dev ===")
+    print(f"model: ALBERT E={m['embedding_size']} H={m['hidden_size']} L={m['num_hidden_layers']} (all layers "
+          f"shared), {m['num_attention_heads']} heads, FFN {m['intermediate_size']}, vocabulary {args.vocab_size}: "
+          f"{millions(pre['parameters'])} parameters (embeddings + encoder)")
+    rate = "?" if pre["tokens_per_second"] is None else f"{pre['tokens_per_second']:,.0f}"
+    print(f"pretraining: {pre['steps']} steps x {args.batch_size} x {args.max_seq_length} = "
+          f"{millions(pre['tokens'])} token slots, SOP, LAMB {args.learning_rate:g}, {args.mixed_precision}; "
+          f"{rate} real tokens/s (median of the logged windows)")
+    print("| step | tokens | held-out MLM acc | held-out SOP acc |\n|---|---|---|---|")
+    for p in pre["curve"]:
+        print(f"| {p['step']} | {millions(p['tokens'])} | {100 * p['mlm_accuracy']:.1f} | "
+              + (f"{100 * p['sop_accuracy']:.1f} |" if p["sop_accuracy"] is not None else "– |"))
+    sst2 = args.sst2_max_train_samples
+    print(f"\nfine-tuning: learning rate {args.finetune_learning_rates[0]:g} for both, {args.num_train_epochs:g} "
+          f"epochs, batch {args.finetune_batch_size}, at most {args.finetune_max_train_samples or 'all'} training "
+          f"rows per task (SST-2: its first {sst2 or 'all'}), seeds {' '.join(map(str, args.finetune_seeds))}; dev "
+          "score x 100, mean ± standard error (seeds)")
+    print(f"| task | {PAIR[0]} | {PAIR[1]} | gap |\n|---|---|---|---|")
+    for task, row in results["tasks"].items():
+        metric = GLUE_TASKS[task][0]
+        gap = f"{row['gap']:+.1f} ± {row['gap_se']:.1f}" if "gap" in row else "–"
+        print(f"| {HEADERS[task]} | {se_cell(row[PAIR[0]], metric)} | {se_cell(row[PAIR[1]], metric)} | {gap} |")
+    avg = results["average"]
+    if avg:
+        print(f"| GLUE avg ({' '.join(avg['tasks'])}) | {avg[PAIR[0]]['glue_avg']:.1f} ± "
+              f"{avg[PAIR[0]]['glue_avg_se']:.1f} | {avg[PAIR[1]]['glue_avg']:.1f} ± {avg[PAIR[1]]['glue_avg_se']:.1f}"
+              f" | {avg['gap']:+.1f} ± {avg['gap_se']:.1f} |")
+    finished = sum(len(r) for model in PAIR for r in results["runs"][model].values())
+    print(f"wall times: tokenizer + pairs {seconds_text(timings['tokenizer_and_pairs_seconds'])}, pretraining loop "
+          f"(with its evaluations and save) {seconds_text(timings['pretraining_loop_seconds'])}, random init "
+          f"{timings['random_init_seconds']:.0f} s, fine-tuning {timings['finetuning_seconds']:.0f} s "
+          f"({finished} runs), total {timings['total_seconds']:.0f} s")
+    print(f"skipped runs (deadline {args.deadline_minutes:g} min): "
+          + (", ".join(results["skipped"]) if results["skipped"] else "none"))
+    if not avg:
+        print("goal (albert_sop beats no_pretraining on the GLUE average by more than 2 standard errors of the "
+              "difference): not evaluated (no task finished for both models)")
+        return
+    note = " (1 seed: no standard error)" if max(row[PAIR[0]]["seeds"] for row in results["tasks"].values()
+                                               if row[PAIR[0]]) == 1 else ""
+    print(f"goal (albert_sop beats no_pretraining on the GLUE average by more than 2 standard errors of the "
+          f"difference): {'MET' if avg['exceeds_2se'] else 'not met'} (difference {avg['gap']:+.1f}, "
+          f"2 se = {2 * avg['gap_se']:.1f})" + note)
+
+
+def gpu_main(args) -> dict:
+    """--gpu: pretrain albert_sop, fine-tune it and its random-init twin (GLUE, one learning rate, every seed),
+    write OUTPUT_DIR/gpu_results.json after every run, print the table."""
+    start = time.perf_counter()
+    deadline = None if args.deadline_minutes is None else start + 60 * args.deadline_minutes
+    prepare(args, MEDIUM_MODEL)
+    if args.num_warmup_steps is None:
+        args.num_warmup_steps = round(0.1 * args.max_train_steps)
+    args.eval_steps = math.ceil(args.max_train_steps / args.eval_points)
+    if args.preprocessing_num_workers is None and not args.smoke:
+        args.preprocessing_num_workers = min(8, os.cpu_count() or 1)  # 151 books: tokenized and paired in parallel
+    if args.dataloader_num_workers is None and not args.smoke:
+        import torch
+
+        if torch.cuda.is_available():
+            args.dataloader_num_workers = 4  # 256 pairs a step to mask: more than the 2 CUDA-default workers
+    args.glue_dir = str(glue_folder(args))
+    out = Path(args.output_dir)
+
+    timings = gpu_pretrain(args, out)
+    budget = pretraining_budget(args, out / "albert_sop", args.max_train_steps)
+    results = {"settings": {"model": args.model_fields, "max_train_steps": args.max_train_steps,
+                            "batch_size": args.batch_size, "max_seq_length": args.max_seq_length,
+                            "learning_rate": args.learning_rate, "num_warmup_steps": args.num_warmup_steps,
+                            "mixed_precision": args.mixed_precision, "vocab_size": args.vocab_size,
+                            "finetune_learning_rate": args.finetune_learning_rates[0],
+                            "num_train_epochs": args.num_train_epochs, "finetune_batch_size": args.finetune_batch_size,
+                            "finetune_max_train_samples": args.finetune_max_train_samples,
+                            "sst2_max_train_samples": args.sst2_max_train_samples,
+                            "finetune_seeds": args.finetune_seeds, "deadline_minutes": args.deadline_minutes},
+               "pretraining": {**budget, **pretraining_log(args, out / "albert_sop")},
+               "runs": {model: {task: [] for task in args.glue_tasks} for model in PAIR},
+               "skipped": [], "timings": {**timings, "finetuning_seconds": 0.0}}
+    results.update(gpu_summary(args, results["runs"]))
+    write_json(out / "gpu_results.json", results)
+    gpu_finetune(args, out, results, deadline)
+    results["timings"]["total_seconds"] = time.perf_counter() - start
+    write_json(out / "gpu_results.json", results)
+    print_gpu_table(args, results)
+    return results
+
+
 def main(argv=None):
     args = parse_arguments(argv)
+    if args.gpu:
+        return gpu_main(args)
     prepare(args)
     args.glue_dir = str(glue_folder(args))
     out = Path(args.output_dir)

@@ -61,6 +61,10 @@ def common_arguments(parser: argparse.ArgumentParser, steps: int, output_dir: st
     parser.add_argument("--torch_compile", action="store_true",
                         help="compile each transformer block (run_pretraining.py --torch_compile): about 1.25x "
                         "the eager speed for the small model; needs a C++ compiler")
+    parser.add_argument("--preprocessing_num_workers", type=int, default=None,
+                        help="run_pretraining.py --preprocessing_num_workers: processes for tokenizing and pairs")
+    parser.add_argument("--dataloader_num_workers", type=int, default=None,
+                        help="run_pretraining.py --dataloader_num_workers (default: its own)")
     parser.add_argument("--seed", type=int, default=12345)
     parser.add_argument("--smoke", action="store_true",
                         help="a 2-layer H=64 model, 20 steps: proves the pipeline in ~1 minute")
@@ -74,12 +78,14 @@ def apply_smoke(args):
     args.max_eval_samples, args.intrinsic_examples = 64, 64
 
 
-def prepare(args):
+def prepare(args, model_fields: dict | None = None):
+    """Resolves the precision and the model's fields (`model_fields`, default the small model; --smoke and
+    --model_json change them), checks --train_files and makes the output folder."""
     from albert_hf.hardware import choose_precision, detect
 
     # resolved once, here: every run and the intrinsic evaluation use the same precision, named in the summary
     args.mixed_precision = choose_precision(detect(), args.mixed_precision).mixed_precision
-    args.model_fields = dict(SMALL_MODEL)
+    args.model_fields = dict(model_fields or SMALL_MODEL)
     if args.smoke:
         apply_smoke(args)
     if args.model_json:
@@ -137,6 +143,9 @@ def pretrain(args, run_dir: Path, task: str = "sop", sharing: str | None = None)
         argv += ["--gradient_accumulation_steps", str(args.gradient_accumulation_steps)]
     if args.torch_compile:
         argv.append("--torch_compile")
+    for name in ("preprocessing_num_workers", "dataloader_num_workers"):
+        if getattr(args, name, None) is not None:
+            argv += [f"--{name}", str(getattr(args, name))]
     if args.train_files:
         argv += ["--train_files", *args.train_files]
     start = time.perf_counter()

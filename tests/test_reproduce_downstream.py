@@ -143,3 +143,67 @@ def test_smoke_run_writes_every_result_and_reuses_finished_runs(reproduction, tm
     finetuned = list((out / "finetune").glob("*/*/lr*"))
     assert len(calls) == len({tuple(argv) for argv in calls}) == len(finetuned) == 15
     assert all(argv[argv.index("--num_train_epochs") + 1] == "2" for argv in calls)
+
+
+@pytest.mark.trains
+def test_gpu_mode_at_smoke_size_writes_curve_pairs_gap_and_timings(reproduction, tmp_path, capsys):
+    # --gpu's pipeline on the CPU at smoke size (20 steps, one task, one seed): the shape of what it writes and
+    # prints, not its numbers.
+    out = tmp_path / "out"
+    argv = ["--gpu", "--smoke", "--glue_tasks", "rte", "--glue_dir", str(write_glue_folders(tmp_path / "glue")),
+            "--output_dir", str(out)]
+    results = reproduction.main(argv)
+    saved = json.loads((out / "gpu_results.json").read_text())
+    assert saved == json.loads(json.dumps(results))
+    assert set(saved) == {"settings", "pretraining", "runs", "skipped", "tasks", "average", "timings"}
+
+    pretraining = saved["pretraining"]
+    assert (pretraining["steps"], pretraining["tokens"]) == (20, 20 * 16 * 64) and pretraining["parameters"] > 0
+    assert pretraining["tokens_per_second"] > 0
+    # --eval_points 4 over 20 steps: held-out MLM and SOP every 5 steps, against the tokens seen
+    assert [(p["step"], p["tokens"]) for p in pretraining["curve"]] == [(s, s * 16 * 64) for s in (5, 10, 15, 20)]
+    assert all(0 <= p["mlm_accuracy"] <= 1 and 0 <= p["sop_accuracy"] <= 1 for p in pretraining["curve"])
+    assert saved["settings"]["model"]["hidden_size"] == 64  # --smoke's model; --gpu alone: BERT-medium's 512
+
+    for model in ("albert_sop", "no_pretraining"):
+        assert [run["seed"] for run in saved["runs"][model]["rte"]] == [1]
+        row = saved["tasks"]["rte"][model]
+        assert set(row) == {"accuracy", "accuracy_std", "accuracy_se", "learning_rate", "seeds"}
+        assert row["seeds"] == 1 and row["learning_rate"] == 1e-3
+        assert set(saved["average"][model]) == {"glue_avg", "glue_avg_se"}
+    gap = saved["tasks"]["rte"]["gap"]
+    assert gap == pytest.approx(100 * (saved["tasks"]["rte"]["albert_sop"]["accuracy"]
+                                       - saved["tasks"]["rte"]["no_pretraining"]["accuracy"]))
+    assert saved["average"]["tasks"] == ["rte"] and saved["average"]["gap"] == pytest.approx(gap)
+    assert isinstance(saved["average"]["exceeds_2se"], bool) and saved["skipped"] == []
+    timings = saved["timings"]
+    for phase in ("tokenizer_and_pairs_seconds", "pretraining_loop_seconds", "random_init_seconds",
+                  "finetuning_seconds", "total_seconds"):
+        assert timings[phase] >= 0
+    assert timings["total_seconds"] >= timings["pretraining_phase_seconds"] + timings["finetuning_seconds"]
+
+    printed = capsys.readouterr().out
+    for line in ("=== GPU mode", "| step | tokens | held-out MLM acc | held-out SOP acc |", "| 20 | 20,480 | ",
+                 "real tokens/s", "| RTE acc | ", "| GLUE avg (rte) | ", "wall times: tokenizer + pairs",
+                 "skipped runs (deadline 6.5 min): none"):
+        assert line in printed
+    assert " MET " in printed.splitlines()[-1] or " not met " in printed.splitlines()[-1]
+
+    # Past the deadline: pretraining is reused, every fine-tuning run is skipped and named, the table still comes.
+    results = reproduction.main([*argv, "--deadline_minutes", "0"])
+    assert results["skipped"] == ["albert_sop rte seed 1", "no_pretraining rte seed 1"]
+    assert results["timings"]["pretraining_reused"] and results["average"] == {}
+    saved = json.loads((out / "gpu_results.json").read_text())
+    assert saved["skipped"] == results["skipped"] and saved["runs"]["albert_sop"]["rte"] == []
+    printed = capsys.readouterr().out.splitlines()
+    assert "skipped runs (deadline 0 min): albert_sop rte seed 1, no_pretraining rte seed 1" in printed
+    assert printed[-1].endswith("not evaluated (no task finished for both models)")
+
+
+def test_gpu_mode_defaults_and_one_learning_rate(reproduction):
+    args = reproduction.parse_arguments(["--gpu"])
+    assert (args.max_train_steps, args.batch_size, args.max_seq_length) == (2000, 256, 128)
+    assert (args.finetune_learning_rates, args.finetune_seeds, args.deadline_minutes) == ([1e-4], [1, 2, 3], 6.5)
+    assert reproduction.parse_arguments(["--gpu", "--max_train_steps", "500"]).max_train_steps == 500
+    with pytest.raises(SystemExit, match="one learning rate"):
+        reproduction.parse_arguments(["--gpu", "--finetune_learning_rates", "1e-4", "3e-4"])
