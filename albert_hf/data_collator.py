@@ -60,12 +60,16 @@ def ngram_probabilities(max_ngram: int, favor_shorter_ngram: bool = True) -> np.
     return p if favor_shorter_ngram else p[::-1].copy()
 
 
-def fixed_size_positions(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def fixed_size_positions(labels: np.ndarray, width: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The masked positions of each row (labels != -100), ascending, as the official `masked_lm_positions` /
-    `masked_lm_weights`: (batch, P) arrays, P the widest row's count (at least 1), padded with 0 / 0.0."""
+    `masked_lm_weights`: (batch, P) arrays, padded with 0 / 0.0; P is `width`, or the widest row's count (at
+    least 1)."""
     masked = labels != -100
     counts = masked.sum(axis=1)
-    width = max(1, int(counts.max()) if len(counts) else 0)
+    widest = int(counts.max()) if len(counts) else 0
+    if width is not None and widest > width:
+        raise ValueError(f"a row has {widest} masked positions, more than the {width} asked for")
+    width = width or max(1, widest)
     order = np.argsort(~masked, axis=1, kind="stable")[:, :width]  # masked first, in order
     valid = np.arange(width)[None, :] < counts[:, None]
     return np.where(valid, order, 0).astype(np.int64), valid.astype(np.float32)
@@ -146,6 +150,9 @@ class DataCollatorForAlbertPretraining:
     the masked tokens: masked_lm_positions (batch, P) and masked_lm_weights (batch, P, float), P the widest row's
     count (at least 1), each row's positions ascending, padded with position 0 and weight 0. Given them,
     `AlbertHFForPreTraining` sizes its MLM head from their shape instead of reading counts from the device.
+    With `static_shapes` (and `masked_positions`), every batch has the same shape, as the official TPU inputs:
+    rows padded to `max_length`, and P = `max_predictions_per_seq`; a GPU then runs the same kernels every step
+    and the step can be captured as a graph.
     """
 
     tokenizer: Any
@@ -159,6 +166,7 @@ class DataCollatorForAlbertPretraining:
     max_length: int | None = None
     return_tensors: str = "pt"
     masked_positions: bool = False
+    static_shapes: bool = False
     _rng: Any = field(default=None, init=False, repr=False)
     _rng_key: Any = field(default=None, init=False, repr=False)
     _epoch: int | None = field(default=None, init=False, repr=False)
@@ -183,6 +191,8 @@ class DataCollatorForAlbertPretraining:
         if self.max_length is None:
             limit = getattr(tok, "model_max_length", None)
             self.max_length = limit if limit is not None and limit < 10**9 else None
+        if self.static_shapes and (self.max_length is None or not self.masked_positions):
+            raise ValueError("static_shapes needs max_length and masked_positions")
 
     # ------------------------------------------------------------------------------------------------------------
 
@@ -225,7 +235,7 @@ class DataCollatorForAlbertPretraining:
             )
         if lengths.min() == 0:
             raise ValueError(f"Example {int(lengths.argmin())} of the batch has no input_ids")
-        width = int(lengths.max())
+        width = self.max_length if self.static_shapes else int(lengths.max())
         if self.pad_to_multiple_of:
             width = -(-width // self.pad_to_multiple_of) * self.pad_to_multiple_of
         input_ids = np.full((len(features), width), self.pad_id, dtype=np.int64)
@@ -264,7 +274,8 @@ class DataCollatorForAlbertPretraining:
                 raise ValueError("Some features have a sentence_order_label and some do not")
             batch["sentence_order_label"] = np.array([int(f["sentence_order_label"]) for f in features])
         if self.masked_positions:
-            batch["masked_lm_positions"], weights = fixed_size_positions(labels)
+            width = self.max_predictions_per_seq if self.static_shapes else None
+            batch["masked_lm_positions"], weights = fixed_size_positions(labels, width)
         if self.return_tensors == "pt":
             batch = {k: torch.from_numpy(np.ascontiguousarray(v, dtype=np.int64)) for k, v in batch.items()}
         if self.masked_positions:

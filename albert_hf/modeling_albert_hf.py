@@ -431,6 +431,17 @@ class AlbertHFModel(AlbertHFPreTrainedModel):
         return (not recording and (attention_mask is None or attention_mask.dim() == 2)
                 and self.config._attn_implementation in ("sdpa", "eager"))
 
+    def bidirectional_mask(self, embeddings, attention_mask, read_padding: bool):
+        """The attention kernel's mask. transformers' reads from the device whether anything is padded (None when
+        not, so SDPA can run its unmasked kernel): a host sync, free on a CPU and needed there to pack the real
+        tokens, but one wait for the GPU per micro-batch elsewhere. Without `read_padding`, SDPA gets the boolean
+        (batch, 1, 1, seq) mask as it is, without that read."""
+        if (read_padding or attention_mask is None or attention_mask.dim() != 2
+                or self.config._attn_implementation != "sdpa"):
+            return create_bidirectional_mask(config=self.config, inputs_embeds=embeddings,
+                                             attention_mask=attention_mask)
+        return attention_mask.bool()[:, None, None, :]
+
     @merge_with_config_defaults
     @capture_outputs
     def forward(
@@ -460,15 +471,12 @@ class AlbertHFModel(AlbertHFPreTrainedModel):
             raise ValueError("last_layer_positions needs a (batch, seq) attention_mask, sdpa or eager attention and "
                              "no output_hidden_states / output_attentions")
         embeddings = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
-        # None when nothing is padded, so SDPA runs its unmasked kernel.
-        mask = create_bidirectional_mask(config=self.config, inputs_embeds=embeddings, attention_mask=attention_mask)
-        real_tokens = None
         # Padding removal (`unpad_inputs`); not when this forward itself is compiled, where the pack's
         # data-dependent size would break the graph (`compile_blocks` compiles only the blocks, and keeps it).
-        if (mask is not None and self.config.unpad_inputs and not keep_padding
-                and RealTokens.pays_on(embeddings.device)
-                and self.is_plain_forward(attention_mask, kwargs) and not torch.compiler.is_compiling()):
-            real_tokens = RealTokens.pack_if_smaller(attention_mask)
+        unpad = (self.config.unpad_inputs and not keep_padding and RealTokens.pays_on(embeddings.device)
+                 and self.is_plain_forward(attention_mask, kwargs) and not torch.compiler.is_compiling())
+        mask = self.bidirectional_mask(embeddings, attention_mask, read_padding=unpad)
+        real_tokens = RealTokens.pack_if_smaller(attention_mask) if unpad and mask is not None else None
         if real_tokens is not None:
             embeddings = real_tokens.gather(embeddings)
         sequence_output = self.encoder(embeddings, mask, real_tokens, last_layer_positions, **kwargs).last_hidden_state

@@ -261,6 +261,11 @@ def build_inputs(args, accelerator) -> PretrainingInputs:
     # the fixed-size masked positions: the model sizes its MLM head without reading counts from the device
     masking = dict(tokenizer=tokenizer, mlm_probability=args.mlm_probability, max_ngram=args.max_ngram,
                    max_predictions_per_seq=args.max_predictions_per_seq, seed=args.seed, masked_positions=True)
+    # On a GPU every batch has one shape (rows of max_seq_length, max_predictions_per_seq positions), as on the
+    # official TPUs: the same kernels every step, nothing sized by a read from the device. CPUs skip the padding.
+    static = accelerator.device.type == "cuda"
+    if static:
+        masking.update(static_shapes=True, max_length=args.max_seq_length)
     # Dynamic masks keyed on (seed, epoch, example) (`set_epoch` in `fit`): the same example gets the same mask
     # whatever the batching, the number of processes or a resume, so runs are exactly reproducible.
     collate = DataCollatorForAlbertPretraining(**masking)
@@ -278,6 +283,9 @@ def build_inputs(args, accelerator) -> PretrainingInputs:
                                      collate_fn=DataCollatorForAlbertPretraining(**masking, static_masking=True),
                                      **loader_options)
     notes = [f"{workers} DataLoader worker{'s' * (workers > 1)}"] if workers else []
+    if static:
+        notes.append(f"static shapes ({args.max_seq_length} tokens, {args.max_predictions_per_seq} masked positions "
+                     "a row)")
     return PretrainingInputs(tokenizer, collate, train_dataloader, eval_dataloader, data.eval_documents, notes)
 
 

@@ -9,9 +9,10 @@ The defaults: base 32 x 128 (where the host, not the GPU, limits), base 128 x 12
 32 x 512 (`recipes/base.yaml` per device), large 16 x 512, xxlarge at 512 with its largest batch.
 
 For each shape, both implementations hold the same weights and train on the same batches (20 masked positions a
-sequence, as the official max_predictions_per_seq; SOP labels), with LAMB and global clipping at 1.0, under bf16
-autocast (`--mode`). After `--warmup` steps each, `--windows` windows of `--window_steps` steps alternate between
-the two (who goes first alternates too); each window is timed with CUDA events. Reported per implementation:
+sequence, as the official max_predictions_per_seq, given to albert_hf in the collator's fixed-size form; SOP
+labels), with LAMB and global clipping at 1.0, under bf16 autocast (`--mode`). After `--warmup` steps each,
+`--windows` windows of `--window_steps` steps alternate between the two (who goes first alternates too); each
+window is timed with CUDA events. Reported per implementation:
 - tokens/s: the median over the windows;
 - TFLOP/s from `bench_model.albert_flops` (every layer at every position, the MLM head at the masked positions);
 - MFU against the GPU's dense bf16 spec peak (`SPEC_PEAK_TFLOPS`, by device name; an unknown GPU gets none) and
@@ -114,7 +115,14 @@ def build(preset: str, seq: int, device: torch.device):
     return config, runners
 
 
+OURS_ONLY = ("masked_lm_positions", "masked_lm_weights")  # the collator's fixed-size positions; transformers has none
+
+
 def train_step(model, optimizer, batch, dtype):
+    from albert_hf import AlbertHFPreTrainedModel
+
+    if not isinstance(getattr(model, "_orig_mod", model), AlbertHFPreTrainedModel):
+        batch = {k: v for k, v in batch.items() if k not in OURS_ONLY}
     with torch.autocast(batch["input_ids"].device.type, dtype=dtype, enabled=dtype is not None):
         loss = model(**batch).loss
     loss.backward()
@@ -158,8 +166,17 @@ def host_syncs(model, optimizer, batch, dtype, device) -> int | None:
 
 
 def batches_for(config, batch: int, seq: int, device: torch.device) -> list[dict]:
-    generator = torch.Generator().manual_seed(0)
-    return [{k: v.to(device) for k, v in make_batch(config, batch, seq, generator).items()} for _ in range(2)]
+    """Two batches as run_pretraining.py's collator gives them on a GPU: full rows, and for albert_hf the masked
+    positions in the fixed-size form (MASKED_PER_SEQ a row), so that no size is read from the device."""
+    from albert_hf.data_collator import fixed_size_positions
+
+    generator, batches = torch.Generator().manual_seed(0), []
+    for _ in range(2):
+        made = make_batch(config, batch, seq, generator)
+        positions, weights = fixed_size_positions(made["labels"].numpy(), MASKED_PER_SEQ)
+        made.update(masked_lm_positions=torch.from_numpy(positions), masked_lm_weights=torch.from_numpy(weights))
+        batches.append({k: v.to(device) for k, v in made.items()})
+    return batches
 
 
 def largest_batch(shape: Shape, device: torch.device, dtype, limit: int) -> int:
@@ -285,7 +302,8 @@ def main(argv=None):
     parser.add_argument("--compile_modes", nargs="*", default=[],
                         help="also albert_hf under torch.compile in these modes (default, reduce-overhead, ...)")
     parser.add_argument("--compile_shapes", nargs="*", default=[], help="the shapes (as in --shapes) to compile at")
-    parser.add_argument("--time_limit", type=float, default=None, help="seconds; shapes not started by then are skipped")
+    parser.add_argument("--time_limit", type=float, default=None,
+                        help="seconds; shapes not started by then are skipped")
     parser.add_argument("--out", default="bench_gpu.json")
     args = parser.parse_args(argv)
     device = torch.device(args.device)

@@ -27,7 +27,7 @@ except Matthews correlation for CoLA and Pearson for STS-B); glue_avg_se its sta
 Goal: albert_sop beats no_pretraining on the GLUE average by more than twice the standard error of the difference.
 Every finished run (pretraining or fine-tuning) is reused, so an interrupted reproduction restarts where it stopped.
 
-GPU mode (`--gpu`), about 7 minutes on one GPU with tokenizer training and corpus preprocessing:
+GPU mode (`--gpu`), about 6 minutes on an H200 with tokenizer training and corpus preprocessing:
 
     python examples/reproduce_downstream.py --gpu --train_files books/ --glue_dir glue_data \
         --output_dir outputs/downstream_gpu
@@ -35,20 +35,20 @@ GPU mode (`--gpu`), about 7 minutes on one GPU with tokenizer training and corpu
 albert_sop is a BERT-medium-sized ALBERT (E=128, H=512, 8 layers sharing one block, 8 heads, FFN 2048), pretrained
 with SOP for --max_train_steps (2000) steps of --batch_size (256) x 128 tokens, LAMB 2e-3 with a 10% warm-up, in the
 precision auto picks (bf16 on a recent GPU); the steps are a count, not a time limit (run_pretraining.py has none):
-on an H200 2000 steps took 80 s (900k tokens/s), and the run prints its measured tokens/s. Held-out MLM and SOP accuracy are
-evaluated --eval_points (4) times, evenly spaced. no_pretraining is its random-init twin. Both are fine-tuned on
---glue_tasks (all five) with one learning rate (--finetune_learning_rates, 1e-4; no sweep), --num_train_epochs 3,
-batch 32, bf16, at most --finetune_max_train_samples (2000) training rows per task (SST-2: its first
---sst2_max_train_samples, 2000), seeds --finetune_seeds (1 2 3), no checkpoints, one evaluation on the whole dev set
-at the end. Runs go seed by seed (every task and both models for seed 1, then seed 2, ...); one that would end past
---deadline_minutes (6.5) from the start is skipped and named. OUTPUT_DIR/gpu_results.json is rewritten after every
-run: settings; pretraining {steps, tokens, parameters, tokens_per_second, curve: [{step, tokens, mlm_accuracy,
-sop_accuracy}]}; runs {model: {task: [{seed, metrics, seconds}]}}; tasks {task: {albert_sop, no_pretraining: mean,
-sd and se of each metric; gap, gap_se (x 100)}}; average {model: {glue_avg, glue_avg_se}, gap, gap_se, exceeds_2se,
-tasks}; skipped; timings (tokenizer and pairs, pretraining loop, random init, fine-tuning, total, in seconds). The
-table printed last gives mean ± standard error per task and model, the gap and the GLUE average; the goal line is
-last. --models, --budgets, --curve_tasks and --sst2_train_sizes are not used in this mode; with --smoke it runs
-the same pipeline at smoke size (the tests do, on the CPU).
+on an H200 2000 steps took 80 s (900k tokens/s), and the run prints its measured tokens/s. Held-out MLM and SOP
+accuracy are evaluated --eval_points (4) times, evenly spaced. no_pretraining is its random-init twin. Both are
+fine-tuned on --glue_tasks (all five) with one learning rate (--finetune_learning_rates, 1e-4; no sweep),
+--num_train_epochs 3, batch 32, bf16, at most --finetune_max_train_samples (2000) training rows per task (SST-2: its
+first --sst2_max_train_samples, 2000), seeds --finetune_seeds (1 2 3), no checkpoints, one evaluation on the whole
+dev set at the end. Runs go seed by seed (every task and both models for seed 1, then seed 2, ...); one that would
+end past --deadline_minutes (6.5) from the start is skipped and named. OUTPUT_DIR/gpu_results.json is rewritten
+after every run: settings; pretraining {steps, tokens, parameters, tokens_per_second, curve: [{step, tokens,
+mlm_accuracy, sop_accuracy}]}; runs {model: {task: [{seed, metrics, seconds}]}}; tasks {task: {albert_sop,
+no_pretraining: mean, sd and se of each metric; gap, gap_se (x 100)}}; average {model: {glue_avg, glue_avg_se}, gap,
+gap_se, exceeds_2se, tasks}; skipped; timings (tokenizer and pairs, pretraining loop, random init, fine-tuning,
+total, in seconds). The table printed last gives mean ± standard error per task and model, the gap and the GLUE
+average; the goal line is last. --models, --budgets, --curve_tasks and --sst2_train_sizes are not used in this mode;
+with --smoke it runs the same pipeline at smoke size (the tests do, on the CPU).
 """
 
 from __future__ import annotations

@@ -300,6 +300,40 @@ def test_masked_positions_give_the_official_fixed_size_form(real_features):
         assert not positions[row, count:].any()
 
 
+def test_static_shapes_give_every_batch_one_shape_with_the_same_masks(real_features):
+    """As on a GPU (pretraining_inputs.build_inputs): rows of max_length, max_predictions_per_seq positions."""
+    from albert_hf import AlbertHFConfig, AlbertHFForPreTraining
+
+    tok = tokenizer()
+    static = DataCollatorForAlbertPretraining(tokenizer=tok, seed=0, masked_positions=True, static_shapes=True,
+                                              max_length=160, max_predictions_per_seq=20)
+    dynamic = DataCollatorForAlbertPretraining(tokenizer=tok, seed=0, masked_positions=True,
+                                               max_predictions_per_seq=20)
+    for collator in (static, dynamic):
+        collator.set_epoch(0)  # masks keyed on the example, whatever the batch's width
+    short = [f for f in real_features if len(f["input_ids"]) < 40][:5]
+    for features in (list(real_features[:7]), short):
+        batch, plain = static(features), dynamic(features)
+        assert batch["input_ids"].shape == batch["labels"].shape == (len(features), 160)
+        assert batch["masked_lm_positions"].shape == batch["masked_lm_weights"].shape == (len(features), 20)
+        width, count = plain["input_ids"].shape[1], plain["masked_lm_positions"].shape[1]
+        assert width < 160 and count < 20 or features is not short
+        assert torch.equal(batch["input_ids"][:, :width], plain["input_ids"])  # the same masks, more padding
+        assert (batch["input_ids"][:, width:] == tok.pad_token_id).all()
+        assert not batch["attention_mask"][:, width:].any()
+        assert torch.equal(batch["masked_lm_positions"][:, :count], plain["masked_lm_positions"])
+        assert not batch["masked_lm_weights"][:, count:].any()
+    # The model's losses do not depend on the extra padding and the unused positions.
+    model = AlbertHFForPreTraining(AlbertHFConfig.from_preset("tiny", vocab_size=len(tok), unpad_inputs=False,
+                                                           max_position_embeddings=160)).eval()
+    with torch.no_grad():
+        a, b = model(**static(short)), model(**dynamic(short))
+    torch.testing.assert_close(a.mlm_loss, b.mlm_loss, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(a.sop_loss, b.sop_loss, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="static_shapes needs max_length and masked_positions"):
+        DataCollatorForAlbertPretraining(tokenizer=tok, static_shapes=True, max_length=64)
+
+
 def test_token_types_derived_when_absent():
     tok = tokenizer()
     encoded = tok("Return the value.", "Raise an error otherwise.")
