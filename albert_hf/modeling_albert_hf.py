@@ -358,8 +358,13 @@ class AlbertHFPreTrainedModel(PreTrainedModel):
             init.copy_(module.position_ids, torch.arange(module.position_ids.shape[-1]).expand((1, -1)))
 
     def compile_blocks(self, **compile_kwargs):
-        """Regional `torch.compile` of each block in place (`compile_kwargs` go to `torch.compile`); returns the model.
-        Why dynamic shapes and a raised recompile limit: BENCHMARKS.md, "What each optimisation bought"."""
+        """Regional `torch.compile` in place (`compile_kwargs` go to `torch.compile`, e.g. `mode`); returns the model.
+
+        Each distinct block is compiled once, and every application of a shared block reuses its graphs; the
+        pretraining heads with their loss are one more region. Dynamic shapes by default, for CPUs, where padding
+        removal changes the row count every batch; `dynamic=False` where every batch has one shape (a GPU with
+        the collator's `static_shapes`). Why a raised recompile limit: BENCHMARKS.md, "What each optimisation
+        bought"."""
         compile_kwargs = {"dynamic": True, "recompile_limit": 32, **compile_kwargs}
         if "recompile_limit" not in (torch.compile.__kwdefaults__ or {}):  # torch < 2.13: only a global limit
             limit = compile_kwargs.pop("recompile_limit")
@@ -367,6 +372,8 @@ class AlbertHFPreTrainedModel(PreTrainedModel):
         for module in self.modules():
             if isinstance(module, AlbertHFLayer):
                 module.compile(**compile_kwargs)
+        if hasattr(self, "mlm_logits_and_loss"):
+            self.mlm_logits_and_loss = torch.compile(sparse_mlm_logits_and_loss, **compile_kwargs)
         return self
 
     # (Auto class, class path) when a checkpoint of this class must load through an Auto class whose default
@@ -583,6 +590,7 @@ class AlbertHFForPreTraining(AlbertHFPreTrainedModel):
         self.albert = AlbertHFModel(config)
         self.predictions = AlbertHFMLMHead(config)
         self.sop_classifier = AlbertHFSOPHead(config)
+        self.mlm_logits_and_loss = sparse_mlm_logits_and_loss  # `compile_blocks` compiles it
         self.post_init()
 
     def get_output_embeddings(self) -> nn.Linear:
@@ -649,13 +657,13 @@ class AlbertHFForPreTraining(AlbertHFPreTrainedModel):
                 states = sequence_output[:, 1:]
             # padding rows (weight 0) may point at a position without a target: any id serves there
             targets = labels.gather(1, masked_lm_positions).clamp(min=0)
-            prediction_logits, mlm_loss = sparse_mlm_logits_and_loss(
+            prediction_logits, mlm_loss = self.mlm_logits_and_loss(
                 self.predictions, states.flatten(0, 1), targets.flatten(), masked_lm_weights.flatten().float())
             loss = mlm_loss
         elif labels is not None:
             # row-major order of `masked` either way: the positions are ascending within each row
             masked_states = sequence_output[:, 1:][valid] if positions is not None else sequence_output[masked]
-            prediction_logits, mlm_loss = sparse_mlm_logits_and_loss(self.predictions, masked_states, labels[masked])
+            prediction_logits, mlm_loss = self.mlm_logits_and_loss(self.predictions, masked_states, labels[masked])
             loss = mlm_loss
         else:
             prediction_logits = self.predictions(sequence_output)

@@ -17,6 +17,7 @@ import argparse
 import logging
 import os
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,6 +57,9 @@ logger = logging.getLogger("albert_hf.pretraining")
 # Command line: five groups of arguments (HfArgumentParser: `run_pretraining.py args.yaml` works), one namespace.
 
 
+# torch.compile modes (--torch_compile_mode)
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
+
 @dataclass
 class ModelArguments:
     _argument_group_name = "model"  # a heading of --help
@@ -79,8 +83,12 @@ class ModelArguments:
         "(SentencePiece's input_sentence_size; the official recipe: 10,000,000). The sample is held in memory"})
     gradient_checkpointing: bool = field(default=False, metadata={"help": "recompute activations in backward"})
     torch_compile: bool = field(default=False, metadata={
-        "help": "torch.compile each transformer block (`compile_blocks`): one graph for all shared layer "
-        "applications, compiled in seconds; padding removal and the last-block selection stay on"})
+        "help": "torch.compile each distinct transformer block and the MLM head with its loss (`compile_blocks`): "
+        "one graph for all shared layer applications, compiled in seconds; padding removal and the last-block "
+        "selection stay on. Dynamic shapes on CPUs, static on GPUs (one batch shape there)"})
+    torch_compile_mode: str | None = field(default=None, metadata={
+        "help": "torch.compile's mode; as in transformers, giving it turns --torch_compile on. reduce-overhead "
+        "replays CUDA graphs on a GPU", "choices": list(COMPILE_MODES)})
     trust_remote_code: bool = field(default=False, metadata={
         "help": "allow code from --tokenizer_name's repository (a tokenizer class of its own)"})
 
@@ -230,6 +238,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def check_args(args):
     """Fills in the default warm-up; stops with one line on a bad value, path or output folder, before any work."""
+    if args.torch_compile_mode:  # as transformers' TrainingArguments: a mode asks for compiling
+        args.torch_compile = True
     if args.train_files and args.dataset_name:
         raise InputError("pass --train_files or --dataset_name, not both")
     for name in ("max_train_steps", "per_device_train_batch_size", "gradient_accumulation_steps", "max_seq_length"):
@@ -375,13 +385,18 @@ def fit(run: Pretraining, stop: StopOnSignal | None = None) -> FitResult:
     log = MetricsLog(run.output_dir / "metrics.jsonl", accelerator, args.with_tracking)
     progress = tqdm(total=args.max_train_steps, initial=state.step, disable=not accelerator.is_main_process,
                     desc="pretraining", dynamic_ncols=True)
-    eval_metrics, stopped = {}, None
+    eval_metrics, stopped, compiled = {}, None, False
     run.model.train()
     while state.step < args.max_train_steps and stopped is None:
         for micro_batches in accumulation_groups(epoch_batches(run, state), args.gradient_accumulation_steps):
             state.batches_in_epoch += len(micro_batches)
+            began = time.perf_counter()
             counts = training_step(run.model, micro_batches, run.optimizer, run.scheduler, accelerator,
                                    args.max_grad_norm, args.loss_normalization)
+            if args.torch_compile and not compiled:  # the first step compiles
+                compiled = True
+                logger.info("torch.compile: the first step took %.1f s, compiling included",
+                            time.perf_counter() - began)
             state.add_step(counts, micro_batches, accelerator.optimizer_step_was_skipped)
             progress.update(1)
             if state.step % args.logging_steps == 0 or state.step == args.max_train_steps:

@@ -66,11 +66,15 @@ def make_optimizer(model, args):
                            eps=args.adam_epsilon)
 
 
-def compile_note(device: torch.device) -> str | None:
-    """compile_blocks is built for CPUs; on a GPU it measured slower than eager (BENCHMARKS.md, "On a GPU")."""
+def compile_note(device: torch.device, mode: str | None) -> str:
+    """What the start line says of --torch_compile. Its GPU form (static shapes, the heads compiled, a mode) has
+    not been timed on a GPU; the earlier per-block form ran slower than eager there (BENCHMARKS.md, "On a GPU")."""
+    shapes = "static shapes" if device.type == "cuda" else "dynamic shapes"
+    note = f"torch.compile (mode {mode or 'default'}, {shapes}) of each distinct block and the MLM head with its loss"
     if device.type == "cuda":
-        return "--torch_compile: compiled blocks ran 37% slower than eager on an H200 (base, 32 x 128); kept as asked"
-    return None
+        note += ("; on GPUs not yet timed in this form (the earlier per-block form ran 37% slower than eager on an "
+                 "H200 at base, 32 x 128); kept as asked")
+    return note
 
 
 def enable_cpu_fp16(accelerator):
@@ -99,8 +103,10 @@ def build_run_model(args, tokenizer, accelerator, fsdp_request, notes: list[str]
                          "process builds the same weights from --seed")
         model = build_model(args, tokenizer)
     if args.torch_compile:
-        model.compile_blocks()
-        notes += [note for note in [compile_note(accelerator.device)] if note]
+        mode = {"mode": args.torch_compile_mode} if args.torch_compile_mode else {}
+        # one batch shape on CUDA devices (the collator's static_shapes), a new row count every batch elsewhere
+        model.compile_blocks(dynamic=accelerator.device.type != "cuda", **mode)
+        notes.append(compile_note(accelerator.device, args.torch_compile_mode))
     if accelerator.is_fsdp2:  # before the optimizer is built: it must hold the sharded parameters
         shard_model(accelerator, model, send_first_process_weights=first_process_loads)
     return model

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Everything a GPU lease runs, as one command that ends within --total seconds (default 580): the shapes users
-# pretrain at against transformers' ALBERT (bench_gpu.py), the demo recipe forced to fp16 with loss scaling, and
-# pretraining's downstream gain on GLUE (examples/reproduce_downstream.py --gpu). Results go to OUT_DIR as at most
-# 8 files: session.log, bench_gpu.json, demo_fp16.json, downstream.json.
+# Everything a GPU lease runs, as one command that ends within TOTAL_SECONDS (default 580): the shapes users
+# pretrain at against transformers' ALBERT (bench_gpu.py), --torch_compile's modes at two of them, the demo recipe
+# forced to fp16 with loss scaling, and with DOWNSTREAM=1 pretraining's downstream gain on GLUE
+# (examples/reproduce_downstream.py --gpu, about 6 minutes: first run 2026-11-26, docs/downstream.md). Results
+# go to OUT_DIR as at most 8 files: session.log, bench_gpu.json, bench_compile.json, demo_fp16.json,
+# downstream.json.
 #
 #     bash benchmarks/gpu_session.sh OUT_DIR [TOTAL_SECONDS]
 #
@@ -37,6 +39,11 @@ python3 -c "import torch, transformers, accelerate, datasets, pyarrow, tokenizer
 echo "== bench_gpu.py ($(left) s left)"
 timeout 170 python3 benchmarks/bench_gpu.py --out "$out/bench_gpu.json" --time_limit 120
 
+echo "== --torch_compile's modes ($(left) s left)"
+timeout 200 python3 benchmarks/bench_gpu.py --out "$out/bench_compile.json" --shapes base:32x128 base:128x128 \
+    --compile_modes default reduce-overhead --compile_shapes base:32x128 base:128x128 --windows 4 --time_limit 120 \
+    2>&1 | grep -v -E "Warning|warn\(|AUTOTUNE|triton_mm|^\s*$"
+
 echo "== demo recipe in fp16 with loss scaling ($(left) s left)"
 rm -rf /tmp/demo_fp16
 timeout 75 python3 run_pretraining.py --output_dir /tmp/demo_fp16 --overwrite_output_dir --model_config small \
@@ -58,7 +65,9 @@ print(json.dumps({k: v for k, v in summary.items() if k != "eval_curve"}))
 EOF
 
 echo "== downstream: pretrained against random init on GLUE ($(left) s left)"
-if [ -d "$books" ] && [ -d "$glue" ]; then
+if [ "${DOWNSTREAM:-0}" != 1 ]; then
+    echo "skipped (DOWNSTREAM=1 runs it, about 6 minutes)"
+elif [ -d "$books" ] && [ -d "$glue" ]; then
     minutes=$(python3 -c "print(max(1.0, ($(left) - 25) / 60))")
     timeout $(( $(left) - 10 )) python3 examples/reproduce_downstream.py --gpu --train_files "$books" \
         --glue_dir "$glue" --output_dir /tmp/downstream --deadline_minutes "$minutes"

@@ -568,6 +568,45 @@ def test_compiled_blocks_match_eager_in_every_layout_and_never_fall_back_to_eage
             assert graphs[0] > 0  # the blocks did compile
             assert graphs[2] == graphs[1], (training, grad)  # a new pack size and masked-token count: no new graph
     assert dynamo_counters["stats"]["unique_graphs"] > 8  # the workload did need more graphs than torch's default
+    assert not dynamo_counters["graph_break"], dict(dynamo_counters["graph_break"])
+
+
+@pytest.mark.compiles
+def test_compiled_blocks_in_the_gpu_form_compile_each_region_once_without_breaks(dynamo_counters):
+    """compile_blocks as run_pretraining uses it on a GPU: static shapes (dynamic=False), padding removal off, the
+    collator's fixed-size masked positions. Each distinct block is one compiled region (two shared groups here, 4
+    layers), so is the MLM head with its loss; no graph breaks; after the first training step no new graph; the
+    loss and gradients are eager's."""
+    from albert_hf.data_collator import fixed_size_positions
+
+    config = tiny_config(num_hidden_groups=2, unpad_inputs=False, hidden_dropout_prob=0.0,
+                         attention_probs_dropout_prob=0.0, classifier_dropout_prob=0.0)
+    eager = AlbertHFForPreTraining(config).train()
+    compiled = AlbertHFForPreTraining(config).train()
+    compiled.load_state_dict(eager.state_dict())
+    compiled.compile_blocks(dynamic=False)
+    regions = [name for name, module in compiled.named_modules() if module._compiled_call_impl is not None]
+    assert regions == ["albert.encoder.albert_layer_groups.0.albert_layers.0",
+                       "albert.encoder.albert_layer_groups.1.albert_layers.0"]
+    assert compiled.mlm_logits_and_loss is not eager.mlm_logits_and_loss  # the head and its loss: a region too
+    graphs = []
+    for step in range(3):
+        inputs = padded_batch(batch=4, length=24, real_lengths=(24, 9 + step, 17, 3))
+        labels = mlm_labels(inputs["input_ids"], every=3 + step).masked_fill(~inputs["attention_mask"].bool(), -100)
+        positions, weights = (torch.from_numpy(a) for a in fixed_size_positions(labels.numpy(), 8))
+        extra = dict(labels=labels, sentence_order_label=torch.arange(4) % 2, masked_lm_positions=positions,
+                     masked_lm_weights=weights)
+        a, b = compiled(**inputs, **extra), eager(**inputs, **extra)
+        torch.testing.assert_close(a.loss, b.loss, rtol=1e-5, atol=1e-6)
+        compiled.zero_grad(), eager.zero_grad()
+        a.loss.backward(), b.loss.backward()
+        grads = dict(eager.named_parameters())
+        for name, param in compiled.named_parameters():
+            torch.testing.assert_close(param.grad, grads[name].grad, rtol=1e-4, atol=1e-6, msg=name)
+        graphs.append(dynamo_counters["stats"]["unique_graphs"])
+    assert not dynamo_counters["graph_break"], dict(dynamo_counters["graph_break"])
+    # the block without and with the last block's positions, and the head with its loss
+    assert graphs == [3, 3, 3]
 
 
 @pytest.mark.compiles
