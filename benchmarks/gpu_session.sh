@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Everything a GPU lease runs, as one command that ends within TOTAL_SECONDS (default 580): the shapes users
-# pretrain at against transformers' ALBERT (bench_gpu.py), --torch_compile's modes at two of them, the demo recipe
+# pretrain at against transformers' ALBERT (bench_gpu.py), the loader alone at the same shapes (bench_input.py),
+# --torch_compile's modes at two of them, the demo recipe
 # forced to fp16 with loss scaling, and with DOWNSTREAM=1 pretraining's downstream gain on GLUE
 # (examples/reproduce_downstream.py --gpu, about 6 minutes: first run 2026-11-26, docs/downstream.md). Results
-# go to OUT_DIR as at most 8 files: session.log, bench_gpu.json, bench_compile.json, demo_fp16.json,
-# downstream.json.
+# go to OUT_DIR as at most 8 files: session.log, bench_gpu.json, bench_input.json, bench_compile.json,
+# demo_fp16.json, downstream.json.
 #
 #     bash benchmarks/gpu_session.sh OUT_DIR [TOTAL_SECONDS]
 #
@@ -38,6 +39,10 @@ python3 -c "import torch, transformers, accelerate, datasets, pyarrow, tokenizer
 
 echo "== bench_gpu.py ($(left) s left)"
 timeout 170 python3 benchmarks/bench_gpu.py --out "$out/bench_gpu.json" --time_limit 120
+
+echo "== bench_input.py: the loader alone on this machine's cores ($(left) s left)"
+timeout 60 python3 benchmarks/bench_input.py --gpu_json "$out/bench_gpu.json" --out "$out/bench_input.json" \
+    $([ -d "$books" ] && echo --train_files "$books")
 
 echo "== --torch_compile's modes ($(left) s left)"
 timeout 200 python3 benchmarks/bench_gpu.py --out "$out/bench_compile.json" --shapes base:32x128 base:128x128 \

@@ -86,3 +86,23 @@ def test_bench_gpu_without_a_gpu_says_so_in_one_line(monkeypatch):
     with pytest.raises(SystemExit) as stop:
         bench_gpu.main(["--device", "cuda"])
     assert "torch sees no CUDA device" in str(stop.value.code)
+
+
+def test_bench_input_times_the_gpu_loader_at_each_shape_against_bench_gpu(tmp_path, capsys):
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import bench_input
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    gpu = tmp_path / "gpu.json"  # what bench_gpu.py writes, cut to the fields read
+    gpu.write_text(json.dumps({"shapes": [{"preset": "tiny", "batch": 4, "seq": 32,
+                                           "albert_hf": {"tokens_per_s": 1000.0}}]}))
+    out = tmp_path / "input.json"
+    bench_input.main(["--shapes", "tiny:4x32", "tiny:8x64", "--workers", "0", "--batches", "3", "--vocab_size", "800",
+                      "--gpu_json", str(gpu), "--out", str(out)])
+    first, second = json.loads(out.read_text())["shapes"]
+    assert (first["batch"], first["seq"], second["batch"], second["seq"]) == (4, 32, 8, 64)
+    assert first["loader_tokens_per_s"] > 0 and first["ratio"] == pytest.approx(first["loader_tokens_per_s"] / 1000)
+    assert second["gpu_tokens_per_s"] is None and second["ratio"] is None  # no GPU figure for that shape
+    table = capsys.readouterr().out.splitlines()
+    assert table[-2].startswith("| tiny 4 x 32 | ") and table[-1].endswith("| - | - |")
