@@ -221,3 +221,30 @@ def use_tf32(precision: Precision):
     torch's default (IEEE fp32) is left as it is."""
     if precision.tf32:
         torch.set_float32_matmul_precision("high")
+
+
+# torch's names of its SDPA kernels (torch.nn.attention.SDPBackend), as a start line says them
+SDPA_KERNELS = {"FLASH_ATTENTION": "flash", "EFFICIENT_ATTENTION": "memory-efficient", "CUDNN_ATTENTION": "cuDNN",
+                "MATH": "math (unfused)", "OVERRIDEABLE": "device-specific"}
+
+
+def attention_kernel(config, device: torch.device, dtype: torch.dtype, seq_len: int, training: bool = True) -> str:
+    """The attention a model of `config` runs on `device` at `seq_len` tokens, for a start line: SDPA's kernel as
+    torch itself picks it (`torch._fused_sdp_choice`, on a probe of the run's head size, dtype, dropout and a
+    padding mask), or the stand-ins albert_hf uses instead."""
+    from torch.nn.attention import SDPBackend
+
+    from .modeling_albert_hf import MATMUL_ATTENTION_MAX_LENGTH, use_matmul_attention
+
+    implementation = config._attn_implementation
+    if implementation != "sdpa":
+        return f"attention: {implementation}"
+    heads, head_size = config.num_attention_heads, config.hidden_size // config.num_attention_heads
+    probe = torch.zeros(1, heads, seq_len, head_size, device=device, dtype=dtype)
+    if use_matmul_attention(config, probe, training):
+        return ("attention: matmul + softmax (SDPA's stand-in when training on a CPU at up to "
+                f"{MATMUL_ATTENTION_MAX_LENGTH} tokens)")
+    mask = torch.ones(1, 1, 1, seq_len, device=device, dtype=torch.bool)
+    dropout = config.attention_probs_dropout_prob if training else 0.0
+    chosen = SDPBackend(torch._fused_sdp_choice(probe, probe, probe, mask, dropout, False)).name
+    return f"attention: SDPA's {SDPA_KERNELS.get(chosen, chosen)} kernel"

@@ -38,7 +38,8 @@ from .corpus import LAYOUTS
 from .data_collator import DataCollatorForAlbertPretraining
 from .distributed import check_deepspeed, describe, end_distributed, gather_full_model, make_accelerator
 from .errors import InputError, run_entry_point
-from .hardware import MIXED_PRECISION_CHOICES, Hardware, Precision, choose_precision, detect, use_tf32
+from .hardware import (MIXED_PRECISION_CHOICES, Hardware, Precision, attention_kernel, choose_precision, detect,
+                       use_tf32)
 from .hub import push_folder
 from .optimization import get_official_schedule
 from .preemption import PREEMPTED, StopOnSignal
@@ -347,6 +348,9 @@ def prepare(args) -> Pretraining:
     if args.task == "none":
         notes.append("--task none: the pooler and the sentence-order head are frozen (no loss trains them)")
     model = build_run_model(args, inputs.tokenizer, accelerator, fsdp_request, notes)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(accelerator.mixed_precision, torch.float32)
+    notes.append(attention_kernel(accelerator.unwrap_model(model).config, accelerator.device, dtype,
+                                  args.max_seq_length))
     optimizer = make_optimizer(model, args)
     # The schedule counts optimizer steps; it is stepped by hand (not prepared), once per update, so that it
     # follows the official formula whatever the number of processes.

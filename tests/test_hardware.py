@@ -12,7 +12,7 @@ from unittest import mock
 
 import pytest
 import torch
-from conftest import REPO, THREADS_SAID, run_bounded, subprocess_env
+from conftest import REPO, THREADS_SAID, run_bounded, subprocess_env, tiny_config
 
 from albert_hf import hardware
 from albert_hf.errors import InputError
@@ -210,8 +210,8 @@ def test_run_pretraining_on_a_cpu_without_bf16_units_says_what_it_chose_and_warn
         process_env={**NO_BF16_UNITS, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")})
     assert [result["status"] for result in results] == [0, 0], results
     auto_start, explicit_start = [line for line in done.stderr.splitlines() if "parameters; global batch" in line]
-    assert re.search(rf"; one process \(cpu: [^,]+, AVX2, {THREADS_SAID}\); fp32: this CPU has no bf16 units \(AVX2\)$",
-                     auto_start), auto_start
+    assert re.search(rf"; one process \(cpu: [^,]+, AVX2, {THREADS_SAID}\); fp32: this CPU has no bf16 units \(AVX2\); "
+                     r"attention: [^;]+$", auto_start), auto_start
     results = json.loads((auto / "all_results.json").read_text())
     assert results["mixed_precision"] == "no" and results["precision"] == "fp32: this CPU has no bf16 units (AVX2)"
     assert results["hardware"].endswith(f", AVX2, {THREADS_SAID}") and results["fast_precisions"] == "fp32"
@@ -268,3 +268,23 @@ def test_fine_tuning_with_bf16_on_a_cpu_runs_there_and_warns_once_where_it_is_sl
         with mock.patch.object(finetuning, "detect", return_value=machine), caplog.at_level(logging.WARNING):
             finetuning.setup(args)
         assert len([r for r in caplog.records if "--bf16 on a CPU without bf16 units" in r.getMessage()]) == expected
+
+
+def test_the_start_line_names_the_attention_kernel_torch_picks():
+    from albert_hf import AlbertHFModel
+    from albert_hf.hardware import attention_kernel
+
+    def model_config(**overrides):  # as a built model resolves it (sdpa unless asked otherwise)
+        return AlbertHFModel(tiny_config(max_position_embeddings=512, **overrides)).config
+
+    cpu = torch.device("cpu")
+    config = model_config(attention_probs_dropout_prob=0.0)
+    assert attention_kernel(config, cpu, torch.bfloat16, 128) == (
+        "attention: matmul + softmax (SDPA's stand-in when training on a CPU at up to 256 tokens)")
+    # past 256 tokens, and in evaluation, SDPA itself: torch's CPU flash kernel takes a padding mask, no dropout
+    assert attention_kernel(config, cpu, torch.bfloat16, 512) == "attention: SDPA's flash kernel"
+    assert attention_kernel(config, cpu, torch.float32, 128, training=False) == "attention: SDPA's flash kernel"
+    dropout = model_config(attention_probs_dropout_prob=0.1)
+    assert attention_kernel(dropout, cpu, torch.float32, 512) == "attention: SDPA's math (unfused) kernel"
+    eager = model_config(attn_implementation="eager")
+    assert attention_kernel(eager, cpu, torch.float32, 128) == "attention: eager"
