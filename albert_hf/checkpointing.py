@@ -9,9 +9,10 @@ import pickle
 import shutil
 from pathlib import Path
 
-from accelerate.utils import broadcast_object_list
+from accelerate.utils import broadcast_object_list, gather_object
 
 from .errors import InputError, first_line
+from .storage import StorageError, fault_line, fault_of, folder_bytes
 
 logger = logging.getLogger("albert_hf.pretraining")
 
@@ -97,6 +98,23 @@ class StepCheckpoints:
         self.output_dir = Path(output_dir)
         self.accelerator = accelerator
         self.total_limit = total_limit
+        self.expected_bytes: int | None = None  # a checkpoint's size before the first is written (prepare sets it)
+
+    def intact(self) -> str:
+        """What a run stopped by a failed write can go on from."""
+        found = self.complete()
+        if not found:
+            return "no checkpoint is complete yet: free space (or fix the folder), then run again"
+        return f"{found[-1][1].name} is complete: free space (or fix the folder), then --resume_from_checkpoint latest"
+
+    def agreed_fault(self, fault: str | None, main_only: bool = False) -> str | None:
+        """Every process learns whether any of them (or, `main_only`, the main one) failed its write: a collective
+        every process reaches, so that all stop together and none waits for the others forever."""
+        if self.accelerator.num_processes == 1:
+            return fault
+        if main_only:
+            return broadcast_object_list([fault])[0]
+        return next((found for found in gather_object([fault]) if found), None)
 
     @staticmethod
     def complete_in(output_dir) -> list[tuple[int, Path]]:
@@ -148,7 +166,8 @@ class StepCheckpoints:
             state = json.loads((path / STATE_FILE).read_text())
         except (OSError, RuntimeError, ValueError, KeyError, EOFError, pickle.UnpicklingError,
                 SafetensorError) as error:
-            raise InputError(f"--resume_from_checkpoint {path}: cannot load it: {first_line(error)}") from None
+            raise InputError(f"--resume_from_checkpoint {path}: cannot load it: {first_line(error)}"
+                             f"{self.earlier_than(path)}") from None
         positions = ("step", "epoch", "batches_in_epoch")
         if not isinstance(state, dict) or not all(type(state.get(key)) is int and state[key] >= 0 for key in positions):
             raise InputError(f"--resume_from_checkpoint {path}: {STATE_FILE} does not hold the loop's position "
@@ -160,6 +179,17 @@ class StepCheckpoints:
                 raise InputError(f"--resume_from_checkpoint {path}: the logging window in its training state is "
                                  f"not {window_length} + 2 numbers")
         return state
+
+    @classmethod
+    def earlier_than(cls, path: Path) -> str:
+        """'; the newest earlier checkpoint is ...: --resume_from_checkpoint ...', or nothing when there is none."""
+        match = STEP_DIR.match(Path(path).name)
+        step = int(match.group(1)) if match else None
+        earlier = [found for n, found in cls.complete_in(Path(path).parent)
+                   if found != Path(path) and (step is None or n < step)]
+        if not earlier:
+            return "; no earlier complete checkpoint is beside it"
+        return f"; the newest earlier complete checkpoint is {earlier[-1]}: --resume_from_checkpoint {earlier[-1]}"
 
     def remove_partial(self):
         if self.accelerator.is_main_process and self.output_dir.is_dir():
@@ -187,22 +217,47 @@ class StepCheckpoints:
         exists = (final / STATE_FILE).is_file() if self.accelerator.is_main_process else None
         if broadcast_object_list([exists])[0]:
             return final
-        self.accelerator.save_state(str(tmp))
-        if stream_state is not None:  # each process's own position in its own stream
-            tmp.mkdir(parents=True, exist_ok=True)
-            (tmp / STREAM_STATE_FILE.format(self.accelerator.process_index)).write_text(json.dumps(stream_state))
+        fault = None
+        try:
+            self.accelerator.save_state(str(tmp))
+            if stream_state is not None:  # each process's own position in its own stream
+                tmp.mkdir(parents=True, exist_ok=True)
+                (tmp / STREAM_STATE_FILE.format(self.accelerator.process_index)).write_text(json.dumps(stream_state))
+        except Exception as error:  # noqa: BLE001 - a full disk or a refused folder is reported below; else re-raised
+            fault = fault_of(error)
+            if fault is None:
+                raise
         # save_state has every process write its own files (its random states) and returns without waiting for
         # the others: the folder is renamed only once all of them have written, or a slower process would write
-        # into a folder that is gone (seen with one process delayed).
-        self.accelerator.wait_for_everyone()
-        if self.accelerator.is_main_process:
-            (tmp / STATE_FILE).write_text(json.dumps(state, indent=2))
-            if final.exists():  # an incomplete leftover of the same name
-                shutil.rmtree(final)
-            os.replace(tmp, final)
-            self._rotate()
+        # into a folder that is gone (seen with one process delayed). The collective also tells every process
+        # whether any write failed.
+        fault = self.agreed_fault(fault)
+        if fault is None and self.accelerator.is_main_process:
+            try:
+                (tmp / STATE_FILE).write_text(json.dumps(state, indent=2))
+                if final.exists():  # an incomplete leftover of the same name
+                    shutil.rmtree(final)
+                os.replace(tmp, final)
+                self._rotate()  # only now that the new checkpoint is complete
+            except OSError as error:
+                fault = fault_of(error)
+                if fault is None:
+                    raise
+        fault = self.agreed_fault(fault, main_only=True)
+        if fault is not None:
+            written = folder_bytes(tmp)
+            if self.accelerator.is_main_process:
+                shutil.rmtree(tmp, ignore_errors=True)  # the space it holds is free again at once
+            self.accelerator.wait_for_everyone()
+            needed = max(written, self.expected_bytes or 0, self.newest_bytes())
+            raise StorageError(fault_line(fault, f"the step-{step} checkpoint", self.output_dir, needed,
+                                        self.intact()))
         self.accelerator.wait_for_everyone()
         return final
+
+    def newest_bytes(self) -> int:
+        found = self.complete()
+        return folder_bytes(found[-1][1]) if found else 0
 
     def _rotate(self):
         if self.total_limit:

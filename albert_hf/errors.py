@@ -3,7 +3,8 @@
 Every check of a file, column, label, flag, config or checkpoint raises `InputError` with one line naming what is
 wrong and where. The entry points (`run_pretraining.py`, `run_glue.py`, `run_squad.py`, `run_race.py`, `run_ner.py`,
 `python -m albert_hf.convert`) print it as `error: <message>` and exit with status 2, as argparse does for a bad
-flag. Any other exception is a bug and keeps its traceback.
+flag. A write the machine refuses (a full disk, a read-only folder: storage.py) ends the same way. Any other
+exception is a bug and keeps its traceback.
 """
 
 import os
@@ -69,6 +70,15 @@ def run_entry_point(main, finish=None) -> None:
         status = INPUT_ERROR_STATUS
     except SystemExit as stop:
         status = stop.code
+    except Exception as error:
+        from .storage import unplaced_fault  # storage imports this module
+
+        line = unplaced_fault(error)
+        if line is None:
+            raise
+        # from whichever process failed: the others may not have
+        print(f"error: {line}", file=sys.stderr, flush=True)
+        status = INPUT_ERROR_STATUS
     finally:
         if finish is not None:
             finish()

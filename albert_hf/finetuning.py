@@ -19,12 +19,14 @@ Any albert_hf checkpoint works, and any transformers ALBERT checkpoint (model_ty
 
 import json
 import logging
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 import transformers
+from accelerate.utils import gather_object
 from transformers import (AutoConfig, AutoTokenizer, HfArgumentParser, Trainer, TrainerCallback, TrainingArguments,
                           set_seed)
 from transformers.trainer import TRAINING_ARGS_NAME
@@ -40,6 +42,7 @@ from .hardware import PRECISION_NAMES, bf16_trainer_warning, detect
 from .loading import check_tokenizer, loading
 from .optimization import AdamWeightDecay, get_official_schedule, parameter_groups
 from .preemption import PREEMPTED, StopOnSignal
+from .storage import StorageError, fault_line, fault_of, folder_bytes
 
 logger = logging.getLogger("albert_hf.finetuning")
 
@@ -151,6 +154,33 @@ class AlbertTrainer(Trainer):
         if self.is_fsdp_enabled:  # before the optimizer is built: it must hold the sharded parameters
             self.model = self.model_wrapped = shard_model(
                 self.accelerator, self.model, send_first_process_weights=self.fsdp_request.ram_efficient_loading)
+
+    def _save_checkpoint(self, model, trial):
+        """Trainer's checkpoint; one that a full disk or a refused folder stops is removed (Trainer writes in place),
+        every process stops with one line naming the checkpoint that is complete."""
+        run_dir = Path(self._get_output_dir(trial=trial))
+        folder = run_dir / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        fault = None
+        try:
+            super()._save_checkpoint(model, trial)
+        except Exception as error:  # noqa: BLE001 - a full disk or a refused folder is reported below; else re-raised
+            fault = fault_of(error)
+            if fault is None:
+                raise
+        if self.accelerator.num_processes > 1:  # a collective every process reaches: all stop together
+            fault = next((found for found in gather_object([fault]) if found), None)
+        if fault is None:
+            return
+        written = folder_bytes(folder)
+        if self.is_world_process_zero():
+            shutil.rmtree(folder, ignore_errors=True)
+        self.accelerator.wait_for_everyone()
+        complete = get_last_checkpoint(str(run_dir)) if run_dir.is_dir() else None
+        intact = (f"{Path(complete).name} is complete: free space (or fix the folder), then run the same command "
+                  "again: it resumes from there") if complete else \
+            "no checkpoint is complete yet: free space (or fix the folder), then run again"
+        needed = max(written, folder_bytes(Path(complete)) if complete else 0)
+        raise StorageError(fault_line(fault, f"the step-{self.state.global_step} checkpoint", run_dir, needed, intact))
 
     def _build_accelerator_args(self, **kwargs):
         accelerator_args = super()._build_accelerator_args(**kwargs)

@@ -50,6 +50,7 @@ from .pretraining_output import (MetricsLog, clear_earlier_run, format_metrics, 
                                  write_final_folder)
 from .pretraining_step import (LOSS_NORMALIZATIONS, FitResult, accumulation_groups, epoch_batches, evaluate_and_log,
                                log_window, resume, save_checkpoint, training_step)
+from .storage import StorageError, check_free_space, check_writable, fault_line, fault_of
 
 logger = logging.getLogger("albert_hf.pretraining")
 
@@ -239,6 +240,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def check_args(args):
     """Fills in the default warm-up; stops with one line on a bad value, path or output folder, before any work."""
+    check_writable(Path(args.output_dir), "--output_dir")
     if args.torch_compile_mode:  # as transformers' TrainingArguments: a mode asks for compiling
         args.torch_compile = True
     if args.train_files and args.dataset_name:
@@ -352,6 +354,13 @@ def prepare(args) -> Pretraining:
     notes.append(attention_kernel(accelerator.unwrap_model(model).config, accelerator.device, dtype,
                                   args.max_seq_length))
     optimizer = make_optimizer(model, args)
+    # A checkpoint holds the weights and the optimizer's two moments; the final folder the weights alone.
+    weights = sum(p.numel() * p.element_size() for p in accelerator.unwrap_model(model).parameters())
+    checkpoints.expected_bytes = 3 * weights
+    if args.checkpointing_steps:
+        check_free_space(checkpoints.output_dir, 3 * weights, "one checkpoint", "--output_dir")
+    else:
+        check_free_space(checkpoints.output_dir, weights, "the final model", "--output_dir")
     # The schedule counts optimizer steps; it is stepped by hand (not prepared), once per update, so that it
     # follows the official formula whatever the number of processes.
     scheduler = get_official_schedule(optimizer, args.num_warmup_steps, args.max_train_steps)
@@ -391,33 +400,35 @@ def fit(run: Pretraining, stop: StopOnSignal | None = None) -> FitResult:
                     desc="pretraining", dynamic_ncols=True)
     eval_metrics, stopped, compiled = {}, None, False
     run.model.train()
-    while state.step < args.max_train_steps and stopped is None:
-        for micro_batches in accumulation_groups(epoch_batches(run, state), args.gradient_accumulation_steps):
-            state.batches_in_epoch += len(micro_batches)
-            began = time.perf_counter()
-            counts = training_step(run.model, micro_batches, run.optimizer, run.scheduler, accelerator,
-                                   args.max_grad_norm, args.loss_normalization)
-            if args.torch_compile and not compiled:  # the first step compiles
-                compiled = True
-                logger.info("torch.compile: the first step took %.1f s, compiling included",
-                            time.perf_counter() - began)
-            state.add_step(counts, micro_batches, accelerator.optimizer_step_was_skipped)
-            progress.update(1)
-            if state.step % args.logging_steps == 0 or state.step == args.max_train_steps:
-                log_window(run, state, log, progress)
-            if run.eval_dataloader is not None and args.eval_steps and state.step % args.eval_steps == 0:
-                eval_metrics = evaluate_and_log(run, state.step, log)
-                logger.info("step %d: %s", state.step, format_metrics(eval_metrics))
-            if args.checkpointing_steps and state.step % args.checkpointing_steps == 0:
-                save_checkpoint(run, state)
-            if state.step >= args.max_train_steps:
-                break
-            if stop is not None and stop.agreed(accelerator.device):  # returns at once if just saved
-                stopped = FitResult(eval_metrics, state.step, stop.name, save_checkpoint(run, state))
-                break
-        else:
-            state.next_epoch()
-    progress.close()
+    try:  # closed on the way out too, so that an error line starts on a line of its own
+        while state.step < args.max_train_steps and stopped is None:
+            for micro_batches in accumulation_groups(epoch_batches(run, state), args.gradient_accumulation_steps):
+                state.batches_in_epoch += len(micro_batches)
+                began = time.perf_counter()
+                counts = training_step(run.model, micro_batches, run.optimizer, run.scheduler, accelerator,
+                                       args.max_grad_norm, args.loss_normalization)
+                if args.torch_compile and not compiled:  # the first step compiles
+                    compiled = True
+                    logger.info("torch.compile: the first step took %.1f s, compiling included",
+                                time.perf_counter() - began)
+                state.add_step(counts, micro_batches, accelerator.optimizer_step_was_skipped)
+                progress.update(1)
+                if state.step % args.logging_steps == 0 or state.step == args.max_train_steps:
+                    log_window(run, state, log, progress)
+                if run.eval_dataloader is not None and args.eval_steps and state.step % args.eval_steps == 0:
+                    eval_metrics = evaluate_and_log(run, state.step, log)
+                    logger.info("step %d: %s", state.step, format_metrics(eval_metrics))
+                if args.checkpointing_steps and state.step % args.checkpointing_steps == 0:
+                    save_checkpoint(run, state)
+                if state.step >= args.max_train_steps:
+                    break
+                if stop is not None and stop.agreed(accelerator.device):  # returns at once if just saved
+                    stopped = FitResult(eval_metrics, state.step, stop.name, save_checkpoint(run, state))
+                    break
+            else:
+                state.next_epoch()
+    finally:
+        progress.close()
     if stopped is not None:
         return stopped
     if run.eval_dataloader is not None and (not args.eval_steps or args.max_train_steps % args.eval_steps):
@@ -431,8 +442,19 @@ def finish(run: Pretraining, eval_metrics: dict, completed_steps: int):
     accelerator, args, output_dir = run.accelerator, run.args, run.output_dir
     accelerator.wait_for_everyone()
     final = gather_full_model(accelerator, run.model)
+    fault = None
     if accelerator.is_main_process:
-        write_final_folder(run, final, eval_metrics, completed_steps)
+        try:
+            write_final_folder(run, final, eval_metrics, completed_steps)
+        except Exception as error:  # noqa: BLE001 - a full disk or a refused folder is reported below; else re-raised
+            fault = fault_of(error)
+            if fault is None:
+                raise
+    fault = run.checkpoints.agreed_fault(fault, main_only=True)  # every process stops, none waits
+    if fault is not None:
+        raise StorageError(fault_line(fault, "the final model folder", output_dir, run.checkpoints.expected_bytes // 3,
+                                    run.checkpoints.intact()))
+    if accelerator.is_main_process:
         if args.push_to_hub:
             repo_id = args.hub_model_id or output_dir.name
             pushed = push_folder(output_dir, repo_id, token=args.hub_token, commit_message="End of training")

@@ -22,6 +22,7 @@ from .errors import InputError
 from .hardware import Hardware, Precision
 from .hub import write_json
 from .model_card import write_pretraining_card
+from .storage import fault_of
 
 logger = logging.getLogger("albert_hf.pretraining")
 
@@ -88,11 +89,15 @@ def save_final_model(model, tokenizer, output_dir: Path, args, eval_metrics, glo
     `where` (hardware and precision, `where_trained`) goes into all_results.json and the card."""
     tmp = output_dir / ".tmp-final"
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    write_json(tmp / "all_results.json", {**eval_metrics, **(where or {})})
-    write_pretraining_card(tmp, model, args, global_batch, num_processes, curves,  # metrics: all_results.json
-                           where=where)
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        write_json(tmp / "all_results.json", {**eval_metrics, **(where or {})})
+        write_pretraining_card(tmp, model, args, global_batch, num_processes, curves,  # metrics: all_results.json
+                               where=where)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # a failed write (a full disk) frees its space at once
+        raise
     for path in tmp.iterdir():
         os.replace(path, output_dir / path.name)
     tmp.rmdir()
@@ -156,5 +161,14 @@ class MetricsLog:
         if self.tracking:
             self.accelerator.log(metrics, step=step)
         if self.accelerator.is_main_process:
-            with open(self.path, "a") as f:
-                f.write(json.dumps({"step": step, **metrics}) + "\n")
+            try:
+                with open(self.path, "a") as f:
+                    f.write(json.dumps({"step": step, **metrics}) + "\n")
+            except OSError as error:
+                # Only this process writes the log: stopping here would leave the others waiting in the next
+                # step's collectives. The run goes on; the next checkpoint stops every process together if the
+                # disk is still full.
+                fault = fault_of(error)
+                if fault is None:
+                    raise
+                logger.warning("%s: %s; the metrics of step %d are not in it", self.path, fault, step)
