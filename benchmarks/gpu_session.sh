@@ -10,7 +10,10 @@
 #     bash benchmarks/gpu_session.sh OUT_DIR [TOTAL_SECONDS]
 #
 # Run from the repository root. Wheels in .whl/ (packages the GPU image lacks, e.g. datasets) are installed first
-# into /tmp/site. The downstream part reads a folder of plain-text books ($BOOKS, default books/) and the original
+# into /tmp/site. The 2026-11-26 lease (an image with torch 2.11 and transformers 5.17) needed these, fetched for
+# Python 3.12 with `pip download --no-deps --only-binary=:all: --python-version 3.12 --platform
+# manylinux_2_17_x86_64 -d .whl ...`: datasets==5.2.0 evaluate==0.4.6 dill==0.4.1 multiprocess==0.70.19
+# sentencex==1.0.32 transformers==5.24.0. The downstream part reads a folder of plain-text books ($BOOKS, default books/) and the original
 # GLUE download ($GLUE_DIR, default glue_data/), both git-ignored here and carried to the GPU machine; without
 # them it is skipped and says so.
 set -u
