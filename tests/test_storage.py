@@ -162,3 +162,22 @@ def test_an_unloadable_checkpoint_names_the_newest_earlier_complete_one(tmp_path
         f"; the newest earlier complete checkpoint is {tmp_path / 'step_6'}: --resume_from_checkpoint "
         f"{tmp_path / 'step_6'}")
     assert StepCheckpoints.earlier_than(tmp_path / "step_3") == "; no earlier complete checkpoint is beside it"
+
+
+@pytest.mark.parametrize("mode, failing", [("DDP", ".tmp-step_6/model"),  # only the first process writes it
+                                           ("FSDP", ".tmp-step_6/random_states_1")])  # only the second does
+@pytest.mark.trains
+@pytest.mark.launched
+def test_under_ddp_and_fsdp_every_process_stops_at_the_failed_checkpoint_and_none_waits(tmp_path, mode, failing):
+    from test_distributed import DDP, FSDP
+
+    launcher = {"DDP": DDP, "FSDP": FSDP}[mode]
+    run = tmp_path / "run"
+    done = run_bounded([*launcher, FAILING_WRITES, failing, SCRIPT, "--output_dir", run, *FAST, *RESUME_ARGS,
+                        "--per_device_train_batch_size", "4"], 300, cwd=tmp_path, env=subprocess_env())
+    assert done.returncode != 0
+    line = error_line(done)  # one line, from the first process, whichever process failed
+    assert "writing the step-6 checkpoint" in line and line.endswith(
+        "step_3 is complete: free space (or fix the folder), then --resume_from_checkpoint latest"), line
+    assert "[rank" not in done.stderr, done.stderr[-3000:]  # no worker traceback
+    assert not list(run.glob(".tmp-*")) and (run / "step_3" / STATE_FILE).is_file()
