@@ -42,7 +42,7 @@ from .hardware import PRECISION_NAMES, bf16_trainer_warning, detect
 from .loading import check_tokenizer, loading
 from .optimization import AdamWeightDecay, get_official_schedule, parameter_groups
 from .preemption import PREEMPTED, StopOnSignal
-from .storage import StorageError, fault_line, fault_of, folder_bytes
+from .storage import StorageError, check_writable, fault_line, fault_of, folder_bytes
 
 logger = logging.getLogger("albert_hf.finetuning")
 
@@ -287,6 +287,7 @@ def setup(training_args: TrainingArguments) -> str | None:
         logger.warning(slow)
     set_seed(training_args.seed)
     output_dir = Path(training_args.output_dir)
+    check_writable(output_dir, "--output_dir")  # before the data is read
     last_checkpoint = None
     if training_args.do_train and output_dir.is_dir() and not getattr(training_args, "overwrite_output_dir", False):
         last_checkpoint = get_last_checkpoint(str(output_dir))

@@ -45,7 +45,8 @@ from .optimization import get_official_schedule
 from .preemption import PREEMPTED, StopOnSignal
 from .pretraining_data import TASKS as PAIR_TASKS
 from .pretraining_inputs import build_inputs, check_train_files, preprocess
-from .pretraining_model import OPTIMIZERS, build_run_model, check_positions, enable_cpu_fp16, make_optimizer
+from .pretraining_model import (OPTIMIZERS, build_run_model, check_positions, enable_cpu_fp16, make_optimizer,
+                                planned_weight_bytes)
 from .pretraining_output import (MetricsLog, clear_earlier_run, format_metrics, start_logging, start_tracking,
                                  write_final_folder)
 from .pretraining_step import (LOSS_NORMALIZATIONS, FitResult, accumulation_groups, epoch_batches, evaluate_and_log,
@@ -338,6 +339,12 @@ def setup(args):
     output_dir.mkdir(parents=True, exist_ok=True)
     checkpoints = StepCheckpoints(output_dir, accelerator, args.checkpoints_total_limit)
     checkpoints.remove_partial()
+    # Before the corpus is read: room for one checkpoint (the weights and the optimizer's two moments), or without
+    # checkpoints for the final model, estimated from the config the run will build.
+    weights = planned_weight_bytes(args)
+    if weights is not None:
+        needed, what = (3 * weights, "one checkpoint") if args.checkpointing_steps else (weights, "the final model")
+        check_free_space(output_dir, needed, what, "--output_dir")
     return hardware, precision, accelerator, fsdp_request, checkpoints
 
 
@@ -354,13 +361,9 @@ def prepare(args) -> Pretraining:
     notes.append(attention_kernel(accelerator.unwrap_model(model).config, accelerator.device, dtype,
                                   args.max_seq_length))
     optimizer = make_optimizer(model, args)
-    # A checkpoint holds the weights and the optimizer's two moments; the final folder the weights alone.
-    weights = sum(p.numel() * p.element_size() for p in accelerator.unwrap_model(model).parameters())
-    checkpoints.expected_bytes = 3 * weights
-    if args.checkpointing_steps:
-        check_free_space(checkpoints.output_dir, 3 * weights, "one checkpoint", "--output_dir")
-    else:
-        check_free_space(checkpoints.output_dir, weights, "the final model", "--output_dir")
+    # A checkpoint holds the weights and the optimizer's two moments (for the line a failed write gives).
+    checkpoints.expected_bytes = 3 * sum(p.numel() * p.element_size()
+                                         for p in accelerator.unwrap_model(model).parameters())
     # The schedule counts optimizer steps; it is stepped by hand (not prepared), once per update, so that it
     # follows the official formula whatever the number of processes.
     scheduler = get_official_schedule(optimizer, args.num_warmup_steps, args.max_train_steps)

@@ -46,6 +46,23 @@ def build_model(args, tokenizer):
     return finish_model(model, args, tokenizer)
 
 
+def planned_weight_bytes(args) -> int | None:
+    """The fp32 weights' size of the model the run will build, before the tokenizer or the corpus is read (with
+    --vocab_size for a vocabulary still to be trained), counted on the meta device; None when the config cannot
+    be read yet (build_model then says why)."""
+    try:
+        if args.model_name_or_path or args.config_name:
+            config = AlbertHFConfig.from_pretrained(args.model_name_or_path or args.config_name)
+        else:
+            config = AlbertHFConfig.from_preset(args.model_config, vocab_size=args.vocab_size)
+        if args.sharing:
+            config = AlbertHFConfig(**{**config.to_diff_dict(), "sharing": args.sharing})
+    except (OSError, ValueError):
+        return None
+    with torch.device("meta"):
+        return 4 * sum(p.numel() for p in AlbertHFForPreTraining(config).parameters())
+
+
 def finish_model(model, args, tokenizer):
     """The checks and settings every built or loaded model gets: vocabulary, special tokens, checkpointing."""
     if len(tokenizer) > model.config.vocab_size:

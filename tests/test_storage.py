@@ -128,12 +128,13 @@ def small_tmpfs(tmp_path):
 def test_on_a_real_small_filesystem_the_start_and_the_second_checkpoint_stop_in_one_line(tmp_path, small_tmpfs,
                                                                                         reference_run):  # noqa: F811 - the imported fixture
     one_checkpoint = sum(f.stat().st_size for f in (reference_run / "step_3").rglob("*") if f.is_file())
-    # Too small for one checkpoint: refused at the start, before the first step.
+    # Too small for one checkpoint: refused at the start, before the corpus is read.
     tiny = small_tmpfs(one_checkpoint // 4)
     done = run_bounded([sys.executable, SCRIPT, "--output_dir", tiny / "run", *FAST, *RESUME_ARGS], 300,
                        cwd=tmp_path, env=subprocess_env())
     line = error_line(done)
     assert done.returncode == 2 and "less than one checkpoint needs" in line, done.stderr[-2000:]
+    assert "Pair building" not in done.stderr and "tokenizer" not in done.stderr  # nothing read or trained
     # Room for one checkpoint and a half: the second fails for real (torch's or safetensors' own full-disk error).
     room = small_tmpfs(int(one_checkpoint * 1.5))
     done = run_bounded([sys.executable, SCRIPT, "--output_dir", room / "run", *FAST, *RESUME_ARGS], 300,
@@ -150,6 +151,20 @@ def test_on_a_real_small_filesystem_the_start_and_the_second_checkpoint_stop_in_
     assert done.returncode == 2 and error_line(done) == (
         f"error: --output_dir {read_only / 'run'}: read-only file system on {read_only}; choose a folder this "
         "process can write")
+
+
+@pytest.mark.trains
+def test_fine_tuning_into_a_read_only_folder_stops_in_one_line_before_reading_data(
+        tmp_path, small_tmpfs, tiny_checkpoint, glue_root):  # noqa: F811 - the imported fixture
+    read_only = small_tmpfs(1_000_000, read_only=True)
+    argv = common_args(tiny_checkpoint, read_only / "rte", "--task_name", "rte", "--data_dir", glue_root,
+                       "--do_train", "--max_steps", 2)
+    done = run_bounded([sys.executable, str(REPO / "run_glue.py"), *map(str, argv)], 300, cwd=tmp_path,
+                       env=subprocess_env())
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert error_line(done) == (f"error: --output_dir {read_only / 'rte'}: read-only file system on {read_only}; "
+                                "choose a folder this process can write")
+    assert " rows from " not in done.stderr  # no data was read
 
 
 def test_an_unloadable_checkpoint_names_the_newest_earlier_complete_one(tmp_path):
