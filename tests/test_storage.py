@@ -196,3 +196,25 @@ def test_under_ddp_and_fsdp_every_process_stops_at_the_failed_checkpoint_and_non
         "step_3 is complete: free space (or fix the folder), then --resume_from_checkpoint latest"), line
     assert "[rank" not in done.stderr, done.stderr[-3000:]  # no worker traceback
     assert not list(run.glob(".tmp-*")) and (run / "step_3" / STATE_FILE).is_file()
+
+
+def test_any_other_refused_write_reaching_an_entry_point_is_one_line_with_the_file_and_free_space(tmp_path, capsys):
+    """Writes no writer of ours reports with its context (a results file, prepared data): the entry point's line."""
+    from albert_hf.errors import run_entry_point
+
+    target = tmp_path / "eval_results.json"
+
+    def full_disk():
+        raise OSError(errno.ENOSPC, "No space left on device", str(target))
+
+    with pytest.raises(SystemExit) as stop:
+        run_entry_point(full_disk)
+    assert stop.value.code == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: no space left on ") and f" writing {target} (" in line and line.endswith(" free)")
+
+    def a_bug():
+        raise OSError(errno.ENOENT, "No such file or directory", str(target))
+
+    with pytest.raises(FileNotFoundError):  # not a machine's refusal: a bug keeps its traceback
+        run_entry_point(a_bug)
