@@ -19,7 +19,8 @@ window is timed with CUDA events. Reported per implementation:
   against the same-run `F.linear` rate at the model's GEMM shapes with this batch's tokens;
 - peak memory of a step: what the step allocates above the memory in use before it, plus the implementation's
   own parameters, gradients and optimizer state;
-- host syncs in one training step (`torch.cuda.set_sync_debug_mode`), for ours.
+- host syncs in one training step (`torch.cuda.set_sync_debug_mode`), and the share of the step that clipping and
+  LAMB's update take (timed apart from the forward and backward), for ours.
 Writes one JSON file (after every shape, so a run stopped by a time limit keeps what it measured) and prints a
 table last. With `--compile_modes`, albert_hf compiled as `run_pretraining.py --torch_compile_mode MODE` compiles
 it on a GPU (`compile_blocks(dynamic=False, mode=MODE)`) runs too, at `--compile_shapes`; each mode's compile time
@@ -120,7 +121,7 @@ def build(preset: str, seq: int, device: torch.device):
 OURS_ONLY = ("masked_lm_positions", "masked_lm_weights")  # the collator's fixed-size positions; transformers has none
 
 
-def train_step(model, optimizer, batch, dtype):
+def forward_backward(model, batch, dtype):
     from albert_hf import AlbertHFPreTrainedModel
 
     if not isinstance(getattr(model, "_orig_mod", model), AlbertHFPreTrainedModel):
@@ -128,9 +129,30 @@ def train_step(model, optimizer, batch, dtype):
     with torch.autocast(batch["input_ids"].device.type, dtype=dtype, enabled=dtype is not None):
         loss = model(**batch).loss
     loss.backward()
+
+
+def update(model, optimizer):
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
+
+
+def train_step(model, optimizer, batch, dtype):
+    forward_backward(model, batch, dtype)
+    update(model, optimizer)
+
+
+def update_share(model, optimizer, batches, dtype, device, steps: int) -> float:
+    """The share of a training step spent in clipping and the optimizer's update, timed apart (CUDA events)."""
+    clock, parts = Clock(device), {"model": 0.0, "update": 0.0}
+    for i in range(steps):
+        clock.start()
+        forward_backward(model, batches[i % 2], dtype)
+        parts["model"] += clock.stop()
+        clock.start()
+        update(model, optimizer)
+        parts["update"] += clock.stop()
+    return parts["update"] / (parts["model"] + parts["update"])
 
 
 def persistent_bytes(model, optimizer) -> int:
@@ -258,6 +280,8 @@ def bench_shape(shape: Shape, batch: int, device, dtype, args, compile_modes: li
                         "peak_gib": step_peak_gib(model, optimizer, batches[0], dtype, device)}
     if "albert_hf" in runners:
         result["albert_hf"]["host_syncs_per_step"] = host_syncs(*runners["albert_hf"], batches[0], dtype, device)
+        result["albert_hf"]["update_share"] = update_share(*runners["albert_hf"], batches, dtype, device,
+                                                           args.window_steps)
     result["gemm_peak_tflops"], result["spec_peak_tflops"], result["flops_per_step"] = gemm, peak, flops
     if "transformers" in runners and "albert_hf" in runners:
         result["ratio"] = result["albert_hf"]["tokens_per_s"] / result["transformers"]["tokens_per_s"]
@@ -274,6 +298,9 @@ def percent(value) -> str:
 def print_table(report: dict):
     print(f"\n{report['device_name']}, {report['mode']}, LAMB; MFU against the spec peak "
           f"({report['spec_peak_tflops'] or 'unknown'} TFLOP/s) and the same-run F.linear rate at the model's shapes")
+    shares = [f"{row['preset']} {row['batch']} x {row['seq']} {percent(row['albert_hf']['update_share'])}"
+              for row in report["shapes"] if "update_share" in row.get("albert_hf", {})]
+    print(f"albert_hf's clipping and LAMB update, share of the step: {', '.join(shares) or '-'}")
     print("| shape | implementation | tokens/s | step ms | TFLOP/s | MFU spec | MFU GEMM | peak GiB | ours/theirs |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for row in report["shapes"]:

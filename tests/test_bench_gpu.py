@@ -76,9 +76,11 @@ def test_bench_gpu_runs_on_the_cpu_and_writes_every_shape(tmp_path, capsys):
             assert cell["tokens_per_s"] > 0 and cell["step_ms"] > 0
             assert 0 < cell["mfu_gemm"] and cell["mfu_spec"] is None  # a CPU has no spec peak in the table
         assert row["ratio"] == pytest.approx(row["albert_hf"]["tokens_per_s"] / row["transformers"]["tokens_per_s"])
+        assert 0 < row["albert_hf"]["update_share"] < 1
         assert row["flops_per_step"] == albert_flops(tiny_config(), row["batch"], row["seq"])
     table = capsys.readouterr().out.splitlines()
     assert table[-1].startswith("| tiny 16 x 32 | albert_hf |") and table[-6].startswith("| shape |")
+    assert table[-7].startswith("albert_hf's clipping and LAMB update, share of the step: tiny 4 x 32 ")
 
 
 def test_bench_gpu_without_a_gpu_says_so_in_one_line(monkeypatch):
