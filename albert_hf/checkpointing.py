@@ -9,10 +9,10 @@ import pickle
 import shutil
 from pathlib import Path
 
-from accelerate.utils import broadcast_object_list, gather_object
+from accelerate.utils import broadcast_object_list
 
 from .errors import InputError, first_line
-from .storage import StorageError, fault_line, fault_of, folder_bytes
+from .storage import StorageError, agreed, fault_line, folder_bytes, refused
 
 logger = logging.getLogger("albert_hf.pretraining")
 
@@ -106,15 +106,6 @@ class StepCheckpoints:
         if not found:
             return "no checkpoint is complete yet: free space (or fix the folder), then run again"
         return f"{found[-1][1].name} is complete: free space (or fix the folder), then --resume_from_checkpoint latest"
-
-    def agreed_fault(self, fault: str | None, main_only: bool = False) -> str | None:
-        """Every process learns whether any of them (or, `main_only`, the main one) failed its write: a collective
-        every process reaches, so that all stop together and none waits for the others forever."""
-        if self.accelerator.num_processes == 1:
-            return fault
-        if main_only:
-            return broadcast_object_list([fault])[0]
-        return next((found for found in gather_object([fault]) if found), None)
 
     @staticmethod
     def complete_in(output_dir) -> list[tuple[int, Path]]:
@@ -217,33 +208,28 @@ class StepCheckpoints:
         exists = (final / STATE_FILE).is_file() if self.accelerator.is_main_process else None
         if broadcast_object_list([exists])[0]:
             return final
-        fault = None
-        try:
+
+        def write_state():
             self.accelerator.save_state(str(tmp))
             if stream_state is not None:  # each process's own position in its own stream
                 tmp.mkdir(parents=True, exist_ok=True)
                 (tmp / STREAM_STATE_FILE.format(self.accelerator.process_index)).write_text(json.dumps(stream_state))
-        except Exception as error:  # noqa: BLE001 - a full disk or a refused folder is reported below; else re-raised
-            fault = fault_of(error)
-            if fault is None:
-                raise
+
+        def complete():
+            (tmp / STATE_FILE).write_text(json.dumps(state, indent=2))
+            if final.exists():  # an incomplete leftover of the same name
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+            self._rotate()  # only now that the new checkpoint is complete
+
         # save_state has every process write its own files (its random states) and returns without waiting for
         # the others: the folder is renamed only once all of them have written, or a slower process would write
         # into a folder that is gone (seen with one process delayed). The collective also tells every process
         # whether any write failed.
-        fault = self.agreed_fault(fault)
+        fault = agreed(self.accelerator, refused(write_state))
         if fault is None and self.accelerator.is_main_process:
-            try:
-                (tmp / STATE_FILE).write_text(json.dumps(state, indent=2))
-                if final.exists():  # an incomplete leftover of the same name
-                    shutil.rmtree(final)
-                os.replace(tmp, final)
-                self._rotate()  # only now that the new checkpoint is complete
-            except OSError as error:
-                fault = fault_of(error)
-                if fault is None:
-                    raise
-        fault = self.agreed_fault(fault, main_only=True)
+            fault = refused(complete)
+        fault = agreed(self.accelerator, fault, main_only=True)
         if fault is not None:
             written = folder_bytes(tmp)
             if self.accelerator.is_main_process:

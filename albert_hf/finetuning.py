@@ -26,7 +26,6 @@ from pathlib import Path
 
 import torch
 import transformers
-from accelerate.utils import gather_object
 from transformers import (AutoConfig, AutoTokenizer, HfArgumentParser, Trainer, TrainerCallback, TrainingArguments,
                           set_seed)
 from transformers.trainer import TRAINING_ARGS_NAME
@@ -42,7 +41,7 @@ from .hardware import PRECISION_NAMES, bf16_trainer_warning, detect
 from .loading import check_tokenizer, loading
 from .optimization import AdamWeightDecay, get_official_schedule, parameter_groups
 from .preemption import PREEMPTED, StopOnSignal
-from .storage import StorageError, check_writable, fault_line, fault_of, folder_bytes
+from .storage import StorageError, agreed, check_writable, fault_line, folder_bytes, refused
 
 logger = logging.getLogger("albert_hf.finetuning")
 
@@ -160,15 +159,7 @@ class AlbertTrainer(Trainer):
         every process stops with one line naming the checkpoint that is complete."""
         run_dir = Path(self._get_output_dir(trial=trial))
         folder = run_dir / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-        fault = None
-        try:
-            super()._save_checkpoint(model, trial)
-        except Exception as error:  # noqa: BLE001 - a full disk or a refused folder is reported below; else re-raised
-            fault = fault_of(error)
-            if fault is None:
-                raise
-        if self.accelerator.num_processes > 1:  # a collective every process reaches: all stop together
-            fault = next((found for found in gather_object([fault]) if found), None)
+        fault = agreed(self.accelerator, refused(lambda: super(AlbertTrainer, self)._save_checkpoint(model, trial)))
         if fault is None:
             return
         written = folder_bytes(folder)

@@ -51,7 +51,7 @@ from .pretraining_output import (MetricsLog, clear_earlier_run, format_metrics, 
                                  write_final_folder)
 from .pretraining_step import (LOSS_NORMALIZATIONS, FitResult, accumulation_groups, epoch_batches, evaluate_and_log,
                                log_window, resume, save_checkpoint, training_step)
-from .storage import StorageError, check_free_space, check_writable, fault_line, fault_of
+from .storage import StorageError, agreed, check_free_space, check_writable, fault_line, refused
 
 logger = logging.getLogger("albert_hf.pretraining")
 
@@ -447,13 +447,8 @@ def finish(run: Pretraining, eval_metrics: dict, completed_steps: int):
     final = gather_full_model(accelerator, run.model)
     fault = None
     if accelerator.is_main_process:
-        try:
-            write_final_folder(run, final, eval_metrics, completed_steps)
-        except Exception as error:  # noqa: BLE001 - a full disk or a refused folder is reported below; else re-raised
-            fault = fault_of(error)
-            if fault is None:
-                raise
-    fault = run.checkpoints.agreed_fault(fault, main_only=True)  # every process stops, none waits
+        fault = refused(lambda: write_final_folder(run, final, eval_metrics, completed_steps))
+    fault = agreed(accelerator, fault, main_only=True)  # every process stops, none waits
     if fault is not None:
         raise StorageError(fault_line(fault, "the final model folder", output_dir, run.checkpoints.expected_bytes // 3,
                                     run.checkpoints.intact()))

@@ -29,17 +29,47 @@ class StorageError(InputError):
     """A write the machine refused; the message is one line naming what is intact and how to go on."""
 
 
+def chain(error: BaseException):
+    """`error`, then what caused it, and so on."""
+    while error is not None:
+        yield error
+        error = error.__cause__ or error.__context__
+
+
 def fault_of(error: BaseException) -> str | None:
     """'no space left', 'read-only file system', ... when `error` (or what caused it) is the machine refusing a
     write; None for any other error."""
-    seen = error
-    while seen is not None:
+    for seen in chain(error):
         if isinstance(seen, OSError) and seen.errno in FAULTS:
             return FAULTS[seen.errno]
         if any(message in str(seen) for message in FULL_DISK_MESSAGES):
             return FAULTS[errno.ENOSPC]
-        seen = seen.__cause__ or seen.__context__
     return None
+
+
+def refused(write) -> str | None:
+    """Runs `write()`; the fault when the machine refused it (see `fault_of`), None when it was written. Any other
+    error is raised as it is."""
+    try:
+        write()
+    except Exception as error:  # noqa: BLE001 - re-raised unless it is a refused write
+        fault = fault_of(error)
+        if fault is None:
+            raise
+        return fault
+    return None
+
+
+def agreed(accelerator, fault: str | None, main_only: bool = False) -> str | None:
+    """Every process learns whether any of them (or, `main_only`, the main one) had a write refused: a collective
+    every process reaches, so that all stop together and none waits for the others forever."""
+    from accelerate.utils import broadcast_object_list, gather_object
+
+    if accelerator.num_processes == 1:
+        return fault
+    if main_only:
+        return broadcast_object_list([fault])[0]
+    return next((found for found in gather_object([fault]) if found), None)
 
 
 def existing_parent(path: Path) -> Path:
@@ -112,8 +142,7 @@ def unplaced_fault(error: BaseException) -> str | None:
     fault = fault_of(error)
     if fault is None:
         return None
-    path = next((e.filename for e in (error, error.__cause__, error.__context__)
-                 if isinstance(e, OSError) and e.filename), None)
+    path = next((e.filename for e in chain(error) if isinstance(e, OSError) and e.filename), None)
     if path is None:
         return f"{fault} while writing: {first_line(error)}"
     return f"{fault} on {mount_point(Path(path))} writing {path} ({megabytes(free_bytes(Path(path)))} free)"
