@@ -29,19 +29,26 @@ def check_positions(args) -> None:
                          f"{positions}")
 
 
+def new_model_config(args) -> AlbertHFConfig:
+    """The config of a model built from scratch: --config_name or the --model_config preset, with --sharing (the
+    caller sets the vocabulary)."""
+    if args.config_name:
+        with loading("--config_name", args.config_name):
+            config = AlbertHFConfig.from_pretrained(args.config_name)
+    else:
+        config = AlbertHFConfig.from_preset(args.model_config)
+    if args.sharing:
+        config = AlbertHFConfig(**{**config.to_diff_dict(), "sharing": args.sharing})
+    return config
+
+
 def build_model(args, tokenizer):
     if args.model_name_or_path:
         with loading("--model_name_or_path", args.model_name_or_path):
             model = AlbertHFForPreTraining.from_pretrained(args.model_name_or_path)
     else:
-        if args.config_name:
-            with loading("--config_name", args.config_name):
-                config = AlbertHFConfig.from_pretrained(args.config_name)
-        else:
-            config = AlbertHFConfig.from_preset(args.model_config)
+        config = new_model_config(args)
         config.vocab_size = len(tokenizer)
-        if args.sharing:
-            config = AlbertHFConfig(**{**config.to_diff_dict(), "sharing": args.sharing})
         model = AlbertHFForPreTraining(config)
     return finish_model(model, args, tokenizer)
 
@@ -51,12 +58,11 @@ def planned_weight_bytes(args) -> int | None:
     --vocab_size for a vocabulary still to be trained), counted on the meta device; None when the config cannot
     be read yet (build_model then says why)."""
     try:
-        if args.model_name_or_path or args.config_name:
-            config = AlbertHFConfig.from_pretrained(args.model_name_or_path or args.config_name)
+        if args.model_name_or_path:
+            config = AlbertHFConfig.from_pretrained(args.model_name_or_path)
         else:
-            config = AlbertHFConfig.from_preset(args.model_config, vocab_size=args.vocab_size)
-        if args.sharing:
-            config = AlbertHFConfig(**{**config.to_diff_dict(), "sharing": args.sharing})
+            config = new_model_config(args)
+            config.vocab_size = args.vocab_size
     except (OSError, ValueError):
         return None
     with torch.device("meta"):
