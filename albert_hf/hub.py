@@ -2,6 +2,7 @@
 
 import json
 import logging
+import os
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -24,4 +25,8 @@ def push_folder(output_dir, repo_id: str, token=None, commit_message: str = "Upl
 
 
 def write_json(path, data: dict) -> None:
-    Path(path).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    """Written whole beside it, then renamed over `path`: a run killed mid-write leaves the previous version."""
+    path = Path(path)
+    tmp = path.with_name(f".tmp-{path.name}")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, path)

@@ -543,17 +543,12 @@ def gpu_summary(args, runs: dict[str, dict[str, list[dict]]]) -> dict:
     return {"tasks": tasks, "average": averages}
 
 
-def write_json(path: Path, data: dict):
-    """Written whole, then renamed over the old file: a run killed mid-write leaves the previous version."""
-    tmp = path.with_name(f".tmp-{path.name}")
-    tmp.write_text(json.dumps(data, indent=2))
-    os.replace(tmp, path)
-
-
 def gpu_finetune(args, out: Path, results: dict, deadline: float | None):
     """Every (seed, task, model) run, seed by seed so that a deadline cuts whole seeds, not whole tasks; the
     results file is rewritten after each run. A run is skipped when, at the longest time a run of its task took so
     far, it would end after the deadline."""
+    from albert_hf.hub import write_json  # written whole, then renamed into place
+
     runs, skipped = results["runs"], results["skipped"]
     rate, started = args.finetune_learning_rates[0], time.perf_counter()
     longest: dict[str, float] = {}
@@ -640,6 +635,8 @@ def print_gpu_table(args, results: dict):
 def gpu_main(args) -> dict:
     """--gpu: pretrain albert_sop, fine-tune it and its random-init twin (GLUE, one learning rate, every seed),
     write OUTPUT_DIR/gpu_results.json after every run, print the table."""
+    from albert_hf.hub import write_json  # written whole, then renamed into place
+
     start = time.perf_counter()
     deadline = None if args.deadline_minutes is None else start + 60 * args.deadline_minutes
     prepare(args, MEDIUM_MODEL)
