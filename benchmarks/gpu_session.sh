@@ -54,9 +54,9 @@ timeout 200 python3 benchmarks/bench_gpu.py --out "$out/bench_compile.json" --sh
 
 echo "== demo recipe in fp16 with loss scaling ($(left) s left)"
 rm -rf /tmp/demo_fp16
-timeout 75 python3 run_pretraining.py --output_dir /tmp/demo_fp16 --overwrite_output_dir --model_config small \
-    --max_seq_length 64 --learning_rate 5e-3 --adam_beta2 0.98 --max_train_steps 700 --eval_steps 175 \
-    --mixed_precision fp16 2>&1 | grep -v -E "^\s*$|it/s\]$" | tail -25
+# the demo recipe as it is, with only the precision and the folder changed
+{ cat recipes/demo.yaml; printf 'mixed_precision: fp16\noutput_dir: /tmp/demo_fp16\n'; } > /tmp/demo_fp16.yaml
+timeout 75 python3 run_pretraining.py /tmp/demo_fp16.yaml 2>&1 | grep -v -E "^\s*$|it/s\]$" | tail -25
 python3 - "$out/demo_fp16.json" <<'EOF'
 import json, math, sys
 from pathlib import Path
