@@ -512,6 +512,23 @@ def test_torch_compile_matches_eager():
     torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-5)
 
 
+def eager_and_compiled(config, **compile_kwargs):
+    """Two pretraining models with the same weights, the second with `compile_blocks(**compile_kwargs)`."""
+    eager = AlbertHFForPreTraining(config)
+    compiled = AlbertHFForPreTraining(config)
+    compiled.load_state_dict(eager.state_dict())
+    return eager, compiled.compile_blocks(**compile_kwargs)
+
+
+def assert_same_gradients(compiled, eager, compiled_loss, eager_loss):
+    """Backward through both losses; every parameter's gradient equal to eager's."""
+    compiled.zero_grad(), eager.zero_grad()
+    compiled_loss.backward(), eager_loss.backward()
+    grads = dict(eager.named_parameters())
+    for name, param in compiled.named_parameters():
+        torch.testing.assert_close(param.grad, grads[name].grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
 @pytest.fixture
 def dynamo_counters():
     """A clean torch.compile state (caches and counters) for the test, and reset afterwards even if it fails."""
@@ -533,10 +550,7 @@ def test_compiled_blocks_match_eager_in_every_layout_and_never_fall_back_to_eage
     torch.manual_seed(0)
     config = tiny_config(num_hidden_groups=2, inner_group_num=2, hidden_dropout_prob=0.0,
                          attention_probs_dropout_prob=0.0, classifier_dropout_prob=0.0)
-    eager = AlbertHFForPreTraining(config)
-    compiled = AlbertHFForPreTraining(config)
-    compiled.load_state_dict(eager.state_dict())
-    compiled.compile_blocks()
+    eager, compiled = eager_and_compiled(config)
     seen = []  # what the (eager) encoder hands the compiled blocks: the rows of its input, whether positions
     compiled.albert.encoder.register_forward_pre_hook(
         lambda module, args: seen.append((args[0].shape[:-1].numel(), args[3] is not None)))
@@ -559,11 +573,7 @@ def test_compiled_blocks_match_eager_in_every_layout_and_never_fall_back_to_eage
                 torch.testing.assert_close(a.prediction_logits, b.prediction_logits, rtol=1e-4, atol=1e-5)
                 torch.testing.assert_close(a.loss, b.loss, rtol=1e-5, atol=1e-6)
                 if grad:
-                    compiled.zero_grad(), eager.zero_grad()
-                    a.loss.backward(), b.loss.backward()
-                    grads = dict(eager.named_parameters())
-                    for name, param in compiled.named_parameters():
-                        torch.testing.assert_close(param.grad, grads[name].grad, rtol=1e-4, atol=1e-6, msg=name)
+                    assert_same_gradients(compiled, eager, a.loss, b.loss)
                 graphs.append(dynamo_counters["stats"]["unique_graphs"])
             assert graphs[0] > 0  # the blocks did compile
             assert graphs[2] == graphs[1], (training, grad)  # a new pack size and masked-token count: no new graph
@@ -581,10 +591,8 @@ def test_compiled_blocks_in_the_gpu_form_compile_each_region_once_without_breaks
 
     config = tiny_config(num_hidden_groups=2, unpad_inputs=False, hidden_dropout_prob=0.0,
                          attention_probs_dropout_prob=0.0, classifier_dropout_prob=0.0)
-    eager = AlbertHFForPreTraining(config).train()
-    compiled = AlbertHFForPreTraining(config).train()
-    compiled.load_state_dict(eager.state_dict())
-    compiled.compile_blocks(dynamic=False)
+    eager, compiled = eager_and_compiled(config, dynamic=False)
+    eager.train(), compiled.train()
     regions = [name for name, module in compiled.named_modules() if module._compiled_call_impl is not None]
     assert regions == ["albert.encoder.albert_layer_groups.0.albert_layers.0",
                        "albert.encoder.albert_layer_groups.1.albert_layers.0"]
@@ -598,11 +606,7 @@ def test_compiled_blocks_in_the_gpu_form_compile_each_region_once_without_breaks
                      masked_lm_weights=weights)
         a, b = compiled(**inputs, **extra), eager(**inputs, **extra)
         torch.testing.assert_close(a.loss, b.loss, rtol=1e-5, atol=1e-6)
-        compiled.zero_grad(), eager.zero_grad()
-        a.loss.backward(), b.loss.backward()
-        grads = dict(eager.named_parameters())
-        for name, param in compiled.named_parameters():
-            torch.testing.assert_close(param.grad, grads[name].grad, rtol=1e-4, atol=1e-6, msg=name)
+        assert_same_gradients(compiled, eager, a.loss, b.loss)
         graphs.append(dynamo_counters["stats"]["unique_graphs"])
     assert not dynamo_counters["graph_break"], dict(dynamo_counters["graph_break"])
     # the block without and with the last block's positions, and the head with its loss
