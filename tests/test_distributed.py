@@ -72,8 +72,7 @@ def test_fsdp_really_shards_and_ends_with_the_ddp_weights(fsdp_run, ddp_run):
 def test_fsdp_killed_mid_run_resumes_from_latest_to_the_uninterrupted_weights(tmp_path, fsdp_run):
     reference, _ = fsdp_run
     interrupted = tmp_path / "interrupted"
-    launcher = pretrain(interrupted, *ARGS, "--per_device_train_batch_size", "4", launcher=FSDP,
-                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    launcher = pretrain(interrupted, *ARGS, "--per_device_train_batch_size", "4", launcher=FSDP, started=tmp_path)
     deadline = time.time() + 300
     while not (interrupted / "step_6" / STATE_FILE).exists():
         assert launcher.poll() is None, "the run ended before it could be killed"
@@ -102,7 +101,7 @@ def test_two_machines_on_localhost_end_with_the_two_process_weights(tmp_path, dd
     machines = [*LAUNCH, "--multi_gpu", "--num_processes", "2", "--num_machines", "2",
                 "--main_process_ip", "127.0.0.1", "--main_process_port", str(free_port())]
     other = pretrain(run, *ARGS, "--per_device_train_batch_size", "4", launcher=[*machines, "--machine_rank", "1"],
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                     started=tmp_path)
     try:
         done = pretrain(run, *ARGS, "--per_device_train_batch_size", "4", launcher=[*machines, "--machine_rank", "0"])
         assert other.wait(timeout=60) == 0

@@ -5,14 +5,13 @@ through Trainer's checkpoint-N."""
 
 import re
 import signal
-import subprocess
 import sys
 import time
 
 import psutil
 import pytest
 import torch
-from conftest import REPO, run_bounded, subprocess_env
+from conftest import REPO, run_bounded, start_process, subprocess_env
 from safetensors.torch import load_file
 from test_distributed import LAUNCH
 from test_pretraining import check_same_weights_and_curve, metrics, pretrain
@@ -73,9 +72,8 @@ def stopped_step(stderr: str) -> int:
 def test_a_stop_signal_saves_the_step_and_resuming_equals_the_uninterrupted_run(tmp_path, reference, signum,
                                                                                  repeat):
     run = tmp_path / "run"
-    with open(tmp_path / "stderr.txt", "w") as err:
-        process = pretrain(run, *ARGS, stdout=subprocess.DEVNULL, stderr=err)
-        sent = signal_once_training(run, process, lambda: [psutil.Process(process.pid)], signum, repeat)
+    process = pretrain(run, *ARGS, started=tmp_path)
+    sent = signal_once_training(run, process, lambda: [psutil.Process(process.pid)], signum, repeat)
     stderr = (tmp_path / "stderr.txt").read_text()
     assert process.returncode == PREEMPTED, stderr[-3000:]
     assert "Traceback" not in stderr
@@ -108,10 +106,8 @@ def test_two_processes_stop_after_the_same_step_whichever_process_is_signalled(t
         return [child for child in psutil.Process(launcher.pid).children(recursive=True)
                 if child.environ().get("RANK") == "1"]
 
-    with open(tmp_path / "stderr.txt", "w") as err:
-        launcher = pretrain(run, *ARGS, "--per_device_train_batch_size", "4", launcher=DDP,
-                            stdout=subprocess.DEVNULL, stderr=err)
-        assert signal_once_training(run, launcher, targets, signal.SIGTERM) == 1
+    launcher = pretrain(run, *ARGS, "--per_device_train_batch_size", "4", launcher=DDP, started=tmp_path)
+    assert signal_once_training(run, launcher, targets, signal.SIGTERM) == 1
     stderr = (tmp_path / "stderr.txt").read_text()
     assert launcher.returncode != 0  # the launcher reports a signal, or its workers' status 75, as its own failure
     if target == "rank 1":
@@ -229,24 +225,23 @@ def test_fine_tuning_stopped_by_a_signal_leaves_a_checkpoint_that_the_same_comma
     launcher, env = glue_launchers[mode], ENV
     reference, run = glue_reference(mode)[0], tmp_path / "run"
 
-    with open(tmp_path / "stdout.txt", "w") as out, open(tmp_path / "stderr.txt", "w") as err:
-        process = subprocess.Popen(glue_command(tiny_checkpoint, rte_folder, run, launcher), env=env,
-                                   stdout=out, stderr=err)
+    process = start_process(glue_command(tiny_checkpoint, rte_folder, run, launcher), env=env,
+                            stdout=tmp_path / "stdout.txt", stderr=tmp_path / "stderr.txt")
 
-        def targets():
-            if processes == 1:
-                return [psutil.Process(process.pid)]
-            return [child for child in psutil.Process(process.pid).children(recursive=True)
-                    if child.environ().get("RANK") == "1"]
+    def targets():
+        if processes == 1:
+            return [psutil.Process(process.pid)]
+        return [child for child in psutil.Process(process.pid).children(recursive=True)
+                if child.environ().get("RANK") == "1"]
 
-        deadline = time.time() + 300
-        # the first step's log: every process is in the training loop, its handlers in place
-        while "'loss'" not in (tmp_path / "stdout.txt").read_text():
-            assert process.poll() is None and time.time() < deadline, (tmp_path / "stderr.txt").read_text()[-3000:]
-            time.sleep(0.02)
-        for target in targets():
-            target.send_signal(signal.SIGTERM)
-        process.wait(timeout=300)
+    deadline = time.time() + 300
+    # the first step's log: every process is in the training loop, its handlers in place
+    while "'loss'" not in (tmp_path / "stdout.txt").read_text():
+        assert process.poll() is None and time.time() < deadline, (tmp_path / "stderr.txt").read_text()[-3000:]
+        time.sleep(0.02)
+    for target in targets():
+        target.send_signal(signal.SIGTERM)
+    process.wait(timeout=300)
     stderr = (tmp_path / "stderr.txt").read_text()
     if processes == 1:
         assert process.returncode == PREEMPTED, stderr[-3000:]

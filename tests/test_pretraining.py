@@ -12,7 +12,7 @@ from unittest import mock
 
 import pytest
 import torch
-from conftest import REPO, check_tokenizer_loads_without_prompt, run_bounded, run_python, subprocess_env
+from conftest import REPO, check_tokenizer_loads_without_prompt, run_bounded, run_python, start_process, subprocess_env
 from safetensors.torch import load_file
 
 from albert_hf.checkpointing import STATE_FILE, StepCheckpoints
@@ -27,11 +27,14 @@ FAST = ["--vocab_size", "500", "--max_seq_length", "64", "--per_device_train_bat
         "--mixed_precision", "no"]  # fp32 whatever the CPU: the precision choice has its own tests (test_hardware)
 
 
-def pretrain(out, *extra, launcher=None, check=True, timeout=300, **popen):
+def pretrain(out, *extra, launcher=None, check=True, timeout=300, started: Path | None = None):
+    """The script run to its end (the finished process), or with `started` (a folder for its stdout.txt and
+    stderr.txt) only started (the running process)."""
     command = (launcher or [sys.executable]) + [SCRIPT, "--output_dir", str(out), *FAST, *extra]
     env = subprocess_env()
-    if popen:
-        return subprocess.Popen(command, env=env, cwd=out.parent, **popen)
+    if started:
+        return start_process(command, env=env, cwd=out.parent, stdout=started / "stdout.txt",
+                             stderr=started / "stderr.txt")
     done = run_bounded(command, timeout, env=env, cwd=out.parent)
     if check:
         assert done.returncode == 0, done.stderr[-4000:]
@@ -277,7 +280,7 @@ def test_dataloader_workers_change_nothing_but_the_speed(tmp_path, reference_run
 @pytest.mark.trains
 def test_sigkill_mid_run_then_resume_ends_with_the_same_weights(tmp_path, reference_run):
     interrupted = tmp_path / "interrupted"
-    process = pretrain(interrupted, *RESUME_ARGS, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = pretrain(interrupted, *RESUME_ARGS, started=tmp_path)
     deadline = time.time() + 300
     while not (interrupted / "step_6" / STATE_FILE).exists():
         assert process.poll() is None, "the run ended before it could be killed"

@@ -4,7 +4,6 @@ process's saved stream position (datasets' state_dict)."""
 
 import logging
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -156,9 +155,8 @@ def test_a_stopped_streaming_run_resumes_to_the_uninterrupted_weights(tmp_path, 
         return [child for child in psutil.Process(process.pid).children(recursive=True)
                 if child.environ().get("RANK") == "1"]
 
-    with open(tmp_path / "stderr.txt", "w") as err:
-        process = pretrain(run, *args, launcher=launcher, stdout=subprocess.DEVNULL, stderr=err)
-        signal_once_training(run, process, targets, signal.SIGTERM)
+    process = pretrain(run, *args, launcher=launcher, started=tmp_path)
+    signal_once_training(run, process, targets, signal.SIGTERM)
     stderr = (tmp_path / "stderr.txt").read_text()
     if processes == 1:
         assert process.returncode == PREEMPTED, stderr[-3000:]

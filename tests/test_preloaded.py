@@ -1,0 +1,92 @@
+"""tests/preloaded.py: a script started through the preloaded interpreter gets what a fresh `python SCRIPT` gets."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import preloaded
+import pytest
+from conftest import run_bounded, start_process, subprocess_env
+
+SCRIPT = """\
+import atexit, json, os, random, sys, threading, time
+import torch, albert_hf
+atexit.register(lambda: print("atexit ran", flush=True))
+threading.Thread(target=lambda: (time.sleep(0.2), print("thread joined", flush=True))).start()
+print(json.dumps({"argv": sys.argv, "cwd": os.getcwd(), "path0": sys.path[0], "name": __name__,
+                  "value": os.environ.get("ALBERT_HF_PROBE"), "pid": os.getpid(), "random": random.random(),
+                  "threads": torch.get_num_threads()}))
+print("to stderr", file=sys.stderr)
+if sys.argv[1] == "fail":
+    raise RuntimeError("the script failed")
+if sys.argv[1] == "wait":
+    time.sleep(60)
+sys.exit(int(sys.argv[1]))
+"""
+
+
+@pytest.fixture
+def script(tmp_path):
+    path = tmp_path / "probe.py"
+    path.write_text(SCRIPT)
+    return path
+
+
+def report(done) -> dict:
+    return json.loads(done.stdout.splitlines()[0])
+
+
+def test_a_served_script_has_its_argv_folder_environment_and_ending(script, tmp_path):
+    assert preloaded.servable([sys.executable, script, "3"], subprocess_env(ALBERT_HF_PROBE="x"), subprocess_env())
+    work = tmp_path / "work"
+    work.mkdir()
+    runs = [run_bounded([sys.executable, script, "3"], 60, cwd=work, env=subprocess_env(ALBERT_HF_PROBE=str(n)))
+            for n in range(2)]
+    first, second = map(report, runs)
+    assert runs[0].returncode == 3
+    assert first["argv"] == [str(script), "3"] and first["name"] == "__main__"
+    assert first["cwd"] == str(work) and first["path0"] == str(tmp_path)
+    assert (first["value"], second["value"]) == ("0", "1")
+    assert first["threads"] == int(subprocess_env()["OMP_NUM_THREADS"])
+    assert first["pid"] != second["pid"] and first["random"] != second["random"]  # seeded afresh, as a new process
+    assert runs[0].stdout.splitlines()[1:] == ["thread joined", "atexit ran"]  # threads joined, then atexit
+    assert runs[0].stderr == "to stderr\n"
+
+
+def test_an_uncaught_exception_prints_its_traceback_and_exits_1(script, tmp_path):
+    done = run_bounded([sys.executable, script, "fail"], 60, cwd=tmp_path, env=subprocess_env())
+    assert done.returncode == 1
+    assert done.stderr.startswith("to stderr\nTraceback (most recent call last):")
+    assert done.stderr.rstrip().endswith("RuntimeError: the script failed")
+
+
+def test_a_signal_reaches_the_served_process(script, tmp_path):
+    process = start_process([sys.executable, script, "wait"], env=subprocess_env(), cwd=tmp_path,
+                            stdout=tmp_path / "out", stderr=tmp_path / "err")
+    assert isinstance(process, preloaded.ForkedProcess)
+    deadline = time.time() + 60
+    while "pid" not in (tmp_path / "out").read_text():
+        assert time.time() < deadline and process.poll() is None
+        time.sleep(0.02)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == -signal.SIGTERM
+
+
+def test_an_environment_read_at_start_up_gets_a_fresh_process(script, tmp_path):
+    for variable in ("OMP_NUM_THREADS", "ATEN_CPU_CAPABILITY", "HF_HOME", "PYTHONPATH", "TORCHINDUCTOR_FREEZING"):
+        assert not preloaded.servable([sys.executable, script, "0"], subprocess_env(**{variable: "2"}),
+                                      subprocess_env()), variable
+    process = start_process([sys.executable, script, "0"], env=subprocess_env(OMP_NUM_THREADS="2"), cwd=tmp_path,
+                            stdout=tmp_path / "out", stderr=tmp_path / "err")
+    assert isinstance(process, subprocess.Popen)
+    assert process.wait(timeout=120) == 0
+    assert json.loads((tmp_path / "out").read_text().splitlines()[0])["threads"] == 2
+
+
+def test_other_interpreters_and_code_strings_are_not_served(script):
+    env = subprocess_env()
+    assert not preloaded.servable(["python3", script], env, env)
+    assert not preloaded.servable([sys.executable, "-c", "print(1)"], env, env)
+    assert preloaded.servable([sys.executable, "-m", "albert_hf.params"], env, env)
