@@ -8,14 +8,16 @@ alignment, entity metrics and the predictions file.
 - Alignment: each word's tag goes to its first SentencePiece piece, the others are ignored (-100), or with
   --label_all_tokens tagged too (a `B-X` continues as `I-X`). Metrics and predictions are per word, from the first
   piece, whichever is used.
-- Metrics: entity precision, recall and F1 as the CoNLL evaluation script (conlleval, seqeval's default mode)
-  counts them: an entity is a maximal span of one type, opened by `B-`/`S-`, or by `I-`/`E-` after another type
-  or `O` (IOB1); plus the token accuracy.
+- Metrics: seqeval's entity precision, recall and F1 in its default mode, which counts entities as the CoNLL
+  evaluation script (conlleval) does and is what transformers' run_ner.py reports: an entity is a maximal span of
+  one type, opened by `B-`/`S-`, or by `I-`/`E-` after another type or `O` (IOB1); plus the word accuracy. A tag
+  without a prefix (`PER`, or a part-of-speech tag) is scored as the inside of its own type.
 """
 
 from __future__ import annotations
 
 import logging
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -254,62 +256,31 @@ def tokenize_function(tokenizer, max_seq_length: int, pad_to_max_length: bool, l
 # Metrics
 
 
-def split_tag(tag: str) -> tuple[str, str]:
-    """('B', 'PER') for 'B-PER', ('O', '') for 'O'; a tag without a prefix is its own type inside ('I', tag)."""
-    if tag == "O":
-        return "O", ""
-    prefix, _, kind = tag.partition("-")
-    if prefix in ("B", "I", "E", "S") and kind:
-        return prefix, kind
-    return "I", tag
-
-
-def entities(tags: list[str]) -> set[tuple[str, int, int]]:
-    """The entities of one sentence's tags as (type, first word, last word), counted as conlleval counts them."""
-    found = set()
-    start = None
-    previous, previous_kind = "O", ""
-    for position, tag in enumerate(list(tags) + ["O"]):
-        prefix, kind = split_tag(tag)
-        ends = start is not None and (
-            previous in ("E", "S") or prefix in ("B", "S", "O") or kind != previous_kind)
-        if ends:
-            found.add((previous_kind, start, position - 1))
-            start = None
-        starts = prefix in ("B", "S") or (prefix in ("I", "E") and (
-            previous in ("E", "S", "O") or kind != previous_kind))
-        if starts:
-            start = position
-        elif prefix == "O":
-            start = None
-        previous, previous_kind = prefix, kind
-    return found
+def with_prefix(tag: str) -> str:
+    """The tag as seqeval reads it, which takes the first letter for the prefix: `I-X` for a tag `X` without one."""
+    if tag == "O" or (tag[:2] in ("B-", "I-", "E-", "S-") and len(tag) > 2):
+        return tag
+    return f"I-{tag}"
 
 
 def entity_scores(gold: list[list[str]], predicted: list[list[str]], per_type: bool = False) -> dict:
-    """precision, recall, f1 over entities (micro-averaged), accuracy over words; per type with `per_type`."""
-    correct, guessed, actual = {}, {}, {}
-    for gold_tags, predicted_tags in zip(gold, predicted):
-        gold_entities, predicted_entities = entities(gold_tags), entities(predicted_tags)
-        for store, found in ((actual, gold_entities), (guessed, predicted_entities),
-                             (correct, gold_entities & predicted_entities)):
-            for kind, _, _ in found:
-                store[kind] = store.get(kind, 0) + 1
+    """precision, recall, f1 over entities (micro-averaged), accuracy over words (seqeval); with `per_type`,
+    `{type}_precision`, `{type}_recall` and `{type}_f1` for each type in the gold tags or the predictions."""
+    from seqeval.metrics import accuracy_score, classification_report
 
-    def scores(right, guesses, truths):
-        precision = right / guesses if guesses else 0.0
-        recall = right / truths if truths else 0.0
-        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-        return {"precision": precision, "recall": recall, "f1": f1}
-
-    words = [(g, p) for gold_tags, predicted_tags in zip(gold, predicted) for g, p in zip(gold_tags, predicted_tags)]
-    result = {**scores(sum(correct.values()), sum(guessed.values()), sum(actual.values())),
-              "accuracy": sum(g == p for g, p in words) / len(words) if words else 0.0}
+    gold = [[with_prefix(tag) for tag in tags] for tags in gold]
+    predicted = [[with_prefix(tag) for tag in tags] for tags in predicted]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # numpy's mean of no types, where there is no entity
+        report = classification_report(gold, predicted, output_dict=True, zero_division=0)
+    totals = report.get("micro avg", {"precision": 0.0, "recall": 0.0, "f1-score": 0.0})  # none without entities
+    result = {"precision": totals["precision"], "recall": totals["recall"], "f1": totals["f1-score"],
+              "accuracy": accuracy_score(gold, predicted)}
     if per_type:
-        for kind in sorted(set(actual) | set(guessed)):
-            for name, value in scores(correct.get(kind, 0), guessed.get(kind, 0), actual.get(kind, 0)).items():
-                result[f"{kind}_{name}"] = value
-    return result
+        for kind in sorted(name for name in report if not name.endswith(" avg")):
+            result.update({f"{kind}_precision": report[kind]["precision"], f"{kind}_recall": report[kind]["recall"],
+                           f"{kind}_f1": report[kind]["f1-score"]})
+    return {name: float(value) for name, value in result.items()}
 
 
 def word_tags(logits, first_pieces, names) -> list[list[str]]:

@@ -14,7 +14,6 @@ from datasets import ClassLabel, Dataset, DatasetDict, Features, Sequence, Value
 from albert_hf.errors import InputError
 from albert_hf.token_classification import (
     continuation_ids,
-    entities,
     entity_scores,
     read_conll,
     tag_names,
@@ -122,13 +121,21 @@ def test_each_word_is_labelled_on_its_first_piece_and_later_pieces_are_ignored_o
 # Metrics
 
 
-def test_entities_as_conlleval_counts_them():
-    assert entities(["B-PER", "I-PER", "O", "B-LOC"]) == {("PER", 0, 1), ("LOC", 3, 3)}
-    assert entities(["I-PER", "I-PER", "I-LOC"]) == {("PER", 0, 1), ("LOC", 2, 2)}  # IOB1: I- opens after a change
-    assert entities(["B-PER", "B-PER"]) == {("PER", 0, 0), ("PER", 1, 1)}
-    assert entities(["S-PER", "B-LOC", "E-LOC", "I-ORG"]) == {("PER", 0, 0), ("LOC", 1, 2), ("ORG", 3, 3)}
-    assert entities(["O", "I-MISC", "I-MISC", "O"]) == {("MISC", 1, 2)}
-    assert entities(["O", "O"]) == set()
+@pytest.mark.parametrize("tags, same_entities", [
+    (["I-PER", "I-PER", "I-LOC"], ["B-PER", "I-PER", "B-LOC"]),  # IOB1: I- opens after another type
+    (["S-PER", "B-LOC", "E-LOC", "I-ORG"], ["B-PER", "B-LOC", "I-LOC", "B-ORG"]),  # IOBES
+    (["O", "I-MISC", "I-MISC", "O"], ["O", "B-MISC", "I-MISC", "O"]),
+    (["PER", "PER", "O", "NN"], ["B-PER", "I-PER", "O", "B-NN"]),  # no prefix: the inside of its own type
+])
+def test_entities_are_counted_as_conlleval_counts_them(tags, same_entities):
+    found = entity_scores([tags], [same_entities], per_type=True)
+    assert (found["precision"], found["recall"], found["f1"]) == (1.0, 1.0, 1.0), found
+
+
+def test_two_b_tags_are_two_entities():
+    found = entity_scores([["B-PER", "B-PER"]], [["B-PER", "I-PER"]])  # 2 gold entities, 1 predicted, none right
+    assert (found["precision"], found["recall"], found["f1"]) == (0.0, 0.0, 0.0)
+    assert entity_scores([["O", "O"]], [["O", "O"]]) == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "accuracy": 1.0}
 
 
 def test_scores_of_seqevals_readme_example_and_a_hand_count():

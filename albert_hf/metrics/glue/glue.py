@@ -9,13 +9,18 @@ Computes what the GLUE benchmark defines for each task (Wang et al., 2019, Table
 - stsb: Pearson and Spearman correlation (`pearson`, `spearmanr`) of the predicted and gold scores.
 - sst2, mnli, mnli_matched, mnli_mismatched, qnli, rte, wnli: `accuracy`.
 
-Everything is written out with numpy (no sklearn/scipy), so the tests can check it against those libraries.
-Degenerate inputs follow sklearn/scipy: MCC and F1 are 0.0 when undefined, correlations nan.
+The scores come from scipy (`pearsonr`, `spearmanr`) and scikit-learn (`matthews_corrcoef`, `f1_score`), as in
+evaluate's own GLUE metric. Degenerate inputs: MCC and F1 are 0.0 when undefined, correlations nan (fewer than
+two rows, or a constant side).
 """
+
+import warnings
 
 import datasets
 import evaluate
 import numpy as np
+from scipy.stats import pearsonr, spearmanr
+from sklearn.metrics import f1_score, matthews_corrcoef
 
 _CITATION = """\
 @inproceedings{wang2019glue,
@@ -44,49 +49,13 @@ def accuracy(predictions, references):
     return float((predictions == references).mean())
 
 
-def f1_positive(predictions, references):
-    """F1 of class 1: 2TP / (2TP + FP + FN)."""
-    true_positives = np.sum((predictions == 1) & (references == 1))
-    false_positives = np.sum((predictions == 1) & (references != 1))
-    false_negatives = np.sum((predictions != 1) & (references == 1))
-    denominator = 2 * true_positives + false_positives + false_negatives
-    return float(2 * true_positives / denominator) if denominator else 0.0
-
-
-def matthews_correlation(predictions, references):
-    """Matthews correlation from the confusion matrix; for K classes the R_K statistic (binary MCC when K = 2)."""
-    classes = np.union1d(predictions, references)
-    total = len(references)
-    correct = np.sum(predictions == references)
-    predicted_counts = np.array([np.sum(predictions == c) for c in classes], dtype=np.float64)
-    true_counts = np.array([np.sum(references == c) for c in classes], dtype=np.float64)
-    covariance = correct * total - predicted_counts @ true_counts
-    variance_product = (total**2 - predicted_counts @ predicted_counts) * (total**2 - true_counts @ true_counts)
-    return float(covariance / np.sqrt(variance_product)) if variance_product > 0 else 0.0
-
-
-def pearson(x, y):
-    x = x - x.mean()
-    y = y - y.mean()
-    denominator = np.sqrt((x @ x) * (y @ y))
-    return float(x @ y / denominator) if denominator > 0 else float("nan")
-
-
-def average_ranks(values):
-    """Ranks 1..n, tied values sharing the mean of their ranks (what Spearman's rho correlates)."""
-    order = np.argsort(values, kind="mergesort")
-    sorted_values = values[order]
-    # Start index of each run of equal values in the sorted order.
-    run_starts = np.flatnonzero(np.r_[True, sorted_values[1:] != sorted_values[:-1]])
-    run_ends = np.r_[run_starts[1:], len(values)]
-    ranks = np.empty(len(values), dtype=np.float64)
-    for start, end in zip(run_starts, run_ends):
-        ranks[order[start:end]] = (start + 1 + end) / 2  # mean of ranks start+1 .. end
-    return ranks
-
-
-def spearman(x, y):
-    return pearson(average_ranks(x), average_ranks(y))
+def correlations(x, y) -> dict:
+    """Pearson and Spearman correlation of two float arrays; nan where undefined, without scipy's warning."""
+    if len(x) < 2:
+        return {"pearson": float("nan"), "spearmanr": float("nan")}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # ConstantInputWarning: the nan says it
+        return {"pearson": float(pearsonr(x, y)[0]), "spearmanr": float(spearmanr(x, y)[0])}
 
 
 @evaluate.utils.file_utils.add_start_docstrings(__doc__, _KWARGS_DESCRIPTION)
@@ -110,11 +79,11 @@ class Glue(evaluate.Metric):
         if len(references) == 0:
             raise ValueError("GLUE metric: no predictions to score")
         task = self.config_name
-        if task in ("cola", "ax"):
-            return {"matthews_correlation": matthews_correlation(predictions, references)}
+        if task in ("cola", "ax"):  # for 3 classes (ax) the multi-class generalisation, Gorodkin's R_K
+            return {"matthews_correlation": float(matthews_corrcoef(references, predictions))}
         if task == "stsb":
-            x, y = predictions.astype(np.float64), references.astype(np.float64)
-            return {"pearson": pearson(x, y), "spearmanr": spearman(x, y)}
-        if task in ("mrpc", "qqp"):
-            return {"accuracy": accuracy(predictions, references), "f1": f1_positive(predictions, references)}
+            return correlations(predictions.astype(np.float64), references.astype(np.float64))
+        if task in ("mrpc", "qqp"):  # F1 of the positive class, 0.0 where nothing is predicted or gold positive
+            return {"accuracy": accuracy(predictions, references),
+                    "f1": float(f1_score(references, predictions, pos_label=1, zero_division=0.0))}
         return {"accuracy": accuracy(predictions, references)}
