@@ -24,12 +24,13 @@ import subprocess
 import sys
 import threading
 
-# Read by a library or the interpreter when it starts, so the server's values would win over the command's.
-STARTUP_VARIABLES = ("OMP_", "MKL_", "KMP_", "GOMP_", "ATEN_", "ONEDNN_", "DNNL_", "PYTHON", "LD_", "MALLOC",
-                     "HF_", "TRANSFORMERS_", "TOKENIZERS_", "TORCH", "CUDA", "NCCL", "TRITON", "XDG_")
-# ... except these, read when used: libraries set the last two in the tests' own process (scikit-learn on import,
-# torch on its first compile).
-READ_WHEN_USED = {"PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR", "KMP_DUPLICATE_LIB_OK"}
+# Read by a library or the interpreter when it starts, so the server's values would win over the command's. (KMP_*
+# belong to Intel's OpenMP, which neither torch's nor scikit-learn's Linux wheels load; scikit-learn sets two on
+# import.)
+STARTUP_VARIABLES = ("OMP_", "MKL_", "GOMP_", "ATEN_", "ONEDNN_", "DNNL_", "PYTHON", "LD_", "MALLOC", "HF_",
+                     "TRANSFORMERS_", "TOKENIZERS_", "TORCH", "CUDA", "NCCL", "TRITON", "XDG_")
+# ... except these, read when used (torch sets the second in the tests' own process on its first compile).
+READ_WHEN_USED = {"PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR"}
 
 PRELOAD = ["torch", "numpy", "transformers", "transformers.trainer", "accelerate", "accelerate.commands.launch",
            "torch.distributed.run", "datasets", "evaluate", "safetensors.torch", "albert_hf"]
