@@ -30,6 +30,7 @@ from albert_hf.finetuning import (
     run_script,
     setup,
     train,
+    wanted_samples,
 )
 
 
@@ -43,11 +44,8 @@ def main(argv=None) -> dict:
     if training_args.paper_hparams:
         recipe = apply_paper_hparams(*race.paper_recipe(data_args), model_args, data_args, training_args, argv)
 
-    wanted = {"train": (training_args.do_train, data_args.max_train_samples),
-              "validation": (training_args.do_eval, data_args.max_eval_samples),
-              "test": (training_args.do_predict, data_args.max_predict_samples)}
     questions = {split: limit(race.load_race_split(data_args, split, model_args.cache_dir, model_args.token), cap)
-                 for split, (needed, cap) in wanted.items() if needed}
+                 for split, cap in wanted_samples(training_args, data_args).items()}
 
     tokenizer, model = load_tokenizer_and_model(model_args, AlbertHFForMultipleChoice)
     fit_max_seq_length(data_args, model.config)

@@ -4,6 +4,7 @@ mistake in them reported as one line naming the flag, key or file (argparse's `e
 import dataclasses
 import enum
 import json
+import os
 import sys
 import types
 import typing
@@ -12,7 +13,12 @@ from pathlib import Path
 import yaml
 from transformers import HfArgumentParser
 
+from .errors import InputError, first_line
+from .storage import unplaced_fault
+
 ARGUMENT_FILE_SUFFIXES = (".json", ".yaml", ".yml")
+# argparse's exit status for a command line it refuses; ours for any input it refuses.
+INPUT_ERROR_STATUS = 2
 
 
 def argument_file(argv) -> Path | None:
@@ -116,3 +122,36 @@ def explicit_arguments(argv, dataclass_types) -> set[str]:
     parser.set_defaults(**{action.dest: unset for action in parser._actions if action.dest != "help"})
     namespace, _ = parser.parse_known_args(argv)
     return {name for name, value in vars(namespace).items() if value is not unset}
+
+
+def is_first_process() -> bool:
+    # The launcher's rank, read from the environment: an InputError can come before accelerate is set up.
+    return os.environ.get("RANK", "0") == "0"
+
+
+def run_entry_point(main, finish=None) -> None:
+    """Run `main()`; an InputError becomes one `error:` line on stderr (from the first process only, under
+    `accelerate launch`: every process checks the same input) and exit status 2. `finish()`, when given, runs after
+    main in every case, before the process exits: the fine-tuning scripts free their process group there. A
+    SystemExit (argparse's own error, a preempted run's status) passes through after `finish`."""
+    status = 0
+    try:
+        main()
+    except InputError as error:
+        if is_first_process():
+            print(f"error: {first_line(error)}", file=sys.stderr, flush=True)
+        status = INPUT_ERROR_STATUS
+    except SystemExit as stop:
+        status = stop.code
+    except Exception as error:
+        line = unplaced_fault(error)
+        if line is None:
+            raise
+        # from whichever process failed: the others may not have
+        print(f"error: {line}", file=sys.stderr, flush=True)
+        status = INPUT_ERROR_STATUS
+    finally:
+        if finish is not None:
+            finish()
+    if status:
+        raise SystemExit(status)

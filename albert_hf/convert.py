@@ -34,7 +34,8 @@ from transformers import PreTrainedConfig
 
 from . import modeling_albert_hf
 from .configuration_albert_hf import AlbertHFConfig
-from .errors import InputError, first_line, run_entry_point
+from .cli import run_entry_point
+from .errors import InputError, first_line
 from .model_card import write_converted_card
 from .tf_checkpoint import TFCheckpoint, resolve_prefix
 
@@ -274,10 +275,9 @@ def _find_spm_model(folder: Path) -> Path | None:
     return models[0] if len(models) == 1 else None
 
 
-def from_tf_checkpoint(checkpoint, out_dir: str, config: str | None = None, spm_model: str | None = None,
-                       tf_head: str | None = None, license: str | None = None):
-    """Convert an official TensorFlow ALBERT checkpoint (a prefix, one of its files, or its folder) into an albert_hf
-    folder; returns the model. Raises ValueError / FileNotFoundError with one line saying what is wrong."""
+def _tf_sources(checkpoint, out_dir: str, config: str | None, spm_model: str | None) -> tuple:
+    """(checkpoint prefix, config file, SentencePiece model or None, WordPiece vocabulary or None) for
+    `from_tf_checkpoint`, each checked; an output folder that is not new and empty stops it too."""
     try:
         prefix = resolve_prefix(checkpoint)
     except FileNotFoundError as error:
@@ -296,10 +296,14 @@ def from_tf_checkpoint(checkpoint, out_dir: str, config: str | None = None, spm_
     spm_path = Path(spm_model) if spm_model else _find_spm_model(folder)
     # albert_zh's *_google_zh releases carry BERT's WordPiece vocabulary instead of a SentencePiece model
     vocab_path = folder / WORDPIECE_VOCAB if spm_path is None and (folder / WORDPIECE_VOCAB).is_file() else None
-
     if Path(out_dir).exists() and any(Path(out_dir).iterdir()):
         raise InputError(f"{out_dir} exists and is not empty; choose a new output directory")
-    reader = TFCheckpoint(prefix)
+    return prefix, config_path, spm_path, vocab_path
+
+
+def _checked_names(reader: TFCheckpoint, prefix) -> tuple[list[str], set[str]]:
+    """(the checkpoint's variables to convert, those skipped: optimizer slots, global_step); a checkpoint in
+    albert_zh's original or BERT's layout stops the conversion."""
     names = reader.names()
     foreign = sorted({match.group(0) for name in names for match in [TF_FOREIGN.search(name)] if match})
     if foreign:
@@ -309,20 +313,15 @@ def from_tf_checkpoint(checkpoint, out_dir: str, config: str | None = None, spm_
             "alone, before H-wide position/token-type embeddings; ALBERT adds E-wide embeddings, then projects with a "
             "bias, so these weights cannot be loaded into it (albert_zh's *_google_zh releases convert)")
     skipped = {name for name in names if name in TF_SKIPPED_NAMES or name.rpartition("/")[2] in TF_SKIPPED_SLOTS}
-    names = [name for name in names if name not in skipped]
-    class_name, head_fields = _tf_head(reader, names, tf_head)
+    return [name for name in names if name not in skipped], skipped
 
-    values = _read_tf_config(config_path)
-    # The official code builds the E->H mapping only when E != H; keep what the checkpoint has.
-    values["project_when_equal"] = "bert/encoder/embedding_hidden_mapping_in/kernel" in names
-    try:
-        albert_config = AlbertHFConfig(**{**values, **head_fields, "architectures": [class_name]})
-    except (TypeError, ValueError) as error:
-        raise InputError(f"--config {config_path}: {first_line(error)}") from None
-    model = getattr(modeling_albert_hf, class_name)(albert_config)
+
+def _place_variables(reader: TFCheckpoint, names: list[str], model, class_name: str, config_path: Path,
+                     prefix) -> tuple[dict, list[str]]:
+    """({state-dict key: (TF variable, transposed)}, variables the model does not use) for `model`; any variable
+    without a place, missing or of the wrong shape stops the conversion, all named in one line."""
     expected = model.state_dict()
     tied = set(getattr(model, "_tied_weights_keys", None) or {})
-
     has_pooler = any(key.startswith(("pooler.", "albert.pooler.")) for key in expected)
     unknown, unused, state, shapes = [], [], {}, []
     for name in names:
@@ -341,7 +340,7 @@ def from_tf_checkpoint(checkpoint, out_dir: str, config: str | None = None, spm_
             shapes.append(f"{name} {list(entry.shape)} (expected {list(wanted)})")
             continue
         state[key] = name, transpose
-    official = tf_variable_names(albert_config)
+    official = tf_variable_names(model.config)
     missing = [official.get(key, key) for key in expected if key not in state and key not in tied]
     problems = []
     if unknown:
@@ -352,21 +351,48 @@ def from_tf_checkpoint(checkpoint, out_dir: str, config: str | None = None, spm_
         problems.append(f"shapes that do not fit {config_path.name}: {', '.join(shapes)}")
     if problems:
         raise InputError(f"{prefix}: " + "; ".join(problems))
+    return state, unused
 
-    if spm_path is not None:  # before anything is written: a tokenizer that does not fit stops the conversion
+
+def _tf_tokenizer(spm_path: Path | None, vocab_path: Path | None, vocab_size: int):
+    """The checkpoint's tokenizer (None without one), checked against the config's vocab_size before anything is
+    written."""
+    if spm_path is not None:
         from .tokenization import tokenizer_from_spm_proto
 
-        tokenizer = tokenizer_from_spm_proto(spm_path.read_bytes(), source=str(spm_path))
-        if len(tokenizer) != albert_config.vocab_size:
-            raise InputError(f"--spm_model {spm_path}: {len(tokenizer)} pieces, but the config's vocab_size is "
-                             f"{albert_config.vocab_size}")
-    if vocab_path is not None:
+        tokenizer, where = tokenizer_from_spm_proto(spm_path.read_bytes(), source=str(spm_path)), \
+            f"--spm_model {spm_path}"
+    elif vocab_path is not None:
         # What albert_zh tells its users to load it with: BERT's tokenizer, lower-cased, one piece per CJK character.
         pieces = vocab_path.read_text(encoding="utf-8").splitlines()
         tokenizer = transformers.BertTokenizer(vocab={piece: i for i, piece in enumerate(pieces)}, do_lower_case=True)
-        if len(tokenizer) != albert_config.vocab_size:
-            raise InputError(f"{vocab_path}: {len(tokenizer)} pieces, but the config's vocab_size is "
-                             f"{albert_config.vocab_size}")
+        where = str(vocab_path)
+    else:
+        return None
+    if len(tokenizer) != vocab_size:
+        raise InputError(f"{where}: {len(tokenizer)} pieces, but the config's vocab_size is {vocab_size}")
+    return tokenizer
+
+
+def from_tf_checkpoint(checkpoint, out_dir: str, config: str | None = None, spm_model: str | None = None,
+                       tf_head: str | None = None, license: str | None = None):
+    """Convert an official TensorFlow ALBERT checkpoint (a prefix, one of its files, or its folder) into an albert_hf
+    folder; returns the model. Raises InputError with one line saying what is wrong, before anything is written."""
+    prefix, config_path, spm_path, vocab_path = _tf_sources(checkpoint, out_dir, config, spm_model)
+    reader = TFCheckpoint(prefix)
+    names, skipped = _checked_names(reader, prefix)
+    class_name, head_fields = _tf_head(reader, names, tf_head)
+    values = _read_tf_config(config_path)
+    # The official code builds the E->H mapping only when E != H; keep what the checkpoint has.
+    values["project_when_equal"] = "bert/encoder/embedding_hidden_mapping_in/kernel" in names
+    try:
+        albert_config = AlbertHFConfig(**{**values, **head_fields, "architectures": [class_name]})
+    except (TypeError, ValueError) as error:
+        raise InputError(f"--config {config_path}: {first_line(error)}") from None
+    model = getattr(modeling_albert_hf, class_name)(albert_config)
+    state, unused = _place_variables(reader, names, model, class_name, config_path, prefix)
+    tokenizer = _tf_tokenizer(spm_path, vocab_path, albert_config.vocab_size)
+    expected = model.state_dict()
     with torch.no_grad():  # every read is checked (size, checksum) before the output folder is made
         for key, (name, transpose) in state.items():
             array = torch.from_numpy(reader.read(name))
@@ -374,16 +400,15 @@ def from_tf_checkpoint(checkpoint, out_dir: str, config: str | None = None, spm_
     model.eval()
     _new_out_dir(out_dir)
     model.save_pretrained(out_dir)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(out_dir)
     if spm_path is not None:
-        tokenizer.save_pretrained(out_dir)
         shutil.copyfile(spm_path, Path(out_dir) / "spiece.model")
-    elif vocab_path is not None:
-        tokenizer.save_pretrained(out_dir)
-    else:
+    if tokenizer is None:
         logger.warning("no SentencePiece model (%s) or %s beside %s and no --spm_model: the folder has no tokenizer",
                        ", ".join(SPM_MODEL_NAMES), WORDPIECE_VOCAB, prefix)
-    write_converted_card(out_dir, source=str(folder), target="albert_hf", model=model,
-                         tokenizer_copied=spm_path is not None or vocab_path is not None, license=license)
+    write_converted_card(out_dir, source=str(prefix.parent), target="albert_hf", model=model,
+                         tokenizer_copied=tokenizer is not None, license=license)
     logger.info("converted %s (%d variables; skipped %d optimizer slots and global_step entries%s) -> %s (%s)",
                 prefix, len(state), len(skipped), f"; unused: {', '.join(unused)}" if unused else "", out_dir,
                 class_name)

@@ -20,8 +20,10 @@ Two ways to run it:
   example therefore always gets the same mask, as in the official static TFRecords (use `dupe_factor` in
   `create_pretraining_pairs` for several static masks of each document).
 
-Labels are -100 where nothing is predicted; AlbertHFForPreTraining gathers `labels != -100` (the sparse head),
-so no `masked_lm_positions` is needed. [CLS], [SEP] and padding are never masked; in dynamic mode no special
+Labels are -100 where nothing is predicted, and AlbertHFForPreTraining can find the predicted positions from them
+(`labels != -100`, the sparse head). With `masked_positions=True` the collator also gives the official fixed-size
+`masked_lm_positions` and `masked_lm_weights`, which run_pretraining uses: the model then reads the positions
+instead of searching the labels. [CLS], [SEP] and padding are never masked; in dynamic mode no special
 token (<unk>, [MASK], <pad>) is either. The official loop, and so static mode, treats <unk> as a normal word.
 """
 

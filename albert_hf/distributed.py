@@ -191,7 +191,7 @@ def make_accelerator(**kwargs) -> tuple[Accelerator, FsdpRequest | None]:
 
 
 def _stop(reason: str):
-    raise InputError(reason)  # printed by the first process only (errors.run_entry_point)
+    raise InputError(reason)  # printed by the first process only (cli.run_entry_point)
 
 
 def _enable_fsdp2_on_cpu(accelerator: Accelerator, plugin: FullyShardedDataParallelPlugin):

@@ -1,19 +1,13 @@
-"""Input the user can fix, and how the entry points report it.
+"""Input the user can fix.
 
 Every check of a file, column, label, flag, config or checkpoint raises `InputError` with one line naming what is
 wrong and where. The entry points (`run_pretraining.py`, `run_glue.py`, `run_squad.py`, `run_race.py`, `run_ner.py`,
 `python -m albert_hf.convert`) print it as `error: <message>` and exit with status 2, as argparse does for a bad
-flag. A write the machine refuses (a full disk, a read-only folder: storage.py) ends the same way. Any other
-exception is a bug and keeps its traceback.
+flag (`cli.run_entry_point`). A write the machine refuses (a full disk, a read-only folder: storage.py) ends the
+same way. Any other exception is a bug and keeps its traceback.
 """
 
-import os
-import sys
 from contextlib import contextmanager
-
-# argparse's exit status for a command line it refuses; ours for any input it refuses.
-INPUT_ERROR_STATUS = 2
-
 
 class InputError(ValueError):
     """Input the user can fix. The message is one line that names the file, field, flag or argument."""
@@ -49,38 +43,3 @@ def datasets_read_errors() -> tuple[type[BaseException], ...]:
 
     return (datasets.exceptions.DatasetGenerationError, pyarrow.ArrowException, OSError, ValueError, TypeError,
             KeyError, StopIteration)
-
-
-def is_first_process() -> bool:
-    # The launcher's rank, read from the environment: an InputError can come before accelerate is set up.
-    return os.environ.get("RANK", "0") == "0"
-
-
-def run_entry_point(main, finish=None) -> None:
-    """Run `main()`; an InputError becomes one `error:` line on stderr (from the first process only, under
-    `accelerate launch`: every process checks the same input) and exit status 2. `finish()`, when given, runs after
-    main in every case, before the process exits: the fine-tuning scripts free their process group there. A
-    SystemExit (argparse's own error, a preempted run's status) passes through after `finish`."""
-    status = 0
-    try:
-        main()
-    except InputError as error:
-        if is_first_process():
-            print(f"error: {first_line(error)}", file=sys.stderr, flush=True)
-        status = INPUT_ERROR_STATUS
-    except SystemExit as stop:
-        status = stop.code
-    except Exception as error:
-        from .storage import unplaced_fault  # storage imports this module
-
-        line = unplaced_fault(error)
-        if line is None:
-            raise
-        # from whichever process failed: the others may not have
-        print(f"error: {line}", file=sys.stderr, flush=True)
-        status = INPUT_ERROR_STATUS
-    finally:
-        if finish is not None:
-            finish()
-    if status:
-        raise SystemExit(status)

@@ -33,12 +33,13 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoin
 
 from . import AlbertHFConfig
 from .analysis.curves import CURVES_FILE, trainer_curves
-from .cli import explicit_arguments, parse_into_dataclasses
+from .cli import explicit_arguments, parse_into_dataclasses, run_entry_point
 from .distributed import (cpu_processes_without_gpus, describe, end_distributed, gather_full_model, requested_mode,
                           shard_model, use_fsdp)
-from .errors import InputError, run_entry_point
+from .errors import InputError
 from .hardware import PRECISION_NAMES, bf16_trainer_warning, detect
 from .loading import check_tokenizer, loading
+from .model_card import write_finetuned_card
 from .optimization import AdamWeightDecay, get_official_schedule, parameter_groups
 from .preemption import PREEMPTED, StopOnSignal
 from .storage import StorageError, agreed, check_writable, fault_line, folder_bytes, refused
@@ -256,12 +257,15 @@ def wanted_splits(training_args) -> list[str]:
     return [split for split, flag in SPLIT_FLAGS.items() if getattr(training_args, flag[2:])]
 
 
-def needed_splits(training_args) -> set[str]:
-    """`wanted_splits`, for a script that reads its data split by split; none at all stops the run."""
-    needed = set(wanted_splits(training_args))
-    if not needed:
+def wanted_samples(training_args, data_args) -> dict[str, int | None]:
+    """{split: its --max_train_samples / --max_eval_samples / --max_predict_samples (None: every row)} for the
+    splits --do_train / --do_eval / --do_predict ask for, in that order; none asked for stops the run."""
+    caps = {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples,
+            "test": data_args.max_predict_samples}
+    wanted = {split: caps[split] for split in wanted_splits(training_args)}
+    if not wanted:
         raise InputError("nothing to do; pass --do_train, --do_eval and/or --do_predict")
-    return needed
+    return wanted
 
 
 def setup(training_args: TrainingArguments) -> str | None:
@@ -441,10 +445,9 @@ def finish(trainer, model_args: ModelArguments, training_args, data_args, paper_
     """Write the model card (README.md: `model_card.write_finetuned_card`, metrics from all_results.json, the
     --paper_hparams recipe when given) and push the output folder when --push_to_hub is set. Nothing contacts the
     Hub unless pushing."""
-    from .model_card import write_finetuned_card
-
     def write_card(**_trainer_card_arguments):
-        write_finetuned_card(trainer, model_args, training_args, data_args, paper_recipe=paper_recipe)
+        write_finetuned_card(trainer, model_args, training_args, data_args, wanted_splits(training_args),
+                             paper_recipe=paper_recipe)
 
     if training_args.do_train and not training_args.no_plots and trainer.is_world_process_zero():
         trainer_curves(trainer.state.log_history, Path(training_args.output_dir) / CURVES_FILE)
@@ -457,12 +460,11 @@ def finish(trainer, model_args: ModelArguments, training_args, data_args, paper_
 
 
 def run_script(main) -> None:
-    """A script's entry point: `main()`, then, in every process of a launched run, the process group is freed while
-    the interpreter is still whole (`distributed.end_distributed`). Without it, Trainer's DDP or FSDP2 model kept
-    the gloo group to the interpreter's exit, where the second process of a two-process run_glue.py once aborted
-    with "terminate called without an active exception" after all its outputs were written. An InputError (its
-    `error:` line and status 2) or a SystemExit (PREEMPTED after a stop signal) ends the process only afterwards:
-    while it is in flight, its traceback keeps main's Trainer, and with it the group, alive."""
+    """A script's entry point: `main()`, then, in every process of a launched run, the process group freed while
+    the interpreter is still whole (`distributed.end_distributed`): a gloo group left to the interpreter's exit can
+    abort the process after its outputs are written. An InputError (its `error:` line, status 2) or a SystemExit
+    (PREEMPTED after a stop signal) ends the process only after that, since its traceback holds main's Trainer and
+    with it the group."""
     run_entry_point(main, finish=end_distributed)
 
 

@@ -21,7 +21,7 @@ from datasets import Dataset, DatasetDict, load_dataset
 from . import text_classification
 from .corpus import check_not_empty, read_with_datasets
 from .errors import InputError
-from .finetuning import OFFICIAL_FINETUNING, check_columns
+from .finetuning import OFFICIAL_FINETUNING, SPLIT_FLAGS, check_columns, limit, load_checkpoint_config, suffixed
 from .metrics import load_glue_metric
 from .model_card import CardDataset, from_sources, hub_dataset_id, limits
 
@@ -326,7 +326,7 @@ def _task_folder(data_dir: Path, task: GlueTask) -> Path:
     return data_dir
 
 
-def load_raw_splits(data_args: GlueDataArguments, needed: set[str], cache_dir=None) -> tuple[DatasetDict, dict]:
+def load_raw_splits(data_args: GlueDataArguments, needed, cache_dir=None, token=None) -> tuple[DatasetDict, dict]:
     """The raw splits of the task and where each came from (for error messages).
 
     `needed` holds split kinds ('train', 'validation', 'test'). Local files (--*_file, then --data_dir) take
@@ -351,7 +351,7 @@ def load_raw_splits(data_args: GlueDataArguments, needed: set[str], cache_dir=No
         logger.info("Loading %s/%s from the Hub (pass --data_dir or --*_file to use local files)",
                     data_args.dataset_name, task.name)
         try:
-            hub = load_dataset(data_args.dataset_name, task.name, cache_dir=cache_dir)
+            hub = load_dataset(data_args.dataset_name, task.name, cache_dir=cache_dir, token=token)
         except ConnectionError as error:
             raise InputError(f"{error}\nOffline? Pass --data_dir (the original GLUE folders) or "
                                   "--train_file/--validation_file/--test_file") from error
@@ -501,3 +501,89 @@ def paper_recipe(task: GlueTask) -> tuple[str, dict]:
         raise InputError(f"--paper_hparams: the official run_glue.sh and the paper have no recipe for {task.name} "
                          f"(tasks: {', '.join(PAPER_HPARAMS)}); give the hyper-parameters explicitly")
     return task.name, {**PAPER_HPARAMS[task.name], **PAPER_COMMON}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# run_glue.py's steps: the task and its splits, tokenizing, the test sets' predictions
+
+# A second dev or test set's metric keys get this suffix, as in transformers' run_glue.py (mnli-mm).
+SUFFIXES = {"validation_mismatched": "_mm", "test_mismatched": "_mm"}
+
+
+def task_and_splits(data_args: GlueDataArguments, model_args, wanted: dict) -> tuple:
+    """(task, raw splits, their sources, the prepared splits cut to their max_samples) for a GLUE --task_name or,
+    without one, for the user's own data, whose task is read from it and from the checkpoint's labels. Sets
+    `data_args.task` to the task. The data is checked before the checkpoint's config is read."""
+    task = data_args.task
+    if task is None:
+        raw_splits, sources = text_classification.load_raw_splits(data_args, wanted, model_args.cache_dir,
+                                                                  model_args.token)
+        task = data_args.task = text_classification.infer_task(
+            raw_splits, sources, data_args, load_checkpoint_config(model_args), model_args.source("config")[1],
+            model_args.ignore_mismatched_sizes)
+        logger.info("Your data: %s", task.describe())
+        splits = prepare_splits(raw_splits, sources, task)
+    else:
+        raw_splits, sources = load_raw_splits(data_args, wanted, model_args.cache_dir, model_args.token)
+        for kind in wanted:
+            if not any(task.split_kind(split) == kind for split in raw_splits):
+                raise InputError(f"{SPLIT_FLAGS[kind]} needs {kind} data for {task.name}: pass --{kind}_file, or a "
+                                 "--data_dir holding "
+                                 f"{[n for split, n in task.tsv_files.items() if task.split_kind(split) == kind]}")
+        splits = prepare_splits(raw_splits, sources, task)
+        check_checkpoint_labels(load_checkpoint_config(model_args), task)
+    splits = {split: limit(dataset, wanted[task.split_kind(split)]) for split, dataset in splits.items()}
+    return task, raw_splits, sources, splits
+
+
+def tokenize_splits(splits: dict, tokenizer, task: GlueTask, data_args: GlueDataArguments, main_process_first) -> dict:
+    """Each split tokenized (`tokenize_function`), with its `label` column only besides the model's inputs."""
+    tokenize = tokenize_function(tokenizer, task, data_args.max_seq_length, data_args.pad_to_max_length)
+    with main_process_first(desc="tokenizing"):
+        return {split: dataset.map(tokenize, batched=True, num_proc=data_args.preprocessing_num_workers,
+                                   remove_columns=[c for c in dataset.column_names if c != "label"],
+                                   load_from_cache_file=not data_args.overwrite_cache, desc=f"Tokenizing {split}")
+                for split, dataset in splits.items()}
+
+
+def data_collator(tokenizer, pad_to_max_length: bool, half_precision: bool):
+    from transformers import DataCollatorWithPadding, default_data_collator
+
+    if pad_to_max_length:
+        return default_data_collator
+    return DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8 if half_precision else None)
+
+
+def labels_of_test_set(raw, task, where: str):
+    """The encoded labels of a test set when it has them all, else None: the GLUE test files have no label
+    column, the Hub's test splits have -1; a file with only some labelled rows gets a warning."""
+    if "label" not in raw.column_names:
+        return None
+    missing = [value is None or str(value).strip() in ("", "-1") for value in raw["label"]]
+    if all(missing):
+        return None
+    if any(missing):
+        logger.warning("%s: %d of %d rows have no label: no metrics (predict_results.json) for it", where,
+                       sum(missing), len(missing))
+        return None
+    return task.encode_labels(raw, where)["label"]
+
+
+def predict_and_write(trainer, task: GlueTask, features: dict, raw_splits, splits: dict, sources: dict,
+                      output_dir) -> dict:
+    """Each test split's submission file (MRPC.tsv, MNLI-m.tsv, ...) in `output_dir`, and the `predict_*` metrics
+    of those whose rows all have labels (a second set's keys suffixed, SUFFIXES), in one dict."""
+    metrics = {}
+    for split in [split for split in features if task.split_kind(split) == "test"]:
+        dataset = features[split]
+        labels = labels_of_test_set(raw_splits[split].select(range(len(dataset))), task, f"{sources[split]} ({split})")
+        if labels is not None:  # then Trainer.predict computes the task metric too
+            dataset = dataset.add_column("label", labels)
+        output = trainer.predict(dataset, metric_key_prefix="predict")
+        indices = splits[split]["idx"] if "idx" in splits[split].column_names else range(len(splits[split]))
+        if trainer.is_world_process_zero():
+            path = task.write_predictions(Path(output_dir) / task.submission_files[split], indices, output.predictions)
+            logger.info("%s predictions: %s", split, path)
+        if labels is not None:
+            metrics.update(suffixed({**output.metrics, "predict_samples": len(dataset)}, SUFFIXES.get(split, "")))
+    return metrics

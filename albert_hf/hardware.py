@@ -248,3 +248,11 @@ def attention_kernel(config, device: torch.device, dtype: torch.dtype, seq_len: 
     dropout = config.attention_probs_dropout_prob if training else 0.0
     chosen = SDPBackend(torch._fused_sdp_choice(probe, probe, probe, mask, dropout, False)).name
     return f"attention: SDPA's {SDPA_KERNELS.get(chosen, chosen)} kernel"
+
+
+def enable_cpu_fp16(accelerator):
+    """accelerate silently trains in fp32 when asked for fp16 on a CPU; torch has CPU fp16 autocast and loss
+    scaling, so turn them on (slow: CPUs have no fp16 matmul units; use bf16 for speed, fp16 for parity with GPU
+    runs). This sets two attributes of the Accelerator before `prepare`; tests/test_pretraining.py checks it."""
+    accelerator.native_amp = True
+    accelerator.scaler = torch.amp.GradScaler("cpu")

@@ -390,15 +390,18 @@ def _paper_recipe_section(recipe) -> str:
             "recipe's.\n\n" + _table(rows))
 
 
-def write_finetuned_card(trainer, model_args, training_args, data_args, paper_recipe=None) -> Path:
+def write_finetuned_card(trainer, model_args, training_args, data_args, splits: list[str],
+                         paper_recipe=None) -> Path:
     """The card of a model fine-tuned by run_glue.py / run_squad.py / run_race.py / run_ner.py, with the metrics of
     output_dir/all_results.json, the license of --license and the resolved --paper_hparams recipe
-    (`finetuning.PaperRecipe`) when given."""
+    (`finetuning.PaperRecipe`) when given.
+
+    Args:
+        splits: the splits the run used ("train", "validation", "test"), which the card's dataset names.
+    """
     pipeline_tag, script = data_args.PIPELINE_TAG, data_args.SCRIPT
     output_dir = Path(training_args.output_dir)
-    from .finetuning import wanted_splits
-
-    dataset = data_args.card_dataset(wanted_splits(training_args))
+    dataset = data_args.card_dataset(splits)
     results = read_results(output_dir)
     found = eval_results(results, dataset, pipeline_tag)
     base = model_args.model_name_or_path

@@ -32,20 +32,20 @@ from transformers import HfArgumentParser
 
 from . import prepared_data
 from .checkpointing import StepCheckpoints, check_output_dir
-from .cli import explicit_arguments, parse_into_dataclasses
+from .cli import explicit_arguments, parse_into_dataclasses, run_entry_point
 from .configuration_albert_hf import PRESETS, SHARING_MODES
 from .corpus import LAYOUTS
 from .data_collator import DataCollatorForAlbertPretraining
 from .distributed import check_deepspeed, describe, end_distributed, gather_full_model, make_accelerator
-from .errors import InputError, run_entry_point
+from .errors import InputError
 from .hardware import (MIXED_PRECISION_CHOICES, Hardware, Precision, attention_kernel, choose_precision, detect,
-                       use_tf32)
+                       enable_cpu_fp16, use_tf32)
 from .hub import push_folder
 from .optimization import get_official_schedule
 from .preemption import PREEMPTED, StopOnSignal
 from .pretraining_data import TASKS as PAIR_TASKS
 from .pretraining_inputs import build_inputs, check_train_files, preprocess
-from .pretraining_model import (OPTIMIZERS, build_run_model, check_positions, enable_cpu_fp16, make_optimizer,
+from .pretraining_model import (OPTIMIZERS, build_run_model, check_positions, make_optimizer,
                                 planned_weight_bytes)
 from .pretraining_output import (MetricsLog, clear_earlier_run, format_metrics, start_logging, start_tracking,
                                  write_final_folder)

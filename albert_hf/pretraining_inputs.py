@@ -303,7 +303,7 @@ def read_pairs(args, accelerator) -> PretrainingData:
                 data = build_data(args, accelerator.process_index, accelerator.num_processes)
         except InputError as error:
             # Raised below by every process at once: a process stopping alone would leave the others waiting in
-            # their next collective, and only the first process prints the line (errors.run_entry_point).
+            # their next collective, and only the first process prints the line (cli.run_entry_point).
             problem = str(error)
     problems = gather_object([problem]) if accelerator.num_processes > 1 else [problem]
     if any(problems):

@@ -95,17 +95,9 @@ def compile_note(device: torch.device, mode: str | None) -> str:
     shapes = "static shapes" if device.type == "cuda" else "dynamic shapes"
     note = f"torch.compile (mode {mode or 'default'}, {shapes}) of each distinct block and the MLM head with its loss"
     if device.type == "cuda":
-        note += ("; on GPUs not yet timed in this form (the earlier per-block form ran 37% slower than eager on an "
-                 "H200 at base, 32 x 128); kept as asked")
+        note += ("; on GPUs not yet timed in this form (the earlier per-block form ran slower than eager on an "
+                 "H200: BENCHMARKS.md, \"On a GPU\"); kept as asked")
     return note
-
-
-def enable_cpu_fp16(accelerator):
-    """accelerate silently trains in fp32 when asked for fp16 on a CPU; torch has CPU fp16 autocast and loss
-    scaling, so turn them on (slow: CPUs have no fp16 matmul units; use bf16 for speed, fp16 for parity with GPU
-    runs). This sets two attributes of the Accelerator before `prepare`; tests/test_pretraining.py checks it."""
-    accelerator.native_amp = True
-    accelerator.scaler = torch.amp.GradScaler("cpu")
 
 
 def build_run_model(args, tokenizer, accelerator, fsdp_request, notes: list[str]) -> torch.nn.Module:

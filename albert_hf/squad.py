@@ -1,5 +1,5 @@
-"""SQuAD v1.1 / v2.0 for run_squad.py: its arguments, the paper's recipe and `SquadTrainer`; the examples and their
-windowed features are in squad_features.py, the post-processing into answers, metrics and files in
+"""SQuAD v1.1 / v2.0 for run_squad.py: the paper's recipe and `SquadTrainer`; the data arguments, the examples and
+their windowed features are in squad_features.py, the post-processing into answers, metrics and files in
 squad_postprocess.py (as transformers' run_qa.py, utils_qa.py and trainer_qa.py).
 
 The recipe is the official ALBERT one (google-research/albert's `squad_utils.py`), on a fast tokenizer's offsets
@@ -23,21 +23,17 @@ choice (--metric_for_best_model f1) and the final evaluation and prediction all 
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
 from datasets import Dataset
 from transformers.trainer_utils import speed_metrics
 
-from .errors import InputError
-from .finetuning import OFFICIAL_FINETUNING, AlbertTrainer, fit_max_seq_length
-from .model_card import CardDataset, from_sources, hub_dataset_id, limits
-from .squad_features import has_gold_answers, model_inputs
-from .squad_postprocess import apply_null_threshold, golds_of, postprocess, squad_metrics
+from .finetuning import OFFICIAL_FINETUNING, AlbertTrainer, fit_max_seq_length, save_results
+from .squad_features import SquadDataArguments, has_gold_answers, model_inputs
+from .squad_postprocess import apply_null_threshold, golds_of, postprocess, squad_metrics, write_outputs
 
 logger = logging.getLogger("albert_hf.squad")
 
@@ -52,100 +48,6 @@ PAPER_HPARAMS = {
                  classifier_dropout_prob=0.1),
 }
 PAPER_COMMON = dict(doc_stride=128, max_query_length=64, n_best_size=20, max_answer_length=30, **OFFICIAL_FINETUNING)
-
-
-# Questions in the official SQuAD files: a file in the official JSON format is that dataset only when it holds them
-# all (SQuAD's JSON is the exchange format of many QA sets, and of partial copies such as half of the v2.0 dev set).
-SQUAD_QUESTIONS = {("1.1", "train"): 87599, ("1.1", "validation"): 10570,
-                   ("v2.0", "train"): 130319, ("v2.0", "validation"): 11873}
-
-
-def is_official_squad(path: Path, version: str, split: str) -> bool:
-    expected = SQUAD_QUESTIONS.get((version, split))
-    if expected is None or path.suffix.lower() != ".json" or not path.is_file():
-        return False
-    try:
-        content = json.loads(path.read_text(encoding="utf-8"))
-        return (str(content.get("version")) == version and expected == sum(
-            len(paragraph["qas"]) for article in content["data"] for paragraph in article["paragraphs"]))
-    except (OSError, ValueError, AttributeError, KeyError, TypeError):
-        return False
-
-
-@dataclass
-class SquadDataArguments:
-    """Data and SQuAD options (names as transformers' run_qa.py; the defaults are the official ALBERT ones)."""
-
-    dataset_name: str | None = field(default=None, metadata={"help": "Hub dataset, e.g. squad or squad_v2"})
-    dataset_config_name: str | None = field(default=None, metadata={"help": "config of the Hub dataset"})
-    train_file: str | None = field(
-        default=None, metadata={"help": "official SQuAD JSON (train-v1.1.json, train-v2.0.json), or the flattened "
-                                        "Hub format as .json/.jsonl/.parquet (id, title, context, question, answers)"})
-    validation_file: str | None = field(default=None, metadata={"help": "as train_file, e.g. dev-v2.0.json"})
-    test_file: str | None = field(
-        default=None, metadata={"help": "as validation_file, for --do_predict (predict_predictions.json); answers "
-                                        "are optional: with them, predict_results.json has the metrics"})
-    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "processes for feature building"})
-    max_seq_length: int = field(default=384, metadata={"help": "pieces per window, question and specials included"})
-    max_query_length: int = field(default=64, metadata={"help": "the question is cut to this many pieces"})
-    doc_stride: int = field(
-        default=128, metadata={"help": "step between the starts of consecutive context windows, in pieces (the "
-                                       "official meaning; run_qa.py passes it to the tokenizer as the overlap)"})
-    max_train_samples: int | None = field(default=None, metadata={"help": "use only the first N training questions"})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "use only the first N eval questions"})
-    max_predict_samples: int | None = field(default=None, metadata={"help": "use only the first N test questions"})
-    version_2_with_negative: bool = field(default=False, metadata={"help": "SQuAD v2.0: some questions have no answer"})
-    null_score_diff_threshold: float = field(
-        default=0.0, metadata={"help": "v2.0: predict no answer when the null odds reach this (>=, as the official "
-                                       "code; span head: null score minus best span score; answerability head: the "
-                                       "classifier logit)"})
-    tune_null_threshold: bool = field(
-        default=False, metadata={"help": "v2.0: use instead the threshold that maximises F1 on the evaluation set "
-                                         "itself (official ALBERT/XLNet practice: the numbers are tuned on dev)"})
-    n_best_size: int = field(default=20, metadata={"help": "candidates kept per question (nbest_predictions.json)"})
-    max_answer_length: int = field(default=30, metadata={"help": "longest answer, in pieces"})
-    answerability_head: bool = field(
-        default=False, metadata={"help": "v2.0: the official ALBERT v2 head (start, end conditioned on the start, "
-                                         "answerability classifier) instead of the plain span head"})
-    start_n_top: int = field(default=5, metadata={"help": "answerability head: beam of start positions"})
-    end_n_top: int = field(default=5, metadata={"help": "answerability head: end positions per start"})
-
-    PIPELINE_TAG, AUTO_CLASS, SCRIPT = "question-answering", "AutoModelForQuestionAnswering", "run_squad.py"
-
-    def card_tags(self) -> list[str]:
-        return ["squad"] + ["squad_v2"] * self.version_2_with_negative
-
-    def card_dataset(self, wanted) -> CardDataset:
-        v2 = self.version_2_with_negative
-        name, official, version = (("SQuAD v2.0", "rajpurkar/squad_v2", "v2.0") if v2
-                                   else ("SQuAD v1.1", "rajpurkar/squad", "1.1"))
-        sources = {}
-        for split in wanted:
-            path = getattr(self, f"{split}_file", None)
-            if path:
-                found = is_official_squad(Path(path), version, split)
-                sources[split] = (official if found else None,
-                                  f"`{Path(path).name}`" + (f" (the official {name} {split} file)" if found else ""))
-            elif self.dataset_name:
-                hub_id = hub_dataset_id(self.dataset_name)
-                sources[split] = (hub_id, f"the Hub's {hub_id}")
-        extra = (f" Windows of {self.max_seq_length} tokens (question: at most {self.max_query_length}), "
-                 f"stride {self.doc_stride}.{limits(self, wanted)}")
-        config = self.dataset_config_name if self.dataset_name else None
-        return from_sources(name, sources, config, extra)
-
-    def __post_init__(self):
-        if self.dataset_name is None and not (self.train_file or self.validation_file or self.test_file):
-            raise InputError("Give --dataset_name (e.g. squad_v2) or --train_file/--validation_file/--test_file")
-        if self.max_seq_length < 5:
-            raise InputError(f"--max_seq_length {self.max_seq_length}: [CLS] question [SEP] context [SEP] needs at "
-                             "least 5 pieces")
-        if self.max_query_length < 1:
-            raise InputError(f"--max_query_length {self.max_query_length}: the question needs at least 1 piece")
-        if self.doc_stride <= 0:
-            raise InputError("doc_stride must be positive")
-        if self.answerability_head and not self.version_2_with_negative:
-            raise InputError("--answerability_head is the SQuAD v2.0 head: pass --version_2_with_negative too")
 
 
 def fit_lengths(data_args: SquadDataArguments, config) -> None:
@@ -253,3 +155,40 @@ class SquadTrainer(AlbertTrainer):
                 metrics[f"{prefix}_null_threshold"] = threshold
         metrics[f"{prefix}_features"] = len(features)
         return SquadPredictions(predictions, nbest, null_odds if version_2 else None, metrics)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# run_squad.py's evaluation and prediction
+
+
+def evaluate_and_write(trainer: SquadTrainer, examples: Dataset, features: Dataset, output_dir) -> dict:
+    """The dev questions' metrics (eval_results.json, all_results.json) and predictions.json, nbest_predictions.json
+    (v2.0: null_odds.json) in `output_dir`."""
+    result = trainer.evaluate_questions(examples, features)
+    if trainer.is_world_process_zero():
+        write_outputs(output_dir, "", result.predictions, result.nbest, result.null_odds)
+    return save_results(trainer, "eval", {**result.metrics, "eval_samples": len(examples)})
+
+
+def predict_and_write(trainer: SquadTrainer, data_args: SquadDataArguments, examples: Dataset, features: Dataset,
+                      tuned_threshold: float | None, output_dir) -> dict | None:
+    """The test questions' predict_predictions.json (and n-best, null odds) in `output_dir`, and their metrics when
+    they have answers (None without). v2.0 with --tune_null_threshold: the threshold `tuned_threshold` tuned on
+    the dev set in this run, if any."""
+    null_threshold = None
+    if data_args.version_2_with_negative and data_args.tune_null_threshold:
+        if tuned_threshold is not None:
+            null_threshold = tuned_threshold
+            logger.info("Test predictions use the null threshold tuned on the dev set: %.4f", null_threshold)
+        elif not has_gold_answers(examples):
+            logger.warning("--tune_null_threshold: no dev evaluation in this run and no answers in the test set to "
+                           "tune on; the test predictions use --null_score_diff_threshold %s",
+                           data_args.null_score_diff_threshold)
+    result = trainer.predict_questions(examples, features, null_threshold=null_threshold)
+    if trainer.is_world_process_zero():
+        write_outputs(output_dir, "predict", result.predictions, result.nbest, result.null_odds)
+    if not has_gold_answers(examples):
+        logger.info("%s has no answers: predictions written, no metrics (predict_results.json)",
+                    data_args.test_file or "the test split")
+        return None
+    return save_results(trainer, "predict", {**result.metrics, "predict_samples": len(examples)})

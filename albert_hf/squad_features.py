@@ -1,27 +1,120 @@
 """SQuAD examples and their features (transformers' run_qa.py preprocessing): the questions read from the official
 JSON or the Hub's flattened format and checked, then cut into `[CLS] question [SEP] context-window [SEP]` windows
-with their answer positions (training) or the columns post-processing reads (evaluation); see albert_hf/squad.py."""
+with their answer positions (training) or the columns post-processing reads (evaluation); see albert_hf/squad.py.
+`SquadDataArguments`, the data and window options, are here with the reading they shape."""
 
 from __future__ import annotations
 
 import collections
 import json
 import logging
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from datasets import Dataset, load_dataset
 
 from .corpus import check_json_start
 from .errors import InputError, datasets_read_errors, input_errors
-from .finetuning import check_columns
-
-if TYPE_CHECKING:
-    from .squad import SquadDataArguments
+from .finetuning import check_columns, limit
+from .model_card import CardDataset, from_sources, hub_dataset_id, limits
 
 logger = logging.getLogger("albert_hf.squad")
 
 REQUIRED_COLUMNS = ["id", "question", "context", "answers"]
+
+
+# Questions in the official SQuAD files: a file in the official JSON format is that dataset only when it holds them
+# all (SQuAD's JSON is the exchange format of many QA sets, and of partial copies such as half of the v2.0 dev set).
+SQUAD_QUESTIONS = {("1.1", "train"): 87599, ("1.1", "validation"): 10570,
+                   ("v2.0", "train"): 130319, ("v2.0", "validation"): 11873}
+
+
+def is_official_squad(path: Path, version: str, split: str) -> bool:
+    expected = SQUAD_QUESTIONS.get((version, split))
+    if expected is None or path.suffix.lower() != ".json" or not path.is_file():
+        return False
+    try:
+        content = json.loads(path.read_text(encoding="utf-8"))
+        return (str(content.get("version")) == version and expected == sum(
+            len(paragraph["qas"]) for article in content["data"] for paragraph in article["paragraphs"]))
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+        return False
+
+
+@dataclass
+class SquadDataArguments:
+    """Data and SQuAD options (names as transformers' run_qa.py; the defaults are the official ALBERT ones)."""
+
+    dataset_name: str | None = field(default=None, metadata={"help": "Hub dataset, e.g. squad or squad_v2"})
+    dataset_config_name: str | None = field(default=None, metadata={"help": "config of the Hub dataset"})
+    train_file: str | None = field(
+        default=None, metadata={"help": "official SQuAD JSON (train-v1.1.json, train-v2.0.json), or the flattened "
+                                        "Hub format as .json/.jsonl/.parquet (id, title, context, question, answers)"})
+    validation_file: str | None = field(default=None, metadata={"help": "as train_file, e.g. dev-v2.0.json"})
+    test_file: str | None = field(
+        default=None, metadata={"help": "as validation_file, for --do_predict (predict_predictions.json); answers "
+                                        "are optional: with them, predict_results.json has the metrics"})
+    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "processes for feature building"})
+    max_seq_length: int = field(default=384, metadata={"help": "pieces per window, question and specials included"})
+    max_query_length: int = field(default=64, metadata={"help": "the question is cut to this many pieces"})
+    doc_stride: int = field(
+        default=128, metadata={"help": "step between the starts of consecutive context windows, in pieces (the "
+                                       "official meaning; run_qa.py passes it to the tokenizer as the overlap)"})
+    max_train_samples: int | None = field(default=None, metadata={"help": "use only the first N training questions"})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "use only the first N eval questions"})
+    max_predict_samples: int | None = field(default=None, metadata={"help": "use only the first N test questions"})
+    version_2_with_negative: bool = field(default=False, metadata={"help": "SQuAD v2.0: some questions have no answer"})
+    null_score_diff_threshold: float = field(
+        default=0.0, metadata={"help": "v2.0: predict no answer when the null odds reach this (>=, as the official "
+                                       "code; span head: null score minus best span score; answerability head: the "
+                                       "classifier logit)"})
+    tune_null_threshold: bool = field(
+        default=False, metadata={"help": "v2.0: use instead the threshold that maximises F1 on the evaluation set "
+                                         "itself (official ALBERT/XLNet practice: the numbers are tuned on dev)"})
+    n_best_size: int = field(default=20, metadata={"help": "candidates kept per question (nbest_predictions.json)"})
+    max_answer_length: int = field(default=30, metadata={"help": "longest answer, in pieces"})
+    answerability_head: bool = field(
+        default=False, metadata={"help": "v2.0: the official ALBERT v2 head (start, end conditioned on the start, "
+                                         "answerability classifier) instead of the plain span head"})
+    start_n_top: int = field(default=5, metadata={"help": "answerability head: beam of start positions"})
+    end_n_top: int = field(default=5, metadata={"help": "answerability head: end positions per start"})
+
+    PIPELINE_TAG, AUTO_CLASS, SCRIPT = "question-answering", "AutoModelForQuestionAnswering", "run_squad.py"
+
+    def card_tags(self) -> list[str]:
+        return ["squad"] + ["squad_v2"] * self.version_2_with_negative
+
+    def card_dataset(self, wanted) -> CardDataset:
+        v2 = self.version_2_with_negative
+        name, official, version = (("SQuAD v2.0", "rajpurkar/squad_v2", "v2.0") if v2
+                                   else ("SQuAD v1.1", "rajpurkar/squad", "1.1"))
+        sources = {}
+        for split in wanted:
+            path = getattr(self, f"{split}_file", None)
+            if path:
+                found = is_official_squad(Path(path), version, split)
+                sources[split] = (official if found else None,
+                                  f"`{Path(path).name}`" + (f" (the official {name} {split} file)" if found else ""))
+            elif self.dataset_name:
+                hub_id = hub_dataset_id(self.dataset_name)
+                sources[split] = (hub_id, f"the Hub's {hub_id}")
+        extra = (f" Windows of {self.max_seq_length} tokens (question: at most {self.max_query_length}), "
+                 f"stride {self.doc_stride}.{limits(self, wanted)}")
+        config = self.dataset_config_name if self.dataset_name else None
+        return from_sources(name, sources, config, extra)
+
+    def __post_init__(self):
+        if self.dataset_name is None and not (self.train_file or self.validation_file or self.test_file):
+            raise InputError("Give --dataset_name (e.g. squad_v2) or --train_file/--validation_file/--test_file")
+        if self.max_seq_length < 5:
+            raise InputError(f"--max_seq_length {self.max_seq_length}: [CLS] question [SEP] context [SEP] needs at "
+                             "least 5 pieces")
+        if self.max_query_length < 1:
+            raise InputError(f"--max_query_length {self.max_query_length}: the question needs at least 1 piece")
+        if self.doc_stride <= 0:
+            raise InputError("doc_stride must be positive")
+        if self.answerability_head and not self.version_2_with_negative:
+            raise InputError("--answerability_head is the SQuAD v2.0 head: pass --version_2_with_negative too")
 # Columns of the evaluation features that post-processing needs but the model must not see.
 POSTPROCESSING_COLUMNS = ["example_id", "offset_mapping", "token_is_max_context"]
 
@@ -137,9 +230,26 @@ def check_examples(dataset: Dataset, where: str) -> None:
         _answers_column(answers.get("text"), answers.get("answer_start"), f"{where}: row {row} 'answers'")
 
 
-def load_squad_splits(data_args: SquadDataArguments, cache_dir=None, token=None) -> dict:
-    """{"train", "validation", "test": Dataset} (those there are) from local files or a Hub dataset; a local file
-    replaces the Hub's split of the same name."""
+# split -> (what asks for it, the file argument giving it)
+NEEDS = {"train": ("--do_train", "train_file"),
+         "validation": ("--do_eval (or --eval_strategy steps/epoch)", "validation_file"),
+         "test": ("--do_predict", "test_file")}
+
+
+def check_sources(data_args: SquadDataArguments, wanted) -> None:
+    """A split asked for (`wanted`) with neither its --*_file nor a --dataset_name stops the run at once."""
+    for split in wanted:
+        flag, file_argument = NEEDS[split]
+        if data_args.dataset_name is None and getattr(data_args, file_argument) is None:
+            raise InputError(f"{flag} needs a {split} set: give --{file_argument} (or a --dataset_name that "
+                             f"has a {split} split)")
+
+
+def load_squad_splits(data_args: SquadDataArguments, wanted: dict | None = None, cache_dir=None,
+                      token=None) -> dict:
+    """{"train", "validation", "test": Dataset} from local files or a Hub dataset; a local file replaces the Hub's
+    split of the same name. With `wanted` ({split: max_samples}, `finetuning.wanted_samples`), those splits only,
+    each cut to its max_samples; one the data lacks stops the run. Without, every split there is."""
     splits = {}
     if data_args.dataset_name is not None:
         hub = load_dataset(data_args.dataset_name, data_args.dataset_config_name, cache_dir=cache_dir, token=token)
@@ -151,7 +261,14 @@ def load_squad_splits(data_args: SquadDataArguments, cache_dir=None, token=None)
                        ("test", data_args.test_file)):
         if path is not None:
             splits[name] = read_squad_file(path, answers_required=name != "test")
-    return splits
+    if wanted is None:
+        return splits
+    for split in wanted:
+        if split not in splits:
+            flag, file_argument = NEEDS[split]
+            raise InputError(f"{flag} needs a {split} set: --dataset_name {data_args.dataset_name} has no "
+                             f"{split} split; give --{file_argument}")
+    return {split: limit(splits[split], max_samples) for split, max_samples in wanted.items()}
 
 
 def has_gold_answers(examples: Dataset) -> bool:

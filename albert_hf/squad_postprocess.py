@@ -15,7 +15,7 @@ from datasets import Dataset
 from .squad_metrics import OFFICIAL_NA_PROB_THRESH, squad_v1_metrics, squad_v2_metrics
 
 if TYPE_CHECKING:
-    from .squad import SquadDataArguments
+    from .squad_features import SquadDataArguments
 
 logger = logging.getLogger("albert_hf.squad")
 

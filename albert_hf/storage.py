@@ -1,7 +1,7 @@
 """Faults of the machine a run writes to: a full disk, a read-only folder, a folder it may not write.
 
 A write refused for one of these ends the run with one line (`StorageError`, printed as every `InputError` is by
-`errors.run_entry_point`) that names what was being written and where, the space needed and free, and what is
+`cli.run_entry_point`) that names what was being written and where, the space needed and free, and what is
 intact. The writer removes its partial temporary folder first, so the space is free again at once.
 
 A full disk does not always raise OSError(ENOSPC): torch's zip writer raises RuntimeError ("unexpected pos ...",

@@ -155,19 +155,19 @@ def with_label_column(dataset, label_column: str, where: str, required: bool):
     return dataset.rename_column(label_column, "label")
 
 
-def load_hub_or_folder(name: str, config: str | None, cache_dir=None) -> DatasetDict:
+def load_hub_or_folder(name: str, config: str | None, cache_dir=None, token=None) -> DatasetDict:
     """--dataset_name: a `save_to_disk` folder, a folder of data files, or a Hub dataset."""
     folder = Path(name)
     try:
         if (folder / "dataset_dict.json").is_file():
             return load_from_disk(str(folder))
-        return load_dataset(name, config, cache_dir=cache_dir)
+        return load_dataset(name, config, cache_dir=cache_dir, token=token)
     except (ConnectionError, FileNotFoundError, ValueError, OSError) as error:
         offline = " (offline? pass --train_file/--validation_file/--test_file)" if not folder.exists() else ""
         raise InputError(f"--dataset_name {name}: {first_line(error)}{offline}") from None
 
 
-def load_raw_splits(data_args, needed: set[str], cache_dir=None) -> tuple[DatasetDict, dict]:
+def load_raw_splits(data_args, needed, cache_dir=None, token=None) -> tuple[DatasetDict, dict]:
     """The splits of the user's data that `needed` ('train', 'validation', 'test') asks for, with `label` the
     label column, and where each came from. A needed split that is not there stops the run."""
     label_column = data_args.label_column_name
@@ -180,12 +180,12 @@ def load_raw_splits(data_args, needed: set[str], cache_dir=None) -> tuple[Datase
                 sources[kind] = str(path)
                 logger.info("%s: %d rows from %s", kind, len(splits[kind]), path)
     else:
-        found = load_hub_or_folder(data_args.dataset_name, data_args.dataset_config_name, cache_dir)
-        for kind in needed & set(found):
+        found = load_hub_or_folder(data_args.dataset_name, data_args.dataset_config_name, cache_dir, token)
+        for kind in set(needed) & set(found):
             sources[kind] = f"{data_args.dataset_name}[{kind}]"
             splits[kind] = found[kind]
         available = list(found)
-    for kind in sorted(needed - set(splits)):
+    for kind in sorted(set(needed) - set(splits)):
         where = f"--{kind}_file" if any(files.values()) else f"--dataset_name {data_args.dataset_name} (splits: " \
             f"{available})"
         raise InputError(f"{SPLIT_FLAGS[kind]} needs {kind} data: none in {where}")

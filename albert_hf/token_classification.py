@@ -23,12 +23,13 @@ from pathlib import Path
 
 import numpy as np
 from datasets import ClassLabel, Dataset, DatasetDict, Sequence
+from transformers import DataCollatorForTokenClassification, default_data_collator
 
 from .corpus import check_not_empty, read_with_datasets
 from .errors import InputError
-from .finetuning import SPLIT_FLAGS
+from .finetuning import SPLIT_FLAGS, limit
 from .model_card import CardDataset, limits, user_data
-from .text_classification import load_hub_or_folder
+from .text_classification import labels_without_training, load_hub_or_folder, reconcile_labels
 
 logger = logging.getLogger("albert_hf.token_classification")
 
@@ -141,8 +142,9 @@ def renamed(dataset, text_column: str, label_column: str, where: str):
     return dataset.remove_columns(others).rename_columns(mapping)
 
 
-def load_raw_splits(data_args, needed: set[str], cache_dir=None) -> tuple[DatasetDict, dict]:
-    """The splits `needed` asks for, with `tokens` and (except a test split, optionally) `ner_tags`."""
+def load_raw_splits(data_args, needed, cache_dir=None, token=None) -> tuple[DatasetDict, dict]:
+    """The splits `needed` asks for, with `tokens` and (except a test split, optionally) `ner_tags`, and where each
+    came from."""
     splits, sources = DatasetDict(), {}
     files = {split: getattr(data_args, f"{split}_file") for split in SPLITS}
     if any(files.values()):
@@ -152,7 +154,7 @@ def load_raw_splits(data_args, needed: set[str], cache_dir=None) -> tuple[Datase
             splits[split] = read_file(files[split], data_args.text_column_name, data_args.label_column_name)
             sources[split] = str(files[split])
     else:
-        found = load_hub_or_folder(data_args.dataset_name, data_args.dataset_config_name, cache_dir)
+        found = load_hub_or_folder(data_args.dataset_name, data_args.dataset_config_name, cache_dir, token)
         for split in sorted(needed):
             if split not in found:
                 raise InputError(f"{SPLIT_FLAGS[split]} needs {split} data: --dataset_name {data_args.dataset_name} "
@@ -215,6 +217,49 @@ def continuation_ids(names: tuple[str, ...]) -> list[int]:
     """For --label_all_tokens: the id a word's later pieces get, `I-X` for `B-X` when there is one."""
     ids = {name: i for i, name in enumerate(names)}
     return [ids.get("I-" + name[2:], i) if name.startswith("B-") else i for i, name in enumerate(names)]
+
+
+def tags_of(raw_splits: DatasetDict, sources: dict, checkpoint_config, config_name: str,
+            ignore_mismatched_sizes: bool) -> tuple[str, ...]:
+    """The run's tags in id order: the training data's, reconciled with the checkpoint's labels, or without
+    training the checkpoint's."""
+    if "train" not in raw_splits:
+        names = labels_without_training(checkpoint_config, config_name, what="tags")
+    else:
+        names = reconcile_labels(tag_names(raw_splits["train"], sources["train"]), checkpoint_config, config_name,
+                                 sources["train"], ignore_mismatched_sizes, what="tags")
+    logger.info("Tags: %s", list(names))
+    return names
+
+
+def encoded_splits(raw_splits: DatasetDict, sources: dict, names: tuple[str, ...], wanted: dict) -> dict:
+    """Each split with its tags as ids into `names` (a test split may have none), cut to its max_samples."""
+    return {split: limit(encode_tags(dataset, names, sources[split]) if "ner_tags" in dataset.column_names
+                         else dataset, wanted[split]) for split, dataset in raw_splits.items()}
+
+
+MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "labels")
+
+
+def tokenize_splits(splits: dict, tokenizer, data_args: NerDataArguments, names: tuple[str, ...],
+                    main_process_first) -> tuple[dict, dict]:
+    """(features, inputs) per split: the tokenized sentences with their `first_pieces` (for the metrics and the
+    predictions file), and the model's columns only (for Trainer). `main_process_first`: TrainingArguments'."""
+    tokenize = tokenize_function(tokenizer, data_args.max_seq_length, data_args.pad_to_max_length,
+                                 data_args.label_all_tokens, names)
+    with main_process_first(desc="tokenizing"):
+        features = {split: dataset.map(tokenize, batched=True, num_proc=data_args.preprocessing_num_workers,
+                                       load_from_cache_file=not data_args.overwrite_cache, desc=f"Tokenizing {split}")
+                    for split, dataset in splits.items()}
+    inputs = {split: dataset.remove_columns([c for c in dataset.column_names if c not in MODEL_INPUTS])
+              for split, dataset in features.items()}
+    return features, inputs
+
+
+def data_collator(tokenizer, pad_to_max_length: bool, half_precision: bool):
+    if pad_to_max_length:
+        return default_data_collator
+    return DataCollatorForTokenClassification(tokenizer, pad_to_multiple_of=8 if half_precision else None)
 
 
 def tokenize_function(tokenizer, max_seq_length: int, pad_to_max_length: bool, label_all_tokens: bool,
@@ -312,3 +357,17 @@ def write_predictions(path, logits, first_pieces, names) -> Path:
         logger.warning("%d word(s) beyond --max_seq_length had no piece to tag: written as O in %s", cut, path)
     path.write_text("".join(" ".join(tags) + "\n" for tags in sentences), encoding="utf-8")
     return path
+
+
+def predict_and_write(trainer, features: Dataset, inputs: Dataset, names: tuple[str, ...], per_type: bool,
+                      output_dir) -> dict | None:
+    """The test split's predictions file (PREDICTIONS_FILE in `output_dir`) and, when its sentences have tags, its
+    `predict_*` metrics (None without)."""
+    labelled = "labels" in features.column_names
+    trainer.compute_metrics = compute_metrics_function(features, names, per_type) if labelled else None
+    output = trainer.predict(inputs, metric_key_prefix="predict")
+    if trainer.is_world_process_zero():
+        path = write_predictions(Path(output_dir) / PREDICTIONS_FILE, output.predictions, features["first_pieces"],
+                                 names)
+        logger.info("test predictions: %s", path)
+    return {**output.metrics, "predict_samples": len(features)} if labelled else None

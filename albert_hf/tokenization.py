@@ -276,6 +276,52 @@ def _documents(corpus, text_column: str):
         yield item[text_column] if isinstance(item, dict) else item
 
 
+def _train_spm_model(corpus, text_column: str, sentence_per_line: bool, vocab_size: int,
+                     character_coverage: float, input_sentence_size: int, seed: int) -> bytes:
+    """The serialized SentencePiece unigram model trained with ALBERT's spm_train flags on the corpus's sentences
+    (split, then normalized as ALBERT's tokenizer normalizes); a corpus it cannot train on stops the run."""
+    import sentencepiece as spm
+
+    normalizer = _albert_normalizer()
+    counts = {"documents": 0, "sentences": 0}
+
+    def sentences():
+        for text in _documents(corpus, text_column):
+            counts["documents"] += 1
+            for sentence in split_sentences(text or "", sentence_per_line=sentence_per_line):
+                counts["sentences"] += 1
+                yield normalizer.normalize_str(sentence)
+
+    spm.set_random_generator_seed(seed)
+    model = io.BytesIO()
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=sentences(),
+            model_writer=model,
+            model_type="unigram",
+            vocab_size=vocab_size,
+            pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,
+            control_symbols=[CLS, SEP, MASK],
+            user_defined_symbols=USER_DEFINED_SYMBOLS,
+            character_coverage=character_coverage,
+            input_sentence_size=input_sentence_size,
+            shuffle_input_sentence=True,
+            num_threads=os.cpu_count() or 1,
+            minloglevel=2,
+        )
+    except RuntimeError as error:
+        if counts["sentences"] == 0:
+            raise InputError("Cannot train a tokenizer: the corpus has no text") from error
+        raise InputError(
+            f"SentencePiece training failed on {counts['documents']} documents / {counts['sentences']} "
+            f"sentences with vocab_size={vocab_size}: {error}. A small corpus needs a smaller vocab_size."
+        ) from error
+    logger.info("Trained a %d-piece unigram model on %s of %d sentences", vocab_size,
+                f"a sample of {input_sentence_size:,}" if counts["sentences"] > input_sentence_size else "all",
+                counts["sentences"])
+    return model.getvalue()
+
+
 def train_tokenizer(
     corpus,
     vocab_size: int = 30000,
@@ -299,7 +345,6 @@ def train_tokenizer(
     `output_dir` gets a copy (tokenizer.json,
     tokenizer_config.json and the spm model as spiece.model).
     """
-    import sentencepiece as spm
     from transformers import AutoTokenizer
 
     settings = dict(
@@ -317,50 +362,15 @@ def train_tokenizer(
         cache_dir = cache_root() / "tokenizers" / f"spm-unigram-{vocab_size}-{key}"
 
     if cache_dir is None or not (cache_dir / "tokenizer.json").exists():
-        normalizer = _albert_normalizer()
-        counts = {"documents": 0, "sentences": 0}
-
-        def sentences():
-            for text in _documents(corpus, text_column):
-                counts["documents"] += 1
-                for sentence in split_sentences(text or "", sentence_per_line=sentence_per_line):
-                    counts["sentences"] += 1
-                    yield normalizer.normalize_str(sentence)
-
-        spm.set_random_generator_seed(seed)
-        model = io.BytesIO()
-        try:
-            spm.SentencePieceTrainer.train(
-                sentence_iterator=sentences(),
-                model_writer=model,
-                model_type="unigram",
-                vocab_size=vocab_size,
-                pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,
-                control_symbols=[CLS, SEP, MASK],
-                user_defined_symbols=USER_DEFINED_SYMBOLS,
-                character_coverage=character_coverage,
-                input_sentence_size=input_sentence_size,
-                shuffle_input_sentence=True,
-                num_threads=os.cpu_count() or 1,
-                minloglevel=2,
-            )
-        except RuntimeError as error:
-            if counts["sentences"] == 0:
-                raise InputError("Cannot train a tokenizer: the corpus has no text") from error
-            raise InputError(
-                f"SentencePiece training failed on {counts['documents']} documents / {counts['sentences']} "
-                f"sentences with vocab_size={vocab_size}: {error}. A small corpus needs a smaller vocab_size."
-            ) from error
-        logger.info("Trained a %d-piece unigram model on %s of %d sentences", vocab_size,
-                    f"a sample of {input_sentence_size:,}" if counts["sentences"] > input_sentence_size else "all",
-                    counts["sentences"])
-        tokenizer = tokenizer_from_spm_proto(model.getvalue(), model_max_length=model_max_length)
+        model = _train_spm_model(corpus, text_column, sentence_per_line, vocab_size, character_coverage,
+                                 input_sentence_size, seed)
+        tokenizer = tokenizer_from_spm_proto(model, model_max_length=model_max_length)
         if cache_dir is None:
             if output_dir is not None:
                 tokenizer.save_pretrained(output_dir)
-                (Path(output_dir) / "spiece.model").write_bytes(model.getvalue())
+                (Path(output_dir) / "spiece.model").write_bytes(model)
             return tokenizer
-        _save_to_cache(tokenizer, model.getvalue(), cache_dir)
+        _save_to_cache(tokenizer, model, cache_dir)
     else:
         logger.info("Using the cached tokenizer %s", cache_dir)
 

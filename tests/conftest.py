@@ -129,6 +129,15 @@ def check_tokenizer_loads_without_prompt(folder, fill_mask: bool = False):
     assert "AlbertTokenizer.from_pretrained(" in card
 
 
+def finetuning_args(checkpoint, output_dir, *extra, learning_rate: float) -> list:
+    """The flags of a tiny fine-tuning run (run_ner.py, run_glue.py on your own data): pieces of 32, batches of 16,
+    nothing saved before the end, no trackers, no progress bars."""
+    return ["--model_name_or_path", checkpoint, "--output_dir", output_dir, "--overwrite_output_dir",
+            "--max_seq_length", 32, "--per_device_train_batch_size", 16, "--learning_rate", learning_rate,
+            "--report_to", "none", "--save_strategy", "no", "--seed", 0, "--dataloader_pin_memory", "false",
+            "--disable_tqdm", "true", *extra]
+
+
 def run_script(script_name: str, argv):
     """A script's `main(argv)` in this process (e.g. "run_glue"), with accelerate's state cleared first: each
     script builds its own Accelerator."""

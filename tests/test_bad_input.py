@@ -14,7 +14,8 @@ from test_glue import run_glue, write_glue_folders, write_tsv
 from test_race import write_official_layout
 from test_squad import SQUAD_V1, common_args, run_squad, write_json
 
-from albert_hf.errors import InputError, run_entry_point
+from albert_hf.cli import run_entry_point
+from albert_hf.errors import InputError
 from albert_hf.finetuning import run_script
 
 MRPC_HEADER = ["Quality", "#1 ID", "#2 ID", "#1 String", "#2 String"]

@@ -26,7 +26,7 @@ from albert_hf import (
 )
 from albert_hf.convert import from_tf_checkpoint, main
 from albert_hf.tf_checkpoint import TFCheckpoint, TFCheckpointError, crc32c
-from albert_hf.errors import run_entry_point
+from albert_hf.cli import run_entry_point
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "tf_albert"
 ATOL = 1e-5

@@ -542,7 +542,7 @@ def test_labelled_test_files_are_scored_into_predict_results_and_all_results_has
 def test_test_set_labels_are_used_only_when_every_row_has_one(tmp_path, caplog):
     from datasets import Dataset
 
-    import run_glue as script
+    from albert_hf import glue as script
     from albert_hf.glue import TASKS
 
     rte = TASKS["rte"]
@@ -550,7 +550,7 @@ def test_test_set_labels_are_used_only_when_every_row_has_one(tmp_path, caplog):
     assert script.labels_of_test_set(Dataset.from_dict({"label": [-1, -1]}), rte, "hub test") is None  # the Hub's
     assert script.labels_of_test_set(Dataset.from_dict({"label": ["not_entailment", "entailment"]}), rte,
                                      "t.csv") == [1, 0]
-    with caplog.at_level(logging.WARNING, logger="run_glue"):
+    with caplog.at_level(logging.WARNING, logger="albert_hf.glue"):
         assert script.labels_of_test_set(Dataset.from_dict({"label": ["entailment", ""]}), rte, "part.csv") is None
     assert "part.csv: 1 of 2 rows have no label" in caplog.text
     with pytest.raises(ValueError, match=r"bad\.csv: row 1: unknown label 'maybe'"):

@@ -121,7 +121,7 @@ def test_torch_compile_start_line_names_the_mode_and_on_a_gpu_says_it_is_not_yet
                                                        "distinct block and the MLM head with its loss")
     note = compile_note(torch.device("cuda", 0), "reduce-overhead")
     assert note.startswith("torch.compile (mode reduce-overhead, static shapes)")
-    assert "not yet timed" in note and "37% slower than eager" in note and note.endswith("kept as asked")
+    assert "not yet timed" in note and "slower than eager" in note and note.endswith("kept as asked")
 
 
 def test_fine_tuning_warns_for_bf16_only_where_the_hardware_lacks_it():

@@ -7,7 +7,7 @@ import random
 from pathlib import Path
 
 import pytest
-from conftest import run_python, run_script, subprocess_env
+from conftest import finetuning_args, run_python, run_script, subprocess_env
 from data_fixtures import tokenizer
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Sequence, Value
 
@@ -60,10 +60,7 @@ def run_ner(argv):
 
 
 def args(checkpoint, output_dir, *extra):
-    return ["--model_name_or_path", checkpoint, "--output_dir", output_dir, "--overwrite_output_dir",
-            "--max_seq_length", 32, "--per_device_train_batch_size", 16, "--learning_rate", 3e-3,
-            "--report_to", "none", "--save_strategy", "no", "--seed", 0, "--dataloader_pin_memory", "false",
-            "--disable_tqdm", "true", *extra]
+    return finetuning_args(checkpoint, output_dir, *extra, learning_rate=3e-3)
 
 
 # ---------------------------------------------------------------------------------------------------------------

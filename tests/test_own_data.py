@@ -8,7 +8,7 @@ import random
 
 import numpy as np
 import pytest
-from conftest import run_python, run_script
+from conftest import finetuning_args, run_python, run_script
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
 
 from albert_hf.errors import InputError
@@ -49,10 +49,7 @@ def run_glue(argv):
 
 
 def args(checkpoint, output_dir, *extra):
-    return ["--model_name_or_path", checkpoint, "--output_dir", output_dir, "--overwrite_output_dir",
-            "--max_seq_length", 32, "--per_device_train_batch_size", 16, "--learning_rate", 2e-3,
-            "--report_to", "none", "--save_strategy", "no", "--seed", 0, "--dataloader_pin_memory", "false",
-            "--disable_tqdm", "true", *extra]
+    return finetuning_args(checkpoint, output_dir, *extra, learning_rate=2e-3)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -52,3 +52,75 @@ def test_every_third_party_import_of_the_package_is_declared():
             undeclared[distribution] = sorted(files)
     assert not undeclared, f"imported by albert_hf but not in setup.cfg: {undeclared}"
     assert {"huggingface-hub", "tqdm", "torch", "transformers"} <= required  # the parser reads what it should
+
+
+def module_name(path, package_dir) -> str:
+    parts = path.relative_to(package_dir.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def internal_imports(package_dir) -> dict[str, set[str]]:
+    """{module: the albert_hf modules it imports}, every import statement counted: at module level, inside
+    functions and under TYPE_CHECKING. `from .x import y` counts as importing x.y where that is a module."""
+    paths = {module_name(path, package_dir): path for path in package_dir.rglob("*.py")}
+    graph = {}
+    for name, path in paths.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[:len(package.split(".")) - (node.level - 1)]
+                    base = ".".join(anchor + ([node.module] if node.module else []))
+                imported.update(f"{base}.{alias.name}" if f"{base}.{alias.name}" in paths else base
+                                for alias in node.names)
+        graph[name] = {module for module in imported if module in paths and module != name}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of `graph` as [a, b, ..., a], or None (depth-first search)."""
+    state, stack = {}, []
+
+    def visit(node):
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == "open":
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        state[node] = "done"
+        stack.pop()
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def test_the_cycle_finder_finds_a_cycle_through_a_function_level_import(tmp_path):
+    package = tmp_path / "albert_hf"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from .b import thing\n")
+    (package / "b.py").write_text("def thing():\n    from . import a\n")
+    (package / "c.py").write_text("from albert_hf.a import thing\n")
+    graph = internal_imports(package)
+    assert graph["albert_hf.c"] == {"albert_hf.a"}
+    assert find_cycle(graph) == ["albert_hf.a", "albert_hf.b", "albert_hf.a"]
+    (package / "b.py").write_text("def thing():\n    pass\n")
+    assert find_cycle(internal_imports(package)) is None
+
+
+def test_no_import_cycle_in_albert_hf():
+    cycle = find_cycle(internal_imports(REPO / "albert_hf"))
+    assert cycle is None, " -> ".join(cycle)

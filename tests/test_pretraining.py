@@ -434,7 +434,7 @@ def test_fp16_overflow_skips_the_update_and_the_schedule_without_touching_weight
 
     from albert_hf import AlbertHFForPreTraining
     from albert_hf.optimization import Lamb, get_official_schedule, parameter_groups
-    from albert_hf.pretraining_model import enable_cpu_fp16
+    from albert_hf.hardware import enable_cpu_fp16
     from albert_hf.pretraining_step import training_step
 
     def setup(init_scale):

@@ -200,7 +200,7 @@ def test_under_ddp_and_fsdp_every_process_stops_at_the_failed_checkpoint_and_non
 
 def test_any_other_refused_write_reaching_an_entry_point_is_one_line_with_the_file_and_free_space(tmp_path, capsys):
     """Writes no writer of ours reports with its context (a results file, prepared data): the entry point's line."""
-    from albert_hf.errors import run_entry_point
+    from albert_hf.cli import run_entry_point
 
     target = tmp_path / "eval_results.json"
 

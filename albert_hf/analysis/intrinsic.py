@@ -26,7 +26,8 @@ from pathlib import Path
 
 import torch
 
-from ..errors import InputError, first_line, run_entry_point
+from ..cli import run_entry_point
+from ..errors import InputError, first_line
 from ..pretraining_data import NoPairsError, build_pretraining_dataset
 
 logger = logging.getLogger(__name__)
