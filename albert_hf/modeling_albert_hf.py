@@ -600,6 +600,36 @@ class AlbertHFForPreTraining(AlbertHFPreTrainedModel):
         self.predictions.decoder = new_embeddings
         self.predictions.bias = new_embeddings.bias
 
+    def _last_layer_positions(self, labels, masked, masked_lm_positions, attention_mask, kwargs):
+        """(positions, valid): with labels only [CLS] and the masked tokens are read, so the last block computes
+        just those (not when this forward itself is compiled, where their data-dependent count would break the
+        graph); (None, None) where it computes every position."""
+        if labels is None or not self.albert.is_plain_forward(attention_mask, kwargs) or torch.compiler.is_compiling():
+            return None, None
+        if masked_lm_positions is not None:
+            cls = masked_lm_positions.new_zeros(masked_lm_positions.shape[0], 1)
+            return torch.cat([cls, masked_lm_positions], dim=1), None
+        return masked_positions(masked)
+
+    def _mlm(self, sequence_output, labels, masked, positions, valid, masked_lm_positions, masked_lm_weights):
+        """(prediction logits, MLM loss or None): at the masked positions when there are labels (the official
+        fixed-size form when `masked_lm_positions` is given), else at every position."""
+        if labels is None:
+            return self.predictions(sequence_output), None
+        if masked_lm_positions is not None:
+            if positions is None:  # the whole sequence was computed: take the positions from it
+                index = masked_lm_positions.unsqueeze(-1).expand(-1, -1, sequence_output.shape[-1])
+                states = sequence_output.gather(1, index)
+            else:
+                states = sequence_output[:, 1:]
+            # padding rows (weight 0) may point at a position without a target: any id serves there
+            targets = labels.gather(1, masked_lm_positions).clamp(min=0)
+            return self.mlm_logits_and_loss(self.predictions, states.flatten(0, 1), targets.flatten(),
+                                            masked_lm_weights.flatten().float())
+        # row-major order of `masked` either way: the positions are ascending within each row
+        masked_states = sequence_output[:, 1:][valid] if positions is not None else sequence_output[masked]
+        return self.mlm_logits_and_loss(self.predictions, masked_states, labels[masked])
+
     @can_return_tuple
     def forward(
         self,
@@ -623,18 +653,8 @@ class AlbertHFForPreTraining(AlbertHFPreTrainedModel):
             padding. The head then runs at all batch * P positions, sized by their shape: nothing is read from
             the device to size it (on a GPU such reads stall the queue).
         """
-        # With labels only [CLS] and the masked tokens are read: the last block computes just those (not when
-        # this forward itself is compiled, where their data-dependent count would break the graph).
-        positions = valid = None
-        fixed = labels is not None and masked_lm_positions is not None
-        masked = labels != -100 if labels is not None and not fixed else None
-        skip = labels is not None and self.albert.is_plain_forward(attention_mask, kwargs) \
-            and not torch.compiler.is_compiling()
-        if skip and fixed:
-            cls = masked_lm_positions.new_zeros(masked_lm_positions.shape[0], 1)
-            positions = torch.cat([cls, masked_lm_positions], dim=1)
-        elif skip:
-            positions, valid = masked_positions(masked)
+        masked = labels != -100 if labels is not None and masked_lm_positions is None else None
+        positions, valid = self._last_layer_positions(labels, masked, masked_lm_positions, attention_mask, kwargs)
         outputs = self.albert(
             input_ids,
             attention_mask=attention_mask,
@@ -648,25 +668,9 @@ class AlbertHFForPreTraining(AlbertHFPreTrainedModel):
         sequence_output, pooled_output = outputs.last_hidden_state, outputs.pooler_output
         sop_logits = self.sop_classifier(pooled_output)
 
-        mlm_loss = sop_loss = loss = None
-        if fixed:
-            if positions is None:  # the whole sequence was computed: take the positions from it
-                index = masked_lm_positions.unsqueeze(-1).expand(-1, -1, sequence_output.shape[-1])
-                states = sequence_output.gather(1, index)
-            else:
-                states = sequence_output[:, 1:]
-            # padding rows (weight 0) may point at a position without a target: any id serves there
-            targets = labels.gather(1, masked_lm_positions).clamp(min=0)
-            prediction_logits, mlm_loss = self.mlm_logits_and_loss(
-                self.predictions, states.flatten(0, 1), targets.flatten(), masked_lm_weights.flatten().float())
-            loss = mlm_loss
-        elif labels is not None:
-            # row-major order of `masked` either way: the positions are ascending within each row
-            masked_states = sequence_output[:, 1:][valid] if positions is not None else sequence_output[masked]
-            prediction_logits, mlm_loss = self.mlm_logits_and_loss(self.predictions, masked_states, labels[masked])
-            loss = mlm_loss
-        else:
-            prediction_logits = self.predictions(sequence_output)
+        prediction_logits, mlm_loss = self._mlm(sequence_output, labels, masked, positions, valid, masked_lm_positions,
+                                                masked_lm_weights)
+        loss, sop_loss = mlm_loss, None
         if sentence_order_label is not None:
             sop_loss = F.cross_entropy(sop_logits.float(), sentence_order_label.view(-1))
             loss = sop_loss if loss is None else loss + sop_loss

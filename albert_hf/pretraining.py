@@ -6,7 +6,8 @@
 
 `main` = `parse_args` -> `prepare` (`setup`: accelerator and output folder; the inputs: pretraining_inputs.py;
 the model and optimizer: pretraining_model.py) -> `fit` (the loop over a `TrainingState`, its step and evaluation in
-pretraining_step.py) -> `finish` (save, summary: pretraining_output.py; push). Loop: MLM + SOP loss (their plain
+pretraining_step.py) -> `finish` (the final folder, the summary, the push). Only this module sees the whole job
+(`Pretraining`): the loop's parts and the final folder are at its end; the modules below take explicit arguments. Loop: MLM + SOP loss (their plain
 sum), LAMB with the official poly-decay schedule, global clipping at 1.0, gradient accumulation, bf16/fp16 through
 accelerate. Every `--checkpointing_steps` the full state (model, optimizer, scheduler, RNGs, data position) goes
 atomically into `OUTPUT_DIR/step_N` (checkpointing.py); `--resume_from_checkpoint latest` continues exactly where
@@ -14,6 +15,7 @@ the last complete checkpoint left off.
 """
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -25,13 +27,16 @@ import datasets
 import torch
 import transformers
 from accelerate import Accelerator
-from accelerate.utils import DataLoaderConfiguration, DistributedType, ProjectConfiguration, set_seed
+from accelerate.utils import DataLoaderConfiguration, DistributedType, ProjectConfiguration, send_to_device, set_seed
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
-from transformers import HfArgumentParser
+from transformers import AutoModel, HfArgumentParser
 
 from . import prepared_data
-from .checkpointing import StepCheckpoints, check_output_dir
+from .analysis.baselines import heldout_baselines, with_baselines
+from .analysis.curves import CURVES_FILE, pretraining_curves
+from .analysis.fill_mask import format_fill_mask
+from .checkpointing import FILL_MASK_FILE, StepCheckpoints, check_output_dir, truncate_metrics_log
 from .cli import explicit_arguments, parse_into_dataclasses, run_entry_point
 from .configuration_albert_hf import PRESETS, SHARING_MODES
 from .corpus import LAYOUTS
@@ -47,10 +52,10 @@ from .pretraining_data import TASKS as PAIR_TASKS
 from .pretraining_inputs import build_inputs, check_train_files, preprocess
 from .pretraining_model import (OPTIMIZERS, build_run_model, check_positions, make_optimizer,
                                 planned_weight_bytes)
-from .pretraining_output import (MetricsLog, clear_earlier_run, format_metrics, start_logging, start_tracking,
-                                 write_final_folder)
-from .pretraining_step import (LOSS_NORMALIZATIONS, FitResult, accumulation_groups, epoch_batches, evaluate_and_log,
-                               log_window, resume, save_checkpoint, training_step)
+from .pretraining_output import (MetricsLog, clear_earlier_run, format_metrics, format_value, held_out_fill_mask,
+                                 save_final_model, start_logging, start_tracking, where_trained)
+from .pretraining_step import (COUNTS, LOSS_NORMALIZATIONS, FitResult, TrainingState, accumulation_groups, evaluate,
+                               training_step)
 from .storage import StorageError, agreed, check_free_space, check_writable, fault_line, refused
 
 logger = logging.getLogger("albert_hf.pretraining")
@@ -458,6 +463,92 @@ def finish(run: Pretraining, eval_metrics: dict, completed_steps: int):
             pushed = push_folder(output_dir, repo_id, token=args.hub_token, commit_message="End of training")
             print(f"  pushed: {pushed}")
     accelerator.wait_for_everyone()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The parts of `fit`'s loop and `finish`
+
+
+def resume(run: Pretraining) -> TrainingState:
+    """A fresh state, or the one of the checkpoint --resume_from_checkpoint names (and the stream's position)."""
+    args, accelerator = run.args, run.accelerator
+    state = TrainingState.start(accelerator.device)
+    path = run.checkpoints.resolve(args.resume_from_checkpoint) if args.resume_from_checkpoint else None
+    if path is None:
+        return state
+    state.restore(run.checkpoints.load(path, COUNTS), accelerator.is_main_process)
+    if run.stream is not None:
+        run.stream.load_state_dict(run.checkpoints.stream_state(path))
+    if accelerator.is_main_process:
+        truncate_metrics_log(run.output_dir / "metrics.jsonl", state.step)
+    logger.info("Resumed from %s: step %d, epoch %d, batch %d of the epoch", path, state.step, state.epoch,
+                state.batches_in_epoch)
+    return state
+
+
+def epoch_batches(run: Pretraining, state: TrainingState):
+    """The batches of the state's epoch, from the state's position in it."""
+    run.collate.set_epoch(state.epoch)
+    if hasattr(run.train_dataloader, "set_epoch"):
+        run.train_dataloader.set_epoch(state.epoch)
+    if run.stream is not None:  # unprepared (see prepare); resumed by its state_dict, not by skipping
+        accelerator = run.accelerator
+        return (send_to_device(batch, accelerator.device, non_blocking=accelerator.non_blocking)
+                for batch in run.train_dataloader)
+    if state.batches_in_epoch:
+        return run.accelerator.skip_first_batches(run.train_dataloader, state.batches_in_epoch)
+    return run.train_dataloader
+
+
+def log_window(run: Pretraining, state: TrainingState, log, progress):
+    """A collective: the training means of the window, into the progress bar and the metrics log."""
+    metrics = state.window_metrics(run.accelerator, run.args.task, run.scheduler.get_last_lr()[0])
+    progress.set_postfix({k.replace("_accuracy", "_acc"): f"{v:.3g}" for k, v in metrics.items() if k != "lr"})
+    log.write(state.step, {f"train_{k}" if k not in ("lr", "tokens_per_second", "skipped_steps") else k: v
+                           for k, v in metrics.items()})
+
+
+def evaluate_and_log(run: Pretraining, step: int, log) -> dict:
+    metrics = evaluate(run.model, run.eval_dataloader, run.accelerator, run.args.task)
+    log.write(step, metrics)
+    return metrics
+
+
+def save_checkpoint(run: Pretraining, state: TrainingState) -> Path:
+    """A collective: every process calls it at the same step."""
+    return run.checkpoints.save(state.step, state.checkpoint_state(run.accelerator),
+                                stream_state=None if run.stream is None else run.stream.state_dict())
+
+
+def write_final_folder(run: Pretraining, final, eval_metrics: dict, completed_steps: int):
+    """On the main process, at the end (`finish`): the held-out baselines, the curves, the final folder
+    (`save_final_model`), reloaded with AutoModel as a check, and the summary with fill-mask examples."""
+    accelerator, args, output_dir = run.accelerator, run.args, run.output_dir
+    pair_task = args.task if args.task != "none" else None
+    if run.eval_dataloader is not None and eval_metrics:
+        # on the evaluation's own pairs and static masks (the unprepared dataset and collator)
+        eval_metrics = {**eval_metrics, **heldout_baselines(
+            run.eval_dataloader.dataset, run.eval_dataloader.collate_fn, len(run.tokenizer),
+            run.tokenizer.all_special_ids, pair_task)}
+    curves = None
+    if not args.no_plots:
+        rows = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()
+                ] if (output_dir / "metrics.jsonl").is_file() else []
+        curves = pretraining_curves(rows, eval_metrics, output_dir / CURVES_FILE, pair_task)
+    save_final_model(final, run.tokenizer, output_dir, args, eval_metrics, run.global_batch,
+                     accelerator.num_processes, curves=curves is not None,
+                     where=where_trained(run.hardware, run.precision, accelerator.num_processes))
+    reloaded = AutoModel.from_pretrained(output_dir, trust_remote_code=True)
+    summary = {"output_dir": str(output_dir), "parameters": run.num_parameters, "steps": completed_steps,
+               "global_batch": run.global_batch, "reloaded_with": f"AutoModel -> {type(reloaded).__name__}",
+               **({"training_curves": str(curves)} if curves else {})}
+    # after the save: the examples are a look at the saved model, not part of it (nor of all_results.json)
+    examples = held_out_fill_mask(final, run.tokenizer, run.eval_documents, args)
+    if examples:
+        (output_dir / FILL_MASK_FILE).write_text(json.dumps(examples, indent=2, ensure_ascii=False) + "\n")
+    print("\n".join(["", "Pretraining done."] + [f"  {k}: {format_value(v)}" for k, v in summary.items()]
+                    + [f"  {k}: {text}" for k, text in with_baselines(eval_metrics)]
+                    + format_fill_mask(examples)))
 
 
 def main(argv=None):

@@ -335,6 +335,76 @@ def _pairs_batch(batch, indices, documents, cls_id, sep_id, seed, dupe_factor, m
                                 "sentence_order_label": pa.array(labels, pa.int8())}), arrow)
 
 
+def _check_pair_options(tokenized, tokenizer, max_seq_length: int, dupe_factor: int, min_sentences: int, task: str,
+                        one_chunk: str) -> None:
+    """`create_pretraining_pairs`' arguments: what the user set stops with one line, a caller's mistake with
+    ValueError."""
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+    if one_chunk not in ONE_CHUNK_POLICIES:
+        raise ValueError(f"one_chunk must be one of {ONE_CHUNK_POLICIES}, got {one_chunk!r}")
+    limit = getattr(tokenizer, "model_max_length", None)
+    if limit is not None and limit < 10**9 and max_seq_length > limit:
+        raise InputError(f"max_seq_length={max_seq_length} exceeds the tokenizer's model_max_length={limit} "
+                         "(ALBERT has 512 position embeddings)")
+    if max_seq_length < 5:
+        raise InputError(f"max_seq_length={max_seq_length} leaves no room for [CLS] A [SEP] B [SEP]")
+    if dupe_factor < 1 or min_sentences < 1:
+        raise InputError("dupe_factor and min_sentences must be at least 1")
+    missing = {"input_ids", "sentence_offsets"} - set(tokenized.column_names or ())
+    if missing:
+        raise ValueError(f"Expected the output of tokenize_documents; missing columns {sorted(missing)}")
+
+
+def _usable_documents(tokenized, min_sentences: int, draws_random_next: bool) -> np.ndarray:
+    """The rows of the documents with at least `min_sentences` sentences, counted from the offsets' list lengths
+    alone (no token is read), and the skipped ones logged; none stops the run."""
+    chunks = tokenized.data.column("sentence_offsets").chunks
+    num_sentences = np.concatenate([c.value_lengths().to_numpy(zero_copy_only=False) for c in chunks] or [[]]) - 1
+    rows = np.flatnonzero(num_sentences >= min_sentences)
+    logger.info(
+        "Pair building: %d documents, %d used; skipped %d empty and %d with fewer than %d sentences "
+        "(too short to make a pair)",
+        len(num_sentences), len(rows), int((num_sentences <= 0).sum()),
+        int(((num_sentences > 0) & (num_sentences < min_sentences)).sum()), min_sentences,
+    )
+    if len(rows) == 0:
+        raise NoPairsError(f"No document has {min_sentences} or more sentences; cannot build sentence pairs")
+    if len(rows) == 1 and draws_random_next:  # otherwise no random B is ever drawn
+        logger.warning("Only one usable document: random-next segments will come from the same document")
+    return rows
+
+
+def _dataset_pairs(tokenized, fn_kwargs: dict, features, task: str, one_chunk: str, batch_size: int | None,
+                   num_proc: int | None, shuffle: bool):
+    """`create_pretraining_pairs` for a `datasets.Dataset`: the usable documents' pairs by a cached, batched map
+    (any `num_proc`), then shuffled."""
+    from datasets.fingerprint import Hasher
+
+    if tokenized._indices is not None:
+        tokenized = tokenized.flatten_indices()  # row numbers must be Arrow rows for random access
+    rows = _usable_documents(tokenized, fn_kwargs["min_sentences"],
+                             draws_random_next=task == "nsp" or one_chunk == "random_next")
+
+    fingerprint = Hasher.hash([tokenized._fingerprint, PAIRS_VERSION, fn_kwargs, fn_kwargs["cls_id"]])
+    pairs = tokenized.map(
+        _pairs_batch,
+        with_indices=True,
+        batched=True,
+        batch_size=batch_size or 16,
+        remove_columns=tokenized.column_names,
+        features=features,
+        fn_kwargs={**fn_kwargs, "documents": ArrowDocuments(tokenized.data, rows)},
+        num_proc=num_proc,
+        new_fingerprint=fingerprint,
+        desc=f"Building {task.upper()} pairs",
+    )
+    labels = np.asarray(pairs.data.column("sentence_order_label").combine_chunks())
+    logger.info("Built %d %s pairs (dupe_factor=%d), %.1f%% with label 1",
+                len(pairs), task.upper(), fn_kwargs["dupe_factor"], 100 * labels.mean() if len(labels) else 0.0)
+    return pairs.shuffle(seed=fn_kwargs["seed"]) if shuffle else pairs
+
+
 def create_pretraining_pairs(
     tokenized,
     tokenizer,
@@ -363,23 +433,8 @@ def create_pretraining_pairs(
     books are about 20 MB of text).
     """
     import datasets
-    from datasets.fingerprint import Hasher
 
-    if task not in TASKS:
-        raise ValueError(f"task must be one of {TASKS}, got {task!r}")
-    if one_chunk not in ONE_CHUNK_POLICIES:
-        raise ValueError(f"one_chunk must be one of {ONE_CHUNK_POLICIES}, got {one_chunk!r}")
-    limit = getattr(tokenizer, "model_max_length", None)
-    if limit is not None and limit < 10**9 and max_seq_length > limit:
-        raise InputError(f"max_seq_length={max_seq_length} exceeds the tokenizer's model_max_length={limit} "
-                         "(ALBERT has 512 position embeddings)")
-    if max_seq_length < 5:
-        raise InputError(f"max_seq_length={max_seq_length} leaves no room for [CLS] A [SEP] B [SEP]")
-    if dupe_factor < 1 or min_sentences < 1:
-        raise InputError("dupe_factor and min_sentences must be at least 1")
-    missing = {"input_ids", "sentence_offsets"} - set(tokenized.column_names or ())
-    if missing:
-        raise ValueError(f"Expected the output of tokenize_documents; missing columns {sorted(missing)}")
+    _check_pair_options(tokenized, tokenizer, max_seq_length, dupe_factor, min_sentences, task, one_chunk)
 
     options = dict(max_seq_length=max_seq_length, short_seq_prob=short_seq_prob,
                    random_next_sentence=task == "nsp", one_chunk=one_chunk)
@@ -400,40 +455,7 @@ def create_pretraining_pairs(
                              remove_columns=tokenized.column_names, features=features,
                              fn_kwargs={**fn_kwargs, "documents": None, "arrow": False, "mix": shuffle})
 
-    if tokenized._indices is not None:
-        tokenized = tokenized.flatten_indices()  # row numbers must be Arrow rows for random access
-    # Sentence counts from the offsets' list lengths alone: no token is read.
-    chunks = tokenized.data.column("sentence_offsets").chunks
-    num_sentences = np.concatenate([c.value_lengths().to_numpy(zero_copy_only=False) for c in chunks] or [[]]) - 1
-    rows = np.flatnonzero(num_sentences >= min_sentences)
-    logger.info(
-        "Pair building: %d documents, %d used; skipped %d empty and %d with fewer than %d sentences "
-        "(too short to make a pair)",
-        len(num_sentences), len(rows), int((num_sentences <= 0).sum()),
-        int(((num_sentences > 0) & (num_sentences < min_sentences)).sum()), min_sentences,
-    )
-    if len(rows) == 0:
-        raise NoPairsError(f"No document has {min_sentences} or more sentences; cannot build sentence pairs")
-    if len(rows) == 1 and (task == "nsp" or one_chunk == "random_next"):  # otherwise no random B is ever drawn
-        logger.warning("Only one usable document: random-next segments will come from the same document")
-
-    fingerprint = Hasher.hash([tokenized._fingerprint, PAIRS_VERSION, fn_kwargs, tokenizer.cls_token_id])
-    pairs = tokenized.map(
-        _pairs_batch,
-        with_indices=True,
-        batched=True,
-        batch_size=batch_size or 16,
-        remove_columns=tokenized.column_names,
-        features=features,
-        fn_kwargs={**fn_kwargs, "documents": ArrowDocuments(tokenized.data, rows)},
-        num_proc=num_proc,
-        new_fingerprint=fingerprint,
-        desc=f"Building {task.upper()} pairs",
-    )
-    labels = np.asarray(pairs.data.column("sentence_order_label").combine_chunks())
-    logger.info("Built %d %s pairs (dupe_factor=%d), %.1f%% with label 1",
-                len(pairs), task.upper(), dupe_factor, 100 * labels.mean() if len(labels) else 0.0)
-    return pairs.shuffle(seed=seed) if shuffle else pairs
+    return _dataset_pairs(tokenized, fn_kwargs, features, task, one_chunk, batch_size, num_proc, shuffle)
 
 
 def build_pretraining_dataset(corpus, tokenizer, *, text_column="text", sentence_per_line=False, num_proc=None,

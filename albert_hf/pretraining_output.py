@@ -1,5 +1,6 @@
-"""What the pretraining job writes and prints: its log setup, the metrics log, the final folder (weights,
-tokenizer, results, card), the fill-mask examples of the summary, and the number formats of its lines."""
+"""What the pretraining job writes and prints: its log setup, the metrics log, the final model's files (weights,
+tokenizer, results, card: `save_final_model`), the fill-mask examples of the summary, and the number formats of its
+lines."""
 
 import json
 import logging
@@ -12,12 +13,9 @@ from pathlib import Path
 import datasets
 import transformers
 from accelerate import Accelerator
-from transformers import AutoModel
 
-from .analysis.baselines import heldout_baselines, with_baselines
-from .analysis.curves import CURVES_FILE, pretraining_curves
-from .analysis.fill_mask import fill_mask_examples, format_fill_mask, pick_fill_mask_sentences
-from .checkpointing import FILL_MASK_FILE, clear_previous_run
+from .analysis.fill_mask import fill_mask_examples, pick_fill_mask_sentences
+from .checkpointing import clear_previous_run
 from .errors import InputError
 from .hardware import Hardware, Precision
 from .hub import write_json
@@ -43,37 +41,6 @@ def held_out_fill_mask(model, tokenizer, eval_documents, args, count=4, document
         logger.info("No fill-mask examples: the first %d held-out documents have no sentence of 8 to 30 words with "
                     "a one-piece content word", documents_read)
     return fill_mask_examples(model, tokenizer, sentences)
-
-
-def write_final_folder(run, final, eval_metrics: dict, completed_steps: int):
-    """On the main process, at the end (`pretraining.finish`): the held-out baselines, the curves, the final folder
-    (`save_final_model`), reloaded with AutoModel as a check, and the summary with fill-mask examples."""
-    accelerator, args, output_dir = run.accelerator, run.args, run.output_dir
-    pair_task = args.task if args.task != "none" else None
-    if run.eval_dataloader is not None and eval_metrics:
-        # on the evaluation's own pairs and static masks (the unprepared dataset and collator)
-        eval_metrics = {**eval_metrics, **heldout_baselines(
-            run.eval_dataloader.dataset, run.eval_dataloader.collate_fn, len(run.tokenizer),
-            run.tokenizer.all_special_ids, pair_task)}
-    curves = None
-    if not args.no_plots:
-        rows = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()
-                ] if (output_dir / "metrics.jsonl").is_file() else []
-        curves = pretraining_curves(rows, eval_metrics, output_dir / CURVES_FILE, pair_task)
-    save_final_model(final, run.tokenizer, output_dir, args, eval_metrics, run.global_batch,
-                     accelerator.num_processes, curves=curves is not None,
-                     where=where_trained(run.hardware, run.precision, accelerator.num_processes))
-    reloaded = AutoModel.from_pretrained(output_dir, trust_remote_code=True)
-    summary = {"output_dir": str(output_dir), "parameters": run.num_parameters, "steps": completed_steps,
-               "global_batch": run.global_batch, "reloaded_with": f"AutoModel -> {type(reloaded).__name__}",
-               **({"training_curves": str(curves)} if curves else {})}
-    # after the save: the examples are a look at the saved model, not part of it (nor of all_results.json)
-    examples = held_out_fill_mask(final, run.tokenizer, run.eval_documents, args)
-    if examples:
-        (output_dir / FILL_MASK_FILE).write_text(json.dumps(examples, indent=2, ensure_ascii=False) + "\n")
-    print("\n".join(["", "Pretraining done."] + [f"  {k}: {format_value(v)}" for k, v in summary.items()]
-                    + [f"  {k}: {text}" for k, text in with_baselines(eval_metrics)]
-                    + format_fill_mask(examples)))
 
 
 def where_trained(hardware: Hardware, precision: Precision, num_processes: int) -> dict:

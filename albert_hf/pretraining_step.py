@@ -1,6 +1,6 @@
 """The pretraining step: the counts behind the logged metrics, evaluation, the loss weights of a step's
-micro-batches, one optimizer step, and `TrainingState`, where the loop stands (what a checkpoint saves of it), with
-the parts of `pretraining.fit`'s loop: resume, an epoch's batches, logging, evaluation, checkpoints."""
+micro-batches, one optimizer step, and `TrainingState`, where the loop stands (what a checkpoint saves of it).
+`pretraining.fit` runs the loop around them."""
 
 import contextlib
 import logging
@@ -9,9 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from accelerate.utils import send_to_device
 
-from .checkpointing import truncate_metrics_log
 
 logger = logging.getLogger("albert_hf.pretraining")
 
@@ -282,58 +280,3 @@ class FitResult:
     steps: int  # optimizer steps completed
     stopped_by: str | None = None  # the signal's name (SIGTERM, SIGINT, SIGUSR1) when one ended the run early
     checkpoint: Path | None = None  # the step_N written when it stopped
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# The parts of `fit`'s loop (`run`: the job `pretraining.prepare` built)
-
-
-def resume(run) -> TrainingState:
-    """A fresh state, or the one of the checkpoint --resume_from_checkpoint names (and the stream's position)."""
-    args, accelerator = run.args, run.accelerator
-    state = TrainingState.start(accelerator.device)
-    path = run.checkpoints.resolve(args.resume_from_checkpoint) if args.resume_from_checkpoint else None
-    if path is None:
-        return state
-    state.restore(run.checkpoints.load(path, COUNTS), accelerator.is_main_process)
-    if run.stream is not None:
-        run.stream.load_state_dict(run.checkpoints.stream_state(path))
-    if accelerator.is_main_process:
-        truncate_metrics_log(run.output_dir / "metrics.jsonl", state.step)
-    logger.info("Resumed from %s: step %d, epoch %d, batch %d of the epoch", path, state.step, state.epoch,
-                state.batches_in_epoch)
-    return state
-
-
-def epoch_batches(run, state: TrainingState):
-    """The batches of the state's epoch, from the state's position in it."""
-    run.collate.set_epoch(state.epoch)
-    if hasattr(run.train_dataloader, "set_epoch"):
-        run.train_dataloader.set_epoch(state.epoch)
-    if run.stream is not None:  # unprepared (see prepare); resumed by its state_dict, not by skipping
-        accelerator = run.accelerator
-        return (send_to_device(batch, accelerator.device, non_blocking=accelerator.non_blocking)
-                for batch in run.train_dataloader)
-    if state.batches_in_epoch:
-        return run.accelerator.skip_first_batches(run.train_dataloader, state.batches_in_epoch)
-    return run.train_dataloader
-
-
-def log_window(run, state: TrainingState, log, progress):
-    """A collective: the training means of the window, into the progress bar and the metrics log."""
-    metrics = state.window_metrics(run.accelerator, run.args.task, run.scheduler.get_last_lr()[0])
-    progress.set_postfix({k.replace("_accuracy", "_acc"): f"{v:.3g}" for k, v in metrics.items() if k != "lr"})
-    log.write(state.step, {f"train_{k}" if k not in ("lr", "tokens_per_second", "skipped_steps") else k: v
-                           for k, v in metrics.items()})
-
-
-def evaluate_and_log(run, step: int, log) -> dict:
-    metrics = evaluate(run.model, run.eval_dataloader, run.accelerator, run.args.task)
-    log.write(step, metrics)
-    return metrics
-
-
-def save_checkpoint(run, state: TrainingState) -> Path:
-    """A collective: every process calls it at the same step."""
-    return run.checkpoints.save(state.step, state.checkpoint_state(run.accelerator),
-                                stream_state=None if run.stream is None else run.stream.state_dict())
