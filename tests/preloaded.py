@@ -6,7 +6,8 @@ time. `start` runs `python SCRIPT ...` or `python -m MODULE ...` in a process fo
 forkserver, which imports all that once per test worker. What a test sees is what a fresh process gives: a pid of
 its own (signals reach it, it can be killed with its children), its own exit status, its stdout and stderr in
 files, the command's argv, working folder, environment and `sys.path`, module-level state as just imported (nothing
-runs in the server but imports), and the interpreter's ending (threads joined, atexit handlers run).
+runs in the server but imports), multiprocessing as in a main process (the default start method, no parent), and
+the interpreter's ending (threads joined, atexit handlers run).
 
 A command is served this way only where that holds. The rest start as plain subprocesses: another interpreter,
 `python -c`, and an environment that differs from the server's in a variable read when a library is imported or the
@@ -16,6 +17,7 @@ processes, as under a real launch.
 """
 
 import atexit
+import gc
 import multiprocessing
 import os
 import random
@@ -124,6 +126,13 @@ def start(command, *, env: dict, cwd, stdout: str, stderr: str, server_env: dict
 
 def _run(argv: list[str], cwd: str, env: dict, stdout: str, stderr: str, fresh_path: list[str]) -> None:
     """In the forked process: become `python *argv` started in `cwd` with `env`."""
+    gc.freeze()  # the preloaded objects: not traversed by every collection the script triggers
+    # A main process of its own, as a fresh interpreter is: multiprocessing's default start method (not the
+    # server's forkserver, which DataLoader workers would otherwise go through) and no parent process.
+    multiprocessing.set_start_method(None, force=True)
+    this = multiprocessing.current_process()
+    this._name, this._identity, this._parent_pid, this._parent_name = "MainProcess", (), None, None
+    multiprocessing.process._parent_process = None
     for fd, path in ((1, stdout), (2, stderr)):
         file = os.open(path, os.O_WRONLY | os.O_APPEND)
         os.dup2(file, fd)

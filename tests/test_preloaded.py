@@ -1,6 +1,7 @@
 """tests/preloaded.py: a script started through the preloaded interpreter gets what a fresh `python SCRIPT` gets."""
 
 import json
+import multiprocessing
 import signal
 import subprocess
 import sys
@@ -11,13 +12,15 @@ import pytest
 from conftest import run_bounded, start_process, subprocess_env
 
 SCRIPT = """\
-import atexit, json, os, random, sys, threading, time
+import atexit, json, multiprocessing, os, random, sys, threading, time
 import torch, albert_hf
 atexit.register(lambda: print("atexit ran", flush=True))
 threading.Thread(target=lambda: (time.sleep(0.2), print("thread joined", flush=True))).start()
 print(json.dumps({"argv": sys.argv, "cwd": os.getcwd(), "path0": sys.path[0], "name": __name__,
                   "value": os.environ.get("ALBERT_HF_PROBE"), "pid": os.getpid(), "random": random.random(),
-                  "threads": torch.get_num_threads()}))
+                  "threads": torch.get_num_threads(), "start_method": multiprocessing.get_start_method(),
+                  "process": multiprocessing.current_process().name,
+                  "has_parent": multiprocessing.parent_process() is not None}))
 print("to stderr", file=sys.stderr)
 if sys.argv[1] == "fail":
     raise RuntimeError("the script failed")
@@ -50,6 +53,10 @@ def test_a_served_script_has_its_argv_folder_environment_and_ending(script, tmp_
     assert first["cwd"] == str(work) and first["path0"] == str(tmp_path)
     assert (first["value"], second["value"]) == ("0", "1")
     assert first["threads"] == int(subprocess_env()["OMP_NUM_THREADS"])
+    # multiprocessing as in a fresh main process: the platform's default start method (DataLoader workers would
+    # otherwise go through the server), no parent
+    assert (first["start_method"], first["process"], first["has_parent"]) == (
+        multiprocessing.get_all_start_methods()[0], "MainProcess", False)
     assert first["pid"] != second["pid"] and first["random"] != second["random"]  # seeded afresh, as a new process
     assert runs[0].stdout.splitlines()[1:] == ["thread joined", "atexit ran"]  # threads joined, then atexit
     assert runs[0].stderr == "to stderr\n"
