@@ -35,7 +35,8 @@ STARTUP_VARIABLES = ("OMP_", "MKL_", "GOMP_", "ATEN_", "ONEDNN_", "DNNL_", "PYTH
 READ_WHEN_USED = {"PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR"}
 
 PRELOAD = ["torch", "numpy", "transformers", "transformers.trainer", "accelerate", "accelerate.commands.launch",
-           "torch.distributed.run", "datasets", "evaluate", "safetensors.torch", "albert_hf"]
+           "torch.distributed.run", "datasets", "evaluate", "safetensors.torch", "scipy.stats", "sklearn.metrics",
+           "seqeval.metrics", "albert_hf"]
 
 _server = {}  # the environment and sys.path the server was started with, once started
 
