@@ -20,6 +20,8 @@ when a test file has labels (the GLUE test files have none), and all_results.jso
 the GLUE submission files (MRPC.tsv, MNLI-m.tsv, ...). Task logic: albert_hf/glue.py.
 """
 
+from transformers import DataCollatorWithPadding
+
 from albert_hf import AlbertHFForSequenceClassification, glue
 from albert_hf.errors import InputError
 from albert_hf.finetuning import (
@@ -29,6 +31,7 @@ from albert_hf.finetuning import (
     finish,
     fit_max_seq_length,
     load_tokenizer_and_model,
+    padding_collator,
     parse_arguments,
     run_script,
     save_results,
@@ -66,8 +69,8 @@ def main(argv=None) -> dict:
         # The first dev set (MNLI: matched) is the one --eval_strategy / --load_best_model_at_end use.
         eval_dataset=features[validation_splits[0]] if validation_splits else None,
         processing_class=tokenizer,
-        data_collator=glue.data_collator(tokenizer, data_args.pad_to_max_length,
-                                         training_args.fp16 or training_args.bf16),
+        data_collator=padding_collator(DataCollatorWithPadding, tokenizer, data_args.pad_to_max_length,
+                                       training_args.fp16 or training_args.bf16),
         compute_metrics=task.compute_metrics_function(),
     )
     if training_args.do_train:

@@ -12,6 +12,8 @@ predict_results.json when the test file has tags, predictions.txt (one sentence 
 train_results.json and all_results.json. Reading, alignment and metrics: albert_hf/token_classification.py.
 """
 
+from transformers import DataCollatorForTokenClassification
+
 from albert_hf import AlbertHFForTokenClassification
 from albert_hf import token_classification as ner
 from albert_hf.errors import InputError
@@ -22,6 +24,7 @@ from albert_hf.finetuning import (
     fit_max_seq_length,
     load_checkpoint_config,
     load_tokenizer_and_model,
+    padding_collator,
     parse_arguments,
     run_script,
     save_results,
@@ -56,8 +59,8 @@ def main(argv=None) -> dict:
         train_dataset=inputs.get("train"),
         eval_dataset=inputs.get("validation"),
         processing_class=tokenizer,
-        data_collator=ner.data_collator(tokenizer, data_args.pad_to_max_length,
-                                        training_args.fp16 or training_args.bf16),
+        data_collator=padding_collator(DataCollatorForTokenClassification, tokenizer, data_args.pad_to_max_length,
+                                       training_args.fp16 or training_args.bf16),
         compute_metrics=ner.compute_metrics_function(features["validation"], names, per_type)
         if "validation" in features else None,
     )

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 import transformers
 from transformers import (AutoConfig, AutoTokenizer, HfArgumentParser, Trainer, TrainerCallback, TrainingArguments,
-                          set_seed)
+                          default_data_collator, set_seed)
 from transformers.trainer import TRAINING_ARGS_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
@@ -348,6 +348,14 @@ def fit_max_seq_length(data_args, config) -> None:
         logger.warning("--max_seq_length %d is longer than the model's %d positions; using %d",
                        data_args.max_seq_length, config.max_position_embeddings, config.max_position_embeddings)
         data_args.max_seq_length = config.max_position_embeddings
+
+
+def padding_collator(collator_class, tokenizer, pad_to_max_length: bool, half_precision: bool):
+    """`default_data_collator` when --pad_to_max_length padded the inputs already, else `collator_class` padding each
+    batch to its longest row (to a multiple of 8 in fp16/bf16)."""
+    if pad_to_max_length:
+        return default_data_collator
+    return collator_class(tokenizer, pad_to_multiple_of=8 if half_precision else None)
 
 
 def limit(dataset, max_samples: int | None):

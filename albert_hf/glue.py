@@ -546,14 +546,6 @@ def tokenize_splits(splits: dict, tokenizer, task: GlueTask, data_args: GlueData
                 for split, dataset in splits.items()}
 
 
-def data_collator(tokenizer, pad_to_max_length: bool, half_precision: bool):
-    from transformers import DataCollatorWithPadding, default_data_collator
-
-    if pad_to_max_length:
-        return default_data_collator
-    return DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8 if half_precision else None)
-
-
 def labels_of_test_set(raw, task, where: str):
     """The encoded labels of a test set when it has them all, else None: the GLUE test files have no label
     column, the Hub's test splits have -1; a file with only some labelled rows gets a warning."""

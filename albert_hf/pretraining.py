@@ -7,11 +7,11 @@
 `main` = `parse_args` -> `prepare` (`setup`: accelerator and output folder; the inputs: pretraining_inputs.py;
 the model and optimizer: pretraining_model.py) -> `fit` (the loop over a `TrainingState`, its step and evaluation in
 pretraining_step.py) -> `finish` (the final folder, the summary, the push). Only this module sees the whole job
-(`Pretraining`): the loop's parts and the final folder are at its end; the modules below take explicit arguments. Loop: MLM + SOP loss (their plain
-sum), LAMB with the official poly-decay schedule, global clipping at 1.0, gradient accumulation, bf16/fp16 through
-accelerate. Every `--checkpointing_steps` the full state (model, optimizer, scheduler, RNGs, data position) goes
-atomically into `OUTPUT_DIR/step_N` (checkpointing.py); `--resume_from_checkpoint latest` continues exactly where
-the last complete checkpoint left off.
+(`Pretraining`): the loop's parts and the final folder are at its end; the modules below take explicit arguments.
+Loop: MLM + SOP loss (their plain sum), LAMB with the official poly-decay schedule, global clipping at 1.0,
+gradient accumulation, bf16/fp16 through accelerate. Every `--checkpointing_steps` the full state (model,
+optimizer, scheduler, RNGs, data position) goes atomically into `OUTPUT_DIR/step_N` (checkpointing.py);
+`--resume_from_checkpoint latest` continues exactly where the last complete checkpoint left off.
 """
 
 import argparse

@@ -23,7 +23,6 @@ from pathlib import Path
 
 import numpy as np
 from datasets import ClassLabel, Dataset, DatasetDict, Sequence
-from transformers import DataCollatorForTokenClassification, default_data_collator
 
 from .corpus import check_not_empty, read_with_datasets
 from .errors import InputError
@@ -254,12 +253,6 @@ def tokenize_splits(splits: dict, tokenizer, data_args: NerDataArguments, names:
     inputs = {split: dataset.remove_columns([c for c in dataset.column_names if c not in MODEL_INPUTS])
               for split, dataset in features.items()}
     return features, inputs
-
-
-def data_collator(tokenizer, pad_to_max_length: bool, half_precision: bool):
-    if pad_to_max_length:
-        return default_data_collator
-    return DataCollatorForTokenClassification(tokenizer, pad_to_multiple_of=8 if half_precision else None)
 
 
 def tokenize_function(tokenizer, max_seq_length: int, pad_to_max_length: bool, label_all_tokens: bool,

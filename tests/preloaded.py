@@ -18,6 +18,7 @@ processes, as under a real launch.
 
 import atexit
 import gc
+import json
 import multiprocessing
 import os
 import random
@@ -67,8 +68,6 @@ def _ensure_server(env: dict) -> None:
     finally:
         os.environ.clear()
         os.environ.update(saved)
-    import json
-
     _server.update(env=dict(env), path=json.loads(fresh_path))
 
 
