@@ -203,28 +203,6 @@ def check_fill_mask_examples(out, stdout, held_out):
         assert line == f'    "{sentence}" — true: {word}; predicted: {" | ".join(example["predictions"])}'
 
 
-@pytest.mark.trains
-@pytest.mark.compiles
-def test_torch_compile_compiles_the_blocks_and_follows_the_eager_loss_curve(tmp_path):
-    steps = ["--max_train_steps", "4", "--eval_steps", "0", "--max_seq_length", "48"]  # 48: the batches are padded
-    # a mode turns --torch_compile on, as in transformers
-    compiled_run = [*steps, "--torch_compile_mode", "default"]
-    results, done = pretrain_runs([(tmp_path / "eager", steps), (tmp_path / "compiled", compiled_run)])
-    assert [result["status"] for result in results] == [0, 0], results
-    assert done.stdout.count("AutoModel -> AlbertHFModel") == 2
-    log = done.stdout + done.stderr
-    assert log.count("torch.compile (mode default, dynamic shapes) of each distinct block and the MLM head") == 1
-    assert log.count("torch.compile: the first step took ") == 1
-    eager, compiled = ([row for row in metrics(tmp_path / name) if "train_mlm_loss" in row]
-                       for name in ("eager", "compiled"))
-    assert [row["step"] for row in compiled] == [row["step"] for row in eager] == [2, 4]
-    for a, b in zip(eager, compiled):
-        assert abs(a["train_mlm_loss"] - b["train_mlm_loss"]) < 1e-3 * a["train_mlm_loss"]
-        assert abs(a["train_sop_loss"] - b["train_sop_loss"]) < 1e-3 * a["train_sop_loss"]
-    saved = [load_file(tmp_path / name / "model.safetensors") for name in ("eager", "compiled")]
-    assert saved[0].keys() == saved[1].keys()  # in-place compiling leaves the state-dict keys alone
-
-
 RESUME_ARGS = ["--max_train_steps", "12", "--checkpointing_steps", "3", "--eval_steps", "0",
                "--validation_split_percentage", "0"]  # checkpoints at 3, 6, 9, 12; logging every 2 steps (FAST)
 

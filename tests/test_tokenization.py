@@ -182,7 +182,6 @@ def test_the_sentencepiece_encoder_gives_the_tokenizers_ids():
 
 def test_the_sentencepiece_encoder_gives_the_tokenizers_ids_on_the_real_corpus():
     from data_fixtures import shared_corpus
-    from transformers import AutoTokenizer
 
     from albert_hf.corpus import find_text_files, read_text_documents
     from albert_hf.pretraining_data import plain_backend
