@@ -34,9 +34,8 @@ from albert_hf.finetuning import (
     padding_collator,
     parse_arguments,
     run_script,
-    save_results,
     setup,
-    train,
+    train_evaluate_predict,
     wanted_samples,
 )
 
@@ -73,17 +72,12 @@ def main(argv=None) -> dict:
                                        training_args.fp16 or training_args.bf16),
         compute_metrics=task.compute_metrics_function(),
     )
-    if training_args.do_train:
-        train(trainer, training_args, last_checkpoint, len(features["train"]))
-    results = {}
-    if training_args.do_eval:
-        results["validation"] = evaluate_splits(trainer, {split: features[split] for split in validation_splits},
-                                                suffixes=glue.SUFFIXES)
-    if training_args.do_predict:
-        metrics = glue.predict_and_write(trainer, task, features, raw_splits, splits, sources,
-                                         training_args.output_dir)
-        if metrics:
-            results["test"] = save_results(trainer, "predict", metrics)
+    results = train_evaluate_predict(
+        trainer, training_args, last_checkpoint, len(features.get("train", ())),
+        evaluate=lambda: evaluate_splits(trainer, {split: features[split] for split in validation_splits},
+                                         suffixes=glue.SUFFIXES),
+        predict=lambda _: glue.predict_and_write(trainer, task, features, raw_splits, splits, sources,
+                                                 training_args.output_dir))
     if training_args.do_train or training_args.push_to_hub:
         finish(trainer, model_args, training_args, data_args, recipe)
     return results

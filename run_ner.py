@@ -27,9 +27,8 @@ from albert_hf.finetuning import (
     padding_collator,
     parse_arguments,
     run_script,
-    save_results,
     setup,
-    train,
+    train_evaluate_predict,
     wanted_samples,
 )
 
@@ -64,16 +63,11 @@ def main(argv=None) -> dict:
         compute_metrics=ner.compute_metrics_function(features["validation"], names, per_type)
         if "validation" in features else None,
     )
-    if training_args.do_train:
-        train(trainer, training_args, last_checkpoint, len(inputs["train"]))
-    results = {}
-    if training_args.do_eval:
-        results["validation"] = evaluate_splits(trainer, {"validation": inputs["validation"]})
-    if training_args.do_predict:
-        metrics = ner.predict_and_write(trainer, features["test"], inputs["test"], names, per_type,
-                                        training_args.output_dir)
-        if metrics is not None:
-            results["test"] = save_results(trainer, "predict", metrics)
+    results = train_evaluate_predict(
+        trainer, training_args, last_checkpoint, len(inputs.get("train", ())),
+        evaluate=lambda: evaluate_splits(trainer, {"validation": inputs["validation"]}),
+        predict=lambda _: ner.predict_and_write(trainer, features["test"], inputs["test"], names, per_type,
+                                                training_args.output_dir))
     finish(trainer, model_args, training_args, data_args)
     return results
 

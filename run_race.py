@@ -29,7 +29,7 @@ from albert_hf.finetuning import (
     parse_arguments,
     run_script,
     setup,
-    train,
+    train_evaluate_predict,
     wanted_samples,
 )
 
@@ -62,13 +62,13 @@ def main(argv=None) -> dict:
         data_collator=race.data_collator(tokenizer, data_args, training_args.fp16 or training_args.bf16),
         compute_metrics=race.compute_accuracy,
     )
-    if training_args.do_train:
-        train(trainer, training_args, last_checkpoint, len(features["train"]))
-    results = {}  # split -> its flat metrics (also in eval_results.json / predict_results.json)
-    for split, prefix in (("validation", "eval"), ("test", "predict")):
-        if split in features:
-            results[split] = evaluate_splits(trainer, {split: features[split]},
-                                             evaluate=race.evaluate_and_write_predictions, prefix=prefix)
+    def evaluate(split: str, prefix: str) -> dict:  # also writes the chosen letters, predictions_<split>.json
+        return evaluate_splits(trainer, {split: features[split]}, evaluate=race.evaluate_and_write_predictions,
+                               prefix=prefix)
+
+    results = train_evaluate_predict(trainer, training_args, last_checkpoint, len(features.get("train", ())),
+                                     evaluate=lambda: evaluate("validation", "eval"),
+                                     predict=lambda _: evaluate("test", "predict"))
     finish(trainer, model_args, training_args, data_args, recipe)
     return results
 

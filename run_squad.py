@@ -31,7 +31,7 @@ from albert_hf.finetuning import (
     parse_arguments,
     run_script,
     setup,
-    train,
+    train_evaluate_predict,
     wanted_samples,
 )
 from albert_hf.squad import SquadDataArguments, SquadTrainer, paper_recipe
@@ -58,6 +58,7 @@ def main(argv=None) -> dict:
     splits = load_squad_splits(data_args, wanted, model_args.cache_dir, model_args.token)
 
     train_dataset = eval_examples = eval_features = None
+    train_examples = ()
     if "train" in splits:
         train_examples = select_trainable(splits["train"], data_args.version_2_with_negative,
                                           data_args.train_file or "train")
@@ -71,21 +72,19 @@ def main(argv=None) -> dict:
     trainer = SquadTrainer(model=model, args=training_args, train_dataset=train_dataset, processing_class=tokenizer,
                            data_collator=default_data_collator, data_args=data_args, eval_examples=eval_examples,
                            eval_features=eval_features)
-    if training_args.do_train:
-        train(trainer, training_args, last_checkpoint, len(train_examples))
-    results = {}
-    if training_args.do_eval:
-        results["validation"] = squad.evaluate_and_write(trainer, eval_examples, eval_features,
-                                                         training_args.output_dir)
-    if training_args.do_predict:
+
+    def predict(validation_metrics: dict | None) -> dict | None:
         with training_args.main_process_first(desc="test features"):
             test_examples, test_features = prepare_questions(splits["test"], tokenizer, data_args,
                                                              data_args.test_file or "test")
-        tuned = results.get("validation", {}).get("eval_null_threshold")
-        metrics = squad.predict_and_write(trainer, data_args, test_examples, test_features, tuned,
-                                          training_args.output_dir)
-        if metrics is not None:
-            results["test"] = metrics
+        tuned = (validation_metrics or {}).get("eval_null_threshold")
+        return squad.predict_and_write(trainer, data_args, test_examples, test_features, tuned,
+                                       training_args.output_dir)
+
+    results = train_evaluate_predict(
+        trainer, training_args, last_checkpoint, len(train_examples),
+        evaluate=lambda: squad.evaluate_and_write(trainer, eval_examples, eval_features, training_args.output_dir),
+        predict=predict)
     finish(trainer, model_args, training_args, data_args, recipe)
     return results
 

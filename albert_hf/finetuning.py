@@ -21,6 +21,7 @@ import json
 import logging
 import shutil
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -406,6 +407,36 @@ def train(trainer, training_args, last_checkpoint, num_examples: int) -> dict:
     save_results(trainer, "train", metrics)
     trainer.save_state()
     return metrics
+
+
+def train_evaluate_predict(trainer, training_args, last_checkpoint: str | None, num_train_examples: int | None,
+                           evaluate: Callable[[], dict], predict: Callable[[dict | None], dict | None]) -> dict:
+    """The stages every fine-tuning script runs after building its Trainer, in order and as its flags ask:
+    --do_train, --do_eval (the dev set), --do_predict (the test set).
+
+    Args:
+        trainer: the script's Trainer, its training and evaluation datasets set.
+        training_args: the run's `TrainingArguments` (`do_train`, `do_eval`, `do_predict`).
+        last_checkpoint: the checkpoint training resumes from (`setup`), or None.
+        num_train_examples: the training examples before windowing (questions, sentences), for the start line.
+        evaluate: evaluates the dev set, writes eval_results.json and returns its metrics.
+        predict: given the dev set's metrics (None without --do_eval; SQuAD 2.0 takes its tuned no-answer
+            threshold from them), predicts the test set, writes the task's predictions file and, when the test set
+            has labels, predict_results.json; returns those metrics, or None.
+
+    Returns:
+        {"validation": metrics, "test": metrics}, for the stages that ran and gave metrics: what `main` returns.
+    """
+    if training_args.do_train:
+        train(trainer, training_args, last_checkpoint, num_train_examples)
+    results = {}
+    if training_args.do_eval:
+        results["validation"] = evaluate()
+    if training_args.do_predict:
+        metrics = predict(results.get("validation"))
+        if metrics is not None:
+            results["test"] = metrics
+    return results
 
 
 def save_results(trainer, kind: str, metrics: dict) -> dict:

@@ -21,7 +21,8 @@ from datasets import Dataset, DatasetDict, load_dataset
 from . import text_classification
 from .corpus import check_not_empty, read_with_datasets
 from .errors import InputError
-from .finetuning import OFFICIAL_FINETUNING, SPLIT_FLAGS, check_columns, limit, load_checkpoint_config, suffixed
+from .finetuning import (OFFICIAL_FINETUNING, SPLIT_FLAGS, check_columns, limit, load_checkpoint_config, save_results,
+                         suffixed)
 from .metrics import load_glue_metric
 from .model_card import CardDataset, from_sources, hub_dataset_id, limits
 
@@ -562,9 +563,10 @@ def labels_of_test_set(raw, task, where: str):
 
 
 def predict_and_write(trainer, task: GlueTask, features: dict, raw_splits, splits: dict, sources: dict,
-                      output_dir) -> dict:
+                      output_dir) -> dict | None:
     """Each test split's submission file (MRPC.tsv, MNLI-m.tsv, ...) in `output_dir`, and the `predict_*` metrics
-    of those whose rows all have labels (a second set's keys suffixed, SUFFIXES), in one dict."""
+    of those whose rows all have labels (a second set's keys suffixed, SUFFIXES) in predict_results.json; returns
+    those metrics, or None when no test split has labels (the GLUE test files)."""
     metrics = {}
     for split in [split for split in features if task.split_kind(split) == "test"]:
         dataset = features[split]
@@ -578,4 +580,4 @@ def predict_and_write(trainer, task: GlueTask, features: dict, raw_splits, split
             logger.info("%s predictions: %s", split, path)
         if labels is not None:
             metrics.update(suffixed({**output.metrics, "predict_samples": len(dataset)}, SUFFIXES.get(split, "")))
-    return metrics
+    return save_results(trainer, "predict", metrics) if metrics else None

@@ -100,10 +100,19 @@ def read_manifest(folder) -> dict:
     return manifest
 
 
-def adopt_manifest(args, manifest: dict, explicit: set[str]) -> list[str]:
-    """Sets the shaping arguments of `args` to the manifest's; one given explicitly (`explicit`) with another value,
-    or a corpus or tokenizer argument given at all, stops with one line. Returns the arguments adopted."""
-    recorded, adopted = manifest["arguments"], []
+def adopt_manifest(args, manifest: dict, explicit: set[str]) -> dict:
+    """The shaping arguments' values the manifest recorded, which the run takes instead of its own.
+
+    Args:
+        args: the parsed arguments (read only).
+        manifest: the prepared folder's manifest (`read_manifest`).
+        explicit: the arguments given on the command line or in the arguments file.
+
+    Returns:
+        {name: value} for every shaping argument. One given explicitly with another value, or a corpus or
+        tokenizer argument given at all, stops with one line (InputError).
+    """
+    recorded = manifest["arguments"]
     for name in SOURCE_ARGUMENTS:
         if name in explicit:
             raise InputError(f"--{name} cannot be combined with --prepared_data {args.prepared_data}: the "
@@ -115,10 +124,7 @@ def adopt_manifest(args, manifest: dict, explicit: set[str]) -> list[str]:
             raise InputError(f"--{name} {getattr(args, name)} disagrees with --prepared_data "
                              f"{args.prepared_data}, which was prepared with --{name} {value}: drop the flag, or "
                              "prepare the data again")
-        if getattr(args, name) != value:
-            adopted.append(f"--{name} {value}")
-        setattr(args, name, value)
-    return adopted
+    return {name: recorded.get(name) for name in SHAPING_ARGUMENTS}
 
 
 def load(folder) -> PretrainingData:

@@ -229,35 +229,51 @@ def build_parser() -> HfArgumentParser:
         "arguments may replace the flags."))
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    """All groups as one namespace, checked: a bad value stops with one line naming the flag. With
-    --prepared_data the arguments that shaped its pairs are taken from its manifest (`args.adopted` lists them)."""
+class RunArguments(argparse.Namespace):
+    """The run's arguments as `parse_args` resolved them: read-only from then on."""
+
+    def __init__(self, **values):
+        self.__dict__.update(values)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"the run's arguments are resolved once, in parse_args: cannot set {name}")
+
+
+def parse_args(argv=None) -> RunArguments:
+    """All groups as one read-only namespace, resolved and checked: a bad value stops with one line naming the
+    flag. Resolved here and nowhere later: with --prepared_data, the arguments that shaped its pairs come from
+    its manifest (`adopted` lists those that changed); a --torch_compile_mode turns --torch_compile on; the
+    warm-up defaults to 2.5% of the steps."""
     groups = parse_into_dataclasses(build_parser(), argv)
-    args = argparse.Namespace(**{k: v for group in groups for k, v in vars(group).items()}, adopted=[])
-    if args.prepared_data:
-        if args.preprocess_only:
+    values = {k: v for group in groups for k, v in vars(group).items()}
+    adopted = []
+    if values["prepared_data"]:
+        if values["preprocess_only"]:
             raise InputError("pass --preprocess_only (to prepare a folder) or --prepared_data (to train on "
                              "one), not both")
-        manifest = prepared_data.read_manifest(args.prepared_data)
-        args.adopted = prepared_data.adopt_manifest(args, manifest, explicit_arguments(argv, ARGUMENT_GROUPS))
-    check_args(args)
-    return args
+        manifest = prepared_data.read_manifest(values["prepared_data"])
+        recorded = prepared_data.adopt_manifest(argparse.Namespace(**values), manifest,
+                                                explicit_arguments(argv, ARGUMENT_GROUPS))
+        adopted = [f"--{name} {value}" for name, value in recorded.items() if values[name] != value]
+        values.update(recorded)
+    check_args(argparse.Namespace(**values))
+    if values["torch_compile_mode"]:  # as transformers' TrainingArguments: a mode asks for compiling
+        values["torch_compile"] = True
+    if values["num_warmup_steps"] is None:
+        values["num_warmup_steps"] = round(0.025 * values["max_train_steps"])
+    return RunArguments(**values, adopted=adopted)
 
 
 def check_args(args):
-    """Fills in the default warm-up; stops with one line on a bad value, path or output folder, before any work."""
+    """Stops with one line on a bad value, path or output folder, before any work."""
     check_writable(Path(args.output_dir), "--output_dir")
-    if args.torch_compile_mode:  # as transformers' TrainingArguments: a mode asks for compiling
-        args.torch_compile = True
     if args.train_files and args.dataset_name:
         raise InputError("pass --train_files or --dataset_name, not both")
     for name in ("max_train_steps", "per_device_train_batch_size", "gradient_accumulation_steps", "max_seq_length"):
         if getattr(args, name) < 1:
             raise InputError(f"--{name} must be at least 1")
     check_train_files(args.train_files)
-    if args.num_warmup_steps is None:
-        args.num_warmup_steps = round(0.025 * args.max_train_steps)
-    if args.num_warmup_steps > args.max_train_steps:
+    if args.num_warmup_steps is not None and args.num_warmup_steps > args.max_train_steps:
         raise InputError("--num_warmup_steps exceeds --max_train_steps")
     if not 0 <= args.validation_split_percentage < 100:
         raise InputError("--validation_split_percentage must be in [0, 100)")
@@ -288,7 +304,7 @@ def check_args(args):
 class Pretraining:
     """Everything `prepare` builds, which `fit` trains and `finish` saves."""
 
-    args: argparse.Namespace
+    args: RunArguments
     accelerator: Accelerator
     tokenizer: transformers.PreTrainedTokenizerBase
     model: torch.nn.Module

@@ -42,7 +42,7 @@ def new_model_config(args) -> AlbertHFConfig:
     return config
 
 
-def build_model(args, tokenizer):
+def build_model(args, tokenizer, gradient_checkpointing: bool = False):
     if args.model_name_or_path:
         with loading("--model_name_or_path", args.model_name_or_path):
             model = AlbertHFForPreTraining.from_pretrained(args.model_name_or_path)
@@ -50,7 +50,7 @@ def build_model(args, tokenizer):
         config = new_model_config(args)
         config.vocab_size = len(tokenizer)
         model = AlbertHFForPreTraining(config)
-    return finish_model(model, args, tokenizer)
+    return finish_model(model, tokenizer, args.task, gradient_checkpointing)
 
 
 def planned_weight_bytes(args) -> int | None:
@@ -69,15 +69,16 @@ def planned_weight_bytes(args) -> int | None:
         return 4 * sum(p.numel() for p in AlbertHFForPreTraining(config).parameters())
 
 
-def finish_model(model, args, tokenizer):
-    """The checks and settings every built or loaded model gets: vocabulary, special tokens, checkpointing."""
+def finish_model(model, tokenizer, task: str, gradient_checkpointing: bool):
+    """The checks and settings every built or loaded model gets: vocabulary, special tokens, checkpointing, and
+    with `task` "none" the pooler and the sentence-order head frozen."""
     if len(tokenizer) > model.config.vocab_size:
         raise InputError(f"The tokenizer has {len(tokenizer)} tokens but the model only {model.config.vocab_size}")
     for name in ("pad_token_id", "cls_token_id", "sep_token_id"):
         setattr(model.config, name.replace("cls", "bos").replace("sep", "eos"), getattr(tokenizer, name))
-    if args.gradient_checkpointing:
+    if gradient_checkpointing:
         model.activation_checkpointing_enable()
-    if args.task == "none":  # no loss reaches the pooler and SOP head: frozen, so DDP expects no gradient for them
+    if task == "none":  # no loss reaches the pooler and SOP head: frozen, so DDP expects no gradient for them
         model.albert.pooler.requires_grad_(False)
         model.sop_classifier.requires_grad_(False)
     return model
@@ -102,21 +103,23 @@ def compile_note(device: torch.device, mode: str | None) -> str:
 
 def build_run_model(args, tokenizer, accelerator, fsdp_request, notes: list[str]) -> torch.nn.Module:
     """The model of the run: built or loaded (under FSDP's RAM-efficient loading, read by the first process only),
-    compiled with --torch_compile, sharded under FSDP2; what the start line says of it is added to `notes`."""
-    if fsdp_request is not None and fsdp_request.activation_checkpointing:
-        args.gradient_checkpointing = True
+    compiled with --torch_compile, sharded under FSDP2; what the start line says of it is added to `notes`.
+    Activations are recomputed in backward with --gradient_checkpointing or the FSDP config's
+    activation checkpointing."""
+    checkpointing = args.gradient_checkpointing or (fsdp_request is not None and fsdp_request.activation_checkpointing)
     first_process_loads = (fsdp_request is not None and fsdp_request.ram_efficient_loading
                            and bool(args.model_name_or_path))
     if first_process_loads:
-        model = load_on_first_process(accelerator, lambda: build_model(args, tokenizer),
-                                      lambda config: finish_model(AlbertHFForPreTraining(config), args, tokenizer))
+        model = load_on_first_process(
+            accelerator, lambda: build_model(args, tokenizer, checkpointing),
+            lambda config: finish_model(AlbertHFForPreTraining(config), tokenizer, args.task, checkpointing))
         notes.append("fsdp_cpu_ram_efficient_loading: the first process read --model_name_or_path, the others "
                      "received their shards")
     else:
         if fsdp_request is not None and fsdp_request.ram_efficient_loading:
             notes.append("fsdp_cpu_ram_efficient_loading: nothing to load (no --model_name_or_path); every "
                          "process builds the same weights from --seed")
-        model = build_model(args, tokenizer)
+        model = build_model(args, tokenizer, checkpointing)
     if args.torch_compile:
         mode = {"mode": args.torch_compile_mode} if args.torch_compile_mode else {}
         # one batch shape on CUDA devices (the collator's static_shapes), a new row count every batch elsewhere

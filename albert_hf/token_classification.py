@@ -26,7 +26,7 @@ from datasets import ClassLabel, Dataset, DatasetDict, Sequence
 
 from .corpus import check_not_empty, read_with_datasets
 from .errors import InputError
-from .finetuning import SPLIT_FLAGS, limit
+from .finetuning import SPLIT_FLAGS, limit, save_results
 from .model_card import CardDataset, limits, user_data
 from .text_classification import labels_without_training, load_hub_or_folder, reconcile_labels
 
@@ -355,7 +355,7 @@ def write_predictions(path, logits, first_pieces, names) -> Path:
 def predict_and_write(trainer, features: Dataset, inputs: Dataset, names: tuple[str, ...], per_type: bool,
                       output_dir) -> dict | None:
     """The test split's predictions file (PREDICTIONS_FILE in `output_dir`) and, when its sentences have tags, its
-    `predict_*` metrics (None without)."""
+    `predict_*` metrics in predict_results.json; returns those metrics (None without tags)."""
     labelled = "labels" in features.column_names
     trainer.compute_metrics = compute_metrics_function(features, names, per_type) if labelled else None
     output = trainer.predict(inputs, metric_key_prefix="predict")
@@ -363,4 +363,4 @@ def predict_and_write(trainer, features: Dataset, inputs: Dataset, names: tuple[
         path = write_predictions(Path(output_dir) / PREDICTIONS_FILE, output.predictions, features["first_pieces"],
                                  names)
         logger.info("test predictions: %s", path)
-    return {**output.metrics, "predict_samples": len(features)} if labelled else None
+    return save_results(trainer, "predict", {**output.metrics, "predict_samples": len(features)}) if labelled else None

@@ -409,17 +409,19 @@ def test_dataloader_workers_draw_different_masks():
     assert all(torch.equal(x, y) for x, y in zip(batches, run()))  # and torch's seed makes it repeatable
 
 
-def test_bad_input_is_a_clear_error(real_features):
+@pytest.mark.parametrize("make_batch, message", [
+    (lambda tok, features: [dict(features[0]), {"input_ids": [tok.cls_token_id] + [10] * 600 + [tok.sep_token_id]}],
+     "602 tokens, more than max_length=512"),
+    (lambda tok, features: [{**features[0], "labels": [1, 2]}], "labels"),
+    (lambda tok, features: [dict(features[0]), {"input_ids": features[1]["input_ids"]}], "sentence_order_label"),
+    (lambda tok, features: [], "empty batch"),
+], ids=["too long", "labels given", "no sentence_order_label", "empty"])
+def test_a_bad_batch_is_a_clear_error(real_features, make_batch, message):
     tok = tokenizer()
-    collator = DataCollatorForAlbertPretraining(tokenizer=tok, seed=0)
-    too_long = {"input_ids": [tok.cls_token_id] + [10] * 600 + [tok.sep_token_id]}
-    with pytest.raises(ValueError, match="602 tokens, more than max_length=512"):
-        collator([dict(real_features[0]), too_long])
-    with pytest.raises(ValueError, match="labels"):
-        collator([{**real_features[0], "labels": [1, 2]}])
-    with pytest.raises(ValueError, match="sentence_order_label"):
-        collator([dict(real_features[0]), {"input_ids": real_features[1]["input_ids"]}])
-    with pytest.raises(ValueError, match="empty batch"):
-        collator([])
+    with pytest.raises(ValueError, match=message):
+        DataCollatorForAlbertPretraining(tokenizer=tok, seed=0)(make_batch(tok, real_features))
+
+
+def test_a_bad_mlm_probability_is_a_clear_error():
     with pytest.raises(ValueError, match="mlm_probability"):
-        DataCollatorForAlbertPretraining(tokenizer=tok, mlm_probability=1.5)
+        DataCollatorForAlbertPretraining(tokenizer=tokenizer(), mlm_probability=1.5)

@@ -75,6 +75,15 @@ def test_help_explains_every_documented_argument():
         assert flag in text
 
 
+def test_the_arguments_are_resolved_once_and_read_only_after(tmp_path):
+    args = parse_args(["--output_dir", str(tmp_path / "run"), "--max_train_steps", "200",
+                       "--torch_compile_mode", "default"])
+    assert args.num_warmup_steps == 5 and args.torch_compile  # 2.5% of the steps; a mode asks for compiling
+    assert parse_args(["--output_dir", str(tmp_path / "run"), "--num_warmup_steps", "0"]).num_warmup_steps == 0
+    with pytest.raises(AttributeError, match="resolved once, in parse_args: cannot set num_warmup_steps"):
+        args.num_warmup_steps = 0
+
+
 def test_every_option_shows_its_help_and_default_and_takes_its_choices_from_where_they_are_defined():
     from albert_hf.configuration_albert_hf import PRESETS, SHARING_MODES
     from albert_hf.corpus import LAYOUTS

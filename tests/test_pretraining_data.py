@@ -285,17 +285,20 @@ def test_one_document_warns_only_when_a_random_segment_can_be_drawn(caplog):
         assert ("Only one usable document" in caplog.text) is warns, (task, one_chunk)
 
 
-def test_bad_input_is_a_clear_error():
-    tokenized = as_tokenized_dataset(synthetic_documents(5, seed=19))
-    with pytest.raises(ValueError, match="max_seq_length=600 exceeds .*512"):
-        create_pretraining_pairs(tokenized, FAKE_TOKENIZER, max_seq_length=600)
-    with pytest.raises(ValueError, match="task"):
-        create_pretraining_pairs(tokenized, FAKE_TOKENIZER, task="mlm")
-    with pytest.raises(ValueError, match="sentence_offsets"):
-        create_pretraining_pairs(datasets.Dataset.from_dict({"input_ids": [[1, 2]]}), FAKE_TOKENIZER)
-    one_sentence_docs = as_tokenized_dataset([[[token(d, 0, 0)]] for d in range(4)])
-    with pytest.raises(ValueError, match="No document has 2 or more sentences"):
-        create_pretraining_pairs(one_sentence_docs, FAKE_TOKENIZER)
+@pytest.mark.parametrize("make_documents, options, message", [
+    (lambda: as_tokenized_dataset(synthetic_documents(5, seed=19)), {"max_seq_length": 600},
+     "max_seq_length=600 exceeds .*512"),
+    (lambda: as_tokenized_dataset(synthetic_documents(5, seed=19)), {"task": "mlm"}, "task"),
+    (lambda: datasets.Dataset.from_dict({"input_ids": [[1, 2]]}), {}, "sentence_offsets"),
+    (lambda: as_tokenized_dataset([[[token(d, 0, 0)]] for d in range(4)]), {},
+     "No document has 2 or more sentences"),
+], ids=["too long", "unknown task", "not sentence-split", "one sentence each"])
+def test_bad_documents_or_options_are_a_clear_error(make_documents, options, message):
+    with pytest.raises(ValueError, match=message):
+        create_pretraining_pairs(make_documents(), FAKE_TOKENIZER, **options)
+
+
+def test_documents_without_the_text_column_are_a_clear_error():
     with pytest.raises(ValueError, match="no text column 'text'"):
         tokenize_documents(datasets.Dataset.from_dict({"body": ["Some text."]}), tokenizer())
 
