@@ -249,3 +249,10 @@ class StepCheckpoints:
         if self.total_limit:
             for _, path in self.complete()[: -self.total_limit]:
                 shutil.rmtree(path, ignore_errors=True)
+
+
+def clear_earlier_run(output_dir: Path):
+    """--overwrite_output_dir: what an earlier run wrote into output_dir is deleted, and logged."""
+    cleared = clear_previous_run(output_dir)
+    if cleared:
+        logger.info("--overwrite_output_dir: deleted the earlier run's %s", ", ".join(cleared))

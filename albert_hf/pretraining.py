@@ -6,8 +6,9 @@
 
 `main` = `parse_args` -> `prepare` (`setup`: accelerator and output folder; the inputs: pretraining_inputs.py;
 the model and optimizer: pretraining_model.py) -> `fit` (the loop over a `TrainingState`, its step and evaluation in
-pretraining_step.py) -> `finish` (the final folder, the summary, the push). Only this module sees the whole job
-(`Pretraining`): the loop's parts and the final folder are at its end; the modules below take explicit arguments.
+pretraining_step.py; its log: pretraining_log.py) -> `finish` (the final folder: final_folder.py; the summary,
+the push). Only this module sees the whole job (`Pretraining`): the loop's parts and the final folder are at its
+end; the modules below take explicit arguments.
 Loop: MLM + SOP loss (their plain sum), LAMB with the official poly-decay schedule, global clipping at 1.0,
 gradient accumulation, bf16/fp16 through accelerate. Every `--checkpointing_steps` the full state (model,
 optimizer, scheduler, RNGs, data position) goes atomically into `OUTPUT_DIR/step_N` (checkpointing.py);
@@ -36,7 +37,8 @@ from . import prepared_data
 from .analysis.baselines import heldout_baselines, with_baselines
 from .analysis.curves import CURVES_FILE, pretraining_curves
 from .analysis.fill_mask import format_fill_mask
-from .checkpointing import FILL_MASK_FILE, StepCheckpoints, check_output_dir, truncate_metrics_log
+from .checkpointing import (FILL_MASK_FILE, StepCheckpoints, check_output_dir, clear_earlier_run,
+                            truncate_metrics_log)
 from .cli import explicit_arguments, parse_into_dataclasses, run_entry_point
 from .configuration_albert_hf import PRESETS, SHARING_MODES
 from .corpus import LAYOUTS
@@ -45,6 +47,7 @@ from .distributed import check_deepspeed, describe, end_distributed, gather_full
 from .errors import InputError
 from .hardware import (MIXED_PRECISION_CHOICES, Hardware, Precision, attention_kernel, choose_precision, detect,
                        enable_cpu_fp16, use_tf32)
+from .final_folder import held_out_fill_mask, save_final_model, where_trained
 from .hub import push_folder
 from .optimization import get_official_schedule
 from .preemption import PREEMPTED, StopOnSignal
@@ -52,8 +55,7 @@ from .pretraining_data import TASKS as PAIR_TASKS
 from .pretraining_inputs import build_inputs, check_train_files, preprocess
 from .pretraining_model import (OPTIMIZERS, build_run_model, check_positions, make_optimizer,
                                 planned_weight_bytes)
-from .pretraining_output import (MetricsLog, clear_earlier_run, format_metrics, format_value, held_out_fill_mask,
-                                 save_final_model, start_logging, start_tracking, where_trained)
+from .pretraining_log import MetricsLog, format_metrics, format_value, start_logging, start_tracking
 from .pretraining_step import (COUNTS, LOSS_NORMALIZATIONS, FitResult, TrainingState, accumulation_groups, evaluate,
                                training_step)
 from .storage import StorageError, agreed, check_free_space, check_writable, fault_line, refused

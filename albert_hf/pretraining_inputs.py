@@ -28,7 +28,8 @@ from .errors import InputError
 from .loading import check_tokenizer, loading
 from .prepared_data import PretrainingData
 from .pretraining_data import NoPairsError, build_pretraining_dataset
-from .pretraining_output import clear_earlier_run, start_logging
+from .checkpointing import clear_earlier_run
+from .pretraining_log import start_logging
 from .tokenization import train_tokenizer
 
 logger = logging.getLogger("albert_hf.pretraining")

@@ -285,7 +285,7 @@ def test_pretraining_card_lists_a_hub_dataset_license_and_base_model_without_goi
 
     from albert_hf.pretraining import build_parser
 
-    from albert_hf.pretraining_output import save_final_model
+    from albert_hf.final_folder import save_final_model
 
     args = build_parser().parse_args(["--output_dir", str(tmp_path), "--dataset_name", "Salesforce/wikitext",
                                       "--dataset_config_name", "wikitext-2-raw-v1", "--model_name_or_path",
