@@ -6,8 +6,6 @@ into training and held-out documents, tokenized (a tokenizer trained on the trai
 named) and built into sentence pairs (`build_data`), then masked and batched by the collator.
 """
 
-import hashlib
-import json
 import logging
 import os
 from dataclasses import dataclass, field
@@ -16,13 +14,11 @@ from pathlib import Path
 import datasets
 import transformers
 from accelerate.utils import gather_object, set_seed
-from datasets.distributed import split_dataset_by_node
 from torch.utils.data import DataLoader
 from transformers import AutoTokenizer
 
 from . import prepared_data
-from .corpus import (files_fingerprint, find_text_files, first_documents, first_few, is_plain_text, load_corpus,
-                     split_sentences, text_file_stream)
+from .corpus import corpus_splits, find_text_files, is_plain_text
 from .data_collator import DataCollatorForAlbertPretraining
 from .errors import InputError
 from .loading import check_tokenizer, loading
@@ -45,56 +41,6 @@ def check_train_files(train_files) -> None:
             find_text_files(train_files)
         except InputError as error:
             raise InputError(f"--train_files: {error}") from None
-
-
-def load_documents(args):
-    """The corpus as documents ("text" column): files, a Hub dataset, or the embedded default corpus."""
-    if args.dataset_name:
-        return load_corpus(args.dataset_name, text_column=args.text_column, config_name=args.dataset_config_name,
-                           streaming=args.streaming)
-    if args.train_files:
-        return load_corpus(args.train_files, layout=args.layout, text_column=args.text_column,
-                           streaming=args.streaming)
-    if args.streaming:
-        logger.warning("--streaming: the embedded corpus is not streamed (it is small)")
-    return load_corpus(None)
-
-
-def split_documents(documents, args):
-    """Hold out whole documents for evaluation, so no evaluation sentence was seen in training."""
-    if args.validation_split_percentage == 0:
-        return documents, None
-    if isinstance(documents, datasets.IterableDataset):  # no length: the first documents of the stream
-        count = streamed_documents_held_out(args)
-        texts = [row["text"] for row in documents.take(count + 1)]
-        if len(texts) <= count:
-            raise InputError(too_few_to_hold_out(count, len(texts)))
-        held_out = {text_digest(text) for text in texts[:count]}
-        # Dropped wherever they come: whichever process's shard holds them (datasets' skip would instead divide the
-        # skipped count among the shards, and the others would train on held-out documents).
-        train = documents.filter(lambda row: text_digest(row["text"]) not in held_out)
-        return train, datasets.Dataset.from_dict({"text": texts[:count]})
-    if len(documents) < 2:
-        raise InputError(f"{corpus_argument(args)}: {len(documents)} document(s); evaluation needs at least 2 "
-                         "(or pass --validation_split_percentage 0)")
-    split = documents.train_test_split(test_size=args.validation_split_percentage / 100, seed=args.seed)
-    return split["train"], split["test"]
-
-
-def text_digest(text: str) -> bytes:
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
-
-
-def too_few_to_hold_out(count: int, found: int) -> str:
-    return (f"--streaming holds out the corpus's first {count} documents for evaluation "
-            f"(--validation_split_percentage x 20), and the corpus has only {found}: pass a smaller "
-            "--validation_split_percentage, or 0")
-
-
-def streamed_documents_held_out(args) -> int:
-    """How many documents a stream holds out for evaluation (its first ones): a stream has no length, so
-    --validation_split_percentage x 20."""
-    return max(1, int(args.validation_split_percentage * 20))
 
 
 def load_tokenizer(args, train_documents, fingerprint: str | None = None):
@@ -131,18 +77,6 @@ def build_pairs(documents, tokenizer, args, dupe_factor, seed, one_chunk="random
     return pairs.remove_columns("sentence_order_label") if args.task == "none" else pairs
 
 
-def check_stream_makes_pairs(documents, args, where: str) -> None:
-    """Stop with one line when a process's stream holds no document of two sentences or more, read once through:
-    its endless stream would otherwise read pass after pass and never give a pair, and the run would hang. A normal
-    corpus answers at its first documents."""
-    sentence_per_line = args.layout == "sentence_per_line"
-    for row in documents:
-        if len(split_sentences(row["text"] or "", sentence_per_line=sentence_per_line)) >= 2:
-            return
-    raise InputError(f"{where} holds no document of two sentences or more (the held-out ones left out), so it "
-                     "gives no sentence pair to train on")
-
-
 def corpus_argument(args) -> str:
     """The argument that named the corpus, for error lines."""
     if args.train_files:
@@ -151,67 +85,25 @@ def corpus_argument(args) -> str:
 
 
 def build_data(args, process_index: int = 0, num_processes: int = 1) -> PretrainingData:
-    """Corpus -> held-out split -> tokenizer -> training and held-out pairs (each step a cached `datasets` map).
-
-    A stream (--streaming) gives each process its own endless stream of pairs, built as it is read; its held-out
-    pairs are built up front, from its first documents."""
-    if args.streaming and args.train_files and is_plain_text(args.train_files):
-        return build_text_stream_data(args, process_index, num_processes)
-    documents = load_documents(args)
-    train_documents, eval_documents = split_documents(documents, args)
-    tokenizer = load_tokenizer(args, train_documents)
-    if isinstance(train_documents, datasets.IterableDataset):
-        shards = train_documents.n_shards
-        train_documents = split_dataset_by_node(train_documents, process_index, num_processes)
-        check_stream_makes_pairs(train_documents, args, f"{corpus_argument(args)}: process {process_index}'s share")
-        train_documents = train_documents.repeat(None)
-        if num_processes == 1:
-            shares = f"{shards} shard(s)"
-        elif shards % num_processes == 0:
-            shares = f"each of the {num_processes} processes reads its own {shards // num_processes} of {shards} shards"
-        else:  # datasets' split_dataset_by_node
-            shares = (f"each of the {num_processes} processes reads all {shards} shard(s) and keeps every "
-                      f"{num_processes}th document (a number of shards, i.e. files, divisible by {num_processes} "
-                      "lets each read its own)")
-        logger.info("--streaming: %s; %s", shares, STREAM_NOTE)
-    train_pairs = build_pairs(train_documents, tokenizer, args, args.dupe_factor, args.seed)
-    return PretrainingData(tokenizer, train_pairs, *build_eval_pairs(eval_documents, tokenizer, args))
+    """Corpus -> training and held-out documents (corpus.py) -> tokenizer -> training and held-out pairs (each
+    step a cached `datasets` map). Under --streaming each process gets its own endless stream of pairs, built as it
+    is read; the held-out pairs are built up front, from the corpus's first documents."""
+    source = args.dataset_name or args.train_files or None
+    corpus = corpus_splits(source, layout=args.layout, text_column=args.text_column,
+                           config_name=args.dataset_config_name if args.dataset_name else None,
+                           streaming=args.streaming, held_out_percentage=args.validation_split_percentage,
+                           seed=args.seed, process_index=process_index, num_processes=num_processes,
+                           name=corpus_argument(args))
+    tokenizer = load_tokenizer(args, corpus.tokenizer_documents, fingerprint=corpus.tokenizer_fingerprint)
+    if corpus.stream_shares:
+        logger.info("--streaming: %s; %s", corpus.stream_shares, STREAM_NOTE)
+    train_pairs = build_pairs(corpus.train, tokenizer, args, args.dupe_factor, args.seed)
+    return PretrainingData(tokenizer, train_pairs, *build_eval_pairs(corpus.held_out, tokenizer, args))
 
 
 # A process's training stream never ends: the processes' passes differ in length, and a process whose stream had
 # ended would leave the others waiting in their next collective. --max_train_steps ends the run.
 STREAM_NOTE = "pass after pass, endlessly, until --max_train_steps"
-
-
-def build_text_stream_data(args, process_index: int, num_processes: int) -> PretrainingData:
-    """--streaming over plain-text files: every process streams files of its own (files[process::processes]),
-    endlessly, pass after pass in a reshuffled file order; pairs are built as the files are read. The first
-    documents of the corpus (in file order) are held out for evaluation, and skipped by the training streams."""
-    files = find_text_files(args.train_files)
-    if len(files) < num_processes:
-        raise InputError(f"--streaming: --train_files has {len(files)} text file(s) for {num_processes} "
-                         "processes, and each process streams files of its own: split the corpus into at least "
-                         f"{num_processes} files, or drop --streaming")
-    eval_documents, held_out = None, {}
-    if args.validation_split_percentage:
-        count = streamed_documents_held_out(args)
-        texts, held_out, more = first_documents(files, args.layout, count)
-        if not more:
-            raise InputError(too_few_to_hold_out(count, len(texts)))
-        eval_documents = datasets.Dataset.from_dict({"text": texts})
-    fingerprint = hashlib.sha256(json.dumps([files_fingerprint(files, args.layout), held_out]).encode()).hexdigest()
-    tokenizer = load_tokenizer(args, text_file_stream(files, args.layout, held_out=held_out, endless=False),
-                               fingerprint=fingerprint)
-    own = files[process_index::num_processes]
-    logger.info("--streaming: %s, each pass in a new file order; %s",
-                f"{len(files)} files" if num_processes == 1 else
-                f"each of the {num_processes} processes reads its own files, this one {len(own)} of {len(files)}",
-                STREAM_NOTE)
-    check_stream_makes_pairs(text_file_stream(own, args.layout, held_out=held_out, endless=False), args,
-                             f"--train_files: the files of process {process_index} ({first_few(list(map(str, own)))})")
-    train_documents = text_file_stream(own, args.layout, seed=args.seed, held_out=held_out)
-    train_pairs = build_pairs(train_documents, tokenizer, args, args.dupe_factor, args.seed)
-    return PretrainingData(tokenizer, train_pairs, *build_eval_pairs(eval_documents, tokenizer, args))
 
 
 def build_eval_pairs(eval_documents, tokenizer, args) -> tuple:

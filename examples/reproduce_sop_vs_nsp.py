@@ -19,7 +19,6 @@ import argparse
 import json
 import sys
 import time
-from argparse import Namespace
 from pathlib import Path
 
 MAX_DOCUMENTS_LISTED = 20  # SOP per held-out document is printed for the books, not for thousands of paragraphs
@@ -158,12 +157,9 @@ def pretrain(args, run_dir: Path, task: str = "sop", sharing: str | None = None)
 
 def held_out_documents(args):
     """The documents run_pretraining.py held out (same corpus, same 10% split, same seed): never trained on."""
-    from albert_hf.corpus import load_corpus
-    from albert_hf.pretraining_inputs import split_documents
+    from albert_hf.corpus import corpus_splits
 
-    documents = load_corpus(args.train_files, layout="document_per_file") if args.train_files else load_corpus(None)
-    _, held_out = split_documents(documents, Namespace(validation_split_percentage=10.0, seed=args.seed))
-    return held_out
+    return corpus_splits(args.train_files or None, held_out_percentage=10.0, seed=args.seed).held_out
 
 
 def intrinsic(args, run_dir: Path, held_out, per_document: bool = False) -> dict:

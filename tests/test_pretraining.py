@@ -188,9 +188,10 @@ def held_out_texts(tmp_path):
     """The documents `pretrain` holds out of the embedded corpus (FAST's seed, the default 5%), single-spaced."""
     from data_fixtures import embedded
 
-    from albert_hf.pretraining_inputs import split_documents
+    from albert_hf.corpus import hold_out_documents
 
-    _, held_out = split_documents(embedded(), parse_args(["--output_dir", str(tmp_path / "unused"), *FAST]))
+    args = parse_args(["--output_dir", str(tmp_path / "unused"), *FAST])
+    _, held_out = hold_out_documents(embedded(), args.validation_split_percentage, args.seed)
     return [" ".join(text.split()) for text in held_out["text"]]
 
 

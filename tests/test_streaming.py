@@ -205,7 +205,7 @@ def test_a_json_stream_of_several_files_is_shared_by_files_without_the_held_out_
 
     from datasets.distributed import split_dataset_by_node
 
-    from albert_hf.pretraining_inputs import load_documents, split_documents
+    from albert_hf.corpus import corpus_splits
 
     files = []
     for f in range(4):
@@ -214,7 +214,8 @@ def test_a_json_stream_of_several_files_is_shared_by_files_without_the_held_out_
                                      for k in range(60)))
     args = parse_args(["--output_dir", "unused", "--train_files", *map(str, files), "--streaming",
                        "--tokenizer_name", str(tiny_checkpoint)])
-    train, held = split_documents(load_documents(args), args)
+    corpus = corpus_splits(args.train_files, streaming=True, held_out_percentage=args.validation_split_percentage)
+    train, held = corpus.tokenizer_documents, corpus.held_out  # every process's training documents, and the held-out
     assert held["text"] == [f"Document {f}-{k} begins. It ends here." for f in range(2) for k in range(60)][:100]
     shares = [[row["text"] for row in split_dataset_by_node(train, rank, 2)] for rank in (0, 1)]
     read = [sorted({text.split()[1].split("-")[0] for text in share}) for share in shares]
