@@ -259,8 +259,16 @@ def wanted_splits(training_args) -> list[str]:
 
 
 def wanted_samples(training_args, data_args) -> dict[str, int | None]:
-    """{split: its --max_train_samples / --max_eval_samples / --max_predict_samples (None: every row)} for the
-    splits --do_train / --do_eval / --do_predict ask for, in that order; none asked for stops the run."""
+    """The splits the run asks for and how many rows of each it reads: the one place the scripts learn it.
+
+    Args:
+        training_args: --do_train, --do_eval, --do_predict.
+        data_args: the script's data arguments, with --max_train_samples, --max_eval_samples, --max_predict_samples.
+
+    Returns:
+        {split: max_samples (None: every row)} for "train", "validation", "test" as asked for, in that order. None
+        asked for stops the run with one line (InputError).
+    """
     caps = {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples,
             "test": data_args.max_predict_samples}
     wanted = {split: caps[split] for split in wanted_splits(training_args)}
@@ -270,7 +278,7 @@ def wanted_samples(training_args, data_args) -> dict[str, int | None]:
 
 
 def setup(training_args: TrainingArguments) -> str | None:
-    """Logging, seed, and the checkpoint to resume from (None to start fresh).
+    """Logging, seed, and the checkpoint to resume from: returns its path, or None to start fresh.
 
     An output_dir that already holds a run is never silently overwritten: its last checkpoint is resumed, or
     the run stops unless --overwrite_output_dir is given.
@@ -308,7 +316,18 @@ def load_checkpoint_config(model_args: ModelArguments):
 
 
 def load_tokenizer_and_model(model_args: ModelArguments, model_class, **config_overrides):
-    """Tokenizer and `model_class` (an AlbertHFFor* class) from model_args; config fields may be overridden."""
+    """The tokenizer and the model a fine-tuning run starts from.
+
+    Args:
+        model_args: the checkpoint (--model_name_or_path, or --config_name / --tokenizer_name), its Hub revision,
+            token and cache folder, and the dropout overrides.
+        model_class: the head to load, an AlbertHFFor* class; a transformers ALBERT checkpoint is converted on load.
+        **config_overrides: config fields set on load (the labels: num_labels, id2label, label2id, ...).
+
+    Returns:
+        (tokenizer, model); the tokenizer always returns token_type_ids. A checkpoint that cannot be read, or a
+        tokenizer larger than the model's vocabulary, stops with one line naming the argument (InputError).
+    """
     hub = dict(cache_dir=model_args.cache_dir, revision=model_args.model_revision, token=model_args.token)
     flag, tokenizer_name = model_args.source("tokenizer")
     with loading(flag, tokenizer_name):
