@@ -124,3 +124,19 @@ def test_the_cycle_finder_finds_a_cycle_through_a_function_level_import(tmp_path
 def test_no_import_cycle_in_albert_hf():
     cycle = find_cycle(internal_imports(REPO / "albert_hf"))
     assert cycle is None, " -> ".join(cycle)
+
+
+def test_only_pretraining_py_sees_the_whole_pretraining_job():
+    """The job's object (`pretraining.Pretraining`) stays in pretraining.py: no other module of albert_hf imports it
+    or has a function taking a `run`; the modules below the job take explicit arguments."""
+    found = []
+    for path in sorted((REPO / "albert_hf").rglob("*.py")):
+        if path.name == "pretraining.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and any(alias.name == "Pretraining" for alias in node.names):
+                found.append(f"{path.name}:{node.lineno} imports Pretraining")
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if "run" in [arg.arg for arg in node.args.posonlyargs + node.args.args + node.args.kwonlyargs]:
+                    found.append(f"{path.name}:{node.lineno} {node.name}(run, ...)")
+    assert not found, found
