@@ -514,11 +514,8 @@ def corpus_splits(source=None, *, layout: str = "document_per_file", text_column
         return _text_file_stream_splits(source, layout, held_out_percentage, seed, process_index, num_processes)
     if streaming and source is None:
         logger.warning("--streaming: the embedded corpus is not streamed (it is small)")
-    if source is None:
-        documents = load_corpus(None)
-    else:
-        documents = load_corpus(source, layout=layout, text_column=text_column, config_name=config_name,
-                                streaming=streaming)
+    documents = load_corpus(source, layout=layout, text_column=text_column, config_name=config_name,
+                            streaming=streaming)  # None: the embedded corpus, whatever the other arguments
     train, held_out = hold_out_documents(documents, held_out_percentage, seed, name)
     if not streaming or source is None:
         return CorpusSplits(train, held_out, train)

@@ -18,13 +18,13 @@ from torch.utils.data import DataLoader
 from transformers import AutoTokenizer
 
 from . import prepared_data
+from .checkpointing import clear_earlier_run
 from .corpus import corpus_splits, find_text_files, is_plain_text
 from .data_collator import DataCollatorForAlbertPretraining
 from .errors import InputError
 from .loading import check_tokenizer, loading
 from .prepared_data import PretrainingData
 from .pretraining_data import NoPairsError, build_pretraining_dataset
-from .checkpointing import clear_earlier_run
 from .pretraining_log import start_logging
 from .tokenization import train_tokenizer
 
