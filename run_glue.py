@@ -57,7 +57,7 @@ def main(argv=None) -> dict:
     task, raw_splits, sources, splits = glue.task_and_splits(data_args, model_args, wanted)
 
     tokenizer, model = load_tokenizer_and_model(model_args, AlbertHFForSequenceClassification, **task.label_config())
-    fit_max_seq_length(data_args, model.config)
+    data_args = fit_max_seq_length(data_args, model.config)
     features = glue.tokenize_splits(splits, tokenizer, task, data_args, training_args.main_process_first)
 
     validation_splits = [split for split in features if task.split_kind(split) == "validation"]
@@ -79,7 +79,7 @@ def main(argv=None) -> dict:
         predict=lambda _: glue.predict_and_write(trainer, task, features, raw_splits, splits, sources,
                                                  training_args.output_dir))
     if training_args.do_train or training_args.push_to_hub:
-        finish(trainer, model_args, training_args, data_args, recipe)
+        finish(trainer, model_args, training_args, data_args, recipe, data_args.card_dataset(wanted, task))
     return results
 
 

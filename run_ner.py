@@ -48,7 +48,7 @@ def main(argv=None) -> dict:
     tokenizer, model = load_tokenizer_and_model(
         model_args, AlbertHFForTokenClassification, num_labels=len(names), id2label=dict(enumerate(names)),
         label2id={name: i for i, name in enumerate(names)}, finetuning_task="ner")
-    fit_max_seq_length(data_args, model.config)
+    data_args = fit_max_seq_length(data_args, model.config)
     features, inputs = ner.tokenize_splits(splits, tokenizer, data_args, names, training_args.main_process_first)
 
     per_type = data_args.return_entity_level_metrics

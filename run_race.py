@@ -23,7 +23,6 @@ from albert_hf.finetuning import (
     apply_paper_hparams,
     evaluate_splits,
     finish,
-    fit_max_seq_length,
     limit,
     load_tokenizer_and_model,
     parse_arguments,
@@ -48,7 +47,7 @@ def main(argv=None) -> dict:
                  for split, cap in wanted_samples(training_args, data_args).items()}
 
     tokenizer, model = load_tokenizer_and_model(model_args, AlbertHFForMultipleChoice)
-    fit_max_seq_length(data_args, model.config)
+    data_args = race.fit_lengths(data_args, model.config)
     with training_args.main_process_first(desc="RACE tokenization"):
         features = {split: race.encode_questions(rows, tokenizer, data_args, f"RACE {split}")
                     for split, rows in questions.items()}

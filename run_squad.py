@@ -54,7 +54,7 @@ def main(argv=None) -> dict:
                                                     start_n_top=data_args.start_n_top, end_n_top=data_args.end_n_top)
     else:
         tokenizer, model = load_tokenizer_and_model(model_args, AlbertHFForQuestionAnswering)
-    squad.fit_lengths(data_args, model.config)
+    data_args = squad.fit_lengths(data_args, model.config)
     splits = load_squad_splits(data_args, wanted, model_args.cache_dir, model_args.token)
 
     train_dataset = eval_examples = eval_features = None

@@ -22,7 +22,7 @@ import logging
 import shutil
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -40,7 +40,7 @@ from .distributed import (cpu_processes_without_gpus, describe, end_distributed,
 from .errors import InputError
 from .hardware import PRECISION_NAMES, bf16_trainer_warning, detect
 from .loading import check_tokenizer, loading
-from .model_card import write_finetuned_card
+from .model_card import CardDataset, write_finetuned_card
 from .optimization import AdamWeightDecay, get_official_schedule, parameter_groups
 from .preemption import PREEMPTED, StopOnSignal
 from .storage import StorageError, agreed, check_writable, fault_line, folder_bytes, refused
@@ -361,13 +361,23 @@ def check_columns(dataset, required, where: str, expected: str = "") -> None:
         raise InputError(f"{where}: missing column(s) {missing}{expected}; found {dataset.column_names}")
 
 
-def fit_max_seq_length(data_args, config) -> None:
-    """Caps `data_args.max_seq_length` at the model's positions, with a warning, as transformers' examples do: a
-    script's default (GLUE 128, SQuAD 384, RACE 512) then works with a model that has fewer."""
-    if data_args.max_seq_length > config.max_position_embeddings:
-        logger.warning("--max_seq_length %d is longer than the model's %d positions; using %d",
-                       data_args.max_seq_length, config.max_position_embeddings, config.max_position_embeddings)
-        data_args.max_seq_length = config.max_position_embeddings
+def fit_max_seq_length(data_args, config):
+    """The data arguments with `max_seq_length` capped at the model's positions, with a warning, as transformers'
+    examples do: a script's default (GLUE 128, SQuAD 384, RACE 512) then works with a model that has fewer.
+
+    Args:
+        data_args: a script's data arguments (a dataclass with `max_seq_length`); left as they are.
+        config: the model's config.
+
+    Returns:
+        `data_args` itself when the length fits, else a copy with the capped length, checked again by its
+        `__post_init__`.
+    """
+    if data_args.max_seq_length <= config.max_position_embeddings:
+        return data_args
+    logger.warning("--max_seq_length %d is longer than the model's %d positions; using %d",
+                   data_args.max_seq_length, config.max_position_embeddings, config.max_position_embeddings)
+    return replace(data_args, max_seq_length=config.max_position_embeddings)
 
 
 def padding_collator(collator_class, tokenizer, pad_to_max_length: bool, half_precision: bool):
@@ -499,13 +509,19 @@ def evaluate_splits(trainer, splits: dict, evaluate=None, prefix: str = "eval", 
     return save_results(trainer, prefix, results)
 
 
-def finish(trainer, model_args: ModelArguments, training_args, data_args, paper_recipe: "PaperRecipe | None" = None):
-    """Write the model card (README.md: `model_card.write_finetuned_card`, metrics from all_results.json, the
-    --paper_hparams recipe when given) and push the output folder when --push_to_hub is set. Nothing contacts the
-    Hub unless pushing."""
+def finish(trainer, model_args: ModelArguments, training_args, data_args, paper_recipe: "PaperRecipe | None" = None,
+           card_dataset: CardDataset | None = None) -> None:
+    """Write the model card (README.md: `model_card.write_finetuned_card`, metrics from all_results.json) and push
+    the output folder when --push_to_hub is set. Nothing contacts the Hub unless pushing.
+
+    Args:
+        paper_recipe: what --paper_hparams resolved to, for the card's Recipe section; None without it.
+        card_dataset: the card's Data section when the data arguments alone cannot say it (run_glue.py on your own
+            data, whose task is read from the data); default `data_args.card_dataset(splits)`.
+    """
     def write_card(**_trainer_card_arguments):
         write_finetuned_card(trainer, model_args, training_args, data_args, wanted_splits(training_args),
-                             paper_recipe=paper_recipe)
+                             paper_recipe=paper_recipe, dataset=card_dataset)
 
     if training_args.do_train and not training_args.no_plots and trainer.is_world_process_zero():
         trainer_curves(trainer.state.log_history, Path(training_args.output_dir) / CURVES_FILE)

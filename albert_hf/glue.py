@@ -188,10 +188,13 @@ class GlueDataArguments:
     def card_tags(self) -> list[str]:
         return [] if self.task_name is None else ["glue", self.task.name]
 
-    def card_dataset(self, wanted) -> CardDataset:
-        """The card's Data section: the GLUE task from the Hub or from its files, or the user's own data."""
+    def card_dataset(self, wanted, task=None) -> CardDataset:
+        """The card's Data section: the GLUE task from the Hub or from its files, or the user's own data, whose
+        `task` (`text_classification.OwnTask`) was read from it by `task_and_splits`."""
         if self.task_name is None:
-            return text_classification.card_dataset(self, wanted)
+            if task is None:
+                raise ValueError("the card of your own data names its task: pass the one task_and_splits returned")
+            return text_classification.card_dataset(self, task, wanted)
         task = self.task
         mnli = task.name == "mnli"
         splits = dict(splits={"eval_": "validation_matched" if mnli else "validation", "predict_": "test"},
@@ -513,13 +516,13 @@ SUFFIXES = {"validation_mismatched": "_mm", "test_mismatched": "_mm"}
 
 def task_and_splits(data_args: GlueDataArguments, model_args, wanted: dict) -> tuple:
     """(task, raw splits, their sources, the prepared splits cut to their max_samples) for a GLUE --task_name or,
-    without one, for the user's own data, whose task is read from it and from the checkpoint's labels. Sets
-    `data_args.task` to the task. The data is checked before the checkpoint's config is read."""
+    without one, for the user's own data, whose task is read from it and from the checkpoint's labels. The data is
+    checked before the checkpoint's config is read."""
     task = data_args.task
     if task is None:
         raw_splits, sources = text_classification.load_raw_splits(data_args, wanted, model_args.cache_dir,
                                                                   model_args.token)
-        task = data_args.task = text_classification.infer_task(
+        task = text_classification.infer_task(
             raw_splits, sources, data_args, load_checkpoint_config(model_args), model_args.source("config")[1],
             model_args.ignore_mismatched_sizes)
         logger.info("Your data: %s", task.describe())

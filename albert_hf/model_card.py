@@ -391,17 +391,21 @@ def _paper_recipe_section(recipe) -> str:
 
 
 def write_finetuned_card(trainer, model_args, training_args, data_args, splits: list[str],
-                         paper_recipe=None) -> Path:
+                         paper_recipe=None, dataset: CardDataset | None = None) -> Path:
     """The card of a model fine-tuned by run_glue.py / run_squad.py / run_race.py / run_ner.py, with the metrics of
     output_dir/all_results.json, the license of --license and the resolved --paper_hparams recipe
     (`finetuning.PaperRecipe`) when given.
 
     Args:
         splits: the splits the run used ("train", "validation", "test"), which the card's dataset names.
+        dataset: the card's Data section; default `data_args.card_dataset(splits)`.
+
+    Returns:
+        The path of the card written, output_dir/README.md.
     """
     pipeline_tag, script = data_args.PIPELINE_TAG, data_args.SCRIPT
     output_dir = Path(training_args.output_dir)
-    dataset = data_args.card_dataset(splits)
+    dataset = dataset or data_args.card_dataset(splits)
     results = read_results(output_dir)
     found = eval_results(results, dataset, pipeline_tag)
     base = model_args.model_name_or_path

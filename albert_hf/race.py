@@ -28,7 +28,7 @@ import numpy as np
 from datasets import Dataset, load_dataset
 from transformers import DataCollatorForMultipleChoice
 
-from .finetuning import OFFICIAL_FINETUNING, check_columns
+from .finetuning import OFFICIAL_FINETUNING, check_columns, fit_max_seq_length
 from .model_card import CardDataset, from_sources, hub_dataset_id, limits
 from .corpus import check_json_start
 from .errors import InputError, datasets_read_errors, input_errors
@@ -336,18 +336,34 @@ def build_choice_input(passage_ids, qa_ids, cls_id: int, sep_id: int, max_seq_le
     return input_ids, token_type_ids
 
 
-def encode_questions(questions: Dataset, tokenizer, data_args: RaceDataArguments, description: str = "RACE") -> Dataset:
-    """Tokenize: per question, 4 (passage, question+option) inputs; keeps `example_id`, `subset` and `label`.
-    `data_args.max_seq_length` must fit the model (`finetuning.fit_max_seq_length`)."""
-    if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
-        raise InputError("The tokenizer has no [CLS]/[SEP] tokens, which RACE's input format needs")
+def fit_lengths(data_args: RaceDataArguments, config) -> RaceDataArguments:
+    """The lengths made to compose: --max_seq_length capped at the model's positions
+    (`finetuning.fit_max_seq_length`); a --max_qa_length that could leave no passage token in the window is
+    named once, since `build_choice_input` then keeps the question+option's last max_seq_length - 4 tokens (a
+    warning when the length was given, information for the default, which composes quietly).
+
+    Args:
+        data_args: the parsed RACE data arguments; left as they are.
+        config: the model's config.
+
+    Returns:
+        The data arguments the run uses: `data_args` itself when the length fits, else a checked copy.
+    """
+    data_args = fit_max_seq_length(data_args, config)
     qa_length = min(data_args.max_qa_length, data_args.max_seq_length - 4)  # build_choice_input's cap
-    if qa_length < data_args.max_qa_length and not getattr(data_args, "_qa_cap_logged", False):
-        data_args._qa_cap_logged = True  # once per run, not once per split
-        explicit = data_args.max_qa_length != RaceDataArguments.max_qa_length  # the default (128) composes quietly
+    if qa_length < data_args.max_qa_length:
+        explicit = data_args.max_qa_length != RaceDataArguments.max_qa_length
         (logger.warning if explicit else logger.info)(
             "--max_qa_length %d could leave no passage token with --max_seq_length %d: the question+option part keeps "
             "its last %d tokens", data_args.max_qa_length, data_args.max_seq_length, qa_length)
+    return data_args
+
+
+def encode_questions(questions: Dataset, tokenizer, data_args: RaceDataArguments, description: str = "RACE") -> Dataset:
+    """Tokenize: per question, 4 (passage, question+option) inputs; keeps `example_id`, `subset` and `label`.
+    `data_args.max_seq_length` must fit the model (`fit_lengths`)."""
+    if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
+        raise InputError("The tokenizer has no [CLS]/[SEP] tokens, which RACE's input format needs")
 
     def encode(batch):
         # Articles repeat across their questions: tokenize each distinct one once per batch.

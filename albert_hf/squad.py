@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from datasets import Dataset
 from transformers.trainer_utils import speed_metrics
@@ -50,18 +50,27 @@ PAPER_HPARAMS = {
 PAPER_COMMON = dict(doc_stride=128, max_query_length=64, n_best_size=20, max_answer_length=30, **OFFICIAL_FINETUNING)
 
 
-def fit_lengths(data_args: SquadDataArguments, config) -> None:
-    """Makes the window lengths compose: --max_seq_length is capped at the model's positions, then a
-    --max_query_length that would leave the context no room in a window (the default 64 with --max_seq_length 64)
-    is cut to half the window's room, logged once. Windows advance by min(doc_stride, window), as the official
-    loop, so --doc_stride composes with any window."""
-    fit_max_seq_length(data_args, config)
+def fit_lengths(data_args: SquadDataArguments, config) -> SquadDataArguments:
+    """The window lengths made to compose: --max_seq_length capped at the model's positions
+    (`finetuning.fit_max_seq_length`), then a --max_query_length that would leave the context no room in a window
+    (the default 64 with --max_seq_length 64) cut to half the window's room, with a warning. Windows advance by
+    min(doc_stride, window), as the official loop, so --doc_stride composes with any window.
+
+    Args:
+        data_args: the parsed SQuAD data arguments; left as they are.
+        config: the model's config.
+
+    Returns:
+        The data arguments the run uses: `data_args` itself when both lengths fit, else a checked copy.
+    """
+    data_args = fit_max_seq_length(data_args, config)
     room = data_args.max_seq_length - 3  # [CLS] question [SEP] context [SEP]
-    if data_args.max_query_length >= room:
-        capped = room // 2
-        logger.warning("--max_query_length %d would leave no context in a --max_seq_length %d window: questions keep "
-                       "their first %d pieces", data_args.max_query_length, data_args.max_seq_length, capped)
-        data_args.max_query_length = capped
+    if data_args.max_query_length < room:
+        return data_args
+    capped = room // 2
+    logger.warning("--max_query_length %d would leave no context in a --max_seq_length %d window: questions keep "
+                   "their first %d pieces", data_args.max_query_length, data_args.max_seq_length, capped)
+    return replace(data_args, max_query_length=capped)
 
 
 def paper_recipe(data_args: SquadDataArguments) -> tuple[str, dict]:

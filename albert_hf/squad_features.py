@@ -115,6 +115,8 @@ class SquadDataArguments:
             raise InputError("doc_stride must be positive")
         if self.answerability_head and not self.version_2_with_negative:
             raise InputError("--answerability_head is the SQuAD v2.0 head: pass --version_2_with_negative too")
+
+
 # Columns of the evaluation features that post-processing needs but the model must not see.
 POSTPROCESSING_COLUMNS = ["example_id", "offset_mapping", "token_is_max_context"]
 

@@ -302,8 +302,8 @@ def infer_task(splits: DatasetDict, sources: dict, data_args, checkpoint_config,
                                                   ignore_mismatched_sizes))
 
 
-def card_dataset(data_args, wanted) -> CardDataset:
-    """The card's Data section for run_glue.py on the user's own data."""
-    extra = (f" {data_args.task.describe().capitalize()}; inputs: at most {data_args.max_seq_length} tokens."
+def card_dataset(data_args, task: OwnTask, wanted) -> CardDataset:
+    """The card's Data section for run_glue.py on the user's own data, whose task `infer_task` read."""
+    extra = (f" {task.describe().capitalize()}; inputs: at most {data_args.max_seq_length} tokens."
              f"{limits(data_args, wanted)}")
     return user_data(data_args, wanted, extra)

@@ -107,21 +107,36 @@ def test_text_files_cache_follows_file_changes(tmp_path):
     assert load_text_files(path, cache_dir=str(tmp_path / "c"))["text"] == ["Edited text, longer than before."]
 
 
-def test_missing_paths_and_unknown_layouts_are_clear_errors(tmp_path):
-    with pytest.raises(InputError, match="nowhere.txt"):
-        find_text_files(tmp_path / "nowhere.txt")
-    (tmp_path / "empty_dir").mkdir()
-    with pytest.raises(InputError, match="empty_dir"):
-        find_text_files(tmp_path / "empty_dir")
-    (tmp_path / "only_empty").mkdir()
-    _write(tmp_path / "only_empty" / "a.txt", b"")
-    with pytest.raises(ValueError, match="No text in 1 file"):
-        load_text_files(tmp_path / "only_empty", cache_dir=str(tmp_path / "c0"))
-    _write(tmp_path / "x.txt", b"text")
-    with pytest.raises(ValueError, match="layout"):
-        load_text_files(tmp_path / "x.txt", layout="one_per_line", cache_dir=str(tmp_path / "c"))
-    with pytest.raises(InputError, match="typo.jsonl"):  # not mistaken for a Hub dataset name
-        load_corpus(tmp_path / "typo.jsonl")
+def _empty_folder(root):
+    (root / "empty_dir").mkdir()
+    return root / "empty_dir"
+
+
+def _folder_of_an_empty_file(root):
+    (root / "only_empty").mkdir()
+    _write(root / "only_empty" / "a.txt", b"")
+    return root / "only_empty"
+
+
+def _one_text_file(root):
+    _write(root / "x.txt", b"text")
+    return root / "x.txt"
+
+
+@pytest.mark.parametrize("make_source, read, error, message", [
+    pytest.param(lambda root: root / "nowhere.txt", find_text_files, InputError, "nowhere.txt", id="missing-file"),
+    pytest.param(_empty_folder, find_text_files, InputError, "empty_dir", id="empty-folder"),
+    pytest.param(_folder_of_an_empty_file, lambda path: load_text_files(path, cache_dir=str(path.parent / "c")),
+                 ValueError, "No text in 1 file", id="only-empty-files"),
+    pytest.param(_one_text_file, lambda path: load_text_files(path, layout="one_per_line",
+                                                              cache_dir=str(path.parent / "c")),
+                 ValueError, "layout", id="unknown-layout"),
+    pytest.param(lambda root: root / "typo.jsonl", load_corpus, InputError, "typo.jsonl",
+                 id="missing-file-not-a-hub-name"),  # not mistaken for a Hub dataset name
+])
+def test_missing_paths_and_unknown_layouts_are_clear_errors(tmp_path, make_source, read, error, message):
+    with pytest.raises(error, match=message):
+        read(make_source(tmp_path))
 
 
 def test_datasets_sources_with_a_text_column(tmp_path):

@@ -1,6 +1,7 @@
 """The flow shared by run_glue.py, run_squad.py and run_race.py (albert_hf/finetuning.py)."""
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -13,14 +14,19 @@ from albert_hf.finetuning import (
     ModelArguments,
     check_columns,
     evaluate_splits,
+    fit_max_seq_length,
     load_tokenizer_and_model,
     parse_arguments,
     save_results,
     setup,
     train,
 )
-from albert_hf.optimization import AdamWeightDecay
+from albert_hf import race, squad
 from albert_hf.errors import InputError
+from albert_hf.glue import GlueDataArguments
+from albert_hf.optimization import AdamWeightDecay
+from albert_hf.race import RaceDataArguments
+from albert_hf.squad_features import SquadDataArguments
 
 
 @dataclass
@@ -110,8 +116,8 @@ def test_output_dir_with_a_trained_model_is_not_overwritten(tmp_path):
     with pytest.raises(InputError, match="overwrite_output_dir"):
         setup(training_args)
     _, _, training_args = parse_arguments(
-        NoDataArguments, ["--model_name_or_path", "m", "--output_dir", str(tmp_path), "--do_train", "--overwrite_output_dir"]
-    )
+        NoDataArguments,
+        ["--model_name_or_path", "m", "--output_dir", str(tmp_path), "--do_train", "--overwrite_output_dir"])
     assert setup(training_args) is None
 
 
@@ -238,3 +244,22 @@ def test_attention_dropout_flag_reaches_the_config(tiny_checkpoint):
         ModelArguments(str(tiny_checkpoint), hidden_dropout_prob=0.2, attention_probs_dropout_prob=0.15),
         AlbertHFForSequenceClassification)
     assert (model.config.hidden_dropout_prob, model.config.attention_probs_dropout_prob) == (0.2, 0.15)
+
+
+def test_lengths_are_fitted_to_the_model_in_a_checked_copy_and_the_parsed_arguments_stay():
+    config = SimpleNamespace(max_position_embeddings=32)
+    glue_args = GlueDataArguments(task_name="MRPC", max_seq_length=128)
+    fitted = fit_max_seq_length(glue_args, config)
+    assert (glue_args.max_seq_length, fitted.max_seq_length) == (128, 32)
+    assert fitted.task is glue_args.task and fitted.task_name == "mrpc"
+    fits = GlueDataArguments(task_name="mrpc", max_seq_length=16)
+    assert fit_max_seq_length(fits, config) is fits
+    squad_args = SquadDataArguments(train_file="train.json", max_seq_length=384)  # --max_query_length 64
+    fitted = squad.fit_lengths(squad_args, config)
+    assert (squad_args.max_seq_length, squad_args.max_query_length) == (384, 64)
+    assert (fitted.max_seq_length, fitted.max_query_length) == (32, 14)  # half of 32 - 3
+    race_args = RaceDataArguments(max_seq_length=512, max_qa_length=128)
+    fitted = race.fit_lengths(race_args, config)
+    assert (race_args.max_seq_length, fitted.max_seq_length, fitted.max_qa_length) == (512, 32, 128)
+    with pytest.raises(InputError, match="needs at least 5 tokens"):  # the copy is checked as the parsed one was
+        race.fit_lengths(race_args, SimpleNamespace(max_position_embeddings=4))

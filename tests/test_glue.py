@@ -249,47 +249,44 @@ def test_label_encoding_accepts_file_values_hub_names_and_ids():
 # Bad input
 
 
-def test_bad_input_stops_with_file_and_field(tmp_path):
-    from albert_hf.glue import GlueDataArguments, get_task, load_raw_splits, prepare_splits, read_glue_tsv
+BAD_FILES = [  # task, flag, file name, content, the one line it stops with
+    pytest.param("mrpc", "train_file", "train.csv", "sentence1,sentence2\na,b\n",
+                 r"train\.csv \(train\): missing the label column 'label'.*Quality", id="no-label-column"),
+    pytest.param("mnli", "validation_file", "dev.jsonl",
+                 '{"premise": "a", "hypothesis": "b", "label": "entailment"}\n'
+                 '{"premise": "a", "hypothesis": "b", "label": "maybe"}\n',
+                 r"dev\.jsonl \(validation_matched\): row 1: unknown label 'maybe'", id="unknown-label"),
+    pytest.param("cola", "validation_file", "dev.csv", "sentence,label\nok,1\nbad,2\n",
+                 r"dev\.csv \(validation\): row 1: unknown label 2", id="label-out-of-range"),
+    pytest.param("sst2", "train_file", "nt.csv", "text,label\na,1\n",
+                 r"nt\.csv \(train\): missing column\(s\) \['sentence'\]", id="no-text-column"),
+    pytest.param("stsb", "train_file", "sts.csv", "sentence1,sentence2,label\na,b,high\n",
+                 r"sts\.csv \(train\): row 0: label 'high' is not a similarity score", id="not-a-score"),
+    pytest.param("rte", "train_file", "empty.tsv", "", r"empty\.tsv: the file is empty", id="empty-tsv"),
+    pytest.param("rte", "train_file", "empty.csv", "\n", r"empty\.csv: the file is empty", id="empty-csv"),
+    pytest.param("rte", "train_file", "empty.jsonl", "  \n", r"empty\.jsonl: the file is empty", id="empty-jsonl"),
+    pytest.param("sst2", "train_file", "broken.jsonl",
+                 '{"sentence": "fine", "label": 1}\n{"sentence": "no closing brace"\n',
+                 r"broken\.jsonl: could not be read as json", id="broken-json"),
+    pytest.param("sst2", "train_file", "latin1.tsv", "sentence\tlabel\ncaf\xe9 au lait\t1\n".encode("latin-1"),
+                 r"latin1\.tsv: not UTF-8 text", id="not-utf8"),
+]
 
-    def load(task_name, **files):
-        data_args = GlueDataArguments(task_name=task_name, **files)
-        kinds = {name.split("_")[0] for name in files}
-        return prepare_splits(*load_raw_splits(data_args, kinds), data_args.task)
 
-    no_label = tmp_path / "train.csv"
-    no_label.write_text("sentence1,sentence2\na,b\n")
-    with pytest.raises(ValueError, match=r"train\.csv \(train\): missing the label column 'label'.*Quality"):
-        load("mrpc", train_file=str(no_label))
-    unknown = tmp_path / "dev.jsonl"
-    unknown.write_text('{"premise": "a", "hypothesis": "b", "label": "entailment"}\n'
-                       '{"premise": "a", "hypothesis": "b", "label": "maybe"}\n')
-    with pytest.raises(ValueError, match=r"dev\.jsonl \(validation_matched\): row 1: unknown label 'maybe'"):
-        load("mnli", validation_file=str(unknown))
-    out_of_range = tmp_path / "dev.csv"
-    out_of_range.write_text("sentence,label\nok,1\nbad,2\n")
-    with pytest.raises(ValueError, match=r"dev\.csv \(validation\): row 1: unknown label 2"):
-        load("cola", validation_file=str(out_of_range))
-    no_text = tmp_path / "nt.csv"
-    no_text.write_text("text,label\na,1\n")
-    with pytest.raises(ValueError, match=r"nt\.csv \(train\): missing column\(s\) \['sentence'\]"):
-        load("sst2", train_file=str(no_text))
-    bad_score = tmp_path / "sts.csv"
-    bad_score.write_text("sentence1,sentence2,label\na,b,high\n")
-    with pytest.raises(ValueError, match=r"sts\.csv \(train\): row 0: label 'high' is not a similarity score"):
-        load("stsb", train_file=str(bad_score))
-    for name, content in [("empty.tsv", ""), ("empty.csv", "\n"), ("empty.jsonl", "  \n")]:
-        (tmp_path / name).write_text(content)
-        with pytest.raises(ValueError, match=rf"{name}: the file is empty"):
-            load("rte", train_file=str(tmp_path / name))
-    broken_json = tmp_path / "broken.jsonl"
-    broken_json.write_text('{"sentence": "fine", "label": 1}\n{"sentence": "no closing brace"\n')
-    with pytest.raises(ValueError, match=r"broken\.jsonl: could not be read as json"):
-        load("sst2", train_file=str(broken_json))
-    latin1 = tmp_path / "latin1.tsv"
-    latin1.write_bytes("sentence\tlabel\ncaf\xe9 au lait\t1\n".encode("latin-1"))
-    with pytest.raises(ValueError, match=r"latin1\.tsv: not UTF-8 text"):
-        load("sst2", train_file=str(latin1))
+@pytest.mark.parametrize("task_name, flag, name, content, message", BAD_FILES)
+def test_bad_input_stops_with_file_and_field(tmp_path, task_name, flag, name, content, message):
+    from albert_hf.glue import GlueDataArguments, load_raw_splits, prepare_splits
+
+    path = tmp_path / name
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(ValueError, match=message):
+        data_args = GlueDataArguments(task_name=task_name, **{flag: str(path)})
+        prepare_splits(*load_raw_splits(data_args, {flag.split("_")[0]}), data_args.task)
+
+
+def test_a_bad_task_extension_or_header_only_file_stops_with_its_name(tmp_path):
+    from albert_hf.glue import GlueDataArguments, get_task, read_glue_tsv
+
     header_only = tmp_path / "header.tsv"
     header_only.write_text("index\tsentence1\tsentence2\tlabel\n")
     with pytest.raises(ValueError, match=r"header\.tsv: no data rows"):

@@ -140,3 +140,30 @@ def test_only_pretraining_py_sees_the_whole_pretraining_job():
                 if "run" in [arg.arg for arg in node.args.posonlyargs + node.args.args + node.args.kwonlyargs]:
                     found.append(f"{path.name}:{node.lineno} {node.name}(run, ...)")
     assert not found, found
+
+
+def assignments_to_arguments(source: str) -> list[str]:
+    """`x_args.field = ...` (or +=) anywhere in the source: an arguments object (a name ending in `args`) changed."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+        found += [f"{node.lineno}: {ast.unparse(target)}" for target in targets for part in ast.walk(target)
+                  if isinstance(part, ast.Attribute) and isinstance(part.value, ast.Name)
+                  and part.value.id.endswith("args")]
+    return found
+
+
+def test_the_assignment_finder_finds_an_argument_changed_in_a_tuple_target():
+    planted = "def fit(data_args, config):\n    n, data_args.max_seq_length = 1, 2\n    training_args.seed += 1\n"
+    assert assignments_to_arguments(planted) == ["2: (n, data_args.max_seq_length)", "3: training_args.seed"]
+
+
+def test_no_code_changes_the_arguments_after_parsing():
+    """The scripts' and the pretraining job's arguments keep the values they were checked with: a value that must
+    be fitted (a length capped at the model's positions) makes a checked copy (`dataclasses.replace`). The one
+    writer left is --paper_hparams (`finetuning.resolve_paper_hparams`, by setattr), which fills in the recipe
+    where the user gave no value, before the data is read, and checks the data arguments again."""
+    found = [f"{path.name}:{where}" for path in sorted([*(REPO / "albert_hf").rglob("*.py"), *REPO.glob("run_*.py")])
+             for where in assignments_to_arguments(path.read_text())]
+    assert not found, found

@@ -151,7 +151,7 @@ def test_short_max_seq_length_is_accepted_and_an_impossible_one_names_the_flags(
 
 
 def test_a_capped_max_qa_length_is_logged_once(tiny_checkpoint, caplog):
-    from transformers import AutoTokenizer
+    from transformers import AutoConfig, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_checkpoint)
     record = article("high1.txt", "A")
@@ -159,8 +159,9 @@ def test_a_capped_max_qa_length_is_logged_once(tiny_checkpoint, caplog):
     questions = Dataset.from_list(race.article_rows(record, "x", "high"))
     args = RaceDataArguments(max_seq_length=12, max_qa_length=64)
     with caplog.at_level("INFO", logger="albert_hf.race"):
+        fitted = race.fit_lengths(args, AutoConfig.from_pretrained(tiny_checkpoint))  # once per run, as run_race.py
         for _ in range(3):  # train, validation, test
-            encoded = race.encode_questions(questions, tokenizer, args)
+            encoded = race.encode_questions(questions, tokenizer, fitted)
     capped = [entry for entry in caplog.records if "--max_qa_length 64" in entry.getMessage()]
     assert len(capped) == 1 and capped[0].levelname == "WARNING"
     assert "--max_seq_length 12" in capped[0].getMessage() and "last 8 tokens" in capped[0].getMessage()
