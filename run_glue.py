@@ -53,7 +53,8 @@ def main(argv=None) -> dict:
         if task is None:
             raise InputError("--paper_hparams is the paper's recipe for a GLUE --task_name; for your own data give "
                              "the hyper-parameters explicitly")
-        recipe = apply_paper_hparams(*glue.paper_recipe(task), model_args, data_args, training_args, argv)
+        model_args, data_args, training_args, recipe = apply_paper_hparams(
+            *glue.paper_recipe(task), model_args, data_args, training_args, argv)
     task, raw_splits, sources, splits = glue.task_and_splits(data_args, model_args, wanted)
 
     tokenizer, model = load_tokenizer_and_model(model_args, AlbertHFForSequenceClassification, **task.label_config())

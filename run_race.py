@@ -41,7 +41,8 @@ def main(argv=None) -> dict:
     last_checkpoint = setup(training_args)
     recipe = None
     if training_args.paper_hparams:
-        recipe = apply_paper_hparams(*race.paper_recipe(data_args), model_args, data_args, training_args, argv)
+        model_args, data_args, training_args, recipe = apply_paper_hparams(
+            *race.paper_recipe(data_args), model_args, data_args, training_args, argv)
 
     questions = {split: limit(race.load_race_split(data_args, split, model_args.cache_dir, model_args.token), cap)
                  for split, cap in wanted_samples(training_args, data_args).items()}

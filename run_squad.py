@@ -48,7 +48,8 @@ def main(argv=None) -> dict:
     last_checkpoint = setup(training_args)
     recipe = None
     if training_args.paper_hparams:
-        recipe = apply_paper_hparams(*paper_recipe(data_args), model_args, data_args, training_args, argv)
+        model_args, data_args, training_args, recipe = apply_paper_hparams(
+            *paper_recipe(data_args), model_args, data_args, training_args, argv)
     if data_args.answerability_head:
         tokenizer, model = load_tokenizer_and_model(model_args, AlbertHFForQuestionAnsweringWithAnswerability,
                                                     start_n_top=data_args.start_n_top, end_n_top=data_args.end_n_top)

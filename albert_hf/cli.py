@@ -31,9 +31,12 @@ def read_argument_file(path: Path) -> dict:
     return yaml.safe_load(text) if path.suffix in (".yaml", ".yml") else json.loads(text)
 
 
-def parse_into_dataclasses(parser: HfArgumentParser, argv=None) -> tuple:
-    """The dataclasses of `parser` from `argv` (default: the command line), or from its one .json/.yaml file."""
+def parse_into_dataclasses(parser: HfArgumentParser, argv=None, defaults: dict | None = None) -> tuple:
+    """The dataclasses of `parser` from `argv` (default: the command line), or from its one .json/.yaml file;
+    `defaults` (argument name -> value) replace the dataclasses' own defaults, and what argv gives wins."""
     argv = sys.argv[1:] if argv is None else [str(arg) for arg in argv]
+    defaults = defaults or {}
+    parser.set_defaults(**defaults)
     path = argument_file(argv)
     if path is not None:
         if not path.is_file():
@@ -48,7 +51,7 @@ def parse_into_dataclasses(parser: HfArgumentParser, argv=None) -> tuple:
             unknown = sorted(set(values) - known)
             if unknown:
                 parser.error(f"{path}: unknown argument(s) {unknown[:5]}")
-            return parser.parse_dict(values)
+            return parser.parse_dict({**defaults, **values})
         except (ValueError, TypeError, yaml.YAMLError) as error:
             parser.error(f"{path}: {str(error).strip().splitlines()[0]}")
     *groups, remaining = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
@@ -113,7 +116,7 @@ def explicit_arguments(argv, dataclass_types) -> set[str]:
     Re-parses argv with every default replaced by a sentinel, so abbreviations, `--a=b` and `--a-b` spellings
     are all recognised exactly as HfArgumentParser recognises them.
     """
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else [str(arg) for arg in argv]  # as parse_into_dataclasses reads it
     path = argument_file(argv)
     if path is not None:
         return set(read_argument_file(path))

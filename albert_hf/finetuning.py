@@ -555,9 +555,8 @@ class PaperRecipe:
     explicit: list  # the names whose value the user gave explicitly
 
 
-def resolve_paper_hparams(name: str, recipe: dict, model_args, data_args, training_args,
-                          explicit: set[str]) -> PaperRecipe:
-    """Set a task's recipe where the user did not set a value; returns what the run uses.
+def recipe_arguments(recipe: dict, explicit: set[str], batch_divisor: int, hidden_dropout_prob: float) -> dict:
+    """A task's recipe as the arguments it sets, in the recipe's order.
 
     `recipe` holds argument values by name, and two values of the recipe tables:
     - `batch_size`, the total batch: per_device_train_batch_size = batch / (gradient_accumulation_steps x
@@ -566,53 +565,68 @@ def resolve_paper_hparams(name: str, recipe: dict, model_args, data_args, traini
       dropout one value, so it sets both hidden_dropout_prob and attention_probs_dropout_prob. An explicit
       --hidden_dropout_prob replaces it for both, unless --attention_probs_dropout_prob is given too.
     An explicit --num_train_epochs keeps the epoch count instead of the recipe's max_steps.
+
+    Args:
+        recipe: the row, e.g. `glue.paper_recipe(task)[1]`.
+        explicit: the arguments the user gave (`cli.explicit_arguments`).
+        batch_divisor: gradient_accumulation_steps x processes, which the total batch is divided by.
+        hidden_dropout_prob: the run's --hidden_dropout_prob, which an explicit one gives the attention too.
+
+    Returns:
+        argument name -> the recipe's value, explicit arguments included (the caller keeps the user's).
     """
     recipe = dict(recipe)
     batch_size = recipe.pop("batch_size", None)
     if batch_size is not None:
-        divisor = training_args.gradient_accumulation_steps * training_args.world_size
-        if "per_device_train_batch_size" not in explicit and batch_size % divisor:
+        if "per_device_train_batch_size" not in explicit and batch_size % batch_divisor:
             raise InputError(f"--paper_hparams: the total batch {batch_size} is not divisible by "
-                             f"gradient_accumulation_steps x processes = {divisor}; give --per_device_train_batch_size")
-        recipe["per_device_train_batch_size"] = batch_size // divisor
+                             f"gradient_accumulation_steps x processes = {batch_divisor}; give "
+                             "--per_device_train_batch_size")
+        recipe["per_device_train_batch_size"] = batch_size // batch_divisor
     if "albert_dropout" in recipe:
         dropout = recipe.pop("albert_dropout")
         recipe["hidden_dropout_prob"] = dropout
-        recipe["attention_probs_dropout_prob"] = (model_args.hidden_dropout_prob if "hidden_dropout_prob" in explicit
-                                                  else dropout)
+        recipe["attention_probs_dropout_prob"] = hidden_dropout_prob if "hidden_dropout_prob" in explicit else dropout
     if "num_train_epochs" in explicit:
         recipe.pop("max_steps", None)
-    def owner(argument):  # the arguments object that has this field
-        return next(args for args in (training_args, data_args, model_args) if hasattr(args, argument))
+    return recipe
 
-    applied = {}
-    for argument, value in recipe.items():
-        if argument in explicit:
-            continue
-        setattr(owner(argument), argument, value)
-        applied[argument] = value
-    if hasattr(data_args, "__post_init__"):
-        data_args.__post_init__()  # the checks of the data arguments, on the combined values
-    names = list(recipe)
-    if batch_size is not None:  # the per-device batch is the total batch only with these
+
+def apply_paper_hparams(name: str, recipe: dict, model_args, data_args, training_args, argv=None) -> tuple:
+    """--paper_hparams in a script: the arguments parsed again from `argv` with the recipe's values as their
+    defaults, so that explicit flags win and every argument check runs once on the values the run uses; those
+    values are logged and written to OUTPUT_DIR/paper_hparams.json (TrainingArguments' names).
+
+    Args:
+        name: the recipe's row, e.g. "mrpc", "SQuAD v2.0", "RACE, v2 models".
+        recipe: its values (`recipe_arguments`).
+        model_args, data_args, training_args: the arguments `parse_arguments` gave; left as they are.
+        argv: the script's arguments (default: the command line), or one .json/.yaml file.
+
+    Returns:
+        (model_args, data_args, training_args, PaperRecipe): the arguments the run uses, and what the recipe
+        resolved to, for the model card.
+    """
+    types = (type(model_args), type(data_args), type(training_args))
+    explicit = explicit_arguments(argv, types)
+    arguments = recipe_arguments(recipe, explicit, training_args.gradient_accumulation_steps * training_args.world_size,
+                                 model_args.hidden_dropout_prob)
+    applied = {argument: value for argument, value in arguments.items() if argument not in explicit}
+    parsed = parse_into_dataclasses(HfArgumentParser(types), argv, defaults=applied)
+    names = list(arguments)
+    if "per_device_train_batch_size" in arguments:  # the per-device batch is the total batch only with these
         names.append("gradient_accumulation_steps")
     if "num_train_epochs" in explicit:
         names.append("num_train_epochs")
-    values = {argument: getattr(owner(argument), argument) for argument in names}
-    kept = sorted(explicit & set(values))
+    values = {argument: next(getattr(args, argument) for args in parsed if hasattr(args, argument))
+              for argument in names}
+    resolved = PaperRecipe(name, values, sorted(explicit & set(values)))
     logger.info("--paper_hparams (%s) set: %s; kept your explicit %s", name,
-                ", ".join(f"{k}={v}" for k, v in applied.items()), kept or "nothing")
-    return PaperRecipe(name, values, kept)
-
-
-def apply_paper_hparams(name: str, recipe: dict, model_args, data_args, training_args, argv=None) -> PaperRecipe:
-    """--paper_hparams in a script: `resolve_paper_hparams` with the flags of `argv` (default: the command line)
-    kept, and the values used written to OUTPUT_DIR/paper_hparams.json (TrainingArguments' names)."""
-    explicit = explicit_arguments(argv, (type(model_args), type(data_args), type(training_args)))
-    resolved = resolve_paper_hparams(name, recipe, model_args, data_args, training_args, explicit)
+                ", ".join(f"{k}={v}" for k, v in applied.items()), resolved.explicit or "nothing")
+    model_args, data_args, training_args = parsed
     if training_args.should_save:
         path = Path(training_args.output_dir) / PAPER_HPARAMS_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(resolved.values, indent=2) + "\n", encoding="utf-8")
         logger.info("The recipe used is in %s", path)
-    return resolved
+    return model_args, data_args, training_args, resolved

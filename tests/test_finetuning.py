@@ -187,7 +187,8 @@ def resolve(tmp_path, *flags):
 
     argv = ["--model_name_or_path", "m", "--output_dir", str(tmp_path), "--paper_hparams", *flags]
     model_args, data_args, training_args = parse_arguments(LengthArguments, argv)
-    recipe = apply_paper_hparams("toy", RECIPE, model_args, data_args, training_args, argv)
+    model_args, data_args, training_args, recipe = apply_paper_hparams("toy", RECIPE, model_args, data_args,
+                                                                       training_args, argv)
     return recipe, model_args, data_args, training_args
 
 
@@ -237,6 +238,31 @@ def test_paper_hparams_total_batch_that_does_not_split_names_the_flags(tmp_path)
     # with the per-device batch given, the total batch is the user's business
     _, _, _, args = resolve(tmp_path, "--gradient_accumulation_steps", "3", "--per_device_train_batch_size", "5")
     assert args.per_device_train_batch_size == 5
+
+
+def test_paper_hparams_from_an_arguments_file_keep_its_values_and_leave_the_parsed_arguments(tmp_path):
+    import json
+
+    from albert_hf.finetuning import apply_paper_hparams
+
+    argv = [tmp_path / "args.json"]
+    argv[0].write_text(json.dumps({"model_name_or_path": "m", "output_dir": str(tmp_path / "out"),
+                                   "paper_hparams": True, "learning_rate": 1e-4}))
+    parsed = parse_arguments(LengthArguments, argv)
+    model_args, data_args, args, recipe = apply_paper_hparams("toy", RECIPE, *parsed, argv)
+    assert (args.learning_rate, args.max_steps, data_args.max_seq_length, model_args.hidden_dropout_prob) == \
+        (1e-4, 100, 512, 0.1)
+    assert recipe.explicit == ["learning_rate"]
+    assert (parsed[2].max_steps, parsed[1].max_seq_length, parsed[0].hidden_dropout_prob) == (-1, 128, None)
+
+
+def test_paper_hparams_values_meet_the_checks_a_flag_meets(tmp_path):
+    from albert_hf.finetuning import apply_paper_hparams
+
+    argv = ["--model_name_or_path", "m", "--output_dir", str(tmp_path), "--paper_hparams", "--compile_blocks"]
+    parsed = parse_arguments(LengthArguments, argv)
+    with pytest.raises(InputError, match="--compile_blocks and --torch_compile both compile"):
+        apply_paper_hparams("compiled", {"torch_compile": True}, *parsed, argv)
 
 
 def test_attention_dropout_flag_reaches_the_config(tiny_checkpoint):

@@ -333,8 +333,7 @@ def parse(argv):
     from albert_hf.glue import GlueDataArguments, paper_recipe
 
     model_args, data_args, training_args = parse_arguments(GlueDataArguments, argv)
-    apply_paper_hparams(*paper_recipe(data_args.task), model_args, data_args, training_args, argv)
-    return model_args, data_args, training_args
+    return apply_paper_hparams(*paper_recipe(data_args.task), model_args, data_args, training_args, argv)[:3]
 
 
 def test_paper_hparams_set_spec_values_and_keep_explicit_flags(tmp_path):

@@ -143,9 +143,13 @@ def test_only_pretraining_py_sees_the_whole_pretraining_job():
 
 
 def assignments_to_arguments(source: str) -> list[str]:
-    """`x_args.field = ...` (or +=) anywhere in the source: an arguments object (a name ending in `args`) changed."""
+    """`x_args.field = ...` (or +=, or `setattr(x_args, ...)`) anywhere in the source: an arguments object (a name
+    ending in `args`) changed."""
     found = []
     for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr" \
+                and isinstance(node.args[0], ast.Name) and node.args[0].id.endswith("args"):
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
         targets = node.targets if isinstance(node, ast.Assign) else \
             [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
         found += [f"{node.lineno}: {ast.unparse(target)}" for target in targets for part in ast.walk(target)
@@ -155,15 +159,16 @@ def assignments_to_arguments(source: str) -> list[str]:
 
 
 def test_the_assignment_finder_finds_an_argument_changed_in_a_tuple_target():
-    planted = "def fit(data_args, config):\n    n, data_args.max_seq_length = 1, 2\n    training_args.seed += 1\n"
-    assert assignments_to_arguments(planted) == ["2: (n, data_args.max_seq_length)", "3: training_args.seed"]
+    planted = ("def fit(data_args, config):\n    n, data_args.max_seq_length = 1, 2\n    training_args.seed += 1\n"
+               "    setattr(model_args, 'revision', 'x')\n")
+    assert assignments_to_arguments(planted) == ["2: (n, data_args.max_seq_length)", "3: training_args.seed",
+                                                 "4: setattr(model_args, 'revision', 'x')"]
 
 
 def test_no_code_changes_the_arguments_after_parsing():
     """The scripts' and the pretraining job's arguments keep the values they were checked with: a value that must
-    be fitted (a length capped at the model's positions) makes a checked copy (`dataclasses.replace`). The one
-    writer left is --paper_hparams (`finetuning.resolve_paper_hparams`, by setattr), which fills in the recipe
-    where the user gave no value, before the data is read, and checks the data arguments again."""
+    be fitted (a length capped at the model's positions) makes a checked copy (`dataclasses.replace`), and
+    --paper_hparams parses the arguments again with the recipe as their defaults (`finetuning.apply_paper_hparams`)."""
     found = [f"{path.name}:{where}" for path in sorted([*(REPO / "albert_hf").rglob("*.py"), *REPO.glob("run_*.py")])
              for where in assignments_to_arguments(path.read_text())]
     assert not found, found

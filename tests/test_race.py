@@ -343,7 +343,8 @@ def race_recipe(tmp_path, *flags):
 
     argv = ["--model_name_or_path", "m", "--output_dir", str(tmp_path), "--paper_hparams", *flags]
     model_args, data_args, training_args = parse_arguments(RaceDataArguments, argv)
-    apply_paper_hparams(*race.paper_recipe(data_args), model_args, data_args, training_args, argv)
+    model_args, data_args, training_args, _ = apply_paper_hparams(*race.paper_recipe(data_args), model_args,
+                                                                  data_args, training_args, argv)
     return model_args, data_args, training_args, json.loads((tmp_path / "paper_hparams.json").read_text())
 
 
