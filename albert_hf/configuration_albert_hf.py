@@ -35,26 +35,55 @@ class AlbertHFConfig(PreTrainedConfig):
     r"""Configuration of an ALBERT model.
 
     The fields and defaults are those of transformers' `AlbertConfig` (the constructor defaults equal xxlarge v2),
-    plus three of ours:
+    plus three of ours: `sharing`, `project_when_equal` and `unpad_inputs`. The fields of the released
+    `albert_config.json` files that the official code ignores (`down_scale_factor`, `net_structure_type`, `gap_size`,
+    `num_memory_blocks`, `layers_to_keep`) are accepted and dropped.
 
-    sharing (`str`, defaults to `"all"`):
-        Cross-layer parameter sharing, the paper's Table 4 ablation.
-        - `"all"`: ALBERT. `num_hidden_groups` groups of `inner_group_num` blocks; layer `l` applies group
-          `int(l / num_hidden_layers * num_hidden_groups)` (the official float formula).
-        - `"attention"`: one attention block shared by all layers, a separate FFN per layer.
-        - `"ffn"`: one FFN shared by all layers, a separate attention block per layer.
-        - `"none"`: BERT-style, every layer has its own parameters (needs `num_hidden_groups == num_hidden_layers`,
-          which is set for you when `num_hidden_groups` is left at 1).
-    project_when_equal (`bool`, defaults to `True`):
-        Keep the E->H projection `embedding_hidden_mapping_in` when `embedding_size == hidden_size`. transformers
-        always creates it; the official code only when E != H. Set False to reproduce the paper's E=768 counts.
-    unpad_inputs (`bool`, defaults to `True`):
-        When the batch has padding, run the token-wise work (projections, FFN, LayerNorms: all but the attention
-        scores) on the real tokens only, on CPUs (on CUDA devices the padded batch goes to SDPA as it is). Same
-        results at every real token; the hidden states at padded positions come out as zeros instead of
-        transformers' meaningless values. Off when the whole model is compiled
-        (`compile_blocks` keeps it on), with `output_hidden_states` / `output_attentions`, and for attention
-        kernels other than sdpa and eager.
+    Args:
+        vocab_size (`int`, defaults to 30000): the number of token ids, V.
+        embedding_size (`int`, defaults to 128): the width E of the (factorized) embeddings.
+        hidden_size (`int`, defaults to 4096): the width H of the transformer blocks.
+        num_hidden_layers (`int`, defaults to 12): the number of layers L; each applies one layer group.
+        num_hidden_groups (`int`, defaults to 1): the number of distinct layer groups G that the L layers share.
+        num_attention_heads (`int`, defaults to 64): attention heads per block; must divide `hidden_size`.
+        intermediate_size (`int`, defaults to 16384): the width of each block's feed-forward layer.
+        inner_group_num (`int`, defaults to 1): blocks with their own parameters in each group, applied in order.
+        hidden_act (`str`, defaults to `"gelu_new"`): the activation of the FFN and the MLM head: `"gelu_new"`
+            (ALBERT's tanh GELU), `"gelu"` (the exact GELU of the v1 configs) or another name of transformers' `ACT2FN`.
+        hidden_dropout_prob (`float`, defaults to 0.0): dropout of the embeddings and of each block's two outputs.
+        attention_probs_dropout_prob (`float`, defaults to 0.0): dropout of the attention probabilities.
+        max_position_embeddings (`int`, defaults to 512): the longest sequence the model takes.
+        type_vocab_size (`int`, defaults to 2): the number of token type (segment) ids.
+        initializer_range (`float`, defaults to 0.02): std of the truncated-normal initialisation (cut at 2 std).
+        layer_norm_eps (`float`, defaults to 1e-12): the epsilon of every LayerNorm.
+        classifier_dropout_prob (`float`, defaults to 0.1): dropout in the sequence-classification,
+            multiple-choice, token-classification and answerability heads.
+        sharing (`str`, defaults to `"all"`): cross-layer parameter sharing, the paper's Table 4 ablation.
+            - `"all"`: ALBERT. `num_hidden_groups` groups of `inner_group_num` blocks; layer `l` applies group
+              `int(l / num_hidden_layers * num_hidden_groups)` (the official float formula).
+            - `"attention"`: one attention block shared by all layers, a separate FFN per layer.
+            - `"ffn"`: one FFN shared by all layers, a separate attention block per layer.
+            - `"none"`: BERT-style, every layer has its own parameters (needs `num_hidden_groups == num_hidden_layers`,
+              which is set for you when `num_hidden_groups` is left at 1).
+            `"attention"` and `"ffn"` need `num_hidden_groups=1` and `inner_group_num=1`.
+        project_when_equal (`bool`, defaults to `True`): keep the E->H projection `embedding_hidden_mapping_in` when
+            `embedding_size == hidden_size`. transformers always creates it; the official code only when E != H.
+            Set False to reproduce the paper's E=768 counts.
+        unpad_inputs (`bool`, defaults to `True`): when the batch has padding, run the token-wise work (projections,
+            FFN, LayerNorms: all but the attention scores) on the real tokens only, on CPUs (on CUDA devices the
+            padded batch goes to SDPA as it is). Same results at every real token; the hidden states at padded
+            positions come out as zeros instead of transformers' meaningless values. Off when the whole model is
+            compiled (`compile_blocks` keeps it on), with `output_hidden_states` / `output_attentions`, with a mask
+            other than `(batch_size, sequence_length)`, for the span QA head (`keep_padding`), and for attention
+            kernels other than sdpa and eager.
+        pad_token_id (`int`, *optional*, defaults to 0), bos_token_id (defaults to 2), eos_token_id (defaults to 3):
+            the special token ids, as in transformers' `AlbertConfig`.
+        tie_word_embeddings (`bool`, defaults to `True`): the MLM decoder shares the word embedding table.
+        **kwargs: `PreTrainedConfig`'s own arguments (`num_labels`, `id2label`, `problem_type`, `architectures`,
+            ...) and extra attributes, such as `start_n_top` / `end_n_top` of the answerability QA head.
+
+    Raises:
+        ValueError: a field out of range or a combination the model cannot build, naming the field (`validate`).
     """
 
     model_type = "albert_hf"
@@ -142,8 +171,18 @@ class AlbertHFConfig(PreTrainedConfig):
 
     @classmethod
     def from_preset(cls, name: str, **overrides) -> "AlbertHFConfig":
-        """`base`, `large`, `xlarge`, `xxlarge` (official v2 dimensions), `small` or `tiny`; keyword arguments
-        override."""
+        """The config of a preset: `base`, `large`, `xlarge`, `xxlarge` (official v2 dimensions), `small` or `tiny`.
+
+        Args:
+            name (`str`): the preset; `"small"` is the model of the small-scale reproductions, `"tiny"` is for tests.
+            **overrides: config fields that replace the preset's values (e.g. `num_hidden_layers=2`).
+
+        Returns:
+            An `AlbertHFConfig`, the other fields at their defaults.
+
+        Raises:
+            ValueError: an unknown preset name (the message lists the choices), or an override `validate` refuses.
+        """
         if name not in PRESETS:
             raise ValueError(f"Unknown ALBERT preset {name!r}; choose one of {sorted(PRESETS)}")
         return cls(**{**PRESETS[name], **overrides})

@@ -96,7 +96,18 @@ def split_sentences(text: str, sentence_per_line: bool = False, language: str = 
 
 
 def find_text_files(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[Path]:
-    """Expand files and directories (recursively, *.txt-like files, sorted) into a list of files."""
+    """Expand files and directories (recursively, *.txt-like files, sorted) into a list of files.
+
+    Args:
+        paths: a file or directory, or an iterable of them. A directory gives its .txt, .text and .raw files, at any
+            depth, sorted; a file is taken as it is, whatever its suffix.
+
+    Returns:
+        The files, as `Path`s, in the order of `paths`.
+
+    Raises:
+        InputError: a path that does not exist, or a directory without a text file.
+    """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     files = []
@@ -187,6 +198,17 @@ def load_text_files(paths, layout: str = "document_per_file", cache_dir: str | N
 
     The Arrow table is written once and cached; the cache key includes each file's size and mtime, so editing
     a file rebuilds it.
+
+    Args:
+        paths: text files or directories, as `find_text_files` takes them.
+        layout (`str`, defaults to `"document_per_file"`): how a file is cut into documents, one of `LAYOUTS`.
+        cache_dir (`str`, *optional*): where `datasets` caches the table (None: its default cache).
+
+    Returns:
+        The `datasets.Dataset` of the documents, in file order; empty and binary files give none.
+
+    Raises:
+        InputError: an unknown `layout`, a path `find_text_files` refuses, or no text in any of the files.
     """
     import datasets
 
@@ -314,8 +336,23 @@ def load_text_dataset(
 ):
     """Load a dataset with a text column and return it with that column named "text".
 
-    `name_or_files` is a Hub name (online only), or a local .json/.jsonl/.parquet/.csv/.tsv file or list of them.
-    With `streaming=True` the result is an `IterableDataset` (for corpora larger than the disk cache).
+    Args:
+        name_or_files: a Hub dataset name (online only), or a local .json/.jsonl/.parquet/.csv/.tsv file or a list of
+            them, all of one format.
+        text_column (`str`, defaults to `"text"`): the column holding the documents.
+        config_name (`str`, *optional*): the Hub dataset's configuration.
+        split (`str`, defaults to `"train"`): the split to load.
+        streaming (`bool`, defaults to `False`): stream the rows (for corpora larger than the disk cache).
+        **load_kwargs: passed to `datasets.load_dataset` (.tsv files are read with a tab delimiter unless
+            `delimiter` is given).
+
+    Returns:
+        A `datasets.Dataset`, or an `IterableDataset` with `streaming=True`, its text column renamed "text" (a
+        "text" column it already had is dropped) and its other columns kept.
+
+    Raises:
+        InputError: a missing or unreadable file, mixed formats, no `text_column` or one that does not hold text
+            (or, read whole, is not valid UTF-8), or a source that is neither such files nor a Hub name.
     """
     import datasets
 
@@ -463,7 +500,20 @@ def is_plain_text(source) -> bool:
 
 def load_corpus(source=None, layout: str = "document_per_file", text_column: str = "text", **kwargs):
     """One entry point for scripts: None -> embedded corpus; .txt files or directories -> `load_text_files`;
-    json/jsonl/parquet/csv files or a Hub name -> `load_text_dataset`."""
+    json/jsonl/parquet/csv files or a Hub name -> `load_text_dataset`.
+
+    Args:
+        source: None, plain-text files or directories (.txt, .text, .raw), or a `datasets` source: json/jsonl/
+            parquet/csv/tsv files or a Hub dataset name.
+        layout (`str`, defaults to `"document_per_file"`): how plain-text files are cut into documents (`LAYOUTS`).
+        text_column (`str`, defaults to `"text"`): the text column of a `datasets` source.
+        **kwargs: for a `datasets` source only, passed to `load_text_dataset` (`config_name`, `split`,
+            `streaming`, ...); ignored for plain text and the embedded corpus.
+
+    Returns:
+        The documents in a column "text": a `datasets.Dataset` (with a "source" column for plain text and the
+        embedded corpus), or an `IterableDataset` for a `datasets` source read with `streaming=True`.
+    """
     if source is None:
         return embedded_corpus()
     if is_plain_text(source):

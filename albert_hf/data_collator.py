@@ -149,12 +149,37 @@ class DataCollatorForAlbertPretraining:
     [SEP], 1 after it), "attention_mask" (ignored, rebuilt), "sentence_order_label" (passed through when every
     feature has it). Output: input_ids, attention_mask, token_type_ids, labels, [sentence_order_label],
     padded to a multiple of `pad_to_multiple_of`. With `masked_positions`, also the official fixed-size form of
-    the masked tokens: masked_lm_positions (batch, P) and masked_lm_weights (batch, P, float), P the widest row's
+    the masked tokens: masked_lm_positions (batch, P) and masked_lm_weights (batch, P), float32, P the widest row's
     count (at least 1), each row's positions ascending, padded with position 0 and weight 0. Given them,
     `AlbertHFForPreTraining` sizes its MLM head from their shape instead of reading counts from the device.
     With `static_shapes` (and `masked_positions`), every batch has the same shape, as the official TPU inputs:
     rows padded to `max_length`, and P = `max_predictions_per_seq`; a GPU then runs the same kernels every step
     and the step can be captured as a graph.
+
+    Args:
+        tokenizer: an ALBERT tokenizer with [MASK], <pad>, [CLS] and [SEP]; its pieces decide where words start.
+        mlm_probability (`float`, defaults to 0.15): the share of each sequence's tokens to predict, in (0, 1).
+        max_ngram (`int`, defaults to 3): the longest span, in whole words, masked as one.
+        max_predictions_per_seq (`int`, defaults to 20): the most predicted tokens per sequence.
+        seed (`int`, *optional*): the masks' seed. Dynamic masking: it seeds the random stream (with each DataLoader
+            worker's seed), or after `set_epoch` each example's draws; None takes fresh entropy and allows no
+            `set_epoch`. Static masking: part of each example's key (None is a seed like any other there).
+        static_masking (`bool`, defaults to `False`): the official per-example loop, the same mask for the same
+            example every time.
+        favor_shorter_ngram (`bool`, defaults to `True`): p(n) ∝ 1/n; False reverses it, favouring long spans.
+        pad_to_multiple_of (`int`, *optional*, defaults to 8): round each batch's width up to a multiple of this;
+            None for the longest row's width.
+        max_length (`int`, *optional*): the longest example allowed (a longer one stops the run, InputError), and
+            the padded width with `static_shapes`; None takes the tokenizer's `model_max_length` when it is set.
+        return_tensors (`str`, defaults to `"pt"`): `"pt"` for torch tensors, `"np"` for numpy arrays.
+        masked_positions (`bool`, defaults to `False`): also return `masked_lm_positions` and `masked_lm_weights`.
+        static_shapes (`bool`, defaults to `False`): every batch of one shape; needs `max_length` and
+            `masked_positions`.
+
+    Raises:
+        InputError: the tokenizer lacks [MASK], <pad>, [CLS] or [SEP].
+        ValueError: `mlm_probability`, `max_ngram`, `max_predictions_per_seq` or `return_tensors` out of range, or
+            `static_shapes` where `max_length` or `masked_positions` is missing.
     """
 
     tokenizer: Any

@@ -240,9 +240,19 @@ class AlbertTrainer(Trainer):
         return self.lr_scheduler
 
 
-def parse_arguments(data_arguments_class, argv=None):
-    """(ModelArguments, data arguments, AlbertTrainingArguments) from the command line, or from one .json/.yaml
-    file."""
+def parse_arguments(data_arguments_class, argv=None) -> tuple:
+    """A fine-tuning script's arguments, checked: the launcher's mode first, then each dataclass's `__post_init__`.
+
+    Args:
+        data_arguments_class: the script's data arguments (e.g. `glue.GlueDataArguments`).
+        argv: the arguments (default: the command line), or one .json/.yaml file holding them.
+
+    Returns:
+        (ModelArguments, data arguments, AlbertTrainingArguments).
+
+    Raises:
+        InputError: a value the checks refuse; argparse's own usage error (exit status 2) for an unknown flag.
+    """
     requested_mode()  # a launcher mode that cannot be had stops here, before TrainingArguments try it
     cpu_processes_without_gpus()  # before TrainingArguments decide the device
     return parse_into_dataclasses(HfArgumentParser((ModelArguments, data_arguments_class, AlbertTrainingArguments)),
@@ -278,10 +288,19 @@ def wanted_samples(training_args, data_args) -> dict[str, int | None]:
 
 
 def setup(training_args: TrainingArguments) -> str | None:
-    """Logging, seed, and the checkpoint to resume from: returns its path, or None to start fresh.
+    """Logging, seed, and the checkpoint to resume from.
 
     An output_dir that already holds a run is never silently overwritten: its last checkpoint is resumed, or
     the run stops unless --overwrite_output_dir is given.
+
+    Args:
+        training_args: the run's arguments (`output_dir`, `seed`, `do_train`, `resume_from_checkpoint`, `bf16`).
+
+    Returns:
+        The checkpoint folder to resume from, or None to start fresh.
+
+    Raises:
+        InputError: --output_dir cannot be written, or holds a trained model and no checkpoint.
     """
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S",
                         level=logging.INFO if training_args.should_log else logging.WARNING)
@@ -406,11 +425,20 @@ class StopOnSignalCallback(TrainerCallback):
             self.stopped_at = state.global_step
 
 
-def train(trainer, training_args, last_checkpoint, num_examples: int) -> dict:
+def train(trainer, training_args, last_checkpoint: str | None, num_examples: int | None) -> dict:
     """Train (resuming if asked), save the final model with its tokenizer, write train_results.json.
 
     A fresh all_results.json is started: results of an earlier run in output_dir describe another model. A stop
     signal during training saves a checkpoint and exits with status PREEMPTED (75): see StopOnSignalCallback.
+
+    Args:
+        trainer: the script's Trainer, its training dataset set.
+        training_args: the run's arguments (`output_dir`).
+        last_checkpoint: the checkpoint to resume from (`setup`), or None.
+        num_examples: the training examples before windowing, reported as `train_samples`.
+
+    Returns:
+        The training metrics as written to train_results.json.
     """
     if trainer.is_world_process_zero():
         Path(training_args.output_dir, "all_results.json").unlink(missing_ok=True)
@@ -469,9 +497,17 @@ def train_evaluate_predict(trainer, training_args, last_checkpoint: str | None, 
 
 
 def save_results(trainer, kind: str, metrics: dict) -> dict:
-    """Log `metrics` and write them as transformers' example scripts do: `<kind>_results.json` (kind "train",
-    "eval" or "predict"; one flat dict, keys prefixed `<kind>_` by whoever computed them) and merged into
-    `all_results.json`, which thus holds every result of the run. Returns `metrics`."""
+    """Log `metrics` and write them as transformers' example scripts do: `<kind>_results.json` and merged into
+    `all_results.json`, which thus holds every result of the run.
+
+    Args:
+        trainer: the run's Trainer (its `output_dir`; only the main process writes).
+        kind: "train", "eval" or "predict".
+        metrics: one flat dict, its keys prefixed `<kind>_` by whoever computed them.
+
+    Returns:
+        `metrics`, unchanged.
+    """
     trainer.log_metrics(kind, metrics)
     if trainer.is_world_process_zero():
         Path(trainer.args.output_dir).mkdir(parents=True, exist_ok=True)
@@ -488,11 +524,21 @@ def evaluate_splits(trainer, splits: dict, evaluate=None, prefix: str = "eval", 
     """Evaluate each named split and write `<prefix>_results.json` (and all_results.json) via `save_results`.
 
     The results are ONE flat dict, as transformers' examples write them: keys `<prefix>_<metric>` plus
-    `<prefix>_samples`; a split listed in `suffixes` gets its keys suffixed (GLUE MNLI's mismatched dev set:
-    "_mm"), so several splits merge into one file. Returns that dict.
+    `<prefix>_samples`, so several splits merge into one file.
 
-    `evaluate(trainer, name, dataset, prefix) -> metrics` replaces `trainer.evaluate` for tasks that need more
-    (its keys already prefixed).
+    Args:
+        trainer: the run's Trainer.
+        splits: split name -> its tokenized dataset.
+        evaluate: `evaluate(trainer, name, dataset, prefix) -> metrics` (keys already prefixed), for tasks that need
+            more than `trainer.evaluate` (RACE's chosen letters); default `trainer.evaluate`.
+        prefix: "eval" (the dev set) or "predict" (a labelled test set).
+        suffixes: split name -> a suffix for its keys (GLUE MNLI's mismatched dev set: "_mm").
+
+    Returns:
+        The merged metrics, as written.
+
+    Raises:
+        ValueError: two splits would write the same key (a split left without a suffix).
     """
     results = {}
     for name, dataset in splits.items():

@@ -118,7 +118,13 @@ def cpu_bf16_units(environ=os.environ) -> str | None:
 
 
 def detect() -> Hardware:
-    """This process's hardware, as torch sees it (a launched process sees its own GPU)."""
+    """This process's hardware, as torch sees it (a launched process sees its own GPU).
+
+    Returns:
+        A `Hardware`: the CPU's model, torch's CPU capability, its bf16 matmul units (None where bf16 is emulated,
+        or oneDNN's ISA is capped below them), AMX-FP16, torch's intra-op threads; with CUDA, the current device's
+        name, compute capability and bf16 support, and the number of devices.
+    """
     gpu = {}
     if torch.cuda.is_available():
         index = torch.cuda.current_device()
@@ -157,7 +163,23 @@ def choose_precision(hardware: Hardware, flag: str | None = "auto", launcher: st
 
     An explicit flag wins; then the launcher's bf16 or fp16. The launcher's "no" is what `accelerate launch` passes
     when nothing was asked (and the default answer of `accelerate config`), so it is read as no preference and the
-    hardware decides; `--mixed_precision no` is the way to insist on fp32."""
+    hardware decides; `--mixed_precision no` is the way to insist on fp32.
+
+    Args:
+        hardware (`Hardware`): the machine, from `detect()`.
+        flag (`str`, *optional*, defaults to `"auto"`): --mixed_precision; `"auto"` or None leaves the choice to
+            the launcher and the hardware.
+        launcher (`str`, *optional*): `accelerate launch`'s mixed_precision (`"no"`, `"bf16"`, `"fp16"`, `"fp8"`).
+        tf32 (`bool`, *optional*): --tf32; None or True: on wherever the GPU has TF32, False: off.
+
+    Returns:
+        A `Precision`: accelerate's mixed_precision (`"no"`, `"bf16"` or `"fp16"`), the reason for the start line,
+        a one-line warning when an explicit request (flag or launcher) runs slowly here, and whether fp32 matmuls
+        use TF32.
+
+    Raises:
+        InputError: a request for fp8, which albert_hf does not run.
+    """
     if flag not in (None, "auto"):
         requested, source = flag, f"--mixed_precision {flag}"
     elif launcher in ("bf16", "fp16", "fp8"):

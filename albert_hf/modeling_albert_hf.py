@@ -358,13 +358,22 @@ class AlbertHFPreTrainedModel(PreTrainedModel):
             init.copy_(module.position_ids, torch.arange(module.position_ids.shape[-1]).expand((1, -1)))
 
     def compile_blocks(self, **compile_kwargs):
-        """Regional `torch.compile` in place (`compile_kwargs` go to `torch.compile`, e.g. `mode`); returns the model.
+        """Regional `torch.compile`, in place: each transformer block (`AlbertHFLayer`) is compiled on its own.
 
-        Each distinct block is compiled once, and every application of a shared block reuses its graphs; the
-        pretraining heads with their loss are one more region. Dynamic shapes by default, for CPUs, where padding
-        removal changes the row count every batch; `dynamic=False` where every batch has one shape (a GPU with
-        the collator's `static_shapes`). Why a raised recompile limit: BENCHMARKS.md, "What each optimisation
-        bought"."""
+        Each distinct block is compiled once, and every application of a shared block reuses its graphs;
+        `AlbertHFForPreTraining`'s sparse MLM head with its loss is one more region (the SOP head is not compiled).
+        Dynamic shapes by default, for CPUs, where padding removal changes the row count every batch; `dynamic=False`
+        where every batch has one shape (a GPU with the collator's `static_shapes`). Why a raised recompile limit:
+        BENCHMARKS.md, "What each optimisation bought".
+
+        Args:
+            **compile_kwargs: arguments of `torch.compile` (e.g. `mode`), over the defaults `dynamic=True` and
+                `recompile_limit=32`. A torch without the per-function `recompile_limit` gets the global
+                `torch._dynamo.config.cache_size_limit` raised to that value instead.
+
+        Returns:
+            The model itself.
+        """
         compile_kwargs = {"dynamic": True, "recompile_limit": 32, **compile_kwargs}
         if "recompile_limit" not in (torch.compile.__kwdefaults__ or {}):  # torch < 2.13: only a global limit
             limit = compile_kwargs.pop("recompile_limit")
@@ -462,15 +471,40 @@ class AlbertHFModel(AlbertHFPreTrainedModel):
         keep_padding=False,
         **kwargs,
     ) -> BaseModelOutputWithPooling:
-        r"""
-        last_layer_positions (`torch.LongTensor` of shape `(batch_size, Q)`): compute the last block only at
-            these positions of each row (keys and values still cover every token); `last_hidden_state` is then
-            `(batch_size, Q, hidden_size)` and the pooler reads its first column, so put the [CLS] position 0
-            first. The heads that read few positions (pretraining with labels, sequence classification, multiple
-            choice) use it: the last block then costs a fraction of the others.
-        keep_padding (`bool`): the caller uses the outputs at padded positions (the span QA head's softmax covers
-            every position, as the official code's does), so the padding is not removed: its outputs are then
-            the model's own values, the same whatever else is in the batch.
+        r"""The encoder's hidden states, and the pooled [CLS] output.
+
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`): token ids; or `inputs_embeds`.
+            attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*): 1 at real tokens,
+                0 at padding; None attends to every position.
+            token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): segment ids
+                (0 up to the first [SEP], 1 after); None gives 0 everywhere.
+            position_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): None gives
+                0, 1, ..., sequence_length - 1.
+            inputs_embeds (`torch.FloatTensor` of shape `(batch_size, sequence_length, embedding_size)`, *optional*):
+                word embeddings (width E) instead of `input_ids`.
+            last_layer_positions (`torch.LongTensor` of shape `(batch_size, Q)`, *optional*): compute the last block
+                only at these positions of each row (keys and values still cover every token); `last_hidden_state` is
+                then `(batch_size, Q, hidden_size)` and the pooler reads its first column, so put the [CLS] position
+                0 first. The heads that read few positions (pretraining with labels, sequence classification,
+                multiple choice) use it: the last block then costs a fraction of the others.
+            keep_padding (`bool`, defaults to `False`): the caller uses the outputs at padded positions (the span QA
+                head's softmax covers every position, as the official code's does), so the padding is not removed:
+                its outputs are then the model's own values, the same whatever else is in the batch.
+            **kwargs: `output_hidden_states`, `output_attentions` (eager attention only), `return_dict` (False: a
+                tuple), and the attention kernel's own arguments.
+
+        Returns:
+            `BaseModelOutputWithPooling`: `last_hidden_state` of shape `(batch_size, sequence_length, hidden_size)`
+            (zeros at padded positions where the padding was removed, see `unpad_inputs`); `pooler_output`
+            `(batch_size, hidden_size)`, tanh(dense) of the first position, or None without the pooling layer;
+            `hidden_states` (the projected embeddings, then the output of every block application:
+            1 + num_hidden_layers * inner_group_num tensors) and `attentions` when asked for.
+
+        Raises:
+            ValueError: both or neither of `input_ids` and `inputs_embeds`; a sequence longer than
+                `max_position_embeddings` without `position_ids`; `last_layer_positions` with per-layer outputs, a
+                mask that is not `(batch_size, sequence_length)` or an attention kernel other than sdpa and eager.
         """
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of input_ids or inputs_embeds")
@@ -644,14 +678,36 @@ class AlbertHFForPreTraining(AlbertHFPreTrainedModel):
         masked_lm_weights=None,
         **kwargs,
     ) -> AlbertHFForPreTrainingOutput:
-        r"""
-        labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`): MLM targets, -100 where not predicted.
-            When given, the MLM head runs only at the predicted positions (see `AlbertHFForPreTrainingOutput`).
-        sentence_order_label (`torch.LongTensor` of shape `(batch_size,)`): 0 = original order, 1 = swapped.
-        masked_lm_positions, masked_lm_weights (`(batch_size, P)`, with `labels`): the same positions in the
-            official fixed-size form (`DataCollatorForAlbertPretraining(masked_positions=True)`), weight 0 for
-            padding. The head then runs at all batch * P positions, sized by their shape: nothing is read from
-            the device to size it (on a GPU such reads stall the queue).
+        r"""The MLM and SOP logits, and their losses for the labels given.
+
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`): token ids; or `inputs_embeds`.
+            attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*): 1 at real tokens,
+                0 at padding; None attends to every position.
+            token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): segment ids
+                (0 up to the first [SEP], 1 after); None gives 0 everywhere.
+            position_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): None gives
+                0, 1, ..., sequence_length - 1.
+            inputs_embeds (`torch.FloatTensor` of shape `(batch_size, sequence_length, embedding_size)`, *optional*):
+                word embeddings (width E) instead of `input_ids`.
+            labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): MLM targets, -100
+                where not predicted. When given, the MLM head runs only at the predicted positions (see
+                `AlbertHFForPreTrainingOutput`).
+            sentence_order_label (`torch.LongTensor` of shape `(batch_size,)`, *optional*): 0 = original order,
+                1 = swapped.
+            masked_lm_positions (`torch.LongTensor` of shape `(batch_size, P)`, *optional*), masked_lm_weights
+                (`torch.FloatTensor` of shape `(batch_size, P)`): with `labels`, the same positions in the official
+                fixed-size form (`DataCollatorForAlbertPretraining(masked_positions=True)`), weight 0 for padding;
+                pass both. The head then runs at all batch * P positions, sized by their shape: nothing is read from
+                the device to size it (on a GPU such reads stall the queue).
+            **kwargs: `output_hidden_states`, `output_attentions` (eager attention only), `return_dict` (False: a
+                tuple), and the attention kernel's own arguments.
+
+        Returns:
+            `AlbertHFForPreTrainingOutput`: `loss` (mlm_loss + sop_loss, whichever labels were given; None with
+            neither), `prediction_logits`, `sop_logits` `(batch_size, 2)`, `mlm_loss` (the mean over the batch's
+            predicted tokens, weighted by `masked_lm_weights` when given), `sop_loss`, and `hidden_states` /
+            `attentions` when asked for.
         """
         masked = labels != -100 if labels is not None and masked_lm_positions is None else None
         positions, valid = self._last_layer_positions(labels, masked, masked_lm_positions, attention_mask, kwargs)
@@ -727,6 +783,29 @@ class AlbertHFForMaskedLM(AlbertHFPreTrainedModel):
         num_items_in_batch=None,
         **kwargs,
     ) -> MaskedLMOutput:
+        r"""The MLM logits at every position, and the loss for `labels`.
+
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`): token ids; or `inputs_embeds`.
+            attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*): 1 at real tokens,
+                0 at padding; None attends to every position.
+            token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): segment ids
+                (0 up to the first [SEP], 1 after); None gives 0 everywhere.
+            position_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): None gives
+                0, 1, ..., sequence_length - 1.
+            inputs_embeds (`torch.FloatTensor` of shape `(batch_size, sequence_length, embedding_size)`, *optional*):
+                word embeddings (width E) instead of `input_ids`.
+            labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): MLM targets, -100
+                where not predicted.
+            num_items_in_batch (`int` or `torch.Tensor`, *optional*): Trainer's count of the labelled tokens of the
+                whole accumulated step; the loss is then the sum over this count instead of the batch's mean.
+            **kwargs: `output_hidden_states`, `output_attentions` (eager attention only), `return_dict` (False: a
+                tuple), and the attention kernel's own arguments.
+
+        Returns:
+            `MaskedLMOutput`: `loss` (cross-entropy over the labelled tokens; None without `labels`), `logits` of
+            shape `(batch_size, sequence_length, vocab_size)`, and `hidden_states` / `attentions` when asked for.
+        """
         outputs = self.albert(
             input_ids,
             attention_mask=attention_mask,
@@ -775,6 +854,30 @@ class AlbertHFForSequenceClassification(AlbertHFPreTrainedModel):
         labels=None,
         **kwargs,
     ) -> SequenceClassifierOutput:
+        r"""Class logits (or a regression value) from the pooled [CLS] output.
+
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`): token ids; or `inputs_embeds`.
+            attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*): 1 at real tokens,
+                0 at padding; None attends to every position.
+            token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): segment ids
+                (0 up to the first [SEP], 1 after); None gives 0 everywhere.
+            position_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): None gives
+                0, 1, ..., sequence_length - 1.
+            inputs_embeds (`torch.FloatTensor` of shape `(batch_size, sequence_length, embedding_size)`, *optional*):
+                word embeddings (width E) instead of `input_ids`.
+            labels (`torch.Tensor`, *optional*): `(batch_size,)` class ids, `(batch_size,)` floats for regression
+                (`num_labels == 1`), or `(batch_size, num_labels)` floats for multi-label classification. When
+                `config.problem_type` is None, it is set from the first labels seen: regression when
+                `num_labels == 1`, else single-label for integer labels and multi-label for float ones.
+            **kwargs: `output_hidden_states`, `output_attentions` (eager attention only), `return_dict` (False: a
+                tuple), and the attention kernel's own arguments.
+
+        Returns:
+            `SequenceClassifierOutput`: `loss` (MSE, cross-entropy or binary cross-entropy by the problem type; None
+            without `labels`), `logits` of shape `(batch_size, num_labels)`, and `hidden_states` / `attentions` when
+            asked for.
+        """
         outputs = self.albert(
             input_ids,
             attention_mask=attention_mask,
@@ -827,9 +930,23 @@ class AlbertHFForMultipleChoice(AlbertHFPreTrainedModel):
         labels=None,
         **kwargs,
     ) -> MultipleChoiceModelOutput:
-        r"""
-        input_ids (`torch.LongTensor` of shape `(batch_size, num_choices, sequence_length)`).
-        labels (`torch.LongTensor` of shape `(batch_size,)`): index of the correct choice.
+        r"""One score per choice, from the pooled output of each (context, choice) pair.
+
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, num_choices, sequence_length)`): token ids; or
+                `inputs_embeds`.
+            attention_mask, token_type_ids, position_ids (`torch.Tensor` of shape `(batch_size, num_choices,
+                sequence_length)`, *optional*): as in `AlbertHFModel.forward`, per choice.
+            inputs_embeds (`torch.FloatTensor` of shape `(batch_size, num_choices, sequence_length, embedding_size)`,
+                *optional*): word embeddings instead of `input_ids`.
+            labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*): index of the correct choice.
+            **kwargs: `output_hidden_states`, `output_attentions` (eager attention only), `return_dict` (False: a
+                tuple), and the attention kernel's own arguments.
+
+        Returns:
+            `MultipleChoiceModelOutput`: `loss` (cross-entropy over the choices; None without `labels`), `logits` of
+            shape `(batch_size, num_choices)`, and `hidden_states` / `attentions` (of the `batch_size * num_choices`
+            encoded pairs) when asked for.
         """
         num_choices = (input_ids if input_ids is not None else inputs_embeds).shape[1]
 
@@ -887,6 +1004,28 @@ class AlbertHFForQuestionAnswering(AlbertHFPreTrainedModel):
         end_positions=None,
         **kwargs,
     ) -> QuestionAnsweringModelOutput:
+        r"""Start and end logits of the answer span at every position (padding included).
+
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`): token ids; or `inputs_embeds`.
+            attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*): 1 at real tokens,
+                0 at padding; None attends to every position.
+            token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): segment ids
+                (0 up to the first [SEP], 1 after); None gives 0 everywhere.
+            position_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): None gives
+                0, 1, ..., sequence_length - 1.
+            inputs_embeds (`torch.FloatTensor` of shape `(batch_size, sequence_length, embedding_size)`, *optional*):
+                word embeddings (width E) instead of `input_ids`.
+            start_positions, end_positions (`torch.LongTensor` of shape `(batch_size,)`, *optional*): the answer's
+                first and last token; positions past the end of the sequence are left out of the loss.
+            **kwargs: `output_hidden_states`, `output_attentions` (eager attention only), `return_dict` (False: a
+                tuple), and the attention kernel's own arguments.
+
+        Returns:
+            `QuestionAnsweringModelOutput`: `loss` (the mean of the start and end cross-entropies, when both positions
+            are given), `start_logits` and `end_logits` of shape `(batch_size, sequence_length)`, and
+            `hidden_states` / `attentions` when asked for.
+        """
         outputs = self.albert(
             input_ids,
             attention_mask=attention_mask,
@@ -941,6 +1080,29 @@ class AlbertHFForTokenClassification(AlbertHFPreTrainedModel):
         num_items_in_batch=None,
         **kwargs,
     ) -> TokenClassifierOutput:
+        r"""Label logits for every token.
+
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`): token ids; or `inputs_embeds`.
+            attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*): 1 at real tokens,
+                0 at padding; None attends to every position.
+            token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): segment ids
+                (0 up to the first [SEP], 1 after); None gives 0 everywhere.
+            position_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): None gives
+                0, 1, ..., sequence_length - 1.
+            inputs_embeds (`torch.FloatTensor` of shape `(batch_size, sequence_length, embedding_size)`, *optional*):
+                word embeddings (width E) instead of `input_ids`.
+            labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): label ids, -100 where
+                not scored.
+            num_items_in_batch (`int` or `torch.Tensor`, *optional*): Trainer's count of the labelled tokens of the
+                whole accumulated step; the loss is then the sum over this count instead of the batch's mean.
+            **kwargs: `output_hidden_states`, `output_attentions` (eager attention only), `return_dict` (False: a
+                tuple), and the attention kernel's own arguments.
+
+        Returns:
+            `TokenClassifierOutput`: `loss` (cross-entropy over the labelled tokens; None without `labels`), `logits`
+            of shape `(batch_size, sequence_length, num_labels)`, and `hidden_states` / `attentions` when asked for.
+        """
         outputs = self.albert(
             input_ids,
             attention_mask=attention_mask,
@@ -1058,6 +1220,38 @@ class AlbertHFForQuestionAnsweringWithAnswerability(AlbertHFPreTrainedModel):
         is_impossible=None,
         **kwargs,
     ) -> AlbertHFAnswerabilityOutput:
+        r"""The official SQuAD v2.0 head: span log-probabilities and an answerability logit.
+
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`): token ids; or `inputs_embeds`.
+            attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*): 1 at real tokens,
+                0 at padding; None attends to every position.
+            token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): segment ids
+                (0 up to the first [SEP], 1 after); None gives 0 everywhere.
+            position_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): None gives
+                0, 1, ..., sequence_length - 1.
+            inputs_embeds (`torch.FloatTensor` of shape `(batch_size, sequence_length, embedding_size)`, *optional*):
+                word embeddings (width E) instead of `input_ids`.
+            p_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*): 1 where no answer may
+                start or end (the question, [SEP], padding), 0 elsewhere ([CLS], the context); None allows every
+                position.
+            start_positions (`torch.LongTensor` of shape `(batch_size,)`, *optional*): the gold start; given, the end
+                is conditioned on it (training), else the beam search runs (inference).
+            end_positions (`torch.LongTensor` of shape `(batch_size,)`, *optional*): the gold end; with
+                `start_positions` it gives the span loss.
+            is_impossible (`torch.Tensor` of shape `(batch_size,)`, *optional*): 1.0 where the window holds no answer;
+                with both positions it adds the answerability loss.
+            **kwargs: `output_hidden_states`, `output_attentions` (eager attention only), `return_dict` (False: a
+                tuple), and the attention kernel's own arguments.
+
+        Returns:
+            `AlbertHFAnswerabilityOutput`. With `start_positions`: `loss` ((start NLL + end NLL) / 2, plus
+            BCE(cls_logits, is_impossible) / 2; None without `end_positions`), `start_log_probs` and `end_log_probs`
+            of shape `(batch_size, sequence_length)`, and `cls_logits` `(batch_size,)`. Without: the beam,
+            `start_top_log_probs` / `start_top_index` `(batch_size, start_n_top)` and `end_top_log_probs` /
+            `end_top_index` `(batch_size, start_n_top * end_n_top)`, and `cls_logits`. Both: `hidden_states` /
+            `attentions` when asked for.
+        """
         outputs = self.albert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
                               position_ids=position_ids, inputs_embeds=inputs_embeds, return_dict=True, **kwargs)
         hidden = outputs.last_hidden_state

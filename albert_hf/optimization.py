@@ -44,6 +44,16 @@ def parameter_groups(model: torch.nn.Module, weight_decay: float = 0.01, no_deca
 
     The returned list of dicts works with `Lamb`, `AdamWeightDecay` and `torch.optim.AdamW` alike (the last simply
     ignores the extra `exclude_from_layer_adaptation` key). Empty groups are dropped.
+
+    Args:
+        model (`torch.nn.Module`): the model whose parameters are grouped.
+        weight_decay (`float`, defaults to 0.01): the decay of the decayed group.
+        no_decay_patterns (defaults to `NO_DECAY_PATTERNS`, `("LayerNorm", "layer_norm", "bias")`): regular
+            expressions searched in each parameter's name.
+
+    Returns:
+        A list of up to two param groups, `{"params", "weight_decay", "exclude_from_layer_adaptation"}`: the decayed
+        parameters (`weight_decay`, False), then the excluded ones (0.0, True).
     """
     decay, no_decay = [], []
     for name, param in model.named_parameters():
@@ -240,6 +250,14 @@ class AdamWeightDecay(_UncorrectedAdam):
     eps=1e-8 and weight_decay=0.01 differ only in eps.) Use `parameter_groups(model)` for the official exclusions;
     the `exclude_from_layer_adaptation` group key is accepted and ignored. `foreach` and the handling of bf16/fp16
     params are as in `Lamb`.
+
+    Args:
+        params: parameters or groups, normally `parameter_groups(model)` (weight_decay 0 for LayerNorm and bias).
+        lr (`float`, defaults to 1e-3): the learning rate; a schedule (`get_official_schedule`) scales it.
+        betas (`tuple[float, float]`, defaults to `(0.9, 0.999)`): the moments' decay rates b1, b2.
+        eps (`float`, defaults to 1e-6): added to sqrt(v), as the official code does.
+        weight_decay (`float`, defaults to 0.01): wd, for groups that do not set their own.
+        foreach (`bool`, *optional*): use the batched `torch._foreach_*` kernels (None: only for params not on CPU).
     """
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01, foreach=None):
@@ -263,11 +281,25 @@ def get_official_schedule(optimizer: Optimizer, num_warmup_steps: int, num_train
         lr = peak * (1 - min(t, num_training_steps) / num_training_steps) ** power   otherwise
     The decay is counted from step 0, not from the end of warmup, so the lr drops from just under peak to
     (1 - warmup/total) * peak when warmup ends (0.975x peak for 3125/125k). transformers'
-    `get_linear_schedule_with_warmup` decays from the peak instead and does not reproduce this. The very first
-    update therefore uses lr 0 (it still fills the moments), exactly as in TF.
+    `get_linear_schedule_with_warmup` decays from the peak instead and does not reproduce this. With warmup, the
+    very first update uses lr 0 (it still fills the moments), exactly as in TF.
 
     Call `scheduler.step()` once after each `optimizer.step()`. The lambda is a `functools.partial` of a module-level
     function, so the scheduler pickles and its state_dict round-trips.
+
+    Args:
+        optimizer (`torch.optim.Optimizer`): its param groups' learning rates are the peak.
+        num_warmup_steps (`int`): steps of linear warmup, at least 0 and at most `num_training_steps`.
+        num_training_steps (`int`): the step at which the lr reaches 0 (and stays), positive.
+        power (`float`, defaults to 1.0): the decay's exponent (1.0: linear), positive.
+        last_epoch (`int`, defaults to -1): as `LambdaLR`'s; -1 starts a new schedule.
+
+    Returns:
+        A `torch.optim.lr_scheduler.LambdaLR` that multiplies each group's peak lr by the factor above.
+
+    Raises:
+        ValueError: a step count that is not an int or is out of range (warmup longer than training included), or
+            `power` <= 0.
     """
     if not isinstance(num_training_steps, numbers.Integral) or num_training_steps <= 0:
         raise ValueError(f"num_training_steps must be a positive int, got {num_training_steps!r}")

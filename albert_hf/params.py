@@ -26,6 +26,17 @@ def count_parameters(config: AlbertHFConfig, heads: bool = False, pooler: bool =
     `pooler=True` gives the same count as transformers' `AlbertModel`. With `heads=True` the count is for the
     whole `AlbertHFForPreTraining`, i.e. the backbone plus the MLM head (decoder tied to the word table) and the
     SOP head. Shared and tied parameters are counted once.
+
+    Args:
+        config (`AlbertHFConfig`): the model to count; it is built on the meta device, without memory.
+        heads (`bool`, defaults to `False`): count the whole `AlbertHFForPreTraining`.
+        pooler (`bool`, defaults to `True`): include the pooler; `heads=True` needs it.
+
+    Returns:
+        The number of stored parameters (`int`).
+
+    Raises:
+        ValueError: `heads=True` with `pooler=False`.
     """
     if heads and not pooler:
         raise ValueError("heads=True needs pooler=True: the SOP head reads the pooled output")

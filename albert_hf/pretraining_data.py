@@ -422,15 +422,40 @@ def create_pretraining_pairs(
 ):
     """Build [CLS] A [SEP] B [SEP] instances from `tokenize_documents` output (a batched, cached `datasets.map`).
 
-    Returns columns "input_ids", "token_type_ids" and "sentence_order_label" (0 = in order; 1 = swapped for
-    SOP, random B for NSP), shuffled with `seed` unless `shuffle=False` (a stream: mixed within each batch of
-    documents). Deterministic for a given seed,
-    whatever `num_proc` and `batch_size`.
+    Deterministic for a given seed: a `Dataset`'s pairs whatever `num_proc` and `batch_size`; a stream's for a
+    given `batch_size` too, since its random other documents and its mixing come from each batch.
 
     `batch_size` (documents per map batch) defaults to 16 for a `Dataset`: a batch of books gives hundreds of
     thousands of pairs. A stream draws its random other documents from its batch and mixes its pairs, so its
     default is 64: larger would mix more, but a stream's first pairs wait for a whole batch to be tokenized (64
     books are about 20 MB of text).
+
+    Args:
+        tokenized: the output of `tokenize_documents`, a `datasets.Dataset` or a streamed `IterableDataset`.
+        tokenizer: gives the [CLS] and [SEP] ids, and `model_max_length`, the cap on `max_seq_length`.
+        max_seq_length (`int`, defaults to 512): a pair's length with [CLS] and both [SEP], at least 5.
+        short_seq_prob (`float`, defaults to 0.1): the probability of a shorter target length,
+            randint(2, max_seq_length - 3).
+        dupe_factor (`int`, defaults to 40, the official value): passes over each document, each drawing anew.
+        task (`str`, defaults to `"sop"`): `"sop"` (B after A or swapped) or `"nsp"` (B next or from another
+            document).
+        one_chunk (`str`, defaults to `"random_next"`): a one-sentence chunk becomes a random-document pair labelled
+            1, as officially (`"random_next"`), or is dropped (`"skip"`).
+        min_sentences (`int`, defaults to 2): documents with fewer sentences are skipped.
+        seed (`int`, defaults to 12345): seeds every document's draws and the shuffle.
+        num_proc (`int`, *optional*): processes of the map, for a `Dataset`.
+        batch_size (`int`, *optional*): documents per map batch (see above); None: 16, or 64 for a stream.
+        shuffle (`bool`, defaults to `True`): shuffle a `Dataset`'s pairs with `seed`, or mix a stream's pairs
+            within each batch of documents.
+
+    Returns:
+        A `Dataset` (an `IterableDataset` for a stream) with "input_ids" (int32), "token_type_ids" (int8) and
+        "sentence_order_label" (int8: 0 = in order; 1 = swapped for SOP, random B for NSP and one-chunk pairs).
+
+    Raises:
+        InputError: `max_seq_length` above the tokenizer's `model_max_length` or below 5, `dupe_factor` or
+            `min_sentences` below 1; `NoPairsError` when no document of a `Dataset` has `min_sentences` sentences.
+        ValueError: an unknown `task` or `one_chunk`, or `tokenized` without "input_ids" and "sentence_offsets".
     """
     import datasets
 

@@ -338,12 +338,31 @@ def train_tokenizer(
 ):
     """Train ALBERT's SentencePiece-unigram tokenizer on `corpus` and return it as an `AlbertTokenizer`.
 
-    `corpus`: a `datasets.Dataset` (or IterableDataset) with a text column, or an iterable of document strings.
     The spm_train flags are those of the ALBERT README: unigram, <pad>=0, <unk>=1, [CLS]/[SEP]/[MASK] control
     symbols, the user-defined pieces above, no <s>/</s>, lowercased input. Trained once per (corpus, settings)
-    and cached under `cache_root()/tokenizers/` (a stream is cached when its `fingerprint` is given);
-    `output_dir` gets a copy (tokenizer.json,
-    tokenizer_config.json and the spm model as spiece.model).
+    and cached under `cache_root()/tokenizers/` when the corpus has a cache key: a `datasets.Dataset` and a list or
+    tuple of strings have one, a stream or another iterable only through `fingerprint`.
+
+    Args:
+        corpus: a `datasets.Dataset` (or `IterableDataset`) with a text column, or an iterable of document strings.
+        vocab_size (`int`, defaults to 30000): the number of pieces, the special ones included.
+        output_dir (*optional*): a folder that gets tokenizer.json, tokenizer_config.json and the spm model as
+            spiece.model.
+        text_column (`str`, defaults to `"text"`): the column of a `datasets` corpus that holds the documents.
+        sentence_per_line (`bool`, defaults to `False`): every line is a sentence; otherwise sentencex splits them.
+        input_sentence_size (`int`, defaults to 10_000_000): the most sentences spm_train samples.
+        character_coverage (`float`, defaults to 0.99995): spm_train's share of the characters the pieces cover.
+        seed (`int`, defaults to 12345): SentencePiece's random seed.
+        model_max_length (`int`, defaults to 512): the tokenizer's `model_max_length`.
+        use_cache (`bool`, defaults to `True`): read and write the cache; False always trains and caches nothing.
+        fingerprint (`str`, *optional*): the corpus's cache key, in place of the one read from it.
+
+    Returns:
+        The `AlbertTokenizer`; a cached one as `AutoTokenizer` loads it from the cache.
+
+    Raises:
+        InputError: a corpus without `text_column` or without text, or one SentencePiece cannot train `vocab_size`
+            pieces on (a small corpus needs a smaller `vocab_size`).
     """
     from transformers import AutoTokenizer
 

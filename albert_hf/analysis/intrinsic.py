@@ -99,7 +99,30 @@ def evaluate_intrinsic(model, tokenizer, documents, *, max_seq_length=128, max_e
                        batch_size=32, autocast_dtype=None, sets=None) -> dict:
     """Paper Table 5 accuracies on held-out `documents`: {"mlm", "nsp", "sop"} in [0, 1], plus the sizes
     "mlm_tokens", "nsp_examples", "sop_examples". Deterministic for a given seed. Pass `sets` (from
-    `build_intrinsic_sets`) to evaluate several models on the same pairs without rebuilding them."""
+    `build_intrinsic_sets`) to evaluate several models on the same pairs without rebuilding them.
+
+    Args:
+        model: a pretraining model with a 2-way sentence head (`sop_logits`), e.g. `AlbertHFForPreTraining`; it is
+            put in eval mode, and the batches go to the device of its parameters.
+        tokenizer: the model's tokenizer.
+        documents: a list of document strings, or a `datasets.Dataset` with a "text" column; unused with `sets`.
+        max_seq_length (`int`, defaults to 128): the length of the pairs built.
+        max_examples (`int`, defaults to 2000): the most pairs in each set (NSP and SOP).
+        seed (`int`, defaults to 12345): seeds the pairs and their static masks.
+        batch_size (`int`, defaults to 32): pairs per forward pass.
+        autocast_dtype (`torch.dtype`, *optional*): run the model under autocast in this dtype (e.g.
+            `torch.bfloat16`); None for no autocast.
+        sets (`dict`, *optional*): {"nsp": pairs, "sop": pairs} from `build_intrinsic_sets`.
+
+    Returns:
+        {"mlm", "nsp", "sop"}: accuracies (mlm is NaN without a masked token), and "mlm_tokens", "nsp_examples",
+        "sop_examples": what each was measured on.
+
+    Raises:
+        InputError: `NoPairsError` when the documents give no NSP or SOP pair; a `max_seq_length` above the
+            tokenizer's `model_max_length`.
+        ValueError: a model without `sop_logits`.
+    """
     if sets is None:
         sets = build_intrinsic_sets(documents, tokenizer, max_seq_length=max_seq_length,
                                     max_examples=max_examples, seed=seed)
@@ -122,6 +145,19 @@ def sop_by_document(model, tokenizer, documents, names=None, *, max_seq_length=1
 
     A pooled held-out score is dominated by whichever documents it draws from (books differ by 10 points and
     more at small scale); this shows which. Documents too short to give one SOP pair are left out and logged.
+
+    Args:
+        model, tokenizer: as for `evaluate_intrinsic`.
+        documents: a sequence of document strings (e.g. a dataset's "text" column).
+        names: one name per document (None: their indices as strings).
+        max_examples (`int`, defaults to 600): the most SOP pairs of each document.
+        max_seq_length, seed, batch_size, autocast_dtype: as for `evaluate_intrinsic`.
+
+    Returns:
+        {name: {"sop": accuracy, "sop_examples": pairs}}, in document order, for the documents that give a pair.
+
+    Raises:
+        ValueError: a number of `names` other than of `documents`.
     """
     names = [str(i) for i in range(len(documents))] if names is None else list(names)
     if len(names) != len(documents):

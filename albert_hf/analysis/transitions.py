@@ -43,7 +43,21 @@ def transition_sums(hidden_states, attention_mask=None) -> dict:
 
 
 def layer_transitions(hidden_states, attention_mask=None) -> dict:
-    """Mean over real tokens, per layer: {"l2", "cosine", "angle_degrees"} lists of num_layers floats."""
+    """Mean over real tokens, per layer: {"l2", "cosine", "angle_degrees"} lists of num_layers floats.
+
+    Args:
+        hidden_states: 1 + num_layers tensors of shape `(batch_size, sequence_length, hidden_size)`, the first
+            layer's input then every layer's output (a model's `hidden_states`).
+        attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*): 1 at real tokens, 0 at
+            padding; None counts every position.
+
+    Returns:
+        {"l2", "cosine", "angle_degrees"}: lists of num_layers floats, layer 1 first; "tokens": the number of real
+        tokens averaged over.
+
+    Raises:
+        ValueError: fewer than 2 hidden states, or no real token.
+    """
     return _means(transition_sums(hidden_states, attention_mask))
 
 
@@ -60,7 +74,20 @@ def model_transitions(model, tokenizer, texts, max_seq_length: int = 128, batch_
     """Layer transitions of `model` over `texts` (each text one sequence, cut at max_seq_length).
 
     Any model that returns `hidden_states` with output_hidden_states=True; for albert_hf, hidden_states[0] is
-    the projected embedding (the first layer's input), then one entry per layer application.
+    the projected embedding (the first layer's input), then one entry per block application.
+
+    Args:
+        model: the model to measure, put in eval mode; the batches go to the device of its parameters.
+        tokenizer: the model's tokenizer.
+        texts: the texts, one sequence each; blank ones are skipped.
+        max_seq_length (`int`, defaults to 128): the tokens kept of each text.
+        batch_size (`int`, defaults to 16): texts per forward pass.
+
+    Returns:
+        The means over every real token of the texts, as `layer_transitions` gives them.
+
+    Raises:
+        ValueError: no non-blank text.
     """
     texts = [t for t in texts if t.strip()]
     if not texts:
