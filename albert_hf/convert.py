@@ -70,9 +70,25 @@ def to_albert_hf(source: str, out_dir: str, **hub_kwargs):
 
 
 def to_transformers(source: str, out_dir: str, **hub_kwargs):
-    """Load an albert_hf checkpoint and save it as the equivalent transformers ALBERT class."""
+    """Load an albert_hf checkpoint and save it as the equivalent transformers ALBERT class.
+
+    Args:
+        source: an albert_hf checkpoint folder or Hub name.
+        out_dir: the folder the model is saved in (weights and config only; `convert` adds the tokenizer and card).
+        **hub_kwargs: passed to `from_pretrained` (`revision`, `token`, `cache_dir`, ...).
+
+    Returns:
+        The transformers model saved, of the `Albert*` class matching the source's head.
+
+    Raises:
+        InputError: an architecture transformers' ALBERT cannot express (`AlbertHFConfig.to_albert_config`), or a
+            head with no transformers counterpart (e.g. the answerability QA head).
+    """
     config = AlbertHFConfig.from_pretrained(source, **hub_kwargs)
-    albert_config = config.to_albert_config()  # raises when transformers cannot express this architecture
+    try:
+        albert_config = config.to_albert_config()
+    except ValueError as error:  # an architecture transformers' ALBERT cannot express
+        raise InputError(f"{source}: {error}; it stays an albert_hf checkpoint") from None
     ours = _architecture(config, "AlbertHFForPreTraining")
     theirs = _architecture(albert_config, "AlbertForPreTraining")
     if theirs not in ARCHITECTURES:
@@ -95,14 +111,31 @@ def copy_tokenizer_files(source: str, out_dir: str) -> list[str]:
 
 
 def _new_out_dir(out_dir: str) -> None:
-    if Path(out_dir).exists() and any(Path(out_dir).iterdir()):
+    """Refuses a folder that holds anything; the folder itself is made by the first save, after every check, so a
+    refused conversion leaves nothing behind."""
+    if Path(out_dir).exists() and (not Path(out_dir).is_dir() or any(Path(out_dir).iterdir())):
         raise InputError(f"{out_dir} exists and is not empty; choose a new output directory")
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
 
 
 def convert(source: str, out_dir: str, to: str | None = None, license: str | None = None, **hub_kwargs) -> str:
     """Convert `source` to the other format (or to `to`), with a model card (README.md, license `license` or the
-    source card's); returns the target format name."""
+    source card's); returns the target format name.
+
+    Args:
+        source: a checkpoint folder or Hub name, in transformers' ALBERT format or albert_hf's.
+        out_dir: a new or empty folder for the converted checkpoint, its tokenizer files and its card.
+        to (`str`, *optional*): `"albert_hf"` or `"transformers"`; None: the format the source is not in.
+        license (`str`, *optional*): the card's license, a Hub license id; None: a local source card's, if any.
+        **hub_kwargs: passed to `from_pretrained` (`revision`, `token`, `cache_dir`, ...).
+
+    Returns:
+        `"albert_hf"` or `"transformers"`, the format written.
+
+    Raises:
+        InputError: a source whose model_type is neither `"albert"` nor `"albert_hf"`, another `to`, an `out_dir`
+            that is not empty, an unknown architecture, or one transformers' ALBERT cannot express (with
+            `to="transformers"`).
+    """
     config_dict, _ = PreTrainedConfig.get_config_dict(source, **hub_kwargs)  # raw, before our conversion
     source_type = config_dict.get("model_type")
     if source_type not in ("albert", "albert_hf"):
@@ -377,7 +410,27 @@ def _tf_tokenizer(spm_path: Path | None, vocab_path: Path | None, vocab_size: in
 def from_tf_checkpoint(checkpoint, out_dir: str, config: str | None = None, spm_model: str | None = None,
                        tf_head: str | None = None, license: str | None = None):
     """Convert an official TensorFlow ALBERT checkpoint (a prefix, one of its files, or its folder) into an albert_hf
-    folder; returns the model. Raises InputError with one line saying what is wrong, before anything is written."""
+    folder; returns the model. Raises InputError with one line saying what is wrong, before anything is written.
+
+    Args:
+        checkpoint: the checkpoint's prefix (e.g. `model.ckpt-best`), one of its files, or its folder.
+        out_dir: a new or empty folder for the model, its tokenizer and its card.
+        config (`str`, *optional*): the official config file; None: albert_config.json beside the checkpoint.
+        spm_model (`str`, *optional*): the SentencePiece model; None: 30k-clean.model or spiece.model beside the
+            checkpoint, or the one *.model there (a vocab.txt of albert_zh's releases serves when there is none).
+        tf_head (`str`, *optional*): for a one-row output_weights head, `"multiple_choice"` (RACE) or
+            `"regression"`.
+        license (`str`, *optional*): the card's license, a Hub license id.
+
+    Returns:
+        The albert_hf model written, in eval mode, of the class the checkpoint's head variables call for
+        (`AlbertHFModel` without a head).
+
+    Raises:
+        InputError: a missing or damaged checkpoint, config or tokenizer, a non-empty `out_dir`, a layout other
+            than google-research/albert's, variables that are missing, do not fit the config or have no place in
+            the model, or head variables no albert_hf class holds (or a one-row head without `tf_head`).
+    """
     prefix, config_path, spm_path, vocab_path = _tf_sources(checkpoint, out_dir, config, spm_model)
     reader = TFCheckpoint(prefix)
     names, skipped = _checked_names(reader, prefix)

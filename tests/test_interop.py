@@ -169,8 +169,14 @@ def test_convert_cli_round_trip(tmp_path):
 def test_convert_refuses_partial_sharing_and_non_empty_output(tmp_path):
     model = albert_hf.AlbertHFForPreTraining(albert_hf.AlbertHFConfig.from_preset("tiny", sharing="attention"))
     model.save_pretrained(tmp_path / "ours")
-    with pytest.raises(ValueError, match="sharing='attention'"):
+    with pytest.raises(InputError, match="ours: sharing='attention' has no transformers AlbertConfig equivalent; it "
+                                         "stays an albert_hf checkpoint"):
         convert(str(tmp_path / "ours"), str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()  # refused before anything is written
+    done = subprocess.run([sys.executable, "-m", "albert_hf.convert", str(tmp_path / "ours"), str(tmp_path / "out2"),
+                           "--to", "transformers"], capture_output=True, text=True)
+    assert done.returncode == 2 and "Traceback" not in done.stderr and not (tmp_path / "out2").exists()
+    assert done.stderr.strip().splitlines()[-1].startswith("error: ") and "sharing='attention'" in done.stderr
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "keep.txt").write_text("x")
     with pytest.raises(InputError, match="not empty"):
