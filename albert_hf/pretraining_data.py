@@ -247,7 +247,7 @@ def instances_from_document(
     random_next_sentence: bool = False,
     one_chunk: str = "random_next",
 ):
-    """One pass of `create_instances_from_document` over one document.
+    """One pass of the official `create_instances_from_document` over one document, kept line for line beside it.
 
     Yields (a, b, is_random_next) with a and b as [token array, start, end] spans after truncation. `documents`
     (ArrowDocuments or BatchDocuments) is the pool that random B segments come from; `row` is this document's
