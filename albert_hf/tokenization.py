@@ -253,14 +253,14 @@ def _albert_normalizer():
     return AlbertTokenizer().backend_tokenizer.normalizer
 
 
-def _corpus_fingerprint(corpus) -> str | None:
+def _corpus_fingerprint(corpus, text_column: str) -> str | None:
     """A stable key for the corpus, or None when it cannot be had without reading it (plain iterators)."""
     if hasattr(corpus, "_fingerprint"):  # datasets.Dataset
         return corpus._fingerprint
     if isinstance(corpus, (list, tuple)):
         digest = hashlib.sha256()
-        for text in corpus:
-            digest.update(text.encode("utf-8", "surrogatepass") + b"\x00")
+        for text in _documents(corpus, text_column):  # strings, or rows holding them
+            digest.update((text or "").encode("utf-8", "surrogatepass") + b"\x00")
         return digest.hexdigest()
     return None
 
@@ -372,7 +372,7 @@ def train_tokenizer(
         model_max_length=model_max_length, version=TOKENIZER_CACHE_VERSION,
     )
     if use_cache and fingerprint is None:
-        fingerprint = _corpus_fingerprint(corpus)
+        fingerprint = _corpus_fingerprint(corpus, text_column)
     elif not use_cache:
         fingerprint = None
     cache_dir = None

@@ -75,6 +75,8 @@ def test_training_is_cached(monkeypatch, tmp_path):
     monkeypatch.setattr(spm.SentencePieceTrainer, "train", no_training)
     again = train_tokenizer(texts, vocab_size=300)
     assert again.get_vocab() == first.get_vocab()
+    rows = train_tokenizer([{"text": text} for text in texts], vocab_size=300)  # rows are read as their text
+    assert rows.get_vocab() == first.get_vocab()
     with pytest.raises(AssertionError, match="trained again"):  # other settings are another tokenizer
         train_tokenizer(texts, vocab_size=310)
 
