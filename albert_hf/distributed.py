@@ -207,7 +207,17 @@ def shard_for_fsdp2(model: torch.nn.Module, plugin: FullyShardedDataParallelPlug
     the optimizer is built and `accelerator.prepare` is called (which then keeps our units).
 
     accelerate's own wrapping puts the MLM decoder in a unit with the word table but leaves the head's `bias`,
-    the same parameter as `decoder.bias`, in the root unit; torch refuses a parameter in two units."""
+    the same parameter as `decoder.bias`, in the root unit; torch refuses a parameter in two units. The units here are
+    those of the module's docstring. Every process calls it, with the process group set up.
+
+    Args:
+        model (`torch.nn.Module`): an albert_hf model, not yet prepared.
+        plugin (`FullyShardedDataParallelPlugin`): the run's FSDP2 plugin (`reshard_after_forward`,
+            `mixed_precision_policy`, `cpu_offload`).
+
+    Returns:
+        `torch.nn.Module`: `model` itself, now an FSDP module.
+    """
     options = {"mp_policy": plugin.mixed_precision_policy or MixedPrecisionPolicy(),
                "offload_policy": plugin.cpu_offload}
     layers = {id(module): module for module in model.modules() if isinstance(module, AlbertHFLayer)}
@@ -281,8 +291,17 @@ def local_share(model: torch.nn.Module) -> float:
 
 def describe(accelerator: Accelerator, model: torch.nn.Module, hardware=None) -> str:
     """The start line's account of where the run is, e.g. 'FSDP2 over 2 processes on 1 machine (gloo, cpu: AMD
-    EPYC 7B13, AVX2, 1 thread): this process holds 50.1% of the parameters (reshard_after_forward false)'
-    (`hardware.Hardware` names the device; without it, only its type)."""
+    EPYC 7B13, AVX2, 1 thread): this process holds 50.1% of the parameters (reshard_after_forward false)'.
+
+    Args:
+        accelerator (`Accelerator`): the run's accelerator: the mode, the processes, the backend.
+        model (`torch.nn.Module`): the model as prepared; under FSDP, the share of its parameters this process holds is
+            given.
+        hardware (`hardware.Hardware`, *optional*): names the device; without it, only its type (e.g. "cpu").
+
+    Returns:
+        `str`: the mode and, with several processes, their count, machines and backend (e.g. "one process (cpu)").
+    """
     n = accelerator.num_processes
     mode = _MODE_NAMES.get(accelerator.distributed_type, accelerator.distributed_type.value)
     device = hardware.describe() if hardware is not None else accelerator.device.type
@@ -301,7 +320,16 @@ def describe(accelerator: Accelerator, model: torch.nn.Module, hardware=None) ->
 def gather_full_model(accelerator: Accelerator, model: torch.nn.Module):
     """The trained model with full weights as a plain module on the main process, None on the others.
 
-    Every process must call it: under FSDP the full weights are gathered from all of them."""
+    Every process must call it: under FSDP the full weights are gathered from all of them.
+
+    Args:
+        accelerator (`Accelerator`): the run's accelerator.
+        model (`torch.nn.Module`): the model as prepared (wrapped, or sharded under FSDP).
+
+    Returns:
+        `torch.nn.Module` or `None`: on the main process, the unwrapped model itself without FSDP, and under FSDP a new
+        instance of the model's class holding the gathered weights, in eval mode; None on the other processes.
+    """
     unwrapped = accelerator.unwrap_model(model)
     if accelerator.distributed_type != DistributedType.FSDP:
         return unwrapped if accelerator.is_main_process else None
@@ -319,7 +347,19 @@ def end_distributed(accelerator: Accelerator | None = None, timeout: float = 5.0
     """The last call of a distributed run, in every process, after a barrier and after the caller has dropped its
     own references to the model and optimizer: destroys the process groups and frees them (polling up to `timeout`
     seconds) while the interpreter is still whole, as a gloo group freed at exit can abort the process (BENCHMARKS.md,
-    "Ending a distributed run"). Returns how many groups are still alive (0 when all went), and warns when any is."""
+    "Ending a distributed run").
+
+    Without a process group it only ends the accelerator's trackers, if given. A warning is logged when a group is
+    still alive.
+
+    Args:
+        accelerator (`Accelerator`, *optional*): the run's accelerator: its memory freed and its training ended
+            (trackers, then the process group); None: the default process group is destroyed directly.
+        timeout (`float`, defaults to 5.0): the seconds to wait for the groups to be freed.
+
+    Returns:
+        `int`: how many groups are still alive (0 when all went, or when there was no process group).
+    """
     if not dist.is_initialized():
         if accelerator is not None:
             accelerator.end_training()  # the trackers

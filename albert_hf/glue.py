@@ -272,6 +272,18 @@ def read_glue_tsv(path, task: GlueTask) -> Dataset:
     dropped (MRPC), CoLA's headerless train/dev recognised. Columns are renamed to the Hub's names and the rest
     (ids, parses, genres, annotator labels) dropped. Rows whose field count differs from the header (a few
     broken QQP lines in some copies) are skipped and counted in a warning.
+
+    Args:
+        path (`str` or `os.PathLike`): the TSV file, e.g. glue_data/MRPC/train.tsv.
+        task (`GlueTask`): the task whose layout the file has (`tsv_columns`).
+
+    Returns:
+        `datasets.Dataset`: the task's columns the header has, renamed: its text columns, `label` (the values as
+        written, not yet encoded) and `idx` (integers when every value is digits).
+
+    Raises:
+        InputError: the file is missing, empty or not UTF-8, its header names none of the task's columns, or it has
+            no data rows (none with the header's field count).
     """
     path = Path(path)
     check_not_empty(path)
@@ -331,10 +343,25 @@ def _task_folder(data_dir: Path, task: GlueTask) -> Path:
 
 
 def load_raw_splits(data_args: GlueDataArguments, needed, cache_dir=None, token=None) -> tuple[DatasetDict, dict]:
-    """The raw splits of the task and where each came from (for error messages).
+    """The raw splits of a GLUE task and where each came from (for error messages).
 
-    `needed` holds split kinds ('train', 'validation', 'test'). Local files (--*_file, then --data_dir) take
-    precedence; with none at all, the Hub dataset `--dataset_name` (config = task name) is loaded.
+    Local files take precedence: --data_dir's TSV files, each replaced by the --*_file of the same split; with none at
+    all, the Hub dataset --dataset_name (config = task name) is loaded. Only the splits of the `needed` kinds are
+    kept; a kind the data lacks is simply absent (`task_and_splits` stops on it).
+
+    Args:
+        data_args (`GlueDataArguments`): the data arguments, with their GLUE `task`.
+        needed (`dict` or `set`): the split kinds to read, "train", "validation", "test" (`wanted`'s keys).
+        cache_dir (`str`, *optional*): the `datasets` cache for the Hub dataset.
+        token (`str`, *optional*): the Hub token for the Hub dataset.
+
+    Returns:
+        `tuple(DatasetDict, dict)`: the splits under the task's names (MNLI: `validation_matched`, `test_mismatched`,
+        ...), as read (`read_glue_tsv` for a TSV), and split -> its file or `<dataset>/<task>[<split>]`.
+
+    Raises:
+        InputError: --data_dir is not a folder or holds none of the task's files, a file cannot be read, or the Hub
+            cannot be reached.
     """
     task = data_args.task
     sources = {}
@@ -370,10 +397,22 @@ def load_raw_splits(data_args: GlueDataArguments, needed, cache_dir=None, token=
 
 
 def encode_labels(dataset: Dataset, task: GlueTask, where: str) -> Dataset:
-    """Turn the `label` column into ids in the Hub's order (float scores for STS-B).
+    """The `label` column as ids in the Hub's order (float scores for STS-B).
 
     Accepted values: the original files' values ("0"/"1", "entailment"), the Hub's label names ("equivalent"),
     or integer ids. Anything else stops the run, naming the file, the row and the allowed values.
+
+    Args:
+        dataset (`datasets.Dataset`): a labelled split.
+        task (`GlueTask`): its task (`labels`, `label_names`, regression or not).
+        where (`str`): the file and split, named in errors.
+
+    Returns:
+        `datasets.Dataset`: `dataset` with `label` replaced by `int` ids (STS-B: `float` scores), as its last column.
+
+    Raises:
+        InputError: there is no `label` column, a label is not one of the task's, or an STS-B score is not a finite
+            number.
     """
     if "label" not in dataset.column_names:
         original = [name for name, column in task.tsv_columns.items() if column == "label"]
@@ -387,7 +426,7 @@ def encode_labels(dataset: Dataset, task: GlueTask, where: str) -> Dataset:
                 score = float(value)
             except (TypeError, ValueError):
                 score = math.nan
-            if not math.isfinite(score):
+            if not 0 <= score <= 5:  # nan fails too
                 raise InputError(f"{where}: row {row}: label {value!r} is not a similarity score (a number, 0-5)")
             encoded.append(score)
     else:
@@ -408,7 +447,22 @@ def encode_labels(dataset: Dataset, task: GlueTask, where: str) -> Dataset:
 
 
 def prepare_splits(splits: DatasetDict, sources: dict, task) -> DatasetDict:
-    """Check each split's columns, encode the labels of train/dev splits, drop those of test splits."""
+    """Check each split's text columns, encode the labels of train/dev splits, drop those of test splits.
+
+    An empty value in a text column (e.g. an empty csv field) is read as empty text, with a warning.
+
+    Args:
+        splits (`DatasetDict`): the raw splits, from `load_raw_splits` (or `text_classification.load_raw_splits`).
+        sources (`dict`): split -> where it came from, named in messages.
+        task (`GlueTask` or `text_classification.OwnTask`): the text columns and the labels.
+
+    Returns:
+        `DatasetDict`: the same splits; test splits without a `label` column, the others with their labels encoded
+        (`task.encode_labels`).
+
+    Raises:
+        InputError: a text column is missing or does not hold text, or a label cannot be encoded.
+    """
     prepared = DatasetDict()
     for split, dataset in splits.items():
         where = f"{sources[split]} ({split})"
@@ -515,9 +569,27 @@ SUFFIXES = {"validation_mismatched": "_mm", "test_mismatched": "_mm"}
 
 
 def task_and_splits(data_args: GlueDataArguments, model_args, wanted: dict) -> tuple:
-    """(task, raw splits, their sources, the prepared splits cut to their max_samples) for a GLUE --task_name or,
-    without one, for the user's own data, whose task is read from it and from the checkpoint's labels. The data is
-    checked before the checkpoint's config is read."""
+    """The task and its splits, for a GLUE --task_name or, without one, for the user's own data, whose task
+    (`text_classification.OwnTask`) is read from it and from the checkpoint's labels.
+
+    For a GLUE task the data is read and checked before the checkpoint's config is read (its labels must be the
+    task's); for the user's own data the splits are read first, then the config, whose labels the task's classes
+    are reconciled with.
+
+    Args:
+        data_args (`GlueDataArguments`): the data arguments; `task` None for the user's own data.
+        model_args (`finetuning.ModelArguments`): the checkpoint (its config), `cache_dir`, `token` and
+            `ignore_mismatched_sizes`.
+        wanted (`dict`): split kind -> max_samples (None: every row), from `finetuning.wanted_samples`.
+
+    Returns:
+        `tuple`: (task, raw splits as read (`DatasetDict`), split -> source (`dict`), the prepared splits
+        (`prepare_splits`), each cut to its kind's max_samples (`dict`)).
+
+    Raises:
+        InputError: a wanted kind has no split, the data fails its checks, or the checkpoint was fine-tuned on other
+            labels (for the user's own data, unless --ignore_mismatched_sizes).
+    """
     task = data_args.task
     if task is None:
         raw_splits, sources = text_classification.load_raw_splits(data_args, wanted, model_args.cache_dir,
@@ -541,7 +613,21 @@ def task_and_splits(data_args: GlueDataArguments, model_args, wanted: dict) -> t
 
 
 def tokenize_splits(splits: dict, tokenizer, task: GlueTask, data_args: GlueDataArguments, main_process_first) -> dict:
-    """Each split tokenized (`tokenize_function`), with its `label` column only besides the model's inputs."""
+    """Each split tokenized (`tokenize_function`), with its `label` column only besides the model's inputs.
+
+    Args:
+        splits (`dict`): split -> prepared dataset (`task_and_splits`).
+        tokenizer (`PreTrainedTokenizerBase`): the model's tokenizer.
+        task (`GlueTask` or `text_classification.OwnTask`): the text columns.
+        data_args (`GlueDataArguments`): `max_seq_length`, `pad_to_max_length`, `preprocessing_num_workers` and
+            `overwrite_cache`.
+        main_process_first (`Callable`): `TrainingArguments.main_process_first`: the main process tokenizes first, the
+            others then read its cache.
+
+    Returns:
+        `dict`: split -> `datasets.Dataset` with `input_ids`, `token_type_ids`, `attention_mask` and, when the split
+        has one, `label`.
+    """
     tokenize = tokenize_function(tokenizer, task, data_args.max_seq_length, data_args.pad_to_max_length)
     with main_process_first(desc="tokenizing"):
         return {split: dataset.map(tokenize, batched=True, num_proc=data_args.preprocessing_num_workers,
@@ -567,9 +653,29 @@ def labels_of_test_set(raw, task, where: str):
 
 def predict_and_write(trainer, task: GlueTask, features: dict, raw_splits, splits: dict, sources: dict,
                       output_dir) -> dict | None:
-    """Each test split's submission file (MRPC.tsv, MNLI-m.tsv, ...) in `output_dir`, and the `predict_*` metrics
-    of those whose rows all have labels (a second set's keys suffixed, SUFFIXES) in predict_results.json; returns
-    those metrics, or None when no test split has labels (the GLUE test files)."""
+    """Each test split's predictions file and, for those whose rows all have labels, their `predict_*` metrics.
+
+    The files are the task's (`submission_files`: MRPC.tsv, MNLI-m.tsv, ... for GLUE; predict_results.txt for the
+    user's own data), `index<TAB>prediction`. A second test set's metric keys are suffixed (`SUFFIXES`: MNLI's
+    mismatched set, `_mm`). Every process calls it; only the main process writes the files.
+
+    Args:
+        trainer (`finetuning.AlbertTrainer`): the run's trainer, its `compute_metrics` the task's.
+        task (`GlueTask` or `text_classification.OwnTask`): the task (`write_predictions`, `submission_files`).
+        features (`dict`): split -> tokenized dataset (`tokenize_splits`); the test splits among them are predicted.
+        raw_splits (`DatasetDict`): the splits as read, whose labels a test split may have.
+        splits (`dict`): split -> prepared dataset; its `idx` column, when there is one, gives the row ids written.
+        sources (`dict`): split -> where it came from, named in warnings.
+        output_dir (`str` or `os.PathLike`): the folder for the predictions files.
+
+    Returns:
+        `dict` or `None`: the `predict_*` metrics and `predict_samples` of the labelled test splits, as written to
+        predict_results.json and all_results.json in the trainer's output_dir; None when no test split has labels
+        (the GLUE test files).
+
+    Raises:
+        InputError: a test split whose rows all have labels has one that is not the task's.
+    """
     metrics = {}
     for split in [split for split in features if task.split_kind(split) == "test"]:
         dataset = features[split]

@@ -197,8 +197,34 @@ def write_model_card(
 ) -> Path:
     """Write README.md (the Hub model card): metadata (library, pipeline tag, tags, license, base model, datasets,
     model-index) and text: what the model is, how to load it and its tokenizer, its config and size, data,
-    training, results, then `sections` ((heading, markdown) pairs). `metrics=None` leaves out the Results section;
-    {} says no evaluation was run."""
+    training, results, then `sections`.
+
+    Args:
+        output_dir (`str` or `os.PathLike`): the model's folder, where README.md is written.
+        title (`str`): the card's heading.
+        summary (`str`): the opening paragraph, markdown.
+        model (`PreTrainedModel`): the model; its config and parameter count fill the Configuration table.
+        pipeline_tag (`str`): the Hub pipeline tag, e.g. `"fill-mask"`.
+        data (`str`, *optional*): the Data section, markdown; None leaves it out.
+        training (`dict`, *optional*): the Training table's rows; None leaves it out.
+        metrics (`dict`, *optional*): the Results table's rows; None leaves it out, {} says no evaluation was run.
+        tags (iterable of `str`, defaults to `()`): tags after "albert" and "albert_hf".
+        usage_class (`str`, defaults to `"AutoModel"`): the Auto class of the Usage snippet.
+        remote_code (`bool`, defaults to `True`): an albert_hf checkpoint, loaded with `trust_remote_code=True`;
+            False: a transformers ALBERT checkpoint.
+        tokenizer_from (`str`, *optional*): where the Usage snippet loads the tokenizer from, when the folder has none.
+        repo (`str`, *optional*): the repo id of the Usage snippet; default PLACEHOLDER.
+        license (`str`, *optional*): a Hub license id.
+        base_model (`str`, *optional*): the Hub model it was trained from.
+        datasets (iterable of `str`, *optional*): Hub dataset ids.
+        language (`str` or `list[str]`, *optional*): the language code(s), e.g. `"en"`.
+        eval_results (list of `EvalResult`, *optional*): the model-index's entries (the module's `eval_results`).
+        model_name (`str`, *optional*): the model-index's name, with `eval_results`; default the folder's name.
+        sections (iterable of `(str, str)`, defaults to `()`): (heading, markdown) sections after the others.
+
+    Returns:
+        `Path`: the card written, output_dir/README.md.
+    """
     from huggingface_hub import ModelCard, ModelCardData
 
     if eval_results and not model_name:
@@ -263,7 +289,21 @@ CURVES_SECTION = ("Training curves", "![Training curves](training_curves.png)")
 def write_pretraining_card(output_dir, model, args, global_batch: int, num_processes: int,
                            curves: bool = False, where: dict | None = None) -> Path:
     """The card of a `run_pretraining.py` model, with the metrics of output_dir/all_results.json (the held-out
-    baselines among them, `*_baseline`) and, with `curves`, training_curves.png."""
+    baselines among them, `*_baseline`) and, with `curves`, training_curves.png.
+
+    Args:
+        output_dir (`str` or `os.PathLike`): the model's folder, with its all_results.json.
+        model (`PreTrainedModel`): the pretrained model.
+        args (`pretraining.RunArguments`): run_pretraining.py's arguments (data, objective, optimisation, --license,
+            --hub_model_id).
+        global_batch (`int`): sequences per optimizer step, over all processes.
+        num_processes (`int`): the run's processes.
+        curves (`bool`, defaults to `False`): add the Training curves section (training_curves.png, in the folder).
+        where (`dict`, *optional*): the hardware and precision of the run (`final_folder.where_trained`).
+
+    Returns:
+        `Path`: the card written, output_dir/README.md.
+    """
     results = read_results(output_dir)
     dataset = pretraining_card_dataset(args)
     pair = {"sop": "sentence-order prediction", "nsp": "next-sentence prediction"}.get(args.task)
@@ -451,7 +491,20 @@ def write_converted_card(out_dir, *, source: str, target: str, model, tokenizer_
                          license: str | None = None) -> Path:
     """The card of a `python -m albert_hf.convert` output. A local source's card metadata (license, datasets,
     language, base model, model-index) is carried over, the weights being the same; a Hub source becomes the
-    base model (its card is not fetched: nothing here goes online)."""
+    base model (its card is not fetched: nothing here goes online).
+
+    Args:
+        out_dir (`str` or `os.PathLike`): the converted model's folder.
+        source (`str`): what was converted: a local folder (its README.md is read when there is one) or a Hub name.
+        target (`str`): the format converted to, `"albert_hf"` or `"transformers"`.
+        model (`PreTrainedModel`): the converted model; its architecture gives the pipeline tag and the Auto class.
+        tokenizer_copied (`bool`): whether tokenizer files came with it; False: the Usage snippet names where to get
+            one.
+        license (`str`, *optional*): a Hub license id; default the source card's.
+
+    Returns:
+        `Path`: the card written, out_dir/README.md.
+    """
     from huggingface_hub import ModelCard
 
     architecture = (model.config.architectures or [type(model).__name__])[0]

@@ -279,7 +279,26 @@ def select_subset(questions: Dataset, subset: str, where: str) -> Dataset:
 
 
 def load_race_split(data_args: RaceDataArguments, split: str, cache_dir=None, token=None) -> Dataset:
-    """The questions of `split` ("train", "validation" or "test"), from wherever data_args says."""
+    """The questions of one split, from its --*_file, else --data_dir (the official layout), else --dataset_name.
+
+    A --*_file is a folder of JSON article files or a .json/.jsonl/.parquet file (see the module's docstring);
+    --data_dir reads the article files in `{train,dev,test}/{middle,high}/` (dev for "validation"); a Hub dataset is
+    loaded with --subset as its config. The questions are then narrowed to --subset.
+
+    Args:
+        data_args (`RaceDataArguments`): the data arguments (the files, `data_dir`, `dataset_name`, `subset`).
+        split (`str`): "train", "validation" or "test".
+        cache_dir (`str`, *optional*): the `datasets` cache, for a data file or the Hub dataset.
+        token (`str`, *optional*): the Hub token for the Hub dataset.
+
+    Returns:
+        `datasets.Dataset`: one row per question, with `example_id`, `subset`, `article`, `question`, `options` (4
+        strings) and `label` (0-3).
+
+    Raises:
+        InputError: the split has no source, a file or folder is missing or not RACE data, --subset needs a level a
+            question lacks, or no question is left.
+    """
     explicit = {"train": data_args.train_file, "validation": data_args.validation_file,
                 "test": data_args.test_file}[split]
     source = explicit or data_args.data_dir or data_args.dataset_name
@@ -320,12 +339,27 @@ def fill_option(question: str, option: str) -> str:
 
 
 def build_choice_input(passage_ids, qa_ids, cls_id: int, sep_id: int, max_seq_length: int, max_qa_length: int):
-    """convert_single_example for one option: `[CLS] passage [SEP] qa [SEP]`, segments 0 then 1.
+    """The model input of one option (official `convert_single_example`): `[CLS] passage [SEP] qa [SEP]`, segments 0
+    then 1.
 
     The qa part keeps its LAST `max_qa_length` tokens, at most `max_seq_length - 4` of them so that one passage
     token always fits (the official code keeps the last max_qa_length, leaves no passage for a qa part of
     max_seq_length - 3 tokens and fails its length check on a longer one); the passage is cut from its end to fit
-    what is left. Returns (input_ids, token_type_ids).
+    what is left.
+
+    Args:
+        passage_ids (`list[int]`): the passage's token ids, without special tokens.
+        qa_ids (`list[int]`): the question+option's token ids (`fill_option`), without special tokens.
+        cls_id (`int`): the [CLS] token id.
+        sep_id (`int`): the [SEP] token id.
+        max_seq_length (`int`): the longest input, at least 5.
+        max_qa_length (`int`): the most tokens the qa part keeps, at least 1.
+
+    Returns:
+        `tuple(list[int], list[int])`: (input_ids, token_type_ids), of one length, at most `max_seq_length`, unpadded.
+
+    Raises:
+        InputError: `max_seq_length` is below 5.
     """
     if max_seq_length < 5:
         raise InputError(f"max_seq_length {max_seq_length}: [CLS] passage [SEP] qa [SEP] needs at least 5 tokens")
@@ -360,8 +394,24 @@ def fit_lengths(data_args: RaceDataArguments, config) -> RaceDataArguments:
 
 
 def encode_questions(questions: Dataset, tokenizer, data_args: RaceDataArguments, description: str = "RACE") -> Dataset:
-    """Tokenize: per question, 4 (passage, question+option) inputs; keeps `example_id`, `subset` and `label`.
-    `data_args.max_seq_length` must fit the model (`fit_lengths`)."""
+    """The questions tokenized: per question, the 4 inputs (passage, question+option) of `build_choice_input`.
+
+    `data_args.max_seq_length` must fit the model (`fit_lengths`).
+
+    Args:
+        questions (`datasets.Dataset`): the questions (`load_race_split`).
+        tokenizer (`PreTrainedTokenizerBase`): the model's tokenizer, with [CLS] and [SEP] tokens.
+        data_args (`RaceDataArguments`): `max_seq_length`, `max_qa_length`, `preprocessing_num_workers` and
+            `overwrite_cache`.
+        description (`str`, defaults to `"RACE"`): names the set in the progress bar.
+
+    Returns:
+        `datasets.Dataset`: `example_id`, `subset` and `label` kept; `input_ids`, `token_type_ids` and `attention_mask`,
+        each 4 unpadded lists per question (`data_collator` pads them).
+
+    Raises:
+        InputError: the tokenizer has no [CLS] or [SEP] token.
+    """
     if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
         raise InputError("The tokenizer has no [CLS]/[SEP] tokens, which RACE's input format needs")
 
@@ -418,10 +468,23 @@ def compute_accuracy(eval_prediction) -> dict:
 
 
 def evaluate_and_write_predictions(trainer, split: str, dataset: Dataset, prefix: str = "eval") -> dict:
-    """evaluate_splits' callback: loss and accuracy (overall, and per level as `<prefix>_accuracy_high`,
-    `<prefix>_accuracy_middle` with their counts `<prefix>_num_high`/`_middle`) on `dataset`, keys prefixed "eval_"
-    (dev set) or "predict_" (test set, --do_predict); and `predictions_<split>.json` in output_dir mapping each
-    question id to the chosen letter."""
+    """`finetuning.evaluate_splits`' callback for RACE: the metrics of one set, and its chosen letters in
+    `predictions_<split>.json` in the trainer's output_dir (question id -> "A" to "D").
+
+    Every process calls it (`Trainer.predict` is distributed); only the main process writes the file.
+
+    Args:
+        trainer (`finetuning.AlbertTrainer`): the run's trainer.
+        split (`str`): the set's name, in the file's name: "validation" or "test".
+        dataset (`datasets.Dataset`): its encoded questions (`encode_questions`), with `example_id`, `subset` and
+            `label`.
+        prefix (`str`, defaults to `"eval"`): the metric keys' prefix: "eval" (dev set) or "predict" (test set).
+
+    Returns:
+        `dict`: `Trainer.predict`'s metrics (`<prefix>_loss`, `<prefix>_accuracy`, runtime) with the accuracy per
+        level present, `<prefix>_accuracy_high` / `<prefix>_accuracy_middle`, and their counts `<prefix>_num_high` /
+        `<prefix>_num_middle`. `evaluate_splits` writes them.
+    """
     output = trainer.predict(dataset, metric_key_prefix=prefix)
     predicted = output.predictions.argmax(-1)
     metrics = dict(output.metrics)

@@ -171,8 +171,22 @@ class SquadTrainer(AlbertTrainer):
 
 
 def evaluate_and_write(trainer: SquadTrainer, examples: Dataset, features: Dataset, output_dir) -> dict:
-    """The dev questions' metrics (eval_results.json, all_results.json) and predictions.json, nbest_predictions.json
-    (v2.0: null_odds.json) in `output_dir`."""
+    """The dev questions' SQuAD metrics and prediction files (run_squad.py's --do_eval).
+
+    Every process calls it (the evaluation is distributed); only the main process writes the files.
+
+    Args:
+        trainer (`SquadTrainer`): the run's trainer.
+        examples (`datasets.Dataset`): the dev questions, as `prepare_questions` kept them.
+        features (`datasets.Dataset`): their windows, from `prepare_questions`.
+        output_dir (`str` or `os.PathLike`): the folder for predictions.json, nbest_predictions.json and (v2.0)
+            null_odds.json.
+
+    Returns:
+        `dict`: the `eval_` metrics (`SquadTrainer.evaluate_questions`: runtime, `eval_features` windows and, when the
+        questions have answers, those of `squad_metrics`) and `eval_samples`, the number of questions, as written to
+        eval_results.json and all_results.json in the trainer's output_dir (`finetuning.save_results`).
+    """
     result = trainer.evaluate_questions(examples, features)
     if trainer.is_world_process_zero():
         write_outputs(output_dir, "", result.predictions, result.nbest, result.null_odds)
@@ -181,9 +195,28 @@ def evaluate_and_write(trainer: SquadTrainer, examples: Dataset, features: Datas
 
 def predict_and_write(trainer: SquadTrainer, data_args: SquadDataArguments, examples: Dataset, features: Dataset,
                       tuned_threshold: float | None, output_dir) -> dict | None:
-    """The test questions' predict_predictions.json (and n-best, null odds) in `output_dir`, and their metrics when
-    they have answers (None without). v2.0 with --tune_null_threshold: the threshold `tuned_threshold` tuned on
-    the dev set in this run, if any."""
+    """The test questions' prediction files and, when they have answers, their SQuAD metrics (run_squad.py's
+    --do_predict).
+
+    v2.0 with --tune_null_threshold: the null threshold is `tuned_threshold`, the one tuned on the dev set in this run,
+    if any; without it, a test set with answers is tuned on itself, and one without uses --null_score_diff_threshold
+    (with a warning). Every process calls it; only the main process writes the files.
+
+    Args:
+        trainer (`SquadTrainer`): the run's trainer.
+        data_args (`SquadDataArguments`): `version_2_with_negative`, `tune_null_threshold` and
+            `null_score_diff_threshold`.
+        examples (`datasets.Dataset`): the test questions, as `prepare_questions` kept them.
+        features (`datasets.Dataset`): their windows, from `prepare_questions`.
+        tuned_threshold (`float`, *optional*): the `eval_null_threshold` of this run's dev evaluation; read only for
+            v2.0 with --tune_null_threshold.
+        output_dir (`str` or `os.PathLike`): the folder for predict_predictions.json, predict_nbest_predictions.json and
+            (v2.0) predict_null_odds.json.
+
+    Returns:
+        `dict` or `None`: when the questions have answers, the `predict_` metrics and `predict_samples`, as written to
+        predict_results.json and all_results.json in the trainer's output_dir; None when they have none.
+    """
     null_threshold = None
     if data_args.version_2_with_negative and data_args.tune_null_threshold:
         if tuned_threshold is not None:

@@ -180,9 +180,22 @@ def _answers_column(texts, starts, where: str) -> dict:
 
 
 def read_squad_file(path, answers_required: bool = True) -> Dataset:
-    """The official nested SQuAD JSON, or the flattened Hub layout in .json/.jsonl/.parquet, as a Dataset.
+    """The questions of a SQuAD file: the official nested JSON, or the flattened Hub layout in .json/.jsonl/.parquet.
 
-    With `answers_required=False` (test files) rows without an `answers` column are read with empty answers.
+    The official JSON's unanswerable (v2.0) questions get empty answers. With `answers_required=False` (test files),
+    rows without an `answers` column are read with empty answers. Every file is checked (`check_examples`).
+
+    Args:
+        path (`str` or `os.PathLike`): the file; its extension is `.json`, `.jsonl` or `.parquet`.
+        answers_required (`bool`, defaults to `True`): whether the rows must have an `answers` column.
+
+    Returns:
+        `datasets.Dataset`: one row per question, with `id`, `question`, `context` and `answers`
+        (`{"text": [...], "answer_start": [...]}`); the official JSON adds `title`, flattened rows keep their columns.
+
+    Raises:
+        InputError: the file is missing, has another extension, is not UTF-8, cannot be read as SQuAD rows, or fails
+            the checks (a missing column or id, a repeated id, answers that are not texts with character offsets).
     """
     path = Path(path)
     if not path.is_file():
@@ -249,9 +262,25 @@ def check_sources(data_args: SquadDataArguments, wanted) -> None:
 
 def load_squad_splits(data_args: SquadDataArguments, wanted: dict | None = None, cache_dir=None,
                       token=None) -> dict:
-    """{"train", "validation", "test": Dataset} from local files or a Hub dataset; a local file replaces the Hub's
-    split of the same name. With `wanted` ({split: max_samples}, `finetuning.wanted_samples`), those splits only,
-    each cut to its max_samples; one the data lacks stops the run. Without, every split there is."""
+    """The SQuAD splits of a run, from local files or a Hub dataset.
+
+    A local file (--train_file, --validation_file, --test_file) replaces the Hub's split of the same name; a test file
+    may have no answers.
+
+    Args:
+        data_args (`SquadDataArguments`): the data arguments (the files, --dataset_name, --dataset_config_name).
+        wanted (`dict`, *optional*): split -> max_samples (None: every row), from `finetuning.wanted_samples`: those
+            splits only, each cut to its first max_samples questions. None: every split there is, uncut.
+        cache_dir (`str`, *optional*): the `datasets` cache for the Hub dataset.
+        token (`str`, *optional*): the Hub token for the Hub dataset.
+
+    Returns:
+        `dict`: split ("train", "validation", "test") -> its questions (`datasets.Dataset`, as `read_squad_file`).
+
+    Raises:
+        InputError: a split in `wanted` is in neither the files nor the Hub dataset, a file cannot be read, or a
+            file or Hub split fails the checks.
+    """
     splits = {}
     if data_args.dataset_name is not None:
         hub = load_dataset(data_args.dataset_name, data_args.dataset_config_name, cache_dir=cache_dir, token=token)
@@ -293,7 +322,19 @@ def _answer_problem(context: str, answers: dict, version_2: bool) -> str | None:
 
 
 def select_trainable(dataset: Dataset, version_2: bool, where: str) -> Dataset:
-    """Drop (and count in the log) the training questions that cannot be labelled."""
+    """The training questions that can be labelled; the others are dropped and counted in a warning, per reason.
+
+    Dropped: an empty context; no answer in v1.1 mode; an empty first answer text; a first answer text that is not at
+    its `answer_start`. The official code skips these too ("Could not find").
+
+    Args:
+        dataset (`datasets.Dataset`): the training questions (`id`, `context`, `answers`).
+        version_2 (`bool`): SQuAD v2.0, where a question without an answer is kept (an unanswerable one).
+        where (`str`): the file or split, named in the warnings.
+
+    Returns:
+        `datasets.Dataset`: `dataset` itself when every question is kept, else the questions kept, in order.
+    """
     keep, problems = [], collections.defaultdict(list)
     for row, (question_id, context, answers) in enumerate(zip(dataset["id"], dataset["context"], dataset["answers"])):
         problem = _answer_problem(context, answers, version_2)
@@ -363,12 +404,28 @@ def _answer_token_span(offsets, start_char: int, end_char: int) -> tuple[int, in
 
 
 def build_features(examples: dict, tokenizer, data_args: SquadDataArguments, training: bool) -> dict:
-    """Batched `Dataset.map` function: one feature per context window.
+    """Batched `Dataset.map` function: one feature per context window of each question.
 
-    All features have `input_ids`, `token_type_ids`, `attention_mask`, `p_mask` (1 on question, [SEP] and
-    padding; 0 on [CLS] and context) padded to max_seq_length. Training adds `start_positions`, `end_positions`,
-    `is_impossible`; evaluation adds `example_id`, `offset_mapping` (character span in the context, None outside
-    it) and `token_is_max_context`.
+    The question (leading whitespace stripped) keeps its first `max_query_length` pieces; each context window starts
+    `doc_stride` pieces after the one before, or a window after it when that is less (`window_starts`). All features
+    have `input_ids`, `token_type_ids` (1 on the context and its [SEP]), `attention_mask` and `p_mask` (1 on
+    question, [SEP] and padding; 0 on [CLS] and context), padded to max_seq_length. Training adds `start_positions`,
+    `end_positions` (window positions of the first answer, or 0, [CLS], when the window does not hold all of it or
+    there is none) and `is_impossible` (1.0 for those, else 0.0); evaluation adds `example_id`, `offset_mapping`
+    (`[start, end]` character span in the context, None outside it) and `token_is_max_context`.
+
+    Args:
+        examples (`dict`): a batch of questions, columns -> lists: `id`, `question`, `context` and, for training,
+            `answers`.
+        tokenizer (`PreTrainedTokenizerFast`): the model's tokenizer; a fast one, for the offsets.
+        data_args (`SquadDataArguments`): `max_seq_length`, `max_query_length` and `doc_stride`.
+        training (`bool`): build training features (answer positions) rather than evaluation features.
+
+    Returns:
+        `dict`: column -> one value per window of the batch's questions (one or more windows each).
+
+    Raises:
+        InputError: (training) an answer covers no piece of its context; `select_trainable` drops such questions first.
     """
     questions = [q.lstrip() for q in examples["question"]]
     question_ids = tokenizer(questions, add_special_tokens=False)["input_ids"]
@@ -418,6 +475,17 @@ def build_features(examples: dict, tokenizer, data_args: SquadDataArguments, tra
 
 
 def features_dataset(examples: Dataset, tokenizer, data_args: SquadDataArguments, training: bool) -> Dataset:
+    """The windows of a set of questions: `build_features` mapped over them in batches.
+
+    Args:
+        examples (`datasets.Dataset`): the questions (for training, those `select_trainable` kept).
+        tokenizer (`PreTrainedTokenizerFast`): the model's tokenizer; a fast one, for the offsets.
+        data_args (`SquadDataArguments`): the window lengths, and `preprocessing_num_workers`, the processes mapping.
+        training (`bool`): training features (answer positions) rather than evaluation features.
+
+    Returns:
+        `datasets.Dataset`: one row per window, with the columns of `build_features` only.
+    """
     return examples.map(
         build_features, batched=True, remove_columns=examples.column_names,
         num_proc=data_args.preprocessing_num_workers,
@@ -427,7 +495,21 @@ def features_dataset(examples: Dataset, tokenizer, data_args: SquadDataArguments
 
 
 def prepare_questions(examples: Dataset, tokenizer, data_args: SquadDataArguments, where: str):
-    """(questions, their windows) of an evaluation or test set: `select_evaluable`, then `features_dataset`."""
+    """The questions of an evaluation or test set and their windows: `select_evaluable`, then `features_dataset`.
+
+    Args:
+        examples (`datasets.Dataset`): the questions; a set with no answer at all (a test set) is read as unlabelled.
+        tokenizer (`PreTrainedTokenizerFast`): the model's tokenizer; a fast one, for the offsets.
+        data_args (`SquadDataArguments`): the window lengths, and `version_2_with_negative`.
+        where (`str`): the file or split, named in warnings and errors.
+
+    Returns:
+        `tuple(datasets.Dataset, datasets.Dataset)`: the questions kept (those with a non-empty context) and their
+        evaluation windows (`build_features` with `training=False`).
+
+    Raises:
+        InputError: in v1.1 mode, a labelled set has a question without an answer (v2.0 data).
+    """
     examples = select_evaluable(examples, data_args.version_2_with_negative, where, has_gold_answers(examples))
     return examples, features_dataset(examples, tokenizer, data_args, training=False)
 

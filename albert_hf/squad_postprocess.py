@@ -53,10 +53,34 @@ def _nbest(candidates: list[dict], n_best_size: int) -> list[dict]:
 
 def postprocess_span_predictions(examples, features, start_logits, end_logits, n_best_size=20, max_answer_length=30,
                                  version_2=False):
-    """Per question: n-best spans over all its windows (BERT/ALBERT v1 `write_predictions`).
+    """Per question: the n-best spans over all its windows, from the span head's logits (BERT/ALBERT v1
+    `write_predictions`).
 
-    Returns (best non-null answer, n-best list, null odds). Null odds (v2.0) = the smallest null score
-    ([CLS] start + [CLS] end) over the windows minus the best span's score: positive means "no answer" looks better.
+    A span starts at a token of its window's context where that window gives the token its most context
+    (`token_is_max_context`), ends at or after its start within the context, and covers at most `max_answer_length`
+    pieces; a character span found in several windows counts once, with its best score (start + end logit). The null
+    odds (v2.0) are the smallest null score ([CLS] start + [CLS] end logit) over the question's windows minus the
+    best span's score: positive means "no answer" looks better.
+
+    Args:
+        examples (`datasets.Dataset`): the questions, with their `id` and `context` columns.
+        features (`datasets.Dataset`): their windows from `features_dataset(..., training=False)`, with `example_id`,
+            `offset_mapping` and `token_is_max_context`.
+        start_logits (`np.ndarray` of shape `(num_windows, max_seq_length)`): the start logits, one row per window of
+            `features`, in its order.
+        end_logits (`np.ndarray` of shape `(num_windows, max_seq_length)`): the end logits, likewise.
+        n_best_size (`int`, defaults to 20): the starts and the ends tried per window, and the entries kept per
+            question.
+        max_answer_length (`int`, defaults to 30): the longest answer, in pieces.
+        version_2 (`bool`, defaults to `False`): SQuAD v2.0: a null entry in each n-best list, and the null odds.
+
+    Returns:
+        `tuple(dict, dict, dict)`, each keyed by question id:
+        - the best non-null answer text ("" when no window has a valid span);
+        - the n-best list, best first: `{"text", "start_logit", "end_logit", "probability"}` entries, the
+          probabilities a softmax over the entries kept; for v2.0 the null entry (`"text": ""`, the null score's
+          logits) is among them, replacing the last entry when it would not rank;
+        - the null odds (v2.0; `inf` for a question without a valid span), empty for v1.1.
     """
     contexts, question_ids = examples["context"], examples["id"]
     # read window by window: the whole offset column of a large eval set is millions of Python objects
@@ -105,11 +129,34 @@ def postprocess_span_predictions(examples, features, start_logits, end_logits, n
 def postprocess_beam_predictions(examples, features, start_top_log_probs, start_top_index, end_top_log_probs,
                                  end_top_index, cls_logits, start_n_top=5, end_n_top=5, n_best_size=20,
                                  max_answer_length=30):
-    """Per question, from the answerability head's beam (official ALBERT v2 `write_predictions_v2`).
+    """Per question: the n-best spans from the answerability head's beam (official ALBERT v2 `write_predictions_v2`).
 
-    Candidates: start_n_top starts x end_n_top ends per window, scored by start + end log-probability; the
-    null odds are the smallest answerability logit over the question's windows (if any window looks answerable,
-    the question does). Returns (best non-null answer, n-best list, null odds).
+    Candidates: `start_n_top` starts x `end_n_top` ends per window, scored by start + end log-probability, kept under
+    the same rules as `postprocess_span_predictions` (a start where its window gives the token its most context, at
+    most `max_answer_length` pieces, one entry per character span). The null odds are the smallest answerability
+    logit over the question's windows (higher means "no answer"; if any window looks answerable, the question does).
+
+    Args:
+        examples (`datasets.Dataset`): the questions, with their `id` and `context` columns.
+        features (`datasets.Dataset`): their windows from `features_dataset(..., training=False)`, with `example_id`,
+            `offset_mapping` and `token_is_max_context`.
+        start_top_log_probs (`np.ndarray` of shape `(num_windows, start_n_top)`): the beam's start log-probabilities.
+        start_top_index (`np.ndarray` of shape `(num_windows, start_n_top)`): the beam's start positions.
+        end_top_log_probs (`np.ndarray` of shape `(num_windows, start_n_top * end_n_top)`): the end log-probabilities,
+            index `i * end_n_top + j` the j-th end of the i-th start.
+        end_top_index (`np.ndarray` of shape `(num_windows, start_n_top * end_n_top)`): the end positions, likewise.
+        cls_logits (`np.ndarray` of shape `(num_windows,)`): the answerability logits.
+        start_n_top (`int`, defaults to 5): the starts read per window; at most the model's `start_n_top`.
+        end_n_top (`int`, defaults to 5): the ends read per start; the model's `end_n_top`.
+        n_best_size (`int`, defaults to 20): the entries kept per question.
+        max_answer_length (`int`, defaults to 30): the longest answer, in pieces.
+
+    Returns:
+        `tuple(dict, dict, dict)`, each keyed by question id:
+        - the best non-null answer text ("" when no candidate is valid);
+        - the n-best list, best first: `{"text", "start_log_prob", "end_log_prob", "probability"}` entries, the
+          probabilities a softmax over the entries kept (no null entry);
+        - the null odds of every question.
     """
     contexts, question_ids = examples["context"], examples["id"]
     # read window by window: the whole offset column of a large eval set is millions of Python objects
@@ -154,7 +201,7 @@ def golds_of(examples: Dataset) -> dict:
 
 
 def squad_metrics(golds, best_answers, null_odds, version_2, threshold, tune_threshold=False):
-    """(predictions, metrics).
+    """The predictions of a set of questions and their official SQuAD metrics.
 
     v1.1: the official v1.1 EM/F1 of the best answers. v2.0, as the official `evaluate_v2` (squad_utils.py):
     - best_exact/best_f1 and their thresholds are the official sweep over the null odds applied to the best
@@ -164,6 +211,26 @@ def squad_metrics(golds, best_answers, null_odds, version_2, threshold, tune_thr
     - exact/f1/HasAns/NoAns are the official evaluation of those predictions with the null odds as no-answer
       probabilities, so a question whose odds are above `na_prob_thresh` (the official 1.0) is scored as a
       no-answer prediction even when it kept its span (only possible at thresholds above 1.0).
+
+    Args:
+        golds (`dict`): question id -> its gold answer texts (`golds_of`); an empty list: an unanswerable question.
+        best_answers (`dict`): question id -> its best non-null answer text, from the post-processing.
+        null_odds (`dict`): question id -> its null odds (v2.0); not read for v1.1.
+        version_2 (`bool`): score as SQuAD v2.0 rather than v1.1.
+        threshold (`float`): v2.0: "" is predicted where the null odds reach it (`>=`); not read for v1.1 or with
+            `tune_threshold`.
+        tune_threshold (`bool`, defaults to `False`): v2.0: use the `best_f1_thresh` of this set instead of
+            `threshold`.
+
+    Returns:
+        `tuple(dict, dict)`: the predictions (question id -> answer text, "" for no answer; for v1.1 `best_answers`
+        itself) and the metrics: v1.1 `exact_match` and `f1` in percent; v2.0 `exact`, `f1` (percent) and `total`,
+        the same three per `HasAns_` / `NoAns_` kind present, `best_exact`, `best_exact_thresh`, `best_f1`,
+        `best_f1_thresh`, and `null_threshold`, the threshold the predictions used.
+
+    Raises:
+        InputError: there are no gold questions; for v1.1, a question has no gold answer (v2.0 data); for v2.0, a
+            question has no best answer or no null odds.
     """
     if not version_2:
         return best_answers, squad_v1_metrics(golds, best_answers)

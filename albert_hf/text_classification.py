@@ -168,8 +168,26 @@ def load_hub_or_folder(name: str, config: str | None, cache_dir=None, token=None
 
 
 def load_raw_splits(data_args, needed, cache_dir=None, token=None) -> tuple[DatasetDict, dict]:
-    """The splits of the user's data that `needed` ('train', 'validation', 'test') asks for, with `label` the
-    label column, and where each came from. A needed split that is not there stops the run."""
+    """The splits of the user's data that `needed` asks for, with `label` the label column, and where each came from.
+
+    --train_file / --validation_file / --test_file when any is given (only those of needed splits are read), else
+    --dataset_name (`load_hub_or_folder`). The label column (--label_column_name) is renamed `label`; a test split may
+    lack it.
+
+    Args:
+        data_args (`GlueDataArguments`): the data arguments (the files, `dataset_name`, `dataset_config_name`,
+            `label_column_name`).
+        needed (`dict` or `set`): the splits to read, "train", "validation", "test" (`wanted`'s keys).
+        cache_dir (`str`, *optional*): the `datasets` cache for a Hub dataset.
+        token (`str`, *optional*): the Hub token for a Hub dataset.
+
+    Returns:
+        `tuple(DatasetDict, dict)`: the splits (labels not yet encoded), and split -> its file or `<dataset>[<split>]`.
+
+    Raises:
+        InputError: a needed split is not there, a file or the dataset cannot be read, or a train or validation split
+            has no label column.
+    """
     label_column = data_args.label_column_name
     files = {kind: getattr(data_args, f"{kind}_file") for kind in SPLIT_KINDS}
     splits, sources = DatasetDict(), {}
@@ -203,6 +221,23 @@ def is_text(feature) -> bool:
 
 
 def choose_text_columns(dataset, given: str | None, where: str) -> tuple[str, ...]:
+    """The one or two text columns of the user's data.
+
+    --text_column_names when given; else `sentence1` and `sentence2` when both are there; else the first one or two
+    string columns other than `label`.
+
+    Args:
+        dataset (`datasets.Dataset`): a split of the data.
+        given (`str`, *optional*): --text_column_names, one or two column names separated by a comma.
+        where (`str`): the file or split, named in errors.
+
+    Returns:
+        `tuple[str, ...]`: the one or two column names, in order.
+
+    Raises:
+        InputError: `given` names a column the split lacks, or not one or two columns; or, without `given`, the split
+            has no string column besides `label`.
+    """
     columns = [name for name in dataset.column_names if name != "label"]
     if given:
         names = tuple(name.strip() for name in given.split(",") if name.strip())
@@ -229,7 +264,21 @@ def value_kind(value) -> str:
 
 
 def class_names(dataset, where: str) -> tuple[str, ...] | None:
-    """The training labels' classes in id order, or None for float labels (regression)."""
+    """The training labels' classes in id order, or None for float labels (regression).
+
+    A ClassLabel keeps its names and order; strings, integers and booleans are classes, sorted by value (integers
+    numerically) and named as `label_key` writes them; floats, even whole ones, mean regression.
+
+    Args:
+        dataset (`datasets.Dataset`): the training split, with its `label` column.
+        where (`str`): the file or split, named in errors.
+
+    Returns:
+        `tuple[str, ...]` or `None`: the class names, or None for regression.
+
+    Raises:
+        InputError: a row has no label, the labels mix types, or they are of another type (e.g. lists).
+    """
     feature = dataset.features["label"]
     if isinstance(feature, ClassLabel):
         return tuple(feature.names)
@@ -273,7 +322,24 @@ def reconcile_labels(names, checkpoint_config, model_name: str, where: str, igno
                      what: str = "classes"):
     """The training data's label `names` (None: regression), in the checkpoint's order when it was fine-tuned on
     the same ones, so that its head keeps its meaning. Other labels than a fine-tuned checkpoint's stop the run,
-    unless --ignore_mismatched_sizes."""
+    unless --ignore_mismatched_sizes.
+
+    Args:
+        names (`tuple[str, ...]`, *optional*): the training data's labels (`class_names`,
+            `token_classification.tag_names`); None: regression.
+        checkpoint_config (`PretrainedConfig`): the checkpoint's config (`id2label`, `problem_type`).
+        model_name (`str`): the checkpoint, named in messages.
+        where (`str`): the training file or split, named in messages.
+        ignore_mismatched_sizes (`bool`): --ignore_mismatched_sizes: train a new head on other labels, with a warning.
+        what (`str`, defaults to `"classes"`): the labels' name in messages, e.g. "tags".
+
+    Returns:
+        `tuple[str, ...]` or `None`: the checkpoint's labels when they are `names` in another order, else `names`.
+
+    Raises:
+        InputError: the checkpoint was fine-tuned on other labels (or on regression against classes, or the reverse),
+            without --ignore_mismatched_sizes.
+    """
     fine_tuned = checkpoint_classes(checkpoint_config)
     was_regression = checkpoint_config.problem_type == "regression"
     if fine_tuned is not None and names is not None and set(fine_tuned) == set(names):
@@ -292,7 +358,25 @@ def reconcile_labels(names, checkpoint_config, model_name: str, where: str, igno
 def infer_task(splits: DatasetDict, sources: dict, data_args, checkpoint_config, model_name: str,
                ignore_mismatched_sizes: bool) -> OwnTask:
     """The task of the user's data: text columns, and the classes of the training labels (or the checkpoint's,
-    when there is no training data), reconciled with what the checkpoint was fine-tuned on."""
+    when there is no training data), reconciled with what the checkpoint was fine-tuned on.
+
+    The text columns are chosen in the first split among train, validation, test.
+
+    Args:
+        splits (`DatasetDict`): the raw splits (`load_raw_splits`).
+        sources (`dict`): split -> where it came from, named in messages.
+        data_args (`GlueDataArguments`): `text_column_names`.
+        checkpoint_config (`PretrainedConfig`): the checkpoint's config (`id2label`, `problem_type`).
+        model_name (`str`): the checkpoint, named in messages.
+        ignore_mismatched_sizes (`bool`): --ignore_mismatched_sizes (`reconcile_labels`).
+
+    Returns:
+        `OwnTask`: the text columns and the class names (None: regression).
+
+    Raises:
+        InputError: the text columns or the labels cannot be had (`choose_text_columns`, `class_names`,
+            `reconcile_labels`), or without training data the checkpoint has no labels of its own.
+    """
     first = next(kind for kind in SPLIT_KINDS if kind in splits)
     text_columns = choose_text_columns(splits[first], data_args.text_column_names, sources[first])
     if "train" not in splits:

@@ -92,7 +92,19 @@ class NerDataArguments:
 
 
 def read_conll(path) -> Dataset:
-    """Sentences of a CoNLL file: `tokens`, and `ner_tags` from the last column (absent when no line has one)."""
+    """The sentences of a CoNLL file: a token and its tag per line (the tag in the last whitespace-separated field), a
+    blank line between sentences, `-DOCSTART-` lines skipped.
+
+    Args:
+        path (`str` or `os.PathLike`): the file (UTF-8; a BOM is dropped).
+
+    Returns:
+        `datasets.Dataset`: one row per sentence, `tokens` (`list[str]`) and `ner_tags` (`list[str]`, the tags as
+        written); without `ner_tags` when no line has a tag (an unlabelled test file).
+
+    Raises:
+        InputError: the file is missing, empty or not UTF-8, has no sentence, or mixes lines with and without a tag.
+    """
     path = Path(path)
     check_not_empty(path)
     sentences, tokens, tags, widths = [], [], [], set()
@@ -111,8 +123,10 @@ def read_conll(path) -> Dataset:
             continue
         widths.add(min(len(fields), 2))
         if len(widths) > 1:
-            raise InputError(f"{path}: line {number}: {line.strip()!r} has no tag, where the lines before have one "
-                             "(a token and its tag, separated by whitespace)")
+            problem = ("has no tag, where the lines before have one" if len(fields) == 1
+                       else "has a tag, where the lines before have none")
+            raise InputError(f"{path}: line {number}: {line.strip()!r} {problem} (a token and its tag, separated by "
+                             "whitespace)")
         tokens.append(fields[0])
         tags.append(fields[-1])
     if not sentences:
@@ -142,8 +156,24 @@ def renamed(dataset, text_column: str, label_column: str, where: str):
 
 
 def load_raw_splits(data_args, needed, cache_dir=None, token=None) -> tuple[DatasetDict, dict]:
-    """The splits `needed` asks for, with `tokens` and (except a test split, optionally) `ner_tags`, and where each
-    came from."""
+    """The splits `needed` asks for and where each came from: --train_file / --validation_file / --test_file when any
+    is given, else --dataset_name (`text_classification.load_hub_or_folder`).
+
+    Args:
+        data_args (`NerDataArguments`): the data arguments (the files, `dataset_name`, `dataset_config_name`,
+            `text_column_name`, `label_column_name`).
+        needed (`dict` or `set`): the splits to read, "train", "validation", "test" (`wanted`'s keys).
+        cache_dir (`str`, *optional*): the `datasets` cache for a Hub dataset.
+        token (`str`, *optional*): the Hub token for a Hub dataset.
+
+    Returns:
+        `tuple(DatasetDict, dict)`: the splits, with `tokens` and (optional for a test split) `ner_tags`, the tags not
+        yet encoded; and split -> its file or `<dataset>[<split>]`.
+
+    Raises:
+        InputError: a needed split has no file or is not in the dataset, a file or the dataset cannot be read, a split
+            has no token column, or a train or validation split has no tags.
+    """
     splits, sources = DatasetDict(), {}
     files = {split: getattr(data_args, f"{split}_file") for split in SPLITS}
     if any(files.values()):
@@ -243,7 +273,21 @@ MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "labels")
 def tokenize_splits(splits: dict, tokenizer, data_args: NerDataArguments, names: tuple[str, ...],
                     main_process_first) -> tuple[dict, dict]:
     """(features, inputs) per split: the tokenized sentences with their `first_pieces` (for the metrics and the
-    predictions file), and the model's columns only (for Trainer). `main_process_first`: TrainingArguments'."""
+    predictions file), and the model's columns only (for Trainer).
+
+    Args:
+        splits (`dict`): split -> dataset with `tokens` and, when tagged, `ner_tags` as ids (`encoded_splits`).
+        tokenizer (`PreTrainedTokenizerFast`): the model's tokenizer; a fast one, for the word ids.
+        data_args (`NerDataArguments`): `max_seq_length`, `pad_to_max_length`, `label_all_tokens`,
+            `preprocessing_num_workers` and `overwrite_cache`.
+        names (`tuple[str, ...]`): the tags in id order.
+        main_process_first (`Callable`): `TrainingArguments.main_process_first`: the main process tokenizes first, the
+            others then read its cache.
+
+    Returns:
+        `tuple(dict, dict)`: split -> features (the split's columns plus those of `tokenize_function`), and split ->
+        inputs (`input_ids`, `attention_mask`, `token_type_ids` and, when tagged, `labels`).
+    """
     tokenize = tokenize_function(tokenizer, data_args.max_seq_length, data_args.pad_to_max_length,
                                  data_args.label_all_tokens, names)
     with main_process_first(desc="tokenizing"):
@@ -257,8 +301,21 @@ def tokenize_splits(splits: dict, tokenizer, data_args: NerDataArguments, names:
 
 def tokenize_function(tokenizer, max_seq_length: int, pad_to_max_length: bool, label_all_tokens: bool,
                       names: tuple[str, ...]):
-    """Batched map function: pieces of the pre-split words, `labels` aligned to them (see the module's
-    docstring) when the rows have tags, and `first_pieces`, each word's first piece position (-1: not kept)."""
+    """Batched map function: pieces of the pre-split words, `labels` aligned to them (see the module's docstring) when
+    the rows have tags, and `first_pieces`, each word's first piece position (-1: not kept).
+
+    Args:
+        tokenizer (`PreTrainedTokenizerFast`): the model's tokenizer; a fast one, for the word ids.
+        max_seq_length (`int`): the most pieces per sentence, specials included; longer sentences are truncated.
+        pad_to_max_length (`bool`): pad every sentence to `max_seq_length`.
+        label_all_tokens (`bool`): label a word's later pieces too, a `B-X` tag as `I-X` when that is among `names`.
+        names (`tuple[str, ...]`): the tags in id order.
+
+    Returns:
+        `Callable`: batch (`tokens` and optional `ner_tags` as ids) -> `input_ids`, `token_type_ids`, `attention_mask`,
+        `labels` (tagged rows: the word's tag id on its first piece, -100 on special tokens, padding and, without
+        `label_all_tokens`, later pieces) and `first_pieces`.
+    """
     continuation = continuation_ids(names)
 
     def tokenize(batch):
@@ -302,8 +359,20 @@ def with_prefix(tag: str) -> str:
 
 
 def entity_scores(gold: list[list[str]], predicted: list[list[str]], per_type: bool = False) -> dict:
-    """precision, recall, f1 over entities (micro-averaged), accuracy over words (seqeval); with `per_type`,
-    `{type}_precision`, `{type}_recall` and `{type}_f1` for each type in the gold tags or the predictions."""
+    """Entity precision, recall and F1 (micro-averaged) and word accuracy, as seqeval computes them in its default mode.
+
+    A tag without a prefix is scored as the inside of its own type (`with_prefix`).
+
+    Args:
+        gold (`list[list[str]]`): each sentence's gold tags, one per word.
+        predicted (`list[list[str]]`): each sentence's predicted tags, one per word, as `gold`.
+        per_type (`bool`, defaults to `False`): add the scores of each entity type.
+
+    Returns:
+        `dict`: `precision`, `recall`, `f1` (0.0 when there is no entity at all) and `accuracy`, as `float`s; with
+        `per_type`, `{type}_precision`, `{type}_recall` and `{type}_f1` for each type in the gold tags or the
+        predictions.
+    """
     from seqeval.metrics import accuracy_score, classification_report
 
     gold = [[with_prefix(tag) for tag in tags] for tags in gold]
@@ -354,8 +423,24 @@ def write_predictions(path, logits, first_pieces, names) -> Path:
 
 def predict_and_write(trainer, features: Dataset, inputs: Dataset, names: tuple[str, ...], per_type: bool,
                       output_dir) -> dict | None:
-    """The test split's predictions file (PREDICTIONS_FILE in `output_dir`) and, when its sentences have tags, its
-    `predict_*` metrics in predict_results.json; returns those metrics (None without tags)."""
+    """The test split's predictions file and, when its sentences have tags, its `predict_*` metrics.
+
+    The file is PREDICTIONS_FILE (predictions.txt) in `output_dir`: one line per sentence, its words' predicted tags
+    separated by spaces (`O` for words truncation cut off). Sets `trainer.compute_metrics` to this split's
+    (None without tags). Every process calls it; only the main process writes the file.
+
+    Args:
+        trainer (`finetuning.AlbertTrainer`): the run's trainer.
+        features (`datasets.Dataset`): the test split's features (`tokenize_splits`), with `first_pieces`.
+        inputs (`datasets.Dataset`): its model columns (`tokenize_splits`).
+        names (`tuple[str, ...]`): the tags in id order.
+        per_type (`bool`): also the scores of each entity type (--return_entity_level_metrics).
+        output_dir (`str` or `os.PathLike`): the folder for the predictions file.
+
+    Returns:
+        `dict` or `None`: with tags, the `predict_*` metrics and `predict_samples`, as written to predict_results.json
+        and all_results.json in the trainer's output_dir; None without.
+    """
     labelled = "labels" in features.column_names
     trainer.compute_metrics = compute_metrics_function(features, names, per_type) if labelled else None
     output = trainer.predict(inputs, metric_key_prefix="predict")

@@ -251,6 +251,10 @@ def test_bad_input_stops_with_one_line(tiny_checkpoint, tmp_path):
     assert bad(tiny_checkpoint, tmp_path, "--train_file", ragged, "--do_train") == \
         f"{ragged}: line 2: 'went' has no tag, where the lines before have one (a token and its tag, separated by " \
         "whitespace)"
+    late_tag = tmp_path / "late_tag.conll"
+    late_tag.write_text("Ann\nwent B-PER\n")
+    with pytest.raises(InputError, match=r"line 2: 'went B-PER' has a tag, where the lines before have none"):
+        read_conll(late_tag)
     untagged = tmp_path / "untagged.conll"
     untagged.write_text("Ann\nwent\n")
     assert bad(tiny_checkpoint, tmp_path, "--train_file", untagged, "--do_train").startswith(f"{untagged}: no tags")
