@@ -193,7 +193,8 @@ class AlbertHFConfig(PreTrainedConfig):
         values = albert_config if isinstance(albert_config, dict) else albert_config.to_dict()
         values = {k: v for k, v in values.items() if k not in ("model_type", "auto_map")}
         # AlbertForX -> AlbertHFForX, so the head a checkpoint was saved from is kept
-        values["architectures"] = [a.replace("Albert", "AlbertHF", 1) for a in values.get("architectures") or []] or None
+        architectures = [a.replace("Albert", "AlbertHF", 1) for a in values.get("architectures") or []]
+        values["architectures"] = architectures or None
         if values.get("num_hidden_groups", 1) == values.get("num_hidden_layers", 12) > 1:
             values["sharing"] = "none"
         return cls(**values)
