@@ -36,6 +36,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import distribute_tensor
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
+from .cli import RunArguments
 from .errors import InputError
 from .modeling_albert_hf import AlbertHFLayer
 
@@ -158,7 +159,7 @@ def use_fsdp(accelerator: Accelerator, fsdp: FullyShardedDataParallelPlugin):
               "`accelerate launch --config_file ...`")
 
 
-def check_deepspeed(args):
+def check_deepspeed(args: RunArguments):
     """What run_pretraining.py (its parsed `args`) cannot do under DeepSpeed, refused in one line before any work."""
     if args.gradient_accumulation_steps > 1:
         raise InputError("--gradient_accumulation_steps under DeepSpeed: DeepSpeed accumulates by its own count and "

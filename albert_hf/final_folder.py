@@ -8,6 +8,7 @@ import shutil
 from itertools import islice
 from pathlib import Path
 
+from .cli import RunArguments
 from .analysis.fill_mask import fill_mask_examples, pick_fill_mask_sentences
 from .hardware import Hardware, Precision
 from .hub import write_json
@@ -16,7 +17,7 @@ from .model_card import write_pretraining_card
 logger = logging.getLogger("albert_hf.pretraining")
 
 
-def save_final_model(model, tokenizer, output_dir: Path, args, eval_metrics, global_batch, num_processes,
+def save_final_model(model, tokenizer, output_dir: Path, args: RunArguments, eval_metrics, global_batch, num_processes,
                      curves: bool = False, where: dict | None = None):
     """Weights, tokenizer, remote code, model card: written into a temporary folder, then moved into place.
     `where` (hardware and precision, `where_trained`) goes into all_results.json and the card."""
@@ -43,7 +44,7 @@ def where_trained(hardware: Hardware, precision: Precision, num_processes: int) 
             "precision": precision.describe()}
 
 
-def held_out_fill_mask(model, tokenizer, eval_documents, args, count=4, documents_read=50) -> list[dict]:
+def held_out_fill_mask(model, tokenizer, eval_documents, args: RunArguments, count=4, documents_read=50) -> list[dict]:
     """`fill_mask_examples` on sentences of the first held-out documents (a seeded sample already, or the
     first documents of a stream); [] when there is nothing to show."""
     if eval_documents is None:  # --validation_split_percentage 0: no held-out sentence to show

@@ -419,7 +419,7 @@ class StopOnSignalCallback(TrainerCallback):
         self.stop = stop
         self.stopped_at: int | None = None  # the step after which it stopped training (the same in every process)
 
-    def on_step_end(self, args, state, control, **kwargs):
+    def on_step_end(self, args: TrainingArguments, state, control, **kwargs):
         if self.stop.agreed(args.device):  # every process asks at every step: they agree on the same step
             control.should_save = control.should_training_stop = True
             self.stopped_at = state.global_step

@@ -11,6 +11,12 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .cli import RunArguments
+
+if TYPE_CHECKING:  # for annotations only: the card writers need no transformers import
+    from transformers import TrainingArguments
 
 # Older Hub names of the datasets the scripts read -> the ids they live under now (listed under `datasets`).
 HUB_DATASET_IDS = {"glue": "nyu-mll/glue", "squad": "rajpurkar/squad", "squad_v2": "rajpurkar/squad_v2",
@@ -267,7 +273,7 @@ def _framework_versions() -> str:
 # --- pretraining
 
 
-def pretraining_card_dataset(args) -> CardDataset:
+def pretraining_card_dataset(args: RunArguments) -> CardDataset:
     held_out = f"{args.validation_split_percentage:g}% of the documents held out for evaluation"
     if args.dataset_name:
         hub_id = hub_dataset_id(args.dataset_name)
@@ -286,7 +292,7 @@ def pretraining_card_dataset(args) -> CardDataset:
 CURVES_SECTION = ("Training curves", "![Training curves](training_curves.png)")
 
 
-def write_pretraining_card(output_dir, model, args, global_batch: int, num_processes: int,
+def write_pretraining_card(output_dir, model, args: RunArguments, global_batch: int, num_processes: int,
                            curves: bool = False, where: dict | None = None) -> Path:
     """The card of a `run_pretraining.py` model, with the metrics of output_dir/all_results.json (the held-out
     baselines among them, `*_baseline`) and, with `curves`, training_curves.png.
@@ -401,7 +407,7 @@ def _training_log(log_history) -> str | None:
     return "\n".join(lines)
 
 
-def _finetuning_training(trainer, model_args, args) -> dict:
+def _finetuning_training(trainer, model_args, args: "TrainingArguments") -> dict:
     official = getattr(args, "official_optimizer", False)
     optimizer = ("AdamWeightDecay (official: no bias correction, decoupled weight decay)" if official
                  else f"{getattr(args.optim, 'value', args.optim)} (betas {args.adam_beta1}, {args.adam_beta2})")

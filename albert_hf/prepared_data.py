@@ -24,6 +24,7 @@ from pathlib import Path
 import datasets
 import transformers
 
+from .cli import RunArguments
 from .errors import InputError
 from .pretraining_data import PAIRS_VERSION
 
@@ -50,7 +51,7 @@ class PretrainingData:
     eval_documents: datasets.Dataset | datasets.IterableDataset | None  # for the fill-mask examples
 
 
-def save(data: PretrainingData, folder: Path, args) -> dict:
+def save(data: PretrainingData, folder: Path, args: RunArguments) -> dict:
     """Writes `data` and its manifest into `folder` (complete or not at all); returns the manifest."""
     if not isinstance(data.train_pairs, datasets.Dataset):
         raise InputError("--preprocess_only writes Arrow shards and needs the corpus materialised: drop "
@@ -100,7 +101,7 @@ def read_manifest(folder) -> dict:
     return manifest
 
 
-def adopt_manifest(args, manifest: dict, explicit: set[str]) -> dict:
+def adopt_manifest(args: RunArguments, manifest: dict, explicit: set[str]) -> dict:
     """The shaping arguments' values the manifest recorded, which the run takes instead of its own.
 
     Args:

@@ -15,7 +15,6 @@ optimizer, scheduler, RNGs, data position) goes atomically into `OUTPUT_DIR/step
 `--resume_from_checkpoint latest` continues exactly where the last complete checkpoint left off.
 """
 
-import argparse
 import json
 import logging
 import os
@@ -39,7 +38,7 @@ from .analysis.curves import CURVES_FILE, pretraining_curves
 from .analysis.fill_mask import format_fill_mask
 from .checkpointing import (FILL_MASK_FILE, StepCheckpoints, check_output_dir, clear_earlier_run,
                             truncate_metrics_log)
-from .cli import explicit_arguments, parse_into_dataclasses, run_entry_point
+from .cli import RunArguments, explicit_arguments, parse_into_dataclasses, run_entry_point
 from .configuration_albert_hf import PRESETS, SHARING_MODES
 from .corpus import LAYOUTS
 from .data_collator import DataCollatorForAlbertPretraining
@@ -231,16 +230,6 @@ def build_parser() -> HfArgumentParser:
         "arguments may replace the flags."))
 
 
-class RunArguments(argparse.Namespace):
-    """The run's arguments as `parse_args` resolved them: read-only from then on."""
-
-    def __init__(self, **values):
-        self.__dict__.update(values)
-
-    def __setattr__(self, name, value):
-        raise AttributeError(f"the run's arguments are resolved once, in parse_args: cannot set {name}")
-
-
 def parse_args(argv=None) -> RunArguments:
     """All groups as one read-only namespace, resolved and checked: a bad value stops with one line naming the
     flag. Resolved here and nowhere later: with --prepared_data, the arguments that shaped its pairs come from
@@ -254,11 +243,11 @@ def parse_args(argv=None) -> RunArguments:
             raise InputError("pass --preprocess_only (to prepare a folder) or --prepared_data (to train on "
                              "one), not both")
         manifest = prepared_data.read_manifest(values["prepared_data"])
-        recorded = prepared_data.adopt_manifest(argparse.Namespace(**values), manifest,
+        recorded = prepared_data.adopt_manifest(RunArguments(**values), manifest,
                                                 explicit_arguments(argv, ARGUMENT_GROUPS))
         adopted = [f"--{name} {value}" for name, value in recorded.items() if values[name] != value]
         values.update(recorded)
-    check_args(argparse.Namespace(**values))
+    check_args(RunArguments(**values))
     if values["torch_compile_mode"]:  # as transformers' TrainingArguments: a mode asks for compiling
         values["torch_compile"] = True
     if values["num_warmup_steps"] is None:
@@ -266,7 +255,7 @@ def parse_args(argv=None) -> RunArguments:
     return RunArguments(**values, adopted=adopted)
 
 
-def check_args(args):
+def check_args(args: RunArguments):
     """Stops with one line on a bad value, path or output folder, before any work."""
     check_writable(Path(args.output_dir), "--output_dir")
     if args.train_files and args.dataset_name:
@@ -333,7 +322,7 @@ class Pretraining:
         return dataset if isinstance(dataset, datasets.IterableDataset) else None
 
 
-def setup(args):
+def setup(args: RunArguments):
     """The hardware, the precision, the accelerator (in the mode the launcher asked for) and its FSDP request, and
     the output folder (an earlier run cleared with --overwrite_output_dir, partial checkpoints removed)."""
     hardware = detect()
@@ -371,7 +360,7 @@ def setup(args):
     return hardware, precision, accelerator, fsdp_request, checkpoints
 
 
-def prepare(args) -> Pretraining:
+def prepare(args: RunArguments) -> Pretraining:
     """`setup`, the inputs (pretraining_inputs.py), the model (sharded under FSDP), the optimizer and the schedule,
     all prepared by accelerate; logs the start line."""
     hardware, precision, accelerator, fsdp_request, checkpoints = setup(args)

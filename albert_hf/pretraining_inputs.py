@@ -17,6 +17,7 @@ from accelerate.utils import gather_object, set_seed
 from torch.utils.data import DataLoader
 from transformers import AutoTokenizer
 
+from .cli import RunArguments
 from . import prepared_data
 from .checkpointing import clear_earlier_run
 from .corpus import corpus_splits, find_text_files, is_plain_text
@@ -43,7 +44,7 @@ def check_train_files(train_files) -> None:
             raise InputError(f"--train_files: {error}") from None
 
 
-def load_tokenizer(args, train_documents, fingerprint: str | None = None):
+def load_tokenizer(args: RunArguments, train_documents, fingerprint: str | None = None):
     if args.tokenizer_name:
         with loading("--tokenizer_name", args.tokenizer_name):
             tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_name, trust_remote_code=args.trust_remote_code)
@@ -61,7 +62,7 @@ def load_tokenizer(args, train_documents, fingerprint: str | None = None):
                            input_sentence_size=args.tokenizer_sample_sentences, fingerprint=fingerprint)
 
 
-def build_pairs(documents, tokenizer, args, dupe_factor, seed, one_chunk="random_next"):
+def build_pairs(documents, tokenizer, args: RunArguments, dupe_factor, seed, one_chunk="random_next"):
     """The pairs of the objective. --task none: SOP's pairs without their label, so batches carry none and the
     model's pair head gets no loss (the 2-way metrics then stay out of the logs as well)."""
     try:
@@ -77,14 +78,14 @@ def build_pairs(documents, tokenizer, args, dupe_factor, seed, one_chunk="random
     return pairs.remove_columns("sentence_order_label") if args.task == "none" else pairs
 
 
-def corpus_argument(args) -> str:
+def corpus_argument(args: RunArguments) -> str:
     """The argument that named the corpus, for error lines."""
     if args.train_files:
         return f"--train_files {' '.join(map(str, args.train_files[:3]))}{' ...' if len(args.train_files) > 3 else ''}"
     return f"--dataset_name {args.dataset_name}" if args.dataset_name else "the embedded corpus"
 
 
-def build_data(args, process_index: int = 0, num_processes: int = 1) -> PretrainingData:
+def build_data(args: RunArguments, process_index: int = 0, num_processes: int = 1) -> PretrainingData:
     """Corpus -> training and held-out documents (corpus.py) -> tokenizer -> training and held-out pairs (each
     step a cached `datasets` map). Under --streaming each process gets its own endless stream of pairs, built as it
     is read; the held-out pairs are built up front, from the corpus's first documents."""
@@ -106,7 +107,7 @@ def build_data(args, process_index: int = 0, num_processes: int = 1) -> Pretrain
 STREAM_NOTE = "pass after pass, endlessly, until --max_train_steps"
 
 
-def build_eval_pairs(eval_documents, tokenizer, args) -> tuple:
+def build_eval_pairs(eval_documents, tokenizer, args: RunArguments) -> tuple:
     """(held-out pairs, held-out documents), or (None, None) without held-out documents."""
     eval_pairs = None
     if eval_documents is not None:
@@ -120,7 +121,7 @@ def build_eval_pairs(eval_documents, tokenizer, args) -> tuple:
     return eval_pairs, eval_documents
 
 
-def preprocess(args):
+def preprocess(args: RunArguments):
     """--preprocess_only: the tokenizer and the pairs into --output_dir (prepared_data.py), nothing trained."""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise InputError("--preprocess_only runs in one process: start it with python, not accelerate launch")
@@ -147,7 +148,7 @@ class PretrainingInputs:
     notes: list[str] = field(default_factory=list)
 
 
-def build_inputs(args, accelerator) -> PretrainingInputs:
+def build_inputs(args: RunArguments, accelerator) -> PretrainingInputs:
     """The pairs (`read_pairs`), masked and batched: dynamic masks for training, static ones for evaluation."""
     data = read_pairs(args, accelerator)
     tokenizer, train_pairs, eval_pairs = data.tokenizer, data.train_pairs, data.eval_pairs
@@ -182,7 +183,7 @@ def build_inputs(args, accelerator) -> PretrainingInputs:
     return PretrainingInputs(tokenizer, collate, train_dataloader, eval_dataloader, data.eval_documents, notes)
 
 
-def read_pairs(args, accelerator) -> PretrainingData:
+def read_pairs(args: RunArguments, accelerator) -> PretrainingData:
     """The tokenizer and the pairs: from the --prepared_data folder, or built from the corpus (`build_data`) with
     the main process first (it builds the caches, the others read them)."""
     problem = None

@@ -10,6 +10,7 @@ import datasets
 import transformers
 from accelerate import Accelerator
 
+from .cli import RunArguments
 from .errors import InputError
 from .storage import fault_of
 
@@ -38,7 +39,7 @@ class _DropTiedWeightsNotice(logging.Filter):
         return "Removed shared tensor" not in record.getMessage()
 
 
-def start_tracking(accelerator: Accelerator, args):
+def start_tracking(accelerator: Accelerator, args: RunArguments):
     """--with_tracking: the trackers of --report_to, given the run's plain arguments."""
     if not accelerator.log_with:
         raise InputError(f"--with_tracking: no usable tracker for --report_to {args.report_to} (for "

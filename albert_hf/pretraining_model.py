@@ -3,6 +3,7 @@ against the tokenizer, loaded once under FSDP's RAM-efficient loading, compiled 
 
 import torch
 
+from .cli import RunArguments
 from .configuration_albert_hf import AlbertHFConfig
 from .distributed import load_on_first_process, shard_model
 from .errors import InputError
@@ -13,7 +14,7 @@ from .optimization import AdamWeightDecay, Lamb, parameter_groups
 OPTIMIZERS = {"lamb": Lamb, "adamw": AdamWeightDecay}
 
 
-def check_positions(args) -> None:
+def check_positions(args: RunArguments) -> None:
     """--max_seq_length against the positions of the model the run will build or load, before any data is read:
     the one check of that limit for a run (the model, the pair builder and the collator each keep their own for
     callers that use them directly)."""
@@ -29,7 +30,7 @@ def check_positions(args) -> None:
                          f"{positions}")
 
 
-def new_model_config(args) -> AlbertHFConfig:
+def new_model_config(args: RunArguments) -> AlbertHFConfig:
     """The config of a model built from scratch: --config_name or the --model_config preset, with --sharing (the
     caller sets the vocabulary)."""
     if args.config_name:
@@ -42,7 +43,7 @@ def new_model_config(args) -> AlbertHFConfig:
     return config
 
 
-def build_model(args, tokenizer, gradient_checkpointing: bool = False):
+def build_model(args: RunArguments, tokenizer, gradient_checkpointing: bool = False):
     if args.model_name_or_path:
         with loading("--model_name_or_path", args.model_name_or_path):
             model = AlbertHFForPreTraining.from_pretrained(args.model_name_or_path)
@@ -53,7 +54,7 @@ def build_model(args, tokenizer, gradient_checkpointing: bool = False):
     return finish_model(model, tokenizer, args.task, gradient_checkpointing)
 
 
-def planned_weight_bytes(args) -> int | None:
+def planned_weight_bytes(args: RunArguments) -> int | None:
     """The fp32 weights' size of the model the run will build, before the tokenizer or the corpus is read (with
     --vocab_size for a vocabulary still to be trained), counted on the meta device; None when the config cannot
     be read yet (build_model then says why)."""
@@ -84,7 +85,7 @@ def finish_model(model, tokenizer, task: str, gradient_checkpointing: bool):
     return model
 
 
-def make_optimizer(model, args):
+def make_optimizer(model, args: RunArguments):
     groups = parameter_groups(model, weight_decay=args.weight_decay)
     return OPTIMIZERS[args.optimizer](groups, lr=args.learning_rate, betas=(args.adam_beta1, args.adam_beta2),
                            eps=args.adam_epsilon)
@@ -101,7 +102,7 @@ def compile_note(device: torch.device, mode: str | None) -> str:
     return note
 
 
-def build_run_model(args, tokenizer, accelerator, fsdp_request, notes: list[str]) -> torch.nn.Module:
+def build_run_model(args: RunArguments, tokenizer, accelerator, fsdp_request, notes: list[str]) -> torch.nn.Module:
     """The model of the run: built or loaded (under FSDP's RAM-efficient loading, read by the first process only),
     compiled with --torch_compile, sharded under FSDP2; what the start line says of it is added to `notes`.
     Activations are recomputed in backward with --gradient_checkpointing or the FSDP config's

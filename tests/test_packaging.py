@@ -13,7 +13,8 @@ DISTRIBUTIONS = {"sklearn": "scikit-learn", "yaml": "pyyaml"}
 
 
 def imported_top_level_modules(package_dir) -> dict[str, set[str]]:
-    """{top-level module: the files importing it} for every absolute import in the package (relative ones are its own)."""
+    """{top-level module: the files importing it} for every absolute import in the package (relative ones are its
+    own)."""
     found = {}
     for path in package_dir.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -199,4 +200,16 @@ def test_no_function_does_several_jobs_in_over_60_lines():
     scripts."""
     found = [f"{path.name}: {where}" for path in sorted([*(REPO / "albert_hf").rglob("*.py"), *REPO.glob("run_*.py")])
              for where in long_functions(path.read_text())]
+    assert not found, found
+
+
+def test_every_arguments_parameter_says_its_type():
+    """A function that takes a job's arguments as `args` annotates them (`cli.RunArguments`, read-only, for
+    run_pretraining.py; TrainingArguments in a Trainer callback), so a reader sees what it receives."""
+    found = []
+    for path in sorted((REPO / "albert_hf").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                found += [f"{path.name}:{node.lineno} {node.name}" for arg in node.args.args + node.args.kwonlyargs
+                          if arg.arg == "args" and arg.annotation is None]
     assert not found, found
