@@ -1,7 +1,7 @@
 """Token classification (named entities, part-of-speech tags) for run_ner.py: reading, word-to-piece label
 alignment, entity metrics and the predictions file.
 
-- Data: CoNLL files (`.conll`, `.txt`, `.iob`: a token and its tag per line, the tag in the last column, a blank
+- Data: CoNLL files (`.conll`, `.txt`, `.iob`, `.bio`: a token and its tag per line, the tag in the last column, a blank
   line between sentences, `-DOCSTART-` lines skipped), `.json`/`.jsonl` rows with a list of tokens and a list of
   tags, or --dataset_name (a Hub dataset, a folder of data files, or a `save_to_disk` folder).
 - Tags: a ClassLabel keeps its names and order; otherwise the training tags, `O` first, then sorted.
@@ -43,7 +43,8 @@ IGNORED = -100
 class NerDataArguments:
     """Data arguments, named as in transformers' run_ner.py."""
 
-    train_file: str | None = field(default=None, metadata={"help": "a CoNLL file (.conll/.txt/.iob) or .json/.jsonl"})
+    train_file: str | None = field(default=None, metadata={
+        "help": "a CoNLL file (.conll/.txt/.iob/.bio) or .json/.jsonl"})
     validation_file: str | None = field(default=None, metadata={"help": "dev data, as --train_file"})
     test_file: str | None = field(default=None, metadata={"help": "test data (its tags, when present, are scored)"})
     dataset_name: str | None = field(default=None, metadata={
