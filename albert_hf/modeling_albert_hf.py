@@ -37,6 +37,25 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_albert_hf import AlbertHFConfig
 
+
+# The inputs every model's forward takes, documented once: `_document_inputs` puts them where a forward's
+# docstring says {inputs}, as transformers' add_start_docstrings_to_model_forward once did.
+INPUTS_DOCSTRING = """\
+input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`): token ids; or `inputs_embeds`.
+attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*): 1 at real tokens,
+    0 at padding; None attends to every position.
+token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): segment ids
+    (0 up to the first [SEP], 1 after); None gives 0 everywhere.
+position_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): None gives
+    0, 1, ..., sequence_length - 1.
+inputs_embeds (`torch.FloatTensor` of shape `(batch_size, sequence_length, embedding_size)`, *optional*):
+    word embeddings (width E) instead of `input_ids`."""
+
+
+def _document_inputs(forward):
+    forward.__doc__ = forward.__doc__.replace("{inputs}", INPUTS_DOCSTRING.replace("\n", "\n" + " " * 12))
+    return forward
+
 # Every Auto class a saved checkpoint should answer to, written into config.json on save, so that a fresh process
 # without albert_hf installed can load any head with trust_remote_code=True.
 AUTO_MAP = {
@@ -460,6 +479,7 @@ class AlbertHFModel(AlbertHFPreTrainedModel):
 
     @merge_with_config_defaults
     @capture_outputs
+    @_document_inputs
     def forward(
         self,
         input_ids=None,
@@ -474,15 +494,7 @@ class AlbertHFModel(AlbertHFPreTrainedModel):
         r"""The encoder's hidden states, and the pooled [CLS] output.
 
         Args:
-            input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`): token ids; or `inputs_embeds`.
-            attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*): 1 at real tokens,
-                0 at padding; None attends to every position.
-            token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): segment ids
-                (0 up to the first [SEP], 1 after); None gives 0 everywhere.
-            position_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): None gives
-                0, 1, ..., sequence_length - 1.
-            inputs_embeds (`torch.FloatTensor` of shape `(batch_size, sequence_length, embedding_size)`, *optional*):
-                word embeddings (width E) instead of `input_ids`.
+            {inputs}
             last_layer_positions (`torch.LongTensor` of shape `(batch_size, Q)`, *optional*): compute the last block
                 only at these positions of each row (keys and values still cover every token); `last_hidden_state` is
                 then `(batch_size, Q, hidden_size)` and the pooler reads its first column, so put the [CLS] position
@@ -665,6 +677,7 @@ class AlbertHFForPreTraining(AlbertHFPreTrainedModel):
         return self.mlm_logits_and_loss(self.predictions, masked_states, labels[masked])
 
     @can_return_tuple
+    @_document_inputs
     def forward(
         self,
         input_ids=None,
@@ -681,15 +694,7 @@ class AlbertHFForPreTraining(AlbertHFPreTrainedModel):
         r"""The MLM and SOP logits, and their losses for the labels given.
 
         Args:
-            input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`): token ids; or `inputs_embeds`.
-            attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*): 1 at real tokens,
-                0 at padding; None attends to every position.
-            token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): segment ids
-                (0 up to the first [SEP], 1 after); None gives 0 everywhere.
-            position_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): None gives
-                0, 1, ..., sequence_length - 1.
-            inputs_embeds (`torch.FloatTensor` of shape `(batch_size, sequence_length, embedding_size)`, *optional*):
-                word embeddings (width E) instead of `input_ids`.
+            {inputs}
             labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): MLM targets, -100
                 where not predicted. When given, the MLM head runs only at the predicted positions (see
                 `AlbertHFForPreTrainingOutput`).
@@ -772,6 +777,7 @@ class AlbertHFForMaskedLM(AlbertHFPreTrainedModel):
         self.predictions.bias = new_embeddings.bias
 
     @can_return_tuple
+    @_document_inputs
     def forward(
         self,
         input_ids=None,
@@ -786,15 +792,7 @@ class AlbertHFForMaskedLM(AlbertHFPreTrainedModel):
         r"""The MLM logits at every position, and the loss for `labels`.
 
         Args:
-            input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`): token ids; or `inputs_embeds`.
-            attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*): 1 at real tokens,
-                0 at padding; None attends to every position.
-            token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): segment ids
-                (0 up to the first [SEP], 1 after); None gives 0 everywhere.
-            position_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): None gives
-                0, 1, ..., sequence_length - 1.
-            inputs_embeds (`torch.FloatTensor` of shape `(batch_size, sequence_length, embedding_size)`, *optional*):
-                word embeddings (width E) instead of `input_ids`.
+            {inputs}
             labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): MLM targets, -100
                 where not predicted.
             num_items_in_batch (`int` or `torch.Tensor`, *optional*): Trainer's count of the labelled tokens of the
@@ -844,6 +842,7 @@ class AlbertHFForSequenceClassification(AlbertHFPreTrainedModel):
         self.post_init()
 
     @can_return_tuple
+    @_document_inputs
     def forward(
         self,
         input_ids=None,
@@ -857,15 +856,7 @@ class AlbertHFForSequenceClassification(AlbertHFPreTrainedModel):
         r"""Class logits (or a regression value) from the pooled [CLS] output.
 
         Args:
-            input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`): token ids; or `inputs_embeds`.
-            attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*): 1 at real tokens,
-                0 at padding; None attends to every position.
-            token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): segment ids
-                (0 up to the first [SEP], 1 after); None gives 0 everywhere.
-            position_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): None gives
-                0, 1, ..., sequence_length - 1.
-            inputs_embeds (`torch.FloatTensor` of shape `(batch_size, sequence_length, embedding_size)`, *optional*):
-                word embeddings (width E) instead of `input_ids`.
+            {inputs}
             labels (`torch.Tensor`, *optional*): `(batch_size,)` class ids, `(batch_size,)` floats for regression
                 (`num_labels == 1`), or `(batch_size, num_labels)` floats for multi-label classification. When
                 `config.problem_type` is None, it is set from the first labels seen: regression when
@@ -993,6 +984,7 @@ class AlbertHFForQuestionAnswering(AlbertHFPreTrainedModel):
         self.post_init()
 
     @can_return_tuple
+    @_document_inputs
     def forward(
         self,
         input_ids=None,
@@ -1007,15 +999,7 @@ class AlbertHFForQuestionAnswering(AlbertHFPreTrainedModel):
         r"""Start and end logits of the answer span at every position (padding included).
 
         Args:
-            input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`): token ids; or `inputs_embeds`.
-            attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*): 1 at real tokens,
-                0 at padding; None attends to every position.
-            token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): segment ids
-                (0 up to the first [SEP], 1 after); None gives 0 everywhere.
-            position_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): None gives
-                0, 1, ..., sequence_length - 1.
-            inputs_embeds (`torch.FloatTensor` of shape `(batch_size, sequence_length, embedding_size)`, *optional*):
-                word embeddings (width E) instead of `input_ids`.
+            {inputs}
             start_positions, end_positions (`torch.LongTensor` of shape `(batch_size,)`, *optional*): the answer's
                 first and last token; positions past the end of the sequence are left out of the loss.
             **kwargs: `output_hidden_states`, `output_attentions` (eager attention only), `return_dict` (False: a
@@ -1069,6 +1053,7 @@ class AlbertHFForTokenClassification(AlbertHFPreTrainedModel):
         self.post_init()
 
     @can_return_tuple
+    @_document_inputs
     def forward(
         self,
         input_ids=None,
@@ -1083,15 +1068,7 @@ class AlbertHFForTokenClassification(AlbertHFPreTrainedModel):
         r"""Label logits for every token.
 
         Args:
-            input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`): token ids; or `inputs_embeds`.
-            attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*): 1 at real tokens,
-                0 at padding; None attends to every position.
-            token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): segment ids
-                (0 up to the first [SEP], 1 after); None gives 0 everywhere.
-            position_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): None gives
-                0, 1, ..., sequence_length - 1.
-            inputs_embeds (`torch.FloatTensor` of shape `(batch_size, sequence_length, embedding_size)`, *optional*):
-                word embeddings (width E) instead of `input_ids`.
+            {inputs}
             labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): label ids, -100 where
                 not scored.
             num_items_in_batch (`int` or `torch.Tensor`, *optional*): Trainer's count of the labelled tokens of the
@@ -1207,6 +1184,7 @@ class AlbertHFForQuestionAnsweringWithAnswerability(AlbertHFPreTrainedModel):
         self.post_init()
 
     @can_return_tuple
+    @_document_inputs
     def forward(
         self,
         input_ids=None,
@@ -1223,15 +1201,7 @@ class AlbertHFForQuestionAnsweringWithAnswerability(AlbertHFPreTrainedModel):
         r"""The official SQuAD v2.0 head: span log-probabilities and an answerability logit.
 
         Args:
-            input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`): token ids; or `inputs_embeds`.
-            attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*): 1 at real tokens,
-                0 at padding; None attends to every position.
-            token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): segment ids
-                (0 up to the first [SEP], 1 after); None gives 0 everywhere.
-            position_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): None gives
-                0, 1, ..., sequence_length - 1.
-            inputs_embeds (`torch.FloatTensor` of shape `(batch_size, sequence_length, embedding_size)`, *optional*):
-                word embeddings (width E) instead of `input_ids`.
+            {inputs}
             p_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*): 1 where no answer may
                 start or end (the question, [SEP], padding), 0 elsewhere ([CLS], the context); None allows every
                 position.
