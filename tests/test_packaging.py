@@ -143,6 +143,11 @@ def test_only_pretraining_py_sees_the_whole_pretraining_job():
     assert not found, found
 
 
+def code_files() -> list:
+    """albert_hf's modules and the run_*.py scripts: the code the structure rules below hold for."""
+    return sorted([*(REPO / "albert_hf").rglob("*.py"), *REPO.glob("run_*.py")])
+
+
 def assignments_to_arguments(source: str) -> list[str]:
     """`x_args.field = ...` (or +=, or `setattr(x_args, ...)`) anywhere in the source: an arguments object (a name
     ending in `args`) changed."""
@@ -170,8 +175,7 @@ def test_no_code_changes_the_arguments_after_parsing():
     """The scripts' and the pretraining job's arguments keep the values they were checked with: a value that must
     be fitted (a length capped at the model's positions) makes a checked copy (`dataclasses.replace`), and
     --paper_hparams parses the arguments again with the recipe as their defaults (`finetuning.apply_paper_hparams`)."""
-    found = [f"{path.name}:{where}" for path in sorted([*(REPO / "albert_hf").rglob("*.py"), *REPO.glob("run_*.py")])
-             for where in assignments_to_arguments(path.read_text())]
+    found = [f"{path.name}:{where}" for path in code_files() for where in assignments_to_arguments(path.read_text())]
     assert not found, found
 
 
@@ -198,8 +202,7 @@ def test_the_length_finder_counts_code_not_docstrings():
 def test_no_function_does_several_jobs_in_over_60_lines():
     """A function over 60 lines of code is split where it does several jobs; none is left in albert_hf or the
     scripts."""
-    found = [f"{path.name}: {where}" for path in sorted([*(REPO / "albert_hf").rglob("*.py"), *REPO.glob("run_*.py")])
-             for where in long_functions(path.read_text())]
+    found = [f"{path.name}: {where}" for path in code_files() for where in long_functions(path.read_text())]
     assert not found, found
 
 
