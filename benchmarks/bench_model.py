@@ -88,13 +88,15 @@ def matmul_peak(dtype, size=2048, repeat=10) -> float:
     return max(_rates(lambda: a @ b, 2 * size**3, repeat))
 
 
-def albert_flops(config, batch, seq, masked_per_seq=MASKED_PER_SEQ, last_layer_queries=None) -> float:
+def albert_flops(config, batch, seq, masked_per_seq=MASKED_PER_SEQ, last_layer_queries=None,
+                 mlm_rows_per_seq=None) -> float:
     """FLOPs of one training step (backward = 2x forward): the matmuls, attention's included, with the MLM head at
     the masked positions only (as the official code). Every layer computes every position unless
     `last_layer_queries` is given: albert_hf's last layer computes only the positions read after it (the masked
     ones and the first), so it does `last_layer_queries` rows a sequence for its queries, attention output and FFN
-    (keys and values still for all). MFU counts the model's FLOPs (None); the test checks both against torch's
-    FlopCounterMode."""
+    (keys and values still for all). MFU counts the model's FLOPs (both None); what an implementation executes
+    differs: albert_hf's `last_layer_queries=masked_per_seq + 1`, transformers' MLM head at every position
+    (`mlm_rows_per_seq=seq`). The test checks the counts against torch's FlopCounterMode."""
     h, e, i, v, layers = config.hidden_size, config.embedding_size, config.intermediate_size, config.vocab_size, (
         config.num_hidden_layers * config.inner_group_num)
     tokens = batch * seq
@@ -106,7 +108,7 @@ def albert_flops(config, batch, seq, masked_per_seq=MASKED_PER_SEQ, last_layer_q
     forward = 2 * tokens * e * h  # E -> H projection
     forward += (layers - 1) * layer(seq) + layer(last_layer_queries or seq)
     forward += 2 * batch * h * h + 2 * batch * h * 2  # pooler, SOP
-    forward += 2 * batch * masked_per_seq * (h * e + e * v)  # sparse MLM head
+    forward += 2 * batch * (mlm_rows_per_seq or masked_per_seq) * (h * e + e * v)  # the MLM head's rows
     return 3 * forward
 
 

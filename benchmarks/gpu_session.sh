@@ -1,24 +1,26 @@
 #!/usr/bin/env bash
-# Everything a GPU lease runs, as one command that ends within TOTAL_SECONDS (default 580): the shapes users
-# pretrain at against transformers' ALBERT (bench_gpu.py), the loader alone at the same shapes (bench_input.py),
-# --torch_compile's modes at two of them, the demo recipe
-# forced to fp16 with loss scaling, and with DOWNSTREAM=1 pretraining's downstream gain on GLUE
-# (examples/reproduce_downstream.py --gpu, about 6 minutes: first run 2026-11-26, docs/downstream.md). Results
-# go to OUT_DIR as at most 8 files: session.log, bench_gpu.json, bench_input.json, bench_compile.json,
-# demo_fp16.json, downstream.json.
+# Everything a GPU lease runs, as one command that ends within TOTAL_SECONDS (default 560), each part under its own
+# time cap and writing its JSON as it goes: bench_gpu.py eager at every shape against transformers' ALBERT (with
+# albert_hf unmasked and as a whole-step CUDA graph at the base shapes); profile_gpu.py's kernel profile at base
+# 128 x 128 and 32 x 128; --torch_compile's modes (default, reduce-overhead; max-autotune is left out: its
+# autotuning ran past 230 s) with a whole-step graph of the compiled model, at 32 x 128, 128 x 128 and 32 x 512,
+# compile times printed; the demo recipe forced to fp16 with loss scaling if time is left; with DOWNSTREAM=1
+# pretraining's downstream gain on GLUE (examples/reproduce_downstream.py --gpu, about 6 minutes, run alone:
+# docs/downstream.md). Results go to OUT_DIR as at most 8 files: session.log, bench_gpu.json, profile_gpu.json,
+# bench_compile.json, demo_fp16.json, downstream.json.
 #
 #     bash benchmarks/gpu_session.sh OUT_DIR [TOTAL_SECONDS]
 #
 # Run from the repository root. Wheels in .whl/ (packages the GPU image lacks, e.g. datasets) are installed first
-# into /tmp/site. The 2026-11-26 lease (an image with torch 2.11 and transformers 5.17) needed these, fetched for
+# into /tmp/site. The 2026-11 leases (an image with torch 2.11 and transformers 5.17) needed these, fetched for
 # Python 3.12 with `pip download --no-deps --only-binary=:all: --python-version 3.12 --platform
 # manylinux_2_17_x86_64 -d .whl ...`: datasets==5.2.0 evaluate==0.4.6 dill==0.4.1 multiprocess==0.70.19
-# sentencex==1.0.32 transformers==5.24.0. The downstream part reads a folder of plain-text books ($BOOKS, default books/) and the original
-# GLUE download ($GLUE_DIR, default glue_data/), both git-ignored here and carried to the GPU machine; without
-# them it is skipped and says so.
+# sentencex==1.0.32 transformers==5.24.0. The downstream part reads a folder of plain-text books ($BOOKS, default
+# books/) and the original GLUE download ($GLUE_DIR, default glue_data/), both git-ignored here and carried to the
+# GPU machine; without them it is skipped and says so.
 set -u
 out=${1:?usage: gpu_session.sh OUT_DIR [TOTAL_SECONDS]}
-total=${2:-580}
+total=${2:-560}
 books=${BOOKS:-books}
 glue=${GLUE_DIR:-glue_data}
 mkdir -p "$out"
@@ -40,23 +42,26 @@ python3 -c "import torch, transformers, accelerate, datasets, pyarrow, tokenizer
 '| datasets', datasets.__version__, '| pyarrow', pyarrow.__version__, '| tokenizers', tokenizers.__version__,
 '| cores', __import__('os').cpu_count())"
 
-echo "== bench_gpu.py ($(left) s left)"
-timeout 170 python3 benchmarks/bench_gpu.py --out "$out/bench_gpu.json" --time_limit 120
+echo "== bench_gpu.py, eager, every shape ($(left) s left)"
+timeout 210 python3 benchmarks/bench_gpu.py --out "$out/bench_gpu.json" --time_limit 150 --windows 4 --unmasked \
+    --graph_shapes base:32x128 base:128x128 base:32x512
 
-echo "== bench_input.py: the loader alone on this machine's cores ($(left) s left)"
-timeout 60 python3 benchmarks/bench_input.py --gpu_json "$out/bench_gpu.json" --out "$out/bench_input.json" \
-    $([ -d "$books" ] && echo --train_files "$books")
+echo "== profile_gpu.py: the kernels of a step ($(left) s left)"
+timeout 60 python3 benchmarks/profile_gpu.py --out "$out/profile_gpu.json"
 
-echo "== --torch_compile's modes ($(left) s left)"
-timeout 200 python3 benchmarks/bench_gpu.py --out "$out/bench_compile.json" --shapes base:32x128 base:128x128 \
-    --compile_modes default reduce-overhead --compile_shapes base:32x128 base:128x128 --windows 4 --time_limit 120 \
-    2>&1 | grep -v -E "Warning|warn\(|AUTOTUNE|triton_mm|^\s*$"
+echo "== --torch_compile's modes, and a whole-step graph of the compiled model ($(left) s left)"
+cap=$(( $(left) - 40 ))
+timeout $cap python3 benchmarks/bench_gpu.py --out "$out/bench_compile.json" \
+    --shapes base:32x128 base:128x128 base:32x512 --compile_modes default reduce-overhead \
+    --compile_shapes base:32x128 base:128x128 base:32x512 --graph_shapes base:32x128 base:128x128 base:32x512 \
+    --windows 4 --time_limit $(( cap - 90 )) 2>&1 | grep -v -E "Warning|warn\(|AUTOTUNE|triton_mm|^\s*$"
 
 echo "== demo recipe in fp16 with loss scaling ($(left) s left)"
+if [ "$(left)" -lt 80 ]; then echo "skipped: $(left) s left, the demo needs about 75"; else
 rm -rf /tmp/demo_fp16
 # the demo recipe as it is, with only the precision and the folder changed
 { cat recipes/demo.yaml; printf 'mixed_precision: fp16\noutput_dir: /tmp/demo_fp16\n'; } > /tmp/demo_fp16.yaml
-timeout 75 python3 run_pretraining.py /tmp/demo_fp16.yaml 2>&1 | grep -v -E "^\s*$|it/s\]$" | tail -25
+timeout $(( $(left) - 15 )) python3 run_pretraining.py /tmp/demo_fp16.yaml 2>&1 | grep -v -E "^\s*$|it/s\]$" | tail -25
 python3 - "$out/demo_fp16.json" <<'EOF'
 import json, math, sys
 from pathlib import Path
@@ -71,6 +76,7 @@ summary = {"results": json.loads((run / "all_results.json").read_text()) if (run
 Path(sys.argv[1]).write_text(json.dumps(summary, indent=2) + "\n")
 print(json.dumps({k: v for k, v in summary.items() if k != "eval_curve"}))
 EOF
+fi
 
 echo "== downstream: pretrained against random init on GLUE ($(left) s left)"
 if [ "${DOWNSTREAM:-0}" != 1 ]; then

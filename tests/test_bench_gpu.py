@@ -2,6 +2,7 @@
 
 import json
 import sys
+import warnings
 
 import pytest
 import torch
@@ -11,9 +12,12 @@ from torch.utils.flop_counter import FlopCounterMode
 sys.path.insert(0, str(REPO / "benchmarks"))
 try:
     import bench_gpu
+    import profile_gpu
     from bench_model import albert_flops
 finally:
     sys.path.remove(str(REPO / "benchmarks"))
+
+import transformers
 
 from albert_hf import AlbertHFForPreTraining
 
@@ -24,9 +28,22 @@ def counted_step_flops(model, batch: int, seq: int, masked: int) -> int:
     labels = torch.full_like(ids, -100)
     labels[:, 1 : 1 + masked] = ids[:, 1 : 1 + masked]
     with FlopCounterMode(display=False) as counter:
-        loss = model(input_ids=ids, labels=labels, sentence_order_label=torch.zeros(batch, dtype=torch.long)).loss
+        order = torch.zeros(batch, dtype=torch.long)
+        loss = model(input_ids=ids, labels=labels, sentence_order_label=order).loss
         loss.backward()
     return counter.get_total_flops()
+
+
+def test_executed_flops_are_what_torch_counts_for_transformers_albert():
+    # transformers' MLM head runs at every position, whatever the labels: that is what it executes
+    config = tiny_config()
+    theirs = transformers.AlbertForPreTraining(config.to_albert_config()).train()
+    theirs.set_attn_implementation("eager")  # FlopCounterMode does not count SDPA's CPU kernel; eager's matmuls it does
+    batch, seq, masked = 3, 16, 4
+    assert bench_gpu.executed_flops(config, batch, seq, "transformers") == \
+        albert_flops(config, batch, seq, masked_per_seq=20, mlm_rows_per_seq=seq)
+    assert albert_flops(config, batch, seq, masked, mlm_rows_per_seq=seq) == \
+        counted_step_flops(theirs, batch, seq, masked)
 
 
 @pytest.mark.parametrize("groups", [{}, {"num_hidden_groups": 2, "inner_group_num": 2, "num_hidden_layers": 4}])
@@ -44,14 +61,60 @@ def test_flop_count_is_what_torch_counts_for_the_positions_albert_hf_computes(gr
         (skipped > 0)
 
 
-@pytest.mark.parametrize("name, peak", [("NVIDIA H100 80GB HBM3", 989.0), ("NVIDIA H100 PCIe", 756.0),
-                                        ("NVIDIA H200", 989.0), ("NVIDIA A100-SXM4-80GB", 312.0),
-                                        ("NVIDIA L4", 121.0), ("NVIDIA L40S", 362.0), ("Tesla T4", 65.0),
-                                        ("Tesla V100-SXM2-32GB", 125.0), ("NVIDIA GeForce RTX 4090", None)])
-def test_spec_peak_is_read_by_device_name(monkeypatch, name, peak):
+@pytest.mark.parametrize("name, peak, tf32", [
+    ("NVIDIA H100 80GB HBM3", 989.0, 494.5), ("NVIDIA H100 PCIe", 756.0, 378.0), ("NVIDIA H100 NVL", 835.0, 417.5),
+    ("NVIDIA H200", 989.0, 494.5), ("NVIDIA H200 NVL", 835.0, 417.5), ("NVIDIA A100-SXM4-80GB", 312.0, 156.0),
+    ("NVIDIA L4", 121.0, 60.0), ("NVIDIA L40S", 362.0, 183.0), ("Tesla T4", 65.0, 8.1),
+    ("Tesla V100-SXM2-32GB", 125.0, 15.7), ("Tesla V100-PCIE-32GB", 112.0, 14.0),
+    ("NVIDIA GeForce RTX 4090", None, None)])
+def test_spec_peak_is_read_by_device_name_and_mode(monkeypatch, name, peak, tf32):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
     assert bench_gpu.spec_peak(torch.device("cuda")) == peak
+    assert bench_gpu.spec_peak(torch.device("cuda"), "fp32") == tf32
     assert bench_gpu.spec_peak(torch.device("cpu")) is None
+
+
+def warns_of_syncs(times: int):
+    def run():
+        for _ in range(times):
+            warnings.warn("called a synchronizing CUDA operation")
+    return run
+
+
+@pytest.mark.parametrize("planted, reported", [(1, 3), (0, None), (2, None)])
+def test_host_syncs_are_reported_only_once_a_planted_item_read_one(monkeypatch, planted, reported):
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", lambda mode: None)
+    counted = bench_gpu.host_syncs(warns_of_syncs(3), torch.device("cuda"), planted=warns_of_syncs(planted))
+    assert counted == {"host_syncs_per_step": reported, "planted_item_counted": planted}
+
+
+@pytest.mark.parametrize("kernel, group", [
+    ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_bias_TNT", "GEMM"), ("sm90_xmma_gemm_bf16bf16_bf16f32", "GEMM"),
+    ("cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16", "attention"),
+    ("fmha_cutlassF_bf16_aligned_64x64_rf_sm80", "attention"), ("void pytorch_flash::flash_fwd_kernel", "attention"),
+    ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<LpNormFunctor>", "optimizer and clipping"),
+    ("void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda", "copies and memsets"),
+    ("Memset (Device)", "copies and memsets"),
+    ("void at::native::(anonymous namespace)::GammaBetaBackwardCUDAKernelTemplate<float>",
+     "elementwise / LayerNorm / GELU"),
+    ("void at::native::vectorized_elementwise_kernel<8, at::native::GeluBackwardCUDAKernelImpl",
+     "elementwise / LayerNorm / GELU"),
+    ("void at::native::cunn_SoftMaxForward<8, float>", "loss"), ("some_other_kernel", "other")])
+def test_profile_groups_kernels_by_name(kernel, group):
+    assert profile_gpu.group_of(kernel) == group
+
+
+def test_profile_leaves_out_the_ranges_torch_marks_on_the_gpu_but_keeps_kernels_with_lambdas():
+    assert profile_gpu.GPU_RANGE.match("Optimizer.step#Lamb.step") and profile_gpu.GPU_RANGE.match("ProfilerStep#3")
+    assert not profile_gpu.GPU_RANGE.match("void at::native::unrolled_elementwise_kernel<at::native::direct_copy_"
+                                           "kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()()")
+    assert not profile_gpu.GPU_RANGE.match("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT")
+
+
+def test_profile_idle_is_the_span_less_the_union_of_kernels():
+    # overlapping and nested intervals count once: busy 0-15 and 20-30, so 25 of a span of 30
+    assert profile_gpu.busy_union([(20, 30), (0, 10), (5, 15), (22, 25)]) == 25
+    assert profile_gpu.busy_union([]) == 0
 
 
 def test_shapes_parse():
@@ -75,6 +138,11 @@ def test_bench_gpu_runs_on_the_cpu_and_writes_every_shape(tmp_path, capsys):
             cell = row[name]
             assert cell["tokens_per_s"] > 0 and cell["step_ms"] > 0
             assert 0 < cell["mfu_gemm"] and cell["mfu_spec"] is None  # a CPU has no spec peak in the table
+            executed = bench_gpu.executed_flops(tiny_config(), row["batch"], row["seq"], name)
+            assert cell["tflops_executed"] == pytest.approx(cell["tflops"] * executed / row["flops_per_step"])
+        # transformers runs SDPA's CPU kernel; albert_hf's CPU training path computes short attention as matmuls
+        assert row["transformers"]["attention"] == ["flash (CPU)"]
+        assert row["albert_hf"]["attention"] == ["matmul + softmax"]
         assert row["ratio"] == pytest.approx(row["albert_hf"]["tokens_per_s"] / row["transformers"]["tokens_per_s"])
         assert 0 < row["albert_hf"]["update_share"] < 1
         assert row["flops_per_step"] == albert_flops(tiny_config(), row["batch"], row["seq"])
