@@ -32,9 +32,15 @@ pretrain: setup
 # file's tests in one worker so that its module fixtures run once, the slowest files first (conftest.SLOWEST_FILES;
 # xdist would otherwise order the files by their number of tests). The scripts the tests start are forked from an
 # interpreter that has imported the stack once per worker (tests/preloaded.py): 3 s of imports saved a process.
-PYTEST = HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HOME=$$(mktemp -d) \
+# The suite runs in an environment reduced to what it needs (`env -i`): PATH, HOME, a UTF-8 locale, TMPDIR and
+# ALBERT_HF_TEST_THREADS where set, and the variables below. A variable of the developer's shell cannot change the
+# outcome: PYTHONUNBUFFERED, set on the machines this was written on, once hid a test that failed everywhere else.
+CLEAN_ENV = env -i PATH="$$PATH" HOME="$$HOME" LANG=C.UTF-8 $${TMPDIR:+TMPDIR="$$TMPDIR"} \
+	$${ALBERT_HF_TEST_THREADS:+ALBERT_HF_TEST_THREADS="$$ALBERT_HF_TEST_THREADS"}
+PYTEST_RUN = HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HOME=$$(mktemp -d) \
 	TORCHINDUCTOR_CACHE_DIR=$$(mktemp -d) \
 	$(BIN)/python -m pytest -q -p no:cacheprovider --numprocesses auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder
+PYTEST = $(CLEAN_ENV) $(PYTEST_RUN)
 # Most CI runners and cloud VMs have AVX2 and no AVX-512: a trained model's last bits differ there. On a CPU with
 # AVX-512 (or AMX), the tests that train and assert on the outcome (marker `trains`) run a second time with torch's,
 # oneDNN's and MKL's kernels capped at AVX2, so that a test which holds only on this CPU's kernels fails here too.
@@ -44,7 +50,7 @@ test: setup
 	$(PYTEST) tests
 	@if [ "$$($(BIN)/python -c 'import torch; print(torch.backends.cpu.get_cpu_capability())')" = AVX512 ]; then \
 		echo "make test: the tests marked 'trains' again, with the kernels capped at AVX2"; \
-		$(AVX2_CAPS) $(PYTEST) -m trains tests; \
+		$(CLEAN_ENV) $(AVX2_CAPS) $(PYTEST_RUN) -m trains tests; \
 	else \
 		echo "make test: no AVX-512 kernels on this CPU, so the run above already had what the AVX2 caps give"; \
 	fi

@@ -11,6 +11,10 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Tests read a started script's output while it runs (its first logged loss says it is training): block-buffered,
+# a line shows only once the process ends. Set here for every process a test starts (and the preloaded server whose
+# stdout forked scripts inherit), not left to the shell the suite happens to run in.
+os.environ["PYTHONUNBUFFERED"] = "1"
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
