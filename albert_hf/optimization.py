@@ -93,7 +93,10 @@ def _single_tensor_update(params, grads, exp_avgs, exp_avg_sqs, *, dtype, lr, be
             u.add_(w, alpha=weight_decay)
         if trust_ratio:
             u.mul_(_trust_ratio(torch.linalg.vector_norm(w), torch.linalg.vector_norm(u)))
-        w.add_(u, alpha=-lr)
+        if isinstance(lr, torch.Tensor):  # a device tensor (a captured step reads each step's value)
+            w.sub_(u.mul_(lr))
+        else:
+            w.add_(u, alpha=-lr)
         if w is not param:  # low-precision param: write back the fp32 result, rounded once
             param.copy_(w)
 
@@ -119,7 +122,11 @@ def _foreach_update(params, grads, exp_avgs, exp_avg_sqs, *, dtype, lr, betas, e
         ratio = _trust_ratio(torch.stack(torch._foreach_norm(weights)), torch.stack(torch._foreach_norm(updates)))
         torch._foreach_mul_(updates, list(ratio.unbind(0)))
 
-    torch._foreach_add_(weights, updates, alpha=-lr)
+    if isinstance(lr, torch.Tensor):  # a device tensor (a captured step reads each step's value)
+        torch._foreach_mul_(updates, lr)
+        torch._foreach_sub_(weights, updates)
+    else:
+        torch._foreach_add_(weights, updates, alpha=-lr)
     for param, weight in zip(params, weights):
         if weight is not param:
             param.copy_(weight)
@@ -148,7 +155,7 @@ class _UncorrectedAdam(Optimizer):
         # Validate every group (including the defaults it inherits), not just the constructor arguments.
         super().add_param_group(param_group)
         group = self.param_groups[-1]
-        if not 0.0 <= group["lr"]:
+        if not 0.0 <= float(group["lr"]):  # a float, or a 0-dim tensor (`pretraining_graph`)
             raise ValueError(f"Invalid lr: {group['lr']} (must be >= 0)")
         if not 0.0 <= group["eps"]:
             raise ValueError(f"Invalid eps: {group['eps']} (must be >= 0)")
@@ -222,7 +229,9 @@ class Lamb(_UncorrectedAdam):
     Args:
         params: parameters or groups, normally `parameter_groups(model)` (which sets the official exclusions per
             group: weight_decay 0 and exclude_from_layer_adaptation True for LayerNorm and bias).
-        lr: peak learning rate (official pretraining: 0.00176 at batch 4096).
+        lr: peak learning rate (official pretraining: 0.00176 at batch 4096). A group's lr may also be a 0-dim
+            tensor on the params' device, which torch's schedules fill in place: a step captured in a CUDA graph then
+            reads each step's value (`pretraining_graph.StepGraph`).
         betas, eps, weight_decay: official values by default (0.9, 0.999), 1e-6, 0.01.
         exclude_from_layer_adaptation: default for groups that do not set it.
         foreach: use the batched `torch._foreach_*` kernels (None: only for params not on CPU, as torch.optim does).

@@ -27,7 +27,8 @@ import datasets
 import torch
 import transformers
 from accelerate import Accelerator
-from accelerate.utils import DataLoaderConfiguration, DistributedType, ProjectConfiguration, send_to_device, set_seed
+from accelerate.utils import (AutocastKwargs, DataLoaderConfiguration, DistributedType, ProjectConfiguration,
+                               send_to_device, set_seed)
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 from transformers import AutoModel, HfArgumentParser
@@ -50,6 +51,7 @@ from .final_folder import held_out_fill_mask, save_final_model, where_trained
 from .hub import push_folder
 from .optimization import get_official_schedule
 from .preemption import PREEMPTED, StopOnSignal
+from . import pretraining_graph
 from .pretraining_data import TASKS as PAIR_TASKS
 from .pretraining_inputs import build_inputs, check_train_files, preprocess
 from .pretraining_model import (OPTIMIZERS, build_run_model, check_positions, make_optimizer,
@@ -66,8 +68,8 @@ logger = logging.getLogger("albert_hf.pretraining")
 # Command line: five groups of arguments (HfArgumentParser: `run_pretraining.py args.yaml` works), one namespace.
 
 
-# torch.compile modes (--torch_compile_mode)
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
+# torch.compile modes (--torch_compile_mode), and ours: the blocks compiled, the whole step one CUDA graph
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune", pretraining_graph.MODE)
 
 @dataclass
 class ModelArguments:
@@ -97,7 +99,9 @@ class ModelArguments:
         "selection stay on. Dynamic shapes on CPUs, static on GPUs (one batch shape there)"})
     torch_compile_mode: str | None = field(default=None, metadata={
         "help": "torch.compile's mode; as in transformers, giving it turns --torch_compile on. reduce-overhead "
-        "replays CUDA graphs on a GPU", "choices": list(COMPILE_MODES)})
+        f"replays CUDA graphs of the compiled blocks on a GPU; {pretraining_graph.MODE} compiles them in the default "
+        "mode and captures the whole training step (forward, backward, clipping, the update) as one CUDA graph: one "
+        "process on a CUDA device, bf16 or fp32, no activation checkpointing", "choices": list(COMPILE_MODES)})
     trust_remote_code: bool = field(default=False, metadata={
         "help": "allow code from --tokenizer_name's repository (a tokenizer class of its own)"})
 
@@ -310,6 +314,7 @@ class Pretraining:
     global_batch: int
     hardware: Hardware
     precision: Precision
+    step_graph: pretraining_graph.StepGraph | None = None  # --torch_compile_mode whole-step-graph
 
     @property
     def output_dir(self) -> Path:
@@ -335,8 +340,16 @@ def setup(args: RunArguments):
         project_config=ProjectConfiguration(project_dir=args.output_dir, logging_dir=f"{args.output_dir}/runs"),
         # batches are copied to a GPU from pinned memory without waiting (DataLoader's pin_memory)
         dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, non_blocking=torch.cuda.is_available()),
+        # a captured step must not reuse weights cast during the capture (torch.cuda.graphs' rule for autocast)
+        kwargs_handlers=([AutocastKwargs(cache_enabled=False)] if args.torch_compile_mode == pretraining_graph.MODE
+                         else None),
     )
     start_logging(accelerator.is_main_process)
+    if args.torch_compile_mode == pretraining_graph.MODE:
+        reason = pretraining_graph.refusal(accelerator, args.gradient_checkpointing or (
+            fsdp_request is not None and fsdp_request.activation_checkpointing))
+        if reason:
+            raise InputError(reason)
     if precision.warning and accelerator.is_main_process:  # first, before the data is built: stop a slow run early
         logger.warning(precision.warning)
     if accelerator.distributed_type == DistributedType.DEEPSPEED:
@@ -399,9 +412,22 @@ def prepare(args: RunArguments) -> Pretraining:
                 f"{num_parameters:,}", global_batch, args.max_seq_length, args.max_train_steps,
                 describe(accelerator, model, hardware), precision.describe(),
                 "".join(f"; {note}" for note in notes))
+    graph = (pretraining_graph.StepGraph(model, optimizer, accelerator, args.max_grad_norm, args.loss_normalization)
+             if args.torch_compile_mode == pretraining_graph.MODE else None)
     return Pretraining(args, accelerator, inputs.tokenizer, model, optimizer, scheduler, inputs.collate,
                        train_dataloader, eval_dataloader, inputs.eval_documents, checkpoints, num_parameters,
-                       global_batch, hardware, precision)
+                       global_batch, hardware, precision, graph)
+
+
+def optimizer_step(run: Pretraining, micro_batches) -> torch.Tensor:
+    """One optimizer step (`training_step`), or with --torch_compile_mode whole-step-graph a replay of the captured
+    step and the schedule's step; the six counts of `step_counts`."""
+    if run.step_graph is None:
+        return training_step(run.model, micro_batches, run.optimizer, run.scheduler, run.accelerator,
+                             run.args.max_grad_norm, run.args.loss_normalization)
+    counts = run.step_graph(micro_batches)
+    run.scheduler.step()
+    return counts
 
 
 def fit(run: Pretraining, stop: StopOnSignal | None = None) -> FitResult:
@@ -420,8 +446,7 @@ def fit(run: Pretraining, stop: StopOnSignal | None = None) -> FitResult:
             for micro_batches in accumulation_groups(epoch_batches(run, state), args.gradient_accumulation_steps):
                 state.batches_in_epoch += len(micro_batches)
                 began = time.perf_counter()
-                counts = training_step(run.model, micro_batches, run.optimizer, run.scheduler, accelerator,
-                                       args.max_grad_norm, args.loss_normalization)
+                counts = optimizer_step(run, micro_batches)
                 if args.torch_compile and not compiled:  # the first step compiles
                     compiled = True
                     logger.info("torch.compile: the first step took %.1f s, compiling included",
@@ -509,7 +534,7 @@ def epoch_batches(run: Pretraining, state: TrainingState):
 
 def log_window(run: Pretraining, state: TrainingState, log, progress):
     """A collective: the training means of the window, into the progress bar and the metrics log."""
-    metrics = state.window_metrics(run.accelerator, run.args.task, run.scheduler.get_last_lr()[0])
+    metrics = state.window_metrics(run.accelerator, run.args.task, float(run.scheduler.get_last_lr()[0]))
     progress.set_postfix({k.replace("_accuracy", "_acc"): f"{v:.3g}" for k, v in metrics.items() if k != "lr"})
     log.write(state.step, {f"train_{k}" if k not in ("lr", "tokens_per_second", "skipped_steps") else k: v
                            for k, v in metrics.items()})

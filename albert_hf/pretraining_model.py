@@ -92,13 +92,16 @@ def make_optimizer(model, args: RunArguments):
 
 
 def compile_note(device: torch.device, mode: str | None) -> str:
-    """What the start line says of --torch_compile. Its GPU form (static shapes, the heads compiled, a mode) has
-    not been timed on a GPU; the earlier per-block form ran slower than eager there (BENCHMARKS.md, "On a GPU")."""
+    """What the start line says of --torch_compile; measured on an H200 (BENCHMARKS.md, "second lease")."""
     shapes = "static shapes" if device.type == "cuda" else "dynamic shapes"
+    if mode == "whole-step-graph":
+        return (f"torch.compile (mode default, {shapes}) of each distinct block and the MLM head with its loss, and "
+                "the whole training step (forward, backward, clipping, the update) captured as one CUDA graph at the "
+                "first step and replayed")
     note = f"torch.compile (mode {mode or 'default'}, {shapes}) of each distinct block and the MLM head with its loss"
-    if device.type == "cuda":
-        note += ("; on GPUs not yet timed in this form (the earlier per-block form ran slower than eager on an "
-                 "H200: BENCHMARKS.md, \"On a GPU\"); kept as asked")
+    if device.type == "cuda" and mode in (None, "default"):
+        note += ("; on an H200 this ran no faster than eager where the host limits the step (BENCHMARKS.md); "
+                 "--torch_compile_mode whole-step-graph removes the host's share")
     return note
 
 
@@ -121,8 +124,8 @@ def build_run_model(args: RunArguments, tokenizer, accelerator, fsdp_request, no
             notes.append("fsdp_cpu_ram_efficient_loading: nothing to load (no --model_name_or_path); every "
                          "process builds the same weights from --seed")
         model = build_model(args, tokenizer, checkpointing)
-    if args.torch_compile:
-        mode = {"mode": args.torch_compile_mode} if args.torch_compile_mode else {}
+    if args.torch_compile:  # whole-step-graph: the blocks in the default mode, inside the step's graph
+        mode = {"mode": args.torch_compile_mode} if args.torch_compile_mode not in (None, "whole-step-graph") else {}
         # one batch shape on CUDA devices (the collator's static_shapes), a new row count every batch elsewhere
         model.compile_blocks(dynamic=accelerator.device.type != "cuda", **mode)
         notes.append(compile_note(accelerator.device, args.torch_compile_mode))

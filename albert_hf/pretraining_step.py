@@ -68,7 +68,7 @@ def step_counts(outputs, batch) -> torch.Tensor:
     if order is not None and outputs.sop_loss is not None:
         counts[3] = outputs.sop_loss.double() * order.numel()
         counts[4] = (outputs.sop_logits.argmax(-1) == order).sum()
-        counts[5] = order.numel()
+        counts[5].fill_(order.numel())  # fill_: a kernel (an assignment would copy from the host)
     return counts
 
 
@@ -173,13 +173,24 @@ def weighted_loss(outputs, batch, weights: torch.Tensor) -> torch.Tensor:
 
 def training_step(model, micro_batches, optimizer, scheduler, accelerator, max_grad_norm,
                   normalization: str = "global") -> torch.Tensor:
-    """One optimizer step over its micro-batches: forward and backward of each (the processes' gradients are
-    synchronised on the last one only), then clipping and the update. Returns the six counts of `step_counts`,
-    summed over the micro-batches.
+    """One optimizer step over its micro-batches (`accumulate_and_update`), then the schedule's step. Returns the six
+    counts of `step_counts`, summed over the micro-batches.
 
     Under fp16 the grad scaler skips an update whose gradients overflowed (the weights are left untouched);
     the schedule then does not advance either, as in transformers' Trainer.
     """
+    counts = accumulate_and_update(model, micro_batches, optimizer, accelerator, max_grad_norm, normalization)
+    if not accelerator.optimizer_step_was_skipped:
+        scheduler.step()
+    return counts
+
+
+def accumulate_and_update(model, micro_batches, optimizer, accelerator, max_grad_norm,
+                          normalization: str = "global") -> torch.Tensor:
+    """The device's part of a step: forward and backward of each micro-batch (the processes' gradients are
+    synchronised on the last one only), clipping, the update, the gradients freed. Nothing is read back to the
+    host, so that one process's step can be captured as a CUDA graph (`pretraining_graph.StepGraph`). Returns the
+    six counts of `step_counts`, summed over the micro-batches."""
     weights = loss_weights(micro_batches, accelerator, normalization)
     counts = 0
     for i, batch in enumerate(micro_batches):
@@ -193,8 +204,6 @@ def training_step(model, micro_batches, optimizer, scheduler, accelerator, max_g
     if max_grad_norm:
         accelerator.clip_grad_norm_(model.parameters(), max_grad_norm)  # global norm, after unscaling
     optimizer.step()
-    if not accelerator.optimizer_step_was_skipped:
-        scheduler.step()
     optimizer.zero_grad(set_to_none=True)
     return counts
 

@@ -4,10 +4,12 @@
 # albert_hf unmasked and as a whole-step CUDA graph at the base shapes); profile_gpu.py's kernel profile at base
 # 128 x 128 and 32 x 128; --torch_compile's modes (default, reduce-overhead; max-autotune is left out: its
 # autotuning ran past 230 s) with a whole-step graph of the compiled model, at 32 x 128, 128 x 128 and 32 x 512,
-# compile times printed; the demo recipe forced to fp16 with loss scaling if time is left; with DOWNSTREAM=1
-# pretraining's downstream gain on GLUE (examples/reproduce_downstream.py --gpu, about 6 minutes, run alone:
-# docs/downstream.md). Results go to OUT_DIR as at most 8 files: session.log, bench_gpu.json, profile_gpu.json,
-# bench_compile.json, demo_fp16.json, downstream.json.
+# compile times printed; run_pretraining.py itself eager, compiled and with --torch_compile_mode whole-step-graph
+# (benchmarks/check_step_graph.py, on $BOOKS), and that mode across epoch ends; the demo recipe forced to fp16 with
+# loss scaling if time is left; with DOWNSTREAM=1 pretraining's downstream gain on GLUE
+# (examples/reproduce_downstream.py --gpu, about 6 minutes, run alone: docs/downstream.md). Results go to OUT_DIR
+# as at most 8 files: session.log, bench_gpu.json, profile_gpu.json, bench_compile.json, check_step_graph.json,
+# demo_fp16.json, downstream.json.
 #
 #     bash benchmarks/gpu_session.sh OUT_DIR [TOTAL_SECONDS]
 #
@@ -50,11 +52,23 @@ echo "== profile_gpu.py: the kernels of a step ($(left) s left)"
 timeout 60 python3 benchmarks/profile_gpu.py --out "$out/profile_gpu.json"
 
 echo "== --torch_compile's modes, and a whole-step graph of the compiled model ($(left) s left)"
-cap=$(( $(left) - 40 ))
+cap=$(( $(left) - 220 ))  # what the parts after it need
 timeout $cap python3 benchmarks/bench_gpu.py --out "$out/bench_compile.json" \
     --shapes base:32x128 base:128x128 base:32x512 --compile_modes default reduce-overhead \
     --compile_shapes base:32x128 base:128x128 base:32x512 --graph_shapes base:32x128 base:128x128 base:32x512 \
     --windows 4 --time_limit $(( cap - 90 )) 2>&1 | grep -v -E "Warning|warn\(|AUTOTUNE|triton_mm|^\s*$"
+
+echo "== run_pretraining.py eager, compiled and as a whole-step graph at base 32 x 128 ($(left) s left)"
+if [ -d "$books" ]; then
+    timeout $(( $(left) > 200 ? 150 : $(left) - 50 )) python3 benchmarks/check_step_graph.py --train_files "$books" \
+        --out "$out/check_step_graph.json" --timeout 70
+    # an epoch of the embedded corpus ends every few steps: the shorter last batch runs eagerly between replays
+    timeout 60 python3 run_pretraining.py --torch_compile_mode whole-step-graph --max_seq_length 128 \
+        --per_device_train_batch_size 32 --max_train_steps 30 --logging_steps 5 --eval_steps 10 \
+        --output_dir /tmp/step_graph_epochs --overwrite_output_dir 2>&1 | grep -v -E "^\s*$|it/s\]$" | tail -12
+else
+    echo "skipped: $books is not a folder of text files (set BOOKS)"
+fi
 
 echo "== demo recipe in fp16 with loss scaling ($(left) s left)"
 if [ "$(left)" -lt 80 ]; then echo "skipped: $(left) s left, the demo needs about 75"; else

@@ -114,14 +114,21 @@ def test_the_start_line_pieces_name_the_device_the_kind_the_threads_and_the_reas
     assert V100.fast_precisions == ("fp16", "fp32") and H100.fast_precisions == ("bf16", "fp16", "tf32", "fp32")
 
 
-def test_torch_compile_start_line_names_the_mode_and_on_a_gpu_says_it_is_not_yet_timed():
+def test_torch_compile_start_line_names_the_mode_and_what_the_gpu_measured():
     from albert_hf.pretraining_model import compile_note
 
     assert compile_note(torch.device("cpu"), None) == ("torch.compile (mode default, dynamic shapes) of each "
                                                        "distinct block and the MLM head with its loss")
-    note = compile_note(torch.device("cuda", 0), "reduce-overhead")
-    assert note.startswith("torch.compile (mode reduce-overhead, static shapes)")
-    assert "not yet timed" in note and "slower than eager" in note and note.endswith("kept as asked")
+    # the default mode on a GPU: no faster than eager where the host limits the step, and where to go instead
+    note = compile_note(torch.device("cuda", 0), None)
+    assert note.startswith("torch.compile (mode default, static shapes)")
+    assert "no faster than eager" in note and note.endswith("--torch_compile_mode whole-step-graph removes the "
+                                                             "host's share")
+    assert compile_note(torch.device("cuda", 0), "reduce-overhead") == (
+        "torch.compile (mode reduce-overhead, static shapes) of each distinct block and the MLM head with its loss")
+    note = compile_note(torch.device("cuda", 0), "whole-step-graph")
+    assert note.startswith("torch.compile (mode default, static shapes)")
+    assert "the whole training step (forward, backward, clipping, the update) captured as one CUDA graph" in note
 
 
 def test_fine_tuning_warns_for_bf16_only_where_the_hardware_lacks_it():

@@ -1,0 +1,147 @@
+"""--torch_compile_mode whole-step-graph: what a CPU can check of it. The capture itself needs CUDA (checked on a GPU
+by benchmarks/gpu_session.sh); here a stand-in that runs what it captures replaces the CUDA graph, so the static
+buffers, the device learning rate, the undone warm-up and the eager steps of other shapes are checked against the
+eager loop; and every refusal is one line."""
+
+import contextlib
+import logging
+from types import SimpleNamespace
+
+import pytest
+import torch
+from conftest import tiny_config
+from test_pretraining import pretrain
+
+from albert_hf import AlbertHFForPreTraining
+from albert_hf.data_collator import fixed_size_positions
+from albert_hf.optimization import Lamb, get_official_schedule, parameter_groups
+from albert_hf.pretraining_graph import MODE, StepGraph, refusal
+from albert_hf.pretraining_step import training_step
+
+
+class RunsAtCapture:
+    """A CUDA graph's stand-in on a CPU: capture runs the body (StepGraph undoes it, as a real capture runs
+    nothing), a replay runs it again and writes its result into the captured output. It keeps the weights it found
+    at capture: a real capture records the step from there."""
+
+    runs_at_capture = True
+
+    def __init__(self, model):
+        self.model = model
+
+    def warming_up(self):
+        return contextlib.nullcontext()
+
+    def capture(self, body):
+        self.weights_at_capture = [p.detach().clone() for p in self.model.parameters()]
+        self.body = body
+        self.output = body()
+        return self.output
+
+    def replay(self):
+        self.output.copy_(self.body())
+
+
+def batch(rows: int, seq: int = 16, seed: int = 0) -> dict:
+    generator = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(5, 1000, (rows, seq), generator=generator)
+    labels = torch.full_like(input_ids, -100)
+    labels[:, 1:4] = input_ids[:, 1:4]
+    positions, weights = fixed_size_positions(labels.numpy(), 4)
+    return dict(input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
+                token_type_ids=torch.zeros_like(input_ids), labels=labels,
+                sentence_order_label=torch.randint(0, 2, (rows,), generator=generator),
+                masked_lm_positions=torch.from_numpy(positions), masked_lm_weights=torch.from_numpy(weights))
+
+
+def training_run(accelerator):
+    torch.manual_seed(0)
+    model = AlbertHFForPreTraining(tiny_config()).train()
+    optimizer = Lamb(parameter_groups(model), lr=1e-2)
+    return model, optimizer, get_official_schedule(optimizer, num_warmup_steps=2, num_training_steps=10)
+
+
+def test_a_replayed_step_trains_as_the_eager_loop_also_after_eager_steps_and_across_shapes(fresh_accelerate_state,
+                                                                                          caplog):
+    from accelerate import Accelerator
+
+    accelerator = Accelerator(cpu=True)
+    # two steps of two micro-batches of 4 rows, then one of 3 rows (an epoch's last), then 4 rows again
+    steps = [[batch(4, seed=1), batch(4, seed=2)], [batch(4, seed=3), batch(4, seed=4)], [batch(3, seed=5)],
+             [batch(4, seed=6), batch(4, seed=7)]]
+    eager_model, eager_optimizer, eager_schedule = training_run(accelerator)
+    graph_model, graph_optimizer, graph_schedule = training_run(accelerator)
+    expected, got = [], []
+    for micro_batches in [[batch(4, seed=9), batch(4, seed=8)], *steps]:
+        expected.append(training_step(eager_model, micro_batches, eager_optimizer, eager_schedule, accelerator, 1.0))
+    # the first step eager, so that the optimizer has state when the graph is captured (a resumed run has too)
+    got.append(training_step(graph_model, [batch(4, seed=9), batch(4, seed=8)], graph_optimizer, graph_schedule,
+                             accelerator, 1.0))
+    before = [p.detach().clone() for p in graph_model.parameters()]
+    graph = StepGraph(graph_model, graph_optimizer, accelerator, 1.0, "global",
+                      graph_factory=lambda: RunsAtCapture(graph_model))
+    with caplog.at_level(logging.INFO, logger="albert_hf.pretraining"):
+        for micro_batches in steps:
+            got.append(graph(micro_batches))
+            graph_schedule.step()
+    assert graph.eager_steps == 1 and caplog.text.count("runs eagerly") == 1
+    for want, have in zip(before, graph.graph.weights_at_capture):  # the warm-up steps were undone before capture
+        assert torch.equal(have, want)
+    assert isinstance(graph_optimizer.param_groups[0]["lr"], torch.Tensor)  # filled in place by the schedule
+    assert float(graph_optimizer.param_groups[0]["lr"]) == pytest.approx(eager_schedule.get_last_lr()[0])
+    for want, have in zip(expected, got):
+        torch.testing.assert_close(have, want, rtol=1e-5, atol=1e-6)
+    # had the warm-up steps stayed, the weights would be 3 updates of lr 1e-2 away
+    for (name, want), have in zip(eager_model.named_parameters(), graph_model.parameters()):
+        torch.testing.assert_close(have, want, rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("foreach", [True, False])
+def test_lamb_takes_a_device_learning_rate_that_the_schedule_fills(foreach):
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(5, 3, dtype=torch.float64)) for _ in range(2)]
+    twins = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    start = [p.detach().clone() for p in params]
+    optimizer, twin_optimizer = Lamb(params, lr=0.1, foreach=foreach), Lamb(twins, lr=0.1, foreach=foreach)
+    rate = torch.tensor(0.1, dtype=torch.float64)
+    twin_optimizer.param_groups[0]["lr"] = rate
+    schedule = get_official_schedule(optimizer, num_warmup_steps=2, num_training_steps=6)
+    twin_schedule = get_official_schedule(twin_optimizer, num_warmup_steps=2, num_training_steps=6)
+    for _ in range(4):
+        for p, t in zip(params, twins):
+            p.grad = torch.sin(p.detach() * 3)
+            t.grad = p.grad.clone()
+        optimizer.step(), twin_optimizer.step(), schedule.step(), twin_schedule.step()
+    assert twin_optimizer.param_groups[0]["lr"] is rate and float(rate) == pytest.approx(schedule.get_last_lr()[0])
+    for p, t, s in zip(params, twins, start):
+        torch.testing.assert_close(t, p, rtol=1e-12, atol=1e-14)
+        assert (p - s).abs().max() > 1e-3  # they moved
+
+
+def accelerator_like(processes=1, device="cuda", precision="bf16"):
+    return SimpleNamespace(num_processes=processes, device=torch.device(device), mixed_precision=precision)
+
+
+@pytest.mark.parametrize("accelerator, checkpointing, says", [
+    (accelerator_like(processes=2), False, "this run has 2 processes, whose collectives the graph does not hold"),
+    (accelerator_like(device="cpu"), False, "this run is on cpu, not a CUDA device"),
+    (accelerator_like(precision="fp16"), False, "fp16's loss scaler reads the device every step"),
+    (accelerator_like(), True, "activation checkpointing (--gradient_checkpointing or the FSDP config's)")])
+def test_what_cannot_be_captured_is_refused_in_one_line(accelerator, checkpointing, says):
+    reason = refusal(accelerator, checkpointing)
+    assert reason.startswith(f"--torch_compile_mode {MODE} captures one process's training step as a CUDA graph: ")
+    assert says in reason and "\n" not in reason
+
+
+@pytest.mark.parametrize("precision", ["bf16", "no"])
+def test_one_process_on_a_cuda_device_in_bf16_or_fp32_is_captured(precision):
+    assert refusal(accelerator_like(precision=precision), False) is None
+
+
+def test_the_script_on_a_cpu_stops_with_the_reason_and_writes_nothing(tmp_path):
+    done = pretrain(tmp_path / "run", "--torch_compile_mode", MODE, check=False)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"error: --torch_compile_mode {MODE} captures one process's training step as a CUDA graph: this run is on "
+        "cpu, not a CUDA device; drop it or use another mode")
+    assert not (tmp_path / "run").exists()
