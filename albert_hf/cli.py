@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 from transformers import HfArgumentParser
 
+from . import output_lock
 from .errors import InputError, first_line
 from .storage import unplaced_fault
 
@@ -166,6 +167,7 @@ def run_entry_point(main, finish=None) -> None:
         print(f"error: {line}", file=sys.stderr, flush=True)
         status = INPUT_ERROR_STATUS
     finally:
+        output_lock.release_all()  # the output folder's lock, if the job took one (output_lock.py)
         if finish is not None:
             finish()
     if status:

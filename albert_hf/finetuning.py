@@ -32,9 +32,9 @@ from transformers import (AutoConfig, AutoTokenizer, HfArgumentParser, Trainer, 
 from transformers.trainer import TRAINING_ARGS_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
-from . import AlbertHFConfig
+from . import AlbertHFConfig, output_lock
 from .analysis.curves import CURVES_FILE, trainer_curves
-from .cli import explicit_arguments, parse_into_dataclasses, run_entry_point
+from .cli import explicit_arguments, is_first_process, parse_into_dataclasses, run_entry_point
 from .distributed import (cpu_processes_without_gpus, describe, end_distributed, gather_full_model, requested_mode,
                           shard_model, use_fsdp)
 from .errors import InputError
@@ -96,6 +96,11 @@ class AlbertTrainingArguments(TrainingArguments):
 
     overwrite_output_dir: bool = field(
         default=False, metadata={"help": "start over even if output_dir holds a checkpoint of an earlier run"}
+    )
+    take_over_lock: bool = field(
+        default=False, metadata={"help": "take output_dir's lock even if a run on another host holds it (which "
+                                 "cannot be checked from here); a lock of this host's ended run is taken over "
+                                 "without it"}
     )
     official_optimizer: bool = field(
         default=False,
@@ -311,6 +316,8 @@ def setup(training_args: TrainingArguments) -> str | None:
     set_seed(training_args.seed)
     output_dir = Path(training_args.output_dir)
     check_writable(output_dir, "--output_dir")  # before the data is read
+    if is_first_process():  # one run per folder (output_lock.py); released when the script ends
+        output_lock.acquire(output_dir, "--output_dir", getattr(training_args, "take_over_lock", False))
     last_checkpoint = None
     if training_args.do_train and output_dir.is_dir() and not getattr(training_args, "overwrite_output_dir", False):
         last_checkpoint = get_last_checkpoint(str(output_dir))

@@ -5,10 +5,13 @@ import logging
 import os
 from pathlib import Path
 
+from .output_lock import LOCK_FILE
+
 logger = logging.getLogger(__name__)
 
 # Training state that stays local: step checkpoints and trackers' logs.
-UPLOAD_IGNORE = ["step_*", "step_*/**", ".tmp*", ".tmp*/**", "runs/**", "checkpoint-*", "checkpoint-*/**"]
+UPLOAD_IGNORE = ["step_*", "step_*/**", ".tmp*", ".tmp*/**", "runs/**", "checkpoint-*", "checkpoint-*/**",
+                 LOCK_FILE]  # the pushing run still holds its lock
 
 
 def push_folder(output_dir, repo_id: str, token=None, commit_message: str = "Upload model", private=None) -> str:

@@ -39,7 +39,7 @@ from .analysis.curves import CURVES_FILE, pretraining_curves
 from .analysis.fill_mask import format_fill_mask
 from .checkpointing import (FILL_MASK_FILE, StepCheckpoints, check_output_dir, clear_earlier_run,
                             truncate_metrics_log)
-from .cli import RunArguments, explicit_arguments, parse_into_dataclasses, run_entry_point
+from .cli import RunArguments, explicit_arguments, is_first_process, parse_into_dataclasses, run_entry_point
 from .configuration_albert_hf import PRESETS, SHARING_MODES
 from .corpus import LAYOUTS
 from .data_collator import DataCollatorForAlbertPretraining
@@ -51,7 +51,7 @@ from .final_folder import held_out_fill_mask, save_final_model, where_trained
 from .hub import push_folder
 from .optimization import get_official_schedule
 from .preemption import PREEMPTED, StopOnSignal
-from . import pretraining_graph
+from . import output_lock, pretraining_graph
 from .pretraining_data import TASKS as PAIR_TASKS
 from .pretraining_inputs import build_inputs, check_train_files, preprocess
 from .pretraining_model import (OPTIMIZERS, build_run_model, check_positions, make_optimizer,
@@ -202,6 +202,9 @@ class OutputArguments:
     overwrite_output_dir: bool = field(default=False, metadata={
         "help": "start over in an --output_dir that holds an earlier run: its checkpoints, logs, results and model "
         "are deleted first (without this flag, such a folder is refused)"})
+    take_over_lock: bool = field(default=False, metadata={
+        "help": "take --output_dir's lock even if a run on another host holds it (which cannot be checked from "
+        "here); a lock of this host's ended run is taken over without it"})
     eval_steps: int = field(default=500, metadata={"help": "evaluate every N optimizer steps (0: only at the end)"})
     per_device_eval_batch_size: int = field(default=64, metadata={"help": "pairs per process per evaluation batch"})
     max_eval_samples: int | None = field(default=2000, metadata={"help": "held-out pairs evaluated (0: all)"})
@@ -584,8 +587,16 @@ def write_final_folder(run: Pretraining, final, eval_metrics: dict, completed_st
 
 
 def main(argv=None):
-    """Exits with status PREEMPTED (75) when a stop signal ended the run early, after its checkpoint."""
+    """Exits with status PREEMPTED (75) when a stop signal ended the run early, after its checkpoint; stops with one
+    line when another run holds --output_dir."""
     args = parse_args(argv)
+    # one run per folder, from before anything is written or read (output_lock.py)
+    with output_lock.held(args.output_dir, "--output_dir", args.take_over_lock, is_first_process()):
+        return pretrain(args)
+
+
+def pretrain(args: RunArguments) -> dict:
+    """The job, once its folder is locked: prepare, fit, finish (or only the pairs, with --preprocess_only)."""
     if args.preprocess_only:
         return preprocess(args)
     run = prepare(args)

@@ -39,6 +39,16 @@ def _seed():
     torch.manual_seed(0)
 
 
+@pytest.fixture(autouse=True)
+def _output_locks():
+    """A script's main() called in the test's own process leaves no output-folder lock behind for the next test (the
+    scripts' entry point releases it, cli.run_entry_point; a bare main() call does not)."""
+    yield
+    from albert_hf import output_lock
+
+    output_lock.release_all()
+
+
 # Torch threads per test and per process a test starts. Tiny models: thread start-up costs more than it saves, and
 # CI has 2 cores shared with subprocess tests. ALBERT_HF_TEST_THREADS=2 runs the suite with another summation order
 # (a test that holds only for one order asserts a rounding, not a behaviour).
@@ -149,9 +159,14 @@ def run_script(script_name: str, argv):
 
     from accelerate.state import AcceleratorState, PartialState
 
+    from albert_hf import output_lock
+
     AcceleratorState._reset_state(True)
     PartialState._reset_state()
-    return importlib.import_module(script_name).main([str(a) for a in argv])
+    try:
+        return importlib.import_module(script_name).main([str(a) for a in argv])
+    finally:
+        output_lock.release_all()  # as the script's entry point (cli.run_entry_point) releases it
 
 
 def run_bounded(command, timeout: float, **kwargs):
