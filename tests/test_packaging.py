@@ -216,3 +216,30 @@ def test_every_arguments_parameter_says_its_type():
                 found += [f"{path.name}:{node.lineno} {node.name}" for arg in node.args.args + node.args.kwonlyargs
                           if arg.arg == "args" and arg.annotation is None]
     assert not found, found
+
+
+def pytest_commands(makefile, target: str) -> list[str]:
+    """The pytest commands `make TARGET` would run with this Makefile (a dry run: nothing is executed)."""
+    import subprocess
+
+    dry = subprocess.run(["make", "-n", "-C", str(REPO), "-f", str(makefile), target], capture_output=True,
+                         text=True, check=True)
+    return [line for line in dry.stdout.replace("\\\n", " ").splitlines() if "-m pytest" in line]
+
+
+def runs_in_the_reduced_environment(command: str) -> bool:
+    """`env -i ...` is the command that starts pytest: nothing of the caller's environment but what it names."""
+    start, pytest = command.find("env -i "), command.find("-m pytest")
+    return 0 <= start < pytest and not any(separator in command[start:pytest] for separator in (";", "&&", "||"))
+
+
+def test_make_test_runs_every_pytest_in_a_reduced_environment(tmp_path):
+    """A variable of the developer's shell (PYTHONUNBUFFERED once) cannot change the suite's outcome: every pytest
+    that `make test` and `make test-fast` start runs under `env -i` (shown to catch a Makefile without it)."""
+    for target in ("test", "test-fast"):
+        commands = pytest_commands(REPO / "Makefile", target)
+        assert commands and all(map(runs_in_the_reduced_environment, commands)), commands
+    planted = tmp_path / "Makefile"
+    planted.write_text((REPO / "Makefile").read_text().replace("PYTEST = $(CLEAN_ENV) $(PYTEST_RUN)",
+                                                               "PYTEST = $(PYTEST_RUN)"))
+    assert not all(map(runs_in_the_reduced_environment, pytest_commands(planted, "test")))
