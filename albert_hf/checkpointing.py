@@ -11,6 +11,7 @@ from pathlib import Path
 
 from accelerate.utils import broadcast_object_list
 
+from .divergence import newest_finite
 from .errors import InputError, first_line
 from .storage import StorageError, agreed, fault_line, folder_bytes, refused
 
@@ -135,16 +136,35 @@ class StepCheckpoints:
 
     def resolve(self, value: str) -> Path | None:
         if value == "latest":
-            found = self.complete()
-            if not found:
-                logger.info("--resume_from_checkpoint latest: no checkpoint in %s, starting from scratch",
-                            self.output_dir)
-            return found[-1][1] if found else None
+            return self.newest_finite_or_none()
         path = Path(value)
         problem = self.problem(path)
         if problem:
             raise InputError(f"{path}: {problem}")
         return path
+
+    def newest_finite_or_none(self) -> Path | None:
+        """--resume_from_checkpoint latest: the newest complete checkpoint with finite weights. Newer ones, written
+        with non-finite weights by a run that diverged (before versions that check), are renamed
+        `step_N.non-finite`, with a line, so that the resumed run writes its own step_N; when none is finite, the
+        run stops (divergence.py)."""
+        found = [path for _, path in self.complete()]
+        newest = newest_finite(found)
+        if newest is None and found:
+            raise InputError(f"--resume_from_checkpoint latest: every checkpoint in {self.output_dir} holds "
+                             "non-finite weights (a run that diverged): pass --overwrite_output_dir to start over")
+        if newest is None:
+            logger.info("--resume_from_checkpoint latest: no checkpoint in %s, starting from scratch", self.output_dir)
+            return None
+        passed = found[found.index(newest) + 1:]
+        self.accelerator.wait_for_everyone()  # every process has read them before one is renamed
+        if passed and self.accelerator.is_main_process:
+            for path in passed:
+                path.rename(path.with_name(f"{path.name}.non-finite"))
+            logger.warning("--resume_from_checkpoint latest: %s held non-finite weights (a run that diverged): "
+                           "renamed *.non-finite; resuming from %s", ", ".join(p.name for p in passed), newest.name)
+        self.accelerator.wait_for_everyone()
+        return newest
 
     def load(self, path: Path, window_length: int) -> dict:
         """Restores accelerate's state from `path` (model, optimizer, scheduler, RNGs) and returns the loop's

@@ -28,7 +28,7 @@ logger = logging.getLogger(__name__)
 
 # "_": transformers' Trainer leaves such files out of its Hub uploads, as hub.push_folder does
 LOCK_FILE = "_albert_hf_run.lock"
-_held: dict[Path, dict] = {}  # the locks this process holds: path -> its record
+_held: dict[Path, tuple[dict, bool]] = {}  # the locks this process holds: path -> (its record, folder made for it)
 
 
 def process_start(pid: int) -> str | None:
@@ -85,6 +85,7 @@ def acquire(folder, flag: str, take_over: bool = False) -> None:
         InputError: the folder is in use by a live run (or one of another host, without `take_over`).
     """
     folder = Path(folder)
+    made = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)
     path = (folder / LOCK_FILE).resolve()
     record = this_process()
@@ -103,7 +104,7 @@ def acquire(folder, flag: str, take_over: bool = False) -> None:
             raise InputError(f"{flag} {folder}: another run took its lock while this one was starting")
     finally:
         draft.unlink(missing_ok=True)
-    _held[path] = record
+    _held[path] = (record, made)
     if len(_held) == 1:
         atexit.register(release_all)
 
@@ -128,10 +129,14 @@ def take_over_line(path: Path, flag: str, take_over: bool) -> None:
 
 
 def release_all() -> None:
-    """Remove the locks this process holds (those still holding its record)."""
-    for path, record in list(_held.items()):
+    """Remove the locks this process holds (those still holding its record), and a folder made for the lock that
+    the run left empty (one stopped at its start by bad input)."""
+    for path, (record, made) in list(_held.items()):
         if read(path) == record:
             path.unlink(missing_ok=True)
+        if made:
+            with contextlib.suppress(OSError):  # not empty: the run wrote into it
+                path.parent.rmdir()
         del _held[path]
 
 

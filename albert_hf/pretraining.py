@@ -43,6 +43,7 @@ from .cli import RunArguments, explicit_arguments, is_first_process, parse_into_
 from .configuration_albert_hf import PRESETS, SHARING_MODES
 from .corpus import LAYOUTS
 from .data_collator import DataCollatorForAlbertPretraining
+from .divergence import check_losses, check_weights, newest_finite
 from .distributed import check_deepspeed, describe, end_distributed, gather_full_model, make_accelerator
 from .errors import InputError
 from .hardware import (MIXED_PRECISION_CHOICES, Hardware, Precision, attention_kernel, choose_precision, detect,
@@ -484,6 +485,8 @@ def finish(run: Pretraining, eval_metrics: dict, completed_steps: int):
     AutoModel as a check, the summary with fill-mask examples, and the Hub push."""
     accelerator, args, output_dir = run.accelerator, run.args, run.output_dir
     accelerator.wait_for_everyone()
+    check_weights(run.model, accelerator, completed_steps, current_lr(run), newest_checkpoint(run),
+                  "the final model folder")
     final = gather_full_model(accelerator, run.model)
     fault = None
     if accelerator.is_main_process:
@@ -536,23 +539,38 @@ def epoch_batches(run: Pretraining, state: TrainingState):
 
 
 def log_window(run: Pretraining, state: TrainingState, log, progress):
-    """A collective: the training means of the window, into the progress bar and the metrics log."""
-    metrics = state.window_metrics(run.accelerator, run.args.task, float(run.scheduler.get_last_lr()[0]))
+    """A collective: the training means of the window, into the progress bar and the metrics log; a non-finite
+    loss stops the run (divergence.py)."""
+    metrics = state.window_metrics(run.accelerator, run.args.task, current_lr(run))
     progress.set_postfix({k.replace("_accuracy", "_acc"): f"{v:.3g}" for k, v in metrics.items() if k != "lr"})
     log.write(state.step, {f"train_{k}" if k not in ("lr", "tokens_per_second", "skipped_steps") else k: v
                            for k, v in metrics.items()})
+    check_losses(metrics, state.step, metrics["lr"], newest_checkpoint(run), "training")
 
 
 def evaluate_and_log(run: Pretraining, step: int, log) -> dict:
+    """Held-out metrics, logged; a non-finite loss stops the run (divergence.py)."""
     metrics = evaluate(run.model, run.eval_dataloader, run.accelerator, run.args.task)
     log.write(step, metrics)
+    check_losses(metrics, step, current_lr(run), newest_checkpoint(run), "held-out")
     return metrics
 
 
 def save_checkpoint(run: Pretraining, state: TrainingState) -> Path:
-    """A collective: every process calls it at the same step."""
+    """A collective: every process calls it at the same step. Non-finite weights are not written: the run stops."""
+    check_weights(run.model, run.accelerator, state.step, current_lr(run), newest_checkpoint(run),
+                  f"the step-{state.step} checkpoint")
     return run.checkpoints.save(state.step, state.checkpoint_state(run.accelerator),
                                 stream_state=None if run.stream is None else run.stream.state_dict())
+
+
+def current_lr(run: Pretraining) -> float:
+    return float(run.scheduler.get_last_lr()[0])
+
+
+def newest_checkpoint(run: Pretraining) -> Path | None:
+    """The checkpoint a diverged run can go back to: the newest complete one with finite weights."""
+    return newest_finite([path for _, path in run.checkpoints.complete()])
 
 
 def write_final_folder(run: Pretraining, final, eval_metrics: dict, completed_steps: int):
