@@ -15,6 +15,7 @@ the learning rate, the newest checkpoint to go back to, and what to try.
 """
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -33,11 +34,12 @@ def stop_line(step: int, what: str, lr: float, newest: Path | None) -> str:
     return f"step {step}: {what} at learning rate {lr:.3g}: the run has diverged; {back}"
 
 
-def check_losses(metrics: dict, step: int, lr: float, newest: Path | None, what: str) -> None:
-    """Diverged when one of `metrics`' losses (the names ending in `_loss`) is not finite."""
+def check_losses(metrics: dict, step: int, lr: float, newest: Callable[[], Path | None], what: str) -> None:
+    """Diverged when one of `metrics`' losses (the names ending in `_loss`) is not finite. `newest()` finds the
+    checkpoint to go back to (it reads weights from disk: only when stopping)."""
     for name, value in metrics.items():
         if name.endswith("_loss") and not math.isfinite(value):
-            raise Diverged(stop_line(step, f"the {what} {name} is {value}", lr, newest))
+            raise Diverged(stop_line(step, f"the {what} {name} is {value}", lr, newest()))
 
 
 def local_tensors(model: torch.nn.Module):
@@ -54,10 +56,10 @@ def weights_finite(model: torch.nn.Module, accelerator) -> bool:
     return accelerator.reduce(bad.to(accelerator.device), "sum").item() == 0
 
 
-def check_weights(model, accelerator, step: int, lr: float, newest: Path | None, before: str) -> None:
+def check_weights(model, accelerator, step: int, lr: float, newest: Callable[[], Path | None], before: str) -> None:
     """A collective: Diverged, in every process, when a weight is not finite (before `before` is written)."""
     if not weights_finite(model, accelerator):
-        raise Diverged(stop_line(step, f"a weight is not finite, so {before} was not written", lr, newest))
+        raise Diverged(stop_line(step, f"a weight is not finite, so {before} was not written", lr, newest()))
 
 
 def checkpoint_finite(path: Path) -> bool | None:

@@ -485,7 +485,7 @@ def finish(run: Pretraining, eval_metrics: dict, completed_steps: int):
     AutoModel as a check, the summary with fill-mask examples, and the Hub push."""
     accelerator, args, output_dir = run.accelerator, run.args, run.output_dir
     accelerator.wait_for_everyone()
-    check_weights(run.model, accelerator, completed_steps, current_lr(run), newest_checkpoint(run),
+    check_weights(run.model, accelerator, completed_steps, current_lr(run), lambda: newest_checkpoint(run),
                   "the final model folder")
     final = gather_full_model(accelerator, run.model)
     fault = None
@@ -545,20 +545,20 @@ def log_window(run: Pretraining, state: TrainingState, log, progress):
     progress.set_postfix({k.replace("_accuracy", "_acc"): f"{v:.3g}" for k, v in metrics.items() if k != "lr"})
     log.write(state.step, {f"train_{k}" if k not in ("lr", "tokens_per_second", "skipped_steps") else k: v
                            for k, v in metrics.items()})
-    check_losses(metrics, state.step, metrics["lr"], newest_checkpoint(run), "training")
+    check_losses(metrics, state.step, metrics["lr"], lambda: newest_checkpoint(run), "training")
 
 
 def evaluate_and_log(run: Pretraining, step: int, log) -> dict:
     """Held-out metrics, logged; a non-finite loss stops the run (divergence.py)."""
     metrics = evaluate(run.model, run.eval_dataloader, run.accelerator, run.args.task)
     log.write(step, metrics)
-    check_losses(metrics, step, current_lr(run), newest_checkpoint(run), "held-out")
+    check_losses(metrics, step, current_lr(run), lambda: newest_checkpoint(run), "held-out")
     return metrics
 
 
 def save_checkpoint(run: Pretraining, state: TrainingState) -> Path:
     """A collective: every process calls it at the same step. Non-finite weights are not written: the run stops."""
-    check_weights(run.model, run.accelerator, state.step, current_lr(run), newest_checkpoint(run),
+    check_weights(run.model, run.accelerator, state.step, current_lr(run), lambda: newest_checkpoint(run),
                   f"the step-{state.step} checkpoint")
     return run.checkpoints.save(state.step, state.checkpoint_state(run.accelerator),
                                 stream_state=None if run.stream is None else run.stream.state_dict())

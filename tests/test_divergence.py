@@ -114,9 +114,12 @@ def test_the_checks_themselves():
     assert stop_line(3, "the training mlm_loss is nan", 0.5, None) == (
         "step 3: the training mlm_loss is nan at learning rate 0.5: the run has diverged; no checkpoint was "
         "written before it: start over with a lower --learning_rate")
-    check_losses({"mlm_loss": 2.0, "mlm_accuracy": math.nan, "lr": math.inf}, 1, 0.1, None, "training")  # no loss
+    def nothing_to_read():
+        raise AssertionError("the checkpoints are read only when the run stops")
+
+    check_losses({"mlm_loss": 2.0, "mlm_accuracy": math.nan, "lr": math.inf}, 1, 0.1, nothing_to_read, "training")
     with pytest.raises(Diverged, match="the training sop_loss is inf"):
-        check_losses({"mlm_loss": 2.0, "sop_loss": math.inf}, 1, 0.1, None, "training")
+        check_losses({"mlm_loss": 2.0, "sop_loss": math.inf}, 1, 0.1, lambda: None, "training")
     accelerator = SimpleNamespace(device=torch.device("cpu"), reduce=lambda tensor, reduction: tensor)
     model = torch.nn.Linear(3, 2)
     assert weights_finite(model, accelerator)
