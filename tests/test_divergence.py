@@ -14,8 +14,6 @@ from test_pretraining import FAST, metrics, pretrain
 from albert_hf import pretraining
 from albert_hf.divergence import Diverged, check_losses, checkpoint_finite, stop_line, weights_finite
 
-pytestmark = pytest.mark.trains
-
 QUIET = ["--eval_steps", "0", "--validation_split_percentage", "0"]
 
 

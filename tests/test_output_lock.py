@@ -105,7 +105,6 @@ def test_a_lock_of_another_host_is_honoured_unless_taken_over(tmp_path, caplog):
     assert json.loads((folder / LOCK_FILE).read_text())["host"] == socket.gethostname()
 
 
-@pytest.mark.trains
 def test_a_second_pretraining_run_on_a_folder_in_use_is_refused_and_the_first_goes_on(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
@@ -126,7 +125,6 @@ def test_a_second_pretraining_run_on_a_folder_in_use_is_refused_and_the_first_go
     assert not (run / LOCK_FILE).exists()  # released on the way out after SIGTERM too
 
 
-@pytest.mark.trains
 def test_after_kill_9_the_next_start_takes_the_lock_over_and_resumes(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
