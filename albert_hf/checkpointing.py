@@ -252,6 +252,9 @@ class StepCheckpoints:
         fault = agreed(self.accelerator, fault, main_only=True)
         if fault is not None:
             written = folder_bytes(tmp)
+            # every process has measured it before it goes: a process still walking the folder while the main
+            # process removed it failed on a vanished file (exit 1, seen once in ~20 runs under load)
+            self.accelerator.wait_for_everyone()
             if self.accelerator.is_main_process:
                 shutil.rmtree(tmp, ignore_errors=True)  # the space it holds is free again at once
             self.accelerator.wait_for_everyone()

@@ -95,10 +95,16 @@ def megabytes(count: int) -> str:
 
 
 def folder_bytes(path: Path) -> int:
+    """The bytes of the files under `path` (or of the file); a file that is gone by the time it is measured counts
+    0 (another process may be removing the folder)."""
     path = Path(path)
-    if path.is_file():
-        return path.stat().st_size
-    return sum(file.stat().st_size for file in path.rglob("*") if file.is_file()) if path.is_dir() else 0
+    total = 0
+    for file in [path] if path.is_file() else path.rglob("*") if path.is_dir() else []:
+        try:
+            total += file.stat().st_size if file.is_file() else 0
+        except FileNotFoundError:
+            pass
+    return total
 
 
 def fault_line(fault: str, what: str, path: Path, needed: int | None = None, intact: str = "") -> str:

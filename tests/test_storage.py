@@ -218,3 +218,19 @@ def test_any_other_refused_write_reaching_an_entry_point_is_one_line_with_the_fi
 
     with pytest.raises(FileNotFoundError):  # not a machine's refusal: a bug keeps its traceback
         run_entry_point(a_bug)
+
+
+def test_a_file_removed_while_a_folder_is_measured_counts_nothing(tmp_path, monkeypatch):
+    """Another process may remove a failed checkpoint's folder while this one measures it (seen under DDP): a file
+    listed but gone by its stat counts 0 instead of ending the process."""
+    from pathlib import Path
+
+    from albert_hf.storage import folder_bytes
+
+    (tmp_path / "kept.bin").write_bytes(b"x" * 10)
+    gone = tmp_path / "gone.bin"
+    listed = Path.rglob
+    monkeypatch.setattr(Path, "rglob", lambda self, pattern: [*listed(self, pattern), gone])
+    real_is_file = Path.is_file
+    monkeypatch.setattr(Path, "is_file", lambda self: self == gone or real_is_file(self))
+    assert folder_bytes(tmp_path) == 10
