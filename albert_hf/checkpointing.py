@@ -13,6 +13,7 @@ from accelerate.utils import broadcast_object_list
 
 from .divergence import newest_finite
 from .errors import InputError, first_line
+from .output_lock import in_use
 from .storage import StorageError, agreed, fault_line, folder_bytes, refused
 
 logger = logging.getLogger("albert_hf.pretraining")
@@ -42,6 +43,9 @@ def previous_run_files(output_dir) -> list[str]:
 def check_output_dir(output_dir, resume_from_checkpoint: str | None, overwrite_output_dir: bool) -> None:
     """Stops with one line, before any work, on a --resume_from_checkpoint folder that cannot be resumed, or on an
     --output_dir holding an earlier run that the arguments neither continue nor overwrite."""
+    busy = in_use(output_dir, "--output_dir")  # a live run's folder: named as such, whatever else it holds
+    if busy:
+        raise InputError(busy)
     if resume_from_checkpoint not in (None, "latest"):
         problem = StepCheckpoints.problem(Path(resume_from_checkpoint))
         if problem:

@@ -109,6 +109,15 @@ def acquire(folder, flag: str, take_over: bool = False) -> None:
         atexit.register(release_all)
 
 
+def in_use(folder, flag: str) -> str | None:
+    """The line for a folder whose lock a live run of this host holds (another process), else None: read only, for
+    the checks that run before the lock is taken (checkpointing.check_output_dir)."""
+    holder = read(Path(folder) / LOCK_FILE)
+    if not holder or holder.get("pid") == os.getpid() or not alive(holder):
+        return None
+    return f"{flag} {folder} is in use by {describe(holder)}: wait for it to end, or pass another {flag}"
+
+
 def take_over_line(path: Path, flag: str, take_over: bool) -> None:
     """The existing lock at `path` is removed when its run has ended (with a line saying so), else InputError."""
     holder = read(path)
@@ -117,8 +126,7 @@ def take_over_line(path: Path, flag: str, take_over: bool) -> None:
     state = alive(holder) if holder else False
     folder = path.parent
     if state:
-        raise InputError(f"{flag} {folder} is in use by {describe(holder)}: wait for it to end, or pass another "
-                         f"{flag}")
+        raise InputError(in_use(folder, flag))
     if state is None and not take_over:
         raise InputError(f"{flag} {folder} is locked by {describe(holder)}, on another host, which cannot be "
                          f"checked from here; if that run has ended, pass --take_over_lock")

@@ -114,10 +114,11 @@ def test_a_second_pretraining_run_on_a_folder_in_use_is_refused_and_the_first_go
     while not (run / "metrics.jsonl").exists():  # training: the lock is held
         assert first.poll() is None and time.time() < deadline, (tmp_path / "stderr.txt").read_text()[-3000:]
         time.sleep(0.05)
-    second = pretrain(run, "--overwrite_output_dir", "--max_train_steps", "4", check=False)
-    assert second.returncode == 2 and "Traceback" not in second.stderr, second.stderr[-3000:]
-    assert second.stderr.strip().splitlines()[-1].startswith(f"error: --output_dir {run} is in use by ")
-    assert f"PID {first.pid}, since " in second.stderr
+    for flags in (["--overwrite_output_dir"], ["--resume_from_checkpoint", "latest"], []):  # whatever it asks
+        second = pretrain(run, *flags, "--max_train_steps", "4", check=False)
+        assert second.returncode == 2 and "Traceback" not in second.stderr, second.stderr[-3000:]
+        assert second.stderr.strip().splitlines()[-1].startswith(f"error: --output_dir {run} is in use by ")
+        assert f"PID {first.pid}, since " in second.stderr
     first.send_signal(signal.SIGTERM)  # the first run stops at a step boundary, with its checkpoint
     assert first.wait(timeout=300) == 75, (tmp_path / "stderr.txt").read_text()[-3000:]
     steps = [row["step"] for row in metrics(run)]
