@@ -315,7 +315,8 @@ def gemm_rate(config, tokens: int, dtype, device, calls: int = 20) -> dict:
     rates, total_flops, total_s = {}, 0.0, 0.0
     for (inputs, outputs), count in (((h, h), 4), ((h, i), 1), ((i, h), 1)):
         made = dict(dtype=dtype, device=device)
-        x, w, b = torch.randn(tokens, inputs, **made), torch.randn(outputs, inputs, **made), torch.randn(outputs, **made)
+        x, w = torch.randn(tokens, inputs, **made), torch.randn(outputs, inputs, **made)
+        b = torch.randn(outputs, **made)
         for _ in range(3):
             F.linear(x, w, b)
         clock.start()

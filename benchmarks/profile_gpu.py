@@ -31,9 +31,9 @@ GROUPS = [("attention", ("flash", "fmha", "attention", "attn", "cudnn")),
           ("optimizer and clipping", ("multi_tensor", "foreach", "lpnorm")),
           ("loss", ("log_softmax", "softmax", "nll_loss", "cross_entropy")),
           ("copies and memsets", ("memcpy", "memset", "copy", "catarray", "fill")),
-          ("elementwise / LayerNorm / GELU", ("layer_norm", "layernorm", "gammabeta", "gelu", "elementwise", "vectorized",
-                                              "unrolled", "reduce", "triton", "dropout", "index", "embedding",
-                                              "gather", "scatter", "where", "tanh"))]
+          ("elementwise / LayerNorm / GELU", ("layer_norm", "layernorm", "gammabeta", "gelu", "elementwise",
+                                              "vectorized", "unrolled", "reduce", "triton", "dropout", "index",
+                                              "embedding", "gather", "scatter", "where", "tanh"))]
 
 
 def group_of(kernel: str) -> str:
