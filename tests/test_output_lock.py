@@ -158,3 +158,12 @@ def test_a_fine_tuning_run_on_a_folder_in_use_is_refused_in_one_line(holder, tin
     assert str(refused.value).startswith(f"--output_dir {folder} is in use by ")
     assert f"PID {process.pid}" in str(refused.value)
     assert not list(folder.glob("checkpoint-*"))
+
+
+def test_a_launched_runs_other_processes_see_their_own_runs_lock_as_free(holder, monkeypatch):
+    """Under accelerate launch the first process takes the lock; the others, checking the folder after it, must not
+    take it for another run's (every launched run failed so)."""
+    folder, process = holder
+    assert output_lock.in_use(folder, "--output_dir").startswith(f"--output_dir {folder} is in use by ")
+    monkeypatch.setenv("RANK", "1")
+    assert output_lock.in_use(folder, "--output_dir") is None
