@@ -153,7 +153,8 @@ class StepCheckpoints:
         `step_N.non-finite`, with a line, so that the resumed run writes its own step_N; when none is finite, the
         run stops (divergence.py)."""
         found = [path for _, path in self.complete()]
-        newest = newest_finite(found)
+        # the weights are read once, by the first process, not by every process of the run
+        newest = broadcast_object_list([newest_finite(found) if self.accelerator.is_main_process else None])[0]
         if newest is None and found:
             raise InputError(f"--resume_from_checkpoint latest: every checkpoint in {self.output_dir} holds "
                              "non-finite weights (a run that diverged): pass --overwrite_output_dir to start over")

@@ -118,6 +118,10 @@ def in_use(folder, flag: str) -> str | None:
     holder = read(Path(folder) / LOCK_FILE)
     if not holder or holder.get("pid") == os.getpid() or not alive(holder):
         return None
+    return busy_line(folder, flag, holder)
+
+
+def busy_line(folder, flag: str, holder: dict) -> str:
     return f"{flag} {folder} is in use by {describe(holder)}: wait for it to end, or pass another {flag}"
 
 
@@ -128,8 +132,8 @@ def take_over_line(path: Path, flag: str, take_over: bool) -> None:
         return
     state = alive(holder) if holder else False
     folder = path.parent
-    if state:
-        raise InputError(in_use(folder, flag))
+    if state:  # the message itself, not in_use's reading of the file, which skips this PID and other ranks
+        raise InputError(busy_line(folder, flag, holder))
     if state is None and not take_over:
         raise InputError(f"{flag} {folder} is locked by {describe(holder)}, on another host, which cannot be "
                          f"checked from here; if that run has ended, pass --take_over_lock")

@@ -84,13 +84,13 @@ class StepGraph:
         self.model, self.optimizer, self.accelerator = model, optimizer, accelerator
         self.max_grad_norm, self.normalization = max_grad_norm, normalization
         self.graph_factory = graph_factory
-        self.graph, self.static, self.counts, self.eager_steps = None, None, None, 0
+        self.graph, self.static, self.signature, self.counts, self.eager_steps = None, None, None, None, 0
 
     def __call__(self, micro_batches) -> torch.Tensor:
         """One step's device work (`accumulate_and_update`): the six counts of `step_counts`, summed."""
         if self.graph is None:
             self.capture(micro_batches)
-        if shapes(micro_batches) != shapes(self.static):
+        if shapes(micro_batches) != self.signature:
             return self.eager_step(micro_batches)
         for static, batch in zip(self.static, micro_batches):
             for key, value in batch.items():
@@ -117,6 +117,7 @@ class StepGraph:
             if not isinstance(group["lr"], torch.Tensor):
                 group["lr"] = torch.tensor(float(group["lr"]), dtype=torch.float32, device=device)
         self.static = [{key: value.clone() for key, value in batch.items()} for batch in micro_batches]
+        self.signature = shapes(self.static)  # what a batch must match to be replayed
         saved = RunState.save(self.model, self.optimizer, device)
         self.graph = self.graph_factory()
         with self.graph.warming_up():

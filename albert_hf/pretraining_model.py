@@ -10,6 +10,7 @@ from .errors import InputError
 from .loading import loading
 from .modeling_albert_hf import AlbertHFForPreTraining
 from .optimization import AdamWeightDecay, Lamb, parameter_groups
+from .pretraining_graph import MODE as STEP_GRAPH
 
 OPTIMIZERS = {"lamb": Lamb, "adamw": AdamWeightDecay}
 
@@ -94,7 +95,7 @@ def make_optimizer(model, args: RunArguments):
 def compile_note(device: torch.device, mode: str | None) -> str:
     """What the start line says of --torch_compile; measured on an H200 (BENCHMARKS.md, "second lease")."""
     shapes = "static shapes" if device.type == "cuda" else "dynamic shapes"
-    if mode == "whole-step-graph":
+    if mode == STEP_GRAPH:
         return (f"torch.compile (mode default, {shapes}) of each distinct block and the MLM head with its loss, and "
                 "the whole training step (forward, backward, clipping, the update) captured as one CUDA graph at the "
                 "first step and replayed")
@@ -125,7 +126,7 @@ def build_run_model(args: RunArguments, tokenizer, accelerator, fsdp_request, no
                          "process builds the same weights from --seed")
         model = build_model(args, tokenizer, checkpointing)
     if args.torch_compile:  # whole-step-graph: the blocks in the default mode, inside the step's graph
-        mode = {"mode": args.torch_compile_mode} if args.torch_compile_mode not in (None, "whole-step-graph") else {}
+        mode = {"mode": args.torch_compile_mode} if args.torch_compile_mode not in (None, STEP_GRAPH) else {}
         # one batch shape on CUDA devices (the collator's static_shapes), a new row count every batch elsewhere
         model.compile_blocks(dynamic=accelerator.device.type != "cuda", **mode)
         notes.append(compile_note(accelerator.device, args.torch_compile_mode))
