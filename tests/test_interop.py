@@ -12,6 +12,7 @@ from transformers import AlbertConfig
 import albert_hf
 from albert_hf.convert import convert
 from albert_hf.errors import InputError
+from conftest import REPO, run_python
 
 ATOL = 1e-5
 
@@ -198,3 +199,50 @@ def test_a_converted_folder_loads_its_tokenizer_without_a_prompt(tmp_path):
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     check_tokenizer_loads_without_prompt(tmp_path / "ours")
+
+
+SAVED_BEFORE_LAYOUT = REPO / "tests" / "fixtures" / "saved_before_layout"
+
+
+def test_a_folder_saved_before_the_subpackages_loads_with_albert_hf(tmp_path):
+    """A folder written by the version before albert_hf was cut into subpackages (its remote code copied in) loads
+    through the Auto classes in this version and gives the outputs that version gave."""
+    import shutil
+
+    from transformers import AutoModelForPreTraining
+
+    expected = json.loads((SAVED_BEFORE_LAYOUT / "expected_outputs.json").read_text())
+    folder = shutil.copytree(SAVED_BEFORE_LAYOUT, tmp_path / "saved")  # a copy: loading may write a lock or cache
+    model = AutoModelForPreTraining.from_pretrained(folder).eval()
+    assert type(model) is albert_hf.AlbertHFForPreTraining
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor(expected["input_ids"]),
+                    token_type_ids=torch.tensor(expected["token_type_ids"]))
+    assert out.prediction_logits[0, 1, :8].tolist() == pytest.approx(expected["mlm_logits_first_row"], abs=1e-5)
+    assert out.sop_logits[0].tolist() == pytest.approx(expected["sop_logits"], abs=1e-5)
+
+
+def test_a_folder_saved_before_the_subpackages_loads_without_albert_hf(tmp_path):
+    """The same folder in a fresh process where albert_hf cannot be imported: its own remote code serves it."""
+    import shutil
+
+    folder = shutil.copytree(SAVED_BEFORE_LAYOUT, tmp_path / "saved")
+    code = (
+        "import json, torch\n"
+        "from transformers import AutoModelForPreTraining\n"
+        f"folder = {str(folder)!r}\n"
+        "expected = json.load(open(folder + '/expected_outputs.json'))\n"
+        "model = AutoModelForPreTraining.from_pretrained(folder, trust_remote_code=True).eval()\n"
+        "with torch.no_grad():\n"
+        "    out = model(input_ids=torch.tensor(expected['input_ids']), "
+        "token_type_ids=torch.tensor(expected['token_type_ids']))\n"
+        "got = out.prediction_logits[0, 1, :8].tolist() + out.sop_logits[0].tolist()\n"
+        "want = expected['mlm_logits_first_row'] + expected['sop_logits']\n"
+        "print('MODULE', type(model).__module__)\n"
+        "print('MAXDIFF', max(abs(a - b) for a, b in zip(got, want)))\n"
+    )
+    done = run_python(code, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines() if line.startswith(("MODULE", "MAXDIFF")))
+    assert not lines["MODULE"].startswith("albert_hf"), lines  # the folder's copy of the code, not the package
+    assert float(lines["MAXDIFF"]) < 1e-5
