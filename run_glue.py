@@ -6,7 +6,7 @@
     python run_glue.py --model_name_or_path MODEL --train_file train.csv --validation_file dev.csv \
         --do_train --do_eval --output_dir out/mine
 
-Without --task_name the data is yours (albert_hf/text_classification.py): csv/tsv/json/jsonl/parquet files or a
+Without --task_name the data is yours (albert_hf/tasks/text_classification.py): csv/tsv/json/jsonl/parquet files or a
 --dataset_name, its label names in the saved config, accuracy and macro-F1 (or Pearson, Spearman and MSE for float
 labels), and test predictions with the label names in predict_results.txt.
 
@@ -17,14 +17,15 @@ Data: the Hub's nyu-mll/glue by task name, or local files (--data_dir with the o
 --train_file/--validation_file/--test_file as .tsv/.csv/.json/.jsonl). Writes, as transformers' run_glue.py,
 train_results.json, eval_results.json (MNLI's mismatched dev set as `eval_accuracy_mm`, ...), predict_results.json
 when a test file has labels (the GLUE test files have none), and all_results.json with them all; with --do_predict
-the GLUE submission files (MRPC.tsv, MNLI-m.tsv, ...). Task logic: albert_hf/glue.py.
+the GLUE submission files (MRPC.tsv, MNLI-m.tsv, ...). Task logic: albert_hf/tasks/glue.py.
 """
 
 from transformers import DataCollatorWithPadding
 
-from albert_hf import AlbertHFForSequenceClassification, glue
+from albert_hf import AlbertHFForSequenceClassification
+from albert_hf.tasks import glue
 from albert_hf.errors import InputError
-from albert_hf.finetuning import (
+from albert_hf.tasks.finetuning import (
     AlbertTrainer,
     apply_paper_hparams,
     evaluate_splits,

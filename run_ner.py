@@ -9,15 +9,15 @@ Data: CoNLL files (a token and its tag per line, blank lines between sentences),
 `ner_tags` (or --text_column_name / --label_column_name), or --dataset_name. Writes, as transformers' run_ner.py,
 eval_results.json (`eval_precision`, `eval_recall`, `eval_f1` over entities, `eval_accuracy` over words),
 predict_results.json when the test file has tags, predictions.txt (one sentence per line) with --do_predict,
-train_results.json and all_results.json. Reading, alignment and metrics: albert_hf/token_classification.py.
+train_results.json and all_results.json. Reading, alignment and metrics: albert_hf/tasks/ner.py.
 """
 
 from transformers import DataCollatorForTokenClassification
 
 from albert_hf import AlbertHFForTokenClassification
-from albert_hf import token_classification as ner
+from albert_hf.tasks import ner
 from albert_hf.errors import InputError
-from albert_hf.finetuning import (
+from albert_hf.tasks.finetuning import (
     AlbertTrainer,
     evaluate_splits,
     finish,

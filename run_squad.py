@@ -14,17 +14,18 @@ Writes predictions.json, nbest_predictions.json (v2.0: null_odds.json) and eval_
 with --do_predict, predict_predictions.json, predict_nbest_predictions.json (v2.0: predict_null_odds.json) and,
 when the test file has answers, predict_results.json; all_results.json holds every result of the run.
 
-The task logic lives in albert_hf/squad.py (arguments, SquadTrainer), albert_hf/squad_features.py (reading,
-windows) and albert_hf/squad_postprocess.py (answers, metrics, files); the official v2 answerability head is
-AlbertHFForQuestionAnsweringWithAnswerability; the shared flow is albert_hf/finetuning.py.
+The task logic lives in albert_hf/tasks/squad/job.py (arguments, SquadTrainer), albert_hf/tasks/squad/features.py (reading,
+windows) and albert_hf/tasks/squad/postprocess.py (answers, metrics, files); the official v2 answerability head is
+AlbertHFForQuestionAnsweringWithAnswerability; the shared flow is albert_hf/tasks/finetuning.py.
 """
 
 import logging
 
 from transformers import default_data_collator
 
-from albert_hf import AlbertHFForQuestionAnswering, AlbertHFForQuestionAnsweringWithAnswerability, squad
-from albert_hf.finetuning import (
+from albert_hf import AlbertHFForQuestionAnswering, AlbertHFForQuestionAnsweringWithAnswerability
+from albert_hf.tasks.squad import job as squad
+from albert_hf.tasks.finetuning import (
     apply_paper_hparams,
     finish,
     load_tokenizer_and_model,
@@ -34,9 +35,14 @@ from albert_hf.finetuning import (
     train_evaluate_predict,
     wanted_samples,
 )
-from albert_hf.squad import SquadDataArguments, SquadTrainer, paper_recipe
-from albert_hf.squad_features import check_sources, features_dataset, load_squad_splits, prepare_questions, \
-    select_trainable
+from albert_hf.tasks.squad.job import SquadDataArguments, SquadTrainer, paper_recipe
+from albert_hf.tasks.squad.features import (
+    check_sources,
+    features_dataset,
+    load_squad_splits,
+    prepare_questions,
+    select_trainable,
+)
 
 logger = logging.getLogger("run_squad")
 

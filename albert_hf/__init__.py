@@ -8,7 +8,7 @@ from transformers import AutoConfig, AutoModelForQuestionAnswering
 
 from . import modeling_albert_hf
 from .configuration_albert_hf import PRESETS, AlbertHFConfig
-from .data_collator import DataCollatorForAlbertPretraining
+from .pretraining.collator import DataCollatorForAlbertPretraining
 from .errors import InputError
 from .modeling_albert_hf import (
     AUTO_MAP,

@@ -1,5 +1,5 @@
 """The protobuf wire format, read by hand: enough for the two messages albert_hf reads without the protobuf
-package, a SentencePiece model (tokenization.py) and TensorFlow's checkpoint entries (tf_checkpoint.py)."""
+package, a SentencePiece model (tokenization.py) and TensorFlow's checkpoint entries (convert/tf_checkpoint.py)."""
 
 
 def varint(data, position: int) -> tuple[int, int]:

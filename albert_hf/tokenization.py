@@ -22,7 +22,6 @@ import struct
 import unicodedata
 from pathlib import Path
 
-from .corpus import cache_root, split_sentences
 from .errors import InputError
 from .protobuf_wire import proto_fields
 
@@ -35,6 +34,44 @@ SPECIAL_TOKENS = [PAD, UNK, CLS, SEP, MASK]
 USER_DEFINED_SYMBOLS = ["(", ")", '"', "-", ".", "–", "£", "€"]
 MODEL_INPUT_NAMES = ["input_ids", "token_type_ids", "attention_mask"]
 TOKENIZER_CACHE_VERSION = 1
+# A blank line may still hold spaces or tabs.
+_BLANK_LINE = re.compile(r"\n[ \t\f\v]*\n")
+
+
+def cache_root() -> Path:
+    """Where albert_hf keeps what it builds once (trained tokenizers, the embedded corpus)."""
+    if os.environ.get("ALBERT_HF_CACHE"):
+        return Path(os.environ["ALBERT_HF_CACHE"])
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]) / "albert_hf"
+    return Path.home() / ".cache" / "huggingface" / "albert_hf"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Sentence splitting: documents into sentences, before pieces (the corpus, the tokenizer's training text)
+
+
+def paragraphs(text: str) -> list[str]:
+    """Blocks of text between blank lines, stripped, without empty ones."""
+    return [p.strip() for p in _BLANK_LINE.split(text) if p.strip()]
+
+
+def split_sentences(text: str, sentence_per_line: bool = False, language: str = "en") -> list[str]:
+    """The sentences of one document, in order.
+
+    With `sentence_per_line` every non-blank line is one sentence (the official input format). Otherwise each
+    paragraph is re-flowed (hard-wrapped lines joined) and split by sentencex; a sentence never crosses a
+    paragraph break.
+    """
+    if sentence_per_line:
+        return [line.strip() for line in text.split("\n") if line.strip()]
+    from sentencex import segment  # imported here so reading files does not need it
+
+    sentences = []
+    for paragraph in paragraphs(text):
+        flat = " ".join(paragraph.split())
+        sentences.extend(s.strip() for s in segment(language, flat) if s.strip())
+    return sentences
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -31,7 +31,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
 from bench_model import cpu_description  # noqa: E402
 
 # Stage boundaries, from the log lines' timestamps (1 s resolution): everything up to the first "Pair building" line

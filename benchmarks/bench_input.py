@@ -24,13 +24,12 @@ import datasets
 import torch
 from torch.utils.data import DataLoader, RandomSampler
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_collator import long_documents  # noqa: E402
 from bench_gpu import DEFAULT_SHAPES, Shape  # noqa: E402
 
 from albert_hf import DataCollatorForAlbertPretraining  # noqa: E402
-from albert_hf.corpus import embedded_corpus  # noqa: E402
-from albert_hf.pretraining_data import create_pretraining_pairs, tokenize_documents  # noqa: E402
+from albert_hf.pretraining.corpus import embedded_corpus  # noqa: E402
+from albert_hf.pretraining.pairs import create_pretraining_pairs, tokenize_documents  # noqa: E402
 from albert_hf.tokenization import train_tokenizer  # noqa: E402
 
 MAX_PREDICTIONS = 20  # run_pretraining.py's --max_predictions_per_seq default (the official value)

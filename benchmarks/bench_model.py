@@ -39,8 +39,8 @@ MASKED_PER_SEQ = 20  # the official max_predictions_per_seq
 
 def cpu_description() -> str:
     """The CPU model, core count, torch's capability, the bf16 units albert_hf found (what decides bf16 matmul
-    speed) and the instruction-set flags behind them, as albert_hf.hardware reads them."""
-    from albert_hf.hardware import cpu_flags, detect
+    speed) and the instruction-set flags behind them, as albert_hf.runtime.hardware reads them."""
+    from albert_hf.runtime.hardware import cpu_flags, detect
 
     found, flags = detect(), cpu_flags()
     listed = [f for f in ("amx_bf16", "amx_tile", "avx512_bf16", "avx512f", "avx2") if f in flags]
@@ -52,7 +52,7 @@ def cpu_description() -> str:
 
 def auto_mode() -> str:
     """The precision run_pretraining.py's --mixed_precision auto picks on this machine: bf16 or fp32."""
-    from albert_hf.hardware import choose_precision, detect
+    from albert_hf.runtime.hardware import choose_precision, detect
 
     return "bf16" if choose_precision(detect()).mixed_precision == "bf16" else "fp32"
 
@@ -268,7 +268,7 @@ def glue_eval_batches(glue_dir, tokenizer_path, batch_size=32, max_seq_length=12
     import datasets
     from transformers import AutoTokenizer, DataCollatorWithPadding
 
-    from albert_hf.glue import get_task, read_glue_tsv, tokenize_function
+    from albert_hf.tasks.glue import get_task, read_glue_tsv, tokenize_function
     from albert_hf.tokenization import train_tokenizer
 
     datasets.disable_progress_bars()

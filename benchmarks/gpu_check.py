@@ -31,13 +31,12 @@ from pathlib import Path
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
 
 from bench_model import albert_flops, gemm_peak, make_batch, timed  # noqa: E402
 
 
 def describe_device(device: torch.device) -> dict:
-    from albert_hf.hardware import detect
+    from albert_hf.runtime.hardware import detect
 
     found = detect()
     return {"device": str(device), "hardware": found.describe(), "fast_precisions": list(found.fast_precisions),
@@ -109,7 +108,7 @@ def run(command, env=None, timeout=3600) -> subprocess.CompletedProcess:
 def pretraining(device, preset, seq, steps, out: Path, env) -> dict:
     """run_pretraining.py on the embedded corpus; tokens/s from its log, MFU against the same-run GEMM peak."""
     from albert_hf import AlbertHFConfig
-    from albert_hf.hardware import choose_precision, detect
+    from albert_hf.runtime.hardware import choose_precision, detect
 
     precision = choose_precision(detect()).mixed_precision
     batch = max(1, 4096 // seq) if device.type == "cuda" else 8
@@ -140,7 +139,7 @@ def against_transformers(device, preset, seq, steps) -> dict:
     import transformers
 
     from albert_hf import AlbertHFConfig, AlbertHFForPreTraining
-    from albert_hf.hardware import choose_precision, detect
+    from albert_hf.runtime.hardware import choose_precision, detect
 
     precision = choose_precision(detect()).mixed_precision
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
@@ -180,7 +179,8 @@ def against_transformers(device, preset, seq, steps) -> dict:
 def write_rte(folder: Path, rows: int = 64):
     """An RTE-format task (index, sentence1, sentence2, label) from the embedded corpus: label 'entailment' when
     sentence2 follows sentence1 in the text, 'not_entailment' when it is drawn from elsewhere."""
-    from albert_hf.corpus import embedded_corpus, split_sentences
+    from albert_hf.pretraining.corpus import embedded_corpus
+    from albert_hf.tokenization import split_sentences
 
     sentences = []
     for text in embedded_corpus()["text"][:2000]:
@@ -197,7 +197,7 @@ def write_rte(folder: Path, rows: int = 64):
 
 
 def fine_tuning(device, model_dir: Path, out: Path, steps: int, env) -> dict:
-    from albert_hf.hardware import choose_precision, detect
+    from albert_hf.runtime.hardware import choose_precision, detect
 
     precision = choose_precision(detect()).mixed_precision
     data = out.parent / "rte"
@@ -219,7 +219,7 @@ def fsdp2_one_process(device, preset, steps) -> dict:
     from accelerate.utils import FullyShardedDataParallelPlugin
 
     from albert_hf import AlbertHFConfig, AlbertHFForPreTraining
-    from albert_hf.distributed import shard_for_fsdp2
+    from albert_hf.runtime.distributed import shard_for_fsdp2
     from albert_hf.optimization import Lamb, parameter_groups
 
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")

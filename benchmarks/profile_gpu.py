@@ -22,7 +22,6 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_gpu import Clock, Shape, batches_for, build  # noqa: E402
 
 # (group, words in the kernel's lower-cased name), the first match wins: attention's kernels carry "cutlass" too

@@ -4,7 +4,7 @@
     python examples/reproduce_downstream.py --smoke   # end to end in about a minute (numbers meaningless)
 
 `--glue_dir` is the folder of the original GLUE download (SST-2, CoLA, MRPC, STS-B and RTE with their TSVs). A
-smoke run without it uses the tests' tiny GLUE files (tests/test_glue.py, in a checkout of the repository).
+smoke run without it writes tiny GLUE files in that layout (albert_hf.testing.glue_folders).
 
 Models, pretrained as in reproduce_sop_vs_nsp.py (same corpus, tokenizer, architecture, steps and seed, the code
 path of run_pretraining.py): albert_sop (SOP, all layers shared) and no_pretraining (albert_sop's config and
@@ -58,6 +58,7 @@ import json
 import logging
 import math
 import os
+import runpy
 import shutil
 import sys
 import time
@@ -68,7 +69,6 @@ from statistics import mean, median, stdev
 from reproduce_sop_vs_nsp import common_arguments, fresh_accelerate_state, prepare, pretrain, wall_time
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # run_glue.py lives at the top of the repository
 
 # model -> (inter-sentence task, sharing) of its pretraining; None: not pretrained
 MODELS = {"albert_sop": ("sop", "all"), "bert_sop": ("sop", "none"), "albert_nsp": ("nsp", "all"),
@@ -145,21 +145,15 @@ def parse_arguments(argv=None):
 def glue_folder(args) -> Path:
     """--glue_dir, checked now rather than after hours of pretraining; a smoke run without it writes the tests'
     tiny GLUE folders (every original layout, 8 rows per split)."""
-    from albert_hf.glue import TASKS
+    from albert_hf.tasks.glue import TASKS
 
     if args.glue_dir:
         missing = [TASKS[t].folder for t in GLUE_TASKS if not (Path(args.glue_dir) / TASKS[t].folder).is_dir()]
         if missing:
             raise SystemExit(f"error: --glue_dir {args.glue_dir}: no {', '.join(missing)} folder in it")
         return Path(args.glue_dir)
-    if args.smoke and (REPO / "tests" / "test_glue.py").is_file():
-        from albert_hf.corpus import cache_root
-
-        # The tests' conftest (imported by test_glue) points HF_HOME at a temporary folder: keep albert_hf's caches
-        # (tokenizers, embedded corpus) where they are.
-        os.environ.setdefault("ALBERT_HF_CACHE", str(cache_root()))
-        sys.path.insert(0, str(REPO / "tests"))
-        from test_glue import write_glue_folders
+    if args.smoke:
+        from albert_hf.testing.glue_folders import write_glue_folders
 
         return write_glue_folders(Path(args.output_dir) / "glue_fixture")
     raise SystemExit("error: --glue_dir is required: the folder of the original GLUE download (SST-2, CoLA, MRPC, "
@@ -242,7 +236,7 @@ def fill_mask_probes(out: Path, runs) -> dict:
 
 def pretraining_budget(args, run_dir: Path, steps: int) -> dict:
     from albert_hf import AlbertHFConfig
-    from albert_hf.params import count_parameters
+    from albert_hf.analysis.params import count_parameters
 
     seconds = run_dir / "wall_seconds.txt"
     minutes = float(seconds.read_text()) / 60 if seconds.is_file() else 0.0 if steps == 0 else None
@@ -267,7 +261,7 @@ def task_specs(args) -> dict[str, tuple[str, int | None]]:
 
 
 def finetune_argv(args, model_dir: Path, task: str, train_rows, learning_rate: float, seed: int, output_dir: Path):
-    from albert_hf.glue import TASKS
+    from albert_hf.tasks.glue import TASKS
 
     data_dir = Path(args.glue_dir) / TASKS[task].folder
     argv = ["--model_name_or_path", model_dir, "--task_name", task, "--data_dir", data_dir, "--do_train", "--do_eval",
@@ -289,6 +283,11 @@ def finetune_argv(args, model_dir: Path, task: str, train_rows, learning_rate: f
     return [str(a) for a in argv]
 
 
+def run_glue_main(argv: list[str]) -> None:
+    """run_glue.py's main, in this process: the script lies at the top of the repository, outside any package."""
+    runpy.run_path(str(REPO / "run_glue.py"), run_name="run_glue")["main"](argv)
+
+
 def finetune(argv: list[str], output_dir: Path) -> dict:
     """One run_glue.py run in this process; returns its eval_results.json. A finished run with the same arguments
     is reused."""
@@ -296,10 +295,8 @@ def finetune(argv: list[str], output_dir: Path) -> dict:
     if results.is_file() and recorded.is_file() and json.loads(recorded.read_text()) == argv:
         return json.loads(results.read_text())
     recorded.unlink(missing_ok=True)
-    import run_glue
-
     fresh_accelerate_state()
-    run_glue.main(argv)
+    run_glue_main(argv)
     for weights in output_dir.glob("*.safetensors"):
         weights.unlink()  # hundreds of fine-tuned models: the reproduction needs their scores only
     recorded.write_text(json.dumps(argv))
@@ -477,7 +474,7 @@ class TrainingStart(logging.Handler):
 
 def gpu_pretrain(args, out: Path) -> dict:
     """Pretrains albert_sop (reused when finished) and makes its random-init twin; returns their timings."""
-    watcher, logger = TrainingStart(), logging.getLogger("albert_hf.pretraining")
+    watcher, logger = TrainingStart(), logging.getLogger("albert_hf.pretraining.job")
     level = logger.level
     logger.setLevel(logging.INFO)  # the start line is an INFO record, whatever the caller's logging setup
     logger.addHandler(watcher)
@@ -547,7 +544,7 @@ def gpu_finetune(args, out: Path, results: dict, deadline: float | None):
     """Every (seed, task, model) run, seed by seed so that a deadline cuts whole seeds, not whole tasks; the
     results file is rewritten after each run. A run is skipped when, at the longest time a run of its task took so
     far, it would end after the deadline."""
-    from albert_hf.hub import write_json  # written whole, then renamed into place
+    from albert_hf.runtime.storage import write_json  # written whole, then renamed into place
 
     runs, skipped = results["runs"], results["skipped"]
     rate, started = args.finetune_learning_rates[0], time.perf_counter()
@@ -635,7 +632,7 @@ def print_gpu_table(args, results: dict):
 def gpu_main(args) -> dict:
     """--gpu: pretrain albert_sop, fine-tune it and its random-init twin (GLUE, one learning rate, every seed),
     write OUTPUT_DIR/gpu_results.json after every run, print the table."""
-    from albert_hf.hub import write_json  # written whole, then renamed into place
+    from albert_hf.runtime.storage import write_json  # written whole, then renamed into place
 
     start = time.perf_counter()
     deadline = None if args.deadline_minutes is None else start + 60 * args.deadline_minutes

@@ -80,7 +80,7 @@ def apply_smoke(args):
 def prepare(args, model_fields: dict | None = None):
     """Resolves the precision and the model's fields (`model_fields`, default the small model; --smoke and
     --model_json change them), checks --train_files and makes the output folder."""
-    from albert_hf.hardware import choose_precision, detect
+    from albert_hf.runtime.hardware import choose_precision, detect
 
     # resolved once, here: every run and the intrinsic evaluation use the same precision, named in the summary
     args.mixed_precision = choose_precision(detect(), args.mixed_precision).mixed_precision
@@ -115,9 +115,9 @@ def fresh_accelerate_state():
 
 
 def pretrain(args, run_dir: Path, task: str = "sop", sharing: str | None = None) -> float:
-    """One `albert_hf.pretraining.main` run into run_dir; returns its wall time in seconds. A finished run (its
+    """One `albert_hf.pretraining.job.main` run into run_dir; returns its wall time in seconds. A finished run (its
     all_results.json exists) is reused, so an interrupted reproduction restarts where it stopped."""
-    from albert_hf.pretraining import main as pretraining_main
+    from albert_hf.pretraining.job import main as pretraining_main
 
     if (run_dir / "all_results.json").is_file() and (run_dir / "config.json").is_file():
         print(f"[reuse] {run_dir} is already trained")
@@ -157,7 +157,7 @@ def pretrain(args, run_dir: Path, task: str = "sop", sharing: str | None = None)
 
 def held_out_documents(args):
     """The documents run_pretraining.py held out (same corpus, same 10% split, same seed): never trained on."""
-    from albert_hf.corpus import corpus_splits
+    from albert_hf.pretraining.corpus import corpus_splits
 
     return corpus_splits(args.train_files or None, held_out_percentage=10.0, seed=args.seed).held_out
 

@@ -1,9 +1,8 @@
-"""Shared test set-up: offline Hub, a throwaway HF_HOME, tiny configs."""
+"""The tests' set-up and fixtures: offline Hub, a throwaway HF_HOME, one thread per test, a tiny checkpoint. The
+helpers tests call by name live in tests/helpers.py."""
 
 import os
-import sys
 import tempfile
-from pathlib import Path
 
 # Set before transformers/datasets are imported anywhere, so no test can reach the network.
 os.environ.setdefault("HF_HOME", tempfile.mkdtemp(prefix="albert_hf_test_home_"))
@@ -18,9 +17,8 @@ os.environ["PYTHONUNBUFFERED"] = "1"
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from helpers import THREADS  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
 
 
 # The files that take longest, longest first (seconds per file: BENCHMARKS.md, "The test suite"). pytest-xdist hands
@@ -44,27 +42,9 @@ def _output_locks():
     """A script's main() called in the test's own process leaves no output-folder lock behind for the next test (the
     scripts' entry point releases it, cli.run_entry_point; a bare main() call does not)."""
     yield
-    from albert_hf import output_lock
+    from albert_hf.runtime import output_lock
 
     output_lock.release_all()
-
-
-# Torch threads per test and per process a test starts. Tiny models: thread start-up costs more than it saves, and
-# CI has 2 cores shared with subprocess tests. ALBERT_HF_TEST_THREADS=2 runs the suite with another summation order
-# (a test that holds only for one order asserts a rounding, not a behaviour).
-THREADS = int(os.environ.get("ALBERT_HF_TEST_THREADS", "1"))
-
-
-THREADS_SAID = "1 thread" if THREADS == 1 else f"{THREADS} threads"  # as a start line names them
-
-
-def subprocess_env(**extra) -> dict:
-    """The environment of a process a test starts: this one's, with the tests' thread count."""
-    return {**os.environ, "OMP_NUM_THREADS": str(THREADS), "TOKENIZERS_PARALLELISM": "false", **extra}
-
-
-# The preloaded interpreter's environment (tests/preloaded.py): the tests' own, before any test changes it.
-PRELOADED_ENV = subprocess_env()
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -84,139 +64,6 @@ def fresh_accelerate_state():
     yield
     AcceleratorState._reset_state(True)
     PartialState._reset_state()
-
-
-def tiny_config(**overrides):
-    from albert_hf import AlbertHFConfig
-
-    return AlbertHFConfig.from_preset("tiny", **overrides)
-
-
-def run_python(code: str, cwd, env_extra=None, timeout=300):
-    """Run `code` in a fresh interpreter with albert_hf made unimportable (as on a machine without the package)."""
-    import subprocess
-
-    blocker = (
-        "import sys\n"
-        "class _BlockAlbertHF:\n"
-        "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name == 'albert_hf' or name.startswith('albert_hf.'):\n"
-        "            raise ImportError('albert_hf is deliberately not importable in this test')\n"
-        "sys.meta_path.insert(0, _BlockAlbertHF())\n"
-    )
-    env = subprocess_env(**(env_extra or {}))
-    env.pop("PYTHONPATH", None)
-    return subprocess.run(  # stdin closed, as in a notebook kernel or a job: a prompt cannot be answered
-        [sys.executable, "-c", blocker + code], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
-
-
-def check_tokenizer_loads_without_prompt(folder, fill_mask: bool = False):
-    """A folder our scripts wrote, in a fresh process without albert_hf and with stdin closed: the tokenizer loads
-    the ways its model card shows (transformers' AlbertTokenizer, no remote code; AutoTokenizer with
-    trust_remote_code=True) with no remote-code question and no model-type warning, both alike and giving ALBERT's
-    segment ids; with `fill_mask`, the fill-mask pipeline runs on it."""
-    code = (
-        "from transformers import AlbertTokenizer, AutoTokenizer, pipeline\n"
-        f"folder = {str(folder)!r}\n"
-        "plain = AlbertTokenizer.from_pretrained(folder)\n"
-        "auto = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)\n"
-        "assert type(auto).__name__ == 'AlbertTokenizer' and auto.get_vocab() == plain.get_vocab()\n"
-        "print('SEGMENTS', plain('first part.', 'second part.')['token_type_ids'])\n"
-    )
-    if fill_mask:
-        code += (
-            "fill = pipeline('fill-mask', model=folder, trust_remote_code=True)\n"
-            "found = fill(f'She opened the {fill.tokenizer.mask_token} and walked in.')\n"
-            "print('FILLED', len(found), type(fill.model).__name__, all(isinstance(f['token'], int) for f in found))\n"
-        )
-    done = run_python(code, cwd=Path(folder).parent)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "Do you wish to run the custom code" not in done.stdout
-    assert "custom code" not in done.stderr and "to instantiate a model of type" not in done.stderr
-    segments = done.stdout.split("SEGMENTS ")[1].splitlines()[0]
-    assert segments.startswith("[0, 0") and segments.endswith("1, 1]")
-    if fill_mask:
-        assert "FILLED 5 AlbertHFForMaskedLM True" in done.stdout
-    card = (Path(folder) / "README.md").read_text()
-    assert "AlbertTokenizer.from_pretrained(" in card
-
-
-def finetuning_args(checkpoint, output_dir, *extra, learning_rate: float) -> list:
-    """The flags of a tiny fine-tuning run (run_ner.py, run_glue.py on your own data): pieces of 32, batches of 16,
-    nothing saved before the end, no trackers, no progress bars."""
-    return ["--model_name_or_path", checkpoint, "--output_dir", output_dir, "--overwrite_output_dir",
-            "--max_seq_length", 32, "--per_device_train_batch_size", 16, "--learning_rate", learning_rate,
-            "--report_to", "none", "--save_strategy", "no", "--seed", 0, "--dataloader_pin_memory", "false",
-            "--disable_tqdm", "true", *extra]
-
-
-def run_script(script_name: str, argv):
-    """A script's `main(argv)` in this process (e.g. "run_glue"), with accelerate's state cleared first: each
-    script builds its own Accelerator."""
-    import importlib
-
-    from accelerate.state import AcceleratorState, PartialState
-
-    from albert_hf import output_lock
-
-    AcceleratorState._reset_state(True)
-    PartialState._reset_state()
-    try:
-        return importlib.import_module(script_name).main([str(a) for a in argv])
-    finally:
-        output_lock.release_all()  # as the script's entry point (cli.run_entry_point) releases it
-
-
-def run_bounded(command, timeout: float, **kwargs):
-    """subprocess.run(capture_output=True, text=True) that cannot hang a test run: on timeout the command and every
-    process it started are killed, and the test fails with what the command printed so far.
-
-    `python SCRIPT` and `python -m MODULE` run forked from an interpreter that has imported the stack already
-    (tests/preloaded.py), which saves each about 3 s of imports; other commands run as subprocesses.
-
-    A launcher's workers run in sessions of their own (torch's elastic agent starts them so), so killing the
-    launcher's process group is not enough; they are found through the process tree before anything is killed.
-    Output goes to files rather than pipes, which an orphaned worker would hold open forever.
-    """
-    import subprocess
-    import tempfile
-
-    import psutil
-
-    with tempfile.TemporaryDirectory(prefix="albert_hf_test_output_") as folder:
-        out, err = Path(folder) / "stdout", Path(folder) / "stderr"
-        process = start_process(command, stdout=out, stderr=err, **kwargs)
-        try:
-            process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            tree = [process.pid] + [child.pid for child in psutil.Process(process.pid).children(recursive=True)]
-            for pid in tree:
-                try:
-                    os.kill(pid, 9)
-                except ProcessLookupError:
-                    pass
-            process.wait()
-            pytest.fail(f"{' '.join(map(str, command[:4]))} ... still running after {timeout:.0f} s (hung?); killed "
-                        f"{len(tree)} processes; stderr tail:\n{err.read_text()[-3000:]}")
-        return subprocess.CompletedProcess(command, process.returncode, out.read_text(), err.read_text())
-
-
-def start_process(command, *, stdout: Path, stderr: Path, env=None, cwd=None):
-    """subprocess.Popen(command) with stdout and stderr written to these files; forked from the preloaded
-    interpreter where that gives what a fresh process would (tests/preloaded.py)."""
-    import subprocess
-
-    import preloaded
-
-    env = dict(os.environ if env is None else env)
-    stdout.write_text(""), stderr.write_text("")
-    if preloaded.servable(command, env, PRELOADED_ENV):
-        return preloaded.start(command, env=env, cwd=cwd, stdout=str(stdout), stderr=str(stderr),
-                               server_env=PRELOADED_ENV)
-    with open(stdout, "w") as out, open(stderr, "w") as err:
-        return subprocess.Popen([str(part) for part in command], stdout=out, stderr=err, env=env, cwd=cwd)
 
 
 @pytest.fixture(scope="session")

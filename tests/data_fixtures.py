@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+from helpers import SHARED_DATA
 TEST_VOCAB_SIZE = 1000
 
 
@@ -22,7 +22,7 @@ def shared_corpus(*parts: str) -> Path:
 
 @functools.lru_cache(maxsize=None)
 def embedded():
-    from albert_hf.corpus import embedded_corpus
+    from albert_hf.pretraining.corpus import embedded_corpus
 
     return embedded_corpus()
 
@@ -37,14 +37,14 @@ def tokenizer():
 
 @functools.lru_cache(maxsize=None)
 def tokenized_embedded():
-    from albert_hf.pretraining_data import tokenize_documents
+    from albert_hf.pretraining.pairs import tokenize_documents
 
     return tokenize_documents(embedded(), tokenizer())
 
 
 @functools.lru_cache(maxsize=None)
 def embedded_pairs(max_seq_length: int = 128, dupe_factor: int = 1, task: str = "sop"):
-    from albert_hf.pretraining_data import create_pretraining_pairs
+    from albert_hf.pretraining.pairs import create_pretraining_pairs
 
     return create_pretraining_pairs(
         tokenized_embedded(), tokenizer(), max_seq_length=max_seq_length, dupe_factor=dupe_factor, task=task

@@ -22,8 +22,8 @@ import torch
 from accelerate.state import AcceleratorState, PartialState
 from accelerate.utils import DistributedType
 
-from albert_hf import pretraining
-from albert_hf.distributed import end_distributed
+from albert_hf.pretraining import job as pretraining
+from albert_hf.runtime.distributed import end_distributed
 from albert_hf.errors import InputError, first_line
 
 

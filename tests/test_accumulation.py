@@ -5,7 +5,7 @@ import sys
 
 import pytest
 import torch
-from conftest import tiny_config
+from helpers import tiny_config
 from safetensors.torch import load_file
 from test_pretraining import pretrain_runs
 
@@ -46,7 +46,7 @@ def gradients(model):
 def test_weighted_micro_batch_losses_sum_to_the_gradient_of_the_whole_batch(micro_batch):
     from accelerate import Accelerator
 
-    from albert_hf.pretraining_step import loss_weights, weighted_loss
+    from albert_hf.pretraining.step import loss_weights, weighted_loss
 
     torch.manual_seed(0)
     model = AlbertHFForPreTraining(tiny_config(vocab_size=300))
@@ -74,7 +74,7 @@ def test_weighted_micro_batch_losses_sum_to_the_gradient_of_the_whole_batch(micr
 def test_per_device_normalization_weights_each_processes_own_tokens(monkeypatch):
     from accelerate import Accelerator
 
-    from albert_hf.pretraining_step import loss_weights
+    from albert_hf.pretraining.step import loss_weights
 
     batch = unequal_batch(300)
     micro_batches = [{k: v[i:i + 8] for k, v in batch.items()} for i in range(0, 32, 8)]

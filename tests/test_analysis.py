@@ -4,12 +4,16 @@ import math
 
 import pytest
 import torch
-from conftest import REPO, tiny_config
+from helpers import REPO, tiny_config
 from data_fixtures import embedded, tokenizer
 
 from albert_hf import AlbertHFForPreTraining, AlbertHFModel
 from albert_hf.analysis import (
-    build_intrinsic_sets, evaluate_intrinsic, layer_transitions, model_transitions, sop_by_document,
+    build_intrinsic_sets,
+    evaluate_intrinsic,
+    layer_transitions,
+    model_transitions,
+    sop_by_document,
 )
 from albert_hf.analysis import transitions as transitions_cli
 from albert_hf.analysis.intrinsic import main as intrinsic_main
@@ -255,13 +259,13 @@ def test_reproduction_passes_its_training_options_to_run_pretraining(tmp_path, m
     examples' 0.98 differs from run_pretraining's official 0.999)."""
     import argparse
 
-    import albert_hf.pretraining
+    import albert_hf.pretraining.job
 
     monkeypatch.syspath_prepend(str(REPO / "examples"))
     import reproduce_sop_vs_nsp as reproduction
 
     seen = []
-    monkeypatch.setattr(albert_hf.pretraining, "main", lambda argv: seen.append(argv))
+    monkeypatch.setattr(albert_hf.pretraining.job, "main", lambda argv: seen.append(argv))
     for extra in ([], ["--num_warmup_steps", "100", "--adam_beta2", "0.999", "--torch_compile"]):
         parser = argparse.ArgumentParser()
         reproduction.common_arguments(parser, steps=700, output_dir=str(tmp_path))

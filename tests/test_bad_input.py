@@ -9,14 +9,15 @@ import shutil
 import sys
 
 import pytest
-from conftest import REPO, run_bounded, subprocess_env
-from test_glue import run_glue, write_glue_folders, write_tsv
+from helpers import REPO, run_bounded, subprocess_env
+from test_glue import run_glue
+from albert_hf.testing.glue_folders import write_glue_folders, write_tsv
 from test_race import write_official_layout
 from test_squad import SQUAD_V1, common_args, run_squad, write_json
 
-from albert_hf.cli import run_entry_point
+from albert_hf.runtime.cli import run_entry_point
 from albert_hf.errors import InputError
-from albert_hf.finetuning import run_script
+from albert_hf.tasks.finetuning import run_script
 
 MRPC_HEADER = ["Quality", "#1 ID", "#2 ID", "#1 String", "#2 String"]
 MRPC_ROWS = [(i % 2, 100 + i, 200 + i, f"The cat sat on mat {i}.", f"A cat was on mat {i}.") for i in range(8)]
@@ -110,7 +111,7 @@ def test_run_squad_short_windows_compose_with_the_default_question_length(tmp_pa
     argv = common_args(tiny_checkpoint, out, steps=1, seq=48)
     at = argv.index("--max_query_length")
     del argv[at:at + 2]  # the default, 64, longer than the 48-piece window
-    with caplog.at_level(logging.WARNING, logger="albert_hf.squad"):
+    with caplog.at_level(logging.WARNING, logger="albert_hf.tasks.squad.job"):
         run_squad(["--train_file", path, "--validation_file", path, "--do_train", "--do_eval", *argv])
     capped = [r.getMessage() for r in caplog.records if "--max_query_length" in r.getMessage()]
     assert capped == ["--max_query_length 64 would leave no context in a --max_seq_length 48 window: questions keep "
@@ -122,16 +123,12 @@ def test_the_default_max_seq_length_is_capped_at_a_small_models_positions(tmp_pa
     # RACE's default is 512; the tiny model has 128 positions
     root = write_official_layout(tmp_path / "RACE")
     out = tmp_path / "out"
-    sys.path.insert(0, str(REPO))
-    try:
-        import run_race
-    finally:
-        sys.path.remove(str(REPO))
+    import run_race
     from accelerate.state import AcceleratorState, PartialState
 
     AcceleratorState._reset_state(True)
     PartialState._reset_state()
-    with caplog.at_level(logging.WARNING, logger="albert_hf.finetuning"):
+    with caplog.at_level(logging.WARNING, logger="albert_hf.tasks.finetuning"):
         run_race.main([str(a) for a in ["--model_name_or_path", tiny_checkpoint, "--data_dir", root, "--do_eval",
                                         "--output_dir", out, "--report_to", "none", "--max_eval_samples", 2]])
     assert "--max_seq_length 512 is longer than the model's 128 positions; using 128" in caplog.text

@@ -6,16 +6,12 @@ import warnings
 
 import pytest
 import torch
-from conftest import REPO, tiny_config
+from helpers import REPO, tiny_config
 from torch.utils.flop_counter import FlopCounterMode
 
-sys.path.insert(0, str(REPO / "benchmarks"))
-try:
-    import bench_gpu
-    import profile_gpu
-    from bench_model import albert_flops
-finally:
-    sys.path.remove(str(REPO / "benchmarks"))
+import bench_gpu
+import profile_gpu
+from bench_model import albert_flops
 
 import transformers
 
@@ -159,11 +155,7 @@ def test_bench_gpu_without_a_gpu_says_so_in_one_line(monkeypatch):
 
 
 def test_bench_input_times_the_gpu_loader_at_each_shape_against_bench_gpu(tmp_path, capsys):
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        import bench_input
-    finally:
-        sys.path.remove(str(REPO / "benchmarks"))
+    import bench_input
     gpu = tmp_path / "gpu.json"  # what bench_gpu.py writes, cut to the fields read
     gpu.write_text(json.dumps({"shapes": [{"preset": "tiny", "batch": 4, "seq": 32,
                                            "albert_hf": {"tokens_per_s": 1000.0}}]}))

@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import tiny_config
+from helpers import tiny_config
 from safetensors.torch import load_file
 from test_modeling import make_inputs, mlm_labels, padded_batch
 from test_pretraining import metrics, pretrain_runs
@@ -95,7 +95,7 @@ def test_compiled_blocks_in_the_gpu_form_compile_each_region_once_without_breaks
     collator's fixed-size masked positions. Each distinct block is one compiled region (two shared groups here, 4
     layers), so is the MLM head with its loss; no graph breaks; after the first training step no new graph; the
     loss and gradients are eager's."""
-    from albert_hf.data_collator import fixed_size_positions
+    from albert_hf.pretraining.collator import fixed_size_positions
 
     config = tiny_config(num_hidden_groups=2, unpad_inputs=False, hidden_dropout_prob=0.0,
                          attention_probs_dropout_prob=0.0, classifier_dropout_prob=0.0)

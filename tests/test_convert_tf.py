@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import run_python
+from helpers import run_python
 
 from albert_hf import (
     AlbertHFForMultipleChoice,
@@ -25,8 +25,8 @@ from albert_hf import (
     AlbertHFForSequenceClassification,
 )
 from albert_hf.convert import from_tf_checkpoint, main
-from albert_hf.tf_checkpoint import TFCheckpoint, TFCheckpointError, crc32c
-from albert_hf.cli import run_entry_point
+from albert_hf.convert.tf_checkpoint import TFCheckpoint, TFCheckpointError, crc32c
+from albert_hf.runtime.cli import run_entry_point
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "tf_albert"
 ATOL = 1e-5

@@ -13,13 +13,13 @@ import time
 import psutil
 import pytest
 import torch
-from conftest import REPO, THREADS_SAID, run_bounded, subprocess_env
+from helpers import REPO, THREADS_SAID, run_bounded, subprocess_env
 from safetensors.torch import load_file
 from test_pretraining import RESUME_ARGS, check_same_weights_and_curve, metrics, pretrain, pretrain_runs
 
-from albert_hf.checkpointing import STATE_FILE
+from albert_hf.pretraining.checkpoints import STATE_FILE
 from albert_hf.errors import InputError
-from albert_hf.pretraining import build_parser, parse_args
+from albert_hf.pretraining.job import build_parser, parse_args
 
 ARGS = [*RESUME_ARGS, "--mixed_precision", "no"]  # 12 steps, a checkpoint every 3; fp32 for the comparisons
 LAUNCH = [sys.executable, "-m", "accelerate.commands.launch", "--mixed_precision", "no", "--dynamo_backend", "no"]
@@ -174,7 +174,7 @@ def test_every_fsdp_config_accelerate_config_writes_is_read_into_what_runs_or_on
 
     from accelerate_configs import fsdp_config, launcher_environment
 
-    from albert_hf.distributed import fsdp_plugin_from_launcher
+    from albert_hf.runtime.distributed import fsdp_plugin_from_launcher
 
     environment = launcher_environment(fsdp_config(tmp_path / "config.yaml", **answers))
     with mock.patch.dict(os.environ, environment):
@@ -253,7 +253,7 @@ from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import Shard, distribute_tensor
 
 from albert_hf import AlbertHFConfig, AlbertHFForPreTraining
-from albert_hf.distributed import end_distributed, local_share, shard_for_fsdp2
+from albert_hf.runtime.distributed import end_distributed, local_share, shard_for_fsdp2
 from albert_hf.modeling_albert_hf import AlbertHFLayer
 from albert_hf.optimization import Lamb
 
@@ -362,7 +362,7 @@ def test_every_shipped_accelerate_config_loads_and_is_in_the_docs_table():
          "flat partition per parameter group"),
 ])
 def test_what_deepspeed_would_change_is_refused_in_one_line(flags, message):
-    from albert_hf.distributed import check_deepspeed
+    from albert_hf.runtime.distributed import check_deepspeed
 
     with pytest.raises(InputError) as refused:
         check_deepspeed(parse_args(["--output_dir", "unused", *flags]))
@@ -374,7 +374,7 @@ def test_what_deepspeed_would_change_is_refused_in_one_line(flags, message):
 def test_the_shipped_deepspeed_config_agrees_with_what_the_script_accepts():
     from accelerate.commands.config.config_args import load_config_from_file
 
-    from albert_hf.distributed import check_deepspeed
+    from albert_hf.runtime.distributed import check_deepspeed
 
     path = REPO / "examples" / "accelerate_configs" / "deepspeed_zero2.yaml"
     config = load_config_from_file(str(path)).deepspeed_config
@@ -391,7 +391,7 @@ def test_the_shipped_deepspeed_config_agrees_with_what_the_script_accepts():
      "error: the accelerate config asks for FSDP, but this run is one process: start it with `accelerate launch"),
 ])
 def test_fine_tuning_refuses_a_mode_that_cannot_be_had_with_one_line(tmp_path, tiny_checkpoint, env, message):
-    from test_glue import write_glue_folders
+    from albert_hf.testing.glue_folders import write_glue_folders
 
     rte = write_glue_folders(tmp_path / "glue") / "RTE"
     out = tmp_path / "out"

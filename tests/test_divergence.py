@@ -1,4 +1,4 @@
-"""A run that diverges stops with one line, and leaves no non-finite tensor on disk (albert_hf/divergence.py); a
+"""A run that diverges stops with one line, and leaves no non-finite tensor on disk (albert_hf/pretraining/divergence.py); a
 non-finite checkpoint of an older version is passed over by --resume_from_checkpoint latest."""
 
 import math
@@ -11,8 +11,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from test_pretraining import FAST, metrics, pretrain
 
-from albert_hf import pretraining
-from albert_hf.divergence import Diverged, check_losses, checkpoint_finite, stop_line, weights_finite
+from albert_hf.pretraining import job as pretraining
+from albert_hf.pretraining.divergence import Diverged, check_losses, checkpoint_finite, stop_line, weights_finite
 
 QUIET = ["--eval_steps", "0", "--validation_split_percentage", "0"]
 

@@ -1,4 +1,4 @@
-"""The flow shared by run_glue.py, run_squad.py and run_race.py (albert_hf/finetuning.py)."""
+"""The flow shared by run_glue.py, run_squad.py and run_race.py (albert_hf/tasks/finetuning.py)."""
 
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -8,7 +8,7 @@ import torch
 from transformers import AlbertConfig, AlbertForSequenceClassification, TrainerCallback
 
 from albert_hf import AlbertHFForSequenceClassification
-from albert_hf.finetuning import (
+from albert_hf.tasks.finetuning import (
     AlbertTrainer,
     AlbertTrainingArguments,
     ModelArguments,
@@ -21,12 +21,13 @@ from albert_hf.finetuning import (
     setup,
     train,
 )
-from albert_hf import race, squad
+from albert_hf.tasks import race
+from albert_hf.tasks.squad import job as squad
 from albert_hf.errors import InputError
-from albert_hf.glue import GlueDataArguments
+from albert_hf.tasks.glue import GlueDataArguments
 from albert_hf.optimization import AdamWeightDecay
-from albert_hf.race import RaceDataArguments
-from albert_hf.squad_features import SquadDataArguments
+from albert_hf.tasks.race import RaceDataArguments
+from albert_hf.tasks.squad.features import SquadDataArguments
 
 
 @dataclass
@@ -157,7 +158,7 @@ def test_results_files_are_flat_and_all_results_merges_train_eval_and_predict(tm
 def test_a_second_evaluation_set_is_scored_on_itself_with_persistent_workers(tmp_path):
     """With --dataloader_persistent_workers, Trainer hands out its cached evaluation loader for any dataset passed
     to evaluate(): MNLI's mismatched dev set was scored on the matched one. Each set must get its own loader."""
-    from conftest import tiny_config
+    from helpers import tiny_config
 
     args = AlbertTrainingArguments(output_dir=str(tmp_path), report_to="none", per_device_eval_batch_size=4,
                                    dataloader_num_workers=1, dataloader_persistent_workers=True)
@@ -183,7 +184,7 @@ RECIPE = dict(learning_rate=3e-5, batch_size=32, max_steps=100, warmup_steps=10,
 
 
 def resolve(tmp_path, *flags):
-    from albert_hf.finetuning import apply_paper_hparams
+    from albert_hf.tasks.finetuning import apply_paper_hparams
 
     argv = ["--model_name_or_path", "m", "--output_dir", str(tmp_path), "--paper_hparams", *flags]
     model_args, data_args, training_args = parse_arguments(LengthArguments, argv)
@@ -243,7 +244,7 @@ def test_paper_hparams_total_batch_that_does_not_split_names_the_flags(tmp_path)
 def test_paper_hparams_from_an_arguments_file_keep_its_values_and_leave_the_parsed_arguments(tmp_path):
     import json
 
-    from albert_hf.finetuning import apply_paper_hparams
+    from albert_hf.tasks.finetuning import apply_paper_hparams
 
     argv = [tmp_path / "args.json"]
     argv[0].write_text(json.dumps({"model_name_or_path": "m", "output_dir": str(tmp_path / "out"),
@@ -257,7 +258,7 @@ def test_paper_hparams_from_an_arguments_file_keep_its_values_and_leave_the_pars
 
 
 def test_paper_hparams_values_meet_the_checks_a_flag_meets(tmp_path):
-    from albert_hf.finetuning import apply_paper_hparams
+    from albert_hf.tasks.finetuning import apply_paper_hparams
 
     argv = ["--model_name_or_path", "m", "--output_dir", str(tmp_path), "--paper_hparams", "--compile_blocks"]
     parsed = parse_arguments(LengthArguments, argv)

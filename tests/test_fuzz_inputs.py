@@ -1,4 +1,4 @@
-"""Bad input, fuzzed: every input kind the scripts read, mutated with seeded edits (tests/fuzzing.py), ends in a
+"""Bad input, fuzzed: every input kind the scripts read, mutated with seeded edits (albert_hf/testing/fuzzing.py), ends in a
 run, a logged skip with a count, or one InputError line. Never another exception, never a hang.
 
 benchmarks/fuzz_inputs.py runs thousands of the same cases and reports the counts."""
@@ -6,7 +6,7 @@ benchmarks/fuzz_inputs.py runs thousands of the same cases and reports the count
 from collections import Counter
 
 import pytest
-from fuzzing import KINDS, Resources, quiet_libraries, run_cases
+from albert_hf.testing.fuzzing import KINDS, Resources, quiet_libraries, run_cases
 
 CASES_PER_KIND = 20  # 18 kinds: 360 cases
 

@@ -1,4 +1,4 @@
-"""run_glue.py and albert_hf/glue.py: GLUE readers, metrics, --paper_hparams, end-to-end runs with a tiny model."""
+"""run_glue.py and albert_hf/tasks/glue.py: GLUE readers, metrics, --paper_hparams, end-to-end runs with a tiny model."""
 
 import csv
 import json
@@ -9,12 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import check_tokenizer_loads_without_prompt, run_script
+from helpers import check_tokenizer_loads_without_prompt, run_script
 from data_fixtures import SHARED_DATA
 from albert_hf.errors import InputError
+from albert_hf.testing.glue_folders import PAIRS, write_glue_folders, write_tsv
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # run_glue.py is a top-level script
 
 GLUE_DATA = SHARED_DATA / "glue"
 
@@ -117,68 +117,6 @@ def test_stsb_metric_matches_scipy_on_real_dev():
 # ------------------------------------------------------------------------------------------------------------
 # Readers: fixtures in every original layout, then the real files.
 
-PAIRS = [("A man is playing a guitar.", 'He said " it was fine .'), ("The cat sat.", "A dog ran away quickly."),
-         ("It rains.", "Rain falls from the sky today."), ("Birds fly south.", "Birds migrate in winter.")]
-
-
-def write_tsv(path, header, rows, bom=False):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lines = ([("\ufeff" if bom else "") + "\t".join(header)] if header else []) + ["\t".join(map(str, r)) for r in rows]
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-
-
-def write_glue_folders(root: Path) -> Path:
-    """Small files in the layout of each original GLUE download folder (field order, headers, quirks)."""
-    nli = ["entailment", "neutral", "contradiction"]
-    binary = lambda i: i % 2  # noqa: E731
-    for split in ("train", "dev"):
-        write_tsv(root / "CoLA" / f"{split}.tsv", None,
-                  [("gj04", binary(i), "*" if not binary(i) else "", a) for i, (a, b) in enumerate(PAIRS * 2)])
-        write_tsv(root / "SST-2" / f"{split}.tsv", ["sentence", "label"],
-                  [(a + " ", binary(i)) for i, (a, b) in enumerate(PAIRS * 2)])
-        write_tsv(root / "MRPC" / f"{split}.tsv", ["Quality", "#1 ID", "#2 ID", "#1 String", "#2 String"],
-                  [(binary(i), 100 + i, 200 + i, a, b) for i, (a, b) in enumerate(PAIRS * 2)], bom=True)
-        write_tsv(root / "STS-B" / f"{split}.tsv",
-                  ["index", "genre", "filename", "year", "old_index", "source1", "source2", "sentence1", "sentence2",
-                   "score"],
-                  [(i, "main-news", "f", "2012", f"{i:04d}", "none", "none", a, b, f"{i * 0.6:.3f}")
-                   for i, (a, b) in enumerate(PAIRS * 2)])
-        write_tsv(root / "QQP" / f"{split}.tsv", ["id", "qid1", "qid2", "question1", "question2", "is_duplicate"],
-                  [(7 * i, i, i + 1, a, b, binary(i)) for i, (a, b) in enumerate(PAIRS * 2)])
-        for task in ("QNLI", "RTE"):
-            write_tsv(root / task / f"{split}.tsv", ["index", "question" if task == "QNLI" else "sentence1",
-                                                     "sentence" if task == "QNLI" else "sentence2", "label"],
-                      [(i, a, b, ["entailment", "not_entailment"][binary(i)]) for i, (a, b) in enumerate(PAIRS * 2)])
-        write_tsv(root / "WNLI" / f"{split}.tsv", ["index", "sentence1", "sentence2", "label"],
-                  [(i, a, b, binary(i)) for i, (a, b) in enumerate(PAIRS * 2)])
-    mnli_parse = ["promptID", "pairID", "genre", "sentence1_binary_parse", "sentence2_binary_parse",
-                  "sentence1_parse", "sentence2_parse"]
-    write_tsv(root / "MNLI" / "train.tsv", ["index", *mnli_parse, "sentence1", "sentence2", "label1", "gold_label"],
-              [(i, i, f"{i}e", "slate", "(x)", "(y)", "(X)", "(Y)", a, b, nli[i % 3], nli[i % 3])
-               for i, (a, b) in enumerate(PAIRS * 2)])
-    for part in ("matched", "mismatched"):
-        write_tsv(root / "MNLI" / f"dev_{part}.tsv",
-                  ["index", *mnli_parse, "sentence1", "sentence2", *[f"label{k}" for k in range(1, 6)], "gold_label"],
-                  [(i, i, f"{i}n", "slate", "(x)", "(y)", "(X)", "(Y)", a, b, *[nli[i % 3]] * 5, nli[i % 3])
-                   for i, (a, b) in enumerate(PAIRS * 2)])
-        write_tsv(root / "MNLI" / f"test_{part}.tsv", ["index", *mnli_parse, "sentence1", "sentence2"],
-                  [(i, i, i, "travel", "(x)", "(y)", "(X)", "(Y)", a, b) for i, (a, b) in enumerate(PAIRS)])
-    for task, columns in [("CoLA", ["index", "sentence"]), ("SST-2", ["index", "sentence"]),
-                          ("MRPC", ["index", "#1 ID", "#2 ID", "#1 String", "#2 String"]),
-                          ("STS-B", ["index", "genre", "filename", "year", "old_index", "source1", "source2",
-                                     "sentence1", "sentence2"]),
-                          ("QQP", ["id", "question1", "question2"]), ("QNLI", ["index", "question", "sentence"]),
-                          ("RTE", ["index", "sentence1", "sentence2"]), ("WNLI", ["index", "sentence1", "sentence2"]),
-                          ("diagnostic", ["index", "sentence1", "sentence2"])]:
-        rows = []
-        for i, (a, b) in enumerate(PAIRS):
-            values = {"index": 10 + i, "id": 10 + i, "sentence": a, "#1 String": a, "#2 String": b, "sentence1": a,
-                      "sentence2": b, "question": a, "question1": a, "question2": b}
-            rows.append([values.get(name, "x") for name in columns])
-        write_tsv(root / task / ("diagnostic.tsv" if task == "diagnostic" else "test.tsv"), columns, rows)
-    return root
-
-
 @pytest.fixture(scope="module")
 def glue_root(tmp_path_factory):
     return write_glue_folders(tmp_path_factory.mktemp("glue_fixtures"))
@@ -201,7 +139,7 @@ def glue_root(tmp_path_factory):
     ("ax", "diagnostic.tsv", {"premise": PAIRS[1][0], "hypothesis": PAIRS[1][1], "idx": 11}),
 ])
 def test_read_glue_tsv_every_original_layout(glue_root, task_name, split, expected):
-    from albert_hf.glue import TASKS, read_glue_tsv
+    from albert_hf.tasks.glue import TASKS, read_glue_tsv
 
     task = TASKS[task_name]
     dataset = read_glue_tsv(glue_root / task.folder / split, task)
@@ -211,7 +149,7 @@ def test_read_glue_tsv_every_original_layout(glue_root, task_name, split, expect
 
 
 def test_real_files_read_completely_with_quotes_and_bom():
-    from albert_hf.glue import TASKS, read_glue_tsv
+    from albert_hf.tasks.glue import TASKS, read_glue_tsv
 
     mrpc_dev = read_glue_tsv(shared_glue("MRPC", "dev.tsv"), TASKS["mrpc"])
     assert len(mrpc_dev) == 408  # 409 lines with the header
@@ -235,7 +173,7 @@ def test_real_files_read_completely_with_quotes_and_bom():
 def test_label_encoding_accepts_file_values_hub_names_and_ids():
     from datasets import Dataset
 
-    from albert_hf.glue import TASKS, encode_labels
+    from albert_hf.tasks.glue import TASKS, encode_labels
 
     dataset = Dataset.from_dict({"label": ["contradiction", "entailment", "neutral"]})
     assert encode_labels(dataset, TASKS["mnli"], "f")["label"] == [2, 0, 1]  # the Hub's order e/n/c
@@ -278,7 +216,7 @@ BAD_FILES = [  # task, flag, file name, content, the one line it stops with
 
 @pytest.mark.parametrize("task_name, flag, name, content, message", BAD_FILES)
 def test_bad_input_stops_with_file_and_field(tmp_path, task_name, flag, name, content, message):
-    from albert_hf.glue import GlueDataArguments, load_raw_splits, prepare_splits
+    from albert_hf.tasks.glue import GlueDataArguments, load_raw_splits, prepare_splits
 
     path = tmp_path / name
     path.write_bytes(content if isinstance(content, bytes) else content.encode())
@@ -288,7 +226,7 @@ def test_bad_input_stops_with_file_and_field(tmp_path, task_name, flag, name, co
 
 
 def test_a_bad_task_extension_or_header_only_file_stops_with_its_name(tmp_path):
-    from albert_hf.glue import GlueDataArguments, get_task, read_glue_tsv
+    from albert_hf.tasks.glue import GlueDataArguments, get_task, read_glue_tsv
 
     header_only = tmp_path / "header.tsv"
     header_only.write_text("index\tsentence1\tsentence2\tlabel\n")
@@ -301,19 +239,19 @@ def test_a_bad_task_extension_or_header_only_file_stops_with_its_name(tmp_path):
 
 
 def test_malformed_tsv_rows_are_skipped_and_counted(tmp_path, caplog):
-    from albert_hf.glue import TASKS, read_glue_tsv
+    from albert_hf.tasks.glue import TASKS, read_glue_tsv
 
     path = tmp_path / "train.tsv"
     write_tsv(path, ["id", "qid1", "qid2", "question1", "question2", "is_duplicate"],
               [(1, 1, 2, "a?", "b?", 0), (2, 3, 4, "broken line"), (3, 5, 6, "c?", "d?", 1)])
-    with caplog.at_level(logging.WARNING, logger="albert_hf.glue"):
+    with caplog.at_level(logging.WARNING, logger="albert_hf.tasks.glue"):
         dataset = read_glue_tsv(path, TASKS["qqp"])
     assert dataset["idx"] == [1, 3] and dataset["label"] == ["0", "1"]
     assert "skipped 1 malformed row(s) (expected 6 tab-separated fields), first at line 3" in caplog.text
 
 
 def test_hub_by_task_name_offline_points_to_local_files(caplog, tmp_path):
-    from albert_hf.glue import GlueDataArguments, load_raw_splits, prepare_splits
+    from albert_hf.tasks.glue import GlueDataArguments, load_raw_splits, prepare_splits
 
     # No local file: the Hub dataset is asked for, which the offline test environment refuses at once.
     with pytest.raises(InputError, match=r"nyu-mll/glue(.|\n)*Offline\? Pass --data_dir"):
@@ -321,7 +259,7 @@ def test_hub_by_task_name_offline_points_to_local_files(caplog, tmp_path):
     path = tmp_path / "train.csv"
     path.write_text("question1,question2,label\nWhy?,,0\nHow?,What?,1\n")
     data_args = GlueDataArguments(task_name="qqp", train_file=str(path))
-    with caplog.at_level(logging.WARNING, logger="albert_hf.glue"):
+    with caplog.at_level(logging.WARNING, logger="albert_hf.tasks.glue"):
         splits = prepare_splits(*load_raw_splits(data_args, {"train"}), data_args.task)
     assert splits["train"]["label"] == [0, 1]
     assert "1 empty value(s) in column 'question2', read as empty text" in caplog.text
@@ -332,8 +270,8 @@ def test_hub_by_task_name_offline_points_to_local_files(caplog, tmp_path):
 
 
 def parse(argv):
-    from albert_hf.finetuning import apply_paper_hparams, parse_arguments
-    from albert_hf.glue import GlueDataArguments, paper_recipe
+    from albert_hf.tasks.finetuning import apply_paper_hparams, parse_arguments
+    from albert_hf.tasks.glue import GlueDataArguments, paper_recipe
 
     model_args, data_args, training_args = parse_arguments(GlueDataArguments, argv)
     return apply_paper_hparams(*paper_recipe(data_args.task), model_args, data_args, training_args, argv)[:3]
@@ -369,7 +307,7 @@ def test_paper_hparams_set_spec_values_and_keep_explicit_flags(tmp_path):
 
 
 def test_write_submission_uses_glue_label_values(tmp_path):
-    from albert_hf.glue import TASKS, write_submission
+    from albert_hf.tasks.glue import TASKS, write_submission
 
     logits = np.array([[0.1, 0.9, 0.0], [2.0, 1.0, 0.0], [0.0, 0.0, 3.0]])
     path = write_submission(tmp_path / "MNLI-m.tsv", TASKS["mnli"], [5, 6, 7], logits)
@@ -407,7 +345,7 @@ EXPECTED_KEYS = {"cola": {"eval_matthews_correlation"}, "stsb": {"eval_pearson",
 @pytest.mark.parametrize("task_name", ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli"])
 @pytest.mark.trains
 def test_end_to_end_every_task_from_original_tsv_folders(task_name, glue_root, tiny_checkpoint, tmp_path):
-    from albert_hf.glue import TASKS
+    from albert_hf.tasks.glue import TASKS
 
     task = TASKS[task_name]
     run_glue(common_args(tiny_checkpoint, tmp_path, "--task_name", task_name, "--data_dir", glue_root,
@@ -541,15 +479,15 @@ def test_labelled_test_files_are_scored_into_predict_results_and_all_results_has
 def test_test_set_labels_are_used_only_when_every_row_has_one(tmp_path, caplog):
     from datasets import Dataset
 
-    from albert_hf import glue as script
-    from albert_hf.glue import TASKS
+    from albert_hf.tasks import glue as script
+    from albert_hf.tasks.glue import TASKS
 
     rte = TASKS["rte"]
     assert script.labels_of_test_set(Dataset.from_dict({"sentence1": ["a", "b"]}), rte, "t.tsv") is None
     assert script.labels_of_test_set(Dataset.from_dict({"label": [-1, -1]}), rte, "hub test") is None  # the Hub's
     assert script.labels_of_test_set(Dataset.from_dict({"label": ["not_entailment", "entailment"]}), rte,
                                      "t.csv") == [1, 0]
-    with caplog.at_level(logging.WARNING, logger="albert_hf.glue"):
+    with caplog.at_level(logging.WARNING, logger="albert_hf.tasks.glue"):
         assert script.labels_of_test_set(Dataset.from_dict({"label": ["entailment", ""]}), rte, "part.csv") is None
     assert "part.csv: 1 of 2 rows have no label" in caplog.text
     with pytest.raises(ValueError, match=r"bad\.csv: row 1: unknown label 'maybe'"):
@@ -592,8 +530,8 @@ def test_end_to_end_on_real_glue_files(task_name, folder, tiny_checkpoint, tmp_p
     from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
     shared_glue(folder)
-    caplog.set_level(logging.INFO, logger="albert_hf.glue")
-    caplog.set_level(logging.INFO, logger="albert_hf.finetuning")  # where --paper_hparams logs
+    caplog.set_level(logging.INFO, logger="albert_hf.tasks.glue")
+    caplog.set_level(logging.INFO, logger="albert_hf.tasks.finetuning")  # where --paper_hparams logs
     # --paper_hparams with the size flags given explicitly: the official optimizer and schedule run, the rest is
     # kept small.
     run_glue(common_args(tiny_checkpoint, tmp_path, "--task_name", task_name, "--data_dir", GLUE_DATA,

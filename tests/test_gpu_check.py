@@ -4,7 +4,7 @@ import json
 import sys
 
 import pytest
-from conftest import REPO, run_bounded, subprocess_env
+from helpers import REPO, run_bounded, subprocess_env
 
 
 @pytest.mark.trains
@@ -30,11 +30,7 @@ def test_gpu_check_runs_every_part_on_the_cpu_and_writes_its_report(tmp_path):
 
 
 def test_gpu_check_without_a_gpu_says_so_in_one_line(monkeypatch):
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        import gpu_check
-    finally:
-        sys.path.remove(str(REPO / "benchmarks"))
+    import gpu_check
     monkeypatch.setattr(gpu_check.torch.cuda, "is_available", lambda: False)
     with pytest.raises(SystemExit) as stop:
         gpu_check.main(["--device", "cuda"])

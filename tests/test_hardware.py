@@ -1,4 +1,4 @@
-"""The hardware record and the precision chosen from it (albert_hf/hardware.py): every branch of the choice under
+"""The hardware record and the precision chosen from it (albert_hf/runtime/hardware.py): every branch of the choice under
 made-up hardware, detection against /proc/cpuinfo on this machine, and run_pretraining.py's start line, warning,
 all_results.json and card on a CPU without bf16 units (oneDNN capped at AVX2, as on most cloud VMs and laptops)."""
 
@@ -12,11 +12,11 @@ from unittest import mock
 
 import pytest
 import torch
-from conftest import REPO, THREADS_SAID, run_bounded, subprocess_env, tiny_config
+from helpers import REPO, THREADS_SAID, run_bounded, subprocess_env, tiny_config
 
-from albert_hf import hardware
+from albert_hf.runtime import hardware
 from albert_hf.errors import InputError
-from albert_hf.hardware import Hardware, bf16_trainer_warning, choose_precision
+from albert_hf.runtime.hardware import Hardware, bf16_trainer_warning, choose_precision
 
 AVX2 = Hardware("AMD EPYC 7B13", "AVX2", None, 2)
 AVX512 = Hardware("Intel Xeon Gold 6148", "AVX512", None, 2)  # Skylake: AVX-512 without bf16
@@ -115,7 +115,7 @@ def test_the_start_line_pieces_name_the_device_the_kind_the_threads_and_the_reas
 
 
 def test_torch_compile_start_line_names_the_mode_and_what_the_gpu_measured():
-    from albert_hf.pretraining_model import compile_note
+    from albert_hf.pretraining.model import compile_note
 
     assert compile_note(torch.device("cpu"), None) == ("torch.compile (mode default, dynamic shapes) of each "
                                                        "distinct block and the MLM head with its loss")
@@ -265,8 +265,8 @@ def test_fine_tuning_with_bf16_on_a_cpu_runs_there_and_warns_once_where_it_is_sl
     machine without CUDA the scripts train on the CPU, and setup() warns where the CPU has no bf16 units."""
     import logging
 
-    from albert_hf import finetuning
-    from albert_hf.finetuning import AlbertTrainingArguments
+    from albert_hf.tasks import finetuning
+    from albert_hf.tasks.finetuning import AlbertTrainingArguments
 
     args = AlbertTrainingArguments(output_dir=str(tmp_path / "out"), bf16=True, report_to="none")
     assert args.use_cpu and args.bf16
@@ -279,7 +279,7 @@ def test_fine_tuning_with_bf16_on_a_cpu_runs_there_and_warns_once_where_it_is_sl
 
 def test_the_start_line_names_the_attention_kernel_torch_picks():
     from albert_hf import AlbertHFModel
-    from albert_hf.hardware import attention_kernel
+    from albert_hf.runtime.hardware import attention_kernel
 
     def model_config(**overrides):  # as a built model resolves it (sdpa unless asked otherwise)
         return AlbertHFModel(tiny_config(max_position_embeddings=512, **overrides)).config

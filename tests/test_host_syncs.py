@@ -31,7 +31,7 @@ def test_a_training_step_reads_the_host_only_to_remove_padding(tmp_path, accumul
     """Padding removal (CPUs only: RealTokens.pays_on; turned off here as on a GPU) reads whether the batch has
     padding (transformers' create_bidirectional_mask) and where (nonzero): one of each per micro-batch. Without it
     the model builds SDPA's mask itself and reads nothing."""
-    from albert_hf import pretraining
+    from albert_hf.pretraining import job as pretraining
     from albert_hf.modeling_albert_hf import RealTokens
 
     if not padding_removal:

@@ -7,7 +7,7 @@ from unittest import mock
 
 import pytest
 import torch
-from conftest import run_python, run_script, tiny_config
+from helpers import run_python, run_script, tiny_config
 from huggingface_hub import HfApi, RepoUrl
 from huggingface_hub.errors import EntryNotFoundError
 from transformers import AutoModel, AutoModelForPreTraining, AutoModelForQuestionAnswering
@@ -175,10 +175,10 @@ def test_a_model_or_tokenizer_that_cannot_be_loaded_stops_with_the_argument_name
 
     from huggingface_hub import constants
 
-    from albert_hf.finetuning import ModelArguments, load_tokenizer_and_model
-    from albert_hf.loading import loading
-    from albert_hf.pretraining_inputs import load_tokenizer
-    from albert_hf.pretraining_model import build_model
+    from albert_hf.tasks.finetuning import ModelArguments, load_tokenizer_and_model
+    from albert_hf.hub.loading import loading
+    from albert_hf.pretraining.inputs import load_tokenizer
+    from albert_hf.pretraining.model import build_model
 
     with pytest.raises(InputError, match=r"^--tokenizer_name someone/no-such-albert: cannot load it \(no local "
                                          r"folder by that name, so it was looked up on the Hub\)") as stopped:
@@ -255,7 +255,7 @@ def fresh_pretraining_state():
 def test_pretraining_card_metadata_and_model_index_come_from_all_results(tmp_path, fresh_pretraining_state):
     """The card of a real (tiny) run: pipeline tag, tags, no dataset (the embedded corpus is none), and every
     eval metric of all_results.json in the model-index, losses included."""
-    from albert_hf.pretraining import main
+    from albert_hf.pretraining.job import main
 
     out = tmp_path / "run"
     main(["--output_dir", str(out), "--vocab_size", "500", "--max_seq_length", "64", "--per_device_train_batch_size",
@@ -283,9 +283,9 @@ def test_pretraining_card_metadata_and_model_index_come_from_all_results(tmp_pat
 def test_pretraining_card_lists_a_hub_dataset_license_and_base_model_without_going_online(tmp_path, hub_unreachable):
     from data_fixtures import tokenizer
 
-    from albert_hf.pretraining import build_parser
+    from albert_hf.pretraining.job import build_parser
 
-    from albert_hf.final_folder import save_final_model
+    from albert_hf.pretraining.final_folder import save_final_model
 
     args = build_parser().parse_args(["--output_dir", str(tmp_path), "--dataset_name", "Salesforce/wikitext",
                                       "--dataset_config_name", "wikitext-2-raw-v1", "--model_name_or_path",
@@ -315,7 +315,8 @@ def test_glue_card_pushed_is_ours_with_the_mnli_results_of_both_dev_sets(tiny_ch
     our card, not the one Trainer.push_to_hub would write, and its model-index holds all_results.json's numbers
     for the matched and the mismatched dev set."""
     from huggingface_hub import RepoUrl
-    from test_glue import common_args, write_glue_folders
+    from test_glue import common_args
+    from albert_hf.testing.glue_folders import write_glue_folders
 
     uploads = []
 
@@ -379,8 +380,8 @@ def test_finish_writes_a_race_card_with_license_base_model_and_test_results_with
         tmp_path, hub_unreachable):
     """finish() on a trainer whose base is a Hub name (never loaded here): base_model, the license argument, the
     Hub dataset by its current id, and eval_/predict_ results as the validation/test splits of the subset."""
-    from albert_hf.finetuning import AlbertTrainer, AlbertTrainingArguments, finish, parse_arguments
-    from albert_hf.race import RaceDataArguments
+    from albert_hf.tasks.finetuning import AlbertTrainer, AlbertTrainingArguments, finish, parse_arguments
+    from albert_hf.tasks.race import RaceDataArguments
 
     model_args = parse_arguments(RaceDataArguments, ["--model_name_or_path", "albert/albert-base-v2", "--license",
                                                      "apache-2.0", "--output_dir", str(tmp_path)])[0]
@@ -410,11 +411,11 @@ def test_card_datasets_are_hub_data_or_its_official_files_only(tmp_path):
     from data_fixtures import SHARED_DATA
     from test_squad import SQUAD_V1, write_json
 
-    from albert_hf.finetuning import AlbertTrainingArguments
-    from albert_hf.glue import GlueDataArguments
-    from albert_hf.finetuning import wanted_splits
-    from albert_hf.race import RaceDataArguments
-    from albert_hf.squad import SquadDataArguments
+    from albert_hf.tasks.finetuning import AlbertTrainingArguments
+    from albert_hf.tasks.glue import GlueDataArguments
+    from albert_hf.tasks.finetuning import wanted_splits
+    from albert_hf.tasks.race import RaceDataArguments
+    from albert_hf.tasks.squad.job import SquadDataArguments
 
     train_eval = AlbertTrainingArguments(output_dir=str(tmp_path), do_train=True, do_eval=True, report_to="none")
 
@@ -452,7 +453,7 @@ def test_convert_writes_a_card_carrying_the_source_card_and_a_license(tmp_path, 
     from transformers import AlbertConfig, AlbertForSequenceClassification
 
     from albert_hf.convert import main as convert_main
-    from albert_hf.model_card import write_converted_card
+    from albert_hf.hub.model_card import write_converted_card
 
     source = tmp_path / "theirs"
     AlbertForSequenceClassification(AlbertConfig(vocab_size=100, embedding_size=8, hidden_size=16,

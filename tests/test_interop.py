@@ -12,7 +12,7 @@ from transformers import AlbertConfig
 import albert_hf
 from albert_hf.convert import convert
 from albert_hf.errors import InputError
-from conftest import REPO, run_python
+from helpers import REPO, run_python
 
 ATOL = 1e-5
 
@@ -187,7 +187,7 @@ def test_convert_refuses_partial_sharing_and_non_empty_output(tmp_path):
 def test_a_converted_folder_loads_its_tokenizer_without_a_prompt(tmp_path):
     """A transformers ALBERT checkpoint with its tokenizer, converted to albert_hf: the tokenizer comes along and
     loads as the card says, in a fresh process without albert_hf."""
-    from conftest import check_tokenizer_loads_without_prompt
+    from helpers import check_tokenizer_loads_without_prompt
     from data_fixtures import tokenizer
 
     tok = tokenizer()

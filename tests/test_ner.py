@@ -1,4 +1,4 @@
-"""run_ner.py and albert_hf/token_classification.py: CoNLL and json reading, word-to-piece alignment, entity
+"""run_ner.py and albert_hf/tasks/ner.py: CoNLL and json reading, word-to-piece alignment, entity
 metrics against hand-worked examples, training on a generated sample and on a hand-tagged public-domain CoNLL
 sample, the token-classification pipeline of the saved folder without albert_hf, and one line per bad input."""
 
@@ -7,18 +7,13 @@ import random
 from pathlib import Path
 
 import pytest
-from conftest import finetuning_args, run_python, run_script, subprocess_env
+from helpers import finetuning_args, run_python, run_script, subprocess_env
 from data_fixtures import tokenizer
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Sequence, Value
 
 from albert_hf.errors import InputError
-from albert_hf.token_classification import (
-    continuation_ids,
-    entity_scores,
-    read_conll,
-    tag_names,
-    tokenize_function,
-)
+from albert_hf.metrics.ner import entity_scores
+from albert_hf.tasks.ner import continuation_ids, read_conll, tag_names, tokenize_function
 
 PUBLIC_DOMAIN = Path(__file__).parent / "fixtures" / "ner" / "public_domain.conll"
 PEOPLE = ["Alice", "Bob", "Carol", "David", "Emma", "Frank", "Grace", "Henry"]
@@ -283,7 +278,7 @@ def test_under_fsdp2_over_two_processes_the_gathered_evaluation_scores_every_sen
     the same as one process evaluating the saved model."""
 
     from accelerate_configs import fsdp_config
-    from conftest import REPO, run_bounded
+    from helpers import REPO, run_bounded
     from test_distributed import LAUNCH
 
     train, dev = write_conll(tmp_path / "train.conll", generated(120, 0)), write_conll(tmp_path / "dev.conll",

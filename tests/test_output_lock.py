@@ -1,4 +1,4 @@
-"""One run per output folder (albert_hf/output_lock.py): a second run is refused in one line naming the holder, the
+"""One run per output folder (albert_hf/runtime/output_lock.py): a second run is refused in one line naming the holder, the
 first goes on; a lock left by a killed run is taken over; one of another host is honoured unless told."""
 
 import json
@@ -11,15 +11,15 @@ import sys
 import time
 
 import pytest
-from conftest import run_script, subprocess_env
-from test_glue import write_glue_folders
+from helpers import run_script, subprocess_env
+from albert_hf.testing.glue_folders import write_glue_folders
 from test_pretraining import metrics, pretrain
 
-from albert_hf import output_lock
+from albert_hf.runtime import output_lock
 from albert_hf.errors import InputError
-from albert_hf.output_lock import LOCK_FILE
+from albert_hf.runtime.output_lock import LOCK_FILE
 
-HOLD = ("import sys, time\nfrom albert_hf import output_lock\noutput_lock.acquire(sys.argv[1], '--output_dir')\n"
+HOLD = ("import sys, time\nfrom albert_hf.runtime import output_lock\noutput_lock.acquire(sys.argv[1], '--output_dir')\n"
         "print('held', flush=True)\ntime.sleep(120)\n")
 
 
@@ -84,7 +84,7 @@ def test_a_lock_of_an_ended_run_of_this_host_is_taken_over_with_a_line(tmp_path,
     else:
         folder.mkdir()
         (folder / LOCK_FILE).write_text("{not json")
-    with caplog.at_level(logging.WARNING, logger="albert_hf.output_lock"):
+    with caplog.at_level(logging.WARNING, logger="albert_hf.runtime.output_lock"):
         output_lock.acquire(folder, "--output_dir")
     assert json.loads((folder / LOCK_FILE).read_text())["process_start"] == output_lock.process_start(os.getpid())
     assert caplog.text.count(f"--output_dir {folder}: took over the lock of ") == 1
@@ -99,7 +99,7 @@ def test_a_lock_of_another_host_is_honoured_unless_taken_over(tmp_path, caplog):
         f"--output_dir {folder} is locked by run_pretraining.py --output_dir x (host node-17, PID 4242, since "
         "2026-01-01 00:00:00 UTC), on another host, which cannot be checked from here; if that run has ended, pass "
         "--take_over_lock")
-    with caplog.at_level(logging.WARNING, logger="albert_hf.output_lock"):
+    with caplog.at_level(logging.WARNING, logger="albert_hf.runtime.output_lock"):
         output_lock.acquire(folder, "--output_dir", take_over=True)
     assert "on another host, taken over as asked" in caplog.text
     assert json.loads((folder / LOCK_FILE).read_text())["host"] == socket.gethostname()

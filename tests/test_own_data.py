@@ -1,4 +1,4 @@
-"""run_glue.py on a user's own labelled data (no --task_name; albert_hf/text_classification.py): columns and
+"""run_glue.py on a user's own labelled data (no --task_name; albert_hf/tasks/text_classification.py): columns and
 labels read as transformers' run_glue.py reads them, label names kept through the saved folder and its pipeline,
 classification and regression metrics, and one line for each kind of bad input."""
 
@@ -8,12 +8,12 @@ import random
 
 import numpy as np
 import pytest
-from conftest import finetuning_args, run_python, run_script
+from helpers import finetuning_args, run_python, run_script
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
 
 from albert_hf.errors import InputError
 from albert_hf.metrics import classification_metrics, regression_metrics
-from albert_hf.text_classification import OwnTask, choose_text_columns, class_names, infer_task
+from albert_hf.tasks.text_classification import OwnTask, choose_text_columns, class_names, infer_task
 
 POSITIVE = ["great", "wonderful", "excellent", "loved", "fantastic", "superb"]
 NEGATIVE = ["awful", "terrible", "boring", "hated", "dreadful", "poor"]
@@ -263,10 +263,10 @@ def test_the_docs_example_data_reads_as_the_docs_say(tmp_path):
     """examples/own_data.py writes what docs/your_data.md fine-tunes on, in the formats the scripts read."""
     import importlib.util
 
-    from conftest import REPO
+    from helpers import REPO
 
-    from albert_hf.text_classification import read_file
-    from albert_hf.token_classification import read_conll
+    from albert_hf.tasks.text_classification import read_file
+    from albert_hf.tasks.ner import read_conll
 
     spec = importlib.util.spec_from_file_location("own_data", REPO / "examples" / "own_data.py")
     module = importlib.util.module_from_spec(spec)
@@ -286,7 +286,7 @@ def test_the_docs_example_data_reads_as_the_docs_say(tmp_path):
 
 
 def test_tsv_and_parquet_files_read_like_csv(tmp_path):
-    from albert_hf.text_classification import read_file
+    from albert_hf.tasks.text_classification import read_file
 
     rows = reviews(5, 0)
     (tmp_path / "train.tsv").write_text("sentence\tlabel\n" + "".join(f"{r['sentence']}\t{r['label']}\n"

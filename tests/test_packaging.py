@@ -6,7 +6,7 @@ import configparser
 import re
 import sys
 
-from conftest import REPO
+from helpers import REPO
 
 # import name -> distribution name, where they differ
 DISTRIBUTIONS = {"sklearn": "scikit-learn", "yaml": "pyyaml"}
@@ -127,12 +127,69 @@ def test_no_import_cycle_in_albert_hf():
     assert cycle is None, " -> ".join(cycle)
 
 
+# The layers of albert_hf, lowest first: a module imports its own layer and those below, never one above. The
+# top-level modules (the model, the optimizers, the tokenizer, errors) are the base; each job has its folder
+# (`testing` writes synthetic inputs for the jobs, so it sits beside them).
+LAYERS = (("core",), ("runtime",), ("hub", "metrics"), ("pretraining", "tasks", "convert", "analysis", "testing"))
+
+
+def area(module: str, package_dir) -> str:
+    """The folder a module of albert_hf lies in ("pretraining", "runtime", ...), or "core" for a top-level one."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and (package_dir / parts[1]).is_dir() else "core"
+
+
+def upward_imports(package_dir) -> list[str]:
+    """Imports of a module in a higher layer than the importer's. The package's `__init__` is left out: it
+    re-exports the public names (the collator among them) from wherever they live."""
+    rank = {name: level for level, names in enumerate(LAYERS) for name in names}
+    found = []
+    for module, imported in sorted(internal_imports(package_dir).items()):
+        if module == "albert_hf":
+            continue
+        for target in sorted(imported):
+            if rank.get(area(target, package_dir), 0) > rank.get(area(module, package_dir), 0):
+                found.append(f"{module} -> {target}")
+    return found
+
+
+def test_the_layer_check_catches_a_runtime_module_importing_a_job(tmp_path):
+    package = tmp_path / "albert_hf"
+    for folder in ("runtime", "pretraining"):
+        (package / folder).mkdir(parents=True)
+        (package / folder / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("from .pretraining import job\n")
+    (package / "errors.py").write_text("")
+    (package / "pretraining" / "job.py").write_text("from ..runtime import cli\nfrom .. import errors\n")
+    (package / "runtime" / "cli.py").write_text("def f():\n    from ..pretraining.job import main\n")
+    assert upward_imports(package) == ["albert_hf.runtime.cli -> albert_hf.pretraining.job"]
+    (package / "runtime" / "cli.py").write_text("from ..errors import x\n")
+    assert upward_imports(package) == []
+
+
+def test_no_module_imports_a_layer_above_its_own():
+    found = upward_imports(REPO / "albert_hf")
+    assert not found, found
+
+
+def test_each_job_has_its_folder_and_the_top_level_stays_small():
+    """A newcomer finds a job by its folder: the top level keeps the model (the remote-code pair) and the few
+    modules every job shares."""
+    package = REPO / "albert_hf"
+    folders = {path.name for path in package.iterdir() if (path / "__init__.py").is_file()}
+    assert {"pretraining", "tasks", "convert", "metrics", "analysis", "runtime", "hub"} <= folders
+    top_level = sorted(path.name for path in package.glob("*.py"))
+    assert len(top_level) <= 12, top_level
+    assert {"configuration_albert_hf.py", "modeling_albert_hf.py"} <= set(top_level)
+    assert {name for names in LAYERS for name in names} - {"core"} == folders
+
+
 def test_only_pretraining_py_sees_the_whole_pretraining_job():
-    """The job's object (`pretraining.Pretraining`) stays in pretraining.py: no other module of albert_hf imports it
+    """The job's object (`pretraining.job.Pretraining`) stays in pretraining/job.py: no other module of albert_hf imports it
     or has a function taking a `run`; the modules below the job take explicit arguments."""
     found = []
     for path in sorted((REPO / "albert_hf").rglob("*.py")):
-        if path.name == "pretraining.py":
+        if path.relative_to(REPO).as_posix() == "albert_hf/pretraining/job.py":
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and any(alias.name == "Pretraining" for alias in node.names):
@@ -243,3 +300,45 @@ def test_make_test_runs_every_pytest_in_a_reduced_environment(tmp_path):
     planted.write_text((REPO / "Makefile").read_text().replace("PYTEST = $(CLEAN_ENV) $(PYTEST_RUN)",
                                                                "PYTEST = $(PYTEST_RUN)"))
     assert not all(map(runs_in_the_reduced_environment, pytest_commands(planted, "test")))
+
+
+def path_edits(source: str) -> list[str]:
+    """`sys.path.insert/append/extend/remove(...)` and assignments to `sys.path` or a slice of it."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and ast.unparse(node.func.value) == "sys.path":
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+        if isinstance(node, (ast.Assign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            found += [f"{node.lineno}: {ast.unparse(target)} = ..." for target in targets
+                      if ast.unparse(target).startswith("sys.path")]
+    return sorted(found, key=lambda line: int(line.split(":")[0]))
+
+
+def test_the_path_edit_finder_catches_inserts_and_slice_assignments():
+    planted = "import sys\nsys.path.insert(0, 'x')\nsys.path[:] = []\nprint(sys.path[0])\nsys.path += ['y']\n"
+    assert path_edits(planted) == ["2: sys.path.insert(0, 'x')", "3: sys.path[:] = ...", "5: sys.path = ..."]
+
+
+def test_tests_benchmarks_and_examples_import_by_name_without_path_edits():
+    """Tests import the scripts and benchmarks by name (setup.cfg's pytest `pythonpath`), and the synthetic data that
+    examples and benchmarks share lives in albert_hf.testing. tests/preloaded.py is the one exception: it gives a
+    script forked from the preloaded interpreter the sys.path a fresh `python SCRIPT` would have."""
+    files = [*REPO.glob("tests/*.py"), *REPO.glob("benchmarks/*.py"), *REPO.glob("examples/*.py")]
+    found = [f"{path.relative_to(REPO)}:{where}" for path in sorted(files) if path.name != "preloaded.py"
+             for where in path_edits(path.read_text())]
+    assert not found, found
+
+
+def test_conftest_holds_fixtures_and_no_test_imports_it():
+    """Helpers that tests call live in tests/helpers.py; conftest.py is pytest's, holding set-up and fixtures."""
+    importers = [path.name for path in sorted(REPO.glob("tests/*.py")) for node in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(node, (ast.Import, ast.ImportFrom))
+                 and "conftest" in ([alias.name for alias in node.names] if isinstance(node, ast.Import) else [node.module])]
+    assert not importers, importers
+    tree = ast.parse((REPO / "tests" / "conftest.py").read_text())
+    functions = [node for node in tree.body if isinstance(node, ast.FunctionDef)]
+    not_fixtures = [node.name for node in functions if not node.name.startswith("pytest_")
+                    and not any("fixture" in ast.unparse(decorator) for decorator in node.decorator_list)]
+    assert not not_fixtures, not_fixtures

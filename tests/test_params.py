@@ -1,4 +1,4 @@
-"""Parameter counts (albert_hf.params) against ALBERT_SPEC.md section 2, the spec's formulas and transformers.
+"""Parameter counts (albert_hf.analysis.params) against ALBERT_SPEC.md section 2, the spec's formulas and transformers.
 
 The counts in the spec were computed independently of this code, so they are valid expected values.
 """
@@ -13,7 +13,7 @@ import torch
 from transformers import AlbertForPreTraining, AlbertModel, BertConfig, BertModel
 
 from albert_hf import AlbertHFConfig
-from albert_hf.params import (
+from albert_hf.analysis.params import (
     LAYER_GROUPS,
     TABLES,
     component_sizes,
@@ -201,7 +201,7 @@ def printed():
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     root = Path(__file__).resolve().parents[1]
     result = subprocess.run(
-        [sys.executable, "-m", "albert_hf.params"], cwd=root, env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "albert_hf.analysis.params"], cwd=root, env=env, capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0, result.stderr
     return result.stdout

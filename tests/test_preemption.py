@@ -11,13 +11,13 @@ import time
 import psutil
 import pytest
 import torch
-from conftest import REPO, run_bounded, start_process, subprocess_env
+from helpers import REPO, run_bounded, start_process, subprocess_env
 from safetensors.torch import load_file
 from test_distributed import LAUNCH
 from test_pretraining import check_same_weights_and_curve, metrics, pretrain
 
-from albert_hf.checkpointing import STATE_FILE
-from albert_hf.preemption import PREEMPTED
+from albert_hf.pretraining.checkpoints import STATE_FILE
+from albert_hf.runtime.preemption import PREEMPTED
 
 pytestmark = pytest.mark.trains
 
@@ -127,7 +127,7 @@ def test_two_processes_stop_after_the_same_step_whichever_process_is_signalled(t
 
 
 def test_stop_on_signal_restores_the_previous_handlers():
-    from albert_hf.preemption import StopOnSignal
+    from albert_hf.runtime.preemption import StopOnSignal
 
     before = signal.getsignal(signal.SIGTERM)
     with StopOnSignal() as stop:
@@ -167,7 +167,7 @@ def glue_launchers(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def rte_folder(tmp_path_factory):
-    from test_glue import write_glue_folders
+    from albert_hf.testing.glue_folders import write_glue_folders
 
     return write_glue_folders(tmp_path_factory.mktemp("glue")) / "RTE"
 

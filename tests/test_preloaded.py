@@ -9,7 +9,7 @@ import time
 
 import preloaded
 import pytest
-from conftest import run_bounded, start_process, subprocess_env
+from helpers import run_bounded, start_process, subprocess_env
 
 SCRIPT = """\
 import atexit, json, multiprocessing, os, random, sys, threading, time
@@ -96,4 +96,4 @@ def test_other_interpreters_and_code_strings_are_not_served(script):
     env = subprocess_env()
     assert not preloaded.servable(["python3", script], env, env)
     assert not preloaded.servable([sys.executable, "-c", "print(1)"], env, env)
-    assert preloaded.servable([sys.executable, "-m", "albert_hf.params"], env, env)
+    assert preloaded.servable([sys.executable, "-m", "albert_hf.analysis.params"], env, env)

@@ -6,11 +6,11 @@ import sys
 
 import pytest
 import torch
-from conftest import run_bounded, subprocess_env
+from helpers import run_bounded, subprocess_env
 from safetensors.torch import load_file
 from test_pretraining import SCRIPT, metrics
 
-from albert_hf.pretraining import parse_args
+from albert_hf.pretraining.job import parse_args
 from albert_hf.errors import InputError
 
 DATA = ["--vocab_size", "500", "--max_seq_length", "64", "--dupe_factor", "1", "--max_eval_samples", "64"]
@@ -53,7 +53,7 @@ def test_training_on_the_prepared_folder_tokenizes_nothing_and_equals_building_t
     done = run("--output_dir", from_folder, "--prepared_data", prepared, *TRAINING)
     assert (f"Training on the pairs prepared in {prepared} (no tokenizing); from its manifest: --max_seq_length 64, "
             "--dupe_factor 1, --max_eval_samples 64") in done.stderr
-    for building in ("albert_hf.tokenization", "albert_hf.pretraining_data", "Splitting and tokenizing"):
+    for building in ("albert_hf.tokenization", "albert_hf.pretraining.pairs", "Splitting and tokenizing"):
         assert building not in done.stderr
     expected, got = load_file(built / "model.safetensors"), load_file(from_folder / "model.safetensors")
     assert expected.keys() == got.keys()

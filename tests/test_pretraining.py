@@ -12,13 +12,13 @@ from unittest import mock
 
 import pytest
 import torch
-from conftest import REPO, check_tokenizer_loads_without_prompt, run_bounded, run_python, start_process, subprocess_env
+from helpers import REPO, check_tokenizer_loads_without_prompt, run_bounded, run_python, start_process, subprocess_env
 from safetensors.torch import load_file
 
-from albert_hf.checkpointing import STATE_FILE, StepCheckpoints
+from albert_hf.pretraining.checkpoints import STATE_FILE, StepCheckpoints
 from albert_hf.errors import InputError
-from albert_hf.pretraining import build_parser, parse_args
-from albert_hf.pretraining_model import make_optimizer
+from albert_hf.pretraining.job import build_parser, parse_args
+from albert_hf.pretraining.model import make_optimizer
 
 SCRIPT = str(REPO / "run_pretraining.py")
 # Tiny and fast: the embedded corpus, a 500-piece tokenizer (trained once, cached in the test HF_HOME).
@@ -86,7 +86,7 @@ def test_the_arguments_are_resolved_once_and_read_only_after(tmp_path):
 
 def test_every_option_shows_its_help_and_default_and_takes_its_choices_from_where_they_are_defined():
     from albert_hf.configuration_albert_hf import PRESETS, SHARING_MODES
-    from albert_hf.corpus import LAYOUTS
+    from albert_hf.pretraining.corpus import LAYOUTS
 
     options = {action.dest: action for action in build_parser()._actions if action.dest != "help"}
     assert len(options) >= 50
@@ -130,8 +130,8 @@ def test_arguments_from_a_json_or_yaml_file_equal_the_same_flags(tmp_path, suffi
     (["{missing}"], "error: {missing}: no such arguments file"),
 ])
 def test_a_mistake_in_the_arguments_is_one_line_naming_it(tmp_path, capsys, argv, message):
-    from albert_hf.finetuning import parse_arguments
-    from albert_hf.glue import GlueDataArguments
+    from albert_hf.tasks.finetuning import parse_arguments
+    from albert_hf.tasks.glue import GlueDataArguments
 
     file, missing = tmp_path / "args.yaml", tmp_path / "missing.json"
     file.write_text("learning_rat: 0.1\n")
@@ -188,7 +188,7 @@ def held_out_texts(tmp_path):
     """The documents `pretrain` holds out of the embedded corpus (FAST's seed, the default 5%), single-spaced."""
     from data_fixtures import embedded
 
-    from albert_hf.corpus import hold_out_documents
+    from albert_hf.pretraining.corpus import hold_out_documents
 
     args = parse_args(["--output_dir", str(tmp_path / "unused"), *FAST])
     _, held_out = hold_out_documents(embedded(), args.validation_split_percentage, args.seed)
@@ -304,7 +304,7 @@ def test_partial_checkpoints_are_never_resumed_from(tmp_path):
 
 
 def test_a_training_state_is_checked_once_on_load_position_and_window_alike(tmp_path):
-    from albert_hf.pretraining_step import COUNTS
+    from albert_hf.pretraining.step import COUNTS
 
     checkpoints = StepCheckpoints(tmp_path, mock.MagicMock(is_main_process=True))  # load_state: a mock
     position = {"step": 4, "epoch": 0, "batches_in_epoch": 4}
@@ -403,7 +403,7 @@ def test_bad_arguments_stop_with_a_clear_message(tmp_path):
 def test_a_sequence_longer_than_the_models_positions_stops_at_the_entry_before_any_data(tmp_path, tiny_checkpoint):
     """Checked once, in parse_args, for a preset, a --config_name and a loaded --model_name_or_path alike (the last
     one used to fail inside the model, after the corpus was read)."""
-    from albert_hf.pretraining import parse_args
+    from albert_hf.pretraining.job import parse_args
 
     base = ["--output_dir", str(tmp_path / "out")]
     for extra in (["--model_config", "tiny"], ["--config_name", str(tiny_checkpoint)],
@@ -418,12 +418,12 @@ def test_a_sequence_longer_than_the_models_positions_stops_at_the_entry_before_a
 def test_fp16_overflow_skips_the_update_and_the_schedule_without_touching_weights(fresh_accelerate_state):
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
-    from conftest import tiny_config
+    from helpers import tiny_config
 
     from albert_hf import AlbertHFForPreTraining
     from albert_hf.optimization import Lamb, get_official_schedule, parameter_groups
-    from albert_hf.hardware import enable_cpu_fp16
-    from albert_hf.pretraining_step import training_step
+    from albert_hf.runtime.hardware import enable_cpu_fp16
+    from albert_hf.pretraining.step import training_step
 
     def setup(init_scale):
         accelerator = Accelerator(cpu=True, mixed_precision="fp16")
@@ -463,7 +463,7 @@ def test_fp16_overflow_skips_the_update_and_the_schedule_without_touching_weight
 def test_push_to_hub_uploads_the_final_folder_without_step_checkpoints(tmp_path, fresh_accelerate_state):
     from huggingface_hub import HfApi, RepoUrl
 
-    from albert_hf.pretraining import main
+    from albert_hf.pretraining.job import main
 
     uploads = []
 
@@ -488,10 +488,10 @@ def test_push_to_hub_uploads_the_final_folder_without_step_checkpoints(tmp_path,
 def test_running_metric_counts_hold_no_autograd_graph():
     """The training loop adds every step's counts into one window; a graph attached to them kept each step's
     logits alive (the process grew ~30 MB a step until the machine ran out of memory)."""
-    from conftest import tiny_config
+    from helpers import tiny_config
 
     from albert_hf import AlbertHFForPreTraining
-    from albert_hf.pretraining_step import example_counts, step_counts
+    from albert_hf.pretraining.step import example_counts, step_counts
 
     model = AlbertHFForPreTraining(tiny_config()).train()
     input_ids = torch.randint(5, 1000, (4, 16))
@@ -510,10 +510,10 @@ def test_running_metric_counts_hold_no_autograd_graph():
 
 def test_training_counts_from_the_model_losses_equal_the_per_token_recount():
     """Training sums the model's own mean losses times their counts; evaluation recounts per token: the same."""
-    from conftest import tiny_config
+    from helpers import tiny_config
 
     from albert_hf import AlbertHFForPreTraining
-    from albert_hf.pretraining_step import example_counts, step_counts
+    from albert_hf.pretraining.step import example_counts, step_counts
 
     model = AlbertHFForPreTraining(tiny_config()).eval()
     input_ids = torch.randint(5, 1000, (6, 24))
@@ -555,7 +555,7 @@ def test_fill_mask_picks_a_one_piece_content_word_of_a_mid_length_sentence():
 
 
 def test_fill_mask_examples_report_the_top_predictions_at_the_masked_word():
-    from conftest import tiny_config
+    from helpers import tiny_config
     from data_fixtures import tokenizer
 
     from albert_hf import AlbertHFForPreTraining
@@ -605,7 +605,7 @@ def test_optimizer_takes_the_moment_decays_and_epsilon_from_the_command_line(tmp
     # its own --output_dir: the default, outputs/albert-pretraining, holds `make pretrain`'s run after the README's
     # first command, and is refused as an earlier run
     out = ["--output_dir", str(tmp_path / "run")]
-    from conftest import tiny_config
+    from helpers import tiny_config
 
     from albert_hf import AlbertHFForPreTraining
     from albert_hf.optimization import AdamWeightDecay, Lamb
@@ -692,8 +692,8 @@ DELAYED_SAVE = """
 import sys, time
 import torch
 from accelerate import Accelerator
-from albert_hf.checkpointing import StepCheckpoints
-from albert_hf.distributed import end_distributed
+from albert_hf.pretraining.checkpoints import StepCheckpoints
+from albert_hf.runtime.distributed import end_distributed
 
 accelerator = Accelerator(cpu=True)
 model = accelerator.prepare(torch.nn.Linear(2, 2))

@@ -9,14 +9,14 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import tiny_config
+from helpers import tiny_config
 from test_pretraining import pretrain
 
 from albert_hf import AlbertHFForPreTraining
-from albert_hf.data_collator import fixed_size_positions
+from albert_hf.pretraining.collator import fixed_size_positions
 from albert_hf.optimization import Lamb, get_official_schedule, parameter_groups
-from albert_hf.pretraining_graph import MODE, StepGraph, refusal
-from albert_hf.pretraining_step import training_step
+from albert_hf.pretraining.step_graph import MODE, StepGraph, refusal
+from albert_hf.pretraining.step import training_step
 
 
 class RunsAtCapture:
@@ -80,7 +80,7 @@ def test_a_replayed_step_trains_as_the_eager_loop_also_after_eager_steps_and_acr
     before = [p.detach().clone() for p in graph_model.parameters()]
     graph = StepGraph(graph_model, graph_optimizer, accelerator, 1.0, "global",
                       graph_factory=lambda: RunsAtCapture(graph_model))
-    with caplog.at_level(logging.INFO, logger="albert_hf.pretraining"):
+    with caplog.at_level(logging.INFO, logger="albert_hf.pretraining.job"):
         for micro_batches in steps:
             got.append(graph(micro_batches))
             graph_schedule.step()

@@ -1,4 +1,4 @@
-"""run_race.py and albert_hf/race.py: reading RACE in its formats, the official input formatting, accuracy.
+"""run_race.py and albert_hf/tasks/race.py: reading RACE in its formats, the official input formatting, accuracy.
 
 The end-to-end fixtures are synthetic RACE files in the official layout whose correct option is always the same
 phrase, so a few training steps teach a tiny model to find it and the expected accuracies can be worked out by
@@ -10,16 +10,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import check_tokenizer_loads_without_prompt, run_script
+from helpers import SHARED_DATA, check_tokenizer_loads_without_prompt, run_script
 from datasets import Dataset
 
-from albert_hf import race
-from albert_hf.race import RaceDataArguments
+from albert_hf.tasks import race
+from albert_hf.tasks.race import RaceDataArguments
 from albert_hf.errors import InputError
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # for `import run_race`
-SHARED_RACE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "race"
+SHARED_RACE = SHARED_DATA / "race"
 
 RIGHT = "yes it is true"  # the phrase the fixtures' correct option always is
 WRONG = ["no", "never", "perhaps not"]
@@ -158,7 +157,7 @@ def test_a_capped_max_qa_length_is_logged_once(tiny_checkpoint, caplog):
     record["options"][0][1] = "walked very slowly to the old school with many books " * 3  # a long qa part
     questions = Dataset.from_list(race.article_rows(record, "x", "high"))
     args = RaceDataArguments(max_seq_length=12, max_qa_length=64)
-    with caplog.at_level("INFO", logger="albert_hf.race"):
+    with caplog.at_level("INFO", logger="albert_hf.tasks.race"):
         fitted = race.fit_lengths(args, AutoConfig.from_pretrained(tiny_checkpoint))  # once per run, as run_race.py
         for _ in range(3):  # train, validation, test
             encoded = race.encode_questions(questions, tokenizer, fitted)
@@ -339,7 +338,7 @@ OFFICIAL_OPTIMIZER = {"official_optimizer": True, "adam_epsilon": 1e-6, "weight_
 
 
 def race_recipe(tmp_path, *flags):
-    from albert_hf.finetuning import apply_paper_hparams, parse_arguments
+    from albert_hf.tasks.finetuning import apply_paper_hparams, parse_arguments
 
     argv = ["--model_name_or_path", "m", "--output_dir", str(tmp_path), "--paper_hparams", *flags]
     model_args, data_args, training_args = parse_arguments(RaceDataArguments, argv)
@@ -420,7 +419,7 @@ def test_flat_json_trains_and_evaluates_and_the_trained_model_agrees_across_form
 
 
 def real_accuracy(predictions: dict, folder: Path) -> float:
-    """Accuracy recomputed from the predictions file and the raw RACE files (independently of albert_hf.race)."""
+    """Accuracy recomputed from the predictions file and the raw RACE files (independently of albert_hf.tasks.race)."""
     gold = {}
     for path in folder.rglob("*"):
         if path.suffix in (".txt", ".json"):

@@ -8,8 +8,8 @@ import math
 from argparse import Namespace
 
 import pytest
-from conftest import REPO
-from test_glue import write_glue_folders
+from helpers import REPO
+from albert_hf.testing.glue_folders import write_glue_folders
 
 METRICS = {"sst2": ("accuracy",), "cola": ("matthews_correlation",), "mrpc": ("accuracy", "f1"),
            "stsb": ("pearson", "spearmanr"), "rte": ("accuracy",)}
@@ -66,13 +66,13 @@ def test_glue_dir_is_checked_before_any_training(reproduction, tmp_path):
 
 
 def test_reproduction_passes_optimizer_and_accumulation_only_when_given(tmp_path, monkeypatch):
-    import albert_hf.pretraining
+    import albert_hf.pretraining.job
 
     monkeypatch.syspath_prepend(str(REPO / "examples"))
     import reproduce_sop_vs_nsp as reproduction
 
     seen = []
-    monkeypatch.setattr(albert_hf.pretraining, "main", lambda argv: seen.append(argv))
+    monkeypatch.setattr(albert_hf.pretraining.job, "main", lambda argv: seen.append(argv))
     for extra in ([], ["--optimizer", "adamw", "--gradient_accumulation_steps", "4"]):
         parser = argparse.ArgumentParser()
         reproduction.common_arguments(parser, steps=700, output_dir=str(tmp_path))
@@ -127,11 +127,11 @@ def test_smoke_run_writes_every_result_and_reuses_finished_runs(reproduction, tm
     assert " MET " in printed.splitlines()[-1] or " not met " in printed.splitlines()[-1]
 
     # Again: every run is finished, so nothing is pretrained, initialised or fine-tuned.
-    import albert_hf.pretraining
+    import albert_hf.pretraining.job
     import run_glue
 
     calls = []
-    monkeypatch.setattr(albert_hf.pretraining, "main", lambda argv: calls.append(argv))
+    monkeypatch.setattr(albert_hf.pretraining.job, "main", lambda argv: calls.append(argv))
     monkeypatch.setattr(run_glue, "main", lambda argv: calls.append(argv))
     weights = out / "no_pretraining" / "model.safetensors"
     written = weights.stat().st_mtime_ns

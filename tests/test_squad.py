@@ -1,4 +1,4 @@
-"""run_squad.py, albert_hf.squad and the answerability head: reading, windows, labels, post-processing, the v2 heads, and
+"""run_squad.py, albert_hf.tasks.squad.job and the answerability head: reading, windows, labels, post-processing, the v2 heads, and
 end-to-end runs on small official-format fixtures and on real SQuAD dev articles (../shared/data/squad)."""
 
 import json
@@ -10,20 +10,20 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import check_tokenizer_loads_without_prompt
+from helpers import check_tokenizer_loads_without_prompt
 from data_fixtures import SHARED_DATA, tokenizer
 from datasets import Dataset
 
-from albert_hf.squad import SquadDataArguments
-from albert_hf.squad_features import (
+from albert_hf.tasks.squad.job import SquadDataArguments
+from albert_hf.tasks.squad.features import (
     build_features,
     max_context_flags,
     read_squad_file,
     select_trainable,
     window_starts,
 )
-from albert_hf.squad_postprocess import postprocess_beam_predictions, postprocess_span_predictions
-from albert_hf.squad_metrics import squad_v1_metrics, squad_v2_metrics
+from albert_hf.tasks.squad.postprocess import postprocess_beam_predictions, postprocess_span_predictions
+from albert_hf.metrics.squad import squad_v1_metrics, squad_v2_metrics
 from albert_hf.errors import InputError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -104,7 +104,7 @@ def test_untrainable_questions_are_counted_in_the_log_and_left_out(caplog):
         {"id": "empty", "title": "", "context": "  ", "question": "?", "answers": {"text": ["x"], "answer_start": [0]}},
         {"id": "none", "title": "", "context": FOX, "question": "?", "answers": {"text": [], "answer_start": []}},
     ]
-    with caplog.at_level(logging.WARNING, logger="albert_hf.squad"):
+    with caplog.at_level(logging.WARNING, logger="albert_hf.tasks.squad.job"):
         kept = select_trainable(Dataset.from_list(rows), version_2=False, where="train.json")
     assert kept["id"] == ["q1", "q2", "q3"]
     assert "train.json: skipped 1 of 6 training questions with an answer text that is not at its answer_start " \
@@ -273,7 +273,7 @@ def test_beam_post_processing_by_hand():
 
 @pytest.fixture(scope="module")
 def answerability_model():
-    from conftest import tiny_config
+    from helpers import tiny_config
 
     from albert_hf import AlbertHFForQuestionAnsweringWithAnswerability
 
@@ -337,7 +337,7 @@ def test_answerability_head_beam_is_the_top_ends_of_each_top_start(answerability
 def test_v2_null_decision_at_the_threshold_and_the_official_rescoring_by_hand():
     """The official run_squad_v2.py: "" when the null odds reach the threshold (>=), and the reported metrics are
     evaluate-v2.0.py's with the null odds as no-answer probabilities and na_prob_thresh 1.0."""
-    from albert_hf.squad_postprocess import apply_null_threshold, squad_metrics
+    from albert_hf.tasks.squad.postprocess import apply_null_threshold, squad_metrics
 
     golds = {"a": ["x"], "d": ["w"], "b": ["y"], "c": [], "e": []}
     best = {"a": "x", "d": "w", "b": "y", "c": "z", "e": "v"}  # every span right where there is an answer
@@ -361,8 +361,8 @@ def test_v2_null_decision_at_the_threshold_and_the_official_rescoring_by_hand():
 
 
 def squad_recipe(tmp_path, *flags):
-    from albert_hf.finetuning import apply_paper_hparams, parse_arguments
-    from albert_hf.squad import paper_recipe
+    from albert_hf.tasks.finetuning import apply_paper_hparams, parse_arguments
+    from albert_hf.tasks.squad.job import paper_recipe
 
     argv = ["--model_name_or_path", "m", "--output_dir", str(tmp_path), "--validation_file", "dev.json",
             "--paper_hparams", *flags]
@@ -419,11 +419,7 @@ def run_squad(args):
 
     AcceleratorState._reset_state(True)
     PartialState._reset_state()
-    sys.path.insert(0, str(REPO))
-    try:
-        import run_squad as script
-    finally:
-        sys.path.remove(str(REPO))
+    import run_squad as script
     return script.main([str(a) for a in args])
 
 

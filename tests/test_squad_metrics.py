@@ -1,10 +1,10 @@
-"""The official SQuAD v1.1 / v2.0 evaluation (albert_hf.squad_metrics) against hand-worked examples."""
+"""The official SQuAD v1.1 / v2.0 evaluation (albert_hf.metrics.squad) against hand-worked examples."""
 
 import json
 
 import pytest
 
-from albert_hf.squad_metrics import (
+from albert_hf.metrics.squad import (
     exact_match_v1,
     f1_v1,
     f1_v2,

@@ -1,4 +1,4 @@
-"""Faults of the machine (albert_hf/storage.py): a full disk or a refused folder ends a run in one line naming what
+"""Faults of the machine (albert_hf/runtime/storage.py): a full disk or a refused folder ends a run in one line naming what
 is intact, leaves no temporary folder, and the run resumes exactly once space is free. Full disks are simulated
 (tests/failing_writes.py makes the writes of one path fail with ENOSPC partway through) and, where the tests run
 as root on Linux, real: a small tmpfs."""
@@ -12,14 +12,14 @@ import sys
 
 import pytest
 import torch
-from conftest import REPO, run_bounded, subprocess_env
+from helpers import REPO, run_bounded, subprocess_env
 from safetensors.torch import load_file
 from test_glue import common_args, glue_root  # noqa: F401 - glue_root: a fixture the tests below take
 from test_pretraining import FAST, RESUME_ARGS, SCRIPT, check_same_weights_and_curve, pretrain
 from test_pretraining import reference_run  # noqa: F401 - a fixture the tests below take
 
-from albert_hf.checkpointing import STATE_FILE
-from albert_hf.storage import fault_of
+from albert_hf.pretraining.checkpoints import STATE_FILE
+from albert_hf.runtime.storage import fault_of
 
 FAILING_WRITES = str(REPO / "tests" / "failing_writes.py")
 
@@ -168,7 +168,7 @@ def test_fine_tuning_into_a_read_only_folder_stops_in_one_line_before_reading_da
 
 
 def test_an_unloadable_checkpoint_names_the_newest_earlier_complete_one(tmp_path):
-    from albert_hf.checkpointing import StepCheckpoints
+    from albert_hf.pretraining.checkpoints import StepCheckpoints
 
     for step in (3, 6, 9):
         (tmp_path / f"step_{step}").mkdir()
@@ -200,7 +200,7 @@ def test_under_ddp_and_fsdp_every_process_stops_at_the_failed_checkpoint_and_non
 
 def test_any_other_refused_write_reaching_an_entry_point_is_one_line_with_the_file_and_free_space(tmp_path, capsys):
     """Writes no writer of ours reports with its context (a results file, prepared data): the entry point's line."""
-    from albert_hf.cli import run_entry_point
+    from albert_hf.runtime.cli import run_entry_point
 
     target = tmp_path / "eval_results.json"
 
@@ -225,7 +225,7 @@ def test_a_file_removed_while_a_folder_is_measured_counts_nothing(tmp_path, monk
     listed but gone by its stat counts 0 instead of ending the process."""
     from pathlib import Path
 
-    from albert_hf.storage import folder_bytes
+    from albert_hf.runtime.storage import folder_bytes
 
     (tmp_path / "kept.bin").write_bytes(b"x" * 10)
     gone = tmp_path / "gone.bin"

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import REPO, run_bounded, subprocess_env
+from helpers import REPO, run_bounded, subprocess_env
 from data_fixtures import embedded
 from test_preemption import DDP, signal_once_training, stopped_step
 from test_pretraining import check_same_weights_and_curve, metrics, parse_args, pretrain, pretrain_runs
 
-from albert_hf.corpus import first_documents, text_file_stream
+from albert_hf.pretraining.corpus import first_documents, text_file_stream
 from albert_hf.errors import InputError
-from albert_hf.preemption import PREEMPTED
-from albert_hf.pretraining_inputs import build_data
+from albert_hf.runtime.preemption import PREEMPTED
+from albert_hf.pretraining.inputs import build_data
 
 FILES = 24
 
@@ -205,7 +205,7 @@ def test_a_json_stream_of_several_files_is_shared_by_files_without_the_held_out_
 
     from datasets.distributed import split_dataset_by_node
 
-    from albert_hf.corpus import corpus_splits
+    from albert_hf.pretraining.corpus import corpus_splits
 
     files = []
     for f in range(4):

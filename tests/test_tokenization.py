@@ -11,7 +11,7 @@ import unicodedata
 import pytest
 import sentencepiece as spm
 
-from albert_hf.corpus import split_sentences
+from albert_hf.tokenization import split_sentences
 from albert_hf.tokenization import load_spiece_model, train_tokenizer
 from data_fixtures import TEST_VOCAB_SIZE, embedded, tokenizer
 from albert_hf.errors import InputError
@@ -170,7 +170,7 @@ TRICKY = ["", "   ", "Hello world.", "``Quoted'' text", "Ünïcödé naïve caf�
 
 
 def test_the_sentencepiece_encoder_gives_the_tokenizers_ids():
-    from albert_hf.pretraining_data import plain_backend
+    from albert_hf.pretraining.pairs import plain_backend
     from albert_hf.tokenization import SentencePieceEncoder
 
     tok = tokenizer()
@@ -185,8 +185,8 @@ def test_the_sentencepiece_encoder_gives_the_tokenizers_ids():
 def test_the_sentencepiece_encoder_gives_the_tokenizers_ids_on_the_real_corpus():
     from data_fixtures import shared_corpus
 
-    from albert_hf.corpus import find_text_files, read_text_documents
-    from albert_hf.pretraining_data import plain_backend
+    from albert_hf.pretraining.corpus import find_text_files, read_text_documents
+    from albert_hf.pretraining.pairs import plain_backend
     from albert_hf.tokenization import SentencePieceEncoder
 
     files = find_text_files(shared_corpus())
@@ -202,7 +202,7 @@ def test_the_sentencepiece_encoder_gives_the_tokenizers_ids_on_the_real_corpus()
 def test_the_sentencepiece_encoder_is_only_used_where_it_agrees_by_construction(tmp_path):
     from transformers import AlbertTokenizer, AutoTokenizer
 
-    from albert_hf.pretraining_data import BackendEncoder, plain_backend, sentence_encoder
+    from albert_hf.pretraining.pairs import BackendEncoder, plain_backend, sentence_encoder
     from albert_hf.tokenization import SentencePieceEncoder
 
     tok = tokenizer()

@@ -28,7 +28,7 @@ def pick_fill_mask_sentences(texts, tokenizer, count=4, seed=0, max_length=128, 
     """Up to `count` (sentence, word index) pairs from the documents `texts`, in their order: one sentence of 8 to
     30 words (at most `max_length` tokens) per document that has one, and in it one `maskable` word (the index
     counts whitespace-separated words). Both are drawn with `seed`, so a run shows the same examples every time."""
-    from ..corpus import split_sentences
+    from ..tokenization import split_sentences
 
     rng = random.Random(seed)
     picked = []

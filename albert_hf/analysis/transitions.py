@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from ..cli import run_entry_point
+from ..runtime.cli import run_entry_point
 from ..errors import InputError, first_line
 
 CSV_FIELDS = ("model", "layer", "l2", "cosine", "angle_degrees", "tokens")

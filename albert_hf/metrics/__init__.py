@@ -1,4 +1,6 @@
-"""Evaluation metrics shipped inside albert_hf as `evaluate` modules, so they load without the Hub.
+"""Every task's scoring, offline: GLUE's metrics shipped as an `evaluate` module (here), the official SQuAD v1.1 /
+v2.0 evaluation (`squad.py`), seqeval's NER scores (`ner.py`), and accuracy / F1 / correlations for your own data
+(here).
 
 `evaluate.load("glue", task)` needs the network; `load_glue_metric(task)` loads the same metrics from the
 package (`evaluate.load(GLUE_METRIC_DIR, task)`).

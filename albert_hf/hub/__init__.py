@@ -1,0 +1,1 @@
+"""Loading from the Hub or a folder, model cards, uploads."""

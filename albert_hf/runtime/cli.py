@@ -1,0 +1,174 @@
+"""Command lines of the scripts: HfArgumentParser dataclasses from flags or from one .json/.yaml file, and every
+mistake in them reported as one line naming the flag, key or file (argparse's `error:` line), never a traceback."""
+
+import argparse
+import dataclasses
+import enum
+import json
+import os
+import sys
+import types
+import typing
+from pathlib import Path
+
+import yaml
+from transformers import HfArgumentParser
+
+from . import output_lock
+from ..errors import InputError, first_line
+from .storage import unplaced_fault
+
+ARGUMENT_FILE_SUFFIXES = (".json", ".yaml", ".yml")
+# argparse's exit status for a command line it refuses; ours for any input it refuses.
+INPUT_ERROR_STATUS = 2
+
+
+class RunArguments(argparse.Namespace):
+    """A job's arguments once resolved and checked (run_pretraining.py's: `pretraining.parse_args`), read-only from
+    then on: every function that takes them reads the values the checks saw."""
+
+    def __init__(self, **values):
+        self.__dict__.update(values)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"the run's arguments are resolved once, in parse_args: cannot set {name}")
+
+
+def argument_file(argv) -> Path | None:
+    """The .json/.yaml file that replaces the flags when it is the only argument."""
+    return Path(argv[0]) if len(argv) == 1 and argv[0].endswith(ARGUMENT_FILE_SUFFIXES) else None
+
+
+def read_argument_file(path: Path) -> dict:
+    text = path.read_text(encoding="utf-8-sig")
+    return yaml.safe_load(text) if path.suffix in (".yaml", ".yml") else json.loads(text)
+
+
+def parse_into_dataclasses(parser: HfArgumentParser, argv=None, defaults: dict | None = None) -> tuple:
+    """The dataclasses of `parser` from `argv` (default: the command line), or from its one .json/.yaml file;
+    `defaults` (argument name -> value) replace the dataclasses' own defaults, and what argv gives wins."""
+    argv = sys.argv[1:] if argv is None else [str(arg) for arg in argv]
+    defaults = defaults or {}
+    parser.set_defaults(**defaults)
+    path = argument_file(argv)
+    if path is not None:
+        if not path.is_file():
+            parser.error(f"{path}: no such arguments file")
+        try:
+            values = read_argument_file(path)
+            if not isinstance(values, dict):
+                parser.error(f"{path}: expected a mapping of argument names to values, found {type(values).__name__}")
+            check_value_types(parser, values, path)
+            known = {field.name for dataclass_type in parser.dataclass_types
+                     for field in dataclasses.fields(dataclass_type)}
+            unknown = sorted(set(values) - known)
+            if unknown:
+                parser.error(f"{path}: unknown argument(s) {unknown[:5]}")
+            return parser.parse_dict({**defaults, **values})
+        except (ValueError, TypeError, yaml.YAMLError) as error:
+            parser.error(f"{path}: {str(error).strip().splitlines()[0]}")
+    *groups, remaining = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
+    if remaining:
+        parser.error(f"unrecognized arguments: {' '.join(remaining)}")
+    return tuple(groups)
+
+
+def _matches(value, expected) -> bool:
+    """Whether a value read from a .json/.yaml file has the annotated type (what argparse would have converted)."""
+    origin, args = typing.get_origin(expected), typing.get_args(expected)
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, arg) for arg in args)
+    if origin is typing.Literal:
+        return value in args
+    if origin in (list, tuple):
+        return isinstance(value, list) and all(_matches(item, args[0]) for item in value) if args else True
+    if origin is dict or expected is dict:
+        return isinstance(value, dict)
+    if expected is type(None):
+        return value is None
+    if expected is bool:
+        return isinstance(value, bool)
+    if expected is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if expected is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if expected is str:
+        return isinstance(value, str)
+    if isinstance(expected, type) and issubclass(expected, enum.Enum):
+        return isinstance(value, expected) or value in {member.value for member in expected}
+    return True  # Any, or a type argparse would not check either
+
+
+def check_value_types(parser: HfArgumentParser, values: dict, path: Path) -> None:
+    """`parser.error` naming the key whose value has the wrong type or is not one of its choices: parse_dict passes
+    values to the dataclasses unchecked, where a list for --output_dir or a string for --max_train_steps would
+    fail much later, with a traceback."""
+    for dataclass_type in parser.dataclass_types:
+        try:
+            hints = typing.get_type_hints(dataclass_type)
+        except (NameError, TypeError):  # an annotation that cannot be resolved: left to the dataclass
+            continue
+        for field in dataclasses.fields(dataclass_type):
+            if field.name not in values or field.name not in hints:
+                continue
+            value = values[field.name]
+            if not _matches(value, hints[field.name]):
+                parser.error(f"{path}: {field.name}: {value!r:.60} is not of type {typing_name(hints[field.name])}")
+            choices = field.metadata.get("choices")
+            if choices and value is not None and value not in choices:
+                parser.error(f"{path}: {field.name}: {value!r:.60} is not one of {list(choices)}")
+
+
+def typing_name(expected) -> str:
+    return getattr(expected, "__name__", None) or str(expected).replace("typing.", "")
+
+
+def explicit_arguments(argv, dataclass_types) -> set[str]:
+    """Names of the arguments the user set explicitly (on the command line or in the .json file).
+
+    Re-parses argv with every default replaced by a sentinel, so abbreviations, `--a=b` and `--a-b` spellings
+    are all recognised exactly as HfArgumentParser recognises them.
+    """
+    argv = sys.argv[1:] if argv is None else [str(arg) for arg in argv]  # as parse_into_dataclasses reads it
+    path = argument_file(argv)
+    if path is not None:
+        return set(read_argument_file(path))
+    parser = HfArgumentParser(dataclass_types)
+    unset = object()
+    parser.set_defaults(**{action.dest: unset for action in parser._actions if action.dest != "help"})
+    namespace, _ = parser.parse_known_args(argv)
+    return {name for name, value in vars(namespace).items() if value is not unset}
+
+
+def is_first_process() -> bool:
+    # The launcher's rank, read from the environment: an InputError can come before accelerate is set up.
+    return os.environ.get("RANK", "0") == "0"
+
+
+def run_entry_point(main, finish=None) -> None:
+    """Run `main()`; an InputError becomes one `error:` line on stderr (from the first process only, under
+    `accelerate launch`: every process checks the same input) and exit status 2. `finish()`, when given, runs after
+    main in every case, before the process exits: the fine-tuning scripts free their process group there. A
+    SystemExit (argparse's own error, a preempted run's status) passes through after `finish`."""
+    status = 0
+    try:
+        main()
+    except InputError as error:
+        if is_first_process():
+            print(f"error: {first_line(error)}", file=sys.stderr, flush=True)
+        status = INPUT_ERROR_STATUS
+    except SystemExit as stop:
+        status = stop.code
+    except Exception as error:
+        line = unplaced_fault(error)
+        if line is None:
+            raise
+        # from whichever process failed: the others may not have
+        print(f"error: {line}", file=sys.stderr, flush=True)
+        status = INPUT_ERROR_STATUS
+    finally:
+        output_lock.release_all()  # the output folder's lock, if the job took one (runtime/output_lock.py)
+        if finish is not None:
+            finish()
+    if status:
+        raise SystemExit(status)
