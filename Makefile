@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup pretrain test test-fast clean
+.PHONY: setup pretrain lint test test-fast clean
 
 setup: $(VENV)/.installed
 
@@ -46,7 +46,11 @@ PYTEST = $(CLEAN_ENV) $(PYTEST_RUN)
 # oneDNN's and MKL's kernels capped at AVX2, so that a test which holds only on this CPU's kernels fails here too.
 AVX2_CAPS = ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2
 
-test: setup
+# pyflakes, pycodestyle and import order ([tool.ruff] in pyproject.toml), before every test run: a second or two.
+lint: setup
+	$(BIN)/ruff check .
+
+test: lint
 	$(PYTEST) tests
 	@if [ "$$($(BIN)/python -c 'import torch; print(torch.backends.cpu.get_cpu_capability())')" = AVX512 ]; then \
 		echo "make test: the tests marked 'trains' again, with the kernels capped at AVX2"; \
@@ -57,7 +61,7 @@ test: setup
 
 # The quick loop while developing: everything but the launched multi-process runs, torch.compile and the tests that
 # train to an outcome (`make test` runs them all).
-test-fast: setup
+test-fast: lint
 	$(PYTEST) -m "not launched and not compiles and not trains" tests
 
 clean:

@@ -23,8 +23,8 @@ the GLUE submission files (MRPC.tsv, MNLI-m.tsv, ...). Task logic: albert_hf/tas
 from transformers import DataCollatorWithPadding
 
 from albert_hf import AlbertHFForSequenceClassification
-from albert_hf.tasks import glue
 from albert_hf.errors import InputError
+from albert_hf.tasks import glue
 from albert_hf.tasks.finetuning import (
     AlbertTrainer,
     apply_paper_hparams,

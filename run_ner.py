@@ -15,8 +15,8 @@ train_results.json and all_results.json. Reading, alignment and metrics: albert_
 from transformers import DataCollatorForTokenClassification
 
 from albert_hf import AlbertHFForTokenClassification
-from albert_hf.tasks import ner
 from albert_hf.errors import InputError
+from albert_hf.tasks import ner
 from albert_hf.tasks.finetuning import (
     AlbertTrainer,
     evaluate_splits,

@@ -5,8 +5,8 @@
         --per_device_train_batch_size 32 --gradient_accumulation_steps 16 ...  # precision: auto (the start line)
 """
 
-from albert_hf.runtime.cli import run_entry_point
 from albert_hf.pretraining.job import main
+from albert_hf.runtime.cli import run_entry_point
 
 if __name__ == "__main__":
     run_entry_point(main)

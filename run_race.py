@@ -17,8 +17,8 @@ the chosen letters in predictions_validation.json and predictions_test.json.
 """
 
 from albert_hf import AlbertHFForMultipleChoice
-from albert_hf.tasks import race
 from albert_hf.errors import InputError
+from albert_hf.tasks import race
 from albert_hf.tasks.finetuning import (
     AlbertTrainer,
     apply_paper_hparams,

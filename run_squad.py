@@ -14,8 +14,8 @@ Writes predictions.json, nbest_predictions.json (v2.0: null_odds.json) and eval_
 with --do_predict, predict_predictions.json, predict_nbest_predictions.json (v2.0: predict_null_odds.json) and,
 when the test file has answers, predict_results.json; all_results.json holds every result of the run.
 
-The task logic lives in albert_hf/tasks/squad/job.py (arguments, SquadTrainer), albert_hf/tasks/squad/features.py (reading,
-windows) and albert_hf/tasks/squad/postprocess.py (answers, metrics, files); the official v2 answerability head is
+The task logic lives in albert_hf/tasks/squad/: job.py (arguments, SquadTrainer), features.py (reading,
+windows) and postprocess.py (answers, metrics, files); the official v2 answerability head is
 AlbertHFForQuestionAnsweringWithAnswerability; the shared flow is albert_hf/tasks/finetuning.py.
 """
 
@@ -24,7 +24,6 @@ import logging
 from transformers import default_data_collator
 
 from albert_hf import AlbertHFForQuestionAnswering, AlbertHFForQuestionAnsweringWithAnswerability
-from albert_hf.tasks.squad import job as squad
 from albert_hf.tasks.finetuning import (
     apply_paper_hparams,
     finish,
@@ -35,7 +34,7 @@ from albert_hf.tasks.finetuning import (
     train_evaluate_predict,
     wanted_samples,
 )
-from albert_hf.tasks.squad.job import SquadDataArguments, SquadTrainer, paper_recipe
+from albert_hf.tasks.squad import job as squad
 from albert_hf.tasks.squad.features import (
     check_sources,
     features_dataset,
@@ -43,6 +42,7 @@ from albert_hf.tasks.squad.features import (
     prepare_questions,
     select_trainable,
 )
+from albert_hf.tasks.squad.job import SquadDataArguments, SquadTrainer, paper_recipe
 
 logger = logging.getLogger("run_squad")
 

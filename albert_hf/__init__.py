@@ -8,7 +8,6 @@ from transformers import AutoConfig, AutoModelForQuestionAnswering
 
 from . import modeling_albert_hf
 from .configuration_albert_hf import PRESETS, AlbertHFConfig
-from .pretraining.collator import DataCollatorForAlbertPretraining
 from .errors import InputError
 from .modeling_albert_hf import (
     AUTO_MAP,
@@ -23,6 +22,7 @@ from .modeling_albert_hf import (
     AlbertHFModel,
     AlbertHFPreTrainedModel,
 )
+from .pretraining.collator import DataCollatorForAlbertPretraining
 
 # One table, AUTO_MAP (written into every saved config.json): the same entries register the classes here.
 AutoConfig.register(AlbertHFConfig.model_type, AlbertHFConfig, exist_ok=True)

@@ -9,6 +9,7 @@ same way. Any other exception is a bug and keeps its traceback.
 
 from contextlib import contextmanager
 
+
 class InputError(ValueError):
     """Input the user can fix. The message is one line that names the file, field, flag or argument."""
 

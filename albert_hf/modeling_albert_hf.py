@@ -37,7 +37,6 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_albert_hf import AlbertHFConfig
 
-
 # The inputs every model's forward takes, documented once: `_document_inputs` puts them where a forward's
 # docstring says {inputs}, as transformers' add_start_docstrings_to_model_forward once did.
 INPUTS_DOCSTRING = """\

@@ -2,8 +2,8 @@
 
     python benchmarks/bench_end_to_end.py --train_files path/to/books/ [--steps 24 --warmup_steps 4]
 
-1. run_pretraining.py runs as users run it (base, auto precision, seq 512, batch 8 by default; no evaluation or checkpoints
-   inside the measured steps), in a subprocess; its throughput is read from its own metrics.jsonl
+1. run_pretraining.py runs as users run it (base, auto precision, seq 512, batch 8 by default; no evaluation or
+   checkpoints inside the measured steps), in a subprocess; its throughput is read from its own metrics.jsonl
    (`tokens_per_second`: real tokens over wall time per logging window), windows after the warm-up.
 2. In this process, the same arguments build the same run (`prepare`), the first batches are collated ahead of
    time, and only `training_step` is timed on them (forward, backward, clipping, LAMB, the schedule): the
@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import torch
+
 from bench_model import cpu_description
 
 REPO = Path(__file__).resolve().parent.parent

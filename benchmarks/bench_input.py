@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -24,13 +23,12 @@ import datasets
 import torch
 from torch.utils.data import DataLoader, RandomSampler
 
-from bench_collator import long_documents  # noqa: E402
-from bench_gpu import DEFAULT_SHAPES, Shape  # noqa: E402
-
 from albert_hf import DataCollatorForAlbertPretraining  # noqa: E402
 from albert_hf.pretraining.corpus import embedded_corpus  # noqa: E402
 from albert_hf.pretraining.pairs import create_pretraining_pairs, tokenize_documents  # noqa: E402
 from albert_hf.tokenization import train_tokenizer  # noqa: E402
+from bench_collator import long_documents  # noqa: E402
+from bench_gpu import DEFAULT_SHAPES, Shape  # noqa: E402
 
 MAX_PREDICTIONS = 20  # run_pretraining.py's --max_predictions_per_seq default (the official value)
 

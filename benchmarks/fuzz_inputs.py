@@ -4,10 +4,10 @@
     python benchmarks/fuzz_inputs.py --cases_per_kind 200          # 18 kinds x 200 = 3,600 cases
     python benchmarks/fuzz_inputs.py --kinds glue_tsv race --cases_per_kind 1000 --first_seed 5000
 
-Each case writes a valid input, mutates it with seeded edits (albert_hf/testing/fuzzing.py: byte edits, and structural edits of
-JSON files) and runs what a script runs on it. Outcomes: run, skip (a logged skip with a count), refusal (one
-InputError line), traceback (any other exception: a bug) and hang (over the time limit). Failing cases are printed
-with their seed and stay on disk for reproduction. Exit status 1 when any case failed.
+Each case writes a valid input, mutates it with seeded edits (albert_hf/testing/fuzzing.py: byte edits, and
+structural edits of JSON files) and runs what a script runs on it. Outcomes: run, skip (a logged skip with a count),
+refusal (one InputError line), traceback (any other exception: a bug) and hang (over the time limit). Failing cases are
+printed with their seed and stay on disk for reproduction. Exit status 1 when any case failed.
 """
 
 import argparse
@@ -27,9 +27,9 @@ from albert_hf.testing.fuzzing import KINDS, OUTCOMES, Resources, quiet_librarie
 def tiny_checkpoint(directory: Path) -> Path:
     """The tests' tiny checkpoint: a random tiny AlbertHFForPreTraining with a 1000-piece tokenizer."""
     import torch
-    from data_fixtures import tokenizer
 
     from albert_hf import AlbertHFConfig, AlbertHFForPreTraining
+    from data_fixtures import tokenizer
 
     tok = tokenizer()
     torch.manual_seed(0)

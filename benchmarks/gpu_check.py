@@ -219,8 +219,8 @@ def fsdp2_one_process(device, preset, steps) -> dict:
     from accelerate.utils import FullyShardedDataParallelPlugin
 
     from albert_hf import AlbertHFConfig, AlbertHFForPreTraining
-    from albert_hf.runtime.distributed import shard_for_fsdp2
     from albert_hf.optimization import Lamb, parameter_groups
+    from albert_hf.runtime.distributed import shard_for_fsdp2
 
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))

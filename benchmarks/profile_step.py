@@ -23,6 +23,7 @@ from collections import defaultdict
 from contextlib import nullcontext
 
 import torch
+
 from bench_model import MASKED_PER_SEQ, albert_flops, cpu_description, gemm_peak, make_batch, make_models
 
 MATMUL_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm", "aten::_addmm_activation",

@@ -17,9 +17,8 @@ os.environ["PYTHONUNBUFFERED"] = "1"
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+
 from helpers import THREADS  # noqa: E402
-
-
 
 # The files that take longest, longest first (seconds per file: BENCHMARKS.md, "The test suite"). pytest-xdist hands
 # each worker whole files in collection order, so starting with these lets the workers finish together.
@@ -70,9 +69,8 @@ def fresh_accelerate_state():
 def tiny_checkpoint(tmp_path_factory):
     """A saved tiny AlbertHFForPreTraining (random weights) with a 1000-piece tokenizer trained on the embedded
     corpus: the starting point of the fine-tuning script tests. Read-only: copy it before writing into it."""
-    from data_fixtures import tokenizer
-
     from albert_hf import AlbertHFConfig, AlbertHFForPreTraining
+    from data_fixtures import tokenizer
 
     directory = tmp_path_factory.mktemp("tiny_albert")
     tok = tokenizer()

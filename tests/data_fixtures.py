@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from helpers import SHARED_DATA
+
 TEST_VOCAB_SIZE = 1000
 
 

@@ -7,9 +7,10 @@ RUNS.json is a list of {"argv": [...], "env": {...}, "steps_only": false}: each 
 with `env` set on top of the launch's environment for that run only (`steps_only`: `prepare` and `fit`, no final
 save). The runs share the interpreter and the process group: a launch costs seconds of imports and start-up per
 process, a tiny run a fraction of that. Between runs the Accelerator's state is reset, not the process group
-(`end_distributed` is left to the last). The first process writes RUNS.json.results: per run, "status" (0, 2 for an `error:` line, or "traceback") and
-"line" (the error line or the traceback's last line). A traceback in one run does not stop the others, except
-in a launched group, where the other processes may be waiting in a collective: there the launch ends.
+(`end_distributed` is left to the last). The first process writes RUNS.json.results: per run, "status" (0, 2 for an
+`error:` line, or "traceback") and "line" (the error line or the traceback's last line). A traceback in one run does not
+stop the others, except in a launched group, where the other processes may be waiting in a collective: there the launch
+ends.
 """
 
 import json
@@ -22,9 +23,9 @@ import torch
 from accelerate.state import AcceleratorState, PartialState
 from accelerate.utils import DistributedType
 
+from albert_hf.errors import InputError, first_line
 from albert_hf.pretraining import job as pretraining
 from albert_hf.runtime.distributed import end_distributed
-from albert_hf.errors import InputError, first_line
 
 
 def run_once(run: dict, launched_mode) -> dict:

@@ -5,11 +5,11 @@ import sys
 
 import pytest
 import torch
-from helpers import tiny_config
 from safetensors.torch import load_file
-from test_pretraining import pretrain_runs
 
 from albert_hf import AlbertHFForPreTraining
+from helpers import tiny_config
+from test_pretraining import pretrain_runs
 
 pytestmark = pytest.mark.trains
 
@@ -182,8 +182,9 @@ def test_trainer_accumulation_gives_the_whole_batch_step(tmp_path, head):
     """8 x 1 against 4 x 2 with SGD: the same weights. The token-level head takes Trainer's num_items_in_batch
     (its micro-batches hold 58 and 8 labelled tokens here); the others are means over examples, which Trainer's
     division by the accumulation steps makes the batch mean."""
-    import albert_hf
     from transformers import Trainer, TrainingArguments
+
+    import albert_hf
 
     model_class = getattr(albert_hf, HEADS[head])
     assert model_class.accepts_loss_kwargs == (head == "token_classification")

@@ -4,8 +4,6 @@ import math
 
 import pytest
 import torch
-from helpers import REPO, tiny_config
-from data_fixtures import embedded, tokenizer
 
 from albert_hf import AlbertHFForPreTraining, AlbertHFModel
 from albert_hf.analysis import (
@@ -18,6 +16,8 @@ from albert_hf.analysis import (
 from albert_hf.analysis import transitions as transitions_cli
 from albert_hf.analysis.intrinsic import main as intrinsic_main
 from albert_hf.errors import InputError
+from data_fixtures import embedded, tokenizer
+from helpers import REPO, tiny_config
 
 # ------------------------------------------------------------------------------------------------------------
 # Layer transitions on hand-made hidden states

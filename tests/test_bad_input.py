@@ -9,15 +9,15 @@ import shutil
 import sys
 
 import pytest
+
+from albert_hf.errors import InputError
+from albert_hf.runtime.cli import run_entry_point
+from albert_hf.tasks.finetuning import run_script
+from albert_hf.testing.glue_folders import write_glue_folders, write_tsv
 from helpers import REPO, run_bounded, subprocess_env
 from test_glue import run_glue
-from albert_hf.testing.glue_folders import write_glue_folders, write_tsv
 from test_race import write_official_layout
 from test_squad import SQUAD_V1, common_args, run_squad, write_json
-
-from albert_hf.runtime.cli import run_entry_point
-from albert_hf.errors import InputError
-from albert_hf.tasks.finetuning import run_script
 
 MRPC_HEADER = ["Quality", "#1 ID", "#2 ID", "#1 String", "#2 String"]
 MRPC_ROWS = [(i % 2, 100 + i, 200 + i, f"The cat sat on mat {i}.", f"A cat was on mat {i}.") for i in range(8)]
@@ -123,8 +123,9 @@ def test_the_default_max_seq_length_is_capped_at_a_small_models_positions(tmp_pa
     # RACE's default is 512; the tiny model has 128 positions
     root = write_official_layout(tmp_path / "RACE")
     out = tmp_path / "out"
-    import run_race
     from accelerate.state import AcceleratorState, PartialState
+
+    import run_race
 
     AcceleratorState._reset_state(True)
     PartialState._reset_state()

@@ -5,10 +5,10 @@ import json
 import numpy as np
 import pytest
 import torch
-from test_pretraining import pretrain_runs
 
 from albert_hf.analysis.baselines import heldout_baselines, with_baselines
 from albert_hf.analysis.curves import pretraining_curves, trainer_curves
+from test_pretraining import pretrain_runs
 
 
 def stacked(features):
@@ -90,8 +90,8 @@ def test_a_run_ends_with_baselines_in_its_summary_results_and_card_and_draws_its
 
 @pytest.mark.trains
 def test_fine_tuning_draws_its_curves_and_the_card_shows_them(tmp_path, tiny_checkpoint):
-    from test_glue import common_args, run_glue
     from albert_hf.testing.glue_folders import write_glue_folders
+    from test_glue import common_args, run_glue
 
     folder = write_glue_folders(tmp_path / "glue") / "RTE"
     out = tmp_path / "out"

@@ -1,21 +1,18 @@
 """benchmarks/bench_gpu.py: its FLOP count against torch's own counter, its peak table, and its run on the CPU."""
 
 import json
-import sys
 import warnings
 
 import pytest
 import torch
-from helpers import REPO, tiny_config
+import transformers
 from torch.utils.flop_counter import FlopCounterMode
 
 import bench_gpu
 import profile_gpu
-from bench_model import albert_flops
-
-import transformers
-
 from albert_hf import AlbertHFForPreTraining
+from bench_model import albert_flops
+from helpers import tiny_config
 
 
 def counted_step_flops(model, batch: int, seq: int, masked: int) -> int:

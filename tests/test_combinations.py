@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 from safetensors.torch import load_file
+
 from test_distributed import DDP, FSDP
 from test_pretraining import metrics, pretrain_runs
 

@@ -12,12 +12,12 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import tiny_config
 from safetensors.torch import load_file
-from test_modeling import make_inputs, mlm_labels, padded_batch
-from test_pretraining import metrics, pretrain_runs
 
 from albert_hf import AlbertHFForPreTraining, AlbertHFForSequenceClassification
+from helpers import tiny_config
+from test_modeling import make_inputs, mlm_labels, padded_batch
+from test_pretraining import metrics, pretrain_runs
 
 pytestmark = pytest.mark.compiles
 

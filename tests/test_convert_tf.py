@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import run_python
 
 from albert_hf import (
     AlbertHFForMultipleChoice,
@@ -27,6 +26,7 @@ from albert_hf import (
 from albert_hf.convert import from_tf_checkpoint, main
 from albert_hf.convert.tf_checkpoint import TFCheckpoint, TFCheckpointError, crc32c
 from albert_hf.runtime.cli import run_entry_point
+from helpers import run_python
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "tf_albert"
 ATOL = 1e-5

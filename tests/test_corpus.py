@@ -8,6 +8,7 @@ import os
 import datasets
 import pytest
 
+from albert_hf.errors import InputError
 from albert_hf.pretraining.corpus import (
     decode_text,
     embedded_corpus_path,
@@ -18,7 +19,6 @@ from albert_hf.pretraining.corpus import (
 )
 from albert_hf.tokenization import split_sentences
 from data_fixtures import embedded, shared_corpus
-from albert_hf.errors import InputError
 
 
 def test_decode_text_counts_replacements_and_never_raises():

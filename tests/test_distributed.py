@@ -13,13 +13,13 @@ import time
 import psutil
 import pytest
 import torch
-from helpers import REPO, THREADS_SAID, run_bounded, subprocess_env
 from safetensors.torch import load_file
-from test_pretraining import RESUME_ARGS, check_same_weights_and_curve, metrics, pretrain, pretrain_runs
 
-from albert_hf.pretraining.checkpoints import STATE_FILE
 from albert_hf.errors import InputError
+from albert_hf.pretraining.checkpoints import STATE_FILE
 from albert_hf.pretraining.job import build_parser, parse_args
+from helpers import REPO, THREADS_SAID, run_bounded, subprocess_env
+from test_pretraining import RESUME_ARGS, check_same_weights_and_curve, metrics, pretrain, pretrain_runs
 
 ARGS = [*RESUME_ARGS, "--mixed_precision", "no"]  # 12 steps, a checkpoint every 3; fp32 for the comparisons
 LAUNCH = [sys.executable, "-m", "accelerate.commands.launch", "--mixed_precision", "no", "--dynamo_backend", "no"]
@@ -173,7 +173,6 @@ def test_every_fsdp_config_accelerate_config_writes_is_read_into_what_runs_or_on
     from unittest import mock
 
     from accelerate_configs import fsdp_config, launcher_environment
-
     from albert_hf.runtime.distributed import fsdp_plugin_from_launcher
 
     environment = launcher_environment(fsdp_config(tmp_path / "config.yaml", **answers))

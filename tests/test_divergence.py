@@ -1,5 +1,6 @@
-"""A run that diverges stops with one line, and leaves no non-finite tensor on disk (albert_hf/pretraining/divergence.py); a
-non-finite checkpoint of an older version is passed over by --resume_from_checkpoint latest."""
+"""A run that diverges stops with one line, and leaves no non-finite tensor on disk
+(albert_hf/pretraining/divergence.py); a non-finite checkpoint of an older version is passed over by
+--resume_from_checkpoint latest."""
 
 import math
 import re
@@ -9,10 +10,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from test_pretraining import FAST, metrics, pretrain
 
 from albert_hf.pretraining import job as pretraining
 from albert_hf.pretraining.divergence import Diverged, check_losses, checkpoint_finite, stop_line, weights_finite
+from test_pretraining import FAST, metrics, pretrain
 
 QUIET = ["--eval_steps", "0", "--validation_split_percentage", "0"]
 

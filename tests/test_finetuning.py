@@ -8,6 +8,9 @@ import torch
 from transformers import AlbertConfig, AlbertForSequenceClassification, TrainerCallback
 
 from albert_hf import AlbertHFForSequenceClassification
+from albert_hf.errors import InputError
+from albert_hf.optimization import AdamWeightDecay
+from albert_hf.tasks import race
 from albert_hf.tasks.finetuning import (
     AlbertTrainer,
     AlbertTrainingArguments,
@@ -21,12 +24,9 @@ from albert_hf.tasks.finetuning import (
     setup,
     train,
 )
-from albert_hf.tasks import race
-from albert_hf.tasks.squad import job as squad
-from albert_hf.errors import InputError
 from albert_hf.tasks.glue import GlueDataArguments
-from albert_hf.optimization import AdamWeightDecay
 from albert_hf.tasks.race import RaceDataArguments
+from albert_hf.tasks.squad import job as squad
 from albert_hf.tasks.squad.features import SquadDataArguments
 
 

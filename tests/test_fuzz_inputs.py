@@ -1,11 +1,12 @@
-"""Bad input, fuzzed: every input kind the scripts read, mutated with seeded edits (albert_hf/testing/fuzzing.py), ends in a
-run, a logged skip with a count, or one InputError line. Never another exception, never a hang.
+"""Bad input, fuzzed: every input kind the scripts read, mutated with seeded edits (albert_hf/testing/fuzzing.py), ends
+in a run, a logged skip with a count, or one InputError line. Never another exception, never a hang.
 
 benchmarks/fuzz_inputs.py runs thousands of the same cases and reports the counts."""
 
 from collections import Counter
 
 import pytest
+
 from albert_hf.testing.fuzzing import KINDS, Resources, quiet_libraries, run_cases
 
 CASES_PER_KIND = 20  # 18 kinds: 360 cases

@@ -1,18 +1,19 @@
-"""run_glue.py and albert_hf/tasks/glue.py: GLUE readers, metrics, --paper_hparams, end-to-end runs with a tiny model."""
+"""run_glue.py and albert_hf/tasks/glue.py: GLUE readers, metrics, --paper_hparams, end-to-end runs with a tiny
+model."""
 
 import csv
 import json
 import logging
 import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import check_tokenizer_loads_without_prompt, run_script
-from data_fixtures import SHARED_DATA
+
 from albert_hf.errors import InputError
 from albert_hf.testing.glue_folders import PAIRS, write_glue_folders, write_tsv
+from data_fixtures import SHARED_DATA
+from helpers import check_tokenizer_loads_without_prompt, run_script
 
 REPO = Path(__file__).resolve().parents[1]
 

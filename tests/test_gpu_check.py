@@ -4,6 +4,7 @@ import json
 import sys
 
 import pytest
+
 from helpers import REPO, run_bounded, subprocess_env
 
 

@@ -1,5 +1,5 @@
-"""The hardware record and the precision chosen from it (albert_hf/runtime/hardware.py): every branch of the choice under
-made-up hardware, detection against /proc/cpuinfo on this machine, and run_pretraining.py's start line, warning,
+"""The hardware record and the precision chosen from it (albert_hf/runtime/hardware.py): every branch of the choice
+under made-up hardware, detection against /proc/cpuinfo on this machine, and run_pretraining.py's start line, warning,
 all_results.json and card on a CPU without bf16 units (oneDNN capped at AVX2, as on most cloud VMs and laptops)."""
 
 import json
@@ -12,11 +12,11 @@ from unittest import mock
 
 import pytest
 import torch
-from helpers import REPO, THREADS_SAID, run_bounded, subprocess_env, tiny_config
 
-from albert_hf.runtime import hardware
 from albert_hf.errors import InputError
+from albert_hf.runtime import hardware
 from albert_hf.runtime.hardware import Hardware, bf16_trainer_warning, choose_precision
+from helpers import REPO, THREADS_SAID, run_bounded, subprocess_env, tiny_config
 
 AVX2 = Hardware("AMD EPYC 7B13", "AVX2", None, 2)
 AVX512 = Hardware("Intel Xeon Gold 6148", "AVX512", None, 2)  # Skylake: AVX-512 without bf16

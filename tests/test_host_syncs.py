@@ -6,8 +6,9 @@ padding removal (as on a GPU) there are none now."""
 from collections import Counter
 
 import pytest
-from test_pretraining import FAST
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from test_pretraining import FAST
 
 # the ops that read a device value on the host (a Python number, or a size that depends on the data)
 HOST_READS = {"aten._local_scalar_dense.default", "aten.nonzero.default", "aten.item.default"}
@@ -31,8 +32,8 @@ def test_a_training_step_reads_the_host_only_to_remove_padding(tmp_path, accumul
     """Padding removal (CPUs only: RealTokens.pays_on; turned off here as on a GPU) reads whether the batch has
     padding (transformers' create_bidirectional_mask) and where (nonzero): one of each per micro-batch. Without it
     the model builds SDPA's mask itself and reads nothing."""
-    from albert_hf.pretraining import job as pretraining
     from albert_hf.modeling_albert_hf import RealTokens
+    from albert_hf.pretraining import job as pretraining
 
     if not padding_removal:
         monkeypatch.setattr(RealTokens, "pays_on", staticmethod(lambda device: False))

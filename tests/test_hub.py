@@ -7,7 +7,6 @@ from unittest import mock
 
 import pytest
 import torch
-from helpers import run_python, run_script, tiny_config
 from huggingface_hub import HfApi, RepoUrl
 from huggingface_hub.errors import EntryNotFoundError
 from transformers import AutoModel, AutoModelForPreTraining, AutoModelForQuestionAnswering
@@ -15,6 +14,7 @@ from transformers import AutoModel, AutoModelForPreTraining, AutoModelForQuestio
 import albert_hf
 from albert_hf.errors import InputError
 from albert_hf.modeling_albert_hf import AUTO_MAP
+from helpers import run_python, run_script, tiny_config
 
 REMOTE_FILES = {"configuration_albert_hf.py", "modeling_albert_hf.py"}
 HEADS = {
@@ -107,7 +107,8 @@ def test_push_to_hub_uploads_a_loadable_repo(tmp_path):
         return RepoUrl(f"https://huggingface.co/{repo_id}")
 
     def create_commit(self, repo_id, operations, commit_message=None, **kwargs):
-        commits.append({"repo_id": repo_id, "message": commit_message, "files": sorted(o.path_in_repo for o in operations)})
+        commits.append({"repo_id": repo_id, "message": commit_message,
+                        "files": sorted(o.path_in_repo for o in operations)})
         for operation in operations:
             target = fake_hub / repo_id / operation.path_in_repo
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -129,7 +130,8 @@ def test_push_to_hub_uploads_a_loadable_repo(tmp_path):
     repo = fake_hub / "someone" / "tiny-albert"
     assert json.loads((repo / "config.json").read_text())["auto_map"] == AUTO_MAP
     ids = torch.randint(5, 1000, (1, 10))
-    report = load_in_fresh_process(repo, {"input_ids": ids.tolist(), "heads": {"AutoModelForPreTraining": "sop_logits"}}, tmp_path)
+    heads = {"AutoModelForPreTraining": "sop_logits"}
+    report = load_in_fresh_process(repo, {"input_ids": ids.tolist(), "heads": heads}, tmp_path)
     with torch.no_grad():
         expected = model.eval()(input_ids=ids).sop_logits.flatten()
     torch.testing.assert_close(torch.tensor(report["AutoModelForPreTraining"]["values"]), expected, rtol=0, atol=1e-5)
@@ -175,10 +177,10 @@ def test_a_model_or_tokenizer_that_cannot_be_loaded_stops_with_the_argument_name
 
     from huggingface_hub import constants
 
-    from albert_hf.tasks.finetuning import ModelArguments, load_tokenizer_and_model
     from albert_hf.hub.loading import loading
     from albert_hf.pretraining.inputs import load_tokenizer
     from albert_hf.pretraining.model import build_model
+    from albert_hf.tasks.finetuning import ModelArguments, load_tokenizer_and_model
 
     with pytest.raises(InputError, match=r"^--tokenizer_name someone/no-such-albert: cannot load it \(no local "
                                          r"folder by that name, so it was looked up on the Hub\)") as stopped:
@@ -281,11 +283,9 @@ def test_pretraining_card_metadata_and_model_index_come_from_all_results(tmp_pat
 
 
 def test_pretraining_card_lists_a_hub_dataset_license_and_base_model_without_going_online(tmp_path, hub_unreachable):
-    from data_fixtures import tokenizer
-
-    from albert_hf.pretraining.job import build_parser
-
     from albert_hf.pretraining.final_folder import save_final_model
+    from albert_hf.pretraining.job import build_parser
+    from data_fixtures import tokenizer
 
     args = build_parser().parse_args(["--output_dir", str(tmp_path), "--dataset_name", "Salesforce/wikitext",
                                       "--dataset_config_name", "wikitext-2-raw-v1", "--model_name_or_path",
@@ -315,8 +315,9 @@ def test_glue_card_pushed_is_ours_with_the_mnli_results_of_both_dev_sets(tiny_ch
     our card, not the one Trainer.push_to_hub would write, and its model-index holds all_results.json's numbers
     for the matched and the mismatched dev set."""
     from huggingface_hub import RepoUrl
-    from test_glue import common_args
+
     from albert_hf.testing.glue_folders import write_glue_folders
+    from test_glue import common_args
 
     uploads = []
 
@@ -408,14 +409,12 @@ def test_finish_writes_a_race_card_with_license_base_model_and_test_results_with
 def test_card_datasets_are_hub_data_or_its_official_files_only(tmp_path):
     """`datasets` lists a Hub dataset when the data came from the Hub or is that dataset's own files in their
     official format; other local files are described in the text instead."""
-    from data_fixtures import SHARED_DATA
-    from test_squad import SQUAD_V1, write_json
-
-    from albert_hf.tasks.finetuning import AlbertTrainingArguments
+    from albert_hf.tasks.finetuning import AlbertTrainingArguments, wanted_splits
     from albert_hf.tasks.glue import GlueDataArguments
-    from albert_hf.tasks.finetuning import wanted_splits
     from albert_hf.tasks.race import RaceDataArguments
     from albert_hf.tasks.squad.job import SquadDataArguments
+    from data_fixtures import SHARED_DATA
+    from test_squad import SQUAD_V1, write_json
 
     train_eval = AlbertTrainingArguments(output_dir=str(tmp_path), do_train=True, do_eval=True, report_to="none")
 

@@ -187,8 +187,8 @@ def test_convert_refuses_partial_sharing_and_non_empty_output(tmp_path):
 def test_a_converted_folder_loads_its_tokenizer_without_a_prompt(tmp_path):
     """A transformers ALBERT checkpoint with its tokenizer, converted to albert_hf: the tokenizer comes along and
     loads as the card says, in a fresh process without albert_hf."""
-    from helpers import check_tokenizer_loads_without_prompt
     from data_fixtures import tokenizer
+    from helpers import check_tokenizer_loads_without_prompt
 
     tok = tokenizer()
     config = hf_config()

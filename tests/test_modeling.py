@@ -1,7 +1,6 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import tiny_config
 
 from albert_hf import (
     AlbertHFForMaskedLM,
@@ -14,6 +13,7 @@ from albert_hf import (
     AlbertHFModel,
 )
 from albert_hf.modeling_albert_hf import SummedSoftmaxCrossEntropy
+from helpers import tiny_config
 
 BATCH, LENGTH = 3, 24
 
@@ -85,8 +85,8 @@ def test_fixed_size_masked_positions_give_the_sparse_heads_logits_loss_and_gradi
                                                                                      monkeypatch):
     """The official masked_lm_positions / masked_lm_weights form (rows of weight 0 padding a short row): the
     valid rows are the sparse head's rows, the loss and every gradient are the same."""
-    from albert_hf.pretraining.collator import fixed_size_positions
     from albert_hf.modeling_albert_hf import RealTokens
+    from albert_hf.pretraining.collator import fixed_size_positions
 
     if not with_padding_removal:
         monkeypatch.setattr(RealTokens, "pays_on", staticmethod(lambda device: False))

@@ -7,13 +7,13 @@ import random
 from pathlib import Path
 
 import pytest
-from helpers import finetuning_args, run_python, run_script, subprocess_env
-from data_fixtures import tokenizer
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Sequence, Value
 
 from albert_hf.errors import InputError
 from albert_hf.metrics.ner import entity_scores
 from albert_hf.tasks.ner import continuation_ids, read_conll, tag_names, tokenize_function
+from data_fixtures import tokenizer
+from helpers import finetuning_args, run_python, run_script, subprocess_env
 
 PUBLIC_DOMAIN = Path(__file__).parent / "fixtures" / "ner" / "public_domain.conll"
 PEOPLE = ["Alice", "Bob", "Carol", "David", "Emma", "Frank", "Grace", "Henry"]

@@ -1,5 +1,5 @@
-"""One run per output folder (albert_hf/runtime/output_lock.py): a second run is refused in one line naming the holder, the
-first goes on; a lock left by a killed run is taken over; one of another host is honoured unless told."""
+"""One run per output folder (albert_hf/runtime/output_lock.py): a second run is refused in one line naming the holder,
+the first goes on; a lock left by a killed run is taken over; one of another host is honoured unless told."""
 
 import json
 import logging
@@ -11,16 +11,16 @@ import sys
 import time
 
 import pytest
-from helpers import run_script, subprocess_env
+
+from albert_hf.errors import InputError
+from albert_hf.runtime import output_lock
+from albert_hf.runtime.output_lock import LOCK_FILE
 from albert_hf.testing.glue_folders import write_glue_folders
+from helpers import run_script, subprocess_env
 from test_pretraining import metrics, pretrain
 
-from albert_hf.runtime import output_lock
-from albert_hf.errors import InputError
-from albert_hf.runtime.output_lock import LOCK_FILE
-
-HOLD = ("import sys, time\nfrom albert_hf.runtime import output_lock\noutput_lock.acquire(sys.argv[1], '--output_dir')\n"
-        "print('held', flush=True)\ntime.sleep(120)\n")
+HOLD = ("import sys, time\nfrom albert_hf.runtime import output_lock\n"
+        "output_lock.acquire(sys.argv[1], '--output_dir')\nprint('held', flush=True)\ntime.sleep(120)\n")
 
 
 @pytest.fixture

@@ -8,12 +8,12 @@ import random
 
 import numpy as np
 import pytest
-from helpers import finetuning_args, run_python, run_script
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
 
 from albert_hf.errors import InputError
 from albert_hf.metrics import classification_metrics, regression_metrics
 from albert_hf.tasks.text_classification import OwnTask, choose_text_columns, class_names, infer_task
+from helpers import finetuning_args, run_python, run_script
 
 POSITIVE = ["great", "wonderful", "excellent", "loved", "fantastic", "superb"]
 NEGATIVE = ["awful", "terrible", "boring", "hated", "dreadful", "poor"]
@@ -263,10 +263,9 @@ def test_the_docs_example_data_reads_as_the_docs_say(tmp_path):
     """examples/own_data.py writes what docs/your_data.md fine-tunes on, in the formats the scripts read."""
     import importlib.util
 
-    from helpers import REPO
-
-    from albert_hf.tasks.text_classification import read_file
     from albert_hf.tasks.ner import read_conll
+    from albert_hf.tasks.text_classification import read_file
+    from helpers import REPO
 
     spec = importlib.util.spec_from_file_location("own_data", REPO / "examples" / "own_data.py")
     module = importlib.util.module_from_spec(spec)

@@ -185,8 +185,8 @@ def test_each_job_has_its_folder_and_the_top_level_stays_small():
 
 
 def test_only_pretraining_py_sees_the_whole_pretraining_job():
-    """The job's object (`pretraining.job.Pretraining`) stays in pretraining/job.py: no other module of albert_hf imports it
-    or has a function taking a `run`; the modules below the job take explicit arguments."""
+    """The job's object (`pretraining.job.Pretraining`) stays in pretraining/job.py: no other module of albert_hf
+    imports it or has a function taking a `run`; the modules below the job take explicit arguments."""
     found = []
     for path in sorted((REPO / "albert_hf").rglob("*.py")):
         if path.relative_to(REPO).as_posix() == "albert_hf/pretraining/job.py":
@@ -335,7 +335,8 @@ def test_conftest_holds_fixtures_and_no_test_imports_it():
     """Helpers that tests call live in tests/helpers.py; conftest.py is pytest's, holding set-up and fixtures."""
     importers = [path.name for path in sorted(REPO.glob("tests/*.py")) for node in ast.walk(ast.parse(path.read_text()))
                  if isinstance(node, (ast.Import, ast.ImportFrom))
-                 and "conftest" in ([alias.name for alias in node.names] if isinstance(node, ast.Import) else [node.module])]
+                 and "conftest" in ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                                    else [node.module])]
     assert not importers, importers
     tree = ast.parse((REPO / "tests" / "conftest.py").read_text())
     functions = [node for node in tree.body if isinstance(node, ast.FunctionDef)]

@@ -25,7 +25,8 @@ from albert_hf.analysis.params import (
 ROWS = {row.label: row for table in TABLES.values() for row in table}
 
 
-def formula(V=30000, E=128, H=768, L=12, I=3072, G=1, K=1, sharing="all", project=None, pooler=True, heads=False):
+def formula(V=30000, E=128, H=768, L=12, I=3072, G=1, K=1,  # noqa: E741 - the paper's symbols
+            sharing="all", project=None, pooler=True, heads=False):
     """The spec's per-component formulas (section 2.1), as an independent check on the built modules."""
     embeddings = V * E + 512 * E + 2 * E + 2 * E
     projection = E * H + H if (E != H if project is None else project) else 0
@@ -79,7 +80,7 @@ def test_layer_groups():
     counts = {(g, k): n for g, k, n in layer_group_counts()}
     assert list(counts) == LAYER_GROUPS
     # G = 2 by hand from the spec's per-component formulas (base dims, E = 128).
-    V, E, H, I = 30000, 128, 768, 3072
+    V, E, H, I = 30000, 128, 768, 3072  # noqa: E741 - the paper's symbols
     embeddings = V * E + 512 * E + 2 * E + 2 * E
     projection = E * H + H
     block = 4 * (H * H + H) + 2 * H + 2 * H * I + I + H + 2 * H
@@ -201,7 +202,8 @@ def printed():
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     root = Path(__file__).resolve().parents[1]
     result = subprocess.run(
-        [sys.executable, "-m", "albert_hf.analysis.params"], cwd=root, env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "albert_hf.analysis.params"], cwd=root, env=env, capture_output=True, text=True,
+        timeout=120
     )
     assert result.returncode == 0, result.stderr
     return result.stdout

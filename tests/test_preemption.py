@@ -11,13 +11,13 @@ import time
 import psutil
 import pytest
 import torch
-from helpers import REPO, run_bounded, start_process, subprocess_env
 from safetensors.torch import load_file
-from test_distributed import LAUNCH
-from test_pretraining import check_same_weights_and_curve, metrics, pretrain
 
 from albert_hf.pretraining.checkpoints import STATE_FILE
 from albert_hf.runtime.preemption import PREEMPTED
+from helpers import REPO, run_bounded, start_process, subprocess_env
+from test_distributed import LAUNCH
+from test_pretraining import check_same_weights_and_curve, metrics, pretrain
 
 pytestmark = pytest.mark.trains
 

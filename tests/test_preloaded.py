@@ -7,8 +7,9 @@ import subprocess
 import sys
 import time
 
-import preloaded
 import pytest
+
+import preloaded
 from helpers import run_bounded, start_process, subprocess_env
 
 SCRIPT = """\

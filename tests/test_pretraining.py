@@ -12,13 +12,13 @@ from unittest import mock
 
 import pytest
 import torch
-from helpers import REPO, check_tokenizer_loads_without_prompt, run_bounded, run_python, start_process, subprocess_env
 from safetensors.torch import load_file
 
-from albert_hf.pretraining.checkpoints import STATE_FILE, StepCheckpoints
 from albert_hf.errors import InputError
+from albert_hf.pretraining.checkpoints import STATE_FILE, StepCheckpoints
 from albert_hf.pretraining.job import build_parser, parse_args
 from albert_hf.pretraining.model import make_optimizer
+from helpers import REPO, check_tokenizer_loads_without_prompt, run_bounded, run_python, start_process, subprocess_env
 
 SCRIPT = str(REPO / "run_pretraining.py")
 # Tiny and fast: the embedded corpus, a 500-piece tokenizer (trained once, cached in the test HF_HOME).
@@ -186,9 +186,8 @@ def test_end_to_end_run_saves_a_model_that_loads_without_albert_hf(tmp_path):
 
 def held_out_texts(tmp_path):
     """The documents `pretrain` holds out of the embedded corpus (FAST's seed, the default 5%), single-spaced."""
-    from data_fixtures import embedded
-
     from albert_hf.pretraining.corpus import hold_out_documents
+    from data_fixtures import embedded
 
     args = parse_args(["--output_dir", str(tmp_path / "unused"), *FAST])
     _, held_out = hold_out_documents(embedded(), args.validation_split_percentage, args.seed)
@@ -418,12 +417,12 @@ def test_a_sequence_longer_than_the_models_positions_stops_at_the_entry_before_a
 def test_fp16_overflow_skips_the_update_and_the_schedule_without_touching_weights(fresh_accelerate_state):
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
-    from helpers import tiny_config
 
     from albert_hf import AlbertHFForPreTraining
     from albert_hf.optimization import Lamb, get_official_schedule, parameter_groups
-    from albert_hf.runtime.hardware import enable_cpu_fp16
     from albert_hf.pretraining.step import training_step
+    from albert_hf.runtime.hardware import enable_cpu_fp16
+    from helpers import tiny_config
 
     def setup(init_scale):
         accelerator = Accelerator(cpu=True, mixed_precision="fp16")
@@ -488,10 +487,9 @@ def test_push_to_hub_uploads_the_final_folder_without_step_checkpoints(tmp_path,
 def test_running_metric_counts_hold_no_autograd_graph():
     """The training loop adds every step's counts into one window; a graph attached to them kept each step's
     logits alive (the process grew ~30 MB a step until the machine ran out of memory)."""
-    from helpers import tiny_config
-
     from albert_hf import AlbertHFForPreTraining
     from albert_hf.pretraining.step import example_counts, step_counts
+    from helpers import tiny_config
 
     model = AlbertHFForPreTraining(tiny_config()).train()
     input_ids = torch.randint(5, 1000, (4, 16))
@@ -510,10 +508,9 @@ def test_running_metric_counts_hold_no_autograd_graph():
 
 def test_training_counts_from_the_model_losses_equal_the_per_token_recount():
     """Training sums the model's own mean losses times their counts; evaluation recounts per token: the same."""
-    from helpers import tiny_config
-
     from albert_hf import AlbertHFForPreTraining
     from albert_hf.pretraining.step import example_counts, step_counts
+    from helpers import tiny_config
 
     model = AlbertHFForPreTraining(tiny_config()).eval()
     input_ids = torch.randint(5, 1000, (6, 24))
@@ -536,9 +533,8 @@ FILL_MASK_SENTENCE = "So we set x to the value of an xylophonequartz which we th
 
 
 def test_fill_mask_picks_a_one_piece_content_word_of_a_mid_length_sentence():
-    from data_fixtures import tokenizer
-
     from albert_hf.analysis.fill_mask import maskable, pick_fill_mask_sentences
+    from data_fixtures import tokenizer
 
     tok = tokenizer()
     assert tok.tokenize("value") == ["▁value"] and len(tok.tokenize("xylophonequartz")) > 1
@@ -555,11 +551,10 @@ def test_fill_mask_picks_a_one_piece_content_word_of_a_mid_length_sentence():
 
 
 def test_fill_mask_examples_report_the_top_predictions_at_the_masked_word():
-    from helpers import tiny_config
-    from data_fixtures import tokenizer
-
     from albert_hf import AlbertHFForPreTraining
     from albert_hf.analysis.fill_mask import fill_mask_examples
+    from data_fixtures import tokenizer
+    from helpers import tiny_config
 
     tok = tokenizer()
     model = AlbertHFForPreTraining(tiny_config(vocab_size=len(tok))).train()
@@ -580,9 +575,8 @@ def test_fill_mask_examples_read_each_sentence_at_its_own_mask_in_a_padded_batch
     row padded)."""
     from types import SimpleNamespace
 
-    from data_fixtures import tokenizer
-
     from albert_hf.analysis.fill_mask import fill_mask_examples
+    from data_fixtures import tokenizer
 
     tok = tokenizer()
 
@@ -605,10 +599,9 @@ def test_optimizer_takes_the_moment_decays_and_epsilon_from_the_command_line(tmp
     # its own --output_dir: the default, outputs/albert-pretraining, holds `make pretrain`'s run after the README's
     # first command, and is refused as an earlier run
     out = ["--output_dir", str(tmp_path / "run")]
-    from helpers import tiny_config
-
     from albert_hf import AlbertHFForPreTraining
     from albert_hf.optimization import AdamWeightDecay, Lamb
+    from helpers import tiny_config
 
     model = AlbertHFForPreTraining(tiny_config())
     official = make_optimizer(model, parse_args(out))

@@ -8,13 +8,13 @@ import datasets
 import numpy as np
 import pytest
 
+from albert_hf.pretraining.corpus import load_text_files
 from albert_hf.pretraining.pairs import (
     BatchDocuments,
     create_pretraining_pairs,
     instances_from_document,
     tokenize_documents,
 )
-from albert_hf.pretraining.corpus import load_text_files
 from data_fixtures import embedded_pairs, shared_corpus, tokenized_embedded, tokenizer
 
 CLS, SEP = 2, 3

@@ -9,14 +9,14 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from helpers import tiny_config
-from test_pretraining import pretrain
 
 from albert_hf import AlbertHFForPreTraining
-from albert_hf.pretraining.collator import fixed_size_positions
 from albert_hf.optimization import Lamb, get_official_schedule, parameter_groups
-from albert_hf.pretraining.step_graph import MODE, StepGraph, refusal
+from albert_hf.pretraining.collator import fixed_size_positions
 from albert_hf.pretraining.step import training_step
+from albert_hf.pretraining.step_graph import MODE, StepGraph, refusal
+from helpers import tiny_config
+from test_pretraining import pretrain
 
 
 class RunsAtCapture:

@@ -6,16 +6,15 @@ hand; a few gold answers are deliberately set to another option to make the per-
 """
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
-from helpers import SHARED_DATA, check_tokenizer_loads_without_prompt, run_script
 from datasets import Dataset
 
+from albert_hf.errors import InputError
 from albert_hf.tasks import race
 from albert_hf.tasks.race import RaceDataArguments
-from albert_hf.errors import InputError
+from helpers import SHARED_DATA, check_tokenizer_loads_without_prompt, run_script
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_RACE = SHARED_DATA / "race"

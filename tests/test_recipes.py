@@ -4,9 +4,9 @@ with the paper's values, and the demo recipe the same arguments as the flags `ma
 import re
 
 import pytest
-from helpers import REPO
 
 from albert_hf.pretraining.job import parse_args
+from helpers import REPO
 
 RECIPES = REPO / "recipes"
 PAPER = ("base", "large", "xlarge", "xxlarge")

@@ -8,8 +8,9 @@ import math
 from argparse import Namespace
 
 import pytest
-from helpers import REPO
+
 from albert_hf.testing.glue_folders import write_glue_folders
+from helpers import REPO
 
 METRICS = {"sst2": ("accuracy",), "cola": ("matthews_correlation",), "mrpc": ("accuracy", "f1"),
            "stsb": ("pearson", "spearmanr"), "rte": ("accuracy",)}

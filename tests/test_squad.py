@@ -1,20 +1,18 @@
-"""run_squad.py, albert_hf.tasks.squad.job and the answerability head: reading, windows, labels, post-processing, the v2 heads, and
-end-to-end runs on small official-format fixtures and on real SQuAD dev articles (../shared/data/squad)."""
+"""run_squad.py, albert_hf.tasks.squad.job and the answerability head: reading, windows, labels, post-processing, the v2
+heads, and end-to-end runs on small official-format fixtures and on real SQuAD dev articles (../shared/data/squad)."""
 
 import json
 import logging
 import math
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import check_tokenizer_loads_without_prompt
-from data_fixtures import SHARED_DATA, tokenizer
 from datasets import Dataset
 
-from albert_hf.tasks.squad.job import SquadDataArguments
+from albert_hf.errors import InputError
+from albert_hf.metrics.squad import squad_v1_metrics, squad_v2_metrics
 from albert_hf.tasks.squad.features import (
     build_features,
     max_context_flags,
@@ -22,9 +20,10 @@ from albert_hf.tasks.squad.features import (
     select_trainable,
     window_starts,
 )
+from albert_hf.tasks.squad.job import SquadDataArguments
 from albert_hf.tasks.squad.postprocess import postprocess_beam_predictions, postprocess_span_predictions
-from albert_hf.metrics.squad import squad_v1_metrics, squad_v2_metrics
-from albert_hf.errors import InputError
+from data_fixtures import SHARED_DATA, tokenizer
+from helpers import check_tokenizer_loads_without_prompt
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -273,9 +272,8 @@ def test_beam_post_processing_by_hand():
 
 @pytest.fixture(scope="module")
 def answerability_model():
-    from helpers import tiny_config
-
     from albert_hf import AlbertHFForQuestionAnsweringWithAnswerability
+    from helpers import tiny_config
 
     torch.manual_seed(0)
     model = AlbertHFForQuestionAnsweringWithAnswerability(tiny_config(vocab_size=50, start_n_top=3, end_n_top=2))

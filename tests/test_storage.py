@@ -1,7 +1,7 @@
-"""Faults of the machine (albert_hf/runtime/storage.py): a full disk or a refused folder ends a run in one line naming what
-is intact, leaves no temporary folder, and the run resumes exactly once space is free. Full disks are simulated
-(tests/failing_writes.py makes the writes of one path fail with ENOSPC partway through) and, where the tests run
-as root on Linux, real: a small tmpfs."""
+"""Faults of the machine (albert_hf/runtime/storage.py): a full disk or a refused folder ends a run in one line naming
+what is intact, leaves no temporary folder, and the run resumes exactly once space is free. Full disks are simulated
+(tests/failing_writes.py makes the writes of one path fail with ENOSPC partway through) and, where the tests run as root
+on Linux, real: a small tmpfs."""
 
 import errno
 import json
@@ -12,14 +12,20 @@ import sys
 
 import pytest
 import torch
-from helpers import REPO, run_bounded, subprocess_env
 from safetensors.torch import load_file
-from test_glue import common_args, glue_root  # noqa: F401 - glue_root: a fixture the tests below take
-from test_pretraining import FAST, RESUME_ARGS, SCRIPT, check_same_weights_and_curve, pretrain
-from test_pretraining import reference_run  # noqa: F401 - a fixture the tests below take
 
 from albert_hf.pretraining.checkpoints import STATE_FILE
 from albert_hf.runtime.storage import fault_of
+from helpers import REPO, run_bounded, subprocess_env
+from test_glue import common_args, glue_root  # noqa: F401 - glue_root: a fixture the tests below take
+from test_pretraining import (
+    FAST,
+    RESUME_ARGS,
+    SCRIPT,
+    check_same_weights_and_curve,
+    pretrain,
+    reference_run,  # noqa: F401 - a fixture the tests below take
+)
 
 FAILING_WRITES = str(REPO / "tests" / "failing_writes.py")
 

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import REPO, run_bounded, subprocess_env
+
+from albert_hf.errors import InputError
+from albert_hf.pretraining.corpus import first_documents, text_file_stream
+from albert_hf.pretraining.inputs import build_data
+from albert_hf.runtime.preemption import PREEMPTED
 from data_fixtures import embedded
+from helpers import REPO, run_bounded, subprocess_env
 from test_preemption import DDP, signal_once_training, stopped_step
 from test_pretraining import check_same_weights_and_curve, metrics, parse_args, pretrain, pretrain_runs
-
-from albert_hf.pretraining.corpus import first_documents, text_file_stream
-from albert_hf.errors import InputError
-from albert_hf.runtime.preemption import PREEMPTED
-from albert_hf.pretraining.inputs import build_data
 
 FILES = 24
 

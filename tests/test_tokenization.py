@@ -11,10 +11,9 @@ import unicodedata
 import pytest
 import sentencepiece as spm
 
-from albert_hf.tokenization import split_sentences
-from albert_hf.tokenization import load_spiece_model, train_tokenizer
-from data_fixtures import TEST_VOCAB_SIZE, embedded, tokenizer
 from albert_hf.errors import InputError
+from albert_hf.tokenization import load_spiece_model, split_sentences, train_tokenizer
+from data_fixtures import TEST_VOCAB_SIZE, embedded, tokenizer
 
 
 def _fresh_process(script: str, **env) -> str:
@@ -183,11 +182,10 @@ def test_the_sentencepiece_encoder_gives_the_tokenizers_ids():
 
 
 def test_the_sentencepiece_encoder_gives_the_tokenizers_ids_on_the_real_corpus():
-    from data_fixtures import shared_corpus
-
     from albert_hf.pretraining.corpus import find_text_files, read_text_documents
     from albert_hf.pretraining.pairs import plain_backend
     from albert_hf.tokenization import SentencePieceEncoder
+    from data_fixtures import shared_corpus
 
     files = find_text_files(shared_corpus())
     tok = tokenizer()

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import torch
 
-from ..runtime.cli import run_entry_point
 from ..errors import InputError, first_line
 from ..pretraining.pairs import NoPairsError, build_pretraining_dataset
+from ..runtime.cli import run_entry_point
 
 logger = logging.getLogger(__name__)
 
@@ -197,8 +197,9 @@ def format_table(rows: dict, paper: dict | None = PAPER_TABLE5) -> str:
 
 
 def load_pretraining_model(directory):
-    import albert_hf  # noqa: F401  (registers the albert_hf model type with the Auto classes)
     from transformers import AutoModelForPreTraining, AutoTokenizer
+
+    import albert_hf  # noqa: F401  (registers the albert_hf model type with the Auto classes)
 
     directory = Path(directory)
     if not (directory / "config.json").is_file():

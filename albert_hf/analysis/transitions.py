@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-from ..runtime.cli import run_entry_point
 from ..errors import InputError, first_line
+from ..runtime.cli import run_entry_point
 
 CSV_FIELDS = ("model", "layer", "l2", "cosine", "angle_degrees", "tokens")
 
@@ -136,8 +136,9 @@ def read_texts(path) -> list[str]:
 
 def load_model_and_tokenizer(directory):
     """The encoder and tokenizer saved in `directory` (e.g. a run_pretraining.py output folder)."""
-    import albert_hf  # noqa: F401  (registers the albert_hf model type with the Auto classes)
     from transformers import AutoModel, AutoTokenizer
+
+    import albert_hf  # noqa: F401  (registers the albert_hf model type with the Auto classes)
 
     directory = Path(directory)
     if not (directory / "config.json").is_file():

@@ -13,8 +13,8 @@ pipeline tag of the head, the source as base model when it is a Hub name, a loca
     python -m albert_hf.convert --from_tf PREFIX_OR_DIR OUT_DIR [--config albert_config.json] [--spm_model M]
 
 reads an official TensorFlow ALBERT checkpoint (google-research/albert's releases and fine-tuning runs) without
-TensorFlow (albert_hf.convert.tf_checkpoint), maps its variable names to albert_hf's, and writes an albert_hf folder with
-the tokenizer of the SentencePiece model beside it (30k-clean.model). The head follows the variables found:
+TensorFlow (albert_hf.convert.tf_checkpoint), maps its variable names to albert_hf's, and writes an albert_hf folder
+with the tokenizer of the SentencePiece model beside it (30k-clean.model). The head follows the variables found:
 pretraining (cls/predictions + cls/seq_relationship), classifier (output_weights), SQuAD v1.1 (cls/squad), SQuAD
 v2.0 (start_logits, end_logits, answer_class), RACE (output_weights with one row, with --tf_head multiple_choice),
 none (AlbertHFModel). Optimizer slots and global_step are skipped; any other variable that does not fit, or one

@@ -4,17 +4,17 @@ recognised (refused, or cleared with --overwrite_output_dir) by the names it wri
 import json
 import logging
 import os
-import re
 import pickle
+import re
 import shutil
 from pathlib import Path
 
 from accelerate.utils import broadcast_object_list
 
-from .divergence import newest_finite
 from ..errors import InputError, first_line
 from ..runtime.output_lock import in_use
 from ..runtime.storage import StorageError, agreed, fault_line, folder_bytes, refused
+from .divergence import newest_finite
 
 logger = logging.getLogger("albert_hf.pretraining.job")
 

@@ -21,7 +21,6 @@ import itertools
 import json
 import logging
 import os
-import re
 import sys
 import sysconfig
 from dataclasses import dataclass

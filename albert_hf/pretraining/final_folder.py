@@ -8,11 +8,11 @@ import shutil
 from itertools import islice
 from pathlib import Path
 
-from ..runtime.cli import RunArguments
 from ..analysis.fill_mask import fill_mask_examples, pick_fill_mask_sentences
+from ..hub.model_card import write_pretraining_card
+from ..runtime.cli import RunArguments
 from ..runtime.hardware import Hardware, Precision
 from ..runtime.storage import write_json
-from ..hub.model_card import write_pretraining_card
 
 logger = logging.getLogger("albert_hf.pretraining.job")
 

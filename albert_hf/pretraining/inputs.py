@@ -17,17 +17,17 @@ from accelerate.utils import gather_object, set_seed
 from torch.utils.data import DataLoader
 from transformers import AutoTokenizer
 
-from ..runtime.cli import RunArguments
-from . import prepared_data
-from .checkpoints import clear_earlier_run
-from .corpus import corpus_splits, find_text_files, is_plain_text
-from .collator import DataCollatorForAlbertPretraining
 from ..errors import InputError
 from ..hub.loading import check_tokenizer, loading
-from .prepared_data import PretrainingData
-from .pairs import NoPairsError, build_pretraining_dataset
-from .log import start_logging
+from ..runtime.cli import RunArguments
 from ..tokenization import train_tokenizer
+from . import prepared_data
+from .checkpoints import clear_earlier_run
+from .collator import DataCollatorForAlbertPretraining
+from .corpus import corpus_splits, find_text_files, is_plain_text
+from .log import start_logging
+from .pairs import NoPairsError, build_pretraining_dataset
+from .prepared_data import PretrainingData
 
 logger = logging.getLogger("albert_hf.pretraining.job")
 
@@ -86,9 +86,9 @@ def corpus_argument(args: RunArguments) -> str:
 
 
 def build_data(args: RunArguments, process_index: int = 0, num_processes: int = 1) -> PretrainingData:
-    """Corpus -> training and held-out documents (pretraining/corpus.py) -> tokenizer -> training and held-out pairs (each
-    step a cached `datasets` map). Under --streaming each process gets its own endless stream of pairs, built as it
-    is read; the held-out pairs are built up front, from the corpus's first documents."""
+    """Corpus -> training and held-out documents (pretraining/corpus.py) -> tokenizer -> training and held-out pairs
+    (each step a cached `datasets` map). Under --streaming each process gets its own endless stream of pairs, built as
+    it is read; the held-out pairs are built up front, from the corpus's first documents."""
     source = args.dataset_name or args.train_files or None
     corpus = corpus_splits(source, layout=args.layout, text_column=args.text_column,
                            config_name=args.dataset_config_name if args.dataset_name else None,
@@ -122,7 +122,7 @@ def build_eval_pairs(eval_documents, tokenizer, args: RunArguments) -> tuple:
 
 
 def preprocess(args: RunArguments):
-    """--preprocess_only: the tokenizer and the pairs into --output_dir (pretraining/prepared_data.py), nothing trained."""
+    """--preprocess_only: the tokenizer and the pairs into --output_dir (prepared_data.py), nothing trained."""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise InputError("--preprocess_only runs in one process: start it with python, not accelerate launch")
     start_logging(main_process=True)

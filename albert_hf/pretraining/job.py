@@ -6,12 +6,11 @@
 
 `main` = `parse_args` -> `prepare` (`setup`: accelerator and output folder; the inputs: pretraining/inputs.py;
 the model and optimizer: pretraining/model.py) -> `fit` (the loop over a `TrainingState`, its step and evaluation in
-pretraining/step.py; its log: pretraining/log.py) -> `finish` (the final folder: pretraining/final_folder.py; the summary,
-the push). Only this module sees the whole job (`Pretraining`): the loop's parts and the final folder are at its
-end; the modules below take explicit arguments.
-Loop: MLM + SOP loss (their plain sum), LAMB with the official poly-decay schedule, global clipping at 1.0,
-gradient accumulation, bf16/fp16 through accelerate. Every `--checkpointing_steps` the full state (model,
-optimizer, scheduler, RNGs, data position) goes atomically into `OUTPUT_DIR/step_N` (pretraining/checkpoints.py);
+step.py; its log: log.py) -> `finish` (the final folder: final_folder.py; the summary, the push). Only this module sees
+the whole job (`Pretraining`): the loop's parts and the final folder are at its end; the modules below take explicit
+arguments. Loop: MLM + SOP loss (their plain sum), LAMB with the official poly-decay schedule, global clipping at 1.0,
+gradient accumulation, bf16/fp16 through accelerate. Every `--checkpointing_steps` the full state (model, optimizer,
+scheduler, RNGs, data position) goes atomically into `OUTPUT_DIR/step_N` (pretraining/checkpoints.py);
 `--resume_from_checkpoint latest` continues exactly where the last complete checkpoint left off.
 """
 
@@ -27,24 +26,28 @@ import datasets
 import torch
 import transformers
 from accelerate import Accelerator
-from accelerate.utils import (AutocastKwargs, DataLoaderConfiguration, DistributedType, ProjectConfiguration,
-                               send_to_device, set_seed)
+from accelerate.utils import (
+    AutocastKwargs,
+    DataLoaderConfiguration,
+    DistributedType,
+    ProjectConfiguration,
+    send_to_device,
+    set_seed,
+)
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 from transformers import AutoModel, HfArgumentParser
 
-from . import prepared_data
 from ..analysis.baselines import heldout_baselines, with_baselines
 from ..analysis.curves import CURVES_FILE, pretraining_curves
 from ..analysis.fill_mask import format_fill_mask
-from .checkpoints import FILL_MASK_FILE, StepCheckpoints, check_output_dir, clear_earlier_run, truncate_metrics_log
-from ..runtime.cli import RunArguments, explicit_arguments, is_first_process, parse_into_dataclasses, run_entry_point
 from ..configuration_albert_hf import PRESETS, SHARING_MODES
-from .corpus import LAYOUTS
-from .collator import DataCollatorForAlbertPretraining
-from .divergence import check_losses, check_weights, newest_finite
-from ..runtime.distributed import check_deepspeed, describe, end_distributed, gather_full_model, make_accelerator
 from ..errors import InputError
+from ..hub.upload import push_folder
+from ..optimization import get_official_schedule
+from ..runtime import output_lock
+from ..runtime.cli import RunArguments, explicit_arguments, is_first_process, parse_into_dataclasses, run_entry_point
+from ..runtime.distributed import check_deepspeed, describe, end_distributed, gather_full_model, make_accelerator
 from ..runtime.hardware import (
     MIXED_PRECISION_CHOICES,
     Hardware,
@@ -55,18 +58,20 @@ from ..runtime.hardware import (
     enable_cpu_fp16,
     use_tf32,
 )
-from .final_folder import held_out_fill_mask, save_final_model, where_trained
-from ..hub.upload import push_folder
-from ..optimization import get_official_schedule
 from ..runtime.preemption import PREEMPTED, StopOnSignal
-from ..runtime import output_lock
-from . import step_graph as pretraining_graph
-from .pairs import TASKS as PAIR_TASKS
-from .inputs import build_inputs, check_train_files, preprocess
-from .model import OPTIMIZERS, build_run_model, check_positions, make_optimizer, planned_weight_bytes
-from .log import MetricsLog, format_metrics, format_value, start_logging, start_tracking
-from .step import COUNTS, LOSS_NORMALIZATIONS, FitResult, TrainingState, accumulation_groups, evaluate, training_step
 from ..runtime.storage import StorageError, agreed, check_free_space, check_writable, fault_line, refused
+from . import prepared_data
+from . import step_graph as pretraining_graph
+from .checkpoints import FILL_MASK_FILE, StepCheckpoints, check_output_dir, clear_earlier_run, truncate_metrics_log
+from .collator import DataCollatorForAlbertPretraining
+from .corpus import LAYOUTS
+from .divergence import check_losses, check_weights, newest_finite
+from .final_folder import held_out_fill_mask, save_final_model, where_trained
+from .inputs import build_inputs, check_train_files, preprocess
+from .log import MetricsLog, format_metrics, format_value, start_logging, start_tracking
+from .model import OPTIMIZERS, build_run_model, check_positions, make_optimizer, planned_weight_bytes
+from .pairs import TASKS as PAIR_TASKS
+from .step import COUNTS, LOSS_NORMALIZATIONS, FitResult, TrainingState, accumulation_groups, evaluate, training_step
 
 logger = logging.getLogger("albert_hf.pretraining.job")
 

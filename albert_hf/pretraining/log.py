@@ -10,8 +10,8 @@ import datasets
 import transformers
 from accelerate import Accelerator
 
-from ..runtime.cli import RunArguments
 from ..errors import InputError
+from ..runtime.cli import RunArguments
 from ..runtime.storage import fault_of
 
 logger = logging.getLogger("albert_hf.pretraining.job")

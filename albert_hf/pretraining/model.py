@@ -3,13 +3,13 @@ against the tokenizer, loaded once under FSDP's RAM-efficient loading, compiled 
 
 import torch
 
-from ..runtime.cli import RunArguments
 from ..configuration_albert_hf import AlbertHFConfig
-from ..runtime.distributed import load_on_first_process, shard_model
 from ..errors import InputError
 from ..hub.loading import loading
 from ..modeling_albert_hf import AlbertHFForPreTraining
 from ..optimization import AdamWeightDecay, Lamb, parameter_groups
+from ..runtime.cli import RunArguments
+from ..runtime.distributed import load_on_first_process, shard_model
 from .step_graph import MODE as STEP_GRAPH
 
 OPTIMIZERS = {"lamb": Lamb, "adamw": AdamWeightDecay}

@@ -41,9 +41,8 @@ import random
 import numpy as np
 import pyarrow as pa
 
-from ..tokenization import split_sentences
 from ..errors import InputError
-from ..tokenization import SentencePieceEncoder
+from ..tokenization import SentencePieceEncoder, split_sentences
 
 logger = logging.getLogger(__name__)
 

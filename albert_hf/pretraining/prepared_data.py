@@ -24,8 +24,8 @@ from pathlib import Path
 import datasets
 import transformers
 
-from ..runtime.cli import RunArguments
 from ..errors import InputError
+from ..runtime.cli import RunArguments
 from .pairs import PAIRS_VERSION
 
 MANIFEST = "prepared_data.json"

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import torch
 
-
 logger = logging.getLogger("albert_hf.pretraining.job")
 
 LOSS_NORMALIZATIONS = ("global", "per_device")

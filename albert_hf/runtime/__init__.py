@@ -1,1 +1,2 @@
-"""What every job runs on: the command line, hardware and precision, processes, signals, the output folder's lock, disk writes and input files."""
+"""What every job runs on: the command line, hardware and precision, processes, signals, the output folder's lock, disk
+writes and input files."""

@@ -14,8 +14,8 @@ from pathlib import Path
 import yaml
 from transformers import HfArgumentParser
 
-from . import output_lock
 from ..errors import InputError, first_line
+from . import output_lock
 from .storage import unplaced_fault
 
 ARGUMENT_FILE_SUFFIXES = (".json", ".yaml", ".yml")

@@ -33,12 +33,12 @@ import torch.distributed as dist
 from accelerate import Accelerator, PartialState
 from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin, broadcast_object_list
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor import distribute_tensor
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+from torch.distributed.tensor import distribute_tensor
 
-from .cli import RunArguments
 from ..errors import InputError
 from ..modeling_albert_hf import AlbertHFLayer
+from .cli import RunArguments
 
 FSDP_CPU_CONFIG = "examples/accelerate_configs/fsdp_cpu.yaml"
 _MODE_NAMES = {DistributedType.NO: "one process", DistributedType.MULTI_CPU: "DDP", DistributedType.MULTI_GPU: "DDP",

@@ -27,14 +27,26 @@ from pathlib import Path
 
 import torch
 import transformers
-from transformers import (AutoConfig, AutoTokenizer, HfArgumentParser, Trainer, TrainerCallback, TrainingArguments,
-                          default_data_collator, set_seed)
+from transformers import (
+    AutoConfig,
+    AutoTokenizer,
+    HfArgumentParser,
+    Trainer,
+    TrainerCallback,
+    TrainingArguments,
+    default_data_collator,
+    set_seed,
+)
 from transformers.trainer import TRAINING_ARGS_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
 from .. import AlbertHFConfig
-from ..runtime import output_lock
 from ..analysis.curves import CURVES_FILE, trainer_curves
+from ..errors import InputError
+from ..hub.loading import check_tokenizer, loading
+from ..hub.model_card import CardDataset, write_finetuned_card
+from ..optimization import AdamWeightDecay, get_official_schedule, parameter_groups
+from ..runtime import output_lock
 from ..runtime.cli import explicit_arguments, is_first_process, parse_into_dataclasses, run_entry_point
 from ..runtime.distributed import (
     cpu_processes_without_gpus,
@@ -45,11 +57,7 @@ from ..runtime.distributed import (
     shard_model,
     use_fsdp,
 )
-from ..errors import InputError
 from ..runtime.hardware import PRECISION_NAMES, bf16_trainer_warning, detect
-from ..hub.loading import check_tokenizer, loading
-from ..hub.model_card import CardDataset, write_finetuned_card
-from ..optimization import AdamWeightDecay, get_official_schedule, parameter_groups
 from ..runtime.preemption import PREEMPTED, StopOnSignal
 from ..runtime.storage import StorageError, agreed, check_writable, fault_line, folder_bytes, refused
 

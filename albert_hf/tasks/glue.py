@@ -18,9 +18,11 @@ from pathlib import Path
 import numpy as np
 from datasets import Dataset, DatasetDict, load_dataset
 
-from . import text_classification
-from ..runtime.input_files import check_not_empty, read_with_datasets
 from ..errors import InputError
+from ..hub.model_card import CardDataset, from_sources, hub_dataset_id, limits
+from ..metrics import load_glue_metric
+from ..runtime.input_files import check_not_empty, read_with_datasets
+from . import text_classification
 from .finetuning import (
     OFFICIAL_FINETUNING,
     SPLIT_FLAGS,
@@ -30,8 +32,6 @@ from .finetuning import (
     save_results,
     suffixed,
 )
-from ..metrics import load_glue_metric
-from ..hub.model_card import CardDataset, from_sources, hub_dataset_id, limits
 
 logger = logging.getLogger("albert_hf.tasks.glue")
 

@@ -23,11 +23,11 @@ from pathlib import Path
 import numpy as np
 from datasets import ClassLabel, Dataset, DatasetDict, Sequence
 
-from ..runtime.input_files import check_not_empty, read_with_datasets
 from ..errors import InputError
-from .finetuning import SPLIT_FLAGS, limit, save_results
 from ..hub.model_card import CardDataset, limits, user_data
 from ..metrics.ner import entity_scores
+from ..runtime.input_files import check_not_empty, read_with_datasets
+from .finetuning import SPLIT_FLAGS, limit, save_results
 from .text_classification import labels_without_training, load_hub_or_folder, reconcile_labels
 
 logger = logging.getLogger("albert_hf.tasks.ner")

@@ -28,10 +28,10 @@ import numpy as np
 from datasets import Dataset, load_dataset
 from transformers import DataCollatorForMultipleChoice
 
-from .finetuning import OFFICIAL_FINETUNING, check_columns, fit_max_seq_length
+from ..errors import InputError, datasets_read_errors, input_errors
 from ..hub.model_card import CardDataset, from_sources, hub_dataset_id, limits
 from ..runtime.input_files import check_json_start
-from ..errors import InputError, datasets_read_errors, input_errors
+from .finetuning import OFFICIAL_FINETUNING, check_columns, fit_max_seq_length
 
 logger = logging.getLogger("albert_hf.tasks.race")
 

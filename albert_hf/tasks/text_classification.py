@@ -23,11 +23,11 @@ from pathlib import Path
 import numpy as np
 from datasets import ClassLabel, DatasetDict, Value, load_dataset, load_from_disk
 
-from ..runtime.input_files import read_with_datasets
 from ..errors import InputError, first_line
-from .finetuning import SPLIT_FLAGS
-from ..metrics import classification_metrics, regression_metrics
 from ..hub.model_card import CardDataset, limits, user_data
+from ..metrics import classification_metrics, regression_metrics
+from ..runtime.input_files import read_with_datasets
+from .finetuning import SPLIT_FLAGS
 
 logger = logging.getLogger("albert_hf.tasks.text_classification")
 

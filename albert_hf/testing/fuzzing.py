@@ -283,7 +283,8 @@ def _glue(task_name: str, file_name: str):
 
 def _squad(training: bool):
     def target(folder: Path, res: Resources):
-        from albert_hf.tasks.squad import job as squad, features as squad_features
+        from albert_hf.tasks.squad import features as squad_features
+        from albert_hf.tasks.squad import job as squad
 
         path = str(folder / "squad.json")
         args = squad.SquadDataArguments(train_file=path, version_2_with_negative=True, max_seq_length=48,
@@ -308,8 +309,8 @@ def _race(folder: Path, res: Resources):
 def _corpus(source_name: str, layout: str = "document_per_file"):
     """run_pretraining.py's data path (`build_data`): corpus, held-out split, tokenizer, training and held-out pairs."""
     def target(folder: Path, res: Resources):
-        from albert_hf.pretraining.job import parse_args
         from albert_hf.pretraining.inputs import build_data
+        from albert_hf.pretraining.job import parse_args
 
         args = parse_args(["--train_files", str(folder / source_name), "--layout", layout, "--tokenizer_name",
                            str(res.tiny_checkpoint), "--max_seq_length", "32", "--dupe_factor", "1",

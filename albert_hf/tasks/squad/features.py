@@ -1,6 +1,6 @@
 """SQuAD examples and their features (transformers' run_qa.py preprocessing): the questions read from the official
 JSON or the Hub's flattened format and checked, then cut into `[CLS] question [SEP] context-window [SEP]` windows
-with their answer positions (training) or the columns post-processing reads (evaluation); see albert_hf/tasks/squad/job.py.
+with their answer positions (training) or the columns post-processing reads (evaluation); see job.py beside it.
 `SquadDataArguments`, the data and window options, are here with the reading they shape."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from pathlib import Path
 
 from datasets import Dataset, load_dataset
 
-from ...runtime.input_files import check_json_start
 from ...errors import InputError, datasets_read_errors, input_errors
-from ..finetuning import check_columns, limit
 from ...hub.model_card import CardDataset, from_sources, hub_dataset_id, limits
+from ...runtime.input_files import check_json_start
+from ..finetuning import check_columns, limit
 
 logger = logging.getLogger("albert_hf.tasks.squad.job")
 
