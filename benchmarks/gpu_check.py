@@ -130,7 +130,8 @@ def pretraining(device, preset, seq, steps, out: Path, env) -> dict:
     achieved = albert_flops(config, batch, seq) / (batch * seq) * tokens_per_s / 1e12
     return {"precision": results.get("precision"), "steps": steps, "batch": batch, "seq": seq,
             "tokens_per_s": tokens_per_s, "tflops": achieved, "gemm_peak_tflops": peak, "mfu": achieved / peak,
-            "wall_s": wall, "eval_mlm_accuracy": results.get("eval_mlm_accuracy"),
+            "wall_s": wall, "eval_mlm_loss": results.get("eval_mlm_loss"),
+            "eval_mlm_accuracy": results.get("eval_mlm_accuracy"),
             "eval_sop_accuracy": results.get("eval_sop_accuracy")}
 
 

@@ -1,6 +1,7 @@
 """benchmarks/gpu_check.py, the first command to run on a GPU, runs every part here on the CPU with the tiny preset."""
 
 import json
+import math
 import sys
 
 import pytest
@@ -22,10 +23,14 @@ def test_gpu_check_runs_every_part_on_the_cpu_and_writes_its_report(tmp_path):
     assert parity["passed"] and len([k for k in parity if k.startswith("AlbertHF")]) == 8
     pretraining = report["pretraining"]
     assert pretraining["steps"] == 4 and pretraining["tokens_per_s"] > 0 and 0 < pretraining["mfu"] < 1
-    assert 0 <= pretraining["eval_mlm_accuracy"] <= 1 and pretraining["precision"]
+    # 4 steps take the held-out MLM loss below ln 1000 = 6.91, where an untrained model's random logits sit (at or
+    # above guessing uniformly over the 1000 pieces); measured 6.81 on AMX
+    assert pretraining["eval_mlm_loss"] < math.log(1000) and pretraining["precision"]
     against = report["against_transformers"]
     assert set(against["tokens_per_s"]) == {"transformers", "albert_hf"} and against["ratio"] > 0
-    assert 0 <= report["fine_tuning"]["eval_accuracy"] <= 1 and report["fine_tuning"]["steps"] == 2
+    # an accuracy over the 64 dev rows gpu_check writes: a whole number of them right
+    right = report["fine_tuning"]["eval_accuracy"] * 64
+    assert abs(right - round(right)) < 1e-6 and report["fine_tuning"]["steps"] == 2
     fsdp = report["fsdp2_one_process"]
     assert fsdp["passed"] and len(fsdp["losses"]["fsdp2"]) == 3
 

@@ -5,6 +5,7 @@ through Trainer's checkpoint-N."""
 
 import re
 import signal
+import subprocess
 import sys
 import time
 
@@ -57,7 +58,11 @@ def signal_once_training(run, process, targets, signum, repeat_until_exit=False)
             except psutil.NoSuchProcess:
                 pass
         time.sleep(0.02)
-    assert process.wait(timeout=300) is not None
+    try:
+        process.wait(timeout=300)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the run was still running 300 s after {sent} signal(s)")
+    assert sent, "the run ended before a signal reached it: nothing here tested its handling"
     return sent
 
 
