@@ -273,6 +273,10 @@ class AdamWeightDecay(_UncorrectedAdam):
         super().__init__(params, lr, betas, eps, weight_decay, foreach=foreach)
 
 
+# --optimizer of run_pretraining.py: the official code's two optimizers by name
+OPTIMIZERS = {"lamb": Lamb, "adamw": AdamWeightDecay}
+
+
 def _official_lr_factor(step: int, num_warmup_steps: int, num_training_steps: int, power: float) -> float:
     # Same as the TF graph: warmup while global_step < num_warmup_steps, then tf.train.polynomial_decay with
     # end_learning_rate 0 and cycle=False, i.e. the step is clamped to num_training_steps.

@@ -63,7 +63,8 @@ def model_only(args, workdir) -> list[float]:
     rates = []
     for i, batch in enumerate(batches):
         start = time.perf_counter()
-        training_step(run.model, batch, run.optimizer, run.scheduler, run.accelerator, run_args.max_grad_norm)
+        training_step(run.model, batch, run.optimizer, run.scheduler, run.accelerator,
+                      run_args.optimization.max_grad_norm)
         seconds = time.perf_counter() - start
         if i >= args.warmup_steps:
             rates.append(int(batch["attention_mask"].sum()) / seconds)

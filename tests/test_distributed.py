@@ -364,7 +364,8 @@ def test_what_deepspeed_would_change_is_refused_in_one_line(flags, message):
     from albert_hf.runtime.distributed import check_deepspeed
 
     with pytest.raises(InputError) as refused:
-        check_deepspeed(parse_args(["--output_dir", "unused", *flags]))
+        optimization = parse_args(["--output_dir", "unused", *flags]).optimization
+        check_deepspeed(optimization.gradient_accumulation_steps, optimization.optimizer)
     assert str(refused.value).startswith(message) and "\n" not in str(refused.value)
     if "lamb" in message:
         assert "use --optimizer adamw" in str(refused.value)
@@ -380,8 +381,9 @@ def test_the_shipped_deepspeed_config_agrees_with_what_the_script_accepts():
     usage = path.read_text().split("run_pretraining.py \\\n#", 1)[1].split("...")[0].split()
     args = parse_args(["--output_dir", "unused", *usage,
                        "--gradient_accumulation_steps", str(config["gradient_accumulation_steps"])])
-    check_deepspeed(args)  # raises InputError on what the script refuses
-    assert config["gradient_clipping"] == args.max_grad_norm and args.optimizer == "adamw"
+    optimization = args.optimization
+    check_deepspeed(optimization.gradient_accumulation_steps, optimization.optimizer)  # raises on a refusal
+    assert config["gradient_clipping"] == optimization.max_grad_norm and optimization.optimizer == "adamw"
 
 
 @pytest.mark.parametrize("env, message", [

@@ -173,25 +173,24 @@ def test_answerability_head_checkpoint_loads_back_as_that_head(tmp_path):
 def test_a_model_or_tokenizer_that_cannot_be_loaded_stops_with_the_argument_named(tmp_path):
     """Offline (as the tests run) a Hub name cannot be fetched, and an empty folder holds nothing: each stops with
     one line naming the flag and the value, not transformers' traceback."""
-    from argparse import Namespace
-
     from huggingface_hub import constants
 
     from albert_hf.hub.loading import loading
+    from albert_hf.pretraining.arguments import DataArgs, ModelArgs
     from albert_hf.pretraining.inputs import load_tokenizer
-    from albert_hf.pretraining.model import build_model
+    from albert_hf.pretraining.model import resolve_config
     from albert_hf.tasks.finetuning import ModelArguments, load_tokenizer_and_model
 
     with pytest.raises(InputError, match=r"^--tokenizer_name someone/no-such-albert: cannot load it \(no local "
                                          r"folder by that name, so it was looked up on the Hub\)") as stopped:
-        load_tokenizer(Namespace(tokenizer_name="someone/no-such-albert", trust_remote_code=False), None)
+        load_tokenizer(DataArgs(tokenizer_name="someone/no-such-albert"), None, None)
     assert ("HF_HUB_OFFLINE" in str(stopped.value)) == constants.HF_HUB_OFFLINE
     empty = tmp_path / "empty"
     empty.mkdir()
     # transformers alone would read the empty folder as a default config (hidden size 4096), silently
     with pytest.raises(InputError, match=r"--config_name .*empty: cannot load it \(a local folder, but .*holds no "
                                          r"config\.json"):
-        build_model(Namespace(model_name_or_path=None, config_name=str(empty)), None)
+        resolve_config(ModelArgs(config_name=str(empty)))
     given = ModelArguments(model_name_or_path="m", tokenizer_name="t")
     assert (given.source("tokenizer"), given.source("config")) == (("--tokenizer_name", "t"),
                                                                    ("--model_name_or_path", "m"))
@@ -283,17 +282,19 @@ def test_pretraining_card_metadata_and_model_index_come_from_all_results(tmp_pat
 
 
 def test_pretraining_card_lists_a_hub_dataset_license_and_base_model_without_going_online(tmp_path, hub_unreachable):
-    from albert_hf.pretraining.final_folder import save_final_model
-    from albert_hf.pretraining.job import build_parser
+    from albert_hf.hub.model_card import PretrainingRun
+    from albert_hf.pretraining.arguments import DataArgs
+    from albert_hf.pretraining.final_folder import corpus_card_dataset, save_final_model
     from data_fixtures import tokenizer
 
-    args = build_parser().parse_args(["--output_dir", str(tmp_path), "--dataset_name", "Salesforce/wikitext",
-                                      "--dataset_config_name", "wikitext-2-raw-v1", "--model_name_or_path",
-                                      "albert/albert-base-v2", "--task", "nsp", "--num_warmup_steps", "0",
-                                      "--license", "apache-2.0"])
+    data = DataArgs(dataset_name="Salesforce/wikitext", dataset_config_name="wikitext-2-raw-v1")
+    facts = PretrainingRun(dataset=corpus_card_dataset(data), task="nsp", max_ngram=3, max_train_steps=1500,
+                           max_seq_length=128, optimizer="lamb", learning_rate=0.01, num_warmup_steps=0,
+                           mixed_precision="auto", seed=12345, architecture="tiny", base_model="albert/albert-base-v2",
+                           hub_model_id=None, license="apache-2.0", output_dir=str(tmp_path))
     metrics = {"eval_mlm_accuracy": 0.25, "eval_mlm_loss": 4.5, "eval_nsp_accuracy": 0.75, "eval_nsp_loss": 0.5}
     tok = tokenizer()
-    save_final_model(albert_hf.AlbertHFForPreTraining(tiny_config(vocab_size=len(tok))), tok, tmp_path, args,
+    save_final_model(albert_hf.AlbertHFForPreTraining(tiny_config(vocab_size=len(tok))), tok, tmp_path, facts,
                      metrics, 32, 1)
     assert json.loads((tmp_path / "all_results.json").read_text()) == metrics
     card = load_card(tmp_path)

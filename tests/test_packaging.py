@@ -200,6 +200,40 @@ def test_only_pretraining_py_sees_the_whole_pretraining_job():
     assert not found, found
 
 
+# The pretraining entry: the only modules that see the whole run's arguments.
+PRETRAINING_ENTRY = ("albert_hf/pretraining/job.py", "albert_hf/pretraining/arguments.py")
+
+
+def whole_run_arguments(source: str) -> list[str]:
+    """Where a module takes the whole run's arguments: a parameter annotated `PretrainingArguments` (or its name as
+    a string), or an import of the class."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and any(alias.name == "PretrainingArguments" for alias in node.names):
+            found.append(f"{node.lineno}: imports PretrainingArguments")
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            arguments = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+            found += [f"{node.lineno}: {node.name}({arg.arg})" for arg in arguments
+                      if arg.annotation is not None and "PretrainingArguments" in ast.unparse(arg.annotation)]
+    return sorted(found, key=lambda line: int(line.split(":")[0]))
+
+
+def test_the_whole_arguments_finder_catches_a_planted_parameter():
+    planted = ("from .arguments import DataArgs, PretrainingArguments\n"
+               "def build(data: DataArgs, seed: int):\n    pass\n"
+               "def card(args: 'PretrainingArguments'):\n    pass\n")
+    assert whole_run_arguments(planted) == ["1: imports PretrainingArguments", "4: card(args)"]
+
+
+def test_no_function_below_the_pretraining_entry_takes_the_whole_run_arguments():
+    """Each part of the run takes the group of arguments it needs (`DataArgs`, `ModelArgs`, ...) or explicit values;
+    only the entry (job.py, and arguments.py, which defines them) holds the whole `PretrainingArguments`."""
+    found = [f"{path.relative_to(REPO)}:{where}" for path in sorted((REPO / "albert_hf").rglob("*.py"))
+             if path.relative_to(REPO).as_posix() not in PRETRAINING_ENTRY
+             for where in whole_run_arguments(path.read_text())]
+    assert not found, found
+
+
 def code_files() -> list:
     """albert_hf's modules and the run_*.py scripts: the code the structure rules below hold for."""
     return sorted([*(REPO / "albert_hf").rglob("*.py"), *REPO.glob("run_*.py")])
@@ -264,8 +298,8 @@ def test_no_function_does_several_jobs_in_over_60_lines():
 
 
 def test_every_arguments_parameter_says_its_type():
-    """A function that takes a job's arguments as `args` annotates them (`cli.RunArguments`, read-only, for
-    run_pretraining.py; TrainingArguments in a Trainer callback), so a reader sees what it receives."""
+    """A function that takes a job's arguments as `args` annotates them (`PretrainingArguments`, frozen, in
+    run_pretraining.py's entry; TrainingArguments in a Trainer callback), so a reader sees what it receives."""
     found = []
     for path in sorted((REPO / "albert_hf").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):

@@ -92,4 +92,4 @@ def test_a_folder_that_was_not_prepared_stops_with_one_line(tmp_path):
 def test_an_explicit_value_equal_to_the_manifest_is_accepted(tmp_path, prepared):
     args = parse_args(["--output_dir", str(tmp_path / "run"), "--prepared_data", str(prepared),
                        "--max_seq_length", "64"])
-    assert args.max_seq_length == 64 and args.dupe_factor == 1 and "--max_seq_length 64" not in args.adopted
+    assert args.data.max_seq_length == 64 and args.data.dupe_factor == 1 and "--max_seq_length 64" not in args.adopted

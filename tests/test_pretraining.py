@@ -85,12 +85,18 @@ def test_help_prints_each_options_own_text_and_every_flag_the_docs_name_exists()
 
 
 def test_the_arguments_are_resolved_once_and_read_only_after(tmp_path):
+    import dataclasses
+
     args = parse_args(["--output_dir", str(tmp_path / "run"), "--max_train_steps", "200",
-                       "--torch_compile_mode", "default"])
-    assert args.num_warmup_steps == 5 and args.torch_compile  # 2.5% of the steps; a mode asks for compiling
-    assert parse_args(["--output_dir", str(tmp_path / "run"), "--num_warmup_steps", "0"]).num_warmup_steps == 0
-    with pytest.raises(AttributeError, match="resolved once, in parse_args: cannot set num_warmup_steps"):
-        args.num_warmup_steps = 0
+                       "--torch_compile_mode", "default", "--model_config", "base", "--sharing", "ffn"])
+    # 2.5% of the steps; a mode asks for compiling; the config from the preset and --sharing
+    assert args.optimization.num_warmup_steps == 5 and args.model.torch_compile
+    assert (args.config.hidden_size, args.config.sharing) == (768, "ffn")
+    warmup = parse_args(["--output_dir", str(tmp_path / "run"), "--num_warmup_steps", "0"]).optimization
+    assert warmup.num_warmup_steps == 0
+    for frozen in (args, args.optimization):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            frozen.num_warmup_steps = 0
 
 
 def test_every_option_shows_its_help_and_default_and_takes_its_choices_from_where_they_are_defined():
@@ -110,7 +116,8 @@ def test_every_option_shows_its_help_and_default_and_takes_its_choices_from_wher
     assert options["model_config"].choices == sorted(PRESETS)
     assert options["layout"].choices == list(LAYOUTS)
     assert options["task"].choices == ["sop", "nsp", "none"]
-    for heading in ("model:", "data:", "objective:", "optimization:", "evaluation, checkpoints and output:"):
+    for heading in ("model:", "data and tokenizer:", "objective:", "optimization:",
+                    "evaluation, checkpoints and output:"):
         assert f"\n{heading}\n" in text
 
 
@@ -129,8 +136,8 @@ def test_arguments_from_a_json_or_yaml_file_equal_the_same_flags(tmp_path, suffi
 
         path.write_text(yaml.safe_dump(values))
     from_file, from_flags = parse_args([str(path)]), parse_args(flags)
-    assert vars(from_file) == vars(from_flags)
-    assert from_file.num_warmup_steps == 1 and from_file.max_ngram == 3  # 2.5% of 40; a default
+    assert from_file.flat() == from_flags.flat()
+    assert from_file.optimization.num_warmup_steps == 1 and from_file.objective.max_ngram == 3  # 2.5% of 40; a default
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -199,7 +206,7 @@ def held_out_texts(tmp_path):
     from data_fixtures import embedded
 
     args = parse_args(["--output_dir", str(tmp_path / "unused"), *FAST])
-    _, held_out = hold_out_documents(embedded(), args.validation_split_percentage, args.seed)
+    _, held_out = hold_out_documents(embedded(), args.data.validation_split_percentage, args.optimization.seed)
     return [" ".join(text.split()) for text in held_out["text"]]
 
 
@@ -419,7 +426,7 @@ def test_a_sequence_longer_than_the_models_positions_stops_at_the_entry_before_a
         with pytest.raises(InputError, match=r"^--max_seq_length 129 exceeds the model's "
                                              r"max_position_embeddings=128$"):
             parse_args([*base, *extra, "--max_seq_length", "129"])
-    assert parse_args([*base, "--model_config", "tiny", "--max_seq_length", "128"]).max_seq_length == 128
+    assert parse_args([*base, "--model_config", "tiny", "--max_seq_length", "128"]).data.max_seq_length == 128
 
 
 @pytest.mark.trains
@@ -613,11 +620,11 @@ def test_optimizer_takes_the_moment_decays_and_epsilon_from_the_command_line(tmp
     from helpers import tiny_config
 
     model = AlbertHFForPreTraining(tiny_config())
-    official = make_optimizer(model, parse_args(out))
+    official = make_optimizer(model, parse_args(out).optimization)
     assert isinstance(official, Lamb)
     assert {(g["betas"], g["eps"]) for g in official.param_groups} == {((0.9, 0.999), 1e-6)}
     custom = make_optimizer(model, parse_args([*out, "--optimizer", "adamw", "--adam_beta1", "0.8",
-                                               "--adam_beta2", "0.98", "--adam_epsilon", "1e-8"]))
+                                               "--adam_beta2", "0.98", "--adam_epsilon", "1e-8"]).optimization)
     assert isinstance(custom, AdamWeightDecay)
     assert {(g["betas"], g["eps"]) for g in custom.param_groups} == {((0.8, 0.98), 1e-8)}
     with pytest.raises(InputError, match="--adam_beta2 must be in"):
@@ -651,7 +658,7 @@ def test_an_earlier_run_in_output_dir_is_refused_then_cleared_with_overwrite_out
 
 def test_output_dir_checks_before_any_work(tmp_path):
     out = tmp_path / "run"
-    assert parse_args(["--output_dir", str(out)]).output_dir == str(out)  # a new folder
+    assert parse_args(["--output_dir", str(out)]).output.output_dir == str(out)  # a new folder
     out.mkdir()
     (out / "notes.txt").write_text("a user's file")
     parse_args(["--output_dir", str(out)])  # unrelated files are no earlier run
@@ -667,7 +674,7 @@ def test_output_dir_checks_before_any_work(tmp_path):
     with pytest.raises(InputError, match="pass --resume_from_checkpoint latest to continue it; pass "
                                          "--overwrite_output_dir to start over"):
         parse_args(["--output_dir", str(out)])
-    assert parse_args(["--output_dir", str(out), "--resume_from_checkpoint", "latest"]).resume_from_checkpoint
+    assert parse_args(["--output_dir", str(out), "--resume_from_checkpoint", "latest"]).output.resume_from_checkpoint
     with pytest.raises(InputError, match="not both"):
         parse_args(["--output_dir", str(out), "--resume_from_checkpoint", "latest", "--overwrite_output_dir"])
 

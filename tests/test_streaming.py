@@ -22,6 +22,12 @@ from test_pretraining import check_same_weights_and_curve, metrics, parse_args, 
 FILES = 24
 
 
+def build(args, process_index: int = 0, num_processes: int = 1):
+    """run_pretraining.py's data path for these parsed arguments, as process `process_index` of `num_processes`."""
+    return build_data(args.data, args.objective.task, args.optimization.seed, args.model.model_name_or_path,
+                      process_index, num_processes)
+
+
 def write_text_folder(folder: Path, files: int = FILES, documents_per_file: int = 60) -> Path:
     """Embedded-corpus documents, `documents_per_file` per file, blank-line separated; file names sort in order."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -72,13 +78,13 @@ def test_the_stream_resumes_exactly_from_its_state_dict(text_folder, tiny_checkp
     args = parse_args(["--output_dir", "unused", "--train_files", str(text_folder), "--streaming", "--layout",
                        "blank_line_separated", "--tokenizer_name", str(tiny_checkpoint), "--max_seq_length", "64",
                        "--dupe_factor", "2", "--validation_split_percentage", "0"])
-    stream = build_data(args).train_pairs
+    stream = build(args).train_pairs
     iterator = iter(stream)
     for _ in range(3000):  # past several 64-document batches (about 600 pairs each here)
         next(iterator)
     state = stream.state_dict()
     expected = [next(iterator)["input_ids"] for _ in range(700)]
-    fresh = build_data(args).train_pairs
+    fresh = build(args).train_pairs
     fresh.load_state_dict(state)
     assert [row["input_ids"] for _, row in zip(range(700), fresh)] == expected
 
@@ -92,7 +98,7 @@ def test_each_process_streams_its_own_files_and_the_first_pairs_read_only_one_ba
     monkeypatch.setattr(Path, "read_bytes", lambda self: read.append(self.name) or original(self))
     for process in (0, 1):
         read.clear()
-        stream = build_data(args, process, 2).train_pairs
+        stream = build(args, process, 2).train_pairs
         # the held-out documents (the first 100: 5% x 20) are found reading the first files only; then the check
         # that the process's own files can make a pair reads up to its first document that is not held out
         assert read[:2] == ["part_000.txt", "part_001.txt"]
@@ -113,9 +119,9 @@ def test_streaming_stops_with_one_line_when_it_cannot_share_or_hold_out(text_fol
                        "--tokenizer_name", str(tiny_checkpoint)])
     with pytest.raises(InputError, match=r"--train_files has 2 text file\(s\) for 3 processes, and each process "
                                          r"streams files of its own"):
-        build_data(args, 0, 3)
+        build(args, 0, 3)
     with pytest.raises(InputError, match=r"holds out the corpus's first 100 documents for evaluation .* only 2"):
-        build_data(args)
+        build(args)
 
 
 def test_streaming_plain_text_says_the_tokenizer_is_trained_first(tmp_path, caplog):
@@ -123,7 +129,7 @@ def test_streaming_plain_text_says_the_tokenizer_is_trained_first(tmp_path, capl
     args = parse_args(["--output_dir", "unused", "--train_files", str(tmp_path / "c"), "--streaming", "--layout",
                        "blank_line_separated", "--vocab_size", "300", "--validation_split_percentage", "0"])
     with caplog.at_level(logging.INFO):
-        data = build_data(args)
+        data = build(args)
     assert "--streaming without --tokenizer_name: the tokenizer is trained first" in caplog.text
     assert "--streaming: 2 files, each pass in a new file order" in caplog.text
     assert len(data.tokenizer) == 300
@@ -214,7 +220,8 @@ def test_a_json_stream_of_several_files_is_shared_by_files_without_the_held_out_
                                      for k in range(60)))
     args = parse_args(["--output_dir", "unused", "--train_files", *map(str, files), "--streaming",
                        "--tokenizer_name", str(tiny_checkpoint)])
-    corpus = corpus_splits(args.train_files, streaming=True, held_out_percentage=args.validation_split_percentage)
+    corpus = corpus_splits(args.data.train_files, streaming=True,
+                           held_out_percentage=args.data.validation_split_percentage)
     train, held = corpus.tokenizer_documents, corpus.held_out  # every process's training documents, and the held-out
     assert held["text"] == [f"Document {f}-{k} begins. It ends here." for f in range(2) for k in range(60)][:100]
     shares = [[row["text"] for row in split_dataset_by_node(train, rank, 2)] for rank in (0, 1)]
@@ -225,7 +232,7 @@ def test_a_json_stream_of_several_files_is_shared_by_files_without_the_held_out_
     assert len(shares[0]) + len(shares[1]) == 240 - 100
     assert not set(held["text"]) & set(shares[0] + shares[1])
     with caplog.at_level(logging.INFO):
-        build_data(args, 1, 2)
+        build(args, 1, 2)
     assert "--streaming: each of the 2 processes reads its own 2 of 4 shards" in caplog.text
 
 
@@ -239,16 +246,16 @@ def test_a_stream_that_can_make_no_pair_stops_with_one_line_instead_of_hanging(t
     (folder / "b.txt").write_text("Only one sentence here")
     args = parse_args(["--output_dir", "unused", "--train_files", str(folder), "--streaming", "--tokenizer_name",
                        str(tiny_checkpoint), "--validation_split_percentage", "0"])
-    build_data(args, 0, 2)  # process 0 streams a.txt
+    build(args, 0, 2)  # process 0 streams a.txt
     with pytest.raises(InputError, match=r"--train_files: the files of process 1 \(.*b\.txt\) holds no document of "
                                          r"two sentences or more"):
-        build_data(args, 1, 2)
+        build(args, 1, 2)
     lines = tmp_path / "one.jsonl"
     lines.write_text("".join(json.dumps({"text": f"Short document {k}"}) + "\n" for k in range(30)))
     args = parse_args(["--output_dir", "unused", "--train_files", str(lines), "--streaming", "--tokenizer_name",
                        str(tiny_checkpoint), "--validation_split_percentage", "0"])
     with pytest.raises(InputError, match=r"one\.jsonl: process 0's share holds no document of two sentences"):
-        build_data(args)
+        build(args)
     # as a user runs it: one line and status 2, where the run used to hang
     done = run_bounded([sys.executable, str(REPO / "run_pretraining.py"), "--train_files", str(folder / "b.txt"),
                         "--streaming", "--tokenizer_name", str(tiny_checkpoint), "--validation_split_percentage", "0",

@@ -13,8 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..runtime.cli import RunArguments
-
 if TYPE_CHECKING:  # for annotations only: the card writers need no transformers import
     from transformers import TrainingArguments
 
@@ -273,26 +271,31 @@ def _framework_versions() -> str:
 # --- pretraining
 
 
-def pretraining_card_dataset(args: RunArguments) -> CardDataset:
-    held_out = f"{args.validation_split_percentage:g}% of the documents held out for evaluation"
-    if args.dataset_name:
-        hub_id = hub_dataset_id(args.dataset_name)
-        config = f", config `{args.dataset_config_name}`" if args.dataset_config_name else ""
-        return CardDataset(f"{hub_id} ({held_out})", f"Hub dataset [{hub_id}](https://huggingface.co/datasets/"
-                           f"{hub_id}){config}, column `{args.text_column}`; {held_out}.", hub_id,
-                           args.dataset_config_name, {"eval_": "train"})
-    if args.train_files:
-        names = ", ".join(f"`{Path(path).name}`" for path in args.train_files)
-        return CardDataset(f"local text files ({held_out})", f"Local files (not a Hub dataset): {names}, layout "
-                           f"`{args.layout}`; {held_out}.", splits={"eval_": "held-out"})
-    return CardDataset(f"embedded corpus ({held_out})", "The embedded corpus (docstrings of the Python standard "
-                       f"library; not a Hub dataset); {held_out}.", splits={"eval_": "held-out"})
+@dataclass(frozen=True)
+class PretrainingRun:
+    """What the card of a `run_pretraining.py` model says of its run, each value named (the job fills it in)."""
+
+    dataset: CardDataset  # the corpus, as the Data section describes it
+    task: str  # sop, nsp or none
+    max_ngram: int
+    max_train_steps: int
+    max_seq_length: int
+    optimizer: str
+    learning_rate: float
+    num_warmup_steps: int
+    mixed_precision: str  # as asked; the card shows the precision the run had where `where` says it
+    seed: int
+    architecture: str  # the preset's name, or "custom" for a --config_name
+    base_model: str | None  # --model_name_or_path: pretraining continued from it
+    hub_model_id: str | None
+    license: str | None
+    output_dir: str
 
 
 CURVES_SECTION = ("Training curves", "![Training curves](training_curves.png)")
 
 
-def write_pretraining_card(output_dir, model, args: RunArguments, global_batch: int, num_processes: int,
+def write_pretraining_card(output_dir, model, facts: PretrainingRun, global_batch: int, num_processes: int,
                            curves: bool = False, where: dict | None = None) -> Path:
     """The card of a `run_pretraining.py` model, with the metrics of output_dir/all_results.json (the held-out
     baselines among them, `*_baseline`) and, with `curves`, training_curves.png.
@@ -300,8 +303,7 @@ def write_pretraining_card(output_dir, model, args: RunArguments, global_batch: 
     Args:
         output_dir (`str` or `os.PathLike`): the model's folder, with its all_results.json.
         model (`PreTrainedModel`): the pretrained model.
-        args (`pretraining.RunArguments`): run_pretraining.py's arguments (data, objective, optimisation, --license,
-            --hub_model_id).
+        facts (`PretrainingRun`): what the run did (data, objective, optimisation, --license, --hub_model_id).
         global_batch (`int`): sequences per optimizer step, over all processes.
         num_processes (`int`): the run's processes.
         curves (`bool`, defaults to `False`): add the Training curves section (training_curves.png, in the folder).
@@ -311,37 +313,34 @@ def write_pretraining_card(output_dir, model, args: RunArguments, global_batch: 
         `Path`: the card written, output_dir/README.md.
     """
     results = read_results(output_dir)
-    dataset = pretraining_card_dataset(args)
-    pair = {"sop": "sentence-order prediction", "nsp": "next-sentence prediction"}.get(args.task)
+    dataset = facts.dataset
+    pair = {"sop": "sentence-order prediction", "nsp": "next-sentence prediction"}.get(facts.task)
     objective = "masked language modelling with n-gram masking" + (f" and {pair}" if pair else "")
     # the model-index lists the model's results; the baselines stay in the Results table beside them
     found = eval_results(results, dataset, "fill-mask", "Masked language modelling", with_loss=True,
                          keep=lambda name: name.startswith("mlm") and not name.endswith("_baseline"))
     if pair:  # the 2-way head classifies a pair of segments
         found += eval_results(results, dataset, "text-classification", pair.capitalize(), with_loss=True,
-                              keep=lambda name: name.startswith(args.task) and not name.endswith("_baseline"))
-    base = getattr(args, "model_name_or_path", None)
+                              keep=lambda name: name.startswith(facts.task) and not name.endswith("_baseline"))
     summary = (f"An ALBERT model (Lan et al., ICLR 2020) pretrained with albert_hf's `run_pretraining.py`: "
                f"{objective}.")
-    if base:
-        summary += f" Pretraining continued from {_describe_checkpoint(base)}."
-    training = {"objective": f"MLM (n-gram, max n={args.max_ngram}) + {args.task.upper()}"
-                if args.task != "none" else "MLM only",
-                "steps": args.max_train_steps, "global batch": global_batch, "sequence length": args.max_seq_length,
-                "optimizer": args.optimizer.upper(), "peak learning rate": args.learning_rate,
-                "warmup steps": args.num_warmup_steps, "processes": num_processes,
-                "mixed precision": (where or {}).get("precision", args.mixed_precision), "seed": args.seed,
+    if facts.base_model:
+        summary += f" Pretraining continued from {_describe_checkpoint(facts.base_model)}."
+    training = {"objective": f"MLM (n-gram, max n={facts.max_ngram}) + {facts.task.upper()}"
+                if facts.task != "none" else "MLM only",
+                "steps": facts.max_train_steps, "global batch": global_batch, "sequence length": facts.max_seq_length,
+                "optimizer": facts.optimizer.upper(), "peak learning rate": facts.learning_rate,
+                "warmup steps": facts.num_warmup_steps, "processes": num_processes,
+                "mixed precision": (where or {}).get("precision", facts.mixed_precision), "seed": facts.seed,
                 **({"hardware": where["hardware"]} if where else {})}
-    name = args.model_config if not args.config_name else "custom"
-    hub_model_id = getattr(args, "hub_model_id", None)
     return write_model_card(
-        output_dir, title=f"ALBERT ({name}) pretrained with albert_hf", summary=summary, model=model,
-        pipeline_tag="fill-mask", tags=("pretraining", args.task), usage_class="AutoModelForPreTraining",
-        data=dataset.description, training=training, repo=hub_model_id,
+        output_dir, title=f"ALBERT ({facts.architecture}) pretrained with albert_hf", summary=summary, model=model,
+        pipeline_tag="fill-mask", tags=("pretraining", facts.task), usage_class="AutoModelForPreTraining",
+        data=dataset.description, training=training, repo=facts.hub_model_id,
         metrics={key: value for key, value in results.items() if not isinstance(value, str)},  # not where it ran
-        license=args.license, base_model=hub_model_name(base), datasets=[dataset.hub_id]
+        license=facts.license, base_model=hub_model_name(facts.base_model), datasets=[dataset.hub_id]
         if dataset.hub_id else None, eval_results=found,
-        model_name=(hub_model_id or Path(args.output_dir).absolute().name).split("/")[-1],
+        model_name=(facts.hub_model_id or Path(facts.output_dir).absolute().name).split("/")[-1],
         sections=([CURVES_SECTION] if curves else []) + [("Framework versions", _framework_versions())],
     )
 

@@ -9,16 +9,16 @@ from itertools import islice
 from pathlib import Path
 
 from ..analysis.fill_mask import fill_mask_examples, pick_fill_mask_sentences
-from ..hub.model_card import write_pretraining_card
-from ..runtime.cli import RunArguments
+from ..hub.model_card import CardDataset, PretrainingRun, hub_dataset_id, write_pretraining_card
 from ..runtime.hardware import Hardware, Precision
 from ..runtime.storage import write_json
+from .arguments import DataArgs
 
 logger = logging.getLogger("albert_hf.pretraining.job")
 
 
-def save_final_model(model, tokenizer, output_dir: Path, args: RunArguments, eval_metrics, global_batch, num_processes,
-                     curves: bool = False, where: dict | None = None):
+def save_final_model(model, tokenizer, output_dir: Path, facts: PretrainingRun, eval_metrics, global_batch,
+                     num_processes, curves: bool = False, where: dict | None = None):
     """Weights, tokenizer, remote code, model card: written into a temporary folder, then moved into place.
     `where` (hardware and precision, `where_trained`) goes into all_results.json and the card."""
     tmp = output_dir / ".tmp-final"
@@ -27,7 +27,7 @@ def save_final_model(model, tokenizer, output_dir: Path, args: RunArguments, eva
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         write_json(tmp / "all_results.json", {**eval_metrics, **(where or {})})
-        write_pretraining_card(tmp, model, args, global_batch, num_processes, curves,  # metrics: all_results.json
+        write_pretraining_card(tmp, model, facts, global_batch, num_processes, curves,  # metrics: all_results.json
                                where=where)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)  # a failed write (a full disk) frees its space at once
@@ -37,6 +37,23 @@ def save_final_model(model, tokenizer, output_dir: Path, args: RunArguments, eva
     tmp.rmdir()
 
 
+def corpus_card_dataset(data: DataArgs) -> CardDataset:
+    """The corpus as the model card's Data section describes it (a Hub dataset, local files or the embedded one)."""
+    held_out = f"{data.validation_split_percentage:g}% of the documents held out for evaluation"
+    if data.dataset_name:
+        hub_id = hub_dataset_id(data.dataset_name)
+        config = f", config `{data.dataset_config_name}`" if data.dataset_config_name else ""
+        return CardDataset(f"{hub_id} ({held_out})", f"Hub dataset [{hub_id}](https://huggingface.co/datasets/"
+                           f"{hub_id}){config}, column `{data.text_column}`; {held_out}.", hub_id,
+                           data.dataset_config_name, {"eval_": "train"})
+    if data.train_files:
+        names = ", ".join(f"`{Path(path).name}`" for path in data.train_files)
+        return CardDataset(f"local text files ({held_out})", f"Local files (not a Hub dataset): {names}, layout "
+                           f"`{data.layout}`; {held_out}.", splits={"eval_": "held-out"})
+    return CardDataset(f"embedded corpus ({held_out})", "The embedded corpus (docstrings of the Python standard "
+                       f"library; not a Hub dataset); {held_out}.", splits={"eval_": "held-out"})
+
+
 def where_trained(hardware: Hardware, precision: Precision, num_processes: int) -> dict:
     """The hardware and precision of the run, for all_results.json and the model card."""
     return {"hardware": hardware.describe() + (f", {num_processes} processes" if num_processes > 1 else ""),
@@ -44,7 +61,8 @@ def where_trained(hardware: Hardware, precision: Precision, num_processes: int) 
             "precision": precision.describe()}
 
 
-def held_out_fill_mask(model, tokenizer, eval_documents, args: RunArguments, count=4, documents_read=50) -> list[dict]:
+def held_out_fill_mask(model, tokenizer, eval_documents, *, seed: int, max_length: int, sentence_per_line: bool,
+                       count=4, documents_read=50) -> list[dict]:
     """`fill_mask_examples` on sentences of the first held-out documents (a seeded sample already, or the
     first documents of a stream); [] when there is nothing to show."""
     if eval_documents is None:  # --validation_split_percentage 0: no held-out sentence to show
@@ -53,9 +71,8 @@ def held_out_fill_mask(model, tokenizer, eval_documents, args: RunArguments, cou
         logger.info("No fill-mask examples: the tokenizer has no mask token")
         return []
     texts = [row["text"] for row in islice(eval_documents, documents_read)]  # reads a stream's head only
-    sentences = pick_fill_mask_sentences(texts, tokenizer, count=count, seed=args.seed,
-                                         max_length=args.max_seq_length,
-                                         sentence_per_line=args.layout == "sentence_per_line")
+    sentences = pick_fill_mask_sentences(texts, tokenizer, count=count, seed=seed, max_length=max_length,
+                                         sentence_per_line=sentence_per_line)
     if not sentences:
         logger.info("No fill-mask examples: the first %d held-out documents have no sentence of 8 to 30 words with "
                     "a one-piece content word", documents_read)

@@ -7,25 +7,22 @@ named) and built into sentence pairs (`build_data`), then masked and batched by 
 """
 
 import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import datasets
 import transformers
-from accelerate.utils import gather_object, set_seed
+from accelerate.utils import gather_object
 from torch.utils.data import DataLoader
 from transformers import AutoTokenizer
 
 from ..errors import InputError
 from ..hub.loading import check_tokenizer, loading
-from ..runtime.cli import RunArguments
 from ..tokenization import train_tokenizer
 from . import prepared_data
-from .checkpoints import clear_earlier_run
+from .arguments import DataArgs, ObjectiveArgs
 from .collator import DataCollatorForAlbertPretraining
 from .corpus import corpus_splits, find_text_files, is_plain_text
-from .log import start_logging
 from .pairs import NoPairsError, build_pretraining_dataset
 from .prepared_data import PretrainingData
 
@@ -44,62 +41,65 @@ def check_train_files(train_files) -> None:
             raise InputError(f"--train_files: {error}") from None
 
 
-def load_tokenizer(args: RunArguments, train_documents, fingerprint: str | None = None):
-    if args.tokenizer_name:
-        with loading("--tokenizer_name", args.tokenizer_name):
-            tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_name, trust_remote_code=args.trust_remote_code)
-        return check_tokenizer(tokenizer, "--tokenizer_name", args.tokenizer_name)
-    if args.model_name_or_path and Path(args.model_name_or_path, "tokenizer.json").is_file():
-        with loading("--model_name_or_path", args.model_name_or_path):
-            tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path)
-        return check_tokenizer(tokenizer, "--model_name_or_path", args.model_name_or_path)
+def load_tokenizer(data: DataArgs, model_name_or_path: str | None, train_documents, fingerprint: str | None = None):
+    """--tokenizer_name's, the one saved with --model_name_or_path, or one trained on the training documents."""
+    if data.tokenizer_name:
+        with loading("--tokenizer_name", data.tokenizer_name):
+            tokenizer = AutoTokenizer.from_pretrained(data.tokenizer_name, trust_remote_code=data.trust_remote_code)
+        return check_tokenizer(tokenizer, "--tokenizer_name", data.tokenizer_name)
+    if model_name_or_path and Path(model_name_or_path, "tokenizer.json").is_file():
+        with loading("--model_name_or_path", model_name_or_path):
+            tokenizer = AutoTokenizer.from_pretrained(model_name_or_path)
+        return check_tokenizer(tokenizer, "--model_name_or_path", model_name_or_path)
     if isinstance(train_documents, datasets.IterableDataset):
         logger.warning("--streaming without --tokenizer_name: the tokenizer is trained first, on a sample of the "
                        "whole corpus, which is read once before the first step (pass --tokenizer_name, e.g. the "
                        "tokenizer of an earlier run, to stream from the start)")
-    return train_tokenizer(train_documents, vocab_size=args.vocab_size, text_column="text",
-                           sentence_per_line=args.layout == "sentence_per_line",
-                           input_sentence_size=args.tokenizer_sample_sentences, fingerprint=fingerprint)
+    return train_tokenizer(train_documents, vocab_size=data.vocab_size, text_column="text",
+                           sentence_per_line=data.layout == "sentence_per_line",
+                           input_sentence_size=data.tokenizer_sample_sentences, fingerprint=fingerprint)
 
 
-def build_pairs(documents, tokenizer, args: RunArguments, dupe_factor, seed, one_chunk="random_next"):
+def build_pairs(documents, tokenizer, data: DataArgs, task: str, dupe_factor, seed, one_chunk="random_next"):
     """The pairs of the objective. --task none: SOP's pairs without their label, so batches carry none and the
     model's pair head gets no loss (the 2-way metrics then stay out of the logs as well)."""
     try:
         pairs = build_pretraining_dataset(
-            documents, tokenizer, text_column="text", sentence_per_line=args.layout == "sentence_per_line",
-            num_proc=args.preprocessing_num_workers, max_seq_length=args.max_seq_length,
-            short_seq_prob=args.short_seq_prob, dupe_factor=dupe_factor, task="nsp" if args.task == "nsp" else "sop",
+            documents, tokenizer, text_column="text", sentence_per_line=data.layout == "sentence_per_line",
+            num_proc=data.preprocessing_num_workers, max_seq_length=data.max_seq_length,
+            short_seq_prob=data.short_seq_prob, dupe_factor=dupe_factor, task="nsp" if task == "nsp" else "sop",
             seed=seed, one_chunk=one_chunk,
         )
     except NoPairsError as error:
         which = "its training documents" if one_chunk == "random_next" else "its held-out documents"
-        raise InputError(f"{corpus_argument(args)} ({which}): {error}") from None
-    return pairs.remove_columns("sentence_order_label") if args.task == "none" else pairs
+        raise InputError(f"{corpus_argument(data)} ({which}): {error}") from None
+    return pairs.remove_columns("sentence_order_label") if task == "none" else pairs
 
 
-def corpus_argument(args: RunArguments) -> str:
+def corpus_argument(data: DataArgs) -> str:
     """The argument that named the corpus, for error lines."""
-    if args.train_files:
-        return f"--train_files {' '.join(map(str, args.train_files[:3]))}{' ...' if len(args.train_files) > 3 else ''}"
-    return f"--dataset_name {args.dataset_name}" if args.dataset_name else "the embedded corpus"
+    if data.train_files:
+        return f"--train_files {' '.join(map(str, data.train_files[:3]))}{' ...' if len(data.train_files) > 3 else ''}"
+    return f"--dataset_name {data.dataset_name}" if data.dataset_name else "the embedded corpus"
 
 
-def build_data(args: RunArguments, process_index: int = 0, num_processes: int = 1) -> PretrainingData:
+def build_data(data: DataArgs, task: str, seed: int, model_name_or_path: str | None = None, process_index: int = 0,
+               num_processes: int = 1) -> PretrainingData:
     """Corpus -> training and held-out documents (pretraining/corpus.py) -> tokenizer -> training and held-out pairs
     (each step a cached `datasets` map). Under --streaming each process gets its own endless stream of pairs, built as
     it is read; the held-out pairs are built up front, from the corpus's first documents."""
-    source = args.dataset_name or args.train_files or None
-    corpus = corpus_splits(source, layout=args.layout, text_column=args.text_column,
-                           config_name=args.dataset_config_name if args.dataset_name else None,
-                           streaming=args.streaming, held_out_percentage=args.validation_split_percentage,
-                           seed=args.seed, process_index=process_index, num_processes=num_processes,
-                           name=corpus_argument(args))
-    tokenizer = load_tokenizer(args, corpus.tokenizer_documents, fingerprint=corpus.tokenizer_fingerprint)
+    source = data.dataset_name or data.train_files or None
+    corpus = corpus_splits(source, layout=data.layout, text_column=data.text_column,
+                           config_name=data.dataset_config_name if data.dataset_name else None,
+                           streaming=data.streaming, held_out_percentage=data.validation_split_percentage,
+                           seed=seed, process_index=process_index, num_processes=num_processes,
+                           name=corpus_argument(data))
+    tokenizer = load_tokenizer(data, model_name_or_path, corpus.tokenizer_documents,
+                               fingerprint=corpus.tokenizer_fingerprint)
     if corpus.stream_shares:
         logger.info("--streaming: %s; %s", corpus.stream_shares, STREAM_NOTE)
-    train_pairs = build_pairs(corpus.train, tokenizer, args, args.dupe_factor, args.seed)
-    return PretrainingData(tokenizer, train_pairs, *build_eval_pairs(corpus.held_out, tokenizer, args))
+    train_pairs = build_pairs(corpus.train, tokenizer, data, task, data.dupe_factor, seed)
+    return PretrainingData(tokenizer, train_pairs, *build_eval_pairs(corpus.held_out, tokenizer, data, task, seed))
 
 
 # A process's training stream never ends: the processes' passes differ in length, and a process whose stream had
@@ -107,32 +107,18 @@ def build_data(args: RunArguments, process_index: int = 0, num_processes: int = 
 STREAM_NOTE = "pass after pass, endlessly, until --max_train_steps"
 
 
-def build_eval_pairs(eval_documents, tokenizer, args: RunArguments) -> tuple:
+def build_eval_pairs(eval_documents, tokenizer, data: DataArgs, task: str, seed: int) -> tuple:
     """(held-out pairs, held-out documents), or (None, None) without held-out documents."""
     eval_pairs = None
     if eval_documents is not None:
         # Held-out pairs without the one-sentence-chunk quirk (a random-document B labelled 1 even for SOP):
         # the SOP accuracy then measures order prediction only, and chance is 50%.
-        eval_pairs = build_pairs(eval_documents, tokenizer, args, 1, args.seed + 1, one_chunk="skip")
-        if hasattr(eval_pairs, "__len__") and args.max_eval_samples:
-            eval_pairs = eval_pairs.select(range(min(args.max_eval_samples, len(eval_pairs))))
-        elif args.max_eval_samples:
-            eval_pairs = eval_pairs.take(args.max_eval_samples)
+        eval_pairs = build_pairs(eval_documents, tokenizer, data, task, 1, seed + 1, one_chunk="skip")
+        if hasattr(eval_pairs, "__len__") and data.max_eval_samples:
+            eval_pairs = eval_pairs.select(range(min(data.max_eval_samples, len(eval_pairs))))
+        elif data.max_eval_samples:
+            eval_pairs = eval_pairs.take(data.max_eval_samples)
     return eval_pairs, eval_documents
-
-
-def preprocess(args: RunArguments):
-    """--preprocess_only: the tokenizer and the pairs into --output_dir (prepared_data.py), nothing trained."""
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        raise InputError("--preprocess_only runs in one process: start it with python, not accelerate launch")
-    start_logging(main_process=True)
-    set_seed(args.seed)
-    output_dir = Path(args.output_dir)
-    if args.overwrite_output_dir:
-        clear_earlier_run(output_dir)
-    manifest = prepared_data.save(build_data(args), output_dir, args)
-    print(f"\nPrepared {manifest['train_pairs']:,} training and {manifest.get('validation_pairs', 0):,} held-out "
-          f"pairs in {output_dir}. Train on them with: run_pretraining.py --prepared_data {output_dir} ...")
 
 
 @dataclass
@@ -148,53 +134,57 @@ class PretrainingInputs:
     notes: list[str] = field(default_factory=list)
 
 
-def build_inputs(args: RunArguments, accelerator) -> PretrainingInputs:
-    """The pairs (`read_pairs`), masked and batched: dynamic masks for training, static ones for evaluation."""
-    data = read_pairs(args, accelerator)
-    tokenizer, train_pairs, eval_pairs = data.tokenizer, data.train_pairs, data.eval_pairs
+def build_inputs(data: DataArgs, objective: ObjectiveArgs, accelerator, *, seed: int, model_name_or_path: str | None,
+                 adopted: tuple[str, ...], batch_sizes: tuple[int, int]) -> PretrainingInputs:
+    """The pairs (`read_pairs`), masked and batched (`batch_sizes`: training, evaluation, per process): dynamic
+    masks for training, static ones for evaluation."""
+    read = read_pairs(data, objective.task, seed, model_name_or_path, adopted, accelerator)
+    tokenizer, train_pairs, eval_pairs = read.tokenizer, read.train_pairs, read.eval_pairs
     # the fixed-size masked positions: the model sizes its MLM head without reading counts from the device
-    masking = dict(tokenizer=tokenizer, mlm_probability=args.mlm_probability, max_ngram=args.max_ngram,
-                   max_predictions_per_seq=args.max_predictions_per_seq, seed=args.seed, masked_positions=True)
+    masking = dict(tokenizer=tokenizer, mlm_probability=objective.mlm_probability, max_ngram=objective.max_ngram,
+                   max_predictions_per_seq=objective.max_predictions_per_seq, seed=seed, masked_positions=True)
     # On a GPU every batch has one shape (rows of max_seq_length, max_predictions_per_seq positions), as on the
     # official TPUs: the same kernels every step, nothing sized by a read from the device. CPUs skip the padding.
     static = accelerator.device.type == "cuda"
     if static:
-        masking.update(static_shapes=True, max_length=args.max_seq_length)
+        masking.update(static_shapes=True, max_length=data.max_seq_length)
     # Dynamic masks keyed on (seed, epoch, example) (`set_epoch` in `fit`): the same example gets the same mask
     # whatever the batching, the number of processes or a resume, so runs are exactly reproducible.
     collate = DataCollatorForAlbertPretraining(**masking)
     # Workers mask and batch while the model runs; the masks stay keyed on (seed, epoch, example) in every worker.
-    workers = args.dataloader_num_workers
+    workers = data.dataloader_num_workers
     if workers is None:
-        workers = 2 if accelerator.device.type == "cuda" and not args.streaming else 0
+        workers = 2 if accelerator.device.type == "cuda" and not data.streaming else 0
     loader_options = dict(num_workers=workers, pin_memory=accelerator.device.type == "cuda")
-    train_dataloader = DataLoader(train_pairs, batch_size=args.per_device_train_batch_size, collate_fn=collate,
+    train_dataloader = DataLoader(train_pairs, batch_size=batch_sizes[0], collate_fn=collate,
                                   shuffle=hasattr(train_pairs, "__len__"), **loader_options)
     eval_dataloader = None
     if eval_pairs is not None:
         # Static masking: every evaluation sees the same masks, so the numbers are comparable over time.
-        eval_dataloader = DataLoader(eval_pairs, batch_size=args.per_device_eval_batch_size,
+        eval_dataloader = DataLoader(eval_pairs, batch_size=batch_sizes[1],
                                      collate_fn=DataCollatorForAlbertPretraining(**masking, static_masking=True),
                                      **loader_options)
     notes = [f"{workers} DataLoader worker{'s' * (workers > 1)}"] if workers else []
     if static:
-        notes.append(f"static shapes ({args.max_seq_length} tokens, {args.max_predictions_per_seq} masked positions "
-                     "a row)")
-    return PretrainingInputs(tokenizer, collate, train_dataloader, eval_dataloader, data.eval_documents, notes)
+        notes.append(f"static shapes ({data.max_seq_length} tokens, {objective.max_predictions_per_seq} masked "
+                     "positions a row)")
+    return PretrainingInputs(tokenizer, collate, train_dataloader, eval_dataloader, read.eval_documents, notes)
 
 
-def read_pairs(args: RunArguments, accelerator) -> PretrainingData:
+def read_pairs(data: DataArgs, task: str, seed: int, model_name_or_path: str | None, adopted: tuple[str, ...],
+               accelerator) -> PretrainingData:
     """The tokenizer and the pairs: from the --prepared_data folder, or built from the corpus (`build_data`) with
     the main process first (it builds the caches, the others read them)."""
     problem = None
     with accelerator.main_process_first():
         try:
-            if args.prepared_data:
-                data = prepared_data.load(args.prepared_data)
-                logger.info("Training on the pairs prepared in %s (no tokenizing)%s", args.prepared_data,
-                            f"; from its manifest: {', '.join(args.adopted)}" if args.adopted else "")
+            if data.prepared_data:
+                read = prepared_data.load(data.prepared_data)
+                logger.info("Training on the pairs prepared in %s (no tokenizing)%s", data.prepared_data,
+                            f"; from its manifest: {', '.join(adopted)}" if adopted else "")
             else:
-                data = build_data(args, accelerator.process_index, accelerator.num_processes)
+                read = build_data(data, task, seed, model_name_or_path, accelerator.process_index,
+                                  accelerator.num_processes)
         except InputError as error:
             # Raised below by every process at once: a process stopping alone would leave the others waiting in
             # their next collective, and only the first process prints the line (cli.run_entry_point).
@@ -202,4 +192,4 @@ def read_pairs(args: RunArguments, accelerator) -> PretrainingData:
     problems = gather_object([problem]) if accelerator.num_processes > 1 else [problem]
     if any(problems):
         raise InputError(next(found for found in problems if found))
-    return data
+    return read

@@ -14,12 +14,13 @@ scheduler, RNGs, data position) goes atomically into `OUTPUT_DIR/step_N` (pretra
 `--resume_from_checkpoint latest` continues exactly where the last complete checkpoint left off.
 """
 
+import dataclasses
 import json
 import logging
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import datasets
@@ -36,20 +37,19 @@ from accelerate.utils import (
 )
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
-from transformers import AutoModel, HfArgumentParser
+from transformers import AutoModel
 
 from ..analysis.baselines import heldout_baselines, with_baselines
 from ..analysis.curves import CURVES_FILE, pretraining_curves
 from ..analysis.fill_mask import format_fill_mask
-from ..configuration_albert_hf import PRESETS, SHARING_MODES
 from ..errors import InputError
+from ..hub.model_card import PretrainingRun
 from ..hub.upload import push_folder
 from ..optimization import get_official_schedule
 from ..runtime import output_lock
-from ..runtime.cli import RunArguments, explicit_arguments, is_first_process, parse_into_dataclasses, run_entry_point
+from ..runtime.cli import explicit_arguments, is_first_process, parse_into_dataclasses, run_entry_point
 from ..runtime.distributed import check_deepspeed, describe, end_distributed, gather_full_model, make_accelerator
 from ..runtime.hardware import (
-    MIXED_PRECISION_CHOICES,
     Hardware,
     Precision,
     attention_kernel,
@@ -62,248 +62,88 @@ from ..runtime.preemption import PREEMPTED, StopOnSignal
 from ..runtime.storage import StorageError, agreed, check_free_space, check_writable, fault_line, refused
 from . import prepared_data
 from . import step_graph as pretraining_graph
+from .arguments import (
+    ARGUMENT_GROUPS,
+    DataArgs,
+    OptimizationArgs,
+    OutputArgs,
+    PretrainingArguments,
+    build_parser,
+    with_values,
+)
 from .checkpoints import FILL_MASK_FILE, StepCheckpoints, check_output_dir, clear_earlier_run, truncate_metrics_log
 from .collator import DataCollatorForAlbertPretraining
-from .corpus import LAYOUTS
 from .divergence import check_losses, check_weights, newest_finite
-from .final_folder import held_out_fill_mask, save_final_model, where_trained
-from .inputs import build_inputs, check_train_files, preprocess
+from .final_folder import corpus_card_dataset, held_out_fill_mask, save_final_model, where_trained
+from .inputs import build_data, build_inputs, check_train_files
 from .log import MetricsLog, format_metrics, format_value, start_logging, start_tracking
-from .model import OPTIMIZERS, build_run_model, check_positions, make_optimizer, planned_weight_bytes
-from .pairs import TASKS as PAIR_TASKS
-from .step import COUNTS, LOSS_NORMALIZATIONS, FitResult, TrainingState, accumulation_groups, evaluate, training_step
+from .model import build_run_model, check_positions, make_optimizer, planned_weight_bytes, resolve_config
+from .step import COUNTS, FitResult, TrainingState, accumulation_groups, evaluate, training_step
 
 logger = logging.getLogger("albert_hf.pretraining.job")
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Command line: five groups of arguments (HfArgumentParser: `run_pretraining.py args.yaml` works), one namespace.
+# The command line: arguments.py's groups, resolved and checked once
 
 
-# torch.compile modes (--torch_compile_mode), and ours: the blocks compiled, the whole step one CUDA graph
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune", pretraining_graph.MODE)
-
-@dataclass
-class ModelArguments:
-    _argument_group_name = "model"  # a heading of --help
-
-    model_config: str = field(default="tiny", metadata={
-        "help": "preset with the official v2 dimensions (tiny is a demo size)", "choices": sorted(PRESETS)})
-    config_name: str | None = field(default=None, metadata={
-        "help": "a config.json path or directory (overrides --model_config)"})
-    model_name_or_path: str | None = field(default=None, metadata={
-        "help": "continue pretraining from these weights (albert_hf or transformers ALBERT)"})
-    sharing: str | None = field(default=None, metadata={
-        "help": "override the config's cross-layer sharing (the paper's Table 4 ablation)",
-        "choices": list(SHARING_MODES)})
-    tokenizer_name: str | None = field(default=None, metadata={
-        "help": "tokenizer directory or Hub name; default: train a SentencePiece unigram model on the training "
-        "corpus (cached)"})
-    vocab_size: int = field(default=4000, metadata={
-        "help": "vocabulary size when training the tokenizer (the official models use 30000)"})
-    tokenizer_sample_sentences: int = field(default=10_000_000, metadata={
-        "help": "when training the tokenizer: at most this many sentences, sampled uniformly from the whole corpus "
-        "(SentencePiece's input_sentence_size; the official recipe: 10,000,000). The sample is held in memory"})
-    gradient_checkpointing: bool = field(default=False, metadata={"help": "recompute activations in backward"})
-    torch_compile: bool = field(default=False, metadata={
-        "help": "torch.compile each distinct transformer block and the MLM head with its loss (`compile_blocks`): "
-        "one graph for all shared layer applications, compiled in seconds; padding removal and the last-block "
-        "selection stay on. Dynamic shapes on CPUs, static on GPUs (one batch shape there)"})
-    torch_compile_mode: str | None = field(default=None, metadata={
-        "help": "torch.compile's mode; as in transformers, giving it turns --torch_compile on. reduce-overhead "
-        f"replays CUDA graphs of the compiled blocks on a GPU; {pretraining_graph.MODE} compiles them in the default "
-        "mode and captures the whole training step (forward, backward, clipping, the update) as one CUDA graph: one "
-        "process on a CUDA device, bf16 or fp32, no activation checkpointing", "choices": list(COMPILE_MODES)})
-    trust_remote_code: bool = field(default=False, metadata={
-        "help": "allow code from --tokenizer_name's repository (a tokenizer class of its own)"})
-
-
-@dataclass
-class DataArguments:
-    _argument_group_name = "data"  # a heading of --help
-
-    train_files: list[str] | None = field(default=None, metadata={
-        "help": "text files or folders (.txt), or json/jsonl/parquet/csv files with a text column; default: the "
-        "embedded corpus (standard-library docstrings)"})
-    dataset_name: str | None = field(default=None, metadata={"help": "a datasets Hub name, e.g. wikitext"})
-    dataset_config_name: str | None = field(default=None, metadata={"help": "e.g. wikitext-103-raw-v1"})
-    text_column: str = field(default="text", metadata={
-        "help": "the column holding the text in --dataset_name or json/parquet/csv --train_files"})
-    layout: str = field(default="document_per_file", metadata={
-        "help": "how plain-text files hold documents (sentence_per_line = the official format: one sentence per "
-        "line, a blank line between documents)", "choices": list(LAYOUTS)})
-    streaming: bool = field(default=False, metadata={
-        "help": "read the corpus as training goes (each process its own files, endlessly) instead of preparing all "
-        "pairs first"})
-    validation_split_percentage: float = field(default=5.0, metadata={
-        "help": "percentage of documents held out for evaluation (0: none)"})
-    max_seq_length: int = field(default=128, metadata={"help": "tokens per pair (official: 512)"})
-    short_seq_prob: float = field(default=0.1, metadata={
-        "help": "probability of a shorter target length for a pair, as the official pair builder (0.1)"})
-    dupe_factor: int = field(default=5, metadata={
-        "help": "how many times the corpus is cut into pairs, each time differently (official: 40)"})
-    preprocessing_num_workers: int | None = field(default=None, metadata={
-        "help": "processes for tokenizing and building pairs (datasets' num_proc)"})
-    dataloader_num_workers: int | None = field(default=None, metadata={
-        "help": "DataLoader worker processes that mask and batch the pairs while the model runs (not with "
-        "--streaming); default: 2 with a CUDA device, 0 on CPUs (measured in BENCHMARKS.md)"})
-    preprocess_only: bool = field(default=False, metadata={
-        "help": "write the tokenizer and the pairs into --output_dir and stop, for runs with --prepared_data (the "
-        "official create_pretraining_data.py step)"})
-    prepared_data: str | None = field(default=None, metadata={
-        "help": "train on a folder written by --preprocess_only: no corpus reading or tokenizing; the arguments "
-        "that shaped its pairs come from its manifest"})
-
-
-@dataclass
-class ObjectiveArguments:
-    _argument_group_name = "objective"  # a heading of --help
-
-    task: str = field(default="sop", metadata={
-        "help": "inter-sentence objective beside MLM: sentence order (ALBERT), next sentence (BERT) or none",
-        "choices": [*PAIR_TASKS, "none"]})
-    mlm_probability: float = field(default=0.15, metadata={"help": "share of tokens masked (official: 0.15)"})
-    max_ngram: int = field(default=3, metadata={"help": "longest masked n-gram (official: 3; 1 = BERT's masking)"})
-    max_predictions_per_seq: int = field(default=20, metadata={
-        "help": "most masked tokens per pair (official: 20 at length 512)"})
-
-
-@dataclass
-class OptimizationArguments:
-    _argument_group_name = "optimization"  # a heading of --help
-
-    per_device_train_batch_size: int = field(default=32, metadata={"help": "pairs per process per micro-batch"})
-    gradient_accumulation_steps: int = field(default=1, metadata={"help": "micro-batches per optimizer step"})
-    loss_normalization: str = field(default="global", metadata={
-        "help": "global: a step's MLM loss is the mean over every masked token of the global batch (all "
-        "micro-batches, all processes); per_device: each process's mean over its own masked tokens, averaged over "
-        "the processes (the official code on TPU cores, for parity runs)", "choices": list(LOSS_NORMALIZATIONS)})
-    optimizer: str = field(default="lamb", metadata={
-        "help": "lamb: official TF LAMB; adamw: official AdamWeightDecay (no bias correction)",
-        "choices": list(OPTIMIZERS)})
-    learning_rate: float = field(default=1e-2, metadata={
-        "help": "peak LR; the default suits the tiny demo model (the paper: 0.00176 for batch 4096)"})
-    weight_decay: float = field(default=0.01, metadata={
-        "help": "decoupled weight decay (not on LayerNorm and bias parameters)"})
-    adam_beta1: float = field(default=0.9, metadata={"help": "first-moment decay (official: 0.9)"})
-    adam_beta2: float = field(default=0.999, metadata={
-        "help": "second-moment decay (official: 0.999). Neither optimizer corrects the moments' bias, so for the "
-        "first ~1/(1-beta2) steps the LayerNorm and bias parameters (no trust ratio) move several times lr per "
-        "step; with a warm-up much shorter than that, deeper models can stall for hundreds of steps. Short runs: "
-        "0.98, or a longer --num_warmup_steps"})
-    adam_epsilon: float = field(default=1e-6, metadata={"help": "official: 1e-6"})
-    max_grad_norm: float = field(default=1.0, metadata={"help": "global gradient clipping (0: none)"})
-    max_train_steps: int = field(default=1500, metadata={"help": "optimizer steps"})
-    num_warmup_steps: int | None = field(default=None, metadata={
-        "help": "default: 2.5%% of --max_train_steps, the official ratio (3125 of 125k)"})
-    mixed_precision: str = field(default="auto", metadata={
-        "help": "auto: bf16 autocast where the hardware has bf16 units (CPUs with AMX or AVX-512 BF16, CUDA GPUs "
-        "from Ampere on), fp16 with loss scaling on older GPUs, fp32 elsewhere; the start line says which and why. "
-        "An accelerate config's bf16 or fp16 is taken as asked; no: fp32", "choices": list(MIXED_PRECISION_CHOICES)})
-    tf32: bool | None = field(default=None, metadata={
-        "help": "fp32 matmuls on TF32 tensor cores (CUDA GPUs from Ampere on); default: on where they exist"})
-    seed: int = field(default=12345, metadata={"help": "seeds the split, the pairs, the masks and the weights"})
-
-
-@dataclass
-class OutputArguments:
-    _argument_group_name = "evaluation, checkpoints and output"  # a heading of --help
-
-    output_dir: str = field(default="outputs/albert-pretraining", metadata={
-        "help": "where the model, tokenizer, card, metrics.jsonl and step_N checkpoints go"})
-    overwrite_output_dir: bool = field(default=False, metadata={
-        "help": "start over in an --output_dir that holds an earlier run: its checkpoints, logs, results and model "
-        "are deleted first (without this flag, such a folder is refused)"})
-    take_over_lock: bool = field(default=False, metadata={
-        "help": "take --output_dir's lock even if a run on another host holds it (which cannot be checked from "
-        "here); a lock of this host's ended run is taken over without it"})
-    eval_steps: int = field(default=500, metadata={"help": "evaluate every N optimizer steps (0: only at the end)"})
-    per_device_eval_batch_size: int = field(default=64, metadata={"help": "pairs per process per evaluation batch"})
-    max_eval_samples: int | None = field(default=2000, metadata={"help": "held-out pairs evaluated (0: all)"})
-    logging_steps: int = field(default=20, metadata={"help": "log training means every N optimizer steps"})
-    no_plots: bool = field(default=False, metadata={
-        "help": "do not draw training_curves.png (the curves of metrics.jsonl, with the held-out baselines)"})
-    checkpointing_steps: int | None = field(default=None, metadata={
-        "help": "save the full training state into step_N every N steps"})
-    checkpoints_total_limit: int | None = field(default=None, metadata={"help": "keep only the newest N step_N"})
-    resume_from_checkpoint: str | None = field(default=None, metadata={
-        "help": "'latest' (the newest complete step_N in --output_dir, or a fresh start when there is none) or a "
-        "step_N folder"})
-    with_tracking: bool = field(default=False, metadata={"help": "log to the trackers of --report_to"})
-    report_to: str = field(default="tensorboard", metadata={
-        "help": "accelerate tracker(s): tensorboard, wandb, all, ..."})
-    push_to_hub: bool = field(default=False, metadata={"help": "upload the final folder to the Hub"})
-    hub_model_id: str | None = field(default=None, metadata={"help": "repo id (default: the output_dir name)"})
-    hub_token: str | None = field(default=None, metadata={"help": "default: the saved Hub login"})
-    license: str | None = field(default=None, metadata={
-        "help": "the license named in the model card, a Hub license id (e.g. apache-2.0)"})
-
-
-ARGUMENT_GROUPS = (ModelArguments, DataArguments, ObjectiveArguments, OptimizationArguments, OutputArguments)
-
-
-def build_parser() -> HfArgumentParser:
-    return HfArgumentParser(ARGUMENT_GROUPS, description=(
-        "Pretrain ALBERT (MLM + sentence-order prediction) with accelerate. With no arguments: a tiny ALBERT on the "
-        "embedded corpus (standard-library docstrings) for a few minutes. A single .json or .yaml file of "
-        "arguments may replace the flags."))
-
-
-def parse_args(argv=None) -> RunArguments:
-    """All groups as one read-only namespace, resolved and checked: a bad value stops with one line naming the
-    flag. Resolved here and nowhere later: with --prepared_data, the arguments that shaped its pairs come from
-    its manifest (`adopted` lists those that changed); a --torch_compile_mode turns --torch_compile on; the
-    warm-up defaults to 2.5% of the steps."""
+def parse_args(argv=None) -> PretrainingArguments:
+    """The groups, resolved and checked: a bad value stops with one line naming the flag. Resolved here and nowhere
+    later: with --prepared_data, the arguments that shaped its pairs come from its manifest (`adopted` lists those
+    that changed); the model's config; a --torch_compile_mode turns --torch_compile on; the warm-up defaults to
+    2.5% of the steps."""
     groups = parse_into_dataclasses(build_parser(), argv)
-    values = {k: v for group in groups for k, v in vars(group).items()}
-    adopted = []
+    values = {name: value for group in groups for name, value in dataclasses.asdict(group).items()}
+    adopted = ()
     if values["prepared_data"]:
         if values["preprocess_only"]:
             raise InputError("pass --preprocess_only (to prepare a folder) or --prepared_data (to train on "
                              "one), not both")
         manifest = prepared_data.read_manifest(values["prepared_data"])
-        recorded = prepared_data.adopt_manifest(RunArguments(**values), manifest,
-                                                explicit_arguments(argv, ARGUMENT_GROUPS))
-        adopted = [f"--{name} {value}" for name, value in recorded.items() if values[name] != value]
-        values.update(recorded)
-    check_args(RunArguments(**values))
-    if values["torch_compile_mode"]:  # as transformers' TrainingArguments: a mode asks for compiling
-        values["torch_compile"] = True
-    if values["num_warmup_steps"] is None:
-        values["num_warmup_steps"] = round(0.025 * values["max_train_steps"])
-    return RunArguments(**values, adopted=adopted)
+        recorded = prepared_data.adopt_manifest(values, manifest, explicit_arguments(argv, ARGUMENT_GROUPS))
+        adopted = tuple(f"--{name} {value}" for name, value in recorded.items() if values[name] != value)
+        groups = with_values(groups, recorded)
+    model, data, objective, optimization, output = groups
+    check_args(data, optimization, output)
+    config = resolve_config(model)
+    check_positions(config, data.max_seq_length)
+    check_output_dir(output.output_dir, output.resume_from_checkpoint, output.overwrite_output_dir)
+    if model.torch_compile_mode:  # as transformers' TrainingArguments: a mode asks for compiling
+        model = dataclasses.replace(model, torch_compile=True)
+    if optimization.num_warmup_steps is None:
+        optimization = dataclasses.replace(optimization, num_warmup_steps=round(0.025 * optimization.max_train_steps))
+    return PretrainingArguments(model, data, objective, optimization, output, config, adopted)
 
 
-def check_args(args: RunArguments):
-    """Stops with one line on a bad value, path or output folder, before any work."""
-    check_writable(Path(args.output_dir), "--output_dir")
-    if args.train_files and args.dataset_name:
+def check_args(data: DataArgs, optimization: OptimizationArgs, output: OutputArgs):
+    """Stops with one line on a bad value, path or combination, before any work."""
+    check_writable(Path(output.output_dir), "--output_dir")
+    if data.train_files and data.dataset_name:
         raise InputError("pass --train_files or --dataset_name, not both")
-    for name in ("max_train_steps", "per_device_train_batch_size", "gradient_accumulation_steps", "max_seq_length"):
-        if getattr(args, name) < 1:
+    for group, name in ((optimization, "max_train_steps"), (optimization, "per_device_train_batch_size"),
+                        (optimization, "gradient_accumulation_steps"), (data, "max_seq_length")):
+        if getattr(group, name) < 1:
             raise InputError(f"--{name} must be at least 1")
-    check_train_files(args.train_files)
-    if args.num_warmup_steps is not None and args.num_warmup_steps > args.max_train_steps:
+    check_train_files(data.train_files)
+    if optimization.num_warmup_steps is not None and optimization.num_warmup_steps > optimization.max_train_steps:
         raise InputError("--num_warmup_steps exceeds --max_train_steps")
-    if not 0 <= args.validation_split_percentage < 100:
+    if not 0 <= data.validation_split_percentage < 100:
         raise InputError("--validation_split_percentage must be in [0, 100)")
     for name in ("adam_beta1", "adam_beta2"):
-        if not 0 <= getattr(args, name) < 1:
+        if not 0 <= getattr(optimization, name) < 1:
             raise InputError(f"--{name} must be in [0, 1)")
-    if args.resume_from_checkpoint and args.overwrite_output_dir:
+    if output.resume_from_checkpoint and output.overwrite_output_dir:
         raise InputError("pass --resume_from_checkpoint or --overwrite_output_dir, not both")
-    if args.preprocess_only and args.streaming:
+    if data.preprocess_only and data.streaming:
         raise InputError("--preprocess_only writes every pair to disk, and --streaming builds them as training "
                          "goes: drop one of them")
-    if args.dataloader_num_workers is not None and args.dataloader_num_workers < 0:
+    if data.dataloader_num_workers is not None and data.dataloader_num_workers < 0:
         raise InputError("--dataloader_num_workers must be 0 or more")
-    if args.streaming and args.dataloader_num_workers:
+    if data.streaming and data.dataloader_num_workers:
         raise InputError("--dataloader_num_workers with --streaming: the stream is read in the training process, "
                          "whose position each checkpoint records; drop --dataloader_num_workers")
-    if args.preprocess_only and args.resume_from_checkpoint:
+    if data.preprocess_only and output.resume_from_checkpoint:
         raise InputError("--preprocess_only trains nothing: drop --resume_from_checkpoint")
-    check_positions(args)
-    check_output_dir(args.output_dir, args.resume_from_checkpoint, args.overwrite_output_dir)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -314,7 +154,7 @@ def check_args(args: RunArguments):
 class Pretraining:
     """Everything `prepare` builds, which `fit` trains and `finish` saves."""
 
-    args: RunArguments
+    args: PretrainingArguments
     accelerator: Accelerator
     tokenizer: transformers.PreTrainedTokenizerBase
     model: torch.nn.Module
@@ -333,7 +173,7 @@ class Pretraining:
 
     @property
     def output_dir(self) -> Path:
-        return Path(self.args.output_dir)
+        return Path(self.args.output.output_dir)
 
     @property
     def stream(self) -> datasets.IterableDataset | None:
@@ -342,71 +182,76 @@ class Pretraining:
         return dataset if isinstance(dataset, datasets.IterableDataset) else None
 
 
-def setup(args: RunArguments):
+def setup(args: PretrainingArguments):
     """The hardware, the precision, the accelerator (in the mode the launcher asked for) and its FSDP request, and
     the output folder (an earlier run cleared with --overwrite_output_dir, partial checkpoints removed)."""
+    optimization, output = args.optimization, args.output
+    graphed = args.model.torch_compile_mode == pretraining_graph.MODE
     hardware = detect()
-    precision = choose_precision(hardware, args.mixed_precision, os.environ.get("ACCELERATE_MIXED_PRECISION"),
-                                 args.tf32)
+    precision = choose_precision(hardware, optimization.mixed_precision,
+                                 os.environ.get("ACCELERATE_MIXED_PRECISION"), optimization.tf32)
     use_tf32(precision)
     accelerator, fsdp_request = make_accelerator(
         mixed_precision=precision.mixed_precision,  # accumulation is ours (fit, training_step), not accelerate's
-        log_with=args.report_to if args.with_tracking else None,
-        project_config=ProjectConfiguration(project_dir=args.output_dir, logging_dir=f"{args.output_dir}/runs"),
+        log_with=output.report_to if output.with_tracking else None,
+        project_config=ProjectConfiguration(project_dir=output.output_dir, logging_dir=f"{output.output_dir}/runs"),
         # batches are copied to a GPU from pinned memory without waiting (DataLoader's pin_memory)
         dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, non_blocking=torch.cuda.is_available()),
         # a captured step must not reuse weights cast during the capture (torch.cuda.graphs' rule for autocast)
-        kwargs_handlers=([AutocastKwargs(cache_enabled=False)] if args.torch_compile_mode == pretraining_graph.MODE
-                         else None),
+        kwargs_handlers=[AutocastKwargs(cache_enabled=False)] if graphed else None,
     )
     start_logging(accelerator.is_main_process)
-    if args.torch_compile_mode == pretraining_graph.MODE:
-        reason = pretraining_graph.refusal(accelerator, args.gradient_checkpointing or (
+    if graphed:
+        reason = pretraining_graph.refusal(accelerator, args.model.gradient_checkpointing or (
             fsdp_request is not None and fsdp_request.activation_checkpointing))
         if reason:
             raise InputError(reason)
     if precision.warning and accelerator.is_main_process:  # first, before the data is built: stop a slow run early
         logger.warning(precision.warning)
     if accelerator.distributed_type == DistributedType.DEEPSPEED:
-        check_deepspeed(args)
+        check_deepspeed(optimization.gradient_accumulation_steps, optimization.optimizer)
     if accelerator.mixed_precision == "fp16" and accelerator.scaler is None:
         enable_cpu_fp16(accelerator)
-    set_seed(args.seed)
-    output_dir = Path(args.output_dir)
-    if args.overwrite_output_dir and accelerator.is_main_process:
+    set_seed(optimization.seed)
+    output_dir = Path(output.output_dir)
+    if output.overwrite_output_dir and accelerator.is_main_process:
         clear_earlier_run(output_dir)
     accelerator.wait_for_everyone()
     output_dir.mkdir(parents=True, exist_ok=True)
-    checkpoints = StepCheckpoints(output_dir, accelerator, args.checkpoints_total_limit)
+    checkpoints = StepCheckpoints(output_dir, accelerator, output.checkpoints_total_limit)
     checkpoints.remove_partial()
     # Before the corpus is read: room for one checkpoint (the weights and the optimizer's two moments), or without
     # checkpoints for the final model, estimated from the config the run will build.
-    weights = planned_weight_bytes(args)
-    if weights is not None:
-        needed, what = (3 * weights, "one checkpoint") if args.checkpointing_steps else (weights, "the final model")
-        check_free_space(output_dir, needed, what, "--output_dir")
+    weights = planned_weight_bytes(args.config, None if args.model.model_name_or_path else args.data.vocab_size)
+    needed, what = (3 * weights, "one checkpoint") if output.checkpointing_steps else (weights, "the final model")
+    check_free_space(output_dir, needed, what, "--output_dir")
     return hardware, precision, accelerator, fsdp_request, checkpoints
 
 
-def prepare(args: RunArguments) -> Pretraining:
+def prepare(args: PretrainingArguments) -> Pretraining:
     """`setup`, the inputs (pretraining/inputs.py), the model (sharded under FSDP), the optimizer and the schedule,
     all prepared by accelerate; logs the start line."""
     hardware, precision, accelerator, fsdp_request, checkpoints = setup(args)
-    inputs = build_inputs(args, accelerator)
+    inputs = build_inputs(args.data, args.objective, accelerator, seed=args.optimization.seed,
+                          model_name_or_path=args.model.model_name_or_path, adopted=args.adopted,
+                          batch_sizes=(args.optimization.per_device_train_batch_size,
+                                       args.output.per_device_eval_batch_size))
+    model, model_notes = build_run_model(args.model, args.config, args.objective.task, inputs.tokenizer, accelerator,
+                                         fsdp_request)
     notes = [*(fsdp_request.notes if fsdp_request is not None else ()), *inputs.notes]
-    if args.task == "none":
+    if args.objective.task == "none":
         notes.append("--task none: the pooler and the sentence-order head are frozen (no loss trains them)")
-    model = build_run_model(args, inputs.tokenizer, accelerator, fsdp_request, notes)
+    notes += model_notes
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(accelerator.mixed_precision, torch.float32)
     notes.append(attention_kernel(accelerator.unwrap_model(model).config, accelerator.device, dtype,
-                                  args.max_seq_length))
-    optimizer = make_optimizer(model, args)
+                                  args.data.max_seq_length))
+    optimizer = make_optimizer(model, args.optimization)
     # A checkpoint holds the weights and the optimizer's two moments (for the line a failed write gives).
     checkpoints.expected_bytes = 3 * sum(p.numel() * p.element_size()
                                          for p in accelerator.unwrap_model(model).parameters())
     # The schedule counts optimizer steps; it is stepped by hand (not prepared), once per update, so that it
     # follows the official formula whatever the number of processes.
-    scheduler = get_official_schedule(optimizer, args.num_warmup_steps, args.max_train_steps)
+    scheduler = get_official_schedule(optimizer, args.optimization.num_warmup_steps, args.optimization.max_train_steps)
     train_dataloader, eval_dataloader = inputs.train_dataloader, inputs.eval_dataloader
     if isinstance(train_dataloader.dataset, datasets.IterableDataset):
         # Each process already streams its own pairs (build_data): accelerate would split them again, or have the
@@ -420,15 +265,18 @@ def prepare(args: RunArguments) -> Pretraining:
     accelerator.register_for_checkpointing(scheduler)
 
     num_parameters = sum(p.numel() for p in accelerator.unwrap_model(model).parameters())
-    global_batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * accelerator.num_processes
-    if args.with_tracking:
-        start_tracking(accelerator, args)
+    optimization = args.optimization
+    global_batch = (optimization.per_device_train_batch_size * optimization.gradient_accumulation_steps
+                    * accelerator.num_processes)
+    if args.output.with_tracking:
+        start_tracking(accelerator, args.output.report_to, args.flat())
     logger.info("%s parameters; global batch %d x %d tokens; %d steps; %s; %s%s",
-                f"{num_parameters:,}", global_batch, args.max_seq_length, args.max_train_steps,
+                f"{num_parameters:,}", global_batch, args.data.max_seq_length, optimization.max_train_steps,
                 describe(accelerator, model, hardware), precision.describe(),
                 "".join(f"; {note}" for note in notes))
-    graph = (pretraining_graph.StepGraph(model, optimizer, accelerator, args.max_grad_norm, args.loss_normalization)
-             if args.torch_compile_mode == pretraining_graph.MODE else None)
+    graph = (pretraining_graph.StepGraph(model, optimizer, accelerator, optimization.max_grad_norm,
+                                         optimization.loss_normalization)
+             if args.model.torch_compile_mode == pretraining_graph.MODE else None)
     return Pretraining(args, accelerator, inputs.tokenizer, model, optimizer, scheduler, inputs.collate,
                        train_dataloader, eval_dataloader, inputs.eval_documents, checkpoints, num_parameters,
                        global_batch, hardware, precision, graph)
@@ -439,7 +287,7 @@ def optimizer_step(run: Pretraining, micro_batches) -> torch.Tensor:
     step and the schedule's step; the six counts of `step_counts`."""
     if run.step_graph is None:
         return training_step(run.model, micro_batches, run.optimizer, run.scheduler, run.accelerator,
-                             run.args.max_grad_norm, run.args.loss_normalization)
+                             run.args.optimization.max_grad_norm, run.args.optimization.loss_normalization)
     counts = run.step_graph(micro_batches)
     run.scheduler.step()
     return counts
@@ -449,33 +297,34 @@ def fit(run: Pretraining, stop: StopOnSignal | None = None) -> FitResult:
     """The training loop, from the checkpoint --resume_from_checkpoint names (if any) to --max_train_steps, with
     logging, evaluation and checkpoints. When `stop` reports a signal (in any process) at a step boundary, every
     process saves the checkpoint of that step and the loop ends there."""
-    args, accelerator = run.args, run.accelerator
+    output, accelerator = run.args.output, run.accelerator
+    steps, accumulation = run.args.optimization.max_train_steps, run.args.optimization.gradient_accumulation_steps
     state = resume(run)
-    log = MetricsLog(run.output_dir / "metrics.jsonl", accelerator, args.with_tracking)
-    progress = tqdm(total=args.max_train_steps, initial=state.step, disable=not accelerator.is_main_process,
+    log = MetricsLog(run.output_dir / "metrics.jsonl", accelerator, output.with_tracking)
+    progress = tqdm(total=steps, initial=state.step, disable=not accelerator.is_main_process,
                     desc="pretraining", dynamic_ncols=True)
     eval_metrics, stopped, compiled = {}, None, False
     run.model.train()
     try:  # closed on the way out too, so that an error line starts on a line of its own
-        while state.step < args.max_train_steps and stopped is None:
-            for micro_batches in accumulation_groups(epoch_batches(run, state), args.gradient_accumulation_steps):
+        while state.step < steps and stopped is None:
+            for micro_batches in accumulation_groups(epoch_batches(run, state), accumulation):
                 state.batches_in_epoch += len(micro_batches)
                 began = time.perf_counter()
                 counts = optimizer_step(run, micro_batches)
-                if args.torch_compile and not compiled:  # the first step compiles
+                if run.args.model.torch_compile and not compiled:  # the first step compiles
                     compiled = True
                     logger.info("torch.compile: the first step took %.1f s, compiling included",
                                 time.perf_counter() - began)
                 state.add_step(counts, micro_batches, accelerator.optimizer_step_was_skipped)
                 progress.update(1)
-                if state.step % args.logging_steps == 0 or state.step == args.max_train_steps:
+                if state.step % output.logging_steps == 0 or state.step == steps:
                     log_window(run, state, log, progress)
-                if run.eval_dataloader is not None and args.eval_steps and state.step % args.eval_steps == 0:
+                if run.eval_dataloader is not None and output.eval_steps and state.step % output.eval_steps == 0:
                     eval_metrics = evaluate_and_log(run, state.step, log)
                     logger.info("step %d: %s", state.step, format_metrics(eval_metrics))
-                if args.checkpointing_steps and state.step % args.checkpointing_steps == 0:
+                if output.checkpointing_steps and state.step % output.checkpointing_steps == 0:
                     save_checkpoint(run, state)
-                if state.step >= args.max_train_steps:
+                if state.step >= steps:
                     break
                 if stop is not None and stop.agreed(accelerator.device):  # returns at once if just saved
                     stopped = FitResult(eval_metrics, state.step, stop.name, save_checkpoint(run, state))
@@ -486,7 +335,7 @@ def fit(run: Pretraining, stop: StopOnSignal | None = None) -> FitResult:
         progress.close()
     if stopped is not None:
         return stopped
-    if run.eval_dataloader is not None and (not args.eval_steps or args.max_train_steps % args.eval_steps):
+    if run.eval_dataloader is not None and (not output.eval_steps or steps % output.eval_steps):
         eval_metrics = evaluate_and_log(run, state.step, log)
     return FitResult(eval_metrics, state.step)
 
@@ -507,9 +356,9 @@ def finish(run: Pretraining, eval_metrics: dict, completed_steps: int):
         raise StorageError(fault_line(fault, "the final model folder", output_dir, run.checkpoints.expected_bytes // 3,
                                     run.checkpoints.intact()))
     if accelerator.is_main_process:
-        if args.push_to_hub:
-            repo_id = args.hub_model_id or output_dir.name
-            pushed = push_folder(output_dir, repo_id, token=args.hub_token, commit_message="End of training")
+        if args.output.push_to_hub:
+            repo_id = args.output.hub_model_id or output_dir.name
+            pushed = push_folder(output_dir, repo_id, token=args.output.hub_token, commit_message="End of training")
             print(f"  pushed: {pushed}")
     accelerator.wait_for_everyone()
 
@@ -522,7 +371,7 @@ def resume(run: Pretraining) -> TrainingState:
     """A fresh state, or the one of the checkpoint --resume_from_checkpoint names (and the stream's position)."""
     args, accelerator = run.args, run.accelerator
     state = TrainingState.start(accelerator.device)
-    path = run.checkpoints.resolve(args.resume_from_checkpoint) if args.resume_from_checkpoint else None
+    path = run.checkpoints.resolve(args.output.resume_from_checkpoint) if args.output.resume_from_checkpoint else None
     if path is None:
         return state
     state.restore(run.checkpoints.load(path, COUNTS), accelerator.is_main_process)
@@ -552,7 +401,7 @@ def epoch_batches(run: Pretraining, state: TrainingState):
 def log_window(run: Pretraining, state: TrainingState, log, progress):
     """A collective: the training means of the window, into the progress bar and the metrics log; a non-finite
     loss stops the run (pretraining/divergence.py)."""
-    metrics = state.window_metrics(run.accelerator, run.args.task, current_lr(run))
+    metrics = state.window_metrics(run.accelerator, run.args.objective.task, current_lr(run))
     progress.set_postfix({k.replace("_accuracy", "_acc"): f"{v:.3g}" for k, v in metrics.items() if k != "lr"})
     log.write(state.step, {f"train_{k}" if k not in ("lr", "tokens_per_second", "skipped_steps") else k: v
                            for k, v in metrics.items()})
@@ -561,7 +410,7 @@ def log_window(run: Pretraining, state: TrainingState, log, progress):
 
 def evaluate_and_log(run: Pretraining, step: int, log) -> dict:
     """Held-out metrics, logged; a non-finite loss stops the run (pretraining/divergence.py)."""
-    metrics = evaluate(run.model, run.eval_dataloader, run.accelerator, run.args.task)
+    metrics = evaluate(run.model, run.eval_dataloader, run.accelerator, run.args.objective.task)
     log.write(step, metrics)
     check_losses(metrics, step, current_lr(run), lambda: newest_checkpoint(run), "held-out")
     return metrics
@@ -588,18 +437,18 @@ def write_final_folder(run: Pretraining, final, eval_metrics: dict, completed_st
     """On the main process, at the end (`finish`): the held-out baselines, the curves, the final folder
     (`save_final_model`), reloaded with AutoModel as a check, and the summary with fill-mask examples."""
     accelerator, args, output_dir = run.accelerator, run.args, run.output_dir
-    pair_task = args.task if args.task != "none" else None
+    pair_task = args.objective.task if args.objective.task != "none" else None
     if run.eval_dataloader is not None and eval_metrics:
         # on the evaluation's own pairs and static masks (the unprepared dataset and collator)
         eval_metrics = {**eval_metrics, **heldout_baselines(
             run.eval_dataloader.dataset, run.eval_dataloader.collate_fn, len(run.tokenizer),
             run.tokenizer.all_special_ids, pair_task)}
     curves = None
-    if not args.no_plots:
+    if not args.output.no_plots:
         rows = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()
                 ] if (output_dir / "metrics.jsonl").is_file() else []
         curves = pretraining_curves(rows, eval_metrics, output_dir / CURVES_FILE, pair_task)
-    save_final_model(final, run.tokenizer, output_dir, args, eval_metrics, run.global_batch,
+    save_final_model(final, run.tokenizer, output_dir, card_run(args), eval_metrics, run.global_batch,
                      accelerator.num_processes, curves=curves is not None,
                      where=where_trained(run.hardware, run.precision, accelerator.num_processes))
     reloaded = AutoModel.from_pretrained(output_dir, trust_remote_code=True)
@@ -607,7 +456,9 @@ def write_final_folder(run: Pretraining, final, eval_metrics: dict, completed_st
                "global_batch": run.global_batch, "reloaded_with": f"AutoModel -> {type(reloaded).__name__}",
                **({"training_curves": str(curves)} if curves else {})}
     # after the save: the examples are a look at the saved model, not part of it (nor of all_results.json)
-    examples = held_out_fill_mask(final, run.tokenizer, run.eval_documents, args)
+    examples = held_out_fill_mask(final, run.tokenizer, run.eval_documents, seed=args.optimization.seed,
+                                  max_length=args.data.max_seq_length,
+                                  sentence_per_line=args.data.layout == "sentence_per_line")
     if examples:
         (output_dir / FILL_MASK_FILE).write_text(json.dumps(examples, indent=2, ensure_ascii=False) + "\n")
     print("\n".join(["", "Pretraining done."] + [f"  {k}: {format_value(v)}" for k, v in summary.items()]
@@ -615,18 +466,46 @@ def write_final_folder(run: Pretraining, final, eval_metrics: dict, completed_st
                     + format_fill_mask(examples)))
 
 
+def preprocess(args: PretrainingArguments):
+    """--preprocess_only: the tokenizer and the pairs into --output_dir (prepared_data.py), nothing trained."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise InputError("--preprocess_only runs in one process: start it with python, not accelerate launch")
+    start_logging(main_process=True)
+    set_seed(args.optimization.seed)
+    output_dir = Path(args.output.output_dir)
+    if args.output.overwrite_output_dir:
+        clear_earlier_run(output_dir)
+    data = build_data(args.data, args.objective.task, args.optimization.seed, args.model.model_name_or_path)
+    manifest = prepared_data.save(data, output_dir, args.flat())
+    print(f"\nPrepared {manifest['train_pairs']:,} training and {manifest.get('validation_pairs', 0):,} held-out "
+          f"pairs in {output_dir}. Train on them with: run_pretraining.py --prepared_data {output_dir} ...")
+
+
+def card_run(args: PretrainingArguments) -> PretrainingRun:
+    """What the model card says of this run."""
+    optimization = args.optimization
+    return PretrainingRun(
+        dataset=corpus_card_dataset(args.data), task=args.objective.task, max_ngram=args.objective.max_ngram,
+        max_train_steps=optimization.max_train_steps, max_seq_length=args.data.max_seq_length,
+        optimizer=optimization.optimizer, learning_rate=optimization.learning_rate,
+        num_warmup_steps=optimization.num_warmup_steps, mixed_precision=optimization.mixed_precision,
+        seed=optimization.seed, architecture=args.model.model_config if not args.model.config_name else "custom",
+        base_model=args.model.model_name_or_path, hub_model_id=args.output.hub_model_id, license=args.output.license,
+        output_dir=args.output.output_dir)
+
+
 def main(argv=None):
     """Exits with status PREEMPTED (75) when a stop signal ended the run early, after its checkpoint; stops with one
     line when another run holds --output_dir."""
     args = parse_args(argv)
     # one run per folder, from before anything is written or read (runtime/output_lock.py)
-    with output_lock.held(args.output_dir, "--output_dir", args.take_over_lock, is_first_process()):
+    with output_lock.held(args.output.output_dir, "--output_dir", args.output.take_over_lock, is_first_process()):
         return pretrain(args)
 
 
-def pretrain(args: RunArguments) -> dict:
+def pretrain(args: PretrainingArguments) -> dict:
     """The job, once its folder is locked: prepare, fit, finish (or only the pairs, with --preprocess_only)."""
-    if args.preprocess_only:
+    if args.data.preprocess_only:
         return preprocess(args)
     run = prepare(args)
     # From the first step on, SIGTERM / SIGINT / SIGUSR1 end the run at a step boundary with a checkpoint; during
@@ -640,9 +519,10 @@ def pretrain(args: RunArguments) -> dict:
         end_distributed(accelerator)
         if result.stopped_by is not None:
             if accelerator.is_main_process:
-                print(f"Stopped by {result.stopped_by} after step {result.steps} of {args.max_train_steps}: the "
-                      f"full training state is in {result.checkpoint}. To continue, run the same command with "
-                      "--resume_from_checkpoint latest", file=sys.stderr, flush=True)
+                print(f"Stopped by {result.stopped_by} after step {result.steps} of "
+                      f"{args.optimization.max_train_steps}: the full training state is in {result.checkpoint}. To "
+                      "continue, run the same command with --resume_from_checkpoint latest", file=sys.stderr,
+                      flush=True)
             raise SystemExit(PREEMPTED)
     return result.eval_metrics
 

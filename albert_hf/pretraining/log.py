@@ -11,7 +11,6 @@ import transformers
 from accelerate import Accelerator
 
 from ..errors import InputError
-from ..runtime.cli import RunArguments
 from ..runtime.storage import fault_of
 
 logger = logging.getLogger("albert_hf.pretraining.job")
@@ -39,12 +38,12 @@ class _DropTiedWeightsNotice(logging.Filter):
         return "Removed shared tensor" not in record.getMessage()
 
 
-def start_tracking(accelerator: Accelerator, args: RunArguments):
-    """--with_tracking: the trackers of --report_to, given the run's plain arguments."""
+def start_tracking(accelerator: Accelerator, report_to: str, run_config: dict):
+    """--with_tracking: the trackers of --report_to, given the run's plain arguments (`run_config`, by flag name)."""
     if not accelerator.log_with:
-        raise InputError(f"--with_tracking: no usable tracker for --report_to {args.report_to} (for "
+        raise InputError(f"--with_tracking: no usable tracker for --report_to {report_to} (for "
                          "tensorboard: pip install tensorboard, or albert_hf[tracking])")
-    accelerator.init_trackers("albert_pretraining", {k: v for k, v in vars(args).items()
+    accelerator.init_trackers("albert_pretraining", {k: v for k, v in run_config.items()
                                                      if isinstance(v, (int, float, str, bool))})
 
 

@@ -1,72 +1,64 @@
 """The model and optimizer of the pretraining job: built from a preset, a config or earlier weights, checked
 against the tokenizer, loaded once under FSDP's RAM-efficient loading, compiled and sharded when asked."""
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from ..configuration_albert_hf import AlbertHFConfig
 from ..errors import InputError
 from ..hub.loading import loading
 from ..modeling_albert_hf import AlbertHFForPreTraining
-from ..optimization import AdamWeightDecay, Lamb, parameter_groups
-from ..runtime.cli import RunArguments
+from ..optimization import OPTIMIZERS, parameter_groups
 from ..runtime.distributed import load_on_first_process, shard_model
 from .step_graph import MODE as STEP_GRAPH
 
-OPTIMIZERS = {"lamb": Lamb, "adamw": AdamWeightDecay}
+if TYPE_CHECKING:  # annotations only: arguments.py imports this module
+    from .arguments import ModelArgs, OptimizationArgs
 
-
-def check_positions(args: RunArguments) -> None:
-    """--max_seq_length against the positions of the model the run will build or load, before any data is read:
-    the one check of that limit for a run (the model, the pair builder and the collator each keep their own for
-    callers that use them directly)."""
-    if args.model_name_or_path or args.config_name:
-        flag, name = (("--model_name_or_path", args.model_name_or_path) if args.model_name_or_path
-                      else ("--config_name", args.config_name))
-        with loading(flag, name):
-            positions = AlbertHFConfig.from_pretrained(name).max_position_embeddings
+def resolve_config(model: "ModelArgs") -> AlbertHFConfig:
+    """The model's config, worked out once for the run (`job.parse_args`): --model_name_or_path's, or for a
+    model built from scratch --config_name or the --model_config preset with --sharing. A model built from scratch
+    takes its vocabulary from the tokenizer (`build_model`)."""
+    if model.model_name_or_path:
+        with loading("--model_name_or_path", model.model_name_or_path):
+            return AlbertHFConfig.from_pretrained(model.model_name_or_path)
+    if model.config_name:
+        with loading("--config_name", model.config_name):
+            config = AlbertHFConfig.from_pretrained(model.config_name)
     else:
-        positions = AlbertHFConfig.from_preset(args.model_config).max_position_embeddings
-    if args.max_seq_length > positions:
-        raise InputError(f"--max_seq_length {args.max_seq_length} exceeds the model's max_position_embeddings="
-                         f"{positions}")
-
-
-def new_model_config(args: RunArguments) -> AlbertHFConfig:
-    """The config of a model built from scratch: --config_name or the --model_config preset, with --sharing (the
-    caller sets the vocabulary)."""
-    if args.config_name:
-        with loading("--config_name", args.config_name):
-            config = AlbertHFConfig.from_pretrained(args.config_name)
-    else:
-        config = AlbertHFConfig.from_preset(args.model_config)
-    if args.sharing:
-        config = AlbertHFConfig(**{**config.to_diff_dict(), "sharing": args.sharing})
+        config = AlbertHFConfig.from_preset(model.model_config)
+    if model.sharing:
+        config = AlbertHFConfig(**{**config.to_diff_dict(), "sharing": model.sharing})
     return config
 
 
-def build_model(args: RunArguments, tokenizer, gradient_checkpointing: bool = False):
-    if args.model_name_or_path:
-        with loading("--model_name_or_path", args.model_name_or_path):
-            model = AlbertHFForPreTraining.from_pretrained(args.model_name_or_path)
+def check_positions(config: AlbertHFConfig, max_seq_length: int) -> None:
+    """--max_seq_length against the positions of the model the run will build or load, before any data is read:
+    the one check of that limit for a run (the model, the pair builder and the collator each keep their own for
+    callers that use them directly)."""
+    if max_seq_length > config.max_position_embeddings:
+        raise InputError(f"--max_seq_length {max_seq_length} exceeds the model's max_position_embeddings="
+                         f"{config.max_position_embeddings}")
+
+
+def build_model(config: AlbertHFConfig, model_name_or_path: str | None, tokenizer, task: str,
+                gradient_checkpointing: bool = False):
+    """The weights of --model_name_or_path, or a new model of `config` with the tokenizer's vocabulary."""
+    if model_name_or_path:
+        with loading("--model_name_or_path", model_name_or_path):
+            model = AlbertHFForPreTraining.from_pretrained(model_name_or_path)
     else:
-        config = new_model_config(args)
-        config.vocab_size = len(tokenizer)
-        model = AlbertHFForPreTraining(config)
-    return finish_model(model, tokenizer, args.task, gradient_checkpointing)
+        model = AlbertHFForPreTraining(AlbertHFConfig(**{**config.to_diff_dict(), "vocab_size": len(tokenizer)}))
+    return finish_model(model, tokenizer, task, gradient_checkpointing)
 
 
-def planned_weight_bytes(args: RunArguments) -> int | None:
+def planned_weight_bytes(config: AlbertHFConfig, vocab_size: int | None) -> int:
     """The fp32 weights' size of the model the run will build, before the tokenizer or the corpus is read (with
-    --vocab_size for a vocabulary still to be trained), counted on the meta device; None when the config cannot
-    be read yet (build_model then says why)."""
-    try:
-        if args.model_name_or_path:
-            config = AlbertHFConfig.from_pretrained(args.model_name_or_path)
-        else:
-            config = new_model_config(args)
-            config.vocab_size = args.vocab_size
-    except (OSError, ValueError):
-        return None
+    `vocab_size`, --vocab_size, for a vocabulary still to be trained; None keeps the config's), counted on the meta
+    device."""
+    if vocab_size is not None:
+        config = AlbertHFConfig(**{**config.to_diff_dict(), "vocab_size": vocab_size})
     with torch.device("meta"):
         return 4 * sum(p.numel() for p in AlbertHFForPreTraining(config).parameters())
 
@@ -86,10 +78,10 @@ def finish_model(model, tokenizer, task: str, gradient_checkpointing: bool):
     return model
 
 
-def make_optimizer(model, args: RunArguments):
-    groups = parameter_groups(model, weight_decay=args.weight_decay)
-    return OPTIMIZERS[args.optimizer](groups, lr=args.learning_rate, betas=(args.adam_beta1, args.adam_beta2),
-                           eps=args.adam_epsilon)
+def make_optimizer(model, optimization: "OptimizationArgs"):
+    groups = parameter_groups(model, weight_decay=optimization.weight_decay)
+    return OPTIMIZERS[optimization.optimizer](groups, lr=optimization.learning_rate, eps=optimization.adam_epsilon,
+                                              betas=(optimization.adam_beta1, optimization.adam_beta2))
 
 
 def compile_note(device: torch.device, mode: str | None) -> str:
@@ -106,30 +98,33 @@ def compile_note(device: torch.device, mode: str | None) -> str:
     return note
 
 
-def build_run_model(args: RunArguments, tokenizer, accelerator, fsdp_request, notes: list[str]) -> torch.nn.Module:
-    """The model of the run: built or loaded (under FSDP's RAM-efficient loading, read by the first process only),
-    compiled with --torch_compile, sharded under FSDP2; what the start line says of it is added to `notes`.
-    Activations are recomputed in backward with --gradient_checkpointing or the FSDP config's
-    activation checkpointing."""
-    checkpointing = args.gradient_checkpointing or (fsdp_request is not None and fsdp_request.activation_checkpointing)
-    first_process_loads = (fsdp_request is not None and fsdp_request.ram_efficient_loading
-                           and bool(args.model_name_or_path))
+def build_run_model(model_args: "ModelArgs", config: AlbertHFConfig, task: str, tokenizer, accelerator,
+                    fsdp_request) -> tuple[torch.nn.Module, list[str]]:
+    """The model of the run and what the start line says of it: built or loaded (under FSDP's RAM-efficient loading,
+    read by the first process only), compiled with --torch_compile, sharded under FSDP2. Activations are recomputed
+    in backward with --gradient_checkpointing or the FSDP config's activation checkpointing."""
+    checkpointing = model_args.gradient_checkpointing or (fsdp_request is not None
+                                                          and fsdp_request.activation_checkpointing)
+    source = model_args.model_name_or_path
+    first_process_loads = fsdp_request is not None and fsdp_request.ram_efficient_loading and bool(source)
+    notes = []
     if first_process_loads:
         model = load_on_first_process(
-            accelerator, lambda: build_model(args, tokenizer, checkpointing),
-            lambda config: finish_model(AlbertHFForPreTraining(config), tokenizer, args.task, checkpointing))
+            accelerator, lambda: build_model(config, source, tokenizer, task, checkpointing),
+            lambda loaded: finish_model(AlbertHFForPreTraining(loaded), tokenizer, task, checkpointing))
         notes.append("fsdp_cpu_ram_efficient_loading: the first process read --model_name_or_path, the others "
                      "received their shards")
     else:
         if fsdp_request is not None and fsdp_request.ram_efficient_loading:
             notes.append("fsdp_cpu_ram_efficient_loading: nothing to load (no --model_name_or_path); every "
                          "process builds the same weights from --seed")
-        model = build_model(args, tokenizer, checkpointing)
-    if args.torch_compile:  # whole-step-graph: the blocks in the default mode, inside the step's graph
-        mode = {"mode": args.torch_compile_mode} if args.torch_compile_mode not in (None, STEP_GRAPH) else {}
+        model = build_model(config, source, tokenizer, task, checkpointing)
+    if model_args.torch_compile:  # whole-step-graph: the blocks in the default mode, inside the step's graph
+        mode = model_args.torch_compile_mode
         # one batch shape on CUDA devices (the collator's static_shapes), a new row count every batch elsewhere
-        model.compile_blocks(dynamic=accelerator.device.type != "cuda", **mode)
-        notes.append(compile_note(accelerator.device, args.torch_compile_mode))
+        model.compile_blocks(dynamic=accelerator.device.type != "cuda",
+                             **({"mode": mode} if mode not in (None, STEP_GRAPH) else {}))
+        notes.append(compile_note(accelerator.device, mode))
     if accelerator.is_fsdp2:  # before the optimizer is built: it must hold the sharded parameters
         shard_model(accelerator, model, send_first_process_weights=first_process_loads)
-    return model
+    return model, notes

@@ -25,7 +25,6 @@ import datasets
 import transformers
 
 from ..errors import InputError
-from ..runtime.cli import RunArguments
 from .pairs import PAIRS_VERSION
 
 MANIFEST = "prepared_data.json"
@@ -51,8 +50,9 @@ class PretrainingData:
     eval_documents: datasets.Dataset | datasets.IterableDataset | None  # for the fill-mask examples
 
 
-def save(data: PretrainingData, folder: Path, args: RunArguments) -> dict:
-    """Writes `data` and its manifest into `folder` (complete or not at all); returns the manifest."""
+def save(data: PretrainingData, folder: Path, arguments: dict) -> dict:
+    """Writes `data` and its manifest into `folder` (complete or not at all); returns the manifest. `arguments`:
+    the run's arguments by flag name, of which the manifest records those that shaped or sourced the pairs."""
     if not isinstance(data.train_pairs, datasets.Dataset):
         raise InputError("--preprocess_only writes Arrow shards and needs the corpus materialised: drop "
                          "--streaming")
@@ -69,7 +69,7 @@ def save(data: PretrainingData, folder: Path, args: RunArguments) -> dict:
         counts["validation_pairs"] = len(data.eval_pairs)
     manifest = {
         "format_version": FORMAT_VERSION, "pairs_version": PAIRS_VERSION,
-        "arguments": {name: getattr(args, name) for name in (*SHAPING_ARGUMENTS, *SOURCE_ARGUMENTS, "seed")},
+        "arguments": {name: arguments[name] for name in (*SHAPING_ARGUMENTS, *SOURCE_ARGUMENTS, "seed")},
         "tokenizer_size": len(data.tokenizer), **counts,
     }
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
@@ -101,11 +101,11 @@ def read_manifest(folder) -> dict:
     return manifest
 
 
-def adopt_manifest(args: RunArguments, manifest: dict, explicit: set[str]) -> dict:
+def adopt_manifest(arguments: dict, manifest: dict, explicit: set[str]) -> dict:
     """The shaping arguments' values the manifest recorded, which the run takes instead of its own.
 
     Args:
-        args: the parsed arguments (read only).
+        arguments: the parsed arguments by flag name (read only), --prepared_data among them.
         manifest: the prepared folder's manifest (`read_manifest`).
         explicit: the arguments given on the command line or in the arguments file.
 
@@ -113,17 +113,17 @@ def adopt_manifest(args: RunArguments, manifest: dict, explicit: set[str]) -> di
         {name: value} for every shaping argument. One given explicitly with another value, or a corpus or
         tokenizer argument given at all, stops with one line (InputError).
     """
-    recorded = manifest["arguments"]
+    recorded, folder = manifest["arguments"], arguments["prepared_data"]
     for name in SOURCE_ARGUMENTS:
         if name in explicit:
-            raise InputError(f"--{name} cannot be combined with --prepared_data {args.prepared_data}: the "
+            raise InputError(f"--{name} cannot be combined with --prepared_data {folder}: the "
                              f"pairs and the tokenizer come from that folder (prepared with --{name} "
                              f"{recorded.get(name)})")
     for name in SHAPING_ARGUMENTS:
         value = recorded.get(name)
-        if name in explicit and getattr(args, name) != value:
-            raise InputError(f"--{name} {getattr(args, name)} disagrees with --prepared_data "
-                             f"{args.prepared_data}, which was prepared with --{name} {value}: drop the flag, or "
+        if name in explicit and arguments[name] != value:
+            raise InputError(f"--{name} {arguments[name]} disagrees with --prepared_data "
+                             f"{folder}, which was prepared with --{name} {value}: drop the flag, or "
                              "prepare the data again")
     return {name: recorded.get(name) for name in SHAPING_ARGUMENTS}
 

@@ -1,7 +1,6 @@
 """Command lines of the scripts: HfArgumentParser dataclasses from flags or from one .json/.yaml file, and every
 mistake in them reported as one line naming the flag, key or file (argparse's `error:` line), never a traceback."""
 
-import argparse
 import dataclasses
 import enum
 import json
@@ -21,17 +20,6 @@ from .storage import unplaced_fault
 ARGUMENT_FILE_SUFFIXES = (".json", ".yaml", ".yml")
 # argparse's exit status for a command line it refuses; ours for any input it refuses.
 INPUT_ERROR_STATUS = 2
-
-
-class RunArguments(argparse.Namespace):
-    """A job's arguments once resolved and checked (run_pretraining.py's: `pretraining.parse_args`), read-only from
-    then on: every function that takes them reads the values the checks saw."""
-
-    def __init__(self, **values):
-        self.__dict__.update(values)
-
-    def __setattr__(self, name, value):
-        raise AttributeError(f"the run's arguments are resolved once, in parse_args: cannot set {name}")
 
 
 def argument_file(argv) -> Path | None:

@@ -38,7 +38,6 @@ from torch.distributed.tensor import distribute_tensor
 
 from ..errors import InputError
 from ..modeling_albert_hf import AlbertHFLayer
-from .cli import RunArguments
 
 FSDP_CPU_CONFIG = "examples/accelerate_configs/fsdp_cpu.yaml"
 _MODE_NAMES = {DistributedType.NO: "one process", DistributedType.MULTI_CPU: "DDP", DistributedType.MULTI_GPU: "DDP",
@@ -159,13 +158,14 @@ def use_fsdp(accelerator: Accelerator, fsdp: FullyShardedDataParallelPlugin):
               "`accelerate launch --config_file ...`")
 
 
-def check_deepspeed(args: RunArguments):
-    """What run_pretraining.py (its parsed `args`) cannot do under DeepSpeed, refused in one line before any work."""
-    if args.gradient_accumulation_steps > 1:
+def check_deepspeed(gradient_accumulation_steps: int, optimizer: str):
+    """What run_pretraining.py cannot do under DeepSpeed (with these flags' values), refused in one line before any
+    work."""
+    if gradient_accumulation_steps > 1:
         raise InputError("--gradient_accumulation_steps under DeepSpeed: DeepSpeed accumulates by its own count and "
                          "scaling, which would undo the step-wide loss weighting of training_step; use an FSDP or "
                          "DDP config, or a larger --per_device_train_batch_size")
-    if args.optimizer == "lamb":
+    if optimizer == "lamb":
         raise InputError("--optimizer lamb under DeepSpeed: ZeRO and DeepSpeed's mixed-precision optimizers hand the "
                          "optimizer one flat partition per parameter group, so LAMB's per-parameter trust ratio "
                          "would become one ratio per partition, which is not LAMB; use --optimizer adamw, or an "

@@ -315,7 +315,7 @@ def _corpus(source_name: str, layout: str = "document_per_file"):
         args = parse_args(["--train_files", str(folder / source_name), "--layout", layout, "--tokenizer_name",
                            str(res.tiny_checkpoint), "--max_seq_length", "32", "--dupe_factor", "1",
                            "--validation_split_percentage", "34", "--output_dir", str(folder / "out")])
-        build_data(args)
+        build_data(args.data, args.objective.task, args.optimization.seed)
     return target
 
 
