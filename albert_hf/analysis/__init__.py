@@ -1,7 +1,9 @@
-"""Analyses of pretrained ALBERT models: layer transitions (paper Figure 1) and intrinsic accuracies (Table 5).
+"""The paper's analyses: layer transitions (Figure 1), intrinsic accuracies (Table 5), parameter counts (Tables 1-4),
+and what the jobs report beside their results (held-out baselines, training curves, fill-mask examples).
 
     python -m albert_hf.analysis.transitions --model DIR [--model DIR ...] --texts FILE --out fig.png
     python -m albert_hf.analysis.intrinsic --model DIR --documents FILE_OR_DIR [...]
+    python -m albert_hf.analysis.params
 """
 
 import importlib

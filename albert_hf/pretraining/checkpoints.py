@@ -1,5 +1,6 @@
-"""The output folder of a pretraining run: step checkpoints written atomically and resumed, and an earlier run
-recognised (refused, or cleared with --overwrite_output_dir) by the names it writes."""
+"""A pretraining run's training state in its output folder: step_N checkpoints written atomically and resumed, and
+an earlier run recognised (refused, or cleared with --overwrite_output_dir) by the names it writes. The final model
+beside them is final_folder.py's."""
 
 import json
 import logging
