@@ -79,14 +79,32 @@ def _trust_ratio(w_norm: torch.Tensor, u_norm: torch.Tensor) -> torch.Tensor:
     return torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm))
 
 
-def _single_tensor_update(params, grads, exp_avgs, exp_avg_sqs, *, dtype, lr, betas, eps, weight_decay, trust_ratio):
+def _gated(gate: torch.Tensor, betas, lr, dtype) -> tuple:
+    """The step's coefficients under an update gate (1: the step as usual; 0: m, v and w left exactly as they are):
+    decays b1, b2 (1 when gated off), gradient shares 1-b1, 1-b2 (0) and learning rate (0), as device tensors."""
+    keep = gate.to(dtype) > 0
+    beta1, beta2 = betas
+    one, zero = torch.ones((), dtype=dtype, device=gate.device), torch.zeros((), dtype=dtype, device=gate.device)
+    return (torch.where(keep, beta1, one), torch.where(keep, 1.0 - beta1, zero), torch.where(keep, beta2, one),
+            torch.where(keep, 1.0 - beta2, zero), torch.where(keep, lr, zero), keep)
+
+
+def _single_tensor_update(params, grads, exp_avgs, exp_avg_sqs, *, dtype, lr, betas, eps, weight_decay, trust_ratio,
+                          gate=None):
     """One parameter at a time, in place where possible (one temporary per param). The default on CPU."""
     beta1, beta2 = betas
+    if gate is not None:
+        decay1, share1, decay2, share2, lr, keep = _gated(gate, betas, lr, dtype)
     for param, grad, m, v in zip(params, grads, exp_avgs, exp_avg_sqs):
         # `.to` is a no-op in the working dtype; bf16/fp16 params and grads get fp32 copies.
         w, g = param.to(dtype), grad.to(dtype)
-        m.mul_(beta1).add_(g, alpha=1.0 - beta1)
-        v.mul_(beta2).addcmul_(g, g, value=1.0 - beta2)
+        if gate is None:
+            m.mul_(beta1).add_(g, alpha=1.0 - beta1)
+            v.mul_(beta2).addcmul_(g, g, value=1.0 - beta2)
+        else:  # a gradient gated off may hold NaN: replaced by 0, so that 0 x it leaves the moments exact
+            g = torch.where(keep, g, 0.0)
+            m.mul_(decay1).addcmul_(g, share1)
+            v.mul_(decay2).addcmul_(g.mul_(g), share2)
         u = v.sqrt().add_(eps)
         torch.div(m, u, out=u)  # u = m / (sqrt(v) + eps)
         if weight_decay != 0.0:
@@ -101,16 +119,28 @@ def _single_tensor_update(params, grads, exp_avgs, exp_avg_sqs, *, dtype, lr, be
             param.copy_(w)
 
 
-def _foreach_update(params, grads, exp_avgs, exp_avg_sqs, *, dtype, lr, betas, eps, weight_decay, trust_ratio):
+def _foreach_update(params, grads, exp_avgs, exp_avg_sqs, *, dtype, lr, betas, eps, weight_decay, trust_ratio,
+                    gate=None):
     """The same arithmetic as `_single_tensor_update` on whole lists of tensors. The default on GPU."""
     beta1, beta2 = betas
     weights = [p.to(dtype) for p in params]
     grads = [g.to(dtype) for g in grads]
 
-    torch._foreach_mul_(exp_avgs, beta1)
-    torch._foreach_add_(exp_avgs, grads, alpha=1.0 - beta1)
-    torch._foreach_mul_(exp_avg_sqs, beta2)
-    torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1.0 - beta2)
+    if gate is None:
+        torch._foreach_mul_(exp_avgs, beta1)
+        torch._foreach_add_(exp_avgs, grads, alpha=1.0 - beta1)
+        torch._foreach_mul_(exp_avg_sqs, beta2)
+        torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1.0 - beta2)
+    else:  # as in `_single_tensor_update`
+        decay1, share1, decay2, share2, lr, keep = _gated(gate, betas, lr, dtype)
+        grads = [torch.where(keep, g, 0.0) for g in grads]
+        torch._foreach_mul_(exp_avgs, decay1)
+        torch._foreach_add_(exp_avgs, torch._foreach_mul(grads, share1))
+        torch._foreach_mul_(exp_avg_sqs, decay2)
+        squares = torch._foreach_mul(grads, grads)
+        torch._foreach_mul_(squares, share2)
+        torch._foreach_add_(exp_avg_sqs, squares)
+        del squares
 
     denom = torch._foreach_sqrt(exp_avg_sqs)
     torch._foreach_add_(denom, eps)
@@ -150,6 +180,10 @@ class _UncorrectedAdam(Optimizer):
             exclude_from_layer_adaptation=exclude_from_layer_adaptation, foreach=foreach,
         )
         super().__init__(params, defaults)
+        # A 0-dim tensor on the params' device, or None: read by each step on the device, 1 applies the step as
+        # above and 0 leaves every weight and moment exactly as it is (a step whose gradients are not finite: the
+        # pretraining loop sets it from the gradients' norm, `pretraining.step.accumulate_and_update`).
+        self.update_gate: torch.Tensor | None = None
 
     def add_param_group(self, param_group):
         # Validate every group (including the defaults it inherits), not just the constructor arguments.
@@ -199,7 +233,7 @@ class _UncorrectedAdam(Optimizer):
                 foreach = group["foreach"] if group["foreach"] is not None else device.type != "cpu"
                 update = _foreach_update if foreach else _single_tensor_update
                 update(*tensors, dtype=dtype, lr=group["lr"], betas=group["betas"], eps=group["eps"],
-                       weight_decay=group["weight_decay"], trust_ratio=trust_ratio)
+                       weight_decay=group["weight_decay"], trust_ratio=trust_ratio, gate=self.update_gate)
         return loss
 
     def load_state_dict(self, state_dict):

@@ -54,11 +54,11 @@ with --smoke it runs the same pipeline at smoke size (the tests do, on the CPU).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import logging
 import math
 import os
-import runpy
 import shutil
 import sys
 import time
@@ -284,8 +284,14 @@ def finetune_argv(args, model_dir: Path, task: str, train_rows, learning_rate: f
 
 
 def run_glue_main(argv: list[str]) -> None:
-    """run_glue.py's main, in this process: the script lies at the top of the repository, outside any package."""
-    runpy.run_path(str(REPO / "run_glue.py"), run_name="run_glue")["main"](argv)
+    """run_glue.py's main, in this process: the script lies at the top of the repository, outside any package, and
+    is imported from its file once (as `run_glue`, the module a caller may already hold)."""
+    module = sys.modules.get("run_glue")
+    if module is None:
+        spec = importlib.util.spec_from_file_location("run_glue", REPO / "run_glue.py")
+        module = sys.modules["run_glue"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    module.main(argv)
 
 
 def finetune(argv: list[str], output_dir: Path) -> dict:

@@ -3,14 +3,14 @@
     python tests/launched_runs.py RUNS.json
     python -m accelerate.commands.launch ... tests/launched_runs.py RUNS.json
 
-RUNS.json is a list of {"argv": [...], "env": {...}, "steps_only": false}: each run is `pretraining.main(argv)`
-with `env` set on top of the launch's environment for that run only (`steps_only`: `prepare` and `fit`, no final
-save). The runs share the interpreter and the process group: a launch costs seconds of imports and start-up per
-process, a tiny run a fraction of that. Between runs the Accelerator's state is reset, not the process group
-(`end_distributed` is left to the last). The first process writes RUNS.json.results: per run, "status" (0, 2 for an
-`error:` line, or "traceback") and "line" (the error line or the traceback's last line). A traceback in one run does not
-stop the others, except in a launched group, where the other processes may be waiting in a collective: there the launch
-ends.
+RUNS.json is a list of {"argv": [...], "env": {...}, "steps_only": false, "hooks": {...}}: each run is
+`pretraining.main(argv)` with `env` set on top of the launch's environment for that run only (`steps_only`: `prepare`
+and `fit`, no final save; `hooks`: what `with_hooks` plants in that run, for the divergence tests). The runs share the
+interpreter and the process group: a launch costs seconds of imports and start-up per process, a tiny run a fraction of
+that. Between runs the Accelerator's state is reset, not the process group (`end_distributed` is left to the last). The
+first process writes RUNS.json.results: per run, "status" (0, 2 for an `error:` line, or "traceback") and "line" (the
+error line or the traceback's last line). A traceback in one run does not stop the others, except in a launched group,
+where the other processes may be waiting in a collective: there the launch ends.
 """
 
 import json
@@ -31,11 +31,50 @@ from albert_hf.runtime.distributed import end_distributed
 def run_once(run: dict, launched_mode) -> dict:
     saved = dict(os.environ)
     os.environ.update(run.get("env", {}))
+    undo = with_hooks(run.get("hooks", {}))
     try:
         return _run(run, launched_mode)
     finally:
+        undo()
         os.environ.clear()
         os.environ.update(saved)
+
+
+def with_hooks(hooks: dict):
+    """Plants what a run's `hooks` ask for; returns the function that takes it out again.
+    - "nan_gradient_at": {"step": k, "rank": r, "accumulation": a}: the loss of the last micro-batch of optimizer
+      step k (of a per step) is multiplied by NaN in process r, so that step's gradients are NaN (in every process,
+      once synchronised).
+    - "dropped_step_at": k: optimizer step k takes its batches and advances the schedule, nothing else: the run
+      that dropped that step, to compare with one that skipped it."""
+    from albert_hf.pretraining import step
+
+    undo = []
+    if "nan_gradient_at" in hooks:
+        at, real, calls = hooks["nan_gradient_at"], step.weighted_loss, []
+
+        def poisoned(outputs, batch, weights):
+            calls.append(1)
+            loss = real(outputs, batch, weights)
+            last = len(calls) == at["step"] * at["accumulation"]  # the step's last micro-batch in this process
+            return loss * float("nan") if last and int(os.environ.get("RANK", "0")) == at["rank"] else loss
+
+        step.weighted_loss = poisoned
+        undo.append(lambda: setattr(step, "weighted_loss", real))
+    if "dropped_step_at" in hooks:
+        at, real, calls = hooks["dropped_step_at"], pretraining.optimizer_step, []
+
+        def dropped(run, micro_batches):
+            calls.append(1)
+            if len(calls) != at:
+                return real(run, micro_batches)
+            run.optimizer.zero_grad(set_to_none=True)
+            run.scheduler.step()
+            return torch.zeros(step.COUNTS, dtype=torch.float64, device=run.accelerator.device)
+
+        pretraining.optimizer_step = dropped
+        undo.append(lambda: setattr(pretraining, "optimizer_step", real))
+    return lambda: [restore() for restore in undo]
 
 
 def _run(run: dict, launched_mode) -> dict:

@@ -11,9 +11,11 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from albert_hf.errors import InputError
 from albert_hf.pretraining import job as pretraining
 from albert_hf.pretraining.divergence import Diverged, check_losses, checkpoint_finite, stop_line, weights_finite
-from test_pretraining import FAST, metrics, pretrain
+from test_distributed import DDP, FSDP
+from test_pretraining import FAST, metrics, pretrain, pretrain_runs
 
 QUIET = ["--eval_steps", "0", "--validation_split_percentage", "0"]
 
@@ -40,19 +42,50 @@ def nan_at(monkeypatch, step: int):
     monkeypatch.setattr(pretraining, "optimizer_step", poisoned)
 
 
-def test_a_learning_rate_typo_stops_at_the_first_logged_window_with_nothing_non_finite_on_disk(tmp_path):
+def test_a_learning_rate_typo_stops_after_the_skip_limit_with_nothing_non_finite_on_disk(tmp_path):
+    """The first step's update (finite gradients, a learning rate 10^8 too high) sends the weights where every
+    later step's gradients are not finite: each is skipped, and --max_consecutive_skips of them stop the run. The
+    checkpoints written meanwhile hold those weights, so the line names none of them."""
     run = tmp_path / "run"
     done = pretrain(run, "--learning_rate", "1e4", "--max_train_steps", "40", "--logging_steps", "10",
-                    "--checkpointing_steps", "10", "--checkpoints_total_limit", "2", *QUIET, check=False)
+                    "--checkpointing_steps", "10", "--checkpoints_total_limit", "2", "--max_consecutive_skips", "8",
+                    *QUIET, check=False)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
     last = done.stderr.strip().splitlines()[-1]
-    # warm-up 1 step, then the official linear decay: 1e4 x (1 - 10/40) at step 10
-    assert re.match(r"error: step 10: the training mlm_loss is (nan|inf) at learning rate 7\.5e\+03: the run has "
-                    r"diverged; ", last), last
-    assert last.endswith("no checkpoint was written before it: start over with a lower --learning_rate")
-    assert metrics(run)[-1]["step"] == 10  # the row that showed it is logged; nothing after it
-    assert not list(run.glob("step_*")) and not (run / "model.safetensors").exists()
-    assert non_finite_tensors(run) == []
+    match = re.match(r"error: step (\d+): 8 steps in a row \(from step (\d+)\) were skipped, their loss or gradients "
+                     r"not finite \(8 skipped in all\) at learning rate [0-9.e+]+: the run has diverged; no "
+                     r"checkpoint was written before it: start over with a lower --learning_rate$", last)
+    assert match, last
+    stopped, first = int(match.group(1)), int(match.group(2))
+    assert stopped == first + 7 and first <= 3  # within the limit of the first skipped step
+    rows = metrics(run)
+    assert rows[-1]["step"] == stopped and sum(row.get("skipped_steps", 0) for row in rows) == 8
+    assert all(math.isfinite(value) for row in rows for value in row.values())  # skipped steps add no NaN
+    assert not (run / "model.safetensors").exists() and non_finite_tensors(run) == []
+
+
+@pytest.mark.trains
+@pytest.mark.launched
+@pytest.mark.parametrize("setup", ["one process", "DDP", "FSDP2"])
+def test_a_nan_gradient_in_one_micro_batch_is_skipped_everywhere_as_if_the_step_were_dropped(tmp_path, setup):
+    """A NaN in the gradient of one micro-batch of one process at step 4 (of 6, 2 micro-batches a step) is skipped
+    by every process: the run goes on, logs skipped_steps 1, and ends with the weights and training losses of a run
+    that dropped step 4's batches (took them and advanced the schedule, nothing else)."""
+    launcher, rank = {"one process": (None, 0), "DDP": (DDP, 1), "FSDP2": (FSDP, 1)}[setup]
+    common = ["--max_train_steps", "6", "--gradient_accumulation_steps", "2", "--per_device_train_batch_size", "4",
+              "--logging_steps", "3", *QUIET, "--no_plots"]
+    skipped, dropped = tmp_path / "skipped", tmp_path / "dropped"
+    results, done = pretrain_runs(
+        [(skipped, common, {}, False, {"nan_gradient_at": {"step": 4, "rank": rank, "accumulation": 2}}),
+         (dropped, common, {}, False, {"dropped_step_at": 4})], launcher=launcher)
+    assert [result["status"] for result in results] == [0, 0], (results, done.stderr[-3000:])
+    rows = {run: [{k: v for k, v in row.items() if k != "tokens_per_second"} for row in metrics(run)]
+            for run in (skipped, dropped)}
+    assert [row.get("skipped_steps") for row in rows[skipped]] == [None, 1]
+    assert [{k: v for k, v in row.items() if k != "skipped_steps"} for row in rows[skipped]] == rows[dropped]
+    ours, reference = load_file(skipped / "model.safetensors"), load_file(dropped / "model.safetensors")
+    assert ours.keys() == reference.keys()
+    assert all(torch.equal(ours[name], reference[name]) for name in ours)
 
 
 def test_non_finite_weights_are_not_checkpointed_and_the_line_names_the_last_finite_checkpoint(
@@ -68,6 +101,43 @@ def test_non_finite_weights_are_not_checkpointed_and_the_line_names_the_last_fin
                                     f"--resume_from_checkpoint {run / 'step_5'} and a lower --learning_rate")
     assert sorted(p.name for p in run.glob("step_*")) == ["step_5"] and non_finite_tensors(run) == []
     assert not (run / "_albert_hf_run.lock").exists()  # released on the way out
+
+
+def test_with_rollback_a_diverged_run_goes_back_to_the_checkpoint_before_and_ends_finite(
+        tmp_path, monkeypatch, fresh_accelerate_state, caplog):
+    """A weight turns NaN after step 7: steps 8 and 9 are skipped, the skip limit (2) is reached at step 9, and
+    --on_divergence rollback loads step_5 (the newest finite checkpoint before step 8) and goes on with the batches
+    after step 9, to the end, with finite weights; metrics.jsonl keeps one series with the rollback's row."""
+    run = tmp_path / "run"
+    nan_at(monkeypatch, 7)
+    with caplog.at_level("WARNING", logger="albert_hf.pretraining.job"):
+        pretraining.main(["--output_dir", str(run), *FAST, "--max_train_steps", "16", "--logging_steps", "2",
+                          "--checkpointing_steps", "5", "--max_consecutive_skips", "2", "--on_divergence",
+                          "rollback", *QUIET, "--no_plots"])
+    rows = metrics(run)
+    steps = [row["step"] for row in rows]
+    assert steps == sorted(set(steps)) and steps[-1] == 16, steps  # one series, to the end
+    assert {"step": 5, "rollback": 1, "rolled_back_from_step": 9} in rows
+    assert not any("skipped_steps" in row for row in rows if row["step"] > 5)
+    said = [record.getMessage() for record in caplog.records if "rolled back" in record.getMessage()]
+    assert len(said) == 1 and said[0].startswith("step 9: 2 steps in a row (from step 8) were skipped")
+    assert f"rolled back to {run / 'step_5'} (rollback 1 of at most 3): training goes on from step 5 with the " \
+           "batches after step 9" in said[0]
+    assert (run / "model.safetensors").exists() and non_finite_tensors(run) == []
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--on_divergence", "rollback"], "--on_divergence rollback needs --checkpointing_steps"),
+    (["--on_divergence", "rollback", "--checkpointing_steps", "5", "--max_rollbacks", "0"],
+     "--max_rollbacks must be at least 1 with --on_divergence rollback"),
+    (["--on_divergence", "rollback", "--checkpointing_steps", "5", "--torch_compile_mode", "whole-step-graph"],
+     "--on_divergence rollback with --torch_compile_mode whole-step-graph: loading a checkpoint replaces"),
+    (["--max_consecutive_skips", "-1"], "--max_consecutive_skips must be 0"),
+])
+def test_what_the_divergence_flags_cannot_do_is_refused_in_one_line(tmp_path, flags, message):
+    with pytest.raises(InputError) as refused:
+        pretraining.parse_args(["--output_dir", str(tmp_path / "run"), *flags])
+    assert str(refused.value).startswith(message) and "\n" not in str(refused.value)
 
 
 def test_a_non_finite_held_out_loss_stops_the_run(tmp_path, monkeypatch, fresh_accelerate_state):

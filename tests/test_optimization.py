@@ -92,6 +92,38 @@ def test_optimizer_matches_numpy_reference_float64(optimizer_cls, lamb, foreach)
 
 
 @pytest.mark.parametrize("foreach", [False, True])
+@pytest.mark.parametrize("optimizer_cls, lamb", [(Lamb, True), (AdamWeightDecay, False)])
+def test_an_update_gate_of_0_leaves_everything_as_it_was_and_1_takes_the_reference_step(optimizer_cls, lamb, foreach):
+    """`update_gate` as the pretraining loop sets it: step 3's gradients are NaN and gated off (0). That step leaves
+    every weight and moment bitwise as it was; the run ends where the numpy reference ends without step 3 (its
+    gradients and its learning rate dropped), the other steps gated on (1)."""
+    init, grads = make_problem(seed=2)
+    expected = reference_run(init, grads[:2] + grads[3:], LRS[:2] + LRS[3:], lamb=lamb)
+    params = {k: torch.nn.Parameter(torch.tensor(x, dtype=torch.float64)) for k, x in init.items()}
+    groups = [{"params": [params["matrix"], params["zeros"], params["no_grad"]]},
+              {"params": [params["bias"]], "weight_decay": 0.0, "exclude_from_layer_adaptation": True}]
+    opt = optimizer_cls(groups, lr=LRS[0], betas=(B1, B2), eps=EPS, weight_decay=WD, foreach=foreach)
+    opt.update_gate = torch.ones(())
+    for step, (lr, step_grads) in enumerate(zip(LRS, grads)):
+        for group in opt.param_groups:
+            group["lr"] = lr
+        for name, g in step_grads.items():
+            params[name].grad = torch.full(g.shape, float("nan"), dtype=torch.float64) if step == 2 else \
+                torch.tensor(g, dtype=torch.float64)
+        opt.update_gate.fill_(0.0 if step == 2 else 1.0)
+        before = copy.deepcopy((params, opt.state_dict()["state"]))
+        opt.step()
+        if step == 2:
+            for name in params:
+                assert torch.equal(params[name], before[0][name]), name
+            for index, state in opt.state_dict()["state"].items():
+                assert all(torch.equal(state[key], before[1][index][key]) for key in ("exp_avg", "exp_avg_sq"))
+    for name in init:
+        np.testing.assert_allclose(params[name].detach().numpy(), expected[name], rtol=1e-12, atol=1e-14,
+                                   err_msg=name)
+
+
+@pytest.mark.parametrize("foreach", [False, True])
 def test_optimizer_matches_numpy_reference_float32(foreach):
     init, grads = make_problem(seed=1)
     expected = reference_run(init, grads, LRS, lamb=True)

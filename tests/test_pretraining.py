@@ -43,13 +43,14 @@ def pretrain(out, *extra, launcher=None, check=True, timeout=300, started: Path 
 
 def pretrain_runs(runs, launcher=None, timeout=300, steps_only=False,
                   process_env=None) -> tuple[list[dict], subprocess.CompletedProcess]:
-    """Several `pretrain` runs, each (output folder, extra arguments[, environment[, steps_only]]), one after the
-    other in one process or one launch (tests/launched_runs.py: a launch costs more than a tiny run). Per run:
+    """Several `pretrain` runs, each (output folder, extra arguments[, environment[, steps_only[, hooks]]]), one after
+    the other in one process or one launch (tests/launched_runs.py: a launch costs more than a tiny run). Per run:
     "status" (0, 2 or "traceback") and "line" (its error line), and the finished process. With `steps_only` (the
     default for runs that do not say), prepare and fit only (no final save). `process_env`: set for the whole
     process, before torch is imported (a run's own environment is set after)."""
     spec = [{"argv": ["--output_dir", str(out), *FAST, *extra], "env": rest[0] if rest else {},
-             "steps_only": rest[1] if len(rest) > 1 else steps_only} for out, extra, *rest in runs]
+             "steps_only": rest[1] if len(rest) > 1 else steps_only, "hooks": rest[2] if len(rest) > 2 else {}}
+            for out, extra, *rest in runs]
     folder = Path(runs[0][0]).parent
     path = folder / f"runs-{Path(runs[0][0]).name}.json"
     path.write_text(json.dumps(spec))

@@ -135,6 +135,16 @@ class OptimizationArgs:
         "0.98, or a longer --num_warmup_steps"})
     adam_epsilon: float = field(default=1e-6, metadata={"help": "official: 1e-6"})
     max_grad_norm: float = field(default=1.0, metadata={"help": "global gradient clipping (0: none)"})
+    max_consecutive_skips: int = field(default=25, metadata={
+        "help": "a step whose loss or gradients are not finite is skipped on the device (no weight or optimizer "
+        "state changes; logged as skipped_steps); this many in a row stop the run with one line naming the newest "
+        "finite checkpoint (0: never stop for that)"})
+    on_divergence: str = field(default="stop", metadata={
+        "help": "when the run diverges (--max_consecutive_skips skipped steps, a held-out loss or the weights not "
+        "finite): stop with one line, or roll back to the newest finite checkpoint from before it and go on with "
+        "the batches after it (needs --checkpointing_steps)", "choices": ["stop", "rollback"]})
+    max_rollbacks: int = field(default=3, metadata={
+        "help": "with --on_divergence rollback: the rollbacks a run may make before it stops"})
     max_train_steps: int = field(default=1500, metadata={"help": "optimizer steps"})
     num_warmup_steps: int | None = field(default=None, metadata={
         "help": "default: 2.5%% of --max_train_steps, the official ratio (3125 of 125k)"})

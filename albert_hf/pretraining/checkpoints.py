@@ -195,6 +195,10 @@ class StepCheckpoints:
                     type(v) in (int, float) for v in [*sums, state.get("window_tokens"), state.get("window_seconds")])):
                 raise InputError(f"--resume_from_checkpoint {path}: the logging window in its training state is "
                                  f"not {window_length} + 2 numbers")
+        skips = ("skipped_steps", "window_skipped", "consecutive_skips")  # written since skipped steps were counted
+        if not all(type(state.get(key, 0)) is int and state.get(key, 0) >= 0 for key in skips):
+            raise InputError(f"--resume_from_checkpoint {path}: {STATE_FILE}: the skipped-step counts "
+                             f"({', '.join(skips)}) are not integers >= 0")
         return state
 
     @classmethod

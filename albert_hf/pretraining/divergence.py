@@ -24,7 +24,12 @@ from ..errors import InputError
 
 
 class Diverged(InputError):
-    """The run's losses or weights are no longer finite."""
+    """The run's losses or weights are no longer finite. `before`: the step from which the run went wrong, where
+    known (a run of skipped steps), so that a rollback picks a checkpoint from before it."""
+
+    def __init__(self, line: str, before: int | None = None):
+        super().__init__(line)
+        self.before = before
 
 
 def stop_line(step: int, what: str, lr: float, newest: Path | None) -> str:

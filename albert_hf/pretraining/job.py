@@ -65,6 +65,7 @@ from . import step_graph as pretraining_graph
 from .arguments import (
     ARGUMENT_GROUPS,
     DataArgs,
+    ModelArgs,
     OptimizationArgs,
     OutputArgs,
     PretrainingArguments,
@@ -73,12 +74,12 @@ from .arguments import (
 )
 from .checkpoints import FILL_MASK_FILE, StepCheckpoints, check_output_dir, clear_earlier_run, truncate_metrics_log
 from .collator import DataCollatorForAlbertPretraining
-from .divergence import check_losses, check_weights, newest_finite
+from .divergence import Diverged, check_losses, check_weights, newest_finite, stop_line
 from .final_folder import corpus_card_dataset, held_out_fill_mask, save_final_model, where_trained
 from .inputs import build_data, build_inputs, check_train_files
 from .log import MetricsLog, format_metrics, format_value, start_logging, start_tracking
 from .model import build_run_model, check_positions, make_optimizer, planned_weight_bytes, resolve_config
-from .step import COUNTS, FitResult, TrainingState, accumulation_groups, evaluate, training_step
+from .step import COUNTS, FitResult, TrainingState, accumulation_groups, evaluate, training_step, update_gate
 
 logger = logging.getLogger("albert_hf.pretraining.job")
 
@@ -104,7 +105,7 @@ def parse_args(argv=None) -> PretrainingArguments:
         adopted = tuple(f"--{name} {value}" for name, value in recorded.items() if values[name] != value)
         groups = with_values(groups, recorded)
     model, data, objective, optimization, output = groups
-    check_args(data, optimization, output)
+    check_args(model, data, optimization, output)
     config = resolve_config(model)
     check_positions(config, data.max_seq_length)
     check_output_dir(output.output_dir, output.resume_from_checkpoint, output.overwrite_output_dir)
@@ -115,7 +116,7 @@ def parse_args(argv=None) -> PretrainingArguments:
     return PretrainingArguments(model, data, objective, optimization, output, config, adopted)
 
 
-def check_args(data: DataArgs, optimization: OptimizationArgs, output: OutputArgs):
+def check_args(model: ModelArgs, data: DataArgs, optimization: OptimizationArgs, output: OutputArgs):
     """Stops with one line on a bad value, path or combination, before any work."""
     check_writable(Path(output.output_dir), "--output_dir")
     if data.train_files and data.dataset_name:
@@ -139,6 +140,16 @@ def check_args(data: DataArgs, optimization: OptimizationArgs, output: OutputArg
                          "goes: drop one of them")
     if data.dataloader_num_workers is not None and data.dataloader_num_workers < 0:
         raise InputError("--dataloader_num_workers must be 0 or more")
+    if optimization.max_consecutive_skips < 0:
+        raise InputError("--max_consecutive_skips must be 0 (never stop for skipped steps) or more")
+    if optimization.on_divergence == "rollback":
+        if not output.checkpointing_steps:
+            raise InputError("--on_divergence rollback needs --checkpointing_steps: the checkpoints it rolls back to")
+        if model.torch_compile_mode == pretraining_graph.MODE:
+            raise InputError(f"--on_divergence rollback with --torch_compile_mode {pretraining_graph.MODE}: loading a "
+                             "checkpoint replaces the optimizer state the captured step reads; drop one of them")
+        if optimization.max_rollbacks < 1:
+            raise InputError("--max_rollbacks must be at least 1 with --on_divergence rollback")
     if data.streaming and data.dataloader_num_workers:
         raise InputError("--dataloader_num_workers with --streaming: the stream is read in the training process, "
                          "whose position each checkpoint records; drop --dataloader_num_workers")
@@ -303,7 +314,7 @@ def fit(run: Pretraining, stop: StopOnSignal | None = None) -> FitResult:
     log = MetricsLog(run.output_dir / "metrics.jsonl", accelerator, output.with_tracking)
     progress = tqdm(total=steps, initial=state.step, disable=not accelerator.is_main_process,
                     desc="pretraining", dynamic_ncols=True)
-    eval_metrics, stopped, compiled = {}, None, False
+    eval_metrics, stopped, compiled, rollbacks = {}, None, False, 0
     run.model.train()
     try:  # closed on the way out too, so that an error line starts on a line of its own
         while state.step < steps and stopped is None:
@@ -315,15 +326,14 @@ def fit(run: Pretraining, stop: StopOnSignal | None = None) -> FitResult:
                     compiled = True
                     logger.info("torch.compile: the first step took %.1f s, compiling included",
                                 time.perf_counter() - began)
-                state.add_step(counts, micro_batches, accelerator.optimizer_step_was_skipped)
+                state.add_step(counts, micro_batches, update_gate(run.optimizer, accelerator.device))
                 progress.update(1)
-                if state.step % output.logging_steps == 0 or state.step == steps:
-                    log_window(run, state, log, progress)
-                if run.eval_dataloader is not None and output.eval_steps and state.step % output.eval_steps == 0:
-                    eval_metrics = evaluate_and_log(run, state.step, log)
-                    logger.info("step %d: %s", state.step, format_metrics(eval_metrics))
-                if output.checkpointing_steps and state.step % output.checkpointing_steps == 0:
-                    save_checkpoint(run, state)
+                try:
+                    eval_metrics = after_step(run, state, log, progress) or eval_metrics
+                except Diverged as diverged:  # stops the run, or with --on_divergence rollback goes back
+                    rollbacks += 1
+                    state = roll_back(run, state, log, progress, diverged, rollbacks)
+                    continue
                 if state.step >= steps:
                     break
                 if stop is not None and stop.agreed(accelerator.device):  # returns at once if just saved
@@ -408,6 +418,63 @@ def log_window(run: Pretraining, state: TrainingState, log, progress):
     check_losses(metrics, state.step, metrics["lr"], lambda: newest_checkpoint(run), "training")
 
 
+def after_step(run: Pretraining, state: TrainingState, log, progress) -> dict | None:
+    """What follows a step: the skip limit, the logged window, the evaluation (its metrics returned) and the
+    checkpoint, each when due; a run that diverged raises `Diverged`."""
+    output, steps = run.args.output, run.args.optimization.max_train_steps
+    check_skips(run, state, log, progress)
+    if state.step % output.logging_steps == 0 or state.step == steps:
+        log_window(run, state, log, progress)
+    eval_metrics = None
+    if run.eval_dataloader is not None and output.eval_steps and state.step % output.eval_steps == 0:
+        eval_metrics = evaluate_and_log(run, state.step, log)
+        logger.info("step %d: %s", state.step, format_metrics(eval_metrics))
+    if output.checkpointing_steps and state.step % output.checkpointing_steps == 0:
+        save_checkpoint(run, state)
+    return eval_metrics
+
+
+def roll_back(run: Pretraining, state: TrainingState, log, progress, diverged: Diverged,
+              rollbacks: int) -> TrainingState:
+    """--on_divergence rollback: the newest finite checkpoint from before the divergence is loaded (weights,
+    optimizer, schedule, step count), and training goes on with the data where it is, so that the batches since
+    that checkpoint are not seen again. One line and one metrics row say so. Without a checkpoint to go back to,
+    or past --max_rollbacks, `diverged` stops the run."""
+    optimization = run.args.optimization
+    if optimization.on_divergence != "rollback":
+        raise diverged
+    path = newest_checkpoint(run, before=diverged.before)
+    if path is None or rollbacks > optimization.max_rollbacks:
+        why = "no checkpoint to roll back to" if path is None else f"{optimization.max_rollbacks} rollbacks done"
+        raise Diverged(f"{diverged} ({why})") from None
+    back = TrainingState.start(run.accelerator.device)
+    back.restore(run.checkpoints.load(path, COUNTS), run.accelerator.is_main_process)
+    back.epoch, back.batches_in_epoch = state.epoch, state.batches_in_epoch  # the data goes on from here
+    if run.accelerator.is_main_process:
+        truncate_metrics_log(run.output_dir / "metrics.jsonl", back.step)
+    log.write(back.step, {"rollback": rollbacks, "rolled_back_from_step": state.step})
+    logger.warning("%s; rolled back to %s (rollback %d of at most %d): training goes on from step %d with the "
+                   "batches after step %d", diverged, path, rollbacks, optimization.max_rollbacks, back.step,
+                   state.step)
+    progress.n = back.step
+    progress.refresh()
+    return back
+
+
+def check_skips(run: Pretraining, state: TrainingState, log, progress):
+    """--max_consecutive_skips: that many steps skipped in a row (their loss or gradients not finite) stop the run,
+    after their window is logged, in every process at the same step (pretraining/divergence.py)."""
+    limit, in_a_row = run.args.optimization.max_consecutive_skips, state.consecutive_skips()
+    if limit and in_a_row >= limit:
+        log_window(run, state, log, progress)
+        skipped = int(state.skips[2].cpu())
+        # a checkpoint written during the skipped steps holds the weights that lead to them: one from before
+        first = state.step - state.consecutive.lag - in_a_row + 1
+        raise Diverged(stop_line(state.step, f"{in_a_row} steps in a row (from step {first}) were skipped, their "
+                                             f"loss or gradients not finite ({skipped} skipped in all)",
+                                 current_lr(run), newest_checkpoint(run, before=first)), before=first)
+
+
 def evaluate_and_log(run: Pretraining, step: int, log) -> dict:
     """Held-out metrics, logged; a non-finite loss stops the run (pretraining/divergence.py)."""
     metrics = evaluate(run.model, run.eval_dataloader, run.accelerator, run.args.objective.task)
@@ -428,9 +495,10 @@ def current_lr(run: Pretraining) -> float:
     return float(run.scheduler.get_last_lr()[0])
 
 
-def newest_checkpoint(run: Pretraining) -> Path | None:
-    """The checkpoint a diverged run can go back to: the newest complete one with finite weights."""
-    return newest_finite([path for _, path in run.checkpoints.complete()])
+def newest_checkpoint(run: Pretraining, before: int | None = None) -> Path | None:
+    """The checkpoint a diverged run can go back to: the newest complete one with finite weights (of a step before
+    `before`, where given)."""
+    return newest_finite([path for step, path in run.checkpoints.complete() if before is None or step < before])
 
 
 def write_final_folder(run: Pretraining, final, eval_metrics: dict, completed_steps: int):

@@ -4,6 +4,7 @@ micro-batches, one optimizer step, and `TrainingState`, where the loop stands (w
 
 import contextlib
 import logging
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -175,8 +176,9 @@ def training_step(model, micro_batches, optimizer, scheduler, accelerator, max_g
     """One optimizer step over its micro-batches (`accumulate_and_update`), then the schedule's step. Returns the six
     counts of `step_counts`, summed over the micro-batches.
 
-    Under fp16 the grad scaler skips an update whose gradients overflowed (the weights are left untouched);
-    the schedule then does not advance either, as in transformers' Trainer.
+    A step whose gradients are not finite changes nothing (`accumulate_and_update`), and its batches count as
+    dropped: the schedule advances. Under fp16 the grad scaler also skips such a step; the schedule then does not
+    advance, as in transformers' Trainer.
     """
     counts = accumulate_and_update(model, micro_batches, optimizer, accelerator, max_grad_norm, normalization)
     if not accelerator.optimizer_step_was_skipped:
@@ -188,8 +190,13 @@ def accumulate_and_update(model, micro_batches, optimizer, accelerator, max_grad
                           normalization: str = "global") -> torch.Tensor:
     """The device's part of a step: forward and backward of each micro-batch (the processes' gradients are
     synchronised on the last one only), clipping, the update, the gradients freed. Nothing is read back to the
-    host, so that one process's step can be captured as a CUDA graph (`pretraining_graph.StepGraph`). Returns the
-    six counts of `step_counts`, summed over the micro-batches."""
+    host, so that one process's step can be captured as a CUDA graph (`step_graph.StepGraph`). Returns the six
+    counts of `step_counts`, summed over the micro-batches.
+
+    A step whose gradients' global norm is not finite (a NaN or an overflow anywhere: in a loss, a gradient, in any
+    process) is skipped on the device: the optimizer's update gate (`update_gate`) reads 0, and neither a weight nor
+    a moment changes. The norm is the clipping's, the same in every process (DDP's averaged gradients, FSDP's
+    all-reduced norm), so every process skips the same steps."""
     weights = loss_weights(micro_batches, accelerator, normalization)
     counts = 0
     for i, batch in enumerate(micro_batches):
@@ -200,15 +207,56 @@ def accumulate_and_update(model, micro_batches, optimizer, accelerator, max_grad
             accelerator.backward(weighted_loss(outputs, batch, weights))
         counts = counts + step_counts(outputs, batch)
         del outputs  # a micro-batch's logits are not kept while the next one runs
-    if max_grad_norm:
-        accelerator.clip_grad_norm_(model.parameters(), max_grad_norm)  # global norm, after unscaling
+    # the global norm, after unscaling; without clipping (inf) the gradients are left as they are
+    norm = accelerator.clip_grad_norm_(model.parameters(), max_grad_norm or math.inf)
+    gate = update_gate(optimizer, norm.device) if norm is not None else None  # None: DeepSpeed clips, and skips
+    if gate is not None:
+        gate.copy_(torch.isfinite(norm.full_tensor() if hasattr(norm, "full_tensor") else norm))
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return counts
 
 
+def update_gate(optimizer, device: torch.device) -> torch.Tensor | None:
+    """The 0-dim device tensor through which albert_hf's optimizers skip a step (`optimization.Lamb`), made on first
+    use and kept: a captured step writes and reads the same one. None for an optimizer without one."""
+    inner = getattr(optimizer, "optimizer", optimizer)  # accelerate's wrapper
+    if not hasattr(inner, "update_gate"):
+        return None
+    if inner.update_gate is None:
+        inner.update_gate = torch.ones((), dtype=torch.float32, device=device)
+    return inner.update_gate
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Where the loop stands
+
+
+class LaggedRead:
+    """A device scalar, read on the host without waiting for the step just queued: each step's value is copied into
+    one of two host slots (pinned, on a GPU) behind an event, and a read takes the slot of the step before, whose
+    event has passed. On a CPU the copy is done at once and the read is the step's own value. Every process reads
+    the same step's value, so their decisions agree without a collective."""
+
+    def __init__(self, device: torch.device):
+        self.lag = int(device.type == "cuda")
+        self.host = torch.zeros(2, dtype=torch.float64, pin_memory=bool(self.lag))
+        self.events = [None, None]
+
+    def record(self, value: torch.Tensor, step: int):
+        self.host[step % 2].copy_(value, non_blocking=bool(self.lag))
+        if self.lag:
+            self.events[step % 2] = torch.cuda.Event()
+            self.events[step % 2].record()
+
+    def read(self, step: int) -> float:
+        """The value recorded at `step` (on a CPU) or at `step - 1` (on a GPU); 0 before any."""
+        slot = (step - self.lag) % 2
+        if self.lag:
+            if self.events[slot] is None:
+                return 0.0
+            self.events[slot].synchronize()
+        return float(self.host.numpy()[slot])  # host memory: no device read
 
 
 @dataclass
@@ -218,38 +266,56 @@ class TrainingState:
 
     The training metrics logged every --logging_steps are means over a window of steps. The window's sums travel
     with the checkpoint (summed over processes, held by the main process), so that a resumed run logs exactly what
-    the uninterrupted run would have, wherever the checkpoint fell inside a window."""
+    the uninterrupted run would have, wherever the checkpoint fell inside a window.
+
+    A skipped step (its gradients not finite: `accumulate_and_update`) adds nothing to the window's sums; `skips`
+    counts it on the device, the same in every process: in the window, in a row up to the last step (read each step
+    through `LaggedRead`, for --max_consecutive_skips), and in all."""
 
     window: torch.Tensor  # the six counts of `step_counts`, summed over the window's steps
     window_tokens: torch.Tensor  # this process's real tokens in the window, on the device: read when logged
     window_start: float  # time.perf_counter() when the window began
+    skips: torch.Tensor  # steps skipped [in the window, in a row up to the last step, in all], on the device
+    consecutive: LaggedRead
     step: int = 0  # optimizer steps completed
     epoch: int = 0
     batches_in_epoch: int = 0
-    skipped_steps: int = 0  # fp16 overflows (no update, no LR step)
 
     @classmethod
     def start(cls, device: torch.device) -> "TrainingState":
         return cls(torch.zeros(COUNTS, dtype=torch.float64, device=device),
-                   torch.zeros((), dtype=torch.float64, device=device), time.perf_counter())
+                   torch.zeros((), dtype=torch.float64, device=device), time.perf_counter(),
+                   torch.zeros(3, dtype=torch.float64, device=device), LaggedRead(device))
 
     def restore(self, saved: dict, main_process: bool):
         """The position of a checkpoint's training state (checked by StepCheckpoints.load); its window on the main
-        process, which holds the sums."""
+        process, which holds the sums; the skip counts in every process."""
         self.step, self.epoch, self.batches_in_epoch = saved["step"], saved["epoch"], saved["batches_in_epoch"]
-        self.skipped_steps = saved.get("skipped_steps", 0)
+        self.skips.copy_(torch.tensor([saved.get("window_skipped", 0), saved.get("consecutive_skips", 0),
+                                       saved.get("skipped_steps", 0)], dtype=torch.float64))
+        self.consecutive.record(self.skips[1], self.step)
         if main_process and "window" in saved:
             self.window = torch.tensor(saved["window"], dtype=torch.float64, device=self.window.device)
             self.window_tokens.fill_(saved["window_tokens"])
             self.window_start = time.perf_counter() - saved["window_seconds"]
 
-    def add_step(self, counts: torch.Tensor, micro_batches, skipped: bool):
-        """One optimizer step done: its counts and real tokens into the window."""
-        self.window += counts
+    def add_step(self, counts: torch.Tensor, micro_batches, gate: torch.Tensor | None):
+        """One optimizer step done: its counts (none for a skipped step, `gate` 0) and real tokens into the window."""
+        if gate is not None:
+            skipped = 1.0 - gate.to(torch.float64)
+            self.window += torch.where(skipped > 0, 0.0, counts)  # a skipped step's counts may hold NaN
+            one = torch.ones((), dtype=torch.float64, device=skipped.device)
+            self.skips.mul_(torch.stack((one, skipped, one))).add_(skipped)  # window += s; row = (row + 1) s; all += s
+        else:
+            self.window += counts
         for batch in micro_batches:
             self.window_tokens += batch["attention_mask"].sum()
         self.step += 1
-        self.skipped_steps += skipped
+        self.consecutive.record(self.skips[1], self.step)
+
+    def consecutive_skips(self) -> int:
+        """Steps skipped in a row up to the last one (on a GPU: up to the one before, not to wait for the last)."""
+        return int(self.consecutive.read(self.step))
 
     def next_epoch(self):
         self.epoch += 1
@@ -260,23 +326,28 @@ class TrainingState:
         return accelerator.reduce(torch.cat([self.window, self.window_tokens.view(1)]), "sum").cpu()
 
     def window_metrics(self, accelerator, pair_task: str, lr: float) -> dict:
-        """A collective: the window's means, its learning rate and token rate; then a new window begins."""
+        """A collective: the window's means, its learning rate, token rate and skipped steps; then a new window
+        begins."""
         elapsed = time.perf_counter() - self.window_start
         sums = self.window_sums(accelerator)
         metrics = metrics_from_counts(sums[:-1], pair_task=pair_task)
         metrics.update(lr=lr, tokens_per_second=float(sums[-1]) / elapsed)
-        if self.skipped_steps:
-            metrics["skipped_steps"] = self.skipped_steps
+        skipped = int(self.skips[0].cpu())
+        if skipped:
+            metrics["skipped_steps"] = skipped
         self.window.zero_()
         self.window_tokens.zero_()
+        self.skips[0].zero_()
         self.window_start = time.perf_counter()
         return metrics
 
     def checkpoint_state(self, accelerator) -> dict:
         """A collective: what a checkpoint saves of the state (the window summed over processes)."""
         *sums, tokens = self.window_sums(accelerator).tolist()
+        window_skipped, consecutive, skipped = self.skips.cpu().tolist()
         return {"step": self.step, "epoch": self.epoch, "batches_in_epoch": self.batches_in_epoch,
-                "skipped_steps": self.skipped_steps, "window": sums, "window_tokens": tokens,
+                "skipped_steps": int(skipped), "window_skipped": int(window_skipped),
+                "consecutive_skips": int(consecutive), "window": sums, "window_tokens": tokens,
                 "window_seconds": time.perf_counter() - self.window_start}
 
 
