@@ -100,6 +100,43 @@ def test_the_arguments_are_resolved_once_and_read_only_after(tmp_path):
             frozen.num_warmup_steps = 0
 
 
+@pytest.mark.parametrize("processes, accumulation", [(1, 8), (2, 4), (4, 2)])
+def test_a_global_batch_is_split_into_the_accumulation_the_processes_need(tmp_path, monkeypatch, processes,
+                                                                          accumulation):
+    monkeypatch.setenv("WORLD_SIZE", str(processes))
+    out = ["--output_dir", str(tmp_path / "run")]
+    split = parse_args([*out, "--global_batch_size", "64", "--per_device_train_batch_size", "8"]).optimization
+    assert (split.global_batch_size, split.per_device_train_batch_size) == (64, 8)
+    assert split.gradient_accumulation_steps == accumulation  # 64 = processes x 8 x accumulation
+    agreeing = parse_args([*out, "--global_batch_size", "64", "--per_device_train_batch_size", "8",
+                           "--gradient_accumulation_steps", str(accumulation)]).optimization
+    assert agreeing == split
+
+
+@pytest.mark.parametrize("processes, flags, message", [
+    (3, ["--per_device_train_batch_size", "8"], "--global_batch_size 64 is not a multiple of 3 processes x "
+     "--per_device_train_batch_size 8 = 24; 64 is not a multiple of the 3 processes"),
+    (1, ["--per_device_train_batch_size", "12"], "--global_batch_size 64 is not a multiple of 1 process x "
+     "--per_device_train_batch_size 12 = 12; --per_device_train_batch_size 8 or 4 or 2 would"),
+    (2, ["--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "2"], "--global_batch_size 64 "
+     "disagrees with 2 processes x --per_device_train_batch_size 8 x --gradient_accumulation_steps 2 = 32: give one "
+     "of the two"),
+])
+def test_a_global_batch_that_cannot_be_split_is_refused_in_one_line(tmp_path, monkeypatch, processes, flags, message):
+    monkeypatch.setenv("WORLD_SIZE", str(processes))
+    with pytest.raises(InputError) as refused:
+        parse_args(["--output_dir", str(tmp_path / "run"), "--global_batch_size", "64", *flags])
+    assert str(refused.value) == message
+
+
+def test_the_start_line_says_how_the_global_batch_is_split():
+    from albert_hf.pretraining.job import batch_split
+
+    assert batch_split(4096, 16, 32, 8) == "global batch 4096 = 16 processes x 32 x 8 accumulation"
+    assert batch_split(64, 1, 8, 8) == "global batch 64 = 1 process x 8 x 8 accumulation"
+    assert batch_split(32, 1, 32, 1) == "global batch 32"
+
+
 def test_every_option_shows_its_help_and_default_and_takes_its_choices_from_where_they_are_defined():
     from albert_hf.configuration_albert_hf import PRESETS, SHARING_MODES
     from albert_hf.pretraining.corpus import LAYOUTS

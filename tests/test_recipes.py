@@ -26,8 +26,10 @@ def test_every_recipe_is_read_by_the_argument_parser(tmp_path, monkeypatch):
 def test_the_paper_recipes_have_the_paper_values(tmp_path, monkeypatch, name):
     monkeypatch.chdir(tmp_path)
     path = RECIPES / f"{name}.yaml"
-    args = parse_args([str(path)]).flat()
     processes = int(re.search(r"--num_processes (\d+)", path.read_text()).group(1))  # how its header launches it
+    monkeypatch.setenv("WORLD_SIZE", str(processes))  # as that launch sets it: the accumulation follows
+    args = parse_args([str(path)]).flat()
+    assert args["global_batch_size"] == 4096
     assert args["per_device_train_batch_size"] * processes * args["gradient_accumulation_steps"] == 4096
     assert tuple(args[name] for name in ("model_config", "max_seq_length", "optimizer", "learning_rate",
                                          "max_train_steps", "num_warmup_steps", "max_ngram",

@@ -114,8 +114,12 @@ class ObjectiveArgs:
 class OptimizationArgs:
     _argument_group_name = "optimization"  # a heading of --help
 
+    global_batch_size: int | None = field(default=None, metadata={
+        "help": "pairs per optimizer step over all processes (the paper: 4096): the accumulation follows from the "
+        "processes and --per_device_train_batch_size; the start line says the split"})
     per_device_train_batch_size: int = field(default=32, metadata={"help": "pairs per process per micro-batch"})
-    gradient_accumulation_steps: int = field(default=1, metadata={"help": "micro-batches per optimizer step"})
+    gradient_accumulation_steps: int = field(default=1, metadata={
+        "help": "micro-batches per optimizer step (with --global_batch_size: worked out from it)"})
     loss_normalization: str = field(default="global", metadata={
         "help": "global: a step's MLM loss is the mean over every masked token of the global batch (all "
         "micro-batches, all processes); per_device: each process's mean over its own masked tokens, averaged over "

@@ -95,16 +95,18 @@ def parse_args(argv=None) -> PretrainingArguments:
     2.5% of the steps."""
     groups = parse_into_dataclasses(build_parser(), argv)
     values = {name: value for group in groups for name, value in dataclasses.asdict(group).items()}
+    explicit = explicit_arguments(argv, ARGUMENT_GROUPS)
     adopted = ()
     if values["prepared_data"]:
         if values["preprocess_only"]:
             raise InputError("pass --preprocess_only (to prepare a folder) or --prepared_data (to train on "
                              "one), not both")
         manifest = prepared_data.read_manifest(values["prepared_data"])
-        recorded = prepared_data.adopt_manifest(values, manifest, explicit_arguments(argv, ARGUMENT_GROUPS))
+        recorded = prepared_data.adopt_manifest(values, manifest, explicit)
         adopted = tuple(f"--{name} {value}" for name, value in recorded.items() if values[name] != value)
         groups = with_values(groups, recorded)
     model, data, objective, optimization, output = groups
+    optimization = split_global_batch(optimization, explicit, int(os.environ.get("WORLD_SIZE", "1")))
     check_args(model, data, optimization, output)
     config = resolve_config(model)
     check_positions(config, data.max_seq_length)
@@ -114,6 +116,39 @@ def parse_args(argv=None) -> PretrainingArguments:
     if optimization.num_warmup_steps is None:
         optimization = dataclasses.replace(optimization, num_warmup_steps=round(0.025 * optimization.max_train_steps))
     return PretrainingArguments(model, data, objective, optimization, output, config, adopted)
+
+
+def split_global_batch(optimization: OptimizationArgs, explicit: set[str], processes: int) -> OptimizationArgs:
+    """--global_batch_size: the accumulation that makes it with `processes` processes (the launch's WORLD_SIZE) and
+    micro-batches of --per_device_train_batch_size. Given with --gradient_accumulation_steps too, the two must
+    agree; a global batch the processes and micro-batches cannot divide is refused, naming the micro-batches that
+    would."""
+    total, micro = optimization.global_batch_size, optimization.per_device_train_batch_size
+    if total is None:
+        return optimization
+    if total < 1 or micro < 1:
+        raise InputError("--global_batch_size and --per_device_train_batch_size must be at least 1")
+    split = f"{processes} process{'es' * (processes > 1)} x --per_device_train_batch_size {micro}"
+    if "gradient_accumulation_steps" in explicit:
+        accumulation = optimization.gradient_accumulation_steps
+        if processes * micro * accumulation != total:
+            raise InputError(f"--global_batch_size {total} disagrees with {split} x --gradient_accumulation_steps "
+                             f"{accumulation} = {processes * micro * accumulation}: give one of the two")
+        return optimization
+    if total % (processes * micro):
+        fitting = [size for size in range(micro, 0, -1) if total % (processes * size) == 0][:3]
+        hint = (f"; --per_device_train_batch_size {' or '.join(map(str, fitting))} would" if fitting else
+                f"; {total} is not a multiple of the {processes} processes")
+        raise InputError(f"--global_batch_size {total} is not a multiple of {split} = {processes * micro}{hint}")
+    return dataclasses.replace(optimization, gradient_accumulation_steps=total // (processes * micro))
+
+
+def batch_split(global_batch: int, processes: int, micro: int, accumulation: int) -> str:
+    """The start line's account of the global batch, e.g. `global batch 4096 = 16 processes x 32 x 8 accumulation`."""
+    if processes == 1 and accumulation == 1:
+        return f"global batch {global_batch}"
+    return (f"global batch {global_batch} = {processes} process{'es' * (processes > 1)} x {micro} x {accumulation} "
+            "accumulation")
 
 
 def check_args(model: ModelArgs, data: DataArgs, optimization: OptimizationArgs, output: OutputArgs):
@@ -281,8 +316,10 @@ def prepare(args: PretrainingArguments) -> Pretraining:
                     * accelerator.num_processes)
     if args.output.with_tracking:
         start_tracking(accelerator, args.output.report_to, args.flat())
-    logger.info("%s parameters; global batch %d x %d tokens; %d steps; %s; %s%s",
-                f"{num_parameters:,}", global_batch, args.data.max_seq_length, optimization.max_train_steps,
+    logger.info("%s parameters; %s, %d tokens each; %d steps; %s; %s%s", f"{num_parameters:,}",
+                batch_split(global_batch, accelerator.num_processes, optimization.per_device_train_batch_size,
+                            optimization.gradient_accumulation_steps),
+                args.data.max_seq_length, optimization.max_train_steps,
                 describe(accelerator, model, hardware), precision.describe(),
                 "".join(f"; {note}" for note in notes))
     graph = (pretraining_graph.StepGraph(model, optimizer, accelerator, optimization.max_grad_norm,
