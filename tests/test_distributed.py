@@ -206,8 +206,10 @@ def test_a_generated_fsdp_config_with_policy_and_activation_checkpointing_ends_w
 
     config = fsdp_config(tmp_path / "fsdp.yaml", **TRANSFORMER_CLASS, **{"activation checkpointing": "yes"})
     run = tmp_path / "run"
-    done = pretrain(run, *ARGS, "--per_device_train_batch_size", "4", launcher=[*LAUNCH, "--config_file", config])
+    done = pretrain(run, *ARGS, "--global_batch_size", "8", "--per_device_train_batch_size", "4",
+                    launcher=[*LAUNCH, "--config_file", config])
     start = next(line for line in done.stderr.splitlines() if "parameters; global batch" in line)
+    assert "global batch 8 = 2 processes x 4 x 1 accumulation" in start  # --global_batch_size split for the launch
     assert re.search(r"FSDP2 over 2 processes on 1 machine \(gloo, cpu: [^)]+\): this process holds 50.0% of the "
                      r"parameters", start)
     assert f"auto-wrap policy TRANSFORMER_BASED_WRAP (AlbertHFLayer) {REPLACED}" in start

@@ -314,6 +314,9 @@ def prepare(args: PretrainingArguments) -> Pretraining:
     optimization = args.optimization
     global_batch = (optimization.per_device_train_batch_size * optimization.gradient_accumulation_steps
                     * accelerator.num_processes)
+    if optimization.global_batch_size not in (None, global_batch):  # split for WORLD_SIZE, which the launch set
+        raise InputError(f"--global_batch_size {optimization.global_batch_size} was split for "
+                         f"{os.environ.get('WORLD_SIZE', '1')} processes, but the run has {accelerator.num_processes}")
     if args.output.with_tracking:
         start_tracking(accelerator, args.output.report_to, args.flat())
     logger.info("%s parameters; %s, %d tokens each; %d steps; %s; %s%s", f"{num_parameters:,}",
