@@ -18,7 +18,15 @@ from albert_hf.errors import InputError
 from albert_hf.pretraining.checkpoints import STATE_FILE, StepCheckpoints
 from albert_hf.pretraining.job import build_parser, parse_args
 from albert_hf.pretraining.model import make_optimizer
-from helpers import REPO, check_tokenizer_loads_without_prompt, run_bounded, run_python, start_process, subprocess_env
+from helpers import (
+    REPO,
+    check_tokenizer_loads_without_prompt,
+    run_bounded,
+    run_python,
+    start_process,
+    subprocess_env,
+    tiny_config,
+)
 
 SCRIPT = str(REPO / "run_pretraining.py")
 # Tiny and fast: the embedded corpus, a 500-piece tokenizer (trained once, cached in the test HF_HOME).
@@ -135,6 +143,26 @@ def test_the_start_line_says_how_the_global_batch_is_split():
     assert batch_split(4096, 16, 32, 8) == "global batch 4096 = 16 processes x 32 x 8 accumulation"
     assert batch_split(64, 1, 8, 8) == "global batch 64 = 1 process x 8 x 8 accumulation"
     assert batch_split(32, 1, 32, 1) == "global batch 32"
+
+
+def test_a_dry_run_prints_the_plan_from_real_steps_and_writes_nothing(tmp_path, capsys):
+    """--dry_run on the tiny model in fp32: the weights, their gradients and LAMB's two moments are 16 bytes a
+    parameter; the step's peak holds more; the projected time is the steps' micro-batches at the measured rate."""
+    from albert_hf import AlbertHFForPreTraining
+    from albert_hf.pretraining.job import main
+
+    out = tmp_path / "run"
+    plan = main(["--output_dir", str(out), *FAST, "--max_train_steps", "100", "--gradient_accumulation_steps", "2",
+                 "--dry_run"])
+    assert not out.exists()
+    parameters = sum(p.numel() for p in AlbertHFForPreTraining(tiny_config(vocab_size=500)).parameters())
+    assert plan["parameters"] == parameters and plan["static_bytes"] == 16 * parameters
+    assert plan["static_bytes"] < plan["peak_bytes"] < plan["available_bytes"] and plan["fits"]
+    assert plan["projected_seconds"] == pytest.approx(100 * 2 * 8 * 64 / plan["tokens_per_second"])
+    printed = capsys.readouterr().out
+    assert f"model: {parameters:,} parameters, vocabulary 500" in printed
+    assert "global batch 16 = 1 process x 8 x 2 accumulation, 64 tokens each" in printed
+    assert "fits: yes" in printed and "time to --max_train_steps 100: " in printed
 
 
 def test_every_option_shows_its_help_and_default_and_takes_its_choices_from_where_they_are_defined():

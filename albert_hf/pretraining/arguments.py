@@ -187,6 +187,10 @@ class OutputArgs:
     with_tracking: bool = field(default=False, metadata={"help": "log to the trackers of --report_to"})
     report_to: str = field(default="tensorboard", metadata={
         "help": "accelerate tracker(s): tensorboard, wandb, all, ..."})
+    dry_run: bool = field(default=False, metadata={
+        "help": "print the plan of this run on the hardware in hand (parameters, the peak memory of a training step "
+        "with and without activation checkpointing, whether it fits, tokens/s, the time to --max_train_steps) from "
+        "a few real steps on synthetic batches, write nothing, and exit"})
     push_to_hub: bool = field(default=False, metadata={"help": "upload the final folder to the Hub"})
     hub_model_id: str | None = field(default=None, metadata={"help": "repo id (default: the output_dir name)"})
     hub_token: str | None = field(default=None, metadata={"help": "default: the saved Hub login"})

@@ -42,7 +42,9 @@ from transformers import AutoModel
 from ..analysis.baselines import heldout_baselines, with_baselines
 from ..analysis.curves import CURVES_FILE, pretraining_curves
 from ..analysis.fill_mask import format_fill_mask
+from ..configuration_albert_hf import AlbertHFConfig
 from ..errors import InputError
+from ..hub.loading import loading
 from ..hub.model_card import PretrainingRun
 from ..hub.upload import push_folder
 from ..optimization import get_official_schedule
@@ -589,6 +591,42 @@ def preprocess(args: PretrainingArguments):
           f"pairs in {output_dir}. Train on them with: run_pretraining.py --prepared_data {output_dir} ...")
 
 
+def dry_run(args: PretrainingArguments) -> dict:
+    """--dry_run: the plan (plan.py) of this run's model, micro-batch, precision and processes on this process's
+    device; printed by the first process. Returns its numbers."""
+    import transformers
+
+    from .plan import plan_lines
+
+    hardware = detect()
+    precision = choose_precision(hardware, args.optimization.mixed_precision,
+                                 os.environ.get("ACCELERATE_MIXED_PRECISION"), args.optimization.tf32)
+    use_tf32(precision)
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if hardware.device == "cuda" else "cpu"
+    vocab = args.config.vocab_size
+    if not args.model.model_name_or_path:  # the tokenizer's: named, prepared, or trained to --vocab_size
+        if args.data.tokenizer_name:
+            with loading("--tokenizer_name", args.data.tokenizer_name):
+                vocab = len(transformers.AutoTokenizer.from_pretrained(args.data.tokenizer_name))
+        elif args.data.prepared_data:
+            vocab = prepared_data.read_manifest(args.data.prepared_data)["tokenizer_size"]
+        else:
+            vocab = args.data.vocab_size
+    config = AlbertHFConfig(**{**args.config.to_diff_dict(), "vocab_size": vocab})
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision.mixed_precision)
+    optimization = args.optimization
+    lines, numbers = plan_lines(
+        config, micro_batch=optimization.per_device_train_batch_size,
+        accumulation=optimization.gradient_accumulation_steps, processes=int(os.environ.get("WORLD_SIZE", "1")),
+        seq=args.data.max_seq_length, masked=args.objective.max_predictions_per_seq,
+        max_train_steps=optimization.max_train_steps, optimization=optimization, device=device,
+        autocast_dtype=dtype, checkpointing=args.model.gradient_checkpointing,
+        where=f"{hardware.describe()}; {precision.describe()}")
+    if is_first_process():
+        print("\n".join(lines), flush=True)
+    return numbers
+
+
 def card_run(args: PretrainingArguments) -> PretrainingRun:
     """What the model card says of this run."""
     optimization = args.optimization
@@ -606,6 +644,8 @@ def main(argv=None):
     """Exits with status PREEMPTED (75) when a stop signal ended the run early, after its checkpoint; stops with one
     line when another run holds --output_dir."""
     args = parse_args(argv)
+    if args.output.dry_run:  # nothing written, so no lock
+        return dry_run(args)
     # one run per folder, from before anything is written or read (runtime/output_lock.py)
     with output_lock.held(args.output.output_dir, "--output_dir", args.output.take_over_lock, is_first_process()):
         return pretrain(args)

@@ -1,0 +1,178 @@
+"""--dry_run: the run's plan on the hardware in hand, before it spends anything, and nothing written.
+
+The numbers come from real training steps of the run's model (its config, micro-batch, sequence length, masked
+positions, precision and optimizer) on the device, on synthetic batches of the run's shape, not from a formula:
+- the peak memory of a step: on a GPU `torch.cuda.max_memory_allocated`; on a CPU the process's anonymous memory
+  (Pss_Anon of /proc/self/smaps_rollup, what the benchmarks measure), sampled while the steps run, so it holds the
+  interpreter and the libraries too, as the run's process will;
+- of it, what does not depend on the batch: the weights, their gradients and the optimizer's two moments;
+- the same peak with activation checkpointing (recomputing activations in backward);
+- tokens per second of one micro-batch's forward, backward and update, and the time to --max_train_steps at that
+  rate, accumulation and number of processes (assumed to scale linearly).
+What a run adds beside the step (reading and tokenizing the corpus, the data loader's workers) is not in it.
+"""
+
+import statistics
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..configuration_albert_hf import AlbertHFConfig
+from ..modeling_albert_hf import AlbertHFForPreTraining
+from ..optimization import OPTIMIZERS, parameter_groups
+
+SAMPLE_SECONDS = 0.005  # how often the CPU's anonymous memory is read during the measured steps
+
+
+def anonymous_bytes() -> int:
+    """This process's Pss_Anon: its own memory, not the libraries' file pages it shares."""
+    for line in Path("/proc/self/smaps_rollup").read_text().splitlines():
+        if line.startswith("Pss_Anon:"):
+            return int(line.split()[1]) * 1024
+    raise OSError("/proc/self/smaps_rollup has no Pss_Anon")
+
+
+class PeakSampler:
+    """The highest Pss_Anon seen while the `with` block runs, read every SAMPLE_SECONDS by a thread."""
+
+    def __enter__(self):
+        self.peak, self.done = anonymous_bytes(), threading.Event()
+        self.thread = threading.Thread(target=self.sample, daemon=True)
+        self.thread.start()
+        return self
+
+    def sample(self):
+        while not self.done.wait(SAMPLE_SECONDS):
+            self.peak = max(self.peak, anonymous_bytes())
+
+    def __exit__(self, *exc):
+        self.done.set()
+        self.thread.join()
+        self.peak = max(self.peak, anonymous_bytes())
+
+
+@dataclass(frozen=True)
+class StepMeasure:
+    """What `measure_steps` saw."""
+
+    peak_bytes: int  # the process's peak during the steps (CPU: Pss_Anon; GPU: allocated by torch)
+    static_bytes: int  # weights, gradients and optimizer state, whatever the batch
+    micro_batch_seconds: float  # one micro-batch's forward, backward and update: the median of the timed ones
+
+
+def synthetic_batch(vocab_size: int, batch: int, seq: int, masked: int, device, generator) -> dict:
+    """A batch of the run's shape: two segments, `masked` masked positions a row, a sentence-order label."""
+    input_ids = torch.randint(5, vocab_size, (batch, seq), generator=generator)
+    token_type_ids = torch.zeros_like(input_ids)
+    token_type_ids[:, seq // 2:] = 1
+    labels = torch.full_like(input_ids, -100)
+    for row in range(batch):
+        positions = torch.randperm(seq - 2, generator=generator)[:masked] + 1
+        labels[row, positions] = input_ids[row, positions]
+    found = dict(input_ids=input_ids, token_type_ids=token_type_ids, attention_mask=torch.ones_like(input_ids),
+                 labels=labels, sentence_order_label=torch.randint(0, 2, (batch,), generator=generator))
+    return {key: value.to(device) for key, value in found.items()}
+
+
+def measure_steps(config: AlbertHFConfig, micro_batch: int, seq: int, masked: int, optimization, device,
+                  autocast_dtype: torch.dtype | None, checkpointing: bool, steps: int = 4) -> StepMeasure:
+    """`steps` training steps of the run's model at its micro-batch (the first one builds the optimizer state and
+    is not timed), measured as the module docstring says. `optimization`: the run's OptimizationArgs."""
+    torch.manual_seed(0)
+    model = AlbertHFForPreTraining(config).to(device).train()
+    if checkpointing:
+        model.activation_checkpointing_enable()
+    optimizer = OPTIMIZERS[optimization.optimizer](
+        parameter_groups(model, weight_decay=optimization.weight_decay), lr=optimization.learning_rate,
+        betas=(optimization.adam_beta1, optimization.adam_beta2), eps=optimization.adam_epsilon)
+    batch = synthetic_batch(config.vocab_size, micro_batch, seq, masked, device, torch.Generator().manual_seed(0))
+    cuda = torch.device(device).type == "cuda"
+
+    def step():
+        with torch.autocast(torch.device(device).type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+            loss = model(**batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), optimization.max_grad_norm or float("inf"))
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if cuda:
+            torch.cuda.synchronize(device)
+
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
+    seconds = []
+    with PeakSampler() as sampler:
+        for _ in range(steps):
+            began = time.perf_counter()
+            step()
+            seconds.append(time.perf_counter() - began)
+    peak = torch.cuda.max_memory_allocated(device) if cuda else sampler.peak
+    tensors = [*model.parameters(), *(value for state in optimizer.state.values() for value in state.values()
+                                      if isinstance(value, torch.Tensor))]
+    static = sum(t.numel() * t.element_size() for t in tensors) + sum(
+        p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)  # the gradients
+    return StepMeasure(peak, static, statistics.median(seconds[1:]) if steps > 1 else seconds[0])
+
+
+def gib(count: float) -> str:
+    return f"{count / 2**30:.2f} GiB" if count >= 2**30 else f"{count / 2**20:.0f} MiB"
+
+
+def duration(seconds: float) -> str:
+    for unit, size in (("days", 86400), ("hours", 3600), ("minutes", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.0f} s"
+
+
+def available_bytes(device) -> tuple[int, str]:
+    """What the step may use: the GPU's free memory, or the machine's MemAvailable (and what it was read from)."""
+    if torch.device(device).type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return free, "free on the GPU"
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024, "MemAvailable"
+    raise OSError("/proc/meminfo has no MemAvailable")
+
+
+def plan_lines(config: AlbertHFConfig, *, micro_batch: int, accumulation: int, processes: int, seq: int,
+               masked: int, max_train_steps: int, optimization, device, autocast_dtype, checkpointing: bool,
+               where: str) -> tuple[list[str], dict]:
+    """The plan as printed lines, and the same numbers as a dict (for scripts and tests)."""
+    parameters = count_parameters(config)
+    measured = measure_steps(config, micro_batch, seq, masked, optimization, device, autocast_dtype, checkpointing)
+    other = measure_steps(config, micro_batch, seq, masked, optimization, device, autocast_dtype, not checkpointing)
+    available, source = available_bytes(device)
+    tokens_per_second = micro_batch * seq / measured.micro_batch_seconds
+    total_seconds = max_train_steps * accumulation * measured.micro_batch_seconds
+    numbers = {"parameters": parameters, "peak_bytes": measured.peak_bytes, "static_bytes": measured.static_bytes,
+               "peak_bytes_other_checkpointing": other.peak_bytes, "available_bytes": available,
+               "fits": measured.peak_bytes <= available, "tokens_per_second": tokens_per_second,
+               "projected_seconds": total_seconds}
+    flip = "without" if checkpointing else "with"
+    lines = [
+        f"Plan of this run on {where} (from real training steps on synthetic batches; nothing written):",
+        f"  model: {parameters:,} parameters, vocabulary {config.vocab_size:,}",
+        f"  global batch {micro_batch * accumulation * processes} = {processes} process"
+        f"{'es' * (processes > 1)} x {micro_batch} x {accumulation} accumulation, {seq} tokens each",
+        f"  peak memory of a training step: {gib(measured.peak_bytes)}, of which weights, gradients and the "
+        f"optimizer's moments {gib(measured.static_bytes)}; {flip} activation checkpointing: "
+        f"{gib(other.peak_bytes)}",
+        f"  fits: {'yes' if numbers['fits'] else 'NO'}, {gib(measured.peak_bytes)} of {gib(available)} ({source})"
+        + ("" if numbers["fits"] else "; try a smaller --per_device_train_batch_size"
+           + (" or --gradient_checkpointing" if not checkpointing and other.peak_bytes < measured.peak_bytes
+              else "")),
+        f"  speed: {tokens_per_second:,.0f} tokens/s a process (a micro-batch's forward, backward and update)",
+        f"  time to --max_train_steps {max_train_steps:,}: {duration(total_seconds)} ({accumulation} micro-batch"
+        f"{'es' * (accumulation > 1)} a step{'; the processes assumed to scale linearly' if processes > 1 else ''})",
+    ]
+    return lines, numbers
+
+
+def count_parameters(config: AlbertHFConfig) -> int:
+    with torch.device("meta"):
+        return sum(p.numel() for p in AlbertHFForPreTraining(config).parameters())
