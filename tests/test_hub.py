@@ -289,7 +289,8 @@ def test_pretraining_card_lists_a_hub_dataset_license_and_base_model_without_goi
 
     data = DataArgs(dataset_name="Salesforce/wikitext", dataset_config_name="wikitext-2-raw-v1")
     facts = PretrainingRun(dataset=corpus_card_dataset(data), task="nsp", max_ngram=3, max_train_steps=1500,
-                           max_seq_length=128, optimizer="lamb", learning_rate=0.01, num_warmup_steps=0,
+                           max_seq_length=128, micro_batch="32 a process x 1 accumulation", optimizer="lamb",
+                           learning_rate=0.01, num_warmup_steps=0,
                            mixed_precision="auto", seed=12345, architecture="tiny", base_model="albert/albert-base-v2",
                            hub_model_id=None, license="apache-2.0", output_dir=str(tmp_path))
     metrics = {"eval_mlm_accuracy": 0.25, "eval_mlm_loss": 4.5, "eval_nsp_accuracy": 0.75, "eval_nsp_loss": 0.5}

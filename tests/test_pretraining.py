@@ -165,6 +165,44 @@ def test_a_dry_run_prints_the_plan_from_real_steps_and_writes_nothing(tmp_path, 
     assert "fits: yes" in printed and "time to --max_train_steps 100: " in printed
 
 
+@pytest.mark.trains
+def test_auto_find_batch_size_settles_below_an_out_of_memory_limit_and_trains_as_the_explicit_split(
+        tmp_path, monkeypatch, fresh_accelerate_state, caplog):
+    """Out of memory above micro-batch 4 (the device's error, from a stand-in of the trial steps): with
+    --global_batch_size 16 and at most 16 a micro-batch, the run tries 16 and 8, settles on 4 with 4 accumulation
+    steps, and trains as --per_device_train_batch_size 4 --gradient_accumulation_steps 4 does."""
+    import torch
+
+    from albert_hf.pretraining import job, plan
+
+    real, tried = plan.measure_steps, []
+
+    def limited(config, micro_batch, *args, **kwargs):
+        tried.append(micro_batch)
+        if micro_batch > 4:
+            raise torch.OutOfMemoryError("CUDA out of memory (injected)")
+        return real(config, micro_batch, *args, **kwargs)
+
+    monkeypatch.setattr(plan, "measure_steps", limited)
+    common = [*FAST, "--max_train_steps", "6", "--eval_steps", "0", "--validation_split_percentage", "0",
+              "--no_plots"]
+    found, explicit = tmp_path / "found", tmp_path / "explicit"
+    with caplog.at_level("INFO", logger="albert_hf.pretraining.job"):
+        job.main(["--output_dir", str(found), *common, "--global_batch_size", "16", "--per_device_train_batch_size",
+                  "16", "--auto_find_batch_size"])
+    start = next(r.getMessage() for r in caplog.records if "parameters; global batch" in r.getMessage())
+    assert "global batch 16 = 1 process x 4 x 4 accumulation" in start
+    assert "--auto_find_batch_size: micro-batch 4 x 4 accumulation (16 (out of memory), 8 (out of memory) did not " \
+           "fit)" in start
+    assert tried[1:] == [16, 8, 4]  # after the smallest candidate's measured step, on a CPU
+    job.main(["--output_dir", str(explicit), *common, "--per_device_train_batch_size", "4",
+              "--gradient_accumulation_steps", "4"])
+    strip = lambda rows: [{k: v for k, v in row.items() if k != "tokens_per_second"} for row in rows]  # noqa: E731
+    assert strip(metrics(found)) == strip(metrics(explicit))
+    ours, theirs = load_file(found / "model.safetensors"), load_file(explicit / "model.safetensors")
+    assert all(torch.equal(ours[name], theirs[name]) for name in theirs)
+
+
 def test_every_option_shows_its_help_and_default_and_takes_its_choices_from_where_they_are_defined():
     from albert_hf.configuration_albert_hf import PRESETS, SHARING_MODES
     from albert_hf.pretraining.corpus import LAYOUTS

@@ -280,6 +280,7 @@ class PretrainingRun:
     max_ngram: int
     max_train_steps: int
     max_seq_length: int
+    micro_batch: str  # e.g. "8 x 4 accumulation", and how it was chosen when --auto_find_batch_size found it
     optimizer: str
     learning_rate: float
     num_warmup_steps: int
@@ -328,7 +329,8 @@ def write_pretraining_card(output_dir, model, facts: PretrainingRun, global_batc
         summary += f" Pretraining continued from {_describe_checkpoint(facts.base_model)}."
     training = {"objective": f"MLM (n-gram, max n={facts.max_ngram}) + {facts.task.upper()}"
                 if facts.task != "none" else "MLM only",
-                "steps": facts.max_train_steps, "global batch": global_batch, "sequence length": facts.max_seq_length,
+                "steps": facts.max_train_steps, "global batch": global_batch, "micro-batch": facts.micro_batch,
+                "sequence length": facts.max_seq_length,
                 "optimizer": facts.optimizer.upper(), "peak learning rate": facts.learning_rate,
                 "warmup steps": facts.num_warmup_steps, "processes": num_processes,
                 "mixed precision": (where or {}).get("precision", facts.mixed_precision), "seed": facts.seed,

@@ -120,6 +120,11 @@ class OptimizationArgs:
     per_device_train_batch_size: int = field(default=32, metadata={"help": "pairs per process per micro-batch"})
     gradient_accumulation_steps: int = field(default=1, metadata={
         "help": "micro-batches per optimizer step (with --global_batch_size: worked out from it)"})
+    auto_find_batch_size: bool = field(default=False, metadata={
+        "help": "take the largest micro-batch of at most --per_device_train_batch_size that runs a training step on "
+        "the device and divides the global batch's share of a process, trying it (a CPU: only where the memory a "
+        "measured step predicts fits); the accumulation then keeps the global batch, which transformers' flag of "
+        "this name does not"})
     loss_normalization: str = field(default="global", metadata={
         "help": "global: a step's MLM loss is the mean over every masked token of the global batch (all "
         "micro-batches, all processes); per_device: each process's mean over its own masked tokens, averaged over "

@@ -81,6 +81,7 @@ from .final_folder import corpus_card_dataset, held_out_fill_mask, save_final_mo
 from .inputs import build_data, build_inputs, check_train_files
 from .log import MetricsLog, format_metrics, format_value, start_logging, start_tracking
 from .model import build_run_model, check_positions, make_optimizer, planned_weight_bytes, resolve_config
+from .plan import find_micro_batch, plan_lines
 from .step import COUNTS, FitResult, TrainingState, accumulation_groups, evaluate, training_step, update_gate
 
 logger = logging.getLogger("albert_hf.pretraining.job")
@@ -231,8 +232,9 @@ class Pretraining:
 
 
 def setup(args: PretrainingArguments):
-    """The hardware, the precision, the accelerator (in the mode the launcher asked for) and its FSDP request, and
-    the output folder (an earlier run cleared with --overwrite_output_dir, partial checkpoints removed)."""
+    """The hardware, the precision, the accelerator (in the mode the launcher asked for) and its FSDP request, the
+    output folder (an earlier run cleared with --overwrite_output_dir, partial checkpoints removed), and with
+    --auto_find_batch_size the micro-batch found: the arguments with it, and the start line's notes."""
     optimization, output = args.optimization, args.output
     graphed = args.model.torch_compile_mode == pretraining_graph.MODE
     hardware = detect()
@@ -260,6 +262,9 @@ def setup(args: PretrainingArguments):
         check_deepspeed(optimization.gradient_accumulation_steps, optimization.optimizer)
     if accelerator.mixed_precision == "fp16" and accelerator.scaler is None:
         enable_cpu_fp16(accelerator)
+    notes = []
+    if optimization.auto_find_batch_size:  # before the seed: its trial steps draw random numbers
+        args, notes = auto_micro_batch(args, accelerator, precision)
     set_seed(optimization.seed)
     output_dir = Path(output.output_dir)
     if output.overwrite_output_dir and accelerator.is_main_process:
@@ -273,20 +278,20 @@ def setup(args: PretrainingArguments):
     weights = planned_weight_bytes(args.config, None if args.model.model_name_or_path else args.data.vocab_size)
     needed, what = (3 * weights, "one checkpoint") if output.checkpointing_steps else (weights, "the final model")
     check_free_space(output_dir, needed, what, "--output_dir")
-    return hardware, precision, accelerator, fsdp_request, checkpoints
+    return args, hardware, precision, accelerator, fsdp_request, checkpoints, notes
 
 
 def prepare(args: PretrainingArguments) -> Pretraining:
     """`setup`, the inputs (pretraining/inputs.py), the model (sharded under FSDP), the optimizer and the schedule,
     all prepared by accelerate; logs the start line."""
-    hardware, precision, accelerator, fsdp_request, checkpoints = setup(args)
+    args, hardware, precision, accelerator, fsdp_request, checkpoints, setup_notes = setup(args)
     inputs = build_inputs(args.data, args.objective, accelerator, seed=args.optimization.seed,
                           model_name_or_path=args.model.model_name_or_path, adopted=args.adopted,
                           batch_sizes=(args.optimization.per_device_train_batch_size,
                                        args.output.per_device_eval_batch_size))
     model, model_notes = build_run_model(args.model, args.config, args.objective.task, inputs.tokenizer, accelerator,
                                          fsdp_request)
-    notes = [*(fsdp_request.notes if fsdp_request is not None else ()), *inputs.notes]
+    notes = [*setup_notes, *(fsdp_request.notes if fsdp_request is not None else ()), *inputs.notes]
     if args.objective.task == "none":
         notes.append("--task none: the pooler and the sentence-order head are frozen (no loss trains them)")
     notes += model_notes
@@ -591,20 +596,11 @@ def preprocess(args: PretrainingArguments):
           f"pairs in {output_dir}. Train on them with: run_pretraining.py --prepared_data {output_dir} ...")
 
 
-def dry_run(args: PretrainingArguments) -> dict:
-    """--dry_run: the plan (plan.py) of this run's model, micro-batch, precision and processes on this process's
-    device; printed by the first process. Returns its numbers."""
-    import transformers
-
-    from .plan import plan_lines
-
-    hardware = detect()
-    precision = choose_precision(hardware, args.optimization.mixed_precision,
-                                 os.environ.get("ACCELERATE_MIXED_PRECISION"), args.optimization.tf32)
-    use_tf32(precision)
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if hardware.device == "cuda" else "cpu"
+def planned_config(args: PretrainingArguments) -> AlbertHFConfig:
+    """The config of the model the run will train, before its tokenizer is built: the vocabulary of
+    --model_name_or_path, --tokenizer_name or --prepared_data, or --vocab_size for one still to be trained."""
     vocab = args.config.vocab_size
-    if not args.model.model_name_or_path:  # the tokenizer's: named, prepared, or trained to --vocab_size
+    if not args.model.model_name_or_path:
         if args.data.tokenizer_name:
             with loading("--tokenizer_name", args.data.tokenizer_name):
                 vocab = len(transformers.AutoTokenizer.from_pretrained(args.data.tokenizer_name))
@@ -612,11 +608,44 @@ def dry_run(args: PretrainingArguments) -> dict:
             vocab = prepared_data.read_manifest(args.data.prepared_data)["tokenizer_size"]
         else:
             vocab = args.data.vocab_size
-    config = AlbertHFConfig(**{**args.config.to_diff_dict(), "vocab_size": vocab})
+    return AlbertHFConfig(**{**args.config.to_diff_dict(), "vocab_size": vocab})
+
+
+def auto_micro_batch(args: PretrainingArguments, accelerator, precision) -> tuple[PretrainingArguments, list[str]]:
+    """--auto_find_batch_size: the micro-batch every process can run (`plan.find_micro_batch`, the smallest
+    process's answer), with the accumulation that keeps the global batch; the start line's note."""
+    optimization = args.optimization
+    if accelerator.is_fsdp2 or accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED):
+        raise InputError("--auto_find_batch_size measures the unsharded model's step, not an FSDP or DeepSpeed "
+                         "shard's: give --per_device_train_batch_size (and --dry_run to check it)")
+    processes = accelerator.num_processes
+    total = optimization.global_batch_size or (
+        optimization.per_device_train_batch_size * optimization.gradient_accumulation_steps * processes)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision.mixed_precision)
+    size, refused = find_micro_batch(
+        planned_config(args), optimization.per_device_train_batch_size, total // processes,
+        args.data.max_seq_length, args.objective.max_predictions_per_seq, optimization, accelerator.device, dtype,
+        args.model.gradient_checkpointing)
+    size = int(accelerator.gather(torch.tensor([size], device=accelerator.device)).min())
+    found = dataclasses.replace(optimization, per_device_train_batch_size=size,
+                                gradient_accumulation_steps=total // (processes * size))
+    note = (f"--auto_find_batch_size: micro-batch {size} x {found.gradient_accumulation_steps} accumulation"
+            + (f" ({', '.join(refused)} did not fit)" if refused else ""))
+    return dataclasses.replace(args, optimization=found), [note]
+
+
+def dry_run(args: PretrainingArguments) -> dict:
+    """--dry_run: the plan (plan.py) of this run's model, micro-batch, precision and processes on this process's
+    device; printed by the first process. Returns its numbers."""
+    hardware = detect()
+    precision = choose_precision(hardware, args.optimization.mixed_precision,
+                                 os.environ.get("ACCELERATE_MIXED_PRECISION"), args.optimization.tf32)
+    use_tf32(precision)
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if hardware.device == "cuda" else "cpu"
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision.mixed_precision)
     optimization = args.optimization
     lines, numbers = plan_lines(
-        config, micro_batch=optimization.per_device_train_batch_size,
+        planned_config(args), micro_batch=optimization.per_device_train_batch_size,
         accumulation=optimization.gradient_accumulation_steps, processes=int(os.environ.get("WORLD_SIZE", "1")),
         seq=args.data.max_seq_length, masked=args.objective.max_predictions_per_seq,
         max_train_steps=optimization.max_train_steps, optimization=optimization, device=device,
@@ -633,6 +662,9 @@ def card_run(args: PretrainingArguments) -> PretrainingRun:
     return PretrainingRun(
         dataset=corpus_card_dataset(args.data), task=args.objective.task, max_ngram=args.objective.max_ngram,
         max_train_steps=optimization.max_train_steps, max_seq_length=args.data.max_seq_length,
+        micro_batch=f"{optimization.per_device_train_batch_size} a process x "
+                    f"{optimization.gradient_accumulation_steps} accumulation"
+                    + (" (found by --auto_find_batch_size)" if optimization.auto_find_batch_size else ""),
         optimizer=optimization.optimizer, learning_rate=optimization.learning_rate,
         num_warmup_steps=optimization.num_warmup_steps, mixed_precision=optimization.mixed_precision,
         seed=optimization.seed, architecture=args.model.model_config if not args.model.config_name else "custom",

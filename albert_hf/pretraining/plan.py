@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from ..configuration_albert_hf import AlbertHFConfig
+from ..errors import InputError
 from ..modeling_albert_hf import AlbertHFForPreTraining
 from ..optimization import OPTIMIZERS, parameter_groups
 
@@ -176,3 +177,38 @@ def plan_lines(config: AlbertHFConfig, *, micro_batch: int, accumulation: int, p
 def count_parameters(config: AlbertHFConfig) -> int:
     with torch.device("meta"):
         return sum(p.numel() for p in AlbertHFForPreTraining(config).parameters())
+
+
+def find_micro_batch(config: AlbertHFConfig, largest: int, per_process: int, seq: int, masked: int, optimization,
+                     device, autocast_dtype, checkpointing: bool) -> tuple[int, list[str]]:
+    """--auto_find_batch_size: the largest micro-batch of at most `largest` that divides `per_process` (the global
+    batch's share of a process, so that the accumulation keeps the global batch) and whose training step runs here.
+
+    The candidates are tried from the largest down, each with two real steps, halving after one that runs out of
+    memory (the device's out-of-memory error). On a CPU, where running out ends the process, a candidate is tried
+    only when its peak predicted from the smallest one's measured step fits in 90% of MemAvailable: the process's
+    memory before the step, plus the step's batch-independent part, plus the smallest one's activations per example
+    times the candidate. Returns the micro-batch and what did not fit, for the start line."""
+    candidates = [size for size in range(max(largest, 1), 0, -1) if per_process % size == 0]
+    refused = []
+    if torch.device(device).type != "cuda":
+        before = anonymous_bytes()
+        small = measure_steps(config, candidates[-1], seq, masked, optimization, device, autocast_dtype,
+                              checkpointing, steps=2)
+        per_example = max(small.peak_bytes - before - small.static_bytes, 0) / candidates[-1]
+        limit = 0.9 * available_bytes(device)[0]
+        fitting = [size for size in candidates if before + small.static_bytes + per_example * size <= limit]
+        refused += [f"{size} (predicted over 90% of MemAvailable)" for size in candidates if size not in fitting]
+        candidates = fitting or candidates[-1:]
+    while candidates:
+        size = candidates[0]
+        try:
+            measure_steps(config, size, seq, masked, optimization, device, autocast_dtype, checkpointing, steps=2)
+            return size, refused
+        except torch.OutOfMemoryError:
+            refused.append(f"{size} (out of memory)")
+            if torch.device(device).type == "cuda":
+                torch.cuda.empty_cache()
+            candidates = [smaller for smaller in candidates if smaller <= size // 2]
+    raise InputError("--auto_find_batch_size: no micro-batch down to 1 runs a training step on this device (out of "
+                     "memory): try --gradient_checkpointing or a smaller --max_seq_length")
