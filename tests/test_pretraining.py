@@ -203,6 +203,19 @@ def test_auto_find_batch_size_settles_below_an_out_of_memory_limit_and_trains_as
     assert all(torch.equal(ours[name], theirs[name]) for name in theirs)
 
 
+def test_flags_after_an_arguments_file_override_its_values_and_count_as_given(tmp_path):
+    from albert_hf.pretraining.arguments import ARGUMENT_GROUPS
+    from albert_hf.runtime.cli import explicit_arguments
+
+    path = tmp_path / "recipe.yaml"
+    path.write_text(f"output_dir: {tmp_path / 'run'}\nmax_train_steps: 40\nlearning_rate: 0.003\n")
+    args = parse_args([str(path), "--max_train_steps", "5", "--dry_run"])
+    assert (args.optimization.max_train_steps, args.optimization.learning_rate, args.output.dry_run) == (5, 0.003, True)
+    assert args.output.output_dir == str(tmp_path / "run")
+    assert explicit_arguments([str(path), "--dry_run"], ARGUMENT_GROUPS) == {"output_dir", "max_train_steps",
+                                                                         "learning_rate", "dry_run"}
+
+
 def test_every_option_shows_its_help_and_default_and_takes_its_choices_from_where_they_are_defined():
     from albert_hf.configuration_albert_hf import PRESETS, SHARING_MODES
     from albert_hf.pretraining.corpus import LAYOUTS

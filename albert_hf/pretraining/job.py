@@ -43,7 +43,7 @@ from ..analysis.baselines import heldout_baselines, with_baselines
 from ..analysis.curves import CURVES_FILE, pretraining_curves
 from ..analysis.fill_mask import format_fill_mask
 from ..configuration_albert_hf import AlbertHFConfig
-from ..errors import InputError
+from ..errors import InputError, first_line
 from ..hub.loading import loading
 from ..hub.model_card import PretrainingRun
 from ..hub.upload import push_folder
@@ -644,13 +644,20 @@ def dry_run(args: PretrainingArguments) -> dict:
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if hardware.device == "cuda" else "cpu"
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision.mixed_precision)
     optimization = args.optimization
+    try:
+        config, unknown = planned_config(args), None
+    except InputError as error:  # a tokenizer out of reach here (offline): the plan goes on with the config's
+        config, unknown = args.config, first_line(error)
     lines, numbers = plan_lines(
-        planned_config(args), micro_batch=optimization.per_device_train_batch_size,
+        config, micro_batch=optimization.per_device_train_batch_size,
         accumulation=optimization.gradient_accumulation_steps, processes=int(os.environ.get("WORLD_SIZE", "1")),
         seq=args.data.max_seq_length, masked=args.objective.max_predictions_per_seq,
         max_train_steps=optimization.max_train_steps, optimization=optimization, device=device,
         autocast_dtype=dtype, checkpointing=args.model.gradient_checkpointing,
         where=f"{hardware.describe()}; {precision.describe()}")
+    if unknown:
+        lines.insert(2, f"  vocabulary: the config's ({config.vocab_size:,}); the tokenizer's is unknown here: "
+                        f"{unknown}")
     if is_first_process():
         print("\n".join(lines), flush=True)
     return numbers

@@ -23,8 +23,8 @@ INPUT_ERROR_STATUS = 2
 
 
 def argument_file(argv) -> Path | None:
-    """The .json/.yaml file that replaces the flags when it is the only argument."""
-    return Path(argv[0]) if len(argv) == 1 and argv[0].endswith(ARGUMENT_FILE_SUFFIXES) else None
+    """The .json/.yaml file of arguments when it is the first argument (flags after it override its values)."""
+    return Path(argv[0]) if argv and argv[0].endswith(ARGUMENT_FILE_SUFFIXES) else None
 
 
 def read_argument_file(path: Path) -> dict:
@@ -33,8 +33,9 @@ def read_argument_file(path: Path) -> dict:
 
 
 def parse_into_dataclasses(parser: HfArgumentParser, argv=None, defaults: dict | None = None) -> tuple:
-    """The dataclasses of `parser` from `argv` (default: the command line), or from its one .json/.yaml file;
-    `defaults` (argument name -> value) replace the dataclasses' own defaults, and what argv gives wins."""
+    """The dataclasses of `parser` from `argv` (default: the command line), or from the .json/.yaml file it starts
+    with and the flags after it (which override the file's values); `defaults` (argument name -> value) replace the
+    dataclasses' own defaults, and what argv gives wins."""
     argv = sys.argv[1:] if argv is None else [str(arg) for arg in argv]
     defaults = defaults or {}
     parser.set_defaults(**defaults)
@@ -52,7 +53,10 @@ def parse_into_dataclasses(parser: HfArgumentParser, argv=None, defaults: dict |
             unknown = sorted(set(values) - known)
             if unknown:
                 parser.error(f"{path}: unknown argument(s) {unknown[:5]}")
-            return parser.parse_dict({**defaults, **values})
+            if len(argv) == 1:
+                return parser.parse_dict({**defaults, **values})
+            parser.set_defaults(**{**defaults, **values})  # the flags after the file win
+            argv = argv[1:]
         except (ValueError, TypeError, yaml.YAMLError) as error:
             parser.error(f"{path}: {str(error).strip().splitlines()[0]}")
     *groups, remaining = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
@@ -119,13 +123,13 @@ def explicit_arguments(argv, dataclass_types) -> set[str]:
     """
     argv = sys.argv[1:] if argv is None else [str(arg) for arg in argv]  # as parse_into_dataclasses reads it
     path = argument_file(argv)
-    if path is not None:
-        return set(read_argument_file(path))
+    from_file = set(read_argument_file(path)) if path is not None else set()
+    argv = argv[1:] if path is not None else argv
     parser = HfArgumentParser(dataclass_types)
     unset = object()
     parser.set_defaults(**{action.dest: unset for action in parser._actions if action.dest != "help"})
     namespace, _ = parser.parse_known_args(argv)
-    return {name for name, value in vars(namespace).items() if value is not unset}
+    return from_file | {name for name, value in vars(namespace).items() if value is not unset}
 
 
 def is_first_process() -> bool:
