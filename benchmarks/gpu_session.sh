@@ -77,6 +77,14 @@ timeout 60 python3 run_pretraining.py --torch_compile_mode whole-step-graph --le
     --per_device_train_batch_size 32 --max_train_steps 60 --logging_steps 10 --eval_steps 0 \
     --max_consecutive_skips 8 --output_dir /tmp/diverge --overwrite_output_dir 2>&1 | grep -v -E "^\s*$|it/s\]$" | tail -3
 
+echo "== the plans of the base and xxlarge recipes on this GPU ($(left) s left)"
+# offline, the recipes' tokenizers are out of reach: the plans take the configs' vocabularies and say so
+for recipe in base xxlarge; do
+    if [ "$(left)" -lt 150 ]; then echo "skipped $recipe: $(left) s left"; continue; fi
+    timeout 100 python3 run_pretraining.py recipes/$recipe.yaml --dry_run --output_dir /tmp/plan_$recipe 2>&1 \
+        | grep -E "^(Plan|  )" | tee "$out/plan_$recipe.txt"
+done
+
 echo "== demo recipe in fp16 with loss scaling ($(left) s left)"
 if [ "$(left)" -lt 80 ]; then echo "skipped: $(left) s left, the demo needs about 75"; else
 rm -rf /tmp/demo_fp16

@@ -617,7 +617,8 @@ def auto_micro_batch(args: PretrainingArguments, accelerator, precision) -> tupl
     optimization = args.optimization
     if accelerator.is_fsdp2 or accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED):
         raise InputError("--auto_find_batch_size measures the unsharded model's step, not an FSDP or DeepSpeed "
-                         "shard's: give --per_device_train_batch_size (and --dry_run to check it)")
+                         "shard's: pass --auto_find_batch_size false (after a recipe file) and a "
+                         "--per_device_train_batch_size")
     processes = accelerator.num_processes
     total = optimization.global_batch_size or (
         optimization.per_device_train_batch_size * optimization.gradient_accumulation_steps * processes)
