@@ -103,6 +103,29 @@ def test_non_finite_weights_are_not_checkpointed_and_the_line_names_the_last_fin
     assert not (run / "_albert_hf_run.lock").exists()  # released on the way out
 
 
+@pytest.mark.trains
+@pytest.mark.parametrize("precision", ["no", "bf16", "fp16"])
+def test_a_nan_gradient_is_skipped_and_counted_once_in_every_precision(tmp_path, monkeypatch, fresh_accelerate_state,
+                                                                        precision):
+    """fp32, bf16 autocast, and fp16 with loss scaling (whose scaler skips the step too: still one count)."""
+    from albert_hf.pretraining import step
+
+    real, calls = step.weighted_loss, []
+
+    def poisoned(outputs, batch, weights):
+        calls.append(1)
+        return real(outputs, batch, weights) * (math.nan if len(calls) == 4 else 1.0)
+
+    monkeypatch.setattr(step, "weighted_loss", poisoned)
+    run = tmp_path / "run"
+    pretraining.main(["--output_dir", str(run), *FAST, "--max_train_steps", "8", "--logging_steps", "4",
+                      *QUIET, "--no_plots", "--mixed_precision", precision])
+    rows = metrics(run)
+    assert [row.get("skipped_steps") for row in rows] == [1, None]
+    assert all(math.isfinite(value) for row in rows for value in row.values())
+    assert (run / "model.safetensors").exists() and non_finite_tensors(run) == []
+
+
 def test_with_rollback_a_diverged_run_goes_back_to_the_checkpoint_before_and_ends_finite(
         tmp_path, monkeypatch, fresh_accelerate_state, caplog):
     """A weight turns NaN after step 7: steps 8 and 9 are skipped, the skip limit (2) is reached at step 9, and

@@ -257,6 +257,18 @@ def test_paper_hparams_from_an_arguments_file_keep_its_values_and_leave_the_pars
     assert (parsed[2].max_steps, parsed[1].max_seq_length, parsed[0].hidden_dropout_prob) == (-1, 128, None)
 
 
+def test_flags_after_an_arguments_file_override_it_and_its_required_values_count(tmp_path):
+    """The fine-tuning scripts take `args.json --flag value` too: the file may hold the required
+    --model_name_or_path, and a flag after it wins."""
+    import json
+
+    path = tmp_path / "args.json"
+    path.write_text(json.dumps({"model_name_or_path": "m", "output_dir": str(tmp_path / "out"),
+                                "learning_rate": 1e-4}))
+    model_args, _, args = parse_arguments(LengthArguments, [path, "--learning_rate", "3e-5"])
+    assert (model_args.model_name_or_path, args.learning_rate) == ("m", 3e-5)
+
+
 def test_paper_hparams_values_meet_the_checks_a_flag_meets(tmp_path):
     from albert_hf.tasks.finetuning import apply_paper_hparams
 

@@ -56,6 +56,9 @@ def parse_into_dataclasses(parser: HfArgumentParser, argv=None, defaults: dict |
             if len(argv) == 1:
                 return parser.parse_dict({**defaults, **values})
             parser.set_defaults(**{**defaults, **values})  # the flags after the file win
+            for action in parser._actions:  # one the file gives is no longer required on the command line
+                if action.dest in values:
+                    action.required = False
             argv = argv[1:]
         except (ValueError, TypeError, yaml.YAMLError) as error:
             parser.error(f"{path}: {str(error).strip().splitlines()[0]}")
@@ -125,9 +128,13 @@ def explicit_arguments(argv, dataclass_types) -> set[str]:
     path = argument_file(argv)
     from_file = set(read_argument_file(path)) if path is not None else set()
     argv = argv[1:] if path is not None else argv
+    if path is not None and not argv:
+        return from_file
     parser = HfArgumentParser(dataclass_types)
     unset = object()
     parser.set_defaults(**{action.dest: unset for action in parser._actions if action.dest != "help"})
+    for action in parser._actions:  # what is required may be in the file: only what argv gives is asked here
+        action.required = False
     namespace, _ = parser.parse_known_args(argv)
     return from_file | {name for name, value in vars(namespace).items() if value is not unset}
 
