@@ -94,7 +94,10 @@ def _single_tensor_update(params, grads, exp_avgs, exp_avg_sqs, *, dtype, lr, be
     """One parameter at a time, in place where possible (one temporary per param). The default on CPU."""
     beta1, beta2 = betas
     if gate is not None:
-        decay1, share1, decay2, share2, lr, keep = _gated(gate, betas, lr, dtype)
+        plain_lr = not isinstance(lr, torch.Tensor)
+        decay1, share1, decay2, share2, gated_lr, keep = _gated(gate, betas, lr, dtype)
+        minus_lr = -gated_lr if plain_lr else None
+        lr = lr if plain_lr else gated_lr  # a float lr stays a float: the update uses minus_lr
     for param, grad, m, v in zip(params, grads, exp_avgs, exp_avg_sqs):
         # `.to` is a no-op in the working dtype; bf16/fp16 params and grads get fp32 copies.
         w, g = param.to(dtype), grad.to(dtype)
@@ -102,16 +105,19 @@ def _single_tensor_update(params, grads, exp_avgs, exp_avg_sqs, *, dtype, lr, be
             m.mul_(beta1).add_(g, alpha=1.0 - beta1)
             v.mul_(beta2).addcmul_(g, g, value=1.0 - beta2)
         else:  # a gradient gated off may hold NaN: replaced by 0, so that 0 x it leaves the moments exact
+            # (gated on, these round exactly as the two lines above: the same products, the same additions)
             g = torch.where(keep, g, 0.0)
-            m.mul_(decay1).addcmul_(g, share1)
-            v.mul_(decay2).addcmul_(g.mul_(g), share2)
+            m.mul_(decay1).addcmul_(share1, g)
+            v.mul_(decay2).addcmul_(g * share2, g)
         u = v.sqrt().add_(eps)
         torch.div(m, u, out=u)  # u = m / (sqrt(v) + eps)
         if weight_decay != 0.0:
             u.add_(w, alpha=weight_decay)
         if trust_ratio:
             u.mul_(_trust_ratio(torch.linalg.vector_norm(w), torch.linalg.vector_norm(u)))
-        if isinstance(lr, torch.Tensor):  # a device tensor (a captured step reads each step's value)
+        if gate is not None and not isinstance(lr, torch.Tensor):  # as `w.add_(u, alpha=-lr)`, bit for bit
+            w.addcmul_(minus_lr, u)
+        elif isinstance(lr, torch.Tensor):  # a device tensor (a captured step reads each step's value)
             w.sub_(u.mul_(lr))
         else:
             w.add_(u, alpha=-lr)
