@@ -127,15 +127,11 @@ def make_models(preset, seq, with_transformers=True):
 
 
 def make_batch(config, batch, seq, generator, masked_per_seq=MASKED_PER_SEQ):
-    input_ids = torch.randint(5, config.vocab_size, (batch, seq), generator=generator)
-    token_type_ids = torch.zeros_like(input_ids)
-    token_type_ids[:, seq // 2 :] = 1
-    labels = torch.full_like(input_ids, -100)
-    for row in range(batch):
-        positions = torch.randperm(seq - 2, generator=generator)[:masked_per_seq] + 1
-        labels[row, positions] = input_ids[row, positions]
-    return dict(input_ids=input_ids, token_type_ids=token_type_ids, attention_mask=torch.ones_like(input_ids),
-                labels=labels, sentence_order_label=torch.randint(0, 2, (batch,), generator=generator))
+    """A random batch of `batch` x `seq` tokens with `masked_per_seq` masked positions a row, on the CPU (the plan's
+    synthetic batch: `--dry_run` measures the same kind)."""
+    from albert_hf.pretraining.plan import synthetic_batch
+
+    return synthetic_batch(config.vocab_size, batch, seq, masked_per_seq, "cpu", generator)
 
 
 def autocast(mode, model):

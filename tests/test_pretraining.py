@@ -138,7 +138,7 @@ def test_a_global_batch_that_cannot_be_split_is_refused_in_one_line(tmp_path, mo
 
 
 def test_the_start_line_says_how_the_global_batch_is_split():
-    from albert_hf.pretraining.job import batch_split
+    from albert_hf.pretraining.plan import batch_split
 
     assert batch_split(4096, 16, 32, 8) == "global batch 4096 = 16 processes x 32 x 8 accumulation"
     assert batch_split(64, 1, 8, 8) == "global batch 64 = 1 process x 8 x 8 accumulation"

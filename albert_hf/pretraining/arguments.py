@@ -231,8 +231,12 @@ class PretrainingArguments:
 
     def flat(self) -> dict:
         """Every argument by its flag's name (for trackers' run configs and the prepared data's manifest)."""
-        return {name: value for group in (self.model, self.data, self.objective, self.optimization, self.output)
-                for name, value in dataclasses.asdict(group).items()}
+        return flat_values((self.model, self.data, self.objective, self.optimization, self.output))
+
+
+def flat_values(groups) -> dict:
+    """The groups' arguments by their flags' names."""
+    return {name: value for group in groups for name, value in dataclasses.asdict(group).items()}
 
 
 def with_values(groups: tuple, values: dict) -> tuple:

@@ -72,6 +72,7 @@ from .arguments import (
     OutputArgs,
     PretrainingArguments,
     build_parser,
+    flat_values,
     with_values,
 )
 from .checkpoints import FILL_MASK_FILE, StepCheckpoints, check_output_dir, clear_earlier_run, truncate_metrics_log
@@ -81,7 +82,7 @@ from .final_folder import corpus_card_dataset, held_out_fill_mask, save_final_mo
 from .inputs import build_data, build_inputs, check_train_files
 from .log import MetricsLog, format_metrics, format_value, start_logging, start_tracking
 from .model import build_run_model, check_positions, make_optimizer, planned_weight_bytes, resolve_config
-from .plan import find_micro_batch, plan_lines
+from .plan import batch_split, find_micro_batch, plan_lines
 from .step import COUNTS, FitResult, TrainingState, accumulation_groups, evaluate, training_step, update_gate
 
 logger = logging.getLogger("albert_hf.pretraining.job")
@@ -97,7 +98,7 @@ def parse_args(argv=None) -> PretrainingArguments:
     that changed); the model's config; a --torch_compile_mode turns --torch_compile on; the warm-up defaults to
     2.5% of the steps."""
     groups = parse_into_dataclasses(build_parser(), argv)
-    values = {name: value for group in groups for name, value in dataclasses.asdict(group).items()}
+    values = flat_values(groups)
     explicit = explicit_arguments(argv, ARGUMENT_GROUPS)
     adopted = ()
     if values["prepared_data"]:
@@ -144,14 +145,6 @@ def split_global_batch(optimization: OptimizationArgs, explicit: set[str], proce
                 f"; {total} is not a multiple of the {processes} processes")
         raise InputError(f"--global_batch_size {total} is not a multiple of {split} = {processes * micro}{hint}")
     return dataclasses.replace(optimization, gradient_accumulation_steps=total // (processes * micro))
-
-
-def batch_split(global_batch: int, processes: int, micro: int, accumulation: int) -> str:
-    """The start line's account of the global batch, e.g. `global batch 4096 = 16 processes x 32 x 8 accumulation`."""
-    if processes == 1 and accumulation == 1:
-        return f"global batch {global_batch}"
-    return (f"global batch {global_batch} = {processes} process{'es' * (processes > 1)} x {micro} x {accumulation} "
-            "accumulation")
 
 
 def check_args(model: ModelArgs, data: DataArgs, optimization: OptimizationArgs, output: OutputArgs):
@@ -231,16 +224,22 @@ class Pretraining:
         return dataset if isinstance(dataset, datasets.IterableDataset) else None
 
 
+def hardware_and_precision(optimization: OptimizationArgs) -> tuple[Hardware, Precision]:
+    """This machine, and the precision the run takes on it (--mixed_precision, the launcher's, --tf32), in force."""
+    hardware = detect()
+    precision = choose_precision(hardware, optimization.mixed_precision,
+                                 os.environ.get("ACCELERATE_MIXED_PRECISION"), optimization.tf32)
+    use_tf32(precision)
+    return hardware, precision
+
+
 def setup(args: PretrainingArguments):
     """The hardware, the precision, the accelerator (in the mode the launcher asked for) and its FSDP request, the
     output folder (an earlier run cleared with --overwrite_output_dir, partial checkpoints removed), and with
     --auto_find_batch_size the micro-batch found: the arguments with it, and the start line's notes."""
     optimization, output = args.optimization, args.output
     graphed = args.model.torch_compile_mode == pretraining_graph.MODE
-    hardware = detect()
-    precision = choose_precision(hardware, optimization.mixed_precision,
-                                 os.environ.get("ACCELERATE_MIXED_PRECISION"), optimization.tf32)
-    use_tf32(precision)
+    hardware, precision = hardware_and_precision(optimization)
     accelerator, fsdp_request = make_accelerator(
         mixed_precision=precision.mixed_precision,  # accumulation is ours (fit, training_step), not accelerate's
         log_with=output.report_to if output.with_tracking else None,
@@ -295,7 +294,7 @@ def prepare(args: PretrainingArguments) -> Pretraining:
     if args.objective.task == "none":
         notes.append("--task none: the pooler and the sentence-order head are frozen (no loss trains them)")
     notes += model_notes
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(accelerator.mixed_precision, torch.float32)
+    dtype = precision.autocast_dtype or torch.float32
     notes.append(attention_kernel(accelerator.unwrap_model(model).config, accelerator.device, dtype,
                                   args.data.max_seq_length))
     optimizer = make_optimizer(model, args.optimization)
@@ -622,11 +621,10 @@ def auto_micro_batch(args: PretrainingArguments, accelerator, precision) -> tupl
     processes = accelerator.num_processes
     total = optimization.global_batch_size or (
         optimization.per_device_train_batch_size * optimization.gradient_accumulation_steps * processes)
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision.mixed_precision)
     size, refused = find_micro_batch(
         planned_config(args), optimization.per_device_train_batch_size, total // processes,
-        args.data.max_seq_length, args.objective.max_predictions_per_seq, optimization, accelerator.device, dtype,
-        args.model.gradient_checkpointing)
+        args.data.max_seq_length, args.objective.max_predictions_per_seq, optimization, accelerator.device,
+        precision.autocast_dtype, args.model.gradient_checkpointing)
     size = int(accelerator.gather(torch.tensor([size], device=accelerator.device)).min())
     found = dataclasses.replace(optimization, per_device_train_batch_size=size,
                                 gradient_accumulation_steps=total // (processes * size))
@@ -638,13 +636,9 @@ def auto_micro_batch(args: PretrainingArguments, accelerator, precision) -> tupl
 def dry_run(args: PretrainingArguments) -> dict:
     """--dry_run: the plan (plan.py) of this run's model, micro-batch, precision and processes on this process's
     device; printed by the first process. Returns its numbers."""
-    hardware = detect()
-    precision = choose_precision(hardware, args.optimization.mixed_precision,
-                                 os.environ.get("ACCELERATE_MIXED_PRECISION"), args.optimization.tf32)
-    use_tf32(precision)
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if hardware.device == "cuda" else "cpu"
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision.mixed_precision)
     optimization = args.optimization
+    hardware, precision = hardware_and_precision(optimization)
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if hardware.device == "cuda" else "cpu"
     try:
         config, unknown = planned_config(args), None
     except InputError as error:  # a tokenizer out of reach here (offline): the plan goes on with the config's
@@ -654,7 +648,7 @@ def dry_run(args: PretrainingArguments) -> dict:
         accumulation=optimization.gradient_accumulation_steps, processes=int(os.environ.get("WORLD_SIZE", "1")),
         seq=args.data.max_seq_length, masked=args.objective.max_predictions_per_seq,
         max_train_steps=optimization.max_train_steps, optimization=optimization, device=device,
-        autocast_dtype=dtype, checkpointing=args.model.gradient_checkpointing,
+        autocast_dtype=precision.autocast_dtype, checkpointing=args.model.gradient_checkpointing,
         where=f"{hardware.describe()}; {precision.describe()}")
     if unknown:
         lines.insert(2, f"  vocabulary: the config's ({config.vocab_size:,}); the tokenizer's is unknown here: "

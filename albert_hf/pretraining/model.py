@@ -59,8 +59,13 @@ def planned_weight_bytes(config: AlbertHFConfig, vocab_size: int | None) -> int:
     device."""
     if vocab_size is not None:
         config = AlbertHFConfig(**{**config.to_diff_dict(), "vocab_size": vocab_size})
+    return 4 * count_parameters(config)
+
+
+def count_parameters(config: AlbertHFConfig) -> int:
+    """The parameters of the model `config` builds, counted on the meta device (nothing allocated)."""
     with torch.device("meta"):
-        return 4 * sum(p.numel() for p in AlbertHFForPreTraining(config).parameters())
+        return sum(p.numel() for p in AlbertHFForPreTraining(config).parameters())
 
 
 def finish_model(model, tokenizer, task: str, gradient_checkpointing: bool):

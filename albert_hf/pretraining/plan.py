@@ -23,7 +23,7 @@ import torch
 from ..configuration_albert_hf import AlbertHFConfig
 from ..errors import InputError
 from ..modeling_albert_hf import AlbertHFForPreTraining
-from ..optimization import OPTIMIZERS, parameter_groups
+from .model import count_parameters, make_optimizer
 
 SAMPLE_SECONDS = 0.005  # how often the CPU's anonymous memory is read during the measured steps
 
@@ -86,9 +86,7 @@ def measure_steps(config: AlbertHFConfig, micro_batch: int, seq: int, masked: in
     model = AlbertHFForPreTraining(config).to(device).train()
     if checkpointing:
         model.activation_checkpointing_enable()
-    optimizer = OPTIMIZERS[optimization.optimizer](
-        parameter_groups(model, weight_decay=optimization.weight_decay), lr=optimization.learning_rate,
-        betas=(optimization.adam_beta1, optimization.adam_beta2), eps=optimization.adam_epsilon)
+    optimizer = make_optimizer(model, optimization)
     batch = synthetic_batch(config.vocab_size, micro_batch, seq, masked, device, torch.Generator().manual_seed(0))
     cuda = torch.device(device).type == "cuda"
 
@@ -116,6 +114,15 @@ def measure_steps(config: AlbertHFConfig, micro_batch: int, seq: int, masked: in
     static = sum(t.numel() * t.element_size() for t in tensors) + sum(
         p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)  # the gradients
     return StepMeasure(peak, static, statistics.median(seconds[1:]) if steps > 1 else seconds[0])
+
+
+def batch_split(global_batch: int, processes: int, micro: int, accumulation: int) -> str:
+    """The start line's and the plan's account of the global batch, e.g. `global batch 4096 = 16 processes x 32 x 8
+    accumulation`."""
+    if processes == 1 and accumulation == 1:
+        return f"global batch {global_batch}"
+    return (f"global batch {global_batch} = {processes} process{'es' * (processes > 1)} x {micro} x {accumulation} "
+            "accumulation")
 
 
 def gib(count: float) -> str:
@@ -158,8 +165,8 @@ def plan_lines(config: AlbertHFConfig, *, micro_batch: int, accumulation: int, p
     lines = [
         f"Plan of this run on {where} (from real training steps on synthetic batches; nothing written):",
         f"  model: {parameters:,} parameters, vocabulary {config.vocab_size:,}",
-        f"  global batch {micro_batch * accumulation * processes} = {processes} process"
-        f"{'es' * (processes > 1)} x {micro_batch} x {accumulation} accumulation, {seq} tokens each",
+        f"  {batch_split(micro_batch * accumulation * processes, processes, micro_batch, accumulation)}, {seq} "
+        "tokens each",
         f"  peak memory of a training step: {gib(measured.peak_bytes)}, of which weights, gradients and the "
         f"optimizer's moments {gib(measured.static_bytes)}; {flip} activation checkpointing: "
         f"{gib(other.peak_bytes)}",
@@ -174,11 +181,6 @@ def plan_lines(config: AlbertHFConfig, *, micro_batch: int, accumulation: int, p
     return lines, numbers
 
 
-def count_parameters(config: AlbertHFConfig) -> int:
-    with torch.device("meta"):
-        return sum(p.numel() for p in AlbertHFForPreTraining(config).parameters())
-
-
 def find_micro_batch(config: AlbertHFConfig, largest: int, per_process: int, seq: int, masked: int, optimization,
                      device, autocast_dtype, checkpointing: bool) -> tuple[int, list[str]]:
     """--auto_find_batch_size: the largest micro-batch of at most `largest` that divides `per_process` (the global
@@ -190,8 +192,8 @@ def find_micro_batch(config: AlbertHFConfig, largest: int, per_process: int, seq
     memory before the step, plus the step's batch-independent part, plus the smallest one's activations per example
     times the candidate. Returns the micro-batch and what did not fit, for the start line."""
     candidates = [size for size in range(max(largest, 1), 0, -1) if per_process % size == 0]
-    refused = []
-    if torch.device(device).type != "cuda":
+    refused, cuda = [], torch.device(device).type == "cuda"
+    if not cuda:
         before = anonymous_bytes()
         small = measure_steps(config, candidates[-1], seq, masked, optimization, device, autocast_dtype,
                               checkpointing, steps=2)
@@ -207,7 +209,7 @@ def find_micro_batch(config: AlbertHFConfig, largest: int, per_process: int, seq
             return size, refused
         except torch.OutOfMemoryError:
             refused.append(f"{size} (out of memory)")
-            if torch.device(device).type == "cuda":
+            if cuda:
                 torch.cuda.empty_cache()
             candidates = [smaller for smaller in candidates if smaller <= size // 2]
     raise InputError("--auto_find_batch_size: no micro-batch down to 1 runs a training step on this device (out of "

@@ -150,6 +150,13 @@ class Precision:
     warning: str | None = None  # one line when an explicit request will be slow here
     tf32: bool = False  # fp32 matmuls on TF32 tensor cores
 
+    @property
+    def autocast_dtype(self) -> "torch.dtype | None":
+        """The dtype autocast computes in, or None for fp32."""
+        import torch
+
+        return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.mixed_precision)
+
     def describe(self) -> str:
         """E.g. 'fp32: this CPU has no bf16 units (AVX2)'."""
         return f"{PRECISION_NAMES[self.mixed_precision]}{' (TF32 matmuls)' * self.tf32}: {self.reason}"
