@@ -11,7 +11,9 @@ Without --task_name the data is yours (albert_hf/tasks/text_classification.py): 
 labels), and test predictions with the label names in predict_results.txt.
 
 --paper_hparams applies the task's row of ALBERT's recipe (explicit flags win) and writes the values used to
-paper_hparams.json.
+paper_hparams.json. --seeds 1 2 3 runs once per seed, each in OUTPUT_DIR/seed_N, and puts the summary
+(all_seeds_results.json) and the best seed's model in OUTPUT_DIR (albert_hf/tasks/seeds.py); so do the other
+scripts.
 
 Data: the Hub's nyu-mll/glue by task name, or local files (--data_dir with the original GLUE TSVs,
 --train_file/--validation_file/--test_file as .tsv/.csv/.json/.jsonl). Writes, as transformers' run_glue.py,
@@ -28,6 +30,7 @@ from albert_hf.tasks import glue
 from albert_hf.tasks.finetuning import (
     AlbertTrainer,
     apply_paper_hparams,
+    best_by_task_metric,
     evaluate_splits,
     finish,
     fit_max_seq_length,
@@ -39,10 +42,13 @@ from albert_hf.tasks.finetuning import (
     train_evaluate_predict,
     wanted_samples,
 )
+from albert_hf.tasks.seeds import run_seeds
 
 
 def main(argv=None) -> dict:
     model_args, data_args, training_args = parse_arguments(glue.GlueDataArguments, argv)
+    if training_args.seed_list is not None:  # --seeds / --num_seeds: this main once per seed, then the summary
+        return run_seeds(main, argv, training_args)
     task = data_args.task  # None: the user's own data, whose task is read from it (glue.task_and_splits)
     wanted = wanted_samples(training_args, data_args)
     if task is not None and task.predict_only and set(wanted) != {"test"}:
@@ -65,7 +71,7 @@ def main(argv=None) -> dict:
     validation_splits = [split for split in features if task.split_kind(split) == "validation"]
     trainer = AlbertTrainer(
         model=model,
-        args=training_args,
+        args=best_by_task_metric(training_args, task.main_metric),
         train_dataset=features.get("train"),
         # The first dev set (MNLI: matched) is the one --eval_strategy / --load_best_model_at_end use.
         eval_dataset=features[validation_splits[0]] if validation_splits else None,
@@ -79,7 +85,8 @@ def main(argv=None) -> dict:
         evaluate=lambda: evaluate_splits(trainer, {split: features[split] for split in validation_splits},
                                          suffixes=glue.SUFFIXES),
         predict=lambda _: glue.predict_and_write(trainer, task, features, raw_splits, splits, sources,
-                                                 training_args.output_dir))
+                                                 training_args.output_dir),
+        baseline=lambda: glue.baseline(task, features[validation_splits[0]]))
     if training_args.do_train or training_args.push_to_hub:
         finish(trainer, model_args, training_args, data_args, recipe, data_args.card_dataset(wanted, task))
     return results

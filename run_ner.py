@@ -19,6 +19,7 @@ from albert_hf.errors import InputError
 from albert_hf.tasks import ner
 from albert_hf.tasks.finetuning import (
     AlbertTrainer,
+    best_by_task_metric,
     evaluate_splits,
     finish,
     fit_max_seq_length,
@@ -31,10 +32,13 @@ from albert_hf.tasks.finetuning import (
     train_evaluate_predict,
     wanted_samples,
 )
+from albert_hf.tasks.seeds import run_seeds
 
 
 def main(argv=None) -> dict:
     model_args, data_args, training_args = parse_arguments(ner.NerDataArguments, argv)
+    if training_args.seed_list is not None:  # --seeds / --num_seeds: this main once per seed, then the summary
+        return run_seeds(main, argv, training_args)
     if training_args.paper_hparams:
         raise InputError("--paper_hparams: ALBERT's paper has no token-classification recipe; give the "
                          "hyper-parameters explicitly")
@@ -54,7 +58,7 @@ def main(argv=None) -> dict:
     per_type = data_args.return_entity_level_metrics
     trainer = AlbertTrainer(
         model=model,
-        args=training_args,
+        args=best_by_task_metric(training_args, ner.MAIN_METRIC),
         train_dataset=inputs.get("train"),
         eval_dataset=inputs.get("validation"),
         processing_class=tokenizer,
@@ -67,7 +71,8 @@ def main(argv=None) -> dict:
         trainer, training_args, last_checkpoint, len(inputs.get("train", ())),
         evaluate=lambda: evaluate_splits(trainer, {"validation": inputs["validation"]}),
         predict=lambda _: ner.predict_and_write(trainer, features["test"], inputs["test"], names, per_type,
-                                                training_args.output_dir))
+                                                training_args.output_dir),
+        baseline=lambda: ner.BASELINE)
     finish(trainer, model_args, training_args, data_args)
     return results
 

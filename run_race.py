@@ -22,6 +22,7 @@ from albert_hf.tasks import race
 from albert_hf.tasks.finetuning import (
     AlbertTrainer,
     apply_paper_hparams,
+    best_by_task_metric,
     evaluate_splits,
     finish,
     limit,
@@ -32,10 +33,13 @@ from albert_hf.tasks.finetuning import (
     train_evaluate_predict,
     wanted_samples,
 )
+from albert_hf.tasks.seeds import run_seeds
 
 
 def main(argv=None) -> dict:
     model_args, data_args, training_args = parse_arguments(race.RaceDataArguments, argv)
+    if training_args.seed_list is not None:  # --seeds / --num_seeds: this main once per seed, then the summary
+        return run_seeds(main, argv, training_args)
     if data_args.race_recipe != "v2" and not training_args.paper_hparams:
         raise InputError(f"--race_recipe {data_args.race_recipe} chooses the row --paper_hparams applies: "
                          "pass --paper_hparams too")
@@ -56,7 +60,7 @@ def main(argv=None) -> dict:
 
     trainer = AlbertTrainer(
         model=model,
-        args=training_args,
+        args=best_by_task_metric(training_args, race.MAIN_METRIC),
         train_dataset=features.get("train"),
         eval_dataset=features.get("validation"),
         processing_class=tokenizer,
@@ -69,7 +73,7 @@ def main(argv=None) -> dict:
 
     results = train_evaluate_predict(trainer, training_args, last_checkpoint, len(features.get("train", ())),
                                      evaluate=lambda: evaluate("validation", "eval"),
-                                     predict=lambda _: evaluate("test", "predict"))
+                                     predict=lambda _: evaluate("test", "predict"), baseline=lambda: race.BASELINE)
     finish(trainer, model_args, training_args, data_args, recipe)
     return results
 

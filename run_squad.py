@@ -26,6 +26,7 @@ from transformers import default_data_collator
 from albert_hf import AlbertHFForQuestionAnswering, AlbertHFForQuestionAnsweringWithAnswerability
 from albert_hf.tasks.finetuning import (
     apply_paper_hparams,
+    best_by_task_metric,
     finish,
     load_tokenizer_and_model,
     parse_arguments,
@@ -34,6 +35,7 @@ from albert_hf.tasks.finetuning import (
     train_evaluate_predict,
     wanted_samples,
 )
+from albert_hf.tasks.seeds import run_seeds
 from albert_hf.tasks.squad import job as squad
 from albert_hf.tasks.squad.features import (
     check_sources,
@@ -49,6 +51,8 @@ logger = logging.getLogger("run_squad")
 
 def main(argv=None) -> dict:
     model_args, data_args, training_args = parse_arguments(SquadDataArguments, argv)
+    if training_args.seed_list is not None:  # --seeds / --num_seeds: this main once per seed, then the summary
+        return run_seeds(main, argv, training_args)
     wanted = wanted_samples(training_args, data_args)
     check_sources(data_args, wanted)
     last_checkpoint = setup(training_args)
@@ -76,7 +80,8 @@ def main(argv=None) -> dict:
         with training_args.main_process_first(desc="evaluation features"):
             eval_examples, eval_features = prepare_questions(splits["validation"], tokenizer, data_args,
                                                              data_args.validation_file or "validation")
-    trainer = SquadTrainer(model=model, args=training_args, train_dataset=train_dataset, processing_class=tokenizer,
+    trainer = SquadTrainer(model=model, args=best_by_task_metric(training_args, squad.MAIN_METRIC),
+                           train_dataset=train_dataset, processing_class=tokenizer,
                            data_collator=default_data_collator, data_args=data_args, eval_examples=eval_examples,
                            eval_features=eval_features)
 
@@ -91,7 +96,7 @@ def main(argv=None) -> dict:
     results = train_evaluate_predict(
         trainer, training_args, last_checkpoint, len(train_examples),
         evaluate=lambda: squad.evaluate_and_write(trainer, eval_examples, eval_features, training_args.output_dir),
-        predict=predict)
+        predict=predict, baseline=lambda: squad.baseline(eval_examples, data_args.version_2_with_negative))
     finish(trainer, model_args, training_args, data_args, recipe)
     return results
 

@@ -163,3 +163,53 @@ def start_process(command, *, stdout: Path, stderr: Path, env=None, cwd=None):
         return subprocess.Popen([str(part) for part in command], stdout=out, stderr=err, env=env, cwd=cwd)
 
 
+
+
+def check_seed_summary(output_dir, seeds, metric: str, auto_class) -> dict:
+    """What every script's --seeds run writes (tasks/seeds.py), checked against the seeds' own results files:
+    one folder per seed, all_seeds_results.json with the median, mean, standard error, minimum and maximum of
+    `metric` ("eval_accuracy") over the seeds that learned, worked out here with numpy, and on top the best seed's
+    results and weights, which load with `auto_class` (trust_remote_code). Returns the summary."""
+    import json
+
+    import numpy as np
+
+    output_dir = Path(output_dir)
+    summary = json.loads((output_dir / "all_seeds_results.json").read_text())
+    assert summary["seeds"] == list(seeds)
+    scores = {seed: json.loads((output_dir / f"seed_{seed}" / "eval_results.json").read_text())[metric]
+              for seed in seeds}
+    learned = [seed for seed in seeds if seed not in summary["did_not_learn"]]
+    assert summary["learned"] == len(learned)
+    values = np.array([scores[seed] for seed in learned])
+    stats = summary["metrics"][metric]
+    assert stats["median"] == pytest.approx(np.median(values))
+    assert stats["mean"] == pytest.approx(values.mean())
+    if len(values) > 1:
+        assert stats["standard_error"] == pytest.approx(values.std(ddof=1) / np.sqrt(len(values)))
+    assert (stats["min"], stats["max"]) == pytest.approx((values.min(), values.max()))
+    assert scores[stats["min_seed"]] == values.min() and scores[stats["max_seed"]] == values.max()
+    best = summary["best_seed"]
+    assert best in learned and scores[best] == values.max() and summary["best_by"] == metric
+    # The top folder is the best seed's: its results, its weights, a card that says so.
+    assert json.loads((output_dir / "eval_results.json").read_text())[metric] == scores[best]
+    assert (output_dir / "model.safetensors").read_bytes() == \
+        (output_dir / f"seed_{best}" / "model.safetensors").read_bytes()
+    assert "## Seeds" in (output_dir / "README.md").read_text()
+    auto_class.from_pretrained(output_dir, trust_remote_code=True)
+    return summary
+
+
+def check_best_checkpoint(output_dir, metric: str) -> None:
+    """--load_best_model_at_end without --metric_for_best_model: the run kept the checkpoint with the best dev
+    `metric` (the task's main one, e.g. "eval_accuracy"), where Trainer alone would take the one with the lowest
+    loss."""
+    import json
+
+    state = json.loads((Path(output_dir) / "trainer_state.json").read_text())
+    scores = [(entry[metric], entry["step"]) for entry in state["log_history"] if metric in entry]
+    assert len(scores) >= 2, state["log_history"]
+    best = max(score for score, _ in scores)
+    first_best_step = next(step for score, step in scores if score == best)
+    assert state["best_metric"] == best
+    assert state["best_model_checkpoint"].endswith(f"checkpoint-{first_best_step}")

@@ -13,7 +13,7 @@ from albert_hf.errors import InputError
 from albert_hf.metrics.ner import entity_scores
 from albert_hf.tasks.ner import continuation_ids, read_conll, tag_names, tokenize_function
 from data_fixtures import tokenizer
-from helpers import finetuning_args, run_python, run_script, subprocess_env
+from helpers import check_best_checkpoint, check_seed_summary, finetuning_args, run_python, run_script, subprocess_env
 
 PUBLIC_DOMAIN = Path(__file__).parent / "fixtures" / "ner" / "public_domain.conll"
 PEOPLE = ["Alice", "Bob", "Carol", "David", "Emma", "Frank", "Grace", "Henry"]
@@ -299,3 +299,22 @@ def test_under_fsdp2_over_two_processes_the_gathered_evaluation_scores_every_sen
     for key in ("eval_precision", "eval_recall", "eval_f1", "eval_accuracy"):
         assert distributed[key] == pytest.approx(one[key], abs=1e-9), key
     assert 0.0 < one["eval_accuracy"] < 1.0 or one["eval_f1"] > 0.0
+
+
+@pytest.mark.trains
+def test_two_seeds_summarise_entity_f1_and_keep_the_best_checkpoint_by_it(tiny_checkpoint, tmp_path):
+    """--seeds in run_ner: the summary of every script (helpers.check_seed_summary) with entity F1, 0 (no entity
+    found) as the baseline, and --load_best_model_at_end choosing by F1 without --metric_for_best_model."""
+    from transformers import AutoModelForTokenClassification
+
+    train, dev = write_conll(tmp_path / "train.conll", generated(120, 0)), write_conll(tmp_path / "dev.conll",
+                                                                                        generated(30, 1))
+    out = tmp_path / "out"
+    summary = run_ner(args(tiny_checkpoint, out, "--train_file", train, "--validation_file", dev, "--do_train",
+                           "--do_eval", "--num_train_epochs", 8, "--eval_strategy", "steps", "--eval_steps", 20,
+                           "--save_strategy", "steps", "--save_steps", 20, "--load_best_model_at_end",
+                           "--seeds", 1, 2))
+    check_seed_summary(out, [1, 2], "eval_f1", AutoModelForTokenClassification)
+    assert summary["baseline"] == {"metric": "f1", "value": 0.0, "name": "no entity found"}
+    assert {"eval_precision", "eval_recall", "eval_f1", "eval_accuracy"} <= set(summary["metrics"])
+    check_best_checkpoint(out / "seed_1", "eval_f1")

@@ -14,7 +14,13 @@ from datasets import Dataset
 from albert_hf.errors import InputError
 from albert_hf.tasks import race
 from albert_hf.tasks.race import RaceDataArguments
-from helpers import SHARED_DATA, check_tokenizer_loads_without_prompt, run_script
+from helpers import (
+    SHARED_DATA,
+    check_best_checkpoint,
+    check_seed_summary,
+    check_tokenizer_loads_without_prompt,
+    run_script,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_RACE = SHARED_DATA / "race"
@@ -456,3 +462,22 @@ def test_real_reshuffled_folder_evaluates_and_refuses_a_level_it_cannot_know(tin
     assert "eval_accuracy_high" not in results["validation"]  # ids like asc00000 say nothing about the level
     with pytest.raises(ValueError, match=r"asc_reshuffled/dev: --subset high needs each question's level"):
         race.load_race_split(RaceDataArguments(validation_file=str(dev), subset="high"), "validation")
+
+
+@pytest.mark.trains
+def test_two_seeds_summarise_accuracy_and_keep_the_best_checkpoint_by_accuracy(tiny_checkpoint, tmp_path):
+    """--seeds on RACE: the summary of every script (helpers.check_seed_summary) with accuracy, chance (0.25) as
+    the baseline, and --load_best_model_at_end choosing by accuracy without --metric_for_best_model."""
+    from transformers import AutoModelForMultipleChoice
+
+    root = write_official_layout(tmp_path / "data" / "RACE")
+    out = tmp_path / "out"
+    summary = run_race(["--model_name_or_path", tiny_checkpoint, "--data_dir", root.parent, "--do_train",
+                        "--do_eval", "--output_dir", out, "--per_device_train_batch_size", "8", "--learning_rate",
+                        "3e-3", "--num_train_epochs", "8", "--warmup_steps", "0", "--eval_strategy", "steps",
+                        "--eval_steps", "6", "--save_strategy", "steps", "--save_steps", "6",
+                        "--load_best_model_at_end", "--seeds", "1", "2", *TINY_ARGS])
+    check_seed_summary(out, [1, 2], "eval_accuracy", AutoModelForMultipleChoice)
+    assert summary["baseline"] == {"metric": "accuracy", "value": 0.25, "name": "chance (1 of 4 options)"}
+    assert {"eval_accuracy", "eval_accuracy_high", "eval_accuracy_middle"} <= set(summary["metrics"])
+    check_best_checkpoint(out / "seed_1", "eval_accuracy")

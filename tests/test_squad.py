@@ -23,7 +23,7 @@ from albert_hf.tasks.squad.features import (
 from albert_hf.tasks.squad.job import SquadDataArguments
 from albert_hf.tasks.squad.postprocess import postprocess_beam_predictions, postprocess_span_predictions
 from data_fixtures import SHARED_DATA, tokenizer
-from helpers import check_tokenizer_loads_without_prompt
+from helpers import check_seed_summary, check_tokenizer_loads_without_prompt
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -541,9 +541,10 @@ def test_v2_paper_hparams_run_uses_the_answerability_head_and_tunes_the_threshol
 def test_eval_strategy_steps_scores_every_evaluation_and_keeps_the_checkpoint_with_the_best_f1(
         tiny_checkpoint, tmp_path):
     """--eval_strategy steps with the SQuAD metrics (post-processed, "eval_" keys), and --load_best_model_at_end
-    --metric_for_best_model f1 keeps the best of them. The dev golds are spans the training answers are NOT: the
-    untrained model's long spans overlap them, and as it learns the training answers its F1 falls to 0, so the
-    best checkpoint is an early one and not the last."""
+    keeps the best of them by F1, the task's main metric, without --metric_for_best_model. The dev golds are spans
+    the training answers are NOT: the untrained model's long spans overlap them, and as it learns the training
+    answers its F1 falls to 0, so the best checkpoint is an early one and not the last (and not the one of the
+    lowest loss)."""
     from safetensors.torch import load_file
 
     train_file = write_json(tmp_path / "train-v1.1.json", SQUAD_V1)
@@ -557,8 +558,7 @@ def test_eval_strategy_steps_scores_every_evaluation_and_keeps_the_checkpoint_wi
     out = tmp_path / "out"
     run_squad(["--train_file", train_file, "--validation_file", dev_file, "--do_train",
                *common_args(tiny_checkpoint, out, steps=6), "--eval_strategy", "steps", "--eval_steps", 1,
-               "--save_strategy", "steps", "--save_steps", 1, "--load_best_model_at_end",
-               "--metric_for_best_model", "f1"])
+               "--save_strategy", "steps", "--save_steps", 1, "--load_best_model_at_end"])
     state = json.loads((out / "trainer_state.json").read_text())
     evaluations = [entry for entry in state["log_history"] if "eval_f1" in entry]
     assert [entry["step"] for entry in evaluations] == [1, 2, 3, 4, 5, 6]
@@ -675,3 +675,20 @@ def test_real_dev_articles_end_to_end(tiny_checkpoint, tmp_path, version):
         assert set(outputs["null_odds.json"]) == set(golds)
     assert metrics["eval_features"] > 30  # long articles are split into several windows
     shutil.rmtree(out)
+
+
+@pytest.mark.trains
+def test_two_seeds_summarise_exact_match_and_f1(tiny_checkpoint, tmp_path):
+    """--seeds in run_squad: the summary of every script (helpers.check_seed_summary) with EM and F1, and the empty
+    answer's F1 (0) as the v1.1 baseline."""
+    from transformers import AutoModelForQuestionAnswering
+
+    path = write_json(tmp_path / "train-v1.1.json", SQUAD_V1)
+    out = tmp_path / "out"
+    summary = run_squad(["--train_file", path, "--validation_file", path, "--do_train", "--do_eval",
+                         *common_args(tiny_checkpoint, out, steps=MEMORIZED), "--seeds", 1, 2])
+    check_seed_summary(out, [1, 2], "eval_f1", AutoModelForQuestionAnswering)
+    assert summary["baseline"] == {"metric": "f1", "value": 0.0, "name": "the empty answer"}
+    assert {"eval_exact_match", "eval_f1"} <= set(summary["metrics"])
+    assert json.loads((out / "predictions.json").read_text()) == \
+        json.loads((out / f"seed_{summary['best_seed']}" / "predictions.json").read_text())

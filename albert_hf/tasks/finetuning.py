@@ -22,6 +22,7 @@ import logging
 import shutil
 import sys
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -68,6 +69,21 @@ logger = logging.getLogger("albert_hf.tasks.finetuning")
 # then linear decay counted from step 0, global-norm clipping at 1.0.
 OFFICIAL_FINETUNING = dict(official_optimizer=True, adam_epsilon=1e-6, weight_decay=0.01, max_grad_norm=1.0)
 PAPER_HPARAMS_FILE = "paper_hparams.json"
+
+
+# The flags of an evaluation schedule: one given explicitly replaces the recipe's schedule as a whole (a recipe's
+# --save_steps beside the user's --save_strategy no would contradict --load_best_model_at_end).
+EVALUATION_SCHEDULE = {"eval_strategy", "eval_steps", "save_strategy", "save_steps", "load_best_model_at_end"}
+
+
+def best_on_dev(steps: int) -> dict:
+    """A recipe's evaluation schedule: every `steps` steps a checkpoint is scored on dev, and the best is kept
+    (`recipe_arguments` applies it to runs with --do_train and --do_eval; the others have no dev set)."""
+    return dict(best_checkpoint_every=steps)
+# (seed, output folder) of the one seed a --seeds run is running now (tasks/seeds.py); None outside such a run.
+# AlbertTrainingArguments takes them in place of the command line's --seed and --output_dir, however often the
+# script parses its arguments (--paper_hparams parses them again).
+THIS_SEED: ContextVar[tuple[int, str] | None] = ContextVar("albert_hf_this_seed", default=None)
 
 
 @dataclass
@@ -142,8 +158,34 @@ class AlbertTrainingArguments(TrainingArguments):
         metadata={"help": "do not draw OUTPUT_DIR/training_curves.png (training loss, evaluation metrics and learning "
                   "rate from the log history; the model card shows it)"},
     )
+    seeds: list[int] | None = field(
+        default=None,
+        metadata={"help": "fine-tune once per seed, one after another, each in OUTPUT_DIR/seed_N; then the median, "
+                  "mean +- standard error, minimum and maximum of every dev metric over the seeds that learned go to "
+                  "OUTPUT_DIR/all_seeds_results.json, and the best seed's model (by --metric_for_best_model, else "
+                  "the task's main metric) to OUTPUT_DIR. Needs --do_train and --do_eval"},
+    )
+    num_seeds: int | None = field(
+        default=None, metadata={"help": "as --seeds, with the N seeds --seed, --seed + 1, ..."})
+    retry_failed_seeds: int = field(
+        default=0,
+        metadata={"help": "with --seeds / --num_seeds: replace a seed that did not learn (its dev score at or below "
+                  "the task's trivial baseline: the majority class, MCC 0, correlation 0.1, the empty answer, "
+                  "chance) by a new seed, up to this many times"},
+    )
 
     def __post_init__(self):
+        self.check_seeds()
+        seed_run = THIS_SEED.get()
+        if seed_run is not None:  # one seed of a --seeds run: its seed and folder; it pushes nothing itself
+            self.seed, self.output_dir = seed_run
+            self.seeds = self.num_seeds = None
+            self.retry_failed_seeds = 0
+            self.push_to_hub = False
+        # Whether the user chose these; if not, --load_best_model_at_end uses the task's main metric
+        # (`best_by_task_metric`), where Trainer would take the loss.
+        self.metric_for_best_model_given = self.metric_for_best_model is not None
+        self.greater_is_better_given = self.greater_is_better is not None
         if (self.bf16 or self.bf16_full_eval) and not self.use_cpu and not torch.cuda.is_available() \
                 and not transformers.utils.is_torch_bf16_gpu_available():
             # transformers refuses --bf16 without a bf16 GPU unless --use_cpu is given (a traceback); on a machine
@@ -152,6 +194,38 @@ class AlbertTrainingArguments(TrainingArguments):
         super().__post_init__()
         if self.compile_blocks and self.torch_compile:
             raise InputError("--compile_blocks and --torch_compile both compile the model: pass one of them")
+
+    @property
+    def seed_list(self) -> list[int] | None:
+        """The seeds of a --seeds / --num_seeds run, in order; None for a run of one seed (--seed)."""
+        if self.num_seeds is not None:
+            return [self.seed + i for i in range(self.num_seeds)]
+        return self.seeds
+
+    def check_seeds(self) -> None:
+        """A seed list that would run nothing, or one seed twice, is refused before any work."""
+        if self.seeds is not None and self.num_seeds is not None:
+            raise InputError("--seeds and --num_seeds both choose the seeds: pass one of them")
+        if self.seeds is not None:
+            if not self.seeds:
+                raise InputError("--seeds: no seed given; pass one or more integers, e.g. --seeds 1 2 3")
+            twice = sorted({seed for seed in self.seeds if self.seeds.count(seed) > 1})
+            if twice:
+                raise InputError(f"--seeds: {', '.join(map(str, twice))} given twice; each seed runs once")
+        if self.num_seeds is not None and self.num_seeds < 1:
+            raise InputError(f"--num_seeds {self.num_seeds}: pass 1 or more")
+        if self.retry_failed_seeds < 0:
+            raise InputError(f"--retry_failed_seeds {self.retry_failed_seeds}: pass 0 or more")
+        if self.seed_list is None:
+            if self.retry_failed_seeds:
+                raise InputError("--retry_failed_seeds replaces seeds of a --seeds / --num_seeds run: pass one")
+            return
+        if not (self.do_train and self.do_eval):
+            raise InputError("--seeds / --num_seeds fine-tune once per seed and compare them on the dev set: pass "
+                             "--do_train and --do_eval")
+        if self.resume_from_checkpoint:
+            raise InputError("--resume_from_checkpoint names one run's checkpoint; a --seeds run resumes each seed "
+                             "folder's last checkpoint by itself: run the same command again")
 
 
 class AlbertTrainer(Trainer):
@@ -282,6 +356,21 @@ def parse_arguments(data_arguments_class, argv=None) -> tuple:
 
 # The split each of TrainingArguments' --do_* flags asks for.
 SPLIT_FLAGS = {"train": "--do_train", "validation": "--do_eval", "test": "--do_predict"}
+
+
+def best_by_task_metric(training_args, metric: str):
+    """--load_best_model_at_end without --metric_for_best_model keeps the checkpoint best on the task's main metric
+    (`metric`, e.g. "accuracy"; higher is better), as the official code does, where Trainer would take the loss.
+
+    Returns:
+        `training_args` itself, or a copy checked again with the metric set.
+    """
+    if not training_args.load_best_model_at_end or training_args.metric_for_best_model_given:
+        return training_args
+    logger.info("--load_best_model_at_end keeps the checkpoint with the best dev %s (the task's main metric; "
+                "--metric_for_best_model chooses another)", metric)
+    return replace(training_args, metric_for_best_model=metric, greater_is_better=True
+                   if not training_args.greater_is_better_given else training_args.greater_is_better)
 
 
 def wanted_splits(training_args) -> list[str]:
@@ -490,7 +579,8 @@ def train(trainer, training_args, last_checkpoint: str | None, num_examples: int
 
 
 def train_evaluate_predict(trainer, training_args, last_checkpoint: str | None, num_train_examples: int | None,
-                           evaluate: Callable[[], dict], predict: Callable[[dict | None], dict | None]) -> dict:
+                           evaluate: Callable[[], dict], predict: Callable[[dict | None], dict | None],
+                           baseline: Callable[[], object] | None = None) -> dict:
     """The stages every fine-tuning script runs after building its Trainer, in order and as its flags ask:
     --do_train, --do_eval (the dev set), --do_predict (the test set).
 
@@ -503,15 +593,20 @@ def train_evaluate_predict(trainer, training_args, last_checkpoint: str | None, 
         predict: given the dev set's metrics (None without --do_eval; SQuAD 2.0 takes its tuned no-answer
             threshold from them), predicts the test set, writes the task's predictions file and, when the test set
             has labels, predict_results.json; returns those metrics, or None.
+        baseline: the dev score of a model that learned nothing (`seeds.Baseline`), which a --seeds run compares
+            each seed's with.
 
     Returns:
-        {"validation": metrics, "test": metrics}, for the stages that ran and gave metrics: what `main` returns.
+        {"validation": metrics, "test": metrics, "baseline": Baseline}, for the stages that ran and gave metrics:
+        what `main` returns.
     """
     if training_args.do_train:
         train(trainer, training_args, last_checkpoint, num_train_examples)
     results = {}
     if training_args.do_eval:
         results["validation"] = evaluate()
+        if baseline is not None:
+            results["baseline"] = baseline()
     if training_args.do_predict:
         metrics = predict(results.get("validation"))
         if metrics is not None:
@@ -624,7 +719,8 @@ class PaperRecipe:
     explicit: list  # the names whose value the user gave explicitly
 
 
-def recipe_arguments(recipe: dict, explicit: set[str], batch_divisor: int, hidden_dropout_prob: float) -> dict:
+def recipe_arguments(recipe: dict, explicit: set[str], batch_divisor: int, hidden_dropout_prob: float,
+                     with_dev_set: bool = False) -> dict:
     """A task's recipe as the arguments it sets, in the recipe's order.
 
     `recipe` holds argument values by name, and two values of the recipe tables:
@@ -633,13 +729,18 @@ def recipe_arguments(recipe: dict, explicit: set[str], batch_divisor: int, hidde
     - `albert_dropout`, the paper's "ALBERT DR": the released configurations give the hidden and the attention
       dropout one value, so it sets both hidden_dropout_prob and attention_probs_dropout_prob. An explicit
       --hidden_dropout_prob replaces it for both, unless --attention_probs_dropout_prob is given too.
-    An explicit --num_train_epochs keeps the epoch count instead of the recipe's max_steps.
+    An explicit --num_train_epochs keeps the epoch count instead of the recipe's max_steps. A run that trains and
+    evaluates (`with_dev_set`) gets the recipe's evaluation schedule, `best_checkpoint_every` (`best_on_dev`):
+    a checkpoint scored on dev every that many steps, the best one loaded at the end (by the task's main metric,
+    `best_by_task_metric`) and two kept on disk; unless one of `EVALUATION_SCHEDULE` is explicit, which makes the
+    schedule the user's, as given.
 
     Args:
         recipe: the row, e.g. `glue.paper_recipe(task)[1]`.
         explicit: the arguments the user gave (`cli.explicit_arguments`).
         batch_divisor: gradient_accumulation_steps x processes, which the total batch is divided by.
         hidden_dropout_prob: the run's --hidden_dropout_prob, which an explicit one gives the attention too.
+        with_dev_set: whether the run trains and evaluates (--do_train and --do_eval).
 
     Returns:
         argument name -> the recipe's value, explicit arguments included (the caller keeps the user's).
@@ -658,6 +759,10 @@ def recipe_arguments(recipe: dict, explicit: set[str], batch_divisor: int, hidde
         recipe["attention_probs_dropout_prob"] = hidden_dropout_prob if "hidden_dropout_prob" in explicit else dropout
     if "num_train_epochs" in explicit:
         recipe.pop("max_steps", None)
+    every = recipe.pop("best_checkpoint_every", None)
+    if every is not None and with_dev_set and not explicit & EVALUATION_SCHEDULE:
+        recipe.update(eval_strategy="steps", eval_steps=every, save_strategy="steps", save_steps=every,
+                      load_best_model_at_end=True, save_total_limit=2)
     return recipe
 
 
@@ -679,7 +784,7 @@ def apply_paper_hparams(name: str, recipe: dict, model_args, data_args, training
     types = (type(model_args), type(data_args), type(training_args))
     explicit = explicit_arguments(argv, types)
     arguments = recipe_arguments(recipe, explicit, training_args.gradient_accumulation_steps * training_args.world_size,
-                                 model_args.hidden_dropout_prob)
+                                 model_args.hidden_dropout_prob, training_args.do_train and training_args.do_eval)
     applied = {argument: value for argument, value in arguments.items() if argument not in explicit}
     parsed = parse_into_dataclasses(HfArgumentParser(types), argv, defaults=applied)
     names = list(arguments)

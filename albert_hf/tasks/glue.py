@@ -26,12 +26,14 @@ from . import text_classification
 from .finetuning import (
     OFFICIAL_FINETUNING,
     SPLIT_FLAGS,
+    best_on_dev,
     check_columns,
     limit,
     load_checkpoint_config,
     save_results,
     suffixed,
 )
+from .seeds import Baseline, majority_class
 
 logger = logging.getLogger("albert_hf.tasks.glue")
 
@@ -58,6 +60,11 @@ class GlueTask:
     @property
     def num_labels(self) -> int:
         return 1 if self.is_regression else len(self.labels)
+
+    @property
+    def main_metric(self) -> str:
+        """The official key metric, which picks the best checkpoint and seed: MCC, Pearson, else accuracy."""
+        return {"cola": "matthews_correlation", "stsb": "pearson"}.get(self.name, "accuracy")
 
     def split_kind(self, split: str) -> str:
         """'train', 'validation' or 'test' for a split name such as 'validation_matched'."""
@@ -143,7 +150,8 @@ PAPER_HPARAMS = {
     "mrpc": dict(learning_rate=2e-5, batch_size=32, max_steps=800, warmup_steps=200, albert_dropout=0.0),
 }
 # Common to every task (the official run_glue.sh): max length 512, head dropout 0.1, and the official optimizer.
-PAPER_COMMON = dict(max_seq_length=512, classifier_dropout_prob=0.1, **OFFICIAL_FINETUNING)
+# The official run_classifier scores a checkpoint every 100-200 steps on dev and keeps the best.
+PAPER_COMMON = dict(max_seq_length=512, classifier_dropout_prob=0.1, **OFFICIAL_FINETUNING, **best_on_dev(200))
 
 
 def get_task(name: str | None) -> GlueTask:
@@ -697,3 +705,13 @@ def predict_and_write(trainer, task: GlueTask, features: dict, raw_splits, split
         if labels is not None:
             metrics.update(suffixed({**output.metrics, "predict_samples": len(dataset)}, SUFFIXES.get(split, "")))
     return save_results(trainer, "predict", metrics) if metrics else None
+
+
+def baseline(task, dev) -> Baseline:
+    """What a model that learned nothing scores on the dev set `dev` (its encoded `label` column), on the task's main
+    metric: the majority class's accuracy, MCC 0 (a constant prediction), Pearson 0.1 for a regression."""
+    if task.main_metric == "accuracy":
+        return majority_class(dev["label"], task.label_names)
+    if task.main_metric == "matthews_correlation":
+        return Baseline("matthews_correlation", 0.0, "a constant prediction")
+    return Baseline("pearson", 0.1, "an unrelated score (correlation 0.1)")

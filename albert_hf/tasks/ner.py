@@ -28,7 +28,12 @@ from ..hub.model_card import CardDataset, limits, user_data
 from ..metrics.ner import entity_scores
 from ..runtime.input_files import check_not_empty, read_with_datasets
 from .finetuning import SPLIT_FLAGS, limit, save_results
+from .seeds import Baseline
 from .text_classification import labels_without_training, load_hub_or_folder, reconcile_labels
+
+MAIN_METRIC = "f1"  # over entities (seqeval)
+# A model that learned nothing tags every word O (or entities at random): no entity found right.
+BASELINE = Baseline(MAIN_METRIC, 0.0, "no entity found")
 
 logger = logging.getLogger("albert_hf.tasks.ner")
 

@@ -31,7 +31,8 @@ from transformers import DataCollatorForMultipleChoice
 from ..errors import InputError, datasets_read_errors, input_errors
 from ..hub.model_card import CardDataset, from_sources, hub_dataset_id, limits
 from ..runtime.input_files import check_json_start
-from .finetuning import OFFICIAL_FINETUNING, check_columns, fit_max_seq_length
+from .finetuning import OFFICIAL_FINETUNING, best_on_dev, check_columns, fit_max_seq_length
+from .seeds import Baseline
 
 logger = logging.getLogger("albert_hf.tasks.race")
 
@@ -51,7 +52,10 @@ PAPER_HPARAMS = {
     "v1": dict(learning_rate=2e-5, albert_dropout=0.1),
 }
 PAPER_COMMON = dict(batch_size=32, max_steps=12000, warmup_steps=1000, max_seq_length=512, max_qa_length=128,
-                    classifier_dropout_prob=0.1, **OFFICIAL_FINETUNING)
+                    classifier_dropout_prob=0.1, **OFFICIAL_FINETUNING, **best_on_dev(1000))
+MAIN_METRIC = "accuracy"
+# Every RACE question has four options: a model that learned nothing is right one time in four.
+BASELINE = Baseline(MAIN_METRIC, 0.25, "chance (1 of 4 options)")
 
 
 @dataclass

@@ -54,6 +54,10 @@ class OwnTask:
     def num_labels(self) -> int:
         return 1 if self.is_regression else len(self.label_names)
 
+    @property
+    def main_metric(self) -> str:
+        return "pearson" if self.is_regression else "accuracy"
+
     def split_kind(self, split: str) -> str:
         return split
 
