@@ -303,6 +303,13 @@ def test_paper_hparams_set_spec_values_and_keep_explicit_flags(tmp_path):
     # An explicit epoch count replaces the paper's step count.
     _, _, args = parse(base + ["--task_name", "cola", "--num_train_epochs", "2"])
     assert (args.max_steps, args.learning_rate, args.per_device_train_batch_size) == (-1, 1e-5, 16)
+    # A run that trains and evaluates gets the official schedule: a checkpoint scored on dev every 200 steps, the
+    # best one (by MCC for CoLA) loaded at the end; paper_hparams.json names it.
+    _, _, args = parse(base + ["--task_name", "cola", "--do_train", "--do_eval"])
+    assert (args.eval_strategy, args.eval_steps, args.save_strategy, args.save_steps, args.load_best_model_at_end,
+            args.save_total_limit) == ("steps", 200, "steps", 200, True, 2)
+    written = json.loads((tmp_path / "paper_hparams.json").read_text())
+    assert (written["eval_steps"], written["load_best_model_at_end"]) == (200, True)
     with pytest.raises(ValueError, match="no recipe for wnli"):
         parse(base + ["--task_name", "wnli"])
 

@@ -31,6 +31,9 @@ def test_statistics_by_hand():
     # sample standard deviation of (0.5, 0.9, 0.7, 0.6): sqrt(0.0875 / 3); its standard error: that / 2
     assert s["standard_error"] == pytest.approx((0.0875 / 3) ** 0.5 / 2)
     assert (s["min"], s["min_seed"], s["max"], s["max_seed"]) == (0.5, 1, 0.9, 2)
+    # Equal values: the first seed run is named, as the best seed is chosen (max() keeps the first).
+    ties = statistics_of({5: 0.8, 2: 0.6, 9: 0.8, 1: 0.6})
+    assert (ties["max_seed"], ties["min_seed"], ties["median_seeds"]) == (5, 2, [1, 5])
     one = statistics_of({7: 0.25})
     assert (one["median"], one["median_seeds"], one["standard_error"]) == (0.25, [7], None)
 
@@ -221,3 +224,87 @@ def test_an_interrupted_run_resumes_with_the_seeds_still_missing(tiny_checkpoint
     assert (out / "seed_1" / "model.safetensors").stat().st_mtime_ns == seed_1_model
     state = json.loads((out / "seed_2" / "trainer_state.json").read_text())
     assert state["global_step"] == 26  # 200 rows in batches of 16 (13), 2 epochs: resumed, not started over
+
+
+def fake_seed_run(scores: dict, baseline: Baseline):
+    """A script's main for run_seeds without training: the seed's folder gets a model file and eval_results.json
+    with the score `scores` gives that seed."""
+    from albert_hf.tasks.finetuning import THIS_SEED
+
+    def main(argv):
+        seed, folder = THIS_SEED.get()
+        os.makedirs(folder, exist_ok=True)
+        metrics = {"eval_accuracy": scores[seed], "eval_runtime": 1.0}
+        with open(os.path.join(folder, "eval_results.json"), "w") as file:
+            json.dump(metrics, file)
+        with open(os.path.join(folder, "model.safetensors"), "w") as file:
+            file.write(f"weights of seed {seed}")
+        return {"validation": metrics, "baseline": baseline}
+
+    return main
+
+
+class Arguments:
+    """What run_seeds reads of a script's parsed arguments."""
+
+    def __init__(self, output_dir, seeds, retries=0, world_size=1):
+        self.output_dir, self.seed_list, self.retry_failed_seeds = str(output_dir), seeds, retries
+        self.world_size, self.should_log = world_size, True
+        self.take_over_lock = self.overwrite_output_dir = self.push_to_hub = False
+        self.metric_for_best_model_given = self.greater_is_better_given = False
+
+
+def test_retries_take_the_next_unused_seeds_and_no_model_goes_on_top_when_none_learned(tmp_path, caplog):
+    from albert_hf.tasks.seeds import run_seeds
+
+    coin = Baseline("accuracy", 0.5, "the majority class (yes)")
+    out = tmp_path / "out"
+    # Seeds 3 and 9 fail; two retries take 10 and 11 (after every seed used), 10 fails too and stays failed.
+    summary = run_seeds(fake_seed_run({3: 0.5, 9: 0.4, 5: 0.8, 10: 0.5, 11: 0.7}, coin), [],
+                        Arguments(out, [3, 9, 5], retries=2))
+    assert summary["seeds"] == [3, 9, 5, 10, 11] and summary["did_not_learn"] == [3, 9, 10]
+    assert summary["best_seed"] == 5 and summary["metrics"]["eval_accuracy"]["median"] == pytest.approx(0.75)
+    assert "eval_runtime" not in summary["metrics"]
+    assert (out / "model.safetensors").read_text() == "weights of seed 5"
+    assert "replaced by seed 10 (retry 1 of 2)" in caplog.text and "replaced by seed 11 (retry 2 of 2)" in caplog.text
+    # None learned: the summary says so, and nothing is put on top.
+    caplog.clear()
+    out = tmp_path / "none"
+    summary = run_seeds(fake_seed_run({1: 0.5, 2: 0.3}, coin), [], Arguments(out, [1, 2]))
+    assert summary["best_seed"] is None and summary["learned"] == 0 and summary["metrics"] == {}
+    assert json.loads((out / "all_seeds_results.json").read_text())["did_not_learn"] == [1, 2]
+    assert not (out / "model.safetensors").exists() and "No seed learned" in caplog.text
+    # Several processes are refused in one line.
+    with pytest.raises(InputError, match="run the seeds one after another in one process"):
+        run_seeds(fake_seed_run({}, coin), [], Arguments(tmp_path / "launched", [1, 2], world_size=2))
+    # A folder holding another run's model is not taken over.
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "model.safetensors").write_text("someone else's")
+    with pytest.raises(InputError, match="already holds a trained model"):
+        run_seeds(fake_seed_run({1: 0.9}, coin), [], Arguments(tmp_path / "taken", [1]))
+
+
+@pytest.mark.trains
+def test_push_to_hub_uploads_the_best_seed_once_without_the_seed_folders(tiny_checkpoint, tmp_path):
+    from unittest import mock
+
+    from huggingface_hub import HfApi, RepoUrl
+
+    uploads = []
+
+    def create_repo(self, repo_id, **kwargs):
+        return RepoUrl(f"https://huggingface.co/{repo_id}")
+
+    def upload_folder(self, repo_id, folder_path, ignore_patterns=(), **kwargs):
+        uploads.append((repo_id, folder_path, list(ignore_patterns)))
+        return mock.MagicMock(commit_url="https://huggingface.co/fake/commit")
+
+    train, dev = data(tmp_path)
+    out = tmp_path / "out"
+    with mock.patch.object(HfApi, "create_repo", create_repo), mock.patch.object(HfApi, "upload_folder", upload_folder):
+        summary = run_glue(seed_args(tiny_checkpoint, out, train, dev, "--num_seeds", 2, "--push_to_hub",
+                                     "--hub_model_id", "someone/reviews", "--hub_token", "x"))
+    assert summary["seeds"] == [0, 1]  # --seed 0, then 1
+    assert len(uploads) == 1  # the seeds' own runs push nothing
+    repo, folder, ignored = uploads[0]
+    assert (repo, folder) == ("someone/reviews", str(out)) and {"seed_*", "seed_*/**"} <= set(ignored)

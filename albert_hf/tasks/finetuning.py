@@ -397,6 +397,13 @@ def wanted_samples(training_args, data_args) -> dict[str, int | None]:
     return wanted
 
 
+def start_logging(training_args: TrainingArguments) -> None:
+    """The scripts' log format, INFO from the main process, transformers' own warnings and above."""
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S",
+                        level=logging.INFO if training_args.should_log else logging.WARNING)
+    transformers.utils.logging.set_verbosity_warning()
+
+
 def setup(training_args: TrainingArguments) -> str | None:
     """Logging, seed, and the checkpoint to resume from.
 
@@ -412,9 +419,7 @@ def setup(training_args: TrainingArguments) -> str | None:
     Raises:
         InputError: --output_dir cannot be written, or holds a trained model and no checkpoint.
     """
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S",
-                        level=logging.INFO if training_args.should_log else logging.WARNING)
-    transformers.utils.logging.set_verbosity_warning()
+    start_logging(training_args)
     slow = bf16_trainer_warning(detect()) if training_args.bf16 and training_args.should_log else None
     if slow:  # first, before the data is read: the user can stop a slow run at once
         logger.warning(slow)

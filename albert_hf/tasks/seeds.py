@@ -32,9 +32,8 @@ from pathlib import Path
 from ..errors import InputError
 from ..hub.upload import push_folder
 from ..runtime import output_lock
-from ..runtime.cli import is_first_process
 from ..runtime.storage import check_writable, write_json
-from .finetuning import THIS_SEED
+from .finetuning import THIS_SEED, start_logging
 
 logger = logging.getLogger("albert_hf.tasks.seeds")
 
@@ -83,10 +82,10 @@ def run_seeds(main, argv, training_args) -> dict:
     if training_args.world_size > 1:
         raise InputError("--seeds / --num_seeds run the seeds one after another in one process: start the script "
                          "without accelerate launch, or launch one run per seed with its own --seed")
+    start_logging(training_args)
     output_dir = Path(training_args.output_dir)
     check_writable(output_dir, "--output_dir")
-    if is_first_process():  # the seeds' folders get their own locks
-        output_lock.acquire(output_dir, "--output_dir", training_args.take_over_lock)
+    output_lock.acquire(output_dir, "--output_dir", training_args.take_over_lock)  # each seed locks its own folder
     recorded = previous_runs(output_dir, training_args.overwrite_output_dir)
     queue, retries_left = list(training_args.seed_list), training_args.retry_failed_seeds
     runs = []
@@ -113,12 +112,11 @@ def run_seeds(main, argv, training_args) -> dict:
                         f"{training_args.retry_failed_seeds})"
             logger.warning(line)
         summary = summarise(runs, training_args)
-        if is_first_process():
-            write_json(output_dir / SUMMARY_FILE, summary)
+        write_json(output_dir / SUMMARY_FILE, summary)
     log_table(summary)
     if summary["best_seed"] is None:
         logger.error("No seed learned: %s holds the runs, and no model was put in %s", SUMMARY_FILE, output_dir)
-    elif is_first_process():
+    else:
         put_best_on_top(output_dir, summary)
         if training_args.push_to_hub:
             push_folder(output_dir, training_args.hub_model_id or output_dir.absolute().name,
@@ -170,15 +168,15 @@ def best_metric(runs: list[dict], metric_for_best_model: str | None) -> str:
 def summarise(runs: list[dict], training_args) -> dict:
     """The summary of the runs so far (see the module's docstring); `best_seed` is None when none learned."""
     learned = [run for run in runs if run["learned"]]
+    by = best_metric(runs, training_args.metric_for_best_model if training_args.metric_for_best_model_given
+                     else None)
     metrics = {}
     for kind in ("eval", "predict"):
         keys = [key for key in (learned[0][kind] if learned else {})
                 if not key.endswith(NOT_SUMMARISED) and key != "epoch"
                 and all(isinstance(run[kind].get(key), (int, float)) for run in learned)]
-        for key in keys:
+        for key in sorted(keys, key=lambda key: (key != by, key)):  # the one the best seed is chosen by first
             metrics[key] = statistics_of({run["seed"]: float(run[kind][key]) for run in learned})
-    by = best_metric(runs, training_args.metric_for_best_model if training_args.metric_for_best_model_given
-                     else None)
     greater = training_args.greater_is_better if training_args.greater_is_better_given else not by.endswith("loss")
     best = None
     if learned:
@@ -194,14 +192,17 @@ def summarise(runs: list[dict], training_args) -> dict:
 
 def statistics_of(values: dict[int, float]) -> dict:
     """Median, mean, its standard error (None for one value), minimum and maximum of seed -> value, with the seeds
-    that gave the median (two for an even count), the minimum and the maximum."""
-    seeds = sorted(values, key=lambda seed: (values[seed], seed))
+    that gave the median (two for an even count), the minimum and the maximum (among equal values, the first seed
+    run, as the best seed is chosen)."""
+    seeds = sorted(values, key=lambda seed: values[seed])  # stable: equal values keep the order the seeds ran in
     n = len(seeds)
     middle = seeds[(n - 1) // 2: n // 2 + 1]
-    mean = statistics.fmean(values.values())
-    return {"n": n, "median": statistics.median(values.values()), "median_seeds": middle, "mean": mean,
+    low, high = min(values.values()), max(values.values())
+    return {"n": n, "median": statistics.median(values.values()), "median_seeds": middle,
+            "mean": statistics.fmean(values.values()),
             "standard_error": statistics.stdev(values.values()) / math.sqrt(n) if n > 1 else None,
-            "min": values[seeds[0]], "min_seed": seeds[0], "max": values[seeds[-1]], "max_seed": seeds[-1]}
+            "min": low, "min_seed": next(seed for seed in values if values[seed] == low),
+            "max": high, "max_seed": next(seed for seed in values if values[seed] == high)}
 
 
 def table(summary: dict) -> list[str]:
