@@ -194,7 +194,8 @@ def test_three_seeds_give_a_summary_the_best_model_on_top_and_a_collapsed_seed_i
 
 
 @pytest.mark.trains
-def test_an_interrupted_run_resumes_with_the_seeds_still_missing(tiny_checkpoint, tmp_path, monkeypatch, caplog):
+def test_an_interrupted_run_resumes_with_the_seeds_still_missing(tiny_checkpoint, tmp_path, monkeypatch, caplog,
+                                                                 capsys):
     """SIGTERM during seed 2's training: seed 1 is done, seed 2 leaves a checkpoint and the run exits PREEMPTED.
     The same command then keeps seed 1 as it is, resumes seed 2 and runs seed 3."""
     train, dev = data(tmp_path)
@@ -211,6 +212,8 @@ def test_an_interrupted_run_resumes_with_the_seeds_still_missing(tiny_checkpoint
     with pytest.raises(SystemExit) as stop:
         run_glue(argv)
     assert stop.value.code == PREEMPTED
+    said = capsys.readouterr().err
+    assert "To continue, run the same command" in said and "--resume_from_checkpoint" not in said
     assert json.loads((out / "all_seeds_results.json").read_text())["seeds"] == [1]
     assert (out / "seed_2" / "checkpoint-3").is_dir() and not (out / "seed_3").exists()
     seed_1_model = (out / "seed_1" / "model.safetensors").stat().st_mtime_ns

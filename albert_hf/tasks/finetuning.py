@@ -569,10 +569,11 @@ def train(trainer, training_args, last_checkpoint: str | None, num_examples: int
         if callback.stopped_at is not None and callback.stopped_at < trainer.state.max_steps:
             checkpoint = Path(training_args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{trainer.state.global_step}")
             if trainer.is_world_process_zero():
+                # A --seeds run resumes each seed's folder by itself and refuses --resume_from_checkpoint.
+                alone = "" if THIS_SEED.get() else ", or pass --resume_from_checkpoint with that folder"
                 print(f"Stopped by {stop.name} after step {trainer.state.global_step} of {trainer.state.max_steps}: "
                       f"the training state is in {checkpoint}. To continue, run the same command (it resumes from "
-                      "the last checkpoint in --output_dir), or pass --resume_from_checkpoint with that folder",
-                      file=sys.stderr, flush=True)
+                      f"the last checkpoint in --output_dir){alone}", file=sys.stderr, flush=True)
             raise SystemExit(PREEMPTED)
     # An internal save: with --push_to_hub, Trainer would otherwise upload here with its own model card; `finish`
     # pushes once, with ours.
