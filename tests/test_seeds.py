@@ -193,7 +193,6 @@ def test_three_seeds_give_a_summary_the_best_model_on_top_and_a_collapsed_seed_i
     assert "| eval_accuracy |" in card
 
 
-@pytest.mark.trains
 def test_an_interrupted_run_resumes_with_the_seeds_still_missing(tiny_checkpoint, tmp_path, monkeypatch, caplog,
                                                                  capsys):
     """SIGTERM during seed 2's training: seed 1 is done, seed 2 leaves a checkpoint and the run exits PREEMPTED.
@@ -287,11 +286,14 @@ def test_retries_take_the_next_unused_seeds_and_no_model_goes_on_top_when_none_l
         run_seeds(fake_seed_run({1: 0.9}, coin), [], Arguments(tmp_path / "taken", [1]))
 
 
-@pytest.mark.trains
-def test_push_to_hub_uploads_the_best_seed_once_without_the_seed_folders(tiny_checkpoint, tmp_path):
+def test_push_to_hub_uploads_the_best_seed_once_without_the_seed_folders(tmp_path):
+    """With --push_to_hub the top folder is pushed once, at the end, without the seed folders (the seeds' own runs
+    push nothing: AlbertTrainingArguments turns it off in them, see test_a_seed_run_parses_its_own_seed_...)."""
     from unittest import mock
 
     from huggingface_hub import HfApi, RepoUrl
+
+    from albert_hf.tasks.seeds import run_seeds
 
     uploads = []
 
@@ -299,15 +301,31 @@ def test_push_to_hub_uploads_the_best_seed_once_without_the_seed_folders(tiny_ch
         return RepoUrl(f"https://huggingface.co/{repo_id}")
 
     def upload_folder(self, repo_id, folder_path, ignore_patterns=(), **kwargs):
-        uploads.append((repo_id, folder_path, list(ignore_patterns)))
+        uploads.append((repo_id, folder_path, list(ignore_patterns), sorted(os.listdir(folder_path))))
         return mock.MagicMock(commit_url="https://huggingface.co/fake/commit")
 
-    train, dev = data(tmp_path)
-    out = tmp_path / "out"
+    arguments = Arguments(tmp_path / "out", [1, 2])
+    arguments.push_to_hub, arguments.hub_model_id, arguments.hub_token, arguments.hub_private_repo = \
+        True, "someone/reviews", "x", None
     with mock.patch.object(HfApi, "create_repo", create_repo), mock.patch.object(HfApi, "upload_folder", upload_folder):
-        summary = run_glue(seed_args(tiny_checkpoint, out, train, dev, "--num_seeds", 2, "--push_to_hub",
-                                     "--hub_model_id", "someone/reviews", "--hub_token", "x"))
-    assert summary["seeds"] == [0, 1]  # --seed 0, then 1
-    assert len(uploads) == 1  # the seeds' own runs push nothing
-    repo, folder, ignored = uploads[0]
-    assert (repo, folder) == ("someone/reviews", str(out)) and {"seed_*", "seed_*/**"} <= set(ignored)
+        run_seeds(fake_seed_run({1: 0.7, 2: 0.9}, Baseline("accuracy", 0.5, "the majority class (yes)")), [],
+                  arguments)
+    assert len(uploads) == 1
+    repo, folder, ignored, files = uploads[0]
+    assert (repo, folder) == ("someone/reviews", str(tmp_path / "out")) and {"seed_*", "seed_*/**"} <= set(ignored)
+    assert "model.safetensors" in files and (tmp_path / "out" / "model.safetensors").read_text() == "weights of seed 2"
+
+
+def test_a_seed_run_parses_its_own_seed_and_folder_and_pushes_nothing(tmp_path):
+    """Under run_seeds every parse of the script's arguments (--paper_hparams parses them twice) gives the seed's
+    --seed and --output_dir, no seed list and no push."""
+    from albert_hf.tasks.finetuning import THIS_SEED, AlbertTrainingArguments
+
+    token = THIS_SEED.set((7, str(tmp_path / "seed_7")))
+    try:
+        args = AlbertTrainingArguments(output_dir=str(tmp_path), seeds=[1, 7], retry_failed_seeds=1, do_train=True,
+                                       do_eval=True, push_to_hub=True, hub_model_id="someone/x", report_to="none")
+    finally:
+        THIS_SEED.reset(token)
+    assert (args.seed, args.output_dir, args.seed_list, args.retry_failed_seeds, args.push_to_hub) == \
+        (7, str(tmp_path / "seed_7"), None, 0, False)

@@ -80,6 +80,8 @@ def best_on_dev(steps: int) -> dict:
     """A recipe's evaluation schedule: every `steps` steps a checkpoint is scored on dev, and the best is kept
     (`recipe_arguments` applies it to runs with --do_train and --do_eval; the others have no dev set)."""
     return dict(best_checkpoint_every=steps)
+
+
 # (seed, output folder) of the one seed a --seeds run is running now (tasks/seeds.py); None outside such a run.
 # AlbertTrainingArguments takes them in place of the command line's --seed and --output_dir, however often the
 # script parses its arguments (--paper_hparams parses them again).
