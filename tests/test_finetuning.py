@@ -122,6 +122,17 @@ def test_output_dir_with_a_trained_model_is_not_overwritten(tmp_path):
     assert setup(training_args) is None
 
 
+def test_trainers_own_argument_checks_stop_in_one_line():
+    """TrainingArguments' own checks (a paragraph each) reach the user as one line, from flags as from a file."""
+    flags = ["--model_name_or_path", "m", "--output_dir", "out", "--do_train", "--do_eval", "--eval_strategy", "steps",
+             "--load_best_model_at_end", "--save_strategy", "no"]
+    with pytest.raises(InputError) as refused:
+        parse_arguments(NoDataArguments, flags)
+    said = str(refused.value)
+    assert said.startswith("--load_best_model_at_end requires the save and eval strategy to match")
+    assert "\n" not in said and "Save strategy: SaveStrategy.NO" in said
+
+
 def test_missing_columns_are_named_with_the_file():
     import datasets
 

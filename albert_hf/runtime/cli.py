@@ -62,7 +62,12 @@ def parse_into_dataclasses(parser: HfArgumentParser, argv=None, defaults: dict |
             argv = argv[1:]
         except (ValueError, TypeError, yaml.YAMLError) as error:
             parser.error(f"{path}: {str(error).strip().splitlines()[0]}")
-    *groups, remaining = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
+    try:
+        *groups, remaining = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
+    except InputError:
+        raise
+    except ValueError as error:  # a dataclass's own check, e.g. TrainingArguments' on --load_best_model_at_end
+        raise InputError(" ".join(str(error).split())[:400]) from error  # its paragraph as one line
     if remaining:
         parser.error(f"unrecognized arguments: {' '.join(remaining)}")
     return tuple(groups)
