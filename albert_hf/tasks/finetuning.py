@@ -406,6 +406,24 @@ def start_logging(training_args: TrainingArguments) -> None:
     transformers.utils.logging.set_verbosity_warning()
 
 
+def claim_output_dir(training_args: TrainingArguments) -> Path:
+    """--output_dir checked writable and locked for this run (one run per folder, `runtime/output_lock.py`; released
+    when the script ends). Returns it as a Path."""
+    output_dir = Path(training_args.output_dir)
+    check_writable(output_dir, "--output_dir")
+    if is_first_process():
+        output_lock.acquire(output_dir, "--output_dir", getattr(training_args, "take_over_lock", False))
+    return output_dir
+
+
+def refuse_a_trained_model(output_dir: Path) -> None:
+    """An output folder holding a model that no checkpoint or record of ours explains is another run's: never
+    silently overwritten."""
+    if any(p.suffix in (".safetensors", ".bin") for p in output_dir.iterdir()):
+        raise InputError(f"{output_dir} already holds a trained model; pass --overwrite_output_dir to replace it, "
+                         "or another --output_dir")
+
+
 def setup(training_args: TrainingArguments) -> str | None:
     """Logging, seed, and the checkpoint to resume from.
 
@@ -426,18 +444,14 @@ def setup(training_args: TrainingArguments) -> str | None:
     if slow:  # first, before the data is read: the user can stop a slow run at once
         logger.warning(slow)
     set_seed(training_args.seed)
-    output_dir = Path(training_args.output_dir)
-    check_writable(output_dir, "--output_dir")  # before the data is read
-    if is_first_process():  # one run per folder (runtime/output_lock.py); released when the script ends
-        output_lock.acquire(output_dir, "--output_dir", getattr(training_args, "take_over_lock", False))
+    output_dir = claim_output_dir(training_args)  # before the data is read
     last_checkpoint = None
     if training_args.do_train and output_dir.is_dir() and not getattr(training_args, "overwrite_output_dir", False):
         last_checkpoint = get_last_checkpoint(str(output_dir))
         if training_args.resume_from_checkpoint:
             last_checkpoint = training_args.resume_from_checkpoint
-        elif last_checkpoint is None and any(p.suffix in (".safetensors", ".bin") for p in output_dir.iterdir()):
-            raise InputError(f"{output_dir} already holds a trained model; pass --overwrite_output_dir to "
-                             "replace it, or another --output_dir")
+        elif last_checkpoint is None:
+            refuse_a_trained_model(output_dir)
         if last_checkpoint is not None:
             logger.info("Resuming from %s (pass --overwrite_output_dir to start over)", last_checkpoint)
     return last_checkpoint

@@ -32,8 +32,8 @@ from pathlib import Path
 from ..errors import InputError
 from ..hub.upload import push_folder
 from ..runtime import output_lock
-from ..runtime.storage import check_writable, write_json
-from .finetuning import THIS_SEED, start_logging
+from ..runtime.storage import write_json
+from .finetuning import THIS_SEED, claim_output_dir, refuse_a_trained_model, start_logging
 
 logger = logging.getLogger("albert_hf.tasks.seeds")
 
@@ -83,9 +83,7 @@ def run_seeds(main, argv, training_args) -> dict:
         raise InputError("--seeds / --num_seeds run the seeds one after another in one process: start the script "
                          "without accelerate launch, or launch one run per seed with its own --seed")
     start_logging(training_args)
-    output_dir = Path(training_args.output_dir)
-    check_writable(output_dir, "--output_dir")
-    output_lock.acquire(output_dir, "--output_dir", training_args.take_over_lock)  # each seed locks its own folder
+    output_dir = claim_output_dir(training_args)  # each seed claims its own folder too
     recorded = previous_runs(output_dir, training_args.overwrite_output_dir)
     queue, retries_left = list(training_args.seed_list), training_args.retry_failed_seeds
     runs = []
@@ -135,9 +133,7 @@ def previous_runs(output_dir: Path, overwrite: bool) -> dict[int, dict]:
     if overwrite or not output_dir.is_dir():
         return {}
     if not path.is_file():
-        if any(p.suffix in (".safetensors", ".bin") for p in output_dir.iterdir()):
-            raise InputError(f"{output_dir} already holds a trained model; pass --overwrite_output_dir to replace "
-                             "it, or another --output_dir")
+        refuse_a_trained_model(output_dir)
         return {}
     try:
         runs = json.loads(path.read_text(encoding="utf-8"))["runs"]
