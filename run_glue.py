@@ -22,6 +22,11 @@ when a test file has labels (the GLUE test files have none), and all_results.jso
 the GLUE submission files (MRPC.tsv, MNLI-m.tsv, ...). Task logic: albert_hf/tasks/glue.py.
 """
 
+import signal
+
+# Stop signals wait while the libraries load (seconds); the entry point then handles them (one line, status 75).
+signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1))
+
 from transformers import DataCollatorWithPadding
 
 from albert_hf import AlbertHFForSequenceClassification

@@ -12,6 +12,11 @@ predict_results.json when the test file has tags, predictions.txt (one sentence 
 train_results.json and all_results.json. Reading, alignment and metrics: albert_hf/tasks/ner.py.
 """
 
+import signal
+
+# Stop signals wait while the libraries load (seconds); the entry point then handles them (one line, status 75).
+signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1))
+
 from transformers import DataCollatorForTokenClassification
 
 from albert_hf import AlbertHFForTokenClassification

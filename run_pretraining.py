@@ -5,8 +5,13 @@
         --per_device_train_batch_size 32 --gradient_accumulation_steps 16 ...  # precision: auto (the start line)
 """
 
+import signal
+
+# Stop signals wait while the libraries load (seconds); the entry point then handles them (one line, status 75).
+signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1))
+
 from albert_hf.pretraining.job import main
 from albert_hf.runtime.cli import run_entry_point
 
 if __name__ == "__main__":
-    run_entry_point(main)
+    run_entry_point(main, stage="starting")

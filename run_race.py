@@ -16,6 +16,11 @@ level `eval_accuracy_high`/`eval_accuracy_middle` with `eval_num_high`/`eval_num
 the chosen letters in predictions_validation.json and predictions_test.json.
 """
 
+import signal
+
+# Stop signals wait while the libraries load (seconds); the entry point then handles them (one line, status 75).
+signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1))
+
 from albert_hf import AlbertHFForMultipleChoice
 from albert_hf.errors import InputError
 from albert_hf.tasks import race

@@ -19,6 +19,11 @@ windows) and postprocess.py (answers, metrics, files); the official v2 answerabi
 AlbertHFForQuestionAnsweringWithAnswerability; the shared flow is albert_hf/tasks/finetuning.py.
 """
 
+import signal
+
+# Stop signals wait while the libraries load (seconds); the entry point then handles them (one line, status 75).
+signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1))
+
 import logging
 
 from transformers import default_data_collator

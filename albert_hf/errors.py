@@ -4,7 +4,8 @@ Every check of a file, column, label, flag, config or checkpoint raises `InputEr
 wrong and where. The entry points (`run_pretraining.py`, `run_glue.py`, `run_squad.py`, `run_race.py`, `run_ner.py`,
 `python -m albert_hf.convert`) print it as `error: <message>` and exit with status 2, as argparse does for a bad
 flag (`cli.run_entry_point`). A write the machine refuses (a full disk, a read-only folder: runtime/storage.py) ends the
-same way. Any other exception is a bug and keeps its traceback.
+same way. A run that produced nothing to use (`NothingProduced`) exits with status 1 after its line. Any other
+exception is a bug and keeps its traceback.
 """
 
 from contextlib import contextmanager
@@ -12,6 +13,11 @@ from contextlib import contextmanager
 
 class InputError(ValueError):
     """Input the user can fix. The message is one line that names the file, field, flag or argument."""
+
+
+class NothingProduced(Exception):
+    """A run that ended without the output it exists for (a --seeds run in which no seed learned): the entry points
+    print its one line as `error: <message>` and exit with status 1, so that a pipeline does not go on."""
 
 
 def first_line(error: BaseException) -> str:

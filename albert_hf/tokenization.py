@@ -441,8 +441,12 @@ def train_tokenizer(
 def _save_to_cache(tokenizer, spm_model: bytes, cache_dir: Path) -> None:
     # Save into a temporary sibling and rename it, so a concurrent process never loads half a tokenizer.
     tmp = cache_dir.with_name(f"{cache_dir.name}.tmp{os.getpid()}")
-    tokenizer.save_pretrained(tmp)
-    (tmp / "spiece.model").write_bytes(spm_model)
+    try:
+        tokenizer.save_pretrained(tmp)
+        (tmp / "spiece.model").write_bytes(spm_model)
+    except BaseException:  # a failed write, or a stop signal (runtime/preemption.py): no half-saved folder left
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     try:
         os.replace(tmp, cache_dir)
     except OSError:  # another process finished the same tokenizer first; theirs is identical

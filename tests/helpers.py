@@ -147,9 +147,10 @@ def run_bounded(command, timeout: float, **kwargs):
         return subprocess.CompletedProcess(command, process.returncode, out.read_text(), err.read_text())
 
 
-def start_process(command, *, stdout: Path, stderr: Path, env=None, cwd=None):
+def start_process(command, *, stdout: Path, stderr: Path, env=None, cwd=None, new_session: bool = False):
     """subprocess.Popen(command) with stdout and stderr written to these files; forked from the preloaded
-    interpreter where that gives what a fresh process would (tests/preloaded.py)."""
+    interpreter where that gives what a fresh process would (tests/preloaded.py). `new_session`: in a session and
+    process group of its own (Popen's start_new_session), as a scheduler's job is, for `signal_job`."""
     import subprocess
 
     import preloaded
@@ -158,9 +159,31 @@ def start_process(command, *, stdout: Path, stderr: Path, env=None, cwd=None):
     stdout.write_text(""), stderr.write_text("")
     if preloaded.servable(command, env, PRELOADED_ENV):
         return preloaded.start(command, env=env, cwd=cwd, stdout=str(stdout), stderr=str(stderr),
-                               server_env=PRELOADED_ENV)
+                               server_env=PRELOADED_ENV, new_session=new_session)
     with open(stdout, "w") as out, open(stderr, "w") as err:
-        return subprocess.Popen([str(part) for part in command], stdout=out, stderr=err, env=env, cwd=cwd)
+        return subprocess.Popen([str(part) for part in command], stdout=out, stderr=err, env=env, cwd=cwd,
+                                start_new_session=new_session)
+
+
+def signal_job(pid: int, signum: int) -> int:
+    """`signum` to every process of the job `pid` leads (started with `new_session`), each once, as SLURM signals a
+    job step and `timeout` or a terminal a process group: `os.killpg` on its process group and on those of its
+    descendants (a launcher's workers run in sessions of their own). Returns the number of groups signalled."""
+    import psutil
+
+    groups = {os.getpgid(pid)}
+    for child in psutil.Process(pid).children(recursive=True):
+        try:
+            groups.add(os.getpgid(child.pid))
+        except ProcessLookupError:
+            pass
+    assert os.getpgid(0) not in groups, "the job shares the test's process group: start it with new_session"
+    for group in groups:
+        try:
+            os.killpg(group, signum)
+        except ProcessLookupError:
+            pass
+    return len(groups)
 
 
 

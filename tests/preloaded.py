@@ -113,19 +113,24 @@ class ForkedProcess:
         self._process.kill()
 
 
-def start(command, *, env: dict, cwd, stdout: str, stderr: str, server_env: dict) -> ForkedProcess:
-    """`command` (servable) in a forked process writing to the files `stdout` and `stderr`. The server is started on
-    first use with `server_env`."""
+def start(command, *, env: dict, cwd, stdout: str, stderr: str, server_env: dict,
+          new_session: bool = False) -> ForkedProcess:
+    """`command` (servable) in a forked process writing to the files `stdout` and `stderr`, in a session (and process
+    group) of its own with `new_session`. The server is started on first use with `server_env`."""
     _ensure_server(server_env)
     context = multiprocessing.get_context("forkserver")
     process = context.Process(target=_run, args=([str(part) for part in command[1:]], str(cwd or os.getcwd()),
-                                                 dict(env), stdout, stderr, _server["path"]), daemon=False)
+                                                 dict(env), stdout, stderr, _server["path"], new_session),
+                              daemon=False)
     process.start()
     return ForkedProcess(process)
 
 
-def _run(argv: list[str], cwd: str, env: dict, stdout: str, stderr: str, fresh_path: list[str]) -> None:
+def _run(argv: list[str], cwd: str, env: dict, stdout: str, stderr: str, fresh_path: list[str],
+         new_session: bool) -> None:
     """In the forked process: become `python *argv` started in `cwd` with `env`."""
+    if new_session:
+        os.setsid()  # as subprocess.Popen(start_new_session=True)
     gc.freeze()  # the preloaded objects: not traversed by every collection the script triggers
     # A main process of its own, as a fresh interpreter is: multiprocessing's default start method (not the
     # server's forkserver, which DataLoader workers would otherwise go through) and no parent process.

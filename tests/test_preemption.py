@@ -3,6 +3,7 @@ complete checkpoint and status 75, and `--resume_from_checkpoint latest` continu
 uninterrupted run; also with two processes where only one of them is signalled. The fine-tuning scripts likewise,
 through Trainer's checkpoint-N."""
 
+import random
 import re
 import signal
 import subprocess
@@ -16,7 +17,7 @@ from safetensors.torch import load_file
 
 from albert_hf.pretraining.checkpoints import STATE_FILE
 from albert_hf.runtime.preemption import PREEMPTED
-from helpers import REPO, run_bounded, start_process, subprocess_env
+from helpers import REPO, run_bounded, signal_job, start_process, subprocess_env
 from test_distributed import LAUNCH
 from test_pretraining import check_same_weights_and_curve, metrics, pretrain
 
@@ -268,3 +269,214 @@ def test_fine_tuning_stopped_by_a_signal_leaves_a_checkpoint_that_the_same_comma
     assert expected.keys() == got.keys()
     for name in expected:
         torch.testing.assert_close(got[name], expected[name], rtol=0, atol=1e-6, msg=name)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Signals as schedulers deliver them: every process of the job (SLURM's job step, `timeout`, a terminal's process
+# group), DataLoader and preprocessing workers included. The runs start in sessions of their own (`new_session`)
+# and `signal_job` signals every process group of the job.
+
+WORKERS = ["--dataloader_num_workers", "2"]
+
+
+def wait_until(condition, process, folder, what: str, timeout: float = 300):
+    deadline = time.time() + timeout
+    while not condition():
+        assert process.poll() is None, f"the run ended before {what}: " + (folder / "stderr.txt").read_text()[-3000:]
+        assert time.time() < deadline, f"no {what} after {timeout} s"
+        time.sleep(0.02)
+
+
+def stopped_job(process, folder) -> str:
+    """The stderr of a job once it has ended (status 75, no traceback), its last line the stop line."""
+    try:
+        process.wait(timeout=300)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the run was still running 300 s after the signal")
+    stderr = (folder / "stderr.txt").read_text()
+    assert process.returncode == PREEMPTED, stderr[-3000:]
+    assert "Traceback" not in stderr and "Error" not in stderr.strip().splitlines()[-1], stderr[-3000:]
+    return stderr
+
+
+def checkpoints(run) -> list[str]:
+    return sorted((path.name for path in run.glob("step_*")), key=lambda name: int(name.split("_")[1]))
+
+
+def test_workers_forked_under_stop_on_signal_leave_the_decision_to_their_parent(tmp_path):
+    """A worker forked while a StopOnSignal is active survives SIGTERM, SIGUSR1 and SIGINT from any other process
+    and ends on its parent's SIGTERM (DataLoader's and multiprocessing's `terminate`); one forked outside it dies of
+    the first signal as before."""
+    import multiprocessing
+
+    from albert_hf.runtime.preemption import StopOnSignal
+
+    context = multiprocessing.get_context("fork")
+
+    def sender(pid, signum):  # another process, as a scheduler or `kill` is
+        subprocess.run(["kill", f"-{signal.Signals(signum).name[3:]}", str(pid)], check=True)
+
+    with StopOnSignal():
+        shielded = context.Process(target=time.sleep, args=(60,), daemon=True)
+        shielded.start()
+    plain = context.Process(target=time.sleep, args=(60,), daemon=True)
+    plain.start()
+    time.sleep(0.5)  # both running their target
+    for signum in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
+        sender(shielded.pid, signum)
+    sender(plain.pid, signal.SIGTERM)
+    plain.join(10)
+    assert plain.exitcode == -signal.SIGTERM
+    time.sleep(0.5)
+    assert shielded.is_alive()
+    shielded.terminate()  # the parent's SIGTERM
+    shielded.join(10)
+    assert shielded.exitcode == 0
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1])
+def test_a_group_signal_that_reaches_the_dataloader_workers_stops_after_a_step_and_the_run_resumes(
+        tmp_path, reference, signum):
+    run = tmp_path / "run"
+    process = pretrain(run, *ARGS, *WORKERS, started=tmp_path, new_session=True)
+    wait_until(lambda: (run / "metrics.jsonl").exists(), process, tmp_path, "a logged step")
+    assert len(psutil.Process(process.pid).children()) == 2  # the DataLoader workers, in the job's process group
+    signal_job(process.pid, signum)
+    stderr = stopped_job(process, tmp_path)
+    step = stopped_step(stderr)
+    assert f"Stopped by {signal.Signals(signum).name} after step {step} of 40" in stderr
+    assert checkpoints(run) == [f"step_{step}"] and (run / f"step_{step}" / STATE_FILE).is_file()
+    assert not (run / "model.safetensors").exists()
+
+    done = pretrain(run, *ARGS, *WORKERS, "--resume_from_checkpoint", "latest")
+    assert f"Resumed from {run / f'step_{step}'}: step {step}" in done.stderr
+    check_same_weights_and_curve(run, reference, after_step=0)
+
+
+def test_a_group_signal_while_preprocessing_workers_build_the_pairs_stops_with_one_line(tmp_path, reference):
+    """--preprocessing_num_workers 2 on an empty cache: the signal reaches the main process and datasets' pool
+    (its workers and manager) while the documents are tokenized. One line names the stage; nothing is saved; the
+    same command then builds the data and trains to the uninterrupted run's weights."""
+    run, cache = tmp_path / "run", {"HF_HOME": str(tmp_path / "hf_home")}
+    process = pretrain(run, *ARGS, "--preprocessing_num_workers", "2", started=tmp_path, new_session=True, env=cache)
+    wait_until(lambda: len(psutil.Process(process.pid).children()) >= 3, process, tmp_path, "the pool's workers",
+               timeout=120)
+    signal_job(process.pid, signal.SIGTERM)
+    stderr = stopped_job(process, tmp_path)
+    assert re.search(r"^Stopped by SIGTERM while building the (training|held-out) pairs, before the first optimizer "
+                     r"step: there was nothing to save\. Run the same command again$", stderr, re.MULTILINE), \
+        stderr[-2000:]
+    assert checkpoints(run) == [] and not (run / "model.safetensors").exists()
+
+    pretrain(run, *ARGS, "--preprocessing_num_workers", "2", env=cache)
+    check_same_weights_and_curve(run, reference, after_step=0)
+
+
+@pytest.mark.compiles
+def test_a_group_signal_while_torch_compile_compiles_the_first_step_stops_with_one_line(tmp_path):
+    run = tmp_path / "run"
+    process = pretrain(run, *ARGS, *WORKERS, "--torch_compile_mode", "default", started=tmp_path, new_session=True)
+    # the workers start with the first step's batches, and the step compiles for seconds
+    wait_until(lambda: len(psutil.Process(process.pid).children()) == 2, process, tmp_path, "the DataLoader workers")
+    time.sleep(0.5)
+    signal_job(process.pid, signal.SIGTERM)
+    stderr = stopped_job(process, tmp_path)
+    assert stderr.strip().splitlines()[-1] == (
+        "Stopped by SIGTERM while compiling the model (the first step), before the first optimizer step: there was "
+        "nothing to save. Run the same command again")
+    assert "torch.compile: the first step took" not in stderr
+    assert checkpoints(run) == []
+
+
+@pytest.mark.launched
+def test_a_group_signal_to_a_launched_run_stops_both_processes_after_the_same_step(tmp_path, ddp_reference):
+    """The launcher, its 2 workers and their DataLoader workers all get SIGTERM (the launcher forwards it too):
+    both processes stop after the same step with one complete checkpoint, and the same command resumes to the
+    uninterrupted run's weights."""
+    run, args = tmp_path / "run", [*ARGS, "--per_device_train_batch_size", "4", "--dataloader_num_workers", "1"]
+    launcher = pretrain(run, *args, launcher=DDP, started=tmp_path, new_session=True)
+    wait_until(lambda: (run / "metrics.jsonl").exists(), launcher, tmp_path, "a logged step")
+    assert signal_job(launcher.pid, signal.SIGTERM) == 3  # the launcher's group and each worker's own session
+    launcher.wait(timeout=300)
+    stderr = (tmp_path / "stderr.txt").read_text()
+    assert launcher.returncode != 0  # torch's launcher reports a signal it received as its own failure
+    # the only traceback is the launcher's own report of the signal (torch.distributed.run's SignalException)
+    assert stderr.count("Traceback") <= 1 and stderr.count("Traceback") == stderr.count("SignalException: Process")
+    step = int(next(line for line in stderr.splitlines() if line.startswith("Stopped by SIGTERM after step "))
+               .split(" after step ")[1].split(" ")[0])
+    assert checkpoints(run) == [f"step_{step}"]
+    assert {path.name for path in (run / f"step_{step}").iterdir()} >= {"random_states_0.pkl", "random_states_1.pkl",
+                                                                          STATE_FILE}
+    done = pretrain(run, *args, "--resume_from_checkpoint", "latest", launcher=DDP)
+    assert f"Resumed from {run / f'step_{step}'}: step {step}" in done.stderr
+    check_same_weights_and_curve(run, ddp_reference, after_step=0)
+
+
+def test_fine_tuning_with_dataloader_workers_stopped_by_a_group_signal_resumes(tmp_path, tiny_checkpoint, rte_folder,
+                                                                              glue_reference):
+    run, command = tmp_path / "run", [*glue_command(tiny_checkpoint, rte_folder, tmp_path / "run"), *WORKERS]
+    process = start_process(command, env=ENV, stdout=tmp_path / "stdout.txt", stderr=tmp_path / "stderr.txt",
+                            new_session=True)
+    wait_until(lambda: "'loss'" in (tmp_path / "stdout.txt").read_text(), process, tmp_path, "a logged loss")
+    assert len(psutil.Process(process.pid).children()) == 2
+    signal_job(process.pid, signal.SIGTERM)
+    stderr = stopped_job(process, tmp_path)
+    step = int(stderr.strip().splitlines()[-1].split(" after step ")[1].split(" ")[0])
+    assert [path.name for path in run.glob("checkpoint-*")] == [f"checkpoint-{step}"]
+
+    done = run_bounded(command, 300, env=ENV)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"Resuming from {run / f'checkpoint-{step}'}" in done.stderr
+    expected, got = load_file(glue_reference("one process")[0] / "model.safetensors"), load_file(
+        run / "model.safetensors")
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], rtol=0, atol=1e-6, msg=name)
+
+
+def test_group_signals_at_random_moments_lose_no_checkpoint_and_each_run_resumes_to_the_uninterrupted_weights(
+        tmp_path, reference):
+    """SIGTERM to the job (2 DataLoader workers, a checkpoint every 10 steps) at 10 random moments of its run, the
+    data stage included, each stopped run then started again with the same command: every stop ends with status 75
+    and one line, never a traceback; the checkpoints of every 10 steps before the stop and the stop's own are there
+    and complete; each resumed run ends with the uninterrupted run's weights."""
+    rng = random.Random(67)  # fixed moments: a failure can be rerun as it happened
+    args = [*ARGS, *WORKERS, "--checkpointing_steps", "10", "--resume_from_checkpoint", "latest"]
+    began = time.time()
+    pretrain(tmp_path / "uninterrupted", *args)
+    duration = time.time() - began
+    check_same_weights_and_curve(tmp_path / "uninterrupted", reference, after_step=0)  # workers and checkpoints
+    stops = []
+    for attempt in range(10):
+        run, folder = tmp_path / f"run_{attempt}", tmp_path / f"attempt_{attempt}"
+        folder.mkdir()
+        moment = rng.uniform(0, duration)
+        process = pretrain(run, *args, started=folder, new_session=True)
+        try:
+            process.wait(timeout=moment)
+        except subprocess.TimeoutExpired:
+            signal_job(process.pid, signal.SIGTERM)
+        process.wait(timeout=300)
+        stderr = (folder / "stderr.txt").read_text()
+        what = f"attempt {attempt}, SIGTERM {moment:.2f} s after the start of a {duration:.2f} s run"
+        assert "Traceback" not in stderr, (what, stderr[-3000:])
+        if process.returncode == 0:  # it finished first
+            assert (run / "model.safetensors").is_file()
+            continue
+        if process.returncode == -signal.SIGTERM:  # before the script's first line: the signal's own default action
+            assert not run.exists() and stderr == "", what
+            continue
+        assert process.returncode == PREEMPTED, (what, stderr[-3000:])
+        last = stderr.strip().splitlines()[-1]
+        if " after step " in last:  # a step to save: the checkpoints of every 10 steps, and the stop's own
+            step = stopped_step(stderr)
+            assert checkpoints(run) == [f"step_{n}" for n in sorted({*range(10, step + 1, 10), step})], what
+            assert all((run / name / STATE_FILE).is_file() for name in checkpoints(run)), what
+        else:  # stopped before the first step
+            assert re.fullmatch(r"Stopped by SIGTERM while [a-z ()-]+, before the first optimizer step: there was "
+                                r"nothing to save\. Run the same command again", last), (what, last)
+            step = 0
+            assert checkpoints(run) == [], what
+        stops.append(step)
+        pretrain(run, *args)
+        check_same_weights_and_curve(run, reference, after_step=0)
+    assert len(stops) >= 5, stops  # most moments fell before the end: stops, not finished runs, were tested

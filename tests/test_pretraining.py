@@ -35,14 +35,15 @@ FAST = ["--vocab_size", "500", "--max_seq_length", "64", "--per_device_train_bat
         "--mixed_precision", "no"]  # fp32 whatever the CPU: the precision choice has its own tests (test_hardware)
 
 
-def pretrain(out, *extra, launcher=None, check=True, timeout=300, started: Path | None = None):
+def pretrain(out, *extra, launcher=None, check=True, timeout=300, started: Path | None = None, env=None,
+             new_session=False):
     """The script run to its end (the finished process), or with `started` (a folder for its stdout.txt and
-    stderr.txt) only started (the running process)."""
+    stderr.txt) only started (the running process; with `new_session`, as a scheduler's job: `signal_job`)."""
     command = (launcher or [sys.executable]) + [SCRIPT, "--output_dir", str(out), *FAST, *extra]
-    env = subprocess_env()
+    env = subprocess_env(**(env or {}))
     if started:
         return start_process(command, env=env, cwd=out.parent, stdout=started / "stdout.txt",
-                             stderr=started / "stderr.txt")
+                             stderr=started / "stderr.txt", new_session=new_session)
     done = run_bounded(command, timeout, env=env, cwd=out.parent)
     if check:
         assert done.returncode == 0, done.stderr[-4000:]

@@ -15,7 +15,7 @@ import torch
 import transformers
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-from albert_hf.errors import InputError
+from albert_hf.errors import InputError, NothingProduced
 from albert_hf.runtime.preemption import PREEMPTED
 from albert_hf.tasks import finetuning
 from albert_hf.tasks.finetuning import recipe_arguments
@@ -270,12 +270,12 @@ def test_retries_take_the_next_unused_seeds_and_no_model_goes_on_top_when_none_l
     assert (out / "model.safetensors").read_text() == "weights of seed 5"
     assert "replaced by seed 10 (retry 1 of 2)" in caplog.text and "replaced by seed 11 (retry 2 of 2)" in caplog.text
     # None learned: the summary says so, and nothing is put on top.
-    caplog.clear()
     out = tmp_path / "none"
-    summary = run_seeds(fake_seed_run({1: 0.5, 2: 0.3}, coin), [], Arguments(out, [1, 2]))
+    with pytest.raises(NothingProduced, match=f"^No seed learned: {out / 'all_seeds_results.json'} holds the runs"):
+        run_seeds(fake_seed_run({1: 0.5, 2: 0.3}, coin), [], Arguments(out, [1, 2]))
+    summary = json.loads((out / "all_seeds_results.json").read_text())
     assert summary["best_seed"] is None and summary["learned"] == 0 and summary["metrics"] == {}
-    assert json.loads((out / "all_seeds_results.json").read_text())["did_not_learn"] == [1, 2]
-    assert not (out / "model.safetensors").exists() and "No seed learned" in caplog.text
+    assert summary["did_not_learn"] == [1, 2] and not (out / "model.safetensors").exists()
     # Several processes are refused in one line.
     with pytest.raises(InputError, match="run the seeds one after another in one process"):
         run_seeds(fake_seed_run({}, coin), [], Arguments(tmp_path / "launched", [1, 2], world_size=2))
@@ -329,3 +329,16 @@ def test_a_seed_run_parses_its_own_seed_and_folder_and_pushes_nothing(tmp_path):
         THIS_SEED.reset(token)
     assert (args.seed, args.output_dir, args.seed_list, args.retry_failed_seeds, args.push_to_hub) == \
         (7, str(tmp_path / "seed_7"), None, 0, False)
+
+
+def test_a_run_that_produced_nothing_ends_with_its_line_and_status_1(capsys):
+    """What the scripts' entry point makes of NothingProduced (no seed learned): a pipeline sees a failure."""
+    from albert_hf.runtime.cli import run_entry_point
+
+    def main():
+        raise NothingProduced("No seed learned: out/all_seeds_results.json holds the runs")
+
+    with pytest.raises(SystemExit) as ended:
+        run_entry_point(main)
+    assert ended.value.code == 1
+    assert capsys.readouterr().err == "error: No seed learned: out/all_seeds_results.json holds the runs\n"

@@ -18,6 +18,7 @@ from transformers import AutoTokenizer
 
 from ..errors import InputError
 from ..hub.loading import check_tokenizer, loading
+from ..runtime.preemption import at_stage
 from ..tokenization import train_tokenizer
 from . import prepared_data
 from .arguments import DataArgs, ObjectiveArgs
@@ -89,16 +90,20 @@ def build_data(data: DataArgs, task: str, seed: int, model_name_or_path: str | N
     (each step a cached `datasets` map). Under --streaming each process gets its own endless stream of pairs, built as
     it is read; the held-out pairs are built up front, from the corpus's first documents."""
     source = data.dataset_name or data.train_files or None
+    at_stage("reading the corpus")
     corpus = corpus_splits(source, layout=data.layout, text_column=data.text_column,
                            config_name=data.dataset_config_name if data.dataset_name else None,
                            streaming=data.streaming, held_out_percentage=data.validation_split_percentage,
                            seed=seed, process_index=process_index, num_processes=num_processes,
                            name=corpus_argument(data))
+    at_stage("loading the tokenizer" if data.tokenizer_name or model_name_or_path else "training the tokenizer")
     tokenizer = load_tokenizer(data, model_name_or_path, corpus.tokenizer_documents,
                                fingerprint=corpus.tokenizer_fingerprint)
     if corpus.stream_shares:
         logger.info("--streaming: %s; %s", corpus.stream_shares, STREAM_NOTE)
+    at_stage("building the training pairs")
     train_pairs = build_pairs(corpus.train, tokenizer, data, task, data.dupe_factor, seed)
+    at_stage("building the held-out pairs")
     return PretrainingData(tokenizer, train_pairs, *build_eval_pairs(corpus.held_out, tokenizer, data, task, seed))
 
 
@@ -179,6 +184,7 @@ def read_pairs(data: DataArgs, task: str, seed: int, model_name_or_path: str | N
     with accelerator.main_process_first():
         try:
             if data.prepared_data:
+                at_stage("reading the prepared pairs")
                 read = prepared_data.load(data.prepared_data)
                 logger.info("Training on the pairs prepared in %s (no tokenizing)%s", data.prepared_data,
                             f"; from its manifest: {', '.join(adopted)}" if adopted else "")

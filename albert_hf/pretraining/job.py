@@ -60,7 +60,7 @@ from ..runtime.hardware import (
     enable_cpu_fp16,
     use_tf32,
 )
-from ..runtime.preemption import PREEMPTED, StopOnSignal
+from ..runtime.preemption import PREEMPTED, StopOnSignal, at_stage
 from ..runtime.storage import StorageError, agreed, check_free_space, check_writable, fault_line, refused
 from . import prepared_data
 from . import step_graph as pretraining_graph
@@ -288,6 +288,7 @@ def prepare(args: PretrainingArguments) -> Pretraining:
                           model_name_or_path=args.model.model_name_or_path, adopted=args.adopted,
                           batch_sizes=(args.optimization.per_device_train_batch_size,
                                        args.output.per_device_eval_batch_size))
+    at_stage("building the model")
     model, model_notes = build_run_model(args.model, args.config, args.objective.task, inputs.tokenizer, accelerator,
                                          fsdp_request)
     notes = [*setup_notes, *(fsdp_request.notes if fsdp_request is not None else ()), *inputs.notes]
@@ -350,6 +351,13 @@ def optimizer_step(run: Pretraining, micro_batches) -> torch.Tensor:
     return counts
 
 
+def first_step_stage(run: Pretraining) -> str:
+    """What the first optimizer step does besides the step, for the stop line."""
+    if run.step_graph is not None:
+        return "capturing the whole-step graph (the first step)"
+    return "compiling the model (the first step)" if run.args.model.torch_compile else "the first step"
+
+
 def fit(run: Pretraining, stop: StopOnSignal | None = None) -> FitResult:
     """The training loop, from the checkpoint --resume_from_checkpoint names (if any) to --max_train_steps, with
     logging, evaluation and checkpoints. When `stop` reports a signal (in any process) at a step boundary, every
@@ -367,12 +375,16 @@ def fit(run: Pretraining, stop: StopOnSignal | None = None) -> FitResult:
             for micro_batches in accumulation_groups(epoch_batches(run, state), accumulation):
                 state.batches_in_epoch += len(micro_batches)
                 began = time.perf_counter()
+                if stop is not None and stop.stage is not None:
+                    at_stage(first_step_stage(run))
                 counts = optimizer_step(run, micro_batches)
                 if run.args.model.torch_compile and not compiled:  # the first step compiles
                     compiled = True
                     logger.info("torch.compile: the first step took %.1f s, compiling included",
                                 time.perf_counter() - began)
                 state.add_step(counts, micro_batches, update_gate(run.optimizer, accelerator.device))
+                if stop is not None:
+                    stop.saving()  # a step to save from here on: a signal waits for the step boundary
                 progress.update(1)
                 try:
                     eval_metrics = after_step(run, state, log, progress) or eval_metrics
@@ -590,6 +602,7 @@ def preprocess(args: PretrainingArguments):
     if args.output.overwrite_output_dir:
         clear_earlier_run(output_dir)
     data = build_data(args.data, args.objective.task, args.optimization.seed, args.model.model_name_or_path)
+    at_stage(f"writing the prepared pairs to {output_dir}")
     manifest = prepared_data.save(data, output_dir, args.flat())
     print(f"\nPrepared {manifest['train_pairs']:,} training and {manifest.get('validation_pairs', 0):,} held-out "
           f"pairs in {output_dir}. Train on them with: run_pretraining.py --prepared_data {output_dir} ...")
@@ -686,13 +699,15 @@ def main(argv=None):
 
 
 def pretrain(args: PretrainingArguments) -> dict:
-    """The job, once its folder is locked: prepare, fit, finish (or only the pairs, with --preprocess_only)."""
-    if args.data.preprocess_only:
-        return preprocess(args)
-    run = prepare(args)
-    # From the first step on, SIGTERM / SIGINT / SIGUSR1 end the run at a step boundary with a checkpoint; during
-    # the final save they are noted and the save completes.
-    with StopOnSignal() as stop:
+    """The job, once its folder is locked: prepare, fit, finish (or only the pairs, with --preprocess_only).
+
+    SIGTERM / SIGINT / SIGUSR1 (runtime/preemption.py): before the first optimizer step they stop the run at once
+    with a line naming the stage; from then on at a step boundary with a checkpoint; during the final save they are
+    noted and the save completes."""
+    with StopOnSignal("setting up") as stop:  # nested in run_entry_point's, which covers the arguments and the lock
+        if args.data.preprocess_only:
+            return preprocess(args)
+        run = prepare(args)
         result = fit(run, stop)
         if result.stopped_by is None:
             finish(run, result.eval_metrics, result.steps)
@@ -706,8 +721,11 @@ def pretrain(args: PretrainingArguments) -> dict:
                       "continue, run the same command with --resume_from_checkpoint latest", file=sys.stderr,
                       flush=True)
             raise SystemExit(PREEMPTED)
+        if stop.received is not None and accelerator.is_main_process:
+            print(f"{stop.name} received while the final folder was written: the run is complete in "
+                  f"{args.output.output_dir}", file=sys.stderr, flush=True)
     return result.eval_metrics
 
 
 if __name__ == "__main__":
-    run_entry_point(main)
+    run_entry_point(main, stage="starting")

@@ -25,6 +25,7 @@ import datasets
 import transformers
 
 from ..errors import InputError
+from ..runtime.preemption import deferred
 from .pairs import PAIRS_VERSION
 
 MANIFEST = "prepared_data.json"
@@ -74,9 +75,10 @@ def save(data: PretrainingData, folder: Path, arguments: dict) -> dict:
     }
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     folder.mkdir(parents=True, exist_ok=True)
-    for path in tmp.iterdir():
-        os.replace(path, folder / path.name)
-    tmp.rmdir()
+    with deferred():  # a stop signal waits for the moves: the manifest, last, marks the folder complete
+        for path in sorted(tmp.iterdir(), key=lambda path: path.name == MANIFEST):
+            os.replace(path, folder / path.name)
+        tmp.rmdir()
     return manifest
 
 

@@ -1,6 +1,7 @@
 """Command lines of the scripts: HfArgumentParser dataclasses from flags or from one .json/.yaml file, and every
 mistake in them reported as one line naming the flag, key or file (argparse's `error:` line), never a traceback."""
 
+import contextlib
 import dataclasses
 import enum
 import json
@@ -13,13 +14,15 @@ from pathlib import Path
 import yaml
 from transformers import HfArgumentParser
 
-from ..errors import InputError, first_line
+from ..errors import InputError, NothingProduced, first_line
 from . import output_lock
+from .preemption import PREEMPTED, StopOnSignal, stop_line
 from .storage import unplaced_fault
 
 ARGUMENT_FILE_SUFFIXES = (".json", ".yaml", ".yml")
 # argparse's exit status for a command line it refuses; ours for any input it refuses.
 INPUT_ERROR_STATUS = 2
+NOTHING_PRODUCED_STATUS = 1  # the run ended as asked but without its output: a failure for a pipeline
 
 
 def argument_file(argv) -> Path | None:
@@ -149,27 +152,47 @@ def is_first_process() -> bool:
     return os.environ.get("RANK", "0") == "0"
 
 
-def run_entry_point(main, finish=None) -> None:
+def run_entry_point(main, finish=None, stage: str | None = None) -> None:
     """Run `main()`; an InputError becomes one `error:` line on stderr (from the first process only, under
-    `accelerate launch`: every process checks the same input) and exit status 2. `finish()`, when given, runs after
-    main in every case, before the process exits: the fine-tuning scripts free their process group there. A
-    SystemExit (argparse's own error, a preempted run's status) passes through after `finish`."""
+    `accelerate launch`: every process checks the same input) and exit status 2; a NothingProduced its line and
+    status 1. A stop signal that interrupted the
+    run before it had anything to save becomes its one line (`preemption.stop_line`) and status PREEMPTED, whatever
+    error the interruption turned into on its way out (a library's cleanup, a compiler's wrapper). `finish()`, when
+    given, runs after main in every case, before the process exits: the fine-tuning scripts free their process
+    group there. A SystemExit (argparse's own error, a preempted run's status) passes through after `finish`.
+
+    With `stage` (a training script: what its start does), stop signals are handled from the first moment
+    (`preemption.StopOnSignal`): until the job says it has something to save, one ends the run at once with its
+    line; one that arrives after the job's own handling ended (its results being written) is noted and the run
+    completes."""
     status = 0
     try:
-        main()
-    except InputError as error:
-        if is_first_process():
-            print(f"error: {first_line(error)}", file=sys.stderr, flush=True)
-        status = INPUT_ERROR_STATUS
-    except SystemExit as stop:
-        status = stop.code
-    except Exception as error:
-        line = unplaced_fault(error)
-        if line is None:
+        with StopOnSignal(stage, until_exit=True) if stage else contextlib.nullcontext() as stop:
+            main()
+            if stop is not None and stop.received is not None and is_first_process():
+                print(f"{stop.name} received after training: the run completed", file=sys.stderr, flush=True)
+    except BaseException as error:  # noqa: BLE001 - each kind handled below; anything else is raised again
+        stopped = stop_line()
+        if stopped is not None:
+            if is_first_process():
+                print(stopped, file=sys.stderr, flush=True)
+            status = PREEMPTED
+        elif isinstance(error, InputError):
+            if is_first_process():
+                print(f"error: {first_line(error)}", file=sys.stderr, flush=True)
+            status = INPUT_ERROR_STATUS
+        elif isinstance(error, NothingProduced):
+            if is_first_process():
+                print(f"error: {first_line(error)}", file=sys.stderr, flush=True)
+            status = NOTHING_PRODUCED_STATUS
+        elif isinstance(error, SystemExit):
+            status = error.code
+        elif isinstance(error, Exception) and unplaced_fault(error) is not None:
+            # from whichever process failed: the others may not have
+            print(f"error: {unplaced_fault(error)}", file=sys.stderr, flush=True)
+            status = INPUT_ERROR_STATUS
+        else:
             raise
-        # from whichever process failed: the others may not have
-        print(f"error: {line}", file=sys.stderr, flush=True)
-        status = INPUT_ERROR_STATUS
     finally:
         output_lock.release_all()  # the output folder's lock, if the job took one (runtime/output_lock.py)
         if finish is not None:

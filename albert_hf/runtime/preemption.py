@@ -1,12 +1,24 @@
 """Stopping when a scheduler asks: SIGTERM (preemption, `scancel`, the end of a SLURM time limit with
 `--signal=TERM@120`), SIGUSR1 (SLURM's usual early-warning signal) and SIGINT (Ctrl-C).
 
-Without this, such a signal kills the run at once and every step since the last checkpoint is lost. With it, a
-signal only records that a stop was asked for. The training loop looks at that between optimizer steps: every
-process finishes the step it is in, a complete checkpoint is written with the usual atomic step_N protocol, and
-the run exits with status `PREEMPTED` (75, sysexits' EX_TEMPFAIL: "try again later") and one line saying how to
-continue. Further signals while that happens are noted and ignored, so a launcher that forwards the scheduler's
-signal a second time cannot interrupt the save (SIGKILL still can; the previous checkpoints then stay whole).
+Without this, such a signal kills the run at once and every step since the last checkpoint is lost. With it, what a
+signal does depends on whether the run has anything to save:
+- Before the first optimizer step (reading the corpus, training the tokenizer, building the pairs, the model, the
+  first step with its compilation or graph capture), there is nothing to save: the signal interrupts at once
+  (`Stopped`, a KeyboardInterrupt, so that libraries clean up their temporary files) and the entry point prints one
+  line naming the stage (`stop_line`) and exits with status `PREEMPTED`.
+- From then on a signal only records that a stop was asked for. The training loop looks at that between optimizer
+  steps: every process finishes the step it is in, a complete checkpoint is written with the usual atomic step_N
+  protocol, and the run exits with status `PREEMPTED` (75, sysexits' EX_TEMPFAIL: "try again later") and one line
+  saying how to continue. Further signals while that happens are noted and ignored, so a launcher that forwards the
+  scheduler's signal a second time cannot interrupt the save (SIGKILL still can; the previous checkpoints then stay
+  whole).
+
+Schedulers often signal every process of a job, not only the main one: SLURM every process of a job step, `timeout`
+and a terminal the whole process group. The workers a run forks while a `StopOnSignal` is active (DataLoader
+workers, `datasets`' `num_proc` pool and its manager) therefore leave the decision to their parent (`shield_child`):
+the stop signals no longer end them, their parent's SIGTERM (how DataLoader and multiprocessing end their workers)
+still does, and they leave when their parent is gone.
 
 In a multi-process run the signal may reach one process only (a scheduler that signals one task, a Ctrl-C in one
 terminal of a multi-node run). The processes agree on it at every step boundary with one tiny all-reduce, so all of
@@ -14,7 +26,9 @@ them stop after the same step and take part in the same checkpoint. Each boundar
 before (long arrived), so on a GPU the poll never waits for the queued work: the stop comes one step later.
 """
 
+import contextlib
 import logging
+import os
 import signal
 import threading
 
@@ -27,48 +41,102 @@ PREEMPTED = 75  # exit status after a stop on a signal, with a checkpoint writte
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
 
 
+class Stopped(KeyboardInterrupt):
+    """A stop signal that arrived while the run had nothing to save: `stage` is what it interrupted."""
+
+    def __init__(self, signum: int, stage: str):
+        super().__init__(f"{signal.Signals(signum).name} while {stage}")
+        self.signum, self.stage = signum, stage
+
+
+_active: "StopOnSignal | None" = None  # the innermost StopOnSignal in effect in this process
+_ended_by: "StopOnSignal | None" = None  # the one that received a signal, for the entry point's line
+
+
 class StopOnSignal:
-    """Within `with StopOnSignal() as stop:`, SIGTERM, SIGINT and SIGUSR1 set `stop.received` (the first signal's
-    number) instead of ending the process; the previous handlers come back on exit.
+    """Within `with StopOnSignal(stage) as stop:`, SIGTERM, SIGINT and SIGUSR1 no longer end the process at once.
+
+    While `stop.stage` names a stage (`at_stage`), the run has nothing to save: the first signal raises `Stopped` in
+    the main thread (outside a `deferred()` block). `stop.saving()` (after the first optimizer step) switches to
+    recording: the signal sets `stop.received` (the first signal's number) for the training loop to act on. The
+    previous handlers come back on exit, and workers forked meanwhile are shielded (`shield_child`).
 
     `stop.agreed()` is what a training loop asks at a step boundary: the signal any process received (the same
     answer in all of them), or None. It is a collective when torch.distributed is initialised: every process must
     call it at the same points.
     """
 
-    def __init__(self, signals=STOP_SIGNALS):
+    def __init__(self, stage: str | None = None, signals=STOP_SIGNALS, until_exit: bool = False):
         self.signals = signals
+        self.until_exit = until_exit  # an entry point's: on leaving, the process ends, and a late signal is ignored
+        self.stage = stage  # set: nothing to save yet, a signal interrupts this stage; None: a signal is recorded
         self.received: int | None = None
+        self.interrupted: str | None = None  # the stage a signal interrupted
+        self._deferring = 0
         self._previous = {}
+        self._outer = None
         self._polled = None  # multi-process: the last poll's all-reduced flag on the host, and its copy's event
 
     def __enter__(self):
+        global _active
         if threading.current_thread() is not threading.main_thread():
             return self  # Python runs signal handlers in the main thread only; elsewhere signals keep their effect
         for signum in self.signals:
             self._previous[signum] = signal.signal(signum, self._record)
+        self._outer, _active = _active, self
+        # the scripts block them while they import (run_*.py): one that came meanwhile is handled now
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, self.signals)
         return self
 
     def __exit__(self, exc_type, exc, traceback):
-        if exc_type is SystemExit and self.received is not None:
-            # Leaving with the stop status: a late signal must not turn that exit into a kill. Ignored, not handled:
-            # Python puts its own handlers back to the default (fatal) ones while the interpreter shuts down.
+        global _active
+        if not self._previous:
+            return False
+        _active = self._outer
+        if self.until_exit or (_ended_by is not None and exc_type is not None):
+            # Leaving because of a stop signal (with the stop status, or an error the interruption became): a late
+            # signal must not turn that exit into a kill. Ignored, not handled: Python puts its own handlers back
+            # to the default (fatal) ones while the interpreter shuts down.
             for signum in self._previous:
                 signal.signal(signum, signal.SIG_IGN)
+            self._previous.clear()
             return False
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         self._previous.clear()
         return False
 
+    def saving(self) -> None:
+        """From now on the run has something to save: a signal is recorded for the training loop (`agreed`), by
+        this StopOnSignal and those it is nested in (whose handlers come back when it ends)."""
+        stop = self
+        while stop is not None:
+            stop.stage, stop = None, stop._outer
+
     def _record(self, signum, frame):
+        global _ended_by
         name = signal.Signals(signum).name
-        if self.received is None:
-            self.received = signum
+        first = self.received is None
+        if first:
+            self.received, _ended_by = signum, self
+        if self.stage is not None and first:
+            if not self._deferring:
+                self.interrupted = self.stage
+                raise Stopped(signum, self.stage)
+            logger.warning("%s received while %s: stopping once this part is complete", name, self.stage)
+        elif first:
             logger.warning("%s received: finishing the current step, then saving a checkpoint and stopping", name)
+        elif self.interrupted or self.stage is not None:
+            logger.warning("%s received again: already stopping", name)
         else:
             logger.warning("%s received again: already stopping; the checkpoint is being written (SIGKILL stops at "
                            "once, and the previous checkpoints stay whole)", name)
+
+    def _end_deferral(self) -> None:
+        self._deferring -= 1
+        if not self._deferring and self.received is not None and self.stage is not None and not self.interrupted:
+            self.interrupted = self.stage
+            raise Stopped(self.received, self.stage)
 
     def agreed(self, device=None) -> int | None:
         """The stop signal received by any process (the highest number if several), or None; with several
@@ -96,3 +164,61 @@ class StopOnSignal:
     @property
     def name(self) -> str | None:
         return signal.Signals(self.received).name if self.received else None
+
+
+def at_stage(stage: str) -> None:
+    """Names what the run is doing for the stop line, while it has nothing to save (no effect after that, or
+    outside a StopOnSignal)."""
+    if _active is not None and _active.stage is not None:
+        _active.stage = stage
+
+
+@contextlib.contextmanager
+def deferred():
+    """A block that a stop signal must not cut in half (files moved into place one by one): a signal that arrives
+    within it interrupts at its end."""
+    stop = _active
+    if stop is None:
+        yield
+        return
+    stop._deferring += 1
+    try:
+        yield
+    finally:
+        stop._end_deferral()
+
+
+def stop_line() -> str | None:
+    """The line a run interrupted before it had anything to save ends with (the entry point prints it and exits
+    with PREEMPTED), or None when no stop signal interrupted this process."""
+    stop = _ended_by
+    if stop is None or stop.interrupted is None:
+        return None
+    return (f"Stopped by {stop.name} while {stop.interrupted}, before the first optimizer step: there was nothing "
+            "to save. Run the same command again")
+
+
+def shield_child(parent: int) -> None:
+    """In a worker just forked from `parent`: the stop signals are blocked in every thread and taken by one that
+    waits for them. It ends the worker on its parent's SIGTERM (DataLoader's and multiprocessing's way of ending
+    workers) and when the parent is gone, and ignores the others: the parent decides when the run stops."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # threads started later inherit the mask
+    threading.Thread(target=_wait_for_parent, args=(parent,), name="albert_hf stop signals", daemon=True).start()
+
+
+def _wait_for_parent(parent: int) -> None:
+    while True:
+        info = signal.sigtimedwait(STOP_SIGNALS, 1.0)
+        if (info is None and os.getppid() != parent) or (
+                info is not None and info.si_signo == signal.SIGTERM and info.si_pid == parent):
+            os._exit(0)  # as torch's own workers do on their parent's SIGTERM
+
+
+def _after_fork_in_child() -> None:
+    global _active, _ended_by
+    if _active is not None:
+        _active, _ended_by = None, None  # the handlers are the parent's; the child's decisions are its parent's
+        shield_child(os.getppid())
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

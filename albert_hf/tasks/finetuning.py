@@ -553,6 +553,7 @@ class StopOnSignalCallback(TrainerCallback):
         self.stopped_at: int | None = None  # the step after which it stopped training (the same in every process)
 
     def on_step_end(self, args: TrainingArguments, state, control, **kwargs):
+        self.stop.saving()  # a step done: from now on a signal waits for the step's end and saves a checkpoint
         if self.stop.agreed(args.device):  # every process asks at every step: they agree on the same step
             control.should_save = control.should_training_stop = True
             self.stopped_at = state.global_step
@@ -575,7 +576,7 @@ def train(trainer, training_args, last_checkpoint: str | None, num_examples: int
     """
     if trainer.is_world_process_zero():
         Path(training_args.output_dir, "all_results.json").unlink(missing_ok=True)
-    with StopOnSignal() as stop:
+    with StopOnSignal("the first step") as stop:
         logger.info("Fine-tuning: %s", trainer.describe_mode())
         callback = StopOnSignalCallback(stop)
         trainer.add_callback(callback)
@@ -724,8 +725,12 @@ def run_script(main) -> None:
     the interpreter is still whole (`distributed.end_distributed`): a gloo group left to the interpreter's exit can
     abort the process after its outputs are written. An InputError (its `error:` line, status 2) or a SystemExit
     (PREEMPTED after a stop signal) ends the process only after that, since its traceback holds main's Trainer and
-    with it the group."""
-    run_entry_point(main, finish=end_distributed)
+    with it the group.
+
+    Stop signals (runtime/preemption.py): before the first optimizer step they end the run at once with one line;
+    during training (`train`) at the end of a step with a checkpoint; after training they are noted and the run
+    completes."""
+    run_entry_point(main, finish=end_distributed, stage="reading the data and loading the model")
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import InputError, NothingProduced
 from ..hub.upload import push_folder
 from ..runtime import output_lock
 from ..runtime.storage import write_json
@@ -113,14 +113,14 @@ def run_seeds(main, argv, training_args) -> dict:
         write_json(output_dir / SUMMARY_FILE, summary)
     log_table(summary)
     if summary["best_seed"] is None:
-        logger.error("No seed learned: %s holds the runs, and no model was put in %s", SUMMARY_FILE, output_dir)
-    else:
-        put_best_on_top(output_dir, summary)
-        if training_args.push_to_hub:
-            push_folder(output_dir, training_args.hub_model_id or output_dir.absolute().name,
-                        token=training_args.hub_token, private=training_args.hub_private_repo,
-                        commit_message=f"Best of {len(runs)} seeds: seed {summary['best_seed']}",
-                        ignore=[SEED_FOLDER.format("*"), SEED_FOLDER.format("*") + "/**"])
+        raise NothingProduced(f"No seed learned: {output_dir / SUMMARY_FILE} holds the runs, and no model was put "
+                              f"in {output_dir}")
+    put_best_on_top(output_dir, summary)
+    if training_args.push_to_hub:
+        push_folder(output_dir, training_args.hub_model_id or output_dir.absolute().name,
+                    token=training_args.hub_token, private=training_args.hub_private_repo,
+                    commit_message=f"Best of {len(runs)} seeds: seed {summary['best_seed']}",
+                    ignore=[SEED_FOLDER.format("*"), SEED_FOLDER.format("*") + "/**"])
     return summary
 
 
