@@ -416,3 +416,47 @@ def test_the_slurm_example_is_valid_bash_and_uses_only_real_flags():
     used = {word for word in text.split("run_pretraining.py", 1)[1].split() if word.startswith("--")}
     assert used and used <= known, used - known
     assert "examples/slurm_pretraining.sh" in (REPO / "README.md").read_text()
+
+
+@pytest.mark.parametrize("ending, requeued", [
+    ("signal to the script", True),  # --signal=B:TERM: the script passes it on, the run saves and stops
+    ("signal to every process", True),  # a preemption or --signal without B:, the script not signalled
+    ("finished", False),
+    ("failed without progress", False),  # a run that fails again at once is not queued forever
+])
+def test_the_slurm_example_queues_itself_again_after_a_stop_however_the_signal_arrives(tmp_path, ending, requeued):
+    """examples/slurm_pretraining.sh with stand-ins for srun, scontrol and accelerate: the run (accelerate's
+    stand-in) leaves the folder as a stop, a finished run or a failure would; the job asks for a requeue exactly
+    when the run is unfinished and wrote a newer checkpoint."""
+    bin_dir, out = tmp_path / "bin", tmp_path / "out"
+    bin_dir.mkdir()
+    (out / "step_1000").mkdir(parents=True)  # an earlier job's checkpoint
+    stubs = {
+        "srun": 'exec "$@"',
+        "scontrol": 'if [ "$1" = requeue ]; then echo "$2" >> "$LOG"; else echo node1; fi',
+        # the run: a stop writes step_2000 and exits 1, as the launcher does after its processes exit with 75
+        "accelerate": {
+            "signal to the script": 'trap \'mkdir "$OUTPUT_DIR/step_2000"; exit 1\' TERM; touch "$READY"; '
+                                    'while :; do sleep 0.05; done',
+            "signal to every process": 'mkdir "$OUTPUT_DIR/step_2000"; exit 1',
+            "finished": 'mkdir "$OUTPUT_DIR/step_2000"; touch "$OUTPUT_DIR/model.safetensors"; exit 0',
+            "failed without progress": 'exit 1',
+        }[ending],
+    }
+    for name, body in stubs.items():
+        (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "OUTPUT_DIR": str(out),
+           "LOG": str(tmp_path / "log"), "READY": str(tmp_path / "ready"), "SLURM_JOB_ID": "42",
+           "SLURM_JOB_NODELIST": "node1", "SLURM_NNODES": "1", "SLURM_NODEID": "0"}
+    job = subprocess.Popen(["bash", str(REPO / "examples" / "slurm_pretraining.sh")], cwd=REPO, env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if ending == "signal to the script":
+        deadline = time.time() + 30
+        while not (tmp_path / "ready").exists():
+            assert time.time() < deadline and job.poll() is None
+            time.sleep(0.02)
+        job.send_signal(signal.SIGTERM)
+    _, stderr = job.communicate(timeout=60)
+    asked = (tmp_path / "log").read_text().split() if (tmp_path / "log").exists() else []
+    assert asked == (["42"] if requeued else []), stderr
