@@ -334,6 +334,31 @@ def test_workers_forked_under_stop_on_signal_leave_the_decision_to_their_parent(
     assert shielded.exitcode == 0
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the swallowed one, reported
+def test_a_stop_before_the_first_step_interrupts_and_one_swallowed_on_its_way_stops_the_next_stage():
+    """Before anything is saved a signal raises Stopped at once, naming the stage; raised inside a finalizer (which
+    Python reports and goes on from), it is raised again when the next stage begins or the first step ends."""
+    from albert_hf.runtime.preemption import StopOnSignal, Stopped, at_stage, stop_line
+
+    with pytest.raises(Stopped, match="^SIGUSR1 while reading the corpus$"):
+        with StopOnSignal("starting"):
+            at_stage("reading the corpus")
+            signal.raise_signal(signal.SIGUSR1)
+            pytest.fail("the signal did not interrupt")
+    assert stop_line() == ("Stopped by SIGUSR1 while reading the corpus, before the first optimizer step: there was "
+                           "nothing to save. Run the same command again")
+
+    class SignalledWhileFinalized:
+        def __del__(self):
+            signal.raise_signal(signal.SIGTERM)
+
+    for next_step in (lambda stop: at_stage("building the pairs"), lambda stop: stop.saving()):
+        with pytest.raises(Stopped, match="^SIGTERM while training the tokenizer$"):
+            with StopOnSignal("training the tokenizer") as stop:
+                SignalledWhileFinalized()  # finalized at once: the Stopped raised in __del__ is reported, not raised
+                next_step(stop)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1])
 def test_a_group_signal_that_reaches_the_dataloader_workers_stops_after_a_step_and_the_run_resumes(
         tmp_path, reference, signum):
@@ -480,3 +505,50 @@ def test_group_signals_at_random_moments_lose_no_checkpoint_and_each_run_resumes
         pretrain(run, *args)
         check_same_weights_and_curve(run, reference, after_step=0)
     assert len(stops) >= 5, stops  # most moments fell before the end: stops, not finished runs, were tested
+
+
+# A SIGTERM sent by the run to itself as a stage begins (once): what a scheduler's signal at that moment does.
+SIGNALLED_STAGE = """
+import os, signal, sys
+from albert_hf.pretraining import job
+from albert_hf.runtime.cli import run_entry_point
+
+real, sent = getattr(job, {stage!r}), []
+
+def signalled(*args, **kwargs):
+    if not sent:
+        sent.append(os.kill(os.getpid(), signal.SIGTERM))
+    return real(*args, **kwargs)
+
+setattr(job, {stage!r}, signalled)
+sys.argv = [{script!r}, *{argv!r}]
+run_entry_point(job.main, stage="starting")
+"""
+
+
+@pytest.mark.parametrize("stage, extra", [
+    ("evaluate_and_log", ["--validation_split_percentage", "5", "--eval_steps", "10"]),
+    ("save_checkpoint", ["--checkpointing_steps", "10"]),
+    ("write_final_folder", []),
+])
+def test_a_signal_during_an_evaluation_a_checkpoint_or_the_final_folder_lets_it_complete(tmp_path, stage, extra):
+    """During the held-out evaluation or a checkpoint (at step 10) the run finishes it and stops after that step
+    with a complete step_10 and status 75; during the final folder it completes the folder and exits with 0, saying
+    the signal came after the run completed."""
+    from test_pretraining import FAST, SCRIPT
+
+    run = tmp_path / "run"
+    argv = ["--output_dir", str(run), *FAST, *ARGS, *extra]
+    code = SIGNALLED_STAGE.format(stage=stage, script=SCRIPT, argv=argv)
+    done = run_bounded([sys.executable, "-c", code], 300, env=ENV, cwd=tmp_path)
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    last = done.stderr.strip().splitlines()[-1]
+    if stage == "write_final_folder":
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert last == f"SIGTERM received while the final folder was written: the run is complete in {run}"
+        assert (run / "model.safetensors").is_file() and (run / "config.json").is_file()
+        return
+    assert done.returncode == PREEMPTED, done.stderr[-3000:]
+    assert stopped_step(done.stderr) == 10
+    assert checkpoints(run) == ["step_10"] and (run / "step_10" / STATE_FILE).is_file()
+    assert not (run / "model.safetensors").exists()

@@ -93,3 +93,33 @@ def test_an_explicit_value_equal_to_the_manifest_is_accepted(tmp_path, prepared)
     args = parse_args(["--output_dir", str(tmp_path / "run"), "--prepared_data", str(prepared),
                        "--max_seq_length", "64"])
     assert args.data.max_seq_length == 64 and args.data.dupe_factor == 1 and "--max_seq_length 64" not in args.adopted
+
+
+def test_a_stop_signal_while_the_folder_is_moved_into_place_waits_for_the_folder_to_be_complete(
+        tmp_path, prepared, monkeypatch):
+    """SIGTERM (the run still has nothing to save) at the first of the moves that put the prepared folder in
+    place: the moves finish, the manifest last, and only then does the run stop."""
+    import os
+    import signal
+
+    from albert_hf.pretraining import prepared_data
+    from albert_hf.runtime.preemption import StopOnSignal, Stopped
+
+    data = prepared_data.load(prepared)
+    arguments = prepared_data.read_manifest(prepared)["arguments"]
+    moved, real_replace = [], os.replace
+
+    def replace(source, target):
+        if not moved:
+            signal.raise_signal(signal.SIGTERM)  # handled here, in the main thread, as a scheduler's would be
+        moved.append(os.path.basename(target))
+        real_replace(source, target)
+
+    monkeypatch.setattr(prepared_data.os, "replace", replace)
+    folder = tmp_path / "again"
+    with pytest.raises(Stopped, match="SIGTERM while writing the prepared pairs"):
+        with StopOnSignal("writing the prepared pairs"):
+            prepared_data.save(data, folder, arguments)
+    assert moved[-1] == prepared_data.MANIFEST and len(moved) > 3
+    assert sorted(path.name for path in folder.iterdir()) == sorted(path.name for path in prepared.iterdir())
+    assert len(prepared_data.load(folder).train_pairs) == len(data.train_pairs)

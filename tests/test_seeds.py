@@ -219,7 +219,10 @@ def test_an_interrupted_run_resumes_with_the_seeds_still_missing(tiny_checkpoint
 
     monkeypatch.setattr(finetuning.StopOnSignalCallback, "on_step_end", step_end)
     caplog.set_level(logging.INFO)
-    summary = run_glue(argv)
+    try:
+        summary = run_glue(argv)
+    except NothingProduced:  # whether these tiny seeds learn is not this test's subject
+        summary = json.loads((out / "all_seeds_results.json").read_text())
     assert summary["seeds"] == [1, 2, 3]
     assert "Seed 1: done in an earlier run" in caplog.text
     assert f"Resuming from {out / 'seed_2' / 'checkpoint-3'}" in caplog.text

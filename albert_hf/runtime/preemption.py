@@ -109,9 +109,16 @@ class StopOnSignal:
     def saving(self) -> None:
         """From now on the run has something to save: a signal is recorded for the training loop (`agreed`), by
         this StopOnSignal and those it is nested in (whose handlers come back when it ends)."""
+        self.raise_if_interrupted()
         stop = self
         while stop is not None:
             stop.stage, stop = None, stop._outer
+
+    def raise_if_interrupted(self) -> None:
+        """Stopped again, when the interruption was swallowed on its way (raised inside a finalizer, where Python
+        prints it and goes on): the next stage must not start."""
+        if self.interrupted is not None:
+            raise Stopped(self.received, self.interrupted)
 
     def _record(self, signum, frame):
         global _ended_by
@@ -170,6 +177,7 @@ def at_stage(stage: str) -> None:
     """Names what the run is doing for the stop line, while it has nothing to save (no effect after that, or
     outside a StopOnSignal)."""
     if _active is not None and _active.stage is not None:
+        _active.raise_if_interrupted()
         _active.stage = stage
 
 
@@ -214,11 +222,29 @@ def _wait_for_parent(parent: int) -> None:
             os._exit(0)  # as torch's own workers do on their parent's SIGTERM
 
 
-def _after_fork_in_child() -> None:
-    global _active, _ended_by
+_mask_before_fork = None  # the forking thread's signal mask, while a fork under a StopOnSignal is under way
+
+
+def _before_fork() -> None:
+    # blocked before the fork, so that the child never runs its parent's handler, even before its own hooks run
+    global _mask_before_fork
     if _active is not None:
-        _active, _ended_by = None, None  # the handlers are the parent's; the child's decisions are its parent's
+        _mask_before_fork = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+
+
+def _after_fork_in_parent() -> None:
+    global _mask_before_fork
+    if _mask_before_fork is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, _mask_before_fork)  # a signal that came meanwhile arrives now
+        _mask_before_fork = None
+
+
+def _after_fork_in_child() -> None:
+    global _active, _ended_by, _mask_before_fork
+    if _mask_before_fork is not None:
+        _active, _ended_by, _mask_before_fork = None, None, None  # the handlers are the parent's, and so is the say
         shield_child(os.getppid())
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                    after_in_child=_after_fork_in_child)
