@@ -2,6 +2,7 @@
 resumed), the FSDP configs `accelerate config` writes, two machines on localhost, and the configs that cannot run
 here stopping with one line (also for the fine-tuning scripts)."""
 
+import contextlib
 import os
 import re
 import signal
@@ -9,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -450,13 +452,23 @@ def test_the_slurm_example_queues_itself_again_after_a_stop_however_the_signal_a
            "LOG": str(tmp_path / "log"), "READY": str(tmp_path / "ready"), "SLURM_JOB_ID": "42",
            "SLURM_JOB_NODELIST": "node1", "SLURM_NNODES": "1", "SLURM_NODEID": "0"}
     job = subprocess.Popen(["bash", str(REPO / "examples" / "slurm_pretraining.sh")], cwd=REPO, env=env,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if ending == "signal to the script":
-        deadline = time.time() + 30
-        while not (tmp_path / "ready").exists():
-            assert time.time() < deadline and job.poll() is None
-            time.sleep(0.02)
-        job.send_signal(signal.SIGTERM)
-    _, stderr = job.communicate(timeout=60)
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+    def script_ready():  # the run started and the script's trap set (SLURM signals long after the start)
+        status = Path(f"/proc/{job.pid}/status").read_text()
+        caught = int(next(line for line in status.splitlines() if line.startswith("SigCgt:")).split()[1], 16)
+        return (tmp_path / "ready").exists() and caught & (1 << (signal.SIGTERM - 1))
+
+    try:
+        if ending == "signal to the script":
+            deadline = time.time() + 30
+            while not script_ready():
+                assert time.time() < deadline and job.poll() is None
+                time.sleep(0.02)
+            job.send_signal(signal.SIGTERM)
+        _, stderr = job.communicate(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(job.pid, signal.SIGKILL)  # whatever is left of the job's stand-ins
     asked = (tmp_path / "log").read_text().split() if (tmp_path / "log").exists() else []
     assert asked == (["42"] if requeued else []), stderr

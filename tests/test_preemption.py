@@ -460,18 +460,21 @@ def test_fine_tuning_with_dataloader_workers_stopped_by_a_group_signal_resumes(t
 
 def test_group_signals_at_random_moments_lose_no_checkpoint_and_each_run_resumes_to_the_uninterrupted_weights(
         tmp_path, reference):
-    """SIGTERM to the job (2 DataLoader workers, a checkpoint every 10 steps) at 10 random moments of its run, the
-    data stage included, each stopped run then started again with the same command: every stop ends with status 75
-    and one line, never a traceback; the checkpoints of every 10 steps before the stop and the stop's own are there
-    and complete; each resumed run ends with the uninterrupted run's weights."""
-    rng = random.Random(67)  # fixed moments: a failure can be rerun as it happened
+    """SIGTERM to the job (2 DataLoader workers, a checkpoint every 10 steps) at random moments of its run, the data
+    stage included, until 10 runs were stopped (a run that finished first is drawn again), each stopped run then
+    started again with the same command: every stop ends with status 75 and one line, never a traceback; the
+    checkpoints of every 10 steps before the stop and the stop's own are there and complete; each resumed run ends
+    with the uninterrupted run's weights."""
+    rng = random.Random(67)  # fixed moments: a failure can be rerun as it happened (on a machine as busy)
     args = [*ARGS, *WORKERS, "--checkpointing_steps", "10", "--resume_from_checkpoint", "latest"]
     began = time.time()
     pretrain(tmp_path / "uninterrupted", *args)
     duration = time.time() - began
     check_same_weights_and_curve(tmp_path / "uninterrupted", reference, after_step=0)  # workers and checkpoints
-    stops = []
-    for attempt in range(10):
+    stops, finished = [], 0
+    for attempt in range(25):
+        if len(stops) == 10:
+            break
         run, folder = tmp_path / f"run_{attempt}", tmp_path / f"attempt_{attempt}"
         folder.mkdir()
         moment = rng.uniform(0, duration)
@@ -486,9 +489,11 @@ def test_group_signals_at_random_moments_lose_no_checkpoint_and_each_run_resumes
         assert "Traceback" not in stderr, (what, stderr[-3000:])
         if process.returncode == 0:  # it finished first
             assert (run / "model.safetensors").is_file()
+            finished += 1
             continue
         if process.returncode == -signal.SIGTERM:  # before the script's first line: the signal's own default action
             assert not run.exists() and stderr == "", what
+            finished += 1
             continue
         assert process.returncode == PREEMPTED, (what, stderr[-3000:])
         last = stderr.strip().splitlines()[-1]
@@ -504,7 +509,7 @@ def test_group_signals_at_random_moments_lose_no_checkpoint_and_each_run_resumes
         stops.append(step)
         pretrain(run, *args)
         check_same_weights_and_curve(run, reference, after_step=0)
-    assert len(stops) >= 5, stops  # most moments fell before the end: stops, not finished runs, were tested
+    assert len(stops) == 10, (stops, finished)
 
 
 # A SIGTERM sent by the run to itself as a stage begins (once): what a scheduler's signal at that moment does.

@@ -16,7 +16,7 @@ from transformers import HfArgumentParser
 
 from ..errors import InputError, NothingProduced, first_line
 from . import output_lock
-from .preemption import PREEMPTED, StopOnSignal, stop_line
+from .preemption import PREEMPTED, StopOnSignal, end_children, stop_line
 from .storage import unplaced_fault
 
 ARGUMENT_FILE_SUFFIXES = (".json", ".yaml", ".yml")
@@ -172,7 +172,7 @@ def run_entry_point(main, finish=None, stage: str | None = None) -> None:
             if stop is not None and stop.received is not None and is_first_process():
                 print(f"{stop.name} received after training: the run completed", file=sys.stderr, flush=True)
     except BaseException as error:  # noqa: BLE001 - each kind handled below; anything else is raised again
-        stopped = stop_line()
+        stopped = stop_line() if stage else None
         if stopped is not None:
             if is_first_process():
                 print(stopped, file=sys.stderr, flush=True)
@@ -194,6 +194,8 @@ def run_entry_point(main, finish=None, stage: str | None = None) -> None:
         else:
             raise
     finally:
+        if stage and status == PREEMPTED:
+            end_children()
         output_lock.release_all()  # the output folder's lock, if the job took one (runtime/output_lock.py)
         if finish is not None:
             finish()

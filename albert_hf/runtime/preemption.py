@@ -32,6 +32,7 @@ import os
 import signal
 import threading
 
+import psutil
 import torch
 import torch.distributed as dist
 
@@ -72,15 +73,18 @@ class StopOnSignal:
         self.stage = stage  # set: nothing to save yet, a signal interrupts this stage; None: a signal is recorded
         self.received: int | None = None
         self.interrupted: str | None = None  # the stage a signal interrupted
+        self.quiet = False  # a nested one stopped the run: further signals are ignored
         self._deferring = 0
         self._previous = {}
         self._outer = None
         self._polled = None  # multi-process: the last poll's all-reduced flag on the host, and its copy's event
 
     def __enter__(self):
-        global _active
+        global _active, _ended_by
         if threading.current_thread() is not threading.main_thread():
             return self  # Python runs signal handlers in the main thread only; elsewhere signals keep their effect
+        if _active is None:
+            _ended_by = None  # a new outermost one: what ended an earlier one in this interpreter is not its business
         for signum in self.signals:
             self._previous[signum] = signal.signal(signum, self._record)
         self._outer, _active = _active, self
@@ -93,10 +97,13 @@ class StopOnSignal:
         if not self._previous:
             return False
         _active = self._outer
-        if self.until_exit or (_ended_by is not None and exc_type is not None):
-            # Leaving because of a stop signal (with the stop status, or an error the interruption became): a late
-            # signal must not turn that exit into a kill. Ignored, not handled: Python puts its own handlers back
-            # to the default (fatal) ones while the interpreter shuts down.
+        if exc_type is not None and self.received is not None and self._outer is not None:
+            # stopping: the one it is nested in takes the signals back, and ignores them from now on
+            self._outer.received, self._outer.quiet = self._outer.received or self.received, True
+        if self.until_exit:
+            # The entry point's: the process ends now, and a late signal must not turn that exit (after a stop, or
+            # after the run's results) into a kill. Ignored, not handled: Python puts its own handlers back to the
+            # default (fatal) ones while the interpreter shuts down. Nested ones give the signals back to it.
             for signum in self._previous:
                 signal.signal(signum, signal.SIG_IGN)
             self._previous.clear()
@@ -122,6 +129,8 @@ class StopOnSignal:
 
     def _record(self, signum, frame):
         global _ended_by
+        if self.quiet:
+            return
         name = signal.Signals(signum).name
         first = self.received is None
         if first:
@@ -204,6 +213,15 @@ def stop_line() -> str | None:
         return None
     return (f"Stopped by {stop.name} while {stop.interrupted}, before the first optimizer step: there was nothing "
             "to save. Run the same command again")
+
+
+def end_children() -> None:
+    """SIGTERM from this process to its own children, before it exits after a stop: workers whose owner the
+    interruption cut short (a pool or its manager started a moment before) end as their owner would have ended them,
+    and none is left for the interpreter's exit to wait on."""
+    for child in psutil.Process().children():
+        with contextlib.suppress(psutil.Error):
+            child.terminate()
 
 
 def shield_child(parent: int) -> None:
