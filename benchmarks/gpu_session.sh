@@ -78,12 +78,13 @@ timeout 60 python3 run_pretraining.py --torch_compile_mode whole-step-graph --le
     --max_consecutive_skips 8 --output_dir /tmp/diverge --overwrite_output_dir 2>&1 | grep -v -E "^\s*$|it/s\]$" | tail -3
 
 echo "== a group SIGTERM while the whole-step graph is captured, then while training ($(left) s left)"
-# as `timeout` or SLURM deliver it: to the whole process group, the 2 DataLoader workers included. The first: status
+# as `timeout` or SLURM deliver it: to the whole process group, the 2 DataLoader workers included; no flag, so the
+# default step (the whole-step graph on a CUDA device). The first: status
 # 75 and the line "Stopped by SIGTERM while capturing the whole-step graph (the first step), ..."; the second (after
 # 25 s): "Stopped by SIGTERM after step N ...", status 75, step_N written. No traceback in either.
 for after in 3 25; do
     rm -rf /tmp/group_signal
-    setsid python3 run_pretraining.py --torch_compile_mode whole-step-graph --max_seq_length 128 \
+    setsid python3 run_pretraining.py --max_seq_length 128 \
         --per_device_train_batch_size 32 --max_train_steps 100000 --logging_steps 10 --eval_steps 0 \
         --output_dir /tmp/group_signal > /tmp/group_signal.log 2>&1 &
     leader=$!

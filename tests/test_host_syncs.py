@@ -63,3 +63,22 @@ def test_a_training_step_reads_the_host_only_to_remove_padding(tmp_path, accumul
                for count in per_step), per_step
     nonzero = max(count["aten.nonzero.default"] for count in per_step)
     assert nonzero == accumulation * reads_per_micro_batch, per_step
+
+
+@pytest.mark.parametrize("limit, reads_per_step", [("25", 1), ("0", 0)])
+def test_the_skip_check_waits_on_the_step_before_only_when_a_limit_is_set(tmp_path, fresh_accelerate_state,
+                                                                         monkeypatch, limit, reads_per_step):
+    """--max_consecutive_skips reads the count of skipped steps each step (on a GPU: the previous step's, through
+    an event); with 0 (no limit) nothing is read and no event is waited on."""
+    from albert_hf.pretraining import job as pretraining
+    from albert_hf.pretraining.step import LaggedRead
+
+    args = pretraining.parse_args(["--output_dir", str(tmp_path / "run"), *FAST, "--model_config", "tiny",
+                                   "--max_train_steps", "6", "--logging_steps", "1000", "--eval_steps", "0",
+                                   "--validation_split_percentage", "0", "--no_plots",
+                                   "--max_consecutive_skips", limit])
+    run = pretraining.prepare(args)
+    read, steps = LaggedRead.read, []
+    monkeypatch.setattr(LaggedRead, "read", lambda self, step: steps.append(step) or read(self, step))
+    pretraining.fit(run)
+    assert steps == [step for step in range(1, 7) for _ in range(reads_per_step)]

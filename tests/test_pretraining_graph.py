@@ -145,3 +145,47 @@ def test_the_script_on_a_cpu_stops_with_the_reason_and_writes_nothing(tmp_path):
         f"error: --torch_compile_mode {MODE} captures one process's training step as a CUDA graph: this run is on "
         "cpu, not a CUDA device; drop it or use another mode")
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("device, processes, precision, checkpointing, rollback, mode, says", [
+    ("cpu", 1, "bf16", False, False, None, None),  # CPUs keep the eager step, and nothing is said of it
+    ("cpu", 2, "no", False, False, None, None),
+    ("cuda", 1, "bf16", False, False, MODE, None),  # the fastest measured step
+    ("cuda", 1, "no", False, False, MODE, None),
+    ("cuda", 2, "bf16", False, False, None, "this run has 2 processes, whose collectives the graph does not hold"),
+    ("cuda", 1, "fp16", False, False, None, "fp16's loss scaler reads the device every step"),
+    ("cuda", 1, "bf16", True, False, None, "activation checkpointing"),
+    ("cuda", 1, "bf16", False, True, None, "--on_divergence rollback loads checkpoints"),
+])
+def test_the_default_step_is_the_whole_step_graph_where_it_can_run_on_a_cuda_device(device, processes, precision,
+                                                                                    checkpointing, rollback, mode,
+                                                                                    says):
+    from albert_hf.pretraining.step_graph import default_mode
+
+    chosen, note = default_mode(device, processes, precision, checkpointing, rollback)
+    assert chosen == mode
+    if says is None:
+        assert note is None
+    else:
+        assert note.startswith("eager step, not the whole-step graph a CUDA device gets by default: ") and says in note
+        assert note.endswith("(--torch_compile_mode none asks for eager and silences this)") and "\n" not in note
+
+
+@pytest.mark.parametrize("flags, device, compiled, mode", [
+    ([], "cuda", True, MODE),  # nothing asked: the default on a CUDA device
+    ([], "cpu", False, None),  # ... and on a CPU
+    (["--torch_compile_mode", "none"], "cuda", False, None),  # eager asked for
+    (["--torch_compile"], "cuda", True, None),  # --torch_compile alone: the blocks compiled, as before
+    (["--torch_compile", "false"], "cuda", False, None),  # an explicit no to compiling is eager
+    (["--torch_compile_mode", "default"], "cuda", True, "default"),
+    (["--gradient_checkpointing"], "cuda", False, None),
+])
+def test_an_explicit_choice_of_step_wins_over_the_default(tmp_path, flags, device, compiled, mode):
+    from albert_hf.pretraining.job import choose_step, parse_args
+    from albert_hf.runtime.hardware import Precision
+
+    args = parse_args(["--output_dir", str(tmp_path / "run"), *flags])
+    hardware = SimpleNamespace(device=device)
+    chosen, notes = choose_step(args, hardware, Precision("bf16", "test"))
+    assert (chosen.model.torch_compile, chosen.model.torch_compile_mode) == (compiled, mode)
+    assert len(notes) == (1 if "--gradient_checkpointing" in flags else 0)

@@ -22,6 +22,7 @@ from .step_graph import MODE as STEP_GRAPH
 
 # torch.compile modes (--torch_compile_mode), and ours: the blocks compiled, the whole step one CUDA graph
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune", STEP_GRAPH)
+AUTO, EAGER = "auto", "none"  # the default (the fastest step the run can have: step_graph.default_mode), and eager
 
 
 @dataclass(frozen=True)
@@ -42,11 +43,13 @@ class ModelArgs:
         "help": "torch.compile each distinct transformer block and the MLM head with its loss (`compile_blocks`): "
         "one graph for all shared layer applications, compiled in seconds; padding removal and the last-block "
         "selection stay on. Dynamic shapes on CPUs, static on GPUs (one batch shape there)"})
-    torch_compile_mode: str | None = field(default=None, metadata={
+    torch_compile_mode: str | None = field(default=AUTO, metadata={
         "help": "torch.compile's mode; as in transformers, giving it turns --torch_compile on. reduce-overhead "
         f"replays CUDA graphs of the compiled blocks on a GPU; {STEP_GRAPH} compiles them in the default "
         "mode and captures the whole training step (forward, backward, clipping, the update) as one CUDA graph: one "
-        "process on a CUDA device, bf16 or fp32, no activation checkpointing", "choices": list(COMPILE_MODES)})
+        f"process on a CUDA device, bf16 or fp32, no activation checkpointing. {AUTO} (unless --torch_compile is "
+        f"given): {STEP_GRAPH} where it can run on a CUDA device, else the eager step (the start line says why); "
+        f"{EAGER}: the eager step", "choices": [AUTO, EAGER, *COMPILE_MODES]})
 
 
 @dataclass(frozen=True)

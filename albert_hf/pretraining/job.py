@@ -66,6 +66,8 @@ from . import prepared_data
 from . import step_graph as pretraining_graph
 from .arguments import (
     ARGUMENT_GROUPS,
+    AUTO,
+    EAGER,
     DataArgs,
     ModelArgs,
     OptimizationArgs,
@@ -115,7 +117,9 @@ def parse_args(argv=None) -> PretrainingArguments:
     config = resolve_config(model)
     check_positions(config, data.max_seq_length)
     check_output_dir(output.output_dir, output.resume_from_checkpoint, output.overwrite_output_dir)
-    if model.torch_compile_mode:  # as transformers' TrainingArguments: a mode asks for compiling
+    if model.torch_compile_mode == EAGER or (model.torch_compile_mode == AUTO and "torch_compile" in explicit):
+        model = dataclasses.replace(model, torch_compile_mode=None)  # the user's choice: eager, or --torch_compile's
+    elif model.torch_compile_mode not in (None, AUTO):  # as transformers' TrainingArguments: a mode asks to compile
         model = dataclasses.replace(model, torch_compile=True)
     if optimization.num_warmup_steps is None:
         optimization = dataclasses.replace(optimization, num_warmup_steps=round(0.025 * optimization.max_train_steps))
@@ -233,13 +237,28 @@ def hardware_and_precision(optimization: OptimizationArgs) -> tuple[Hardware, Pr
     return hardware, precision
 
 
+def choose_step(args: PretrainingArguments, hardware: Hardware, precision: Precision) -> tuple[PretrainingArguments,
+                                                                                                 list[str]]:
+    """--torch_compile_mode auto resolved for this run's device, processes and precision (`step_graph.default_mode`):
+    the arguments with the step it gets, and the start line's note when that is not the default's fastest."""
+    model = args.model
+    if model.torch_compile_mode != AUTO:
+        return args, []
+    mode, note = pretraining_graph.default_mode(hardware.device, int(os.environ.get("WORLD_SIZE", "1")),
+                                                precision.mixed_precision, model.gradient_checkpointing,
+                                                rollback=args.optimization.on_divergence == "rollback")
+    model = dataclasses.replace(model, torch_compile_mode=mode, torch_compile=mode is not None)
+    return dataclasses.replace(args, model=model), [note] if note else []
+
+
 def setup(args: PretrainingArguments):
     """The hardware, the precision, the accelerator (in the mode the launcher asked for) and its FSDP request, the
     output folder (an earlier run cleared with --overwrite_output_dir, partial checkpoints removed), and with
     --auto_find_batch_size the micro-batch found: the arguments with it, and the start line's notes."""
     optimization, output = args.optimization, args.output
-    graphed = args.model.torch_compile_mode == pretraining_graph.MODE
     hardware, precision = hardware_and_precision(optimization)
+    args, notes = choose_step(args, hardware, precision)  # before the accelerator: a captured step changes autocast
+    graphed = args.model.torch_compile_mode == pretraining_graph.MODE
     accelerator, fsdp_request = make_accelerator(
         mixed_precision=precision.mixed_precision,  # accumulation is ours (fit, training_step), not accelerate's
         log_with=output.report_to if output.with_tracking else None,
@@ -261,9 +280,9 @@ def setup(args: PretrainingArguments):
         check_deepspeed(optimization.gradient_accumulation_steps, optimization.optimizer)
     if accelerator.mixed_precision == "fp16" and accelerator.scaler is None:
         enable_cpu_fp16(accelerator)
-    notes = []
     if optimization.auto_find_batch_size:  # before the seed: its trial steps draw random numbers
-        args, notes = auto_micro_batch(args, accelerator, precision)
+        args, batch_notes = auto_micro_batch(args, accelerator, precision)
+        notes += batch_notes
     set_seed(optimization.seed)
     output_dir = Path(output.output_dir)
     if output.overwrite_output_dir and accelerator.is_main_process:
@@ -522,8 +541,11 @@ def roll_back(run: Pretraining, state: TrainingState, log, progress, diverged: D
 def check_skips(run: Pretraining, state: TrainingState, log, progress):
     """--max_consecutive_skips: that many steps skipped in a row (their loss or gradients not finite) stop the run,
     after their window is logged, in every process at the same step (pretraining/divergence.py)."""
-    limit, in_a_row = run.args.optimization.max_consecutive_skips, state.consecutive_skips()
-    if limit and in_a_row >= limit:
+    limit = run.args.optimization.max_consecutive_skips
+    if not limit:
+        return  # nothing read: on a GPU the read waits on the step before
+    in_a_row = state.consecutive_skips()
+    if in_a_row >= limit:
         log_window(run, state, log, progress)
         skipped = int(state.skips[2].cpu())
         # a checkpoint written during the skipped steps holds the weights that lead to them: one from before

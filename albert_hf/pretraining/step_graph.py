@@ -30,20 +30,47 @@ MODE = "whole-step-graph"  # the --torch_compile_mode that asks for it
 WARMUP_STEPS = 3  # before capture: allocator, optimizer state and compiled kernels settle
 
 
+def obstacle(device_type: str, processes: int, mixed_precision: str, checkpointing: bool,
+             rollback: bool = False) -> tuple[str, str] | None:
+    """What keeps this run's step from being captured as one CUDA graph, and what to do about it; None when it can
+    be."""
+    if processes > 1:
+        return (f"this run has {processes} processes, whose collectives the graph does not hold",
+                "use --torch_compile_mode default or reduce-overhead")
+    if device_type != "cuda":
+        return f"this run is on {device_type}, not a CUDA device", "drop it or use another mode"
+    if mixed_precision == "fp16":
+        return "fp16's loss scaler reads the device every step", "use --mixed_precision bf16 or no"
+    if checkpointing:
+        return ("activation checkpointing (--gradient_checkpointing or the FSDP config's) is not captured in this "
+                "form", "drop one of them")
+    if rollback:
+        return ("--on_divergence rollback loads checkpoints, replacing the optimizer state the captured step reads",
+                "drop one of them")
+    return None
+
+
 def refusal(accelerator, checkpointing: bool) -> str | None:
     """Why this run's step cannot be captured as one CUDA graph, in one line; None when it can."""
-    asked = f"--torch_compile_mode {MODE} captures one process's training step as a CUDA graph"
-    if accelerator.num_processes > 1:
-        return (f"{asked}: this run has {accelerator.num_processes} processes, whose collectives the graph does not "
-                "hold; use --torch_compile_mode default or reduce-overhead")
-    if accelerator.device.type != "cuda":
-        return f"{asked}: this run is on {accelerator.device.type}, not a CUDA device; drop it or use another mode"
-    if accelerator.mixed_precision == "fp16":
-        return f"{asked}: fp16's loss scaler reads the device every step; use --mixed_precision bf16 or no"
-    if checkpointing:
-        return (f"{asked}: activation checkpointing (--gradient_checkpointing or the FSDP config's) is not captured "
-                "in this form; drop one of them")
-    return None
+    found = obstacle(accelerator.device.type, accelerator.num_processes, accelerator.mixed_precision, checkpointing)
+    return None if found is None else (f"--torch_compile_mode {MODE} captures one process's training step as a "
+                                       f"CUDA graph: {found[0]}; {found[1]}")
+
+
+def default_mode(device_type: str, processes: int, mixed_precision: str, checkpointing: bool,
+                 rollback: bool) -> tuple[str | None, str | None]:
+    """The step a run gets when it asks for none (--torch_compile_mode auto, the default): on a CUDA device the
+    whole-step graph of the compiled blocks, the fastest step measured there (BENCHMARKS.md); where that cannot run,
+    the eager step and the start line's reason; elsewhere the eager step, without a note (on CPUs compiling did not
+    pay for itself: test_compile, BENCHMARKS.md). Returns (the --torch_compile_mode to use or None for eager, the
+    note)."""
+    if device_type != "cuda":
+        return None, None
+    found = obstacle(device_type, processes, mixed_precision, checkpointing, rollback)
+    if found is None:
+        return MODE, None
+    return None, (f"eager step, not the whole-step graph a CUDA device gets by default: {found[0]} "
+                  "(--torch_compile_mode none asks for eager and silences this)")
 
 
 def shapes(micro_batches) -> tuple:
