@@ -378,6 +378,21 @@ def test_a_group_signal_that_reaches_the_dataloader_workers_stops_after_a_step_a
     check_same_weights_and_curve(run, reference, after_step=0)
 
 
+def test_a_group_signal_while_the_dataloader_workers_start_stops_with_one_line(tmp_path):
+    """The signal as the first DataLoader worker appears, before the first step: the workers' start completes (cut
+    short, torch could not shut them down, a traceback at exit), then the run stops with the line."""
+    run = tmp_path / "run"
+    process = pretrain(run, *ARGS, *WORKERS, started=tmp_path, new_session=True)
+    wait_until(lambda: psutil.Process(process.pid).children(), process, tmp_path, "a DataLoader worker", timeout=120)
+    signal_job(process.pid, signal.SIGTERM)
+    stderr = stopped_job(process, tmp_path)
+    assert "Exception ignored" not in stderr
+    assert stderr.strip().splitlines()[-1] == (
+        "Stopped by SIGTERM while taking the first step, before the first optimizer step: there was nothing to save. "
+        "Run the same command again")
+    assert checkpoints(run) == []
+
+
 def test_a_group_signal_while_preprocessing_workers_build_the_pairs_stops_with_one_line(tmp_path, reference):
     """--preprocessing_num_workers 2 on an empty cache: the signal reaches the main process and datasets' pool
     (its workers and manager) while the documents are tokenized. One line names the stage; nothing is saved; the

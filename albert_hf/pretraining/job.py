@@ -60,7 +60,7 @@ from ..runtime.hardware import (
     enable_cpu_fp16,
     use_tf32,
 )
-from ..runtime.preemption import PREEMPTED, StopOnSignal, at_stage
+from ..runtime.preemption import PREEMPTED, StopOnSignal, at_stage, deferred
 from ..runtime.storage import StorageError, agreed, check_free_space, check_writable, fault_line, refused
 from . import prepared_data
 from . import step_graph as pretraining_graph
@@ -370,11 +370,21 @@ def optimizer_step(run: Pretraining, micro_batches) -> torch.Tensor:
     return counts
 
 
+def started(groups):
+    """`groups`, its first taken with stop signals deferred: the DataLoader's workers start then, and a start cut
+    short leaves an iterator that torch cannot shut down (a traceback at exit)."""
+    with deferred():
+        first = next(groups, None)
+    if first is not None:
+        yield first
+        yield from groups
+
+
 def first_step_stage(run: Pretraining) -> str:
     """What the first optimizer step does besides the step, for the stop line."""
     if run.step_graph is not None:
         return "capturing the whole-step graph (the first step)"
-    return "compiling the model (the first step)" if run.args.model.torch_compile else "the first step"
+    return "compiling the model (the first step)" if run.args.model.torch_compile else "taking the first step"
 
 
 def fit(run: Pretraining, stop: StopOnSignal | None = None) -> FitResult:
@@ -389,13 +399,12 @@ def fit(run: Pretraining, stop: StopOnSignal | None = None) -> FitResult:
                     desc="pretraining", dynamic_ncols=True)
     eval_metrics, stopped, compiled, rollbacks = {}, None, False, 0
     run.model.train()
+    at_stage(first_step_stage(run))  # until the first step is done
     try:  # closed on the way out too, so that an error line starts on a line of its own
         while state.step < steps and stopped is None:
-            for micro_batches in accumulation_groups(epoch_batches(run, state), accumulation):
+            for micro_batches in started(accumulation_groups(epoch_batches(run, state), accumulation)):
                 state.batches_in_epoch += len(micro_batches)
                 began = time.perf_counter()
-                if stop is not None and stop.stage is not None:
-                    at_stage(first_step_stage(run))
                 counts = optimizer_step(run, micro_batches)
                 if run.args.model.torch_compile and not compiled:  # the first step compiles
                     compiled = True

@@ -74,6 +74,7 @@ class StopOnSignal:
         self.received: int | None = None
         self.interrupted: str | None = None  # the stage a signal interrupted
         self.quiet = False  # a nested one stopped the run: further signals are ignored
+        self._pid = os.getpid()  # the process whose handlers these are
         self._deferring = 0
         self._previous = {}
         self._outer = None
@@ -83,6 +84,7 @@ class StopOnSignal:
         global _active, _ended_by
         if threading.current_thread() is not threading.main_thread():
             return self  # Python runs signal handlers in the main thread only; elsewhere signals keep their effect
+        self._pid = os.getpid()
         if _active is None:
             _ended_by = None  # a new outermost one: what ended an earlier one in this interpreter is not its business
         for signum in self.signals:
@@ -129,7 +131,7 @@ class StopOnSignal:
 
     def _record(self, signum, frame):
         global _ended_by
-        if self.quiet:
+        if self.quiet or os.getpid() != self._pid:  # a forked worker, before `shield_child` blocks the signals
             return
         name = signal.Signals(signum).name
         first = self.received is None
@@ -240,29 +242,11 @@ def _wait_for_parent(parent: int) -> None:
             os._exit(0)  # as torch's own workers do on their parent's SIGTERM
 
 
-_mask_before_fork = None  # the forking thread's signal mask, while a fork under a StopOnSignal is under way
-
-
-def _before_fork() -> None:
-    # blocked before the fork, so that the child never runs its parent's handler, even before its own hooks run
-    global _mask_before_fork
-    if _active is not None:
-        _mask_before_fork = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-
-
-def _after_fork_in_parent() -> None:
-    global _mask_before_fork
-    if _mask_before_fork is not None:
-        signal.pthread_sigmask(signal.SIG_SETMASK, _mask_before_fork)  # a signal that came meanwhile arrives now
-        _mask_before_fork = None
-
-
 def _after_fork_in_child() -> None:
-    global _active, _ended_by, _mask_before_fork
-    if _mask_before_fork is not None:
-        _active, _ended_by, _mask_before_fork = None, None, None  # the handlers are the parent's, and so is the say
+    global _active, _ended_by
+    if _active is not None:
+        _active, _ended_by = None, None  # the handlers are the parent's (`_record` ignores them here), so is the say
         shield_child(os.getppid())
 
 
-os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
-                    after_in_child=_after_fork_in_child)
+os.register_at_fork(after_in_child=_after_fork_in_child)
