@@ -747,10 +747,12 @@ def pretrain(args: PretrainingArguments) -> dict:
         end_distributed(accelerator)
         if result.stopped_by is not None:
             if accelerator.is_main_process:
+                # a recipe that clears the folder (the demo's) would refuse the resume: the line says so
+                again = "--resume_from_checkpoint latest" + (
+                    " --overwrite_output_dir false" if args.output.overwrite_output_dir else "")
                 print(f"Stopped by {result.stopped_by} after step {result.steps} of "
                       f"{args.optimization.max_train_steps}: the full training state is in {result.checkpoint}. To "
-                      "continue, run the same command with --resume_from_checkpoint latest", file=sys.stderr,
-                      flush=True)
+                      f"continue, run the same command with {again}", file=sys.stderr, flush=True)
             raise SystemExit(PREEMPTED)
         if stop.received is not None and accelerator.is_main_process:
             print(f"{stop.name} received while the final folder was written: the run is complete in "
