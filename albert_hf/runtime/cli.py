@@ -177,19 +177,15 @@ def run_entry_point(main, finish=None, stage: str | None = None) -> None:
             if is_first_process():
                 print(stopped, file=sys.stderr, flush=True)
             status = PREEMPTED
-        elif isinstance(error, InputError):
+        elif isinstance(error, (InputError, NothingProduced)):
             if is_first_process():
                 print(f"error: {first_line(error)}", file=sys.stderr, flush=True)
-            status = INPUT_ERROR_STATUS
-        elif isinstance(error, NothingProduced):
-            if is_first_process():
-                print(f"error: {first_line(error)}", file=sys.stderr, flush=True)
-            status = NOTHING_PRODUCED_STATUS
+            status = INPUT_ERROR_STATUS if isinstance(error, InputError) else NOTHING_PRODUCED_STATUS
         elif isinstance(error, SystemExit):
             status = error.code
-        elif isinstance(error, Exception) and unplaced_fault(error) is not None:
+        elif isinstance(error, Exception) and (fault := unplaced_fault(error)) is not None:
             # from whichever process failed: the others may not have
-            print(f"error: {unplaced_fault(error)}", file=sys.stderr, flush=True)
+            print(f"error: {fault}", file=sys.stderr, flush=True)
             status = INPUT_ERROR_STATUS
         else:
             raise

@@ -139,8 +139,7 @@ class StopOnSignal:
             self.received, _ended_by = signum, self
         if self.stage is not None and first:
             if not self._deferring:
-                self.interrupted = self.stage
-                raise Stopped(signum, self.stage)
+                self._interrupt()
             logger.warning("%s received while %s: stopping once this part is complete", name, self.stage)
         elif first:
             logger.warning("%s received: finishing the current step, then saving a checkpoint and stopping", name)
@@ -150,11 +149,14 @@ class StopOnSignal:
             logger.warning("%s received again: already stopping; the checkpoint is being written (SIGKILL stops at "
                            "once, and the previous checkpoints stay whole)", name)
 
+    def _interrupt(self) -> None:
+        self.interrupted = self.stage
+        raise Stopped(self.received, self.stage)
+
     def _end_deferral(self) -> None:
         self._deferring -= 1
         if not self._deferring and self.received is not None and self.stage is not None and not self.interrupted:
-            self.interrupted = self.stage
-            raise Stopped(self.received, self.stage)
+            self._interrupt()
 
     def agreed(self, device=None) -> int | None:
         """The stop signal received by any process (the highest number if several), or None; with several

@@ -553,7 +553,6 @@ class StopOnSignalCallback(TrainerCallback):
         self.stopped_at: int | None = None  # the step after which it stopped training (the same in every process)
 
     def on_step_end(self, args: TrainingArguments, state, control, **kwargs):
-        self.stop.saving()  # and the StopOnSignal around the script's: a signal after training waits for the end
         if self.stop.agreed(args.device):  # every process asks at every step: they agree on the same step
             control.should_save = control.should_training_stop = True
             self.stopped_at = state.global_step
@@ -577,8 +576,10 @@ def train(trainer, training_args, last_checkpoint: str | None, num_examples: int
     if trainer.is_world_process_zero():
         Path(training_args.output_dir, "all_results.json").unlink(missing_ok=True)
     # From here on a signal waits for the end of a step (Trainer builds its loaders and workers in train: a signal
-    # there must not cut their start short), and the first step's checkpoint is written.
+    # there must not cut their start short), and the first step's checkpoint is written; after training, the
+    # script's StopOnSignal records one too (`saving`), and the run completes.
     with StopOnSignal() as stop:
+        stop.saving()
         logger.info("Fine-tuning: %s", trainer.describe_mode())
         callback = StopOnSignalCallback(stop)
         trainer.add_callback(callback)
