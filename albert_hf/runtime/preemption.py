@@ -76,6 +76,7 @@ class StopOnSignal:
         self.quiet = False  # a nested one stopped the run: further signals are ignored
         self._pid = os.getpid()  # the process whose handlers these are
         self._deferring = 0
+        self._redelivered = False  # the signal sent again after a fork's hooks (`_after_fork_in_parent`)
         self._previous = {}
         self._outer = None
         self._polled = None  # multi-process: the last poll's all-reduced flag on the host, and its copy's event
@@ -85,6 +86,7 @@ class StopOnSignal:
         if threading.current_thread() is not threading.main_thread():
             return self  # Python runs signal handlers in the main thread only; elsewhere signals keep their effect
         self._pid = os.getpid()
+        _register_fork_hooks()
         if _active is None:
             _ended_by = None  # a new outermost one: what ended an earlier one in this interpreter is not its business
         for signum in self.signals:
@@ -132,6 +134,11 @@ class StopOnSignal:
     def _record(self, signum, frame):
         global _ended_by
         if self.quiet or os.getpid() != self._pid:  # a forked worker, before `shield_child` blocks the signals
+            return
+        if self._redelivered and signum == self.received:  # ours, once the fork's hooks were done
+            self._redelivered = False
+            if self.stage is not None and not self._deferring and not self.interrupted:
+                self._interrupt()
             return
         name = signal.Signals(signum).name
         first = self.received is None
@@ -242,6 +249,36 @@ def _wait_for_parent(parent: int) -> None:
         if (info is None and os.getppid() != parent) or (
                 info is not None and info.si_signo == signal.SIGTERM and info.si_pid == parent):
             os._exit(0)  # as torch's own workers do on their parent's SIGTERM
+
+
+def _before_fork() -> None:
+    """A signal during a fork's hooks (logging's lock release, say) would raise inside one, where Python prints the
+    traceback and goes on: from here to `_after_fork_in_parent` it is recorded only."""
+    if _active is not None:
+        _active._deferring += 1
+
+
+def _after_fork_in_parent() -> None:
+    stop = _active
+    if stop is None:
+        return
+    stop._deferring -= 1
+    if not stop._deferring and stop.received is not None and stop.stage is not None and not stop.interrupted:
+        # it came during the fork: the main thread gets it again in a moment, past the hooks, and stops there
+        stop._redelivered = True
+        threading.Timer(0.01, signal.pthread_kill, (threading.main_thread().ident, stop.received)).start()
+
+
+_fork_hooks_registered = False
+
+
+def _register_fork_hooks() -> None:
+    """Once, at the first StopOnSignal: registered after the libraries' own hooks, so that ours enclose them (the
+    hooks run in reverse order of registration before a fork and in order after it)."""
+    global _fork_hooks_registered
+    if not _fork_hooks_registered:
+        _fork_hooks_registered = True
+        os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent)
 
 
 def _after_fork_in_child() -> None:
