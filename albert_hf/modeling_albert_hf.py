@@ -195,6 +195,58 @@ class RealTokens:
         return padded[:-1].view(self.batch, self.length, *packed.shape[1:])
 
 
+class SharedLinear(torch.autograd.Function):
+    """`x W^T + b` with W and b made ready once per forward (`AlbertHFTransformer.ready_weights`: cast to the
+    autocast dtype, Q, K and V side by side), for every application of a shared block.
+
+    The weight and bias passed are detached copies; the gradient goes to `parameters` (the fp32 weights then the
+    fp32 biases whose rows W and b stack), computed in fp32 per application: the L applications of a shared block
+    then add up in fp32. A cast copy would collect them in bf16 first (autograd sums a tensor's uses in its dtype).
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, *parameters):
+        ctx.input_dtype = x.dtype
+        x = x.to(weight.dtype)  # autocast's cast of the input, done here so that backward has the same x
+        ctx.save_for_backward(x, weight)
+        ctx.rows = [p.shape[0] for p in parameters[: len(parameters) // 2]]
+        return F.linear(x, weight, bias)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        grad = grad.to(weight.dtype)
+        grad_x = (grad @ weight).to(ctx.input_dtype) if ctx.needs_input_grad[0] else None
+        if not any(ctx.needs_input_grad[3:]):  # frozen weights
+            return grad_x, None, None, *([None] * 2 * len(ctx.rows))
+        grad, x = grad.reshape(-1, grad.shape[-1]), x.reshape(-1, x.shape[-1])
+        wide = torch.promote_types(weight.dtype, torch.float32)
+        grad_weight = (grad.t() @ x).to(wide)  # one rounding of the GEMM's fp32 sums, as autocast's linear
+        grad_bias = grad.sum(0, dtype=wide)
+        return (grad_x, None, None, *grad_weight.split(ctx.rows), *grad_bias.split(ctx.rows))
+
+
+def shared_linear(x, ready: tuple[torch.Tensor, torch.Tensor], linears: list[nn.Linear], rows=slice(None)):
+    """The linears' outputs side by side, one GEMM over `ready`'s weight and bias (their rows `rows`)."""
+    weight, bias = ready[0][rows], ready[1][rows]
+    return SharedLinear.apply(x, weight, bias, *(m.weight for m in linears), *(m.bias for m in linears))
+
+
+def ready_linears(linears: list[nn.Linear], dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """The weights and biases of `linears` stacked by rows, in `dtype`, detached (`SharedLinear` routes the
+    gradient)."""
+    with torch.no_grad():
+        return (torch.cat([m.weight for m in linears]).to(dtype), torch.cat([m.bias for m in linears]).to(dtype))
+
+
+def plain_linear(module) -> bool:
+    """An nn.Linear as torch defines it: no adapter (PEFT), hook or replaced forward, no sharded (FSDP) weight."""
+    return (type(module) is nn.Linear and module.bias is not None and not module._forward_hooks
+            and not module._forward_pre_hooks and "forward" not in module.__dict__
+            and type(module.weight) is nn.Parameter)
+
+
 class AlbertHFAttention(nn.Module):
     """Multi-head self-attention with its output projection, dropout and post-LN residual (`LayerNorm`)."""
 
@@ -212,11 +264,17 @@ class AlbertHFAttention(nn.Module):
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
     def forward(self, hidden_states, attention_mask=None, real_tokens: RealTokens | None = None,
-                query_positions: torch.Tensor | None = None, **kwargs):
-        key, value = self.key(hidden_states), self.value(hidden_states)
-        if real_tokens is not None:  # hidden_states is the (tokens, H) pack: attention needs (batch, seq, H)
-            key, value = real_tokens.scatter(key), real_tokens.scatter(value)
-        if query_positions is not None:
+                query_positions: torch.Tensor | None = None, ready=None, **kwargs):
+        """`ready`: this attention's weights made ready for the forward (`AlbertHFTransformer.ready_weights`), as
+        ((Q|K|V weight, bias), (output weight, bias)): Q, K and V are then one GEMM, or K and V one when
+        `query_positions` keeps only some queries."""
+        qkv, dense = ready if ready is not None else (None, None)
+        if query_positions is None:
+            query, key, value = self.project(hidden_states, qkv, slice(None), real_tokens,
+                                             self.query, self.key, self.value)
+        else:
+            key, value = self.project(hidden_states, qkv, slice(self.config.hidden_size, None), real_tokens,
+                                      self.key, self.value)
             # Only these positions of each row go on (see AlbertHFModel's `last_layer_positions`).
             if real_tokens is not None:
                 hidden_states, real_tokens = real_tokens.scatter(hidden_states), None
@@ -224,9 +282,7 @@ class AlbertHFAttention(nn.Module):
             hidden_states = hidden_states.gather(1, index)
             if attention_mask is not None:
                 attention_mask = attention_mask[:, :, :1]  # a bidirectional mask has the same row for every query
-        query = self.query(hidden_states)
-        if real_tokens is not None:
-            query = real_tokens.scatter(query)
+            (query,) = self.project(hidden_states, qkv, slice(0, self.config.hidden_size), None, self.query)
         batch = key.shape[0]
         query = query.view(batch, query.shape[1], -1, self.head_size).transpose(1, 2)
         key = key.view(batch, key.shape[1], -1, self.head_size).transpose(1, 2)
@@ -250,8 +306,20 @@ class AlbertHFAttention(nn.Module):
         context = context.flatten(2)
         if real_tokens is not None:
             context = real_tokens.gather(context)
-        output = self.output_dropout(self.dense(context))
-        return self.LayerNorm(hidden_states + output), weights
+        (output,) = self.project(context, dense, slice(None), None, self.dense)
+        return self.LayerNorm(hidden_states + self.output_dropout(output)), weights
+
+    @staticmethod
+    def project(hidden_states, ready, rows: slice, real_tokens: RealTokens | None, *linears: nn.Linear):
+        """The linears' outputs: one GEMM over the ready (weight, bias)'s `rows` when given, else each module's
+        own; re-padded to (batch, seq, H) when `hidden_states` is a pack of `real_tokens` (one scatter for all)."""
+        if ready is None:
+            outputs = [linear(hidden_states) for linear in linears]
+        else:
+            outputs = [shared_linear(hidden_states, ready, list(linears), rows)]
+        if real_tokens is not None:
+            outputs = [real_tokens.scatter(output) for output in outputs]
+        return [part for output in outputs for part in output.split(linears[0].out_features, dim=-1)]
 
 
 class AlbertHFLayer(GradientCheckpointingLayer):
@@ -279,10 +347,32 @@ class AlbertHFLayer(GradientCheckpointingLayer):
         # transformers defines this dropout but never applies it; the official code does.
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(self, hidden_states, attention_mask=None, real_tokens=None, query_positions=None, **kwargs):
-        attention_output, _ = self.attention(hidden_states, attention_mask, real_tokens, query_positions, **kwargs)
-        ffn_output = self.ffn_output(self.activation(self.ffn(attention_output)))
+    def forward(self, hidden_states, attention_mask=None, real_tokens=None, query_positions=None, ready=None,
+                **kwargs):
+        """`ready`: (the attention's, the FFN's) weights made ready for the forward
+        (`AlbertHFTransformer.ready_weights`), or None: each Linear then runs as a module."""
+        attention_ready, ffn_ready = ready if ready is not None else (None, None)
+        attention_output, _ = self.attention(hidden_states, attention_mask, real_tokens, query_positions,
+                                             attention_ready, **kwargs)
+        if ffn_ready is None:
+            ffn_output = self.ffn_output(self.activation(self.ffn(attention_output)))
+        else:
+            intermediate = self.activation(shared_linear(attention_output, ffn_ready[0], [self.ffn]))
+            ffn_output = shared_linear(intermediate, ffn_ready[1], [self.ffn_output])
         return self.full_layer_layer_norm(self.dropout(ffn_output) + attention_output)
+
+    def ready_attention(self, dtype: torch.dtype):
+        """This block's attention weights for `AlbertHFAttention.forward`'s `ready`."""
+        attention = self.attention
+        qkv = ready_linears([attention.query, attention.key, attention.value], dtype)
+        return qkv, ready_linears([attention.dense], dtype)
+
+    def ready_ffn(self, dtype: torch.dtype):
+        return ready_linears([self.ffn], dtype), ready_linears([self.ffn_output], dtype)
+
+    def linears(self) -> list[nn.Linear]:
+        attention = self.attention
+        return [attention.query, attention.key, attention.value, attention.dense, self.ffn, self.ffn_output]
 
 
 class AlbertHFLayerGroup(nn.Module):
@@ -292,11 +382,14 @@ class AlbertHFLayerGroup(nn.Module):
         super().__init__()
         self.albert_layers = nn.ModuleList(layers or [AlbertHFLayer(config) for _ in range(config.inner_group_num)])
 
-    def forward(self, hidden_states, attention_mask=None, real_tokens=None, query_positions=None, **kwargs):
+    def forward(self, hidden_states, attention_mask=None, real_tokens=None, query_positions=None, ready=None,
+                **kwargs):
+        """`ready`: each block's ready weights, or None (`AlbertHFTransformer.ready_weights`)."""
         last = len(self.albert_layers) - 1
         for i, layer in enumerate(self.albert_layers):
             positions = query_positions if i == last else None
-            hidden_states = layer(hidden_states, attention_mask, real_tokens, positions, **kwargs)
+            layer_ready = ready[i] if ready is not None else None
+            hidden_states = layer(hidden_states, attention_mask, real_tokens, positions, layer_ready, **kwargs)
         return hidden_states
 
 
@@ -331,12 +424,45 @@ class AlbertHFTransformer(nn.Module):
         """`query_positions` (batch, Q): the last block computes only these positions (keys: all of them)."""
         if self.embedding_hidden_mapping_in is not None:
             hidden_states = self.embedding_hidden_mapping_in(hidden_states)
+        ready = self.ready_weights(hidden_states)
         last = len(self.group_order) - 1
         for step, group_index in enumerate(self.group_order):
             positions = query_positions if step == last else None
             group = self.albert_layer_groups[group_index]
-            hidden_states = group(hidden_states, attention_mask, real_tokens, positions, **kwargs)
+            group_ready = ready[group_index] if ready is not None else None
+            hidden_states = group(hidden_states, attention_mask, real_tokens, positions, group_ready, **kwargs)
         return BaseModelOutput(last_hidden_state=hidden_states)
+
+    @staticmethod
+    def ready_weights_pay_on(device: torch.device) -> bool:
+        """CUDA only: in eager autocast on a CPU the cast cache already casts once, and the fp32 sums of the shared
+        weights' gradients cost 2-3% of a base step there (BENCHMARKS.md, "Weights made ready once per forward")."""
+        return device.type == "cuda"
+
+    def ready_weights(self, hidden_states: torch.Tensor):
+        """The blocks' weights made ready once per training forward, for all the applications of each shared block:
+        cast to the autocast dtype (autocast would cast them at each application inside a compiled graph, and
+        every time Q, K and V are stacked), Q, K and V stacked for one GEMM. Per group, per block: (attention's,
+        FFN's) pairs of (weight, bias), each distinct attention and FFN made ready once (`sharing`); their
+        gradients reach the parameters through `SharedLinear`.
+
+        None, and each Linear runs as a module, on a CPU (`ready_weights_pay_on`), without gradients (inference), or
+        when a block or a Linear is not plain (`plain_linear`: an adapter, a hook; FSDP's units, which FSDP gathers
+        and casts itself).
+        """
+        blocks = [layer for group in self.albert_layer_groups for layer in group.albert_layers]
+        plain = all(type(layer) is AlbertHFLayer and all(plain_linear(m) for m in layer.linears()) for layer in blocks)
+        if not self.ready_weights_pay_on(hidden_states.device) or not torch.is_grad_enabled() or not plain:
+            return None  # (a block of another class: FSDP's unit)
+        device = hidden_states.device.type
+        dtype = (torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device)
+                 else blocks[0].ffn.weight.dtype)
+        attention, ffn = {}, {}  # one per distinct module (a borrowed attention or FFN is the same object)
+        for layer in blocks:
+            attention.setdefault(id(layer.attention), layer.ready_attention(dtype))
+            ffn.setdefault(id(layer.ffn), layer.ready_ffn(dtype))
+        return [[(attention[id(layer.attention)], ffn[id(layer.ffn)]) for layer in group.albert_layers]
+                for group in self.albert_layer_groups]
 
 
 class AlbertHFPreTrainedModel(PreTrainedModel):

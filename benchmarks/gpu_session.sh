@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# Everything a GPU lease runs, as one command that ends within TOTAL_SECONDS (default 560), each part under its own
-# time cap and writing its JSON as it goes: bench_gpu.py eager at every shape against transformers' ALBERT (with
-# albert_hf unmasked and as a whole-step CUDA graph at the base shapes); profile_gpu.py's kernel profile at base
-# 128 x 128 and 32 x 128; --torch_compile's modes (default, reduce-overhead; max-autotune is left out: its
-# autotuning ran past 230 s) with a whole-step graph of the compiled model, at 32 x 128, 128 x 128 and 32 x 512,
-# compile times printed; run_pretraining.py itself eager, compiled and with --torch_compile_mode whole-step-graph
-# (benchmarks/check_step_graph.py, on $BOOKS), and that mode across epoch ends; the demo recipe forced to fp16 with
-# loss scaling if time is left; with DOWNSTREAM=1 pretraining's downstream gain on GLUE
-# (examples/reproduce_downstream.py --gpu, about 6 minutes, run alone: docs/downstream.md). Results go to OUT_DIR
-# as at most 8 files: session.log, bench_gpu.json, profile_gpu.json, bench_compile.json, check_step_graph.json,
-# demo_fp16.json, downstream.json.
+# What a GPU lease runs first, as one command that ends within TOTAL_SECONDS (default 360), each part under its own
+# time cap and writing its JSON as it goes:
+# 1. bench_gpu.py at base 32 x 128, 128 x 128 and 32 x 512: transformers' ALBERT, albert_hf eager, and albert_hf's
+#    default GPU step (the compiled blocks, the whole step one CUDA graph), on the same batches;
+# 2. run_pretraining.py itself on real text ($BOOKS) at the same shapes: with no flag (the default step), then
+#    --torch_compile_mode none (eager), their tokens/s and logged losses (benchmarks/check_step_graph.py);
+# 3. profile_gpu.py's kernel profile at base 128 x 128;
+# 4. the default step across epoch ends (the shorter last batch runs eagerly between replays) and a checkpoint
+#    resume: 20 steps in one run, then the same from its step_10 checkpoint (benchmarks/compare_logs.py).
+# The rest (signals, divergence, the recipes' plans, fp16, downstream GLUE) is benchmarks/gpu_extra.sh, for a second
+# call. Results go to OUT_DIR: session.log, bench_gpu.json, check_step_graph.json, profile_gpu.json, resume.json.
 #
 #     bash benchmarks/gpu_session.sh OUT_DIR [TOTAL_SECONDS]
 #
@@ -17,14 +17,12 @@
 # into /tmp/site. The 2026-11 leases (an image with torch 2.11 and transformers 5.17) needed these, fetched for
 # Python 3.12 with `pip download --no-deps --only-binary=:all: --python-version 3.12 --platform
 # manylinux_2_17_x86_64 -d .whl ...`: datasets==5.2.0 evaluate==0.4.6 dill==0.4.1 multiprocess==0.70.19
-# sentencex==1.0.32 transformers==5.24.0. The downstream part reads a folder of plain-text books ($BOOKS, default
-# books/) and the original GLUE download ($GLUE_DIR, default glue_data/), both git-ignored here and carried to the
-# GPU machine; without them it is skipped and says so.
+# sentencex==1.0.32 transformers==5.24.0. Parts 2 and 4 read a folder of plain-text books ($BOOKS, default books/),
+# git-ignored here and carried to the GPU machine; without it part 2 is skipped and says so.
 set -u
 out=${1:?usage: gpu_session.sh OUT_DIR [TOTAL_SECONDS]}
-total=${2:-560}
+total=${2:-360}
 books=${BOOKS:-books}
-glue=${GLUE_DIR:-glue_data}
 mkdir -p "$out"
 exec > >(tee -a "$out/session.log") 2>&1
 export PYTHONUNBUFFERED=1 HF_HOME=${HF_HOME:-/tmp/gpu_session_hf} HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
@@ -44,97 +42,32 @@ python3 -c "import torch, transformers, accelerate, datasets, pyarrow, tokenizer
 '| datasets', datasets.__version__, '| pyarrow', pyarrow.__version__, '| tokenizers', tokenizers.__version__,
 '| cores', __import__('os').cpu_count())"
 
-echo "== bench_gpu.py, eager, every shape ($(left) s left)"
-timeout 210 python3 benchmarks/bench_gpu.py --out "$out/bench_gpu.json" --time_limit 150 --windows 4 --unmasked \
-    --graph_shapes base:32x128 base:128x128 base:32x512
+shapes="base:32x128 base:128x128 base:32x512"
+echo "== bench_gpu.py: transformers, eager, and the default step (compiled blocks, one CUDA graph) ($(left) s left)"
+timeout 140 python3 benchmarks/bench_gpu.py --out "$out/bench_gpu.json" --time_limit 100 --windows 3 \
+    --shapes $shapes --compile_modes default --compile_shapes $shapes --graph_shapes $shapes \
+    2>&1 | grep -v -E "Warning|warn\(|AUTOTUNE|triton_mm|^\s*$"
 
-echo "== profile_gpu.py: the kernels of a step ($(left) s left)"
-timeout 60 python3 benchmarks/profile_gpu.py --out "$out/profile_gpu.json"
-
-echo "== --torch_compile's modes, and a whole-step graph of the compiled model ($(left) s left)"
-cap=$(( $(left) - 220 ))  # what the parts after it need
-timeout $cap python3 benchmarks/bench_gpu.py --out "$out/bench_compile.json" \
-    --shapes base:32x128 base:128x128 base:32x512 --compile_modes default reduce-overhead \
-    --compile_shapes base:32x128 base:128x128 base:32x512 --graph_shapes base:32x128 base:128x128 base:32x512 \
-    --windows 4 --time_limit $(( cap - 90 )) 2>&1 | grep -v -E "Warning|warn\(|AUTOTUNE|triton_mm|^\s*$"
-
-echo "== run_pretraining.py eager, compiled and as a whole-step graph at base 32 x 128 ($(left) s left)"
+echo "== run_pretraining.py with no flag against eager, on $books ($(left) s left)"
 if [ -d "$books" ]; then
-    timeout $(( $(left) > 200 ? 150 : $(left) - 50 )) python3 benchmarks/check_step_graph.py --train_files "$books" \
-        --out "$out/check_step_graph.json" --timeout 70
-    # an epoch of the embedded corpus ends every few steps: the shorter last batch runs eagerly between replays
-    timeout 60 python3 run_pretraining.py --torch_compile_mode whole-step-graph --max_seq_length 128 \
-        --per_device_train_batch_size 32 --max_train_steps 30 --logging_steps 5 --eval_steps 10 \
-        --output_dir /tmp/step_graph_epochs --overwrite_output_dir 2>&1 | grep -v -E "^\s*$|it/s\]$" | tail -12
+    timeout $(( $(left) - 110 )) python3 benchmarks/check_step_graph.py --train_files "$books" \
+        --shapes 32x128 128x128 32x512 --forms "default step" eager --steps 30 --logging_steps 5 --timeout 60 \
+        --out "$out/check_step_graph.json"
 else
     echo "skipped: $books is not a folder of text files (set BOOKS)"
 fi
 
-echo "== a diverging run on the GPU: --learning_rate 1e4 in a whole-step graph ($(left) s left)"
-# every step after the first is skipped on the device (update gate 0); the skip count is read one step late, so
-# the 8-step limit stops the run one step after the CPU's step (the line names the first skipped step)
-timeout 60 python3 run_pretraining.py --torch_compile_mode whole-step-graph --learning_rate 1e4 --max_seq_length 128 \
-    --per_device_train_batch_size 32 --max_train_steps 60 --logging_steps 10 --eval_steps 0 \
-    --max_consecutive_skips 8 --output_dir /tmp/diverge --overwrite_output_dir 2>&1 | grep -v -E "^\s*$|it/s\]$" | tail -3
+echo "== profile_gpu.py: the kernels of a step at base 128 x 128 ($(left) s left)"
+timeout 45 python3 benchmarks/profile_gpu.py --shapes base:128x128 --out "$out/profile_gpu.json"
 
-echo "== a group SIGTERM while the whole-step graph is captured, then while training ($(left) s left)"
-# as `timeout` or SLURM deliver it: to the whole process group, the 2 DataLoader workers included; no flag, so the
-# default step (the whole-step graph on a CUDA device). The first: status
-# 75 and the line "Stopped by SIGTERM while capturing the whole-step graph (the first step), ..."; the second (after
-# 25 s): "Stopped by SIGTERM after step N ...", status 75, step_N written. No traceback in either.
-for after in 3 25; do
-    rm -rf /tmp/group_signal
-    setsid python3 run_pretraining.py --max_seq_length 128 \
-        --per_device_train_batch_size 32 --max_train_steps 100000 --logging_steps 10 --eval_steps 0 \
-        --output_dir /tmp/group_signal > /tmp/group_signal.log 2>&1 &
-    leader=$!
-    sleep $after
-    kill -TERM -- -$leader
-    wait $leader
-    echo "after $after s: status $? (75 expected); tracebacks: $(grep -c Traceback /tmp/group_signal.log)"
-    grep -v -E "^\s*$|it/s\]$" /tmp/group_signal.log | tail -2
-    ls /tmp/group_signal 2>/dev/null | grep step_ | tr '\n' ' '; echo
-done
-
-echo "== the plans of the base and xxlarge recipes on this GPU ($(left) s left)"
-# offline, the recipes' tokenizers are out of reach: the plans take the configs' vocabularies and say so
-for recipe in base xxlarge; do
-    if [ "$(left)" -lt 150 ]; then echo "skipped $recipe: $(left) s left"; continue; fi
-    timeout 100 python3 run_pretraining.py recipes/$recipe.yaml --dry_run --output_dir /tmp/plan_$recipe 2>&1 \
-        | grep -E "^(Plan|  )" | tee "$out/plan_$recipe.txt"
-done
-
-echo "== demo recipe in fp16 with loss scaling ($(left) s left)"
-if [ "$(left)" -lt 80 ]; then echo "skipped: $(left) s left, the demo needs about 75"; else
-rm -rf /tmp/demo_fp16
-# the demo recipe as it is, with only the precision and the folder changed
-{ cat recipes/demo.yaml; printf 'mixed_precision: fp16\noutput_dir: /tmp/demo_fp16\n'; } > /tmp/demo_fp16.yaml
-timeout $(( $(left) - 15 )) python3 run_pretraining.py /tmp/demo_fp16.yaml 2>&1 | grep -v -E "^\s*$|it/s\]$" | tail -25
-python3 - "$out/demo_fp16.json" <<'EOF'
-import json, math, sys
-from pathlib import Path
-from safetensors.torch import load_file
-run = Path("/tmp/demo_fp16")
-rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()] if run.exists() else []
-weights = load_file(run / "model.safetensors") if (run / "model.safetensors").exists() else {}
-summary = {"results": json.loads((run / "all_results.json").read_text()) if (run / "all_results.json").exists() else None,
-           "eval_curve": [r for r in rows if "eval_mlm_accuracy" in r],
-           "skipped_steps": sum(r.get("skipped_steps", 0) for r in rows),  # each window's count
-           "tensors": len(weights), "non_finite_tensors": [k for k, v in weights.items() if not v.isfinite().all()]}
-Path(sys.argv[1]).write_text(json.dumps(summary, indent=2) + "\n")
-print(json.dumps({k: v for k, v in summary.items() if k != "eval_curve"}))
-EOF
-fi
-
-echo "== downstream: pretrained against random init on GLUE ($(left) s left)"
-if [ "${DOWNSTREAM:-0}" != 1 ]; then
-    echo "skipped (DOWNSTREAM=1 runs it, about 6 minutes)"
-elif [ -d "$books" ] && [ -d "$glue" ]; then
-    minutes=$(python3 -c "print(max(1.0, ($(left) - 25) / 60))")
-    timeout $(( $(left) - 10 )) python3 examples/reproduce_downstream.py --gpu --train_files "$books" \
-        --glue_dir "$glue" --output_dir /tmp/downstream --deadline_minutes "$minutes"
-    cp /tmp/downstream/gpu_results.json "$out/downstream.json"
-else
-    echo "downstream skipped: $books or $glue is not a folder (set BOOKS and GLUE_DIR)"
-fi
+echo "== the default step across epoch ends and a checkpoint resume ($(left) s left)"
+# the embedded corpus: an epoch ends every few steps at 32 x 128; the resumed run must log the same losses
+common="--max_seq_length 128 --per_device_train_batch_size 32 --max_train_steps 20 --logging_steps 5
+        --eval_steps 0 --checkpointing_steps 10 --seed 0"
+rm -rf /tmp/resume_whole /tmp/resume_part
+timeout 60 python3 run_pretraining.py $common --output_dir /tmp/resume_whole 2>&1 | grep -E "runs eagerly|rror"
+cp -r /tmp/resume_whole /tmp/resume_part && rm -rf /tmp/resume_part/step_20 /tmp/resume_part/metrics.jsonl
+timeout 60 python3 run_pretraining.py $common --output_dir /tmp/resume_part \
+    --resume_from_checkpoint /tmp/resume_part/step_10 --overwrite_output_dir false 2>&1 | grep -E "Resumed|rror"
+python3 benchmarks/compare_logs.py /tmp/resume_whole /tmp/resume_part --after 10 --out "$out/resume.json"
 echo "== done in ${SECONDS} s"

@@ -90,12 +90,15 @@ def test_compiled_blocks_match_eager_in_every_layout_and_never_fall_back_to_eage
     assert not dynamo_counters["graph_break"], dict(dynamo_counters["graph_break"])
 
 
-def test_compiled_blocks_in_the_gpu_form_compile_each_region_once_without_breaks(dynamo_counters):
+def test_compiled_blocks_in_the_gpu_form_compile_each_region_once_without_breaks(dynamo_counters, monkeypatch):
     """compile_blocks as run_pretraining uses it on a GPU: static shapes (dynamic=False), padding removal off, the
-    collator's fixed-size masked positions. Each distinct block is one compiled region (two shared groups here, 4
-    layers), so is the MLM head with its loss; no graph breaks; after the first training step no new graph; the
-    loss and gradients are eager's."""
+    collator's fixed-size masked positions, the blocks' weights made ready once per forward (`ready_weights`). Each
+    distinct block is one compiled region (two shared groups here, 4 layers), so is the MLM head with its loss; no
+    graph breaks; after the first training step no new graph; the loss and gradients are eager's."""
+    from albert_hf.modeling_albert_hf import AlbertHFTransformer
     from albert_hf.pretraining.collator import fixed_size_positions
+
+    monkeypatch.setattr(AlbertHFTransformer, "ready_weights_pay_on", staticmethod(lambda device: True))
 
     config = tiny_config(num_hidden_groups=2, unpad_inputs=False, hidden_dropout_prob=0.0,
                          attention_probs_dropout_prob=0.0, classifier_dropout_prob=0.0)

@@ -1,6 +1,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from albert_hf import (
     AlbertHFForMaskedLM,
@@ -12,6 +13,7 @@ from albert_hf import (
     AlbertHFForTokenClassification,
     AlbertHFModel,
 )
+from albert_hf import modeling_albert_hf as modeling
 from albert_hf.modeling_albert_hf import SummedSoftmaxCrossEntropy
 from helpers import tiny_config
 
@@ -570,3 +572,103 @@ def test_projection_is_skipped_when_asked_and_e_equals_h():
     assert model.encoder.embedding_hidden_mapping_in is None
     assert model(**make_inputs()).last_hidden_state.shape[-1] == 32
     assert AlbertHFModel(tiny_config(embedding_size=32)).encoder.embedding_hidden_mapping_in is not None
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The blocks' weights made ready once per training forward (`AlbertHFTransformer.ready_weights`)
+
+
+@pytest.fixture
+def ready_weights_on_cpus(monkeypatch):
+    """The ready weights (a CUDA device's path) on this CPU, as `ready_weights_on_cpus.ready = False` turns off."""
+    switch = type("Switch", (), {"ready": True})()
+    monkeypatch.setattr(modeling.AlbertHFTransformer, "ready_weights_pay_on", staticmethod(lambda device: switch.ready))
+    return switch
+
+
+def gradients_of_a_training_forward(model, inputs, switch, bf16=False, ready=True):
+    """(loss, {name: grad}) of one forward and backward, with the ready weights or with every Linear as a module."""
+    model.zero_grad(set_to_none=True)
+    switch.ready = ready
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        loss = model(**inputs).loss
+    loss.backward()
+    return loss.detach().float(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("sharing", ["all", "none", "attention", "ffn"])
+def test_ready_weights_give_the_module_paths_loss_and_gradients(sharing, ready_weights_on_cpus):
+    torch.manual_seed(0)
+    config = tiny_config(sharing=sharing, num_hidden_layers=4, inner_group_num=2 if sharing == "all" else 1,
+                         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    model = AlbertHFForPreTraining(config).train()
+    inputs = make_inputs(pad_from=9)  # padded: the packed rows (CPU) and the last block's positions both taken
+    inputs.update(labels=mlm_labels(inputs["input_ids"]), sentence_order_label=torch.tensor([0, 1, 1]))
+    loss, grads = gradients_of_a_training_forward(model, inputs, ready_weights_on_cpus)
+    reference_loss, reference = gradients_of_a_training_forward(model, inputs, ready_weights_on_cpus, ready=False)
+    assert grads.keys() == reference.keys()
+    torch.testing.assert_close(loss, reference_loss, rtol=1e-6, atol=0)
+    for name, grad in reference.items():
+        # atol on the tensor's scale: a key bias's gradient is 0 up to rounding (softmax ignores it)
+        torch.testing.assert_close(grads[name], grad, rtol=1e-4, atol=1e-5 * float(grad.abs().max()) + 1e-9,
+                                   msg=name)
+    # bf16: both paths round the activations alike, so each is as far from the fp32 gradient as the other
+    bf16_loss, bf16 = gradients_of_a_training_forward(model, inputs, ready_weights_on_cpus, bf16=True)
+    module_loss, module = gradients_of_a_training_forward(model, inputs, ready_weights_on_cpus, bf16=True, ready=False)
+    torch.testing.assert_close(bf16_loss, module_loss, rtol=2e-3, atol=0)
+    for name, grad in reference.items():
+        if name.endswith("key.bias"):
+            continue
+        error, module_error = (float((g[name] - grad).norm() / grad.norm()) for g in (bf16, module))
+        assert error < 1.5 * module_error + 0.01, (name, error, module_error)
+
+
+def test_a_shared_weights_gradient_adds_its_applications_in_fp32():
+    """12 applications of one bf16-cast weight: the gradient is their fp32 sum, each a bf16 GEMM rounded once,
+    where autocast's cast cache (eager) sums them on the bf16 copy, rounding the running sum at every add."""
+    torch.manual_seed(0)
+    inputs = [torch.randn(256, 64) for _ in range(12)]
+    output_grads = [torch.randn(256, 64) for _ in range(12)]
+    exact = sum(g.bfloat16().double().T @ x.bfloat16().double() for g, x in zip(output_grads, inputs))
+    ready_linear, cast_linear = nn.Linear(64, 64), nn.Linear(64, 64)
+    ready = modeling.ready_linears([ready_linear], torch.bfloat16)
+    torch.autograd.backward([modeling.shared_linear(x, ready, [ready_linear]) for x in inputs], output_grads)
+    cast = cast_linear.weight.to(torch.bfloat16)
+    torch.autograd.backward([F.linear(x.bfloat16(), cast) for x in inputs], [g.bfloat16() for g in output_grads])
+    assert ready_linear.weight.grad.dtype == torch.float32
+    ready_error, cast_error = (float((linear.weight.grad.double() - exact).norm() / exact.norm())
+                               for linear in (ready_linear, cast_linear))
+    assert ready_error < 0.5 * cast_error, (ready_error, cast_error)
+    assert ready_linear.bias.grad.dtype == torch.float32
+    exact_bias = sum(g.bfloat16().double().sum(0) for g in output_grads)
+    torch.testing.assert_close(ready_linear.bias.grad.double(), exact_bias, rtol=1e-5, atol=1e-4)
+
+
+def test_ready_weights_are_made_once_per_forward_and_only_where_they_apply(monkeypatch, ready_weights_on_cpus):
+    made = []
+    original = modeling.ready_linears
+    monkeypatch.setattr(modeling, "ready_linears",
+                        lambda linears, dtype: made.append(dtype) or original(linears, dtype))
+    model = AlbertHFForPreTraining(tiny_config(num_hidden_layers=6)).train()  # one block applied 6 times
+    inputs = make_inputs()
+    inputs["labels"] = mlm_labels(inputs["input_ids"])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        model(**inputs).loss.backward()
+    assert made == [torch.bfloat16] * 4  # Q|K|V, the attention's output, the FFN's two: once, not 6 times
+    made.clear()
+    model(**inputs)
+    assert made == [torch.float32] * 4
+    made.clear()
+    with torch.no_grad():  # inference: each Linear as a module
+        model(**inputs)
+    assert not made
+    # an adapter or a hook on a Linear (PEFT, accelerate's offloading) sees its module called
+    block = model.albert.encoder.albert_layer_groups[0].albert_layers[0]
+    calls = []
+    block.attention.value.register_forward_hook(lambda *args: calls.append(1))
+    model(**inputs).loss.backward()
+    assert not made and len(calls) == 6
+    # a CPU's eager step keeps the modules (what pays there)
+    monkeypatch.undo()
+    assert not modeling.AlbertHFTransformer.ready_weights_pay_on(torch.device("cpu"))
+    assert modeling.AlbertHFTransformer.ready_weights_pay_on(torch.device("cuda"))
