@@ -11,28 +11,11 @@
 # As gpu_session.sh: from the repository root, wheels from .whl/, $BOOKS; and the original GLUE download
 # ($GLUE_DIR, default glue_data/) for the downstream part.
 set -u
-out=${1:?usage: gpu_session.sh OUT_DIR [TOTAL_SECONDS]}
+out=${1:?usage: gpu_extra.sh OUT_DIR [TOTAL_SECONDS]}
 total=${2:-560}
 books=${BOOKS:-books}
 glue=${GLUE_DIR:-glue_data}
-mkdir -p "$out"
-exec > >(tee -a "$out/session.log") 2>&1
-export PYTHONUNBUFFERED=1 HF_HOME=${HF_HOME:-/tmp/gpu_session_hf} HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
-export TOKENIZERS_PARALLELISM=false
-if compgen -G ".whl/*.whl" >/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-        .whl/*.whl || exit 1
-    export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
-fi
-export PYTHONPATH=$PWD:${PYTHONPATH:-}
-left() { echo $((total - SECONDS)); }
-
-echo "== machine ($(date -u +%FT%TZ))"
-nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader
-python3 -c "import torch, transformers, accelerate, datasets, pyarrow, tokenizers; print('torch', torch.__version__,
-'cuda', torch.version.cuda, '| transformers', transformers.__version__, '| accelerate', accelerate.__version__,
-'| datasets', datasets.__version__, '| pyarrow', pyarrow.__version__, '| tokenizers', tokenizers.__version__,
-'| cores', __import__('os').cpu_count())"
+source "$(dirname "$0")/gpu_setup.sh"
 
 echo "== a diverging run on the GPU: --learning_rate 1e4 in the default step (the whole-step graph) ($(left) s left)"
 # every step after the first is skipped on the device (update gate 0); the skip count is read one step late, so
