@@ -39,11 +39,13 @@ CLEAN_ENV = env -i PATH="$$PATH" HOME="$$HOME" LANG=C.UTF-8 $${TMPDIR:+TMPDIR="$
 	$${ALBERT_HF_TEST_THREADS:+ALBERT_HF_TEST_THREADS="$$ALBERT_HF_TEST_THREADS"}
 PYTEST_RUN = HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HOME=$$(mktemp -d) \
 	TORCHINDUCTOR_CACHE_DIR=$$(mktemp -d) \
-	$(BIN)/python -m pytest -q -p no:cacheprovider --numprocesses auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder
+	$(BIN)/python -m pytest -q -p no:cacheprovider --numprocesses auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder \
+	--durations 15
 PYTEST = $(CLEAN_ENV) $(PYTEST_RUN)
-# Most CI runners and cloud VMs have AVX2 and no AVX-512: a trained model's last bits differ there. On a CPU with
-# AVX-512 (or AMX), the tests that train and assert on the outcome (marker `trains`) run a second time with torch's,
-# oneDNN's and MKL's kernels capped at AVX2, so that a test which holds only on this CPU's kernels fails here too.
+# Most CI runners and cloud VMs have AVX2 and no AVX-512: a trained model's last bits differ there, and the precision
+# auto picks is fp32 (no bf16 units). On a CPU with AVX-512 (or AMX), the tests whose outcome depends on that (marker
+# `rounding`) run a second time with torch's, oneDNN's and MKL's kernels capped at AVX2, so that a test which holds
+# only on this CPU's kernels fails here too. Each pass ends with its 15 slowest tests, so that growth shows.
 AVX2_CAPS = ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2
 
 # pyflakes, pycodestyle and import order ([tool.ruff] in pyproject.toml), before every test run: a second or two.
@@ -53,16 +55,16 @@ lint: setup
 test: lint
 	$(PYTEST) tests
 	@if [ "$$($(BIN)/python -c 'import torch; print(torch.backends.cpu.get_cpu_capability())')" = AVX512 ]; then \
-		echo "make test: the tests marked 'trains' again, with the kernels capped at AVX2"; \
-		$(CLEAN_ENV) $(AVX2_CAPS) $(PYTEST_RUN) -m trains tests; \
+		echo "make test: the tests marked 'rounding' again, with the kernels capped at AVX2"; \
+		$(CLEAN_ENV) $(AVX2_CAPS) $(PYTEST_RUN) -m rounding tests; \
 	else \
 		echo "make test: no AVX-512 kernels on this CPU, so the run above already had what the AVX2 caps give"; \
 	fi
 
 # The quick loop while developing: everything but the launched multi-process runs, torch.compile and the tests that
-# train to an outcome (`make test` runs them all).
+# train to an outcome, except one cheap test (`quick`) of each file that has only those (`make test` runs them all).
 test-fast: lint
-	$(PYTEST) -m "not launched and not compiles and not trains" tests
+	$(PYTEST) -m "not launched and not compiles and not trains or quick" tests
 
 clean:
 	rm -rf $(VENV) *.egg-info

@@ -42,7 +42,9 @@ def gradients(model):
     return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("micro_batch", [8, 4])
+@pytest.mark.rounding
 def test_weighted_micro_batch_losses_sum_to_the_gradient_of_the_whole_batch(micro_batch):
     from accelerate import Accelerator
 
@@ -116,6 +118,7 @@ def check_same_weights(run, reference, optimizer):
 
 
 @pytest.mark.parametrize("optimizer", ["lamb", "adamw"])
+@pytest.mark.rounding
 def test_8x4_on_one_process_ends_with_the_weights_of_32x1(one_process_runs, optimizer):
     check_same_weights(one_process_runs[8, optimizer], one_process_runs[32, optimizer], optimizer)
 
@@ -137,6 +140,7 @@ def two_process_runs(tmp_path_factory):
 
 @pytest.mark.parametrize("per_device, accumulation, optimizer", TWO_PROCESSES)
 @pytest.mark.launched
+@pytest.mark.rounding
 def test_two_processes_end_with_the_weights_of_32x1(one_process_runs, two_process_runs, per_device, accumulation,
                                                     optimizer):
     check_same_weights(two_process_runs[per_device, accumulation, optimizer], one_process_runs[32, optimizer],
@@ -178,6 +182,7 @@ HEADS = {"sequence_classification": "AlbertHFForSequenceClassification",
 
 
 @pytest.mark.parametrize("head", sorted(HEADS))
+@pytest.mark.rounding
 def test_trainer_accumulation_gives_the_whole_batch_step(tmp_path, head):
     """8 x 1 against 4 x 2 with SGD: the same weights. The token-level head takes Trainer's num_items_in_batch
     (its micro-batches hold 58 and 8 labelled tokens here); the others are means over examples, which Trainer's

@@ -70,6 +70,7 @@ def test_every_combination_of_the_papers_switches_trains_two_steps(setups, setup
 
 
 @pytest.mark.parametrize("sharing", BORROWING)
+@pytest.mark.rounding
 def test_borrowed_modules_under_fsdp2_resharded_after_forward_end_with_the_ddp_weights(setups, sharing):
     """Every block gathers the attention or FFN it borrows from block 0, and its gradient gathers every use."""
     ddp, fsdp = (load_file(setups[setup][1][-len(BORROWING) + BORROWING.index(sharing)] / "model.safetensors")

@@ -13,7 +13,9 @@ from albert_hf.tokenization import train_tokenizer
 from data_fixtures import TEST_VOCAB_SIZE, embedded
 
 
+@pytest.mark.quick
 @pytest.mark.trains
+@pytest.mark.rounding
 def test_embedded_corpus_to_albert_pretraining(tmp_path):
     train_tokenizer(embedded(), vocab_size=TEST_VOCAB_SIZE, output_dir=tmp_path / "tokenizer")
     tok = AutoTokenizer.from_pretrained(str(tmp_path / "tokenizer"))  # as a later run would load it

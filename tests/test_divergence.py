@@ -104,7 +104,8 @@ def test_non_finite_weights_are_not_checkpointed_and_the_line_names_the_last_fin
 
 
 @pytest.mark.trains
-@pytest.mark.parametrize("precision", ["no", "bf16", "fp16"])
+# fp16: the loss scaler's first scale must not overflow the gradients too (AVX-512 FP16 and AVX2 compute them apart)
+@pytest.mark.parametrize("precision", ["no", "bf16", pytest.param("fp16", marks=pytest.mark.rounding)])
 def test_a_nan_gradient_is_skipped_and_counted_once_in_every_precision(tmp_path, monkeypatch, fresh_accelerate_state,
                                                                         precision):
     """fp32, bf16 autocast, and fp16 with loss scaling (whose scaler skips the step too: still one count)."""

@@ -533,6 +533,7 @@ def independent_predictions(model_dir, first, second, max_seq_length, batch_size
 
 @pytest.mark.parametrize("task_name,folder", [("mrpc", "MRPC"), ("stsb", "STS-B"), ("cola", "CoLA")])
 @pytest.mark.trains
+@pytest.mark.rounding
 def test_end_to_end_on_real_glue_files(task_name, folder, tiny_checkpoint, tmp_path, caplog):
     from scipy.stats import pearsonr, spearmanr
     from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef

@@ -10,6 +10,7 @@ from helpers import REPO, run_bounded, subprocess_env
 
 
 @pytest.mark.trains
+@pytest.mark.rounding
 def test_gpu_check_runs_every_part_on_the_cpu_and_writes_its_report(tmp_path):
     out = tmp_path / "check.json"
     done = run_bounded([sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--device", "cpu", "--preset",

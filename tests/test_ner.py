@@ -147,6 +147,7 @@ def test_scores_of_seqevals_readme_example_and_a_hand_count():
 
 
 @pytest.mark.trains
+@pytest.mark.rounding
 def test_a_conll_file_trains_to_entity_f1_and_the_saved_folder_tags_entities_in_a_pipeline_without_albert_hf(
         tiny_checkpoint, tmp_path):
     train, dev = write_conll(tmp_path / "train.conll", generated(300, 0)), write_conll(tmp_path / "dev.conll",
@@ -271,6 +272,7 @@ def test_bad_input_stops_with_one_line(tiny_checkpoint, tmp_path):
 
 @pytest.mark.trains
 @pytest.mark.launched
+@pytest.mark.rounding
 def test_under_fsdp2_over_two_processes_the_gathered_evaluation_scores_every_sentence_in_order(
         tiny_checkpoint, tmp_path):
     """run_ner.py launched with an FSDP config from `accelerate config` shards the token-classification model with
@@ -302,6 +304,7 @@ def test_under_fsdp2_over_two_processes_the_gathered_evaluation_scores_every_sen
 
 
 @pytest.mark.trains
+@pytest.mark.rounding
 def test_two_seeds_summarise_entity_f1_and_keep_the_best_checkpoint_by_it(tiny_checkpoint, tmp_path):
     """--seeds in run_ner: the summary of every script (helpers.check_seed_summary) with entity F1, 0 (no entity
     found) as the baseline, and --load_best_model_at_end choosing by F1 without --metric_for_best_model."""

@@ -144,6 +144,7 @@ def test_metrics_hand_worked():
 
 
 @pytest.mark.trains
+@pytest.mark.rounding
 def test_a_csv_trains_with_its_label_names_into_config_predictions_card_and_a_pipeline_without_albert_hf(
         tiny_checkpoint, tmp_path):
     train = write_csv(tmp_path / "train.csv", reviews(200, 0))
@@ -181,6 +182,7 @@ def test_a_csv_trains_with_its_label_names_into_config_predictions_card_and_a_pi
 
 
 @pytest.mark.trains
+@pytest.mark.rounding
 def test_float_labels_in_json_are_regression_with_pearson_spearman_and_mse(tiny_checkpoint, tmp_path):
     rng = random.Random(0)
 

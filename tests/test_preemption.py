@@ -198,6 +198,7 @@ def glue_reference(tmp_path_factory, tiny_checkpoint, rte_folder, glue_launchers
 
 
 @pytest.mark.launched
+@pytest.mark.rounding
 def test_fine_tuning_under_the_fsdp_config_shards_and_ends_with_the_ddp_weights(glue_reference):
     """run_glue.py launched with an FSDP config from `accelerate config` gets FSDP2 over gloo (Trainer alone would
     train one independent copy per process on CPUs), says so, and saves the full model: the same weights as under
@@ -334,6 +335,7 @@ def test_workers_forked_under_stop_on_signal_leave_the_decision_to_their_parent(
     assert shielded.exitcode == 0
 
 
+@pytest.mark.quick
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the swallowed one, reported
 def test_a_stop_before_the_first_step_interrupts_and_one_swallowed_on_its_way_stops_the_next_stage():
     """Before anything is saved a signal raises Stopped at once, naming the stage; raised inside a finalizer (which

@@ -458,6 +458,7 @@ def test_a_training_state_is_checked_once_on_load_position_and_window_alike(tmp_
 
 @pytest.mark.trains
 @pytest.mark.launched
+@pytest.mark.rounding
 def test_two_processes_and_accumulation_follow_the_same_loss_curve_as_one(tmp_path):
     args = ["--max_train_steps", "8", "--eval_steps", "0", "--validation_split_percentage", "0"]
     single, accumulated = tmp_path / "single", tmp_path / "accumulated"

@@ -302,6 +302,7 @@ def check_learned_and_scored(predictions: dict, metrics: dict, prefix: str, leve
 
 
 @pytest.mark.trains
+@pytest.mark.rounding
 def test_official_layout_trains_evaluates_and_writes_the_predicted_letters(trained_on_official_layout):
     root, out, results = trained_on_official_layout
     predictions = json.loads((out / "predictions_validation.json").read_text())
@@ -396,6 +397,7 @@ def test_paper_hparams_run_trains_with_the_recipe_dropouts_and_records_it(tiny_c
 
 
 @pytest.mark.trains
+@pytest.mark.rounding
 def test_flat_json_trains_and_evaluates_and_the_trained_model_agrees_across_formats(
         trained_on_official_layout, tiny_checkpoint, tmp_path):
     root, trained, _ = trained_on_official_layout
@@ -465,6 +467,7 @@ def test_real_reshuffled_folder_evaluates_and_refuses_a_level_it_cannot_know(tin
 
 
 @pytest.mark.trains
+@pytest.mark.rounding
 def test_two_seeds_summarise_accuracy_and_keep_the_best_checkpoint_by_accuracy(tiny_checkpoint, tmp_path):
     """--seeds on RACE: the summary of every script (helpers.check_seed_summary) with accuracy, chance (0.25) as
     the baseline, and --load_best_model_at_end choosing by accuracy without --metric_for_best_model."""

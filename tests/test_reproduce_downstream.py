@@ -88,6 +88,7 @@ def test_reproduction_passes_optimizer_and_accumulation_only_when_given(tmp_path
 
 
 @pytest.mark.trains
+@pytest.mark.rounding
 def test_smoke_run_writes_every_result_and_reuses_finished_runs(reproduction, tmp_path, monkeypatch, capsys):
     out = tmp_path / "out"
     argv = ["--smoke", "--glue_dir", str(write_glue_folders(tmp_path / "glue")), "--output_dir", str(out)]
@@ -147,6 +148,7 @@ def test_smoke_run_writes_every_result_and_reuses_finished_runs(reproduction, tm
 
 
 @pytest.mark.trains
+@pytest.mark.rounding
 def test_gpu_mode_at_smoke_size_writes_curve_pairs_gap_and_timings(reproduction, tmp_path, capsys):
     # --gpu's pipeline on the CPU at smoke size (20 steps, one task, one seed): the shape of what it writes and
     # prints, not its numbers.

@@ -140,6 +140,7 @@ def test_seed_lists_argparse_and_files_refuse_with_the_flag_named(tmp_path, caps
 
 
 @pytest.mark.trains
+@pytest.mark.rounding
 def test_three_seeds_give_a_summary_the_best_model_on_top_and_a_collapsed_seed_is_replaced(
         tiny_checkpoint, tmp_path, monkeypatch, caplog):
     """Seed 2 is made to collapse (a test hook: after training its head answers the dev set's majority class

@@ -450,6 +450,7 @@ def without_answers(official):
 
 
 @pytest.mark.trains
+@pytest.mark.rounding
 def test_v1_end_to_end_learns_the_fixture_answers(tiny_checkpoint, tmp_path):
     """Three questions whose windows (48 pieces) often miss the answer: if labels, windows or post-processing
     were off, training could not reach exact match on all three. MEMORIZED steps: 30 steps reached it with some
@@ -471,6 +472,7 @@ def test_v1_end_to_end_learns_the_fixture_answers(tiny_checkpoint, tmp_path):
 
 @pytest.mark.parametrize("head", ["span", "answerability"])
 @pytest.mark.trains
+@pytest.mark.rounding
 def test_v2_end_to_end_learns_answers_and_no_answers(tiny_checkpoint, tmp_path, head):
     if head == "span":  # the flattened Hub layout as JSON lines
         path = tmp_path / "train.jsonl"
@@ -538,6 +540,7 @@ def test_v2_paper_hparams_run_uses_the_answerability_head_and_tunes_the_threshol
 
 
 @pytest.mark.trains
+@pytest.mark.rounding
 def test_eval_strategy_steps_scores_every_evaluation_and_keeps_the_checkpoint_with_the_best_f1(
         tiny_checkpoint, tmp_path):
     """--eval_strategy steps with the SQuAD metrics (post-processed, "eval_" keys), and --load_best_model_at_end
@@ -581,6 +584,7 @@ def test_eval_strategy_steps_scores_every_evaluation_and_keeps_the_checkpoint_wi
 
 
 @pytest.mark.trains
+@pytest.mark.rounding
 def test_do_predict_writes_test_predictions_and_metrics_and_all_results_has_every_result(tiny_checkpoint, tmp_path):
     train_file = write_json(tmp_path / "train-v1.1.json", SQUAD_V1)
     test_rows = flattened_rows(SQUAD_V1)[1:]  # q2, q3, as Hub rows
@@ -678,6 +682,7 @@ def test_real_dev_articles_end_to_end(tiny_checkpoint, tmp_path, version):
 
 
 @pytest.mark.trains
+@pytest.mark.rounding
 def test_two_seeds_summarise_exact_match_and_f1(tiny_checkpoint, tmp_path):
     """--seeds in run_squad: the summary of every script (helpers.check_seed_summary) with EM and F1, and the empty
     answer's F1 (0) as the v1.1 baseline."""
