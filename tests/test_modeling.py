@@ -1,3 +1,5 @@
+from types import SimpleNamespace
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -581,7 +583,7 @@ def test_projection_is_skipped_when_asked_and_e_equals_h():
 @pytest.fixture
 def ready_weights_on_cpus(monkeypatch):
     """The ready weights (a CUDA device's path) on this CPU, as `ready_weights_on_cpus.ready = False` turns off."""
-    switch = type("Switch", (), {"ready": True})()
+    switch = SimpleNamespace(ready=True)
     monkeypatch.setattr(modeling.AlbertHFTransformer, "ready_weights_pay_on", staticmethod(lambda device: switch.ready))
     return switch
 
