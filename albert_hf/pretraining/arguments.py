@@ -15,6 +15,7 @@ from transformers import HfArgumentParser
 from ..configuration_albert_hf import PRESETS, SHARING_MODES, AlbertHFConfig
 from ..optimization import OPTIMIZERS
 from ..runtime.hardware import MIXED_PRECISION_CHOICES
+from ..runtime.secrets import without_secrets
 from .corpus import LAYOUTS
 from .pairs import TASKS as PAIR_TASKS
 from .step import LOSS_NORMALIZATIONS
@@ -233,8 +234,9 @@ class PretrainingArguments:
     adopted: tuple[str, ...] = ()
 
     def flat(self) -> dict:
-        """Every argument by its flag's name (for trackers' run configs and the prepared data's manifest)."""
-        return flat_values((self.model, self.data, self.objective, self.optimization, self.output))
+        """Every argument by its flag's name, secrets masked (for trackers' run configs and the prepared data's
+        manifest)."""
+        return without_secrets(flat_values((self.model, self.data, self.objective, self.optimization, self.output)))
 
 
 def flat_values(groups) -> dict:

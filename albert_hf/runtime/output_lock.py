@@ -1,15 +1,15 @@
 """One run per output folder: a lock file that the run's first process holds from its start to its end.
 
 A requeued job whose predecessor still runs, or a job submitted twice, would otherwise resume from the same
-checkpoints and write the same step folders and metrics rows as the first run, and both would end with status 0.
-The lock is `LOCK_FILE` in the output folder. It is made whole or not at all (written beside, then hard-linked into
+checkpoints and write the same step folders and metrics rows as the first run, and both would end with status 0. The
+lock is `LOCK_FILE` in the output folder. It is made whole or not at all (written beside, then hard-linked into
 place, which fails if the file exists), and it holds the host, the PID, the process's start time (so that a reused
-PID is not taken for the holder), when the run began and its command. A second run on the folder stops with one
-line naming the holder. A lock whose process is gone (same host; no such PID, or one that started at another
-time) was left by a killed run: the next run takes it over and says so. A lock of another host cannot be checked
-from here and is honoured, unless the run is told to take it (`take_over`). It is released when the job ends,
-normally or on an error or a stop signal (`release_all`, from `cli.run_entry_point`; at exit too, as a backstop); a
-kill -9 leaves it, for the next run to take over.
+PID is not taken for the holder), when the run began and its command, its secrets masked (`secrets.command_line`). A
+second run on the folder stops with one line naming the holder. A lock whose process is gone (same host; no such
+PID, or one that started at another time) was left by a killed run: the next run takes it over and says so. A lock
+of another host cannot be checked from here and is honoured, unless the run is told to take it (`take_over`). It is
+released when the job ends, normally or on an error or a stop signal (`release_all`, from `cli.run_entry_point`; at
+exit too, as a backstop); a kill -9 leaves it, for the next run to take over.
 """
 
 import atexit
@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from ..errors import InputError
+from .secrets import command_line
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ def process_start(pid: int) -> str | None:
 
 def this_process() -> dict:
     return {"host": socket.gethostname(), "pid": os.getpid(), "process_start": process_start(os.getpid()),
-            "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "command": " ".join(sys.argv)[:500]}
+            "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "command": command_line(sys.argv)[:500]}
 
 
 def alive(holder: dict) -> bool | None:

@@ -60,6 +60,7 @@ from ..runtime.distributed import (
 )
 from ..runtime.hardware import PRECISION_NAMES, bf16_trainer_warning, detect
 from ..runtime.preemption import PREEMPTED, StopOnSignal
+from ..runtime.secrets import SecretsNotPickled
 from ..runtime.storage import StorageError, agreed, check_writable, fault_line, folder_bytes, refused
 
 logger = logging.getLogger("albert_hf.tasks.finetuning")
@@ -125,8 +126,9 @@ class ModelArguments:
 
 
 @dataclass
-class AlbertTrainingArguments(TrainingArguments):
-    """transformers' TrainingArguments plus three options of ours."""
+class AlbertTrainingArguments(SecretsNotPickled, TrainingArguments):
+    """transformers' TrainingArguments plus options of ours. Pickled (Trainer's `training_args.bin`, in every
+    checkpoint and output folder, pushed with them), --hub_token is masked as `to_dict()` masks it."""
 
     overwrite_output_dir: bool = field(
         default=False, metadata={"help": "start over even if output_dir holds a checkpoint of an earlier run"}
