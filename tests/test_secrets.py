@@ -8,17 +8,15 @@ import string
 import subprocess
 import sys
 from pathlib import Path
-from unittest import mock
 
 import pytest
 import torch
-from huggingface_hub import HfApi, RepoUrl
-from huggingface_hub.utils import filter_repo_objects
 
 from albert_hf.errors import InputError
 from albert_hf.runtime import output_lock
 from albert_hf.runtime.output_lock import LOCK_FILE
 from albert_hf.runtime.secrets import command_line, is_secret, without_secrets
+from fake_hub import FakeHub
 from helpers import run_script, subprocess_env
 
 
@@ -29,35 +27,6 @@ def token():
 
 def files_holding(root: Path, secret: str) -> list[str]:
     return [str(path) for path in sorted(root.rglob("*")) if path.is_file() and secret.encode() in path.read_bytes()]
-
-
-class FakeHub:
-    """The Hub at huggingface_hub's API boundary: each upload_folder is a commit, the folder's files (less the ignore
-    patterns) copied into ROOT/REPO/commit_N; the output folder's lock is read as it is at that moment."""
-
-    def __init__(self, root: Path):
-        self.root, self.commits, self.locks = root, [], []
-
-    def patches(self):
-        hub = self
-
-        def create_repo(api, repo_id, **kwargs):
-            return RepoUrl(f"https://huggingface.co/{repo_id}")
-
-        def upload_folder(api, repo_id, folder_path, commit_message=None, ignore_patterns=None, **kwargs):
-            folder = Path(folder_path)
-            commit = hub.root / repo_id / f"commit_{len(hub.commits)}"
-            files = [str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()]
-            for name in filter_repo_objects(files, ignore_patterns=ignore_patterns):
-                (commit / name).parent.mkdir(parents=True, exist_ok=True)
-                (commit / name).write_bytes((folder / name).read_bytes())
-            hub.commits.append((repo_id, commit_message, commit))
-            if (folder / LOCK_FILE).exists():
-                hub.locks.append((folder / LOCK_FILE).read_text())
-            return mock.MagicMock(commit_url=f"https://huggingface.co/{repo_id}/commit/{len(hub.commits)}")
-
-        return mock.patch.object(HfApi, "create_repo", create_repo), mock.patch.object(HfApi, "upload_folder",
-                                                                                       upload_folder)
 
 
 def test_secret_names_and_the_command_line_mask_only_credentials():
@@ -118,18 +87,17 @@ def test_a_tracked_pretraining_run_pushed_to_the_hub_and_its_prepared_data_hold_
     from test_pretraining import FAST
 
     hub = FakeHub(tmp_path / "hub")
-    create, upload = hub.patches()
-    with create, upload:
+    with hub.patched():
         main(["--output_dir", str(tmp_path / "run"), *FAST, "--max_train_steps", "4", "--checkpointing_steps", "2",
               "--eval_steps", "0", "--with_tracking", "--report_to", "tensorboard", "--push_to_hub",
-              "--hub_model_id", "someone/tiny-albert", "--hub_token", token])
+              "--hub_strategy", "checkpoint", "--hub_model_id", "someone/tiny-albert", "--hub_token", token])
     AcceleratorState._reset_state(True)  # a second in-process run builds its own Accelerator
     PartialState._reset_state()
     main(["--output_dir", str(tmp_path / "prepared"), *FAST, "--preprocess_only", "--hub_token", token])
     assert list((tmp_path / "run" / "runs").rglob("events.out.tfevents.*"))  # the tracker wrote its files
     assert (tmp_path / "run" / "step_2").is_dir() and list((tmp_path / "prepared").iterdir())
-    assert [message for _, message, _ in hub.commits] == ["End of training"]
-    assert hub.locks and all(token not in lock for lock in hub.locks)
+    assert hub.messages()[-1] == "End of training" and "last-checkpoint/model.safetensors" in hub.commits[-2].files
+    assert hub.commits[-1].lock is not None and token not in hub.commits[-1].lock  # the lock as the run held it
     assert files_holding(tmp_path, token) == []
     out, err = capfd.readouterr()
     assert token not in out + err
@@ -143,15 +111,14 @@ def test_a_fine_tuning_run_pushed_to_the_hub_holds_no_token_in_its_folders_check
 
     hub = FakeHub(tmp_path / "hub")
     root, out = write_glue_folders(tmp_path / "glue"), tmp_path / "out"
-    create, upload = hub.patches()
-    with create, upload:
+    with hub.patched():
         run_script("run_glue", [*common_args(tiny_checkpoint, out, "--task_name", "rte", "--data_dir", root / "RTE",
                                              "--do_train", "--max_steps", 2, "--push_to_hub", "--hub_model_id",
                                              "someone/albert-rte", "--hub_token", token),
                                 "--save_strategy", "steps", "--save_steps", 1, "--report_to", "tensorboard"])
     assert (out / "checkpoint-2" / "training_args.bin").is_file() and (out / "training_args.bin").is_file()
     assert list(tmp_path.rglob("events.out.tfevents.*"))  # the tracker wrote its files
-    assert hub.commits and any((commit / "training_args.bin").is_file() for _, _, commit in hub.commits)
+    assert hub.commits and "training_args.bin" in hub.commits[-1].files
     assert files_holding(tmp_path, token) == []
     loaded = torch.load(out / "training_args.bin", weights_only=False)
     assert loaded.hub_token == "<HUB_TOKEN>" and loaded.hub_model_id == "someone/albert-rte"

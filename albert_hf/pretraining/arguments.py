@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from transformers import HfArgumentParser
 
 from ..configuration_albert_hf import PRESETS, SHARING_MODES, AlbertHFConfig
+from ..hub.upload import HUB_STRATEGIES
 from ..optimization import OPTIMIZERS
 from ..runtime.hardware import MIXED_PRECISION_CHOICES
 from ..runtime.secrets import without_secrets
@@ -201,6 +202,12 @@ class OutputArgs:
         "with and without activation checkpointing, whether it fits, tokens/s, the time to --max_train_steps) from "
         "a few real steps on synthetic batches, write nothing, and exit"})
     push_to_hub: bool = field(default=False, metadata={"help": "upload the final folder to the Hub"})
+    hub_strategy: str = field(default="end", metadata={
+        "help": "with --push_to_hub, what goes up while the run trains (transformers' names): end, only the final "
+        "folder; every_save, the model as of each checkpoint too, uploaded in the background; checkpoint, also the "
+        "full training state of the newest checkpoint in last-checkpoint/; all_checkpoints, as every_save, each "
+        "checkpoint's model also kept as a branch step-N",
+        "choices": list(HUB_STRATEGIES)})
     hub_model_id: str | None = field(default=None, metadata={"help": "repo id (default: the output_dir name)"})
     hub_token: str | None = field(default=None, metadata={"help": "default: the saved Hub login"})
     license: str | None = field(default=None, metadata={

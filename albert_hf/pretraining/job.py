@@ -43,10 +43,9 @@ from ..analysis.baselines import heldout_baselines, with_baselines
 from ..analysis.curves import CURVES_FILE, pretraining_curves
 from ..analysis.fill_mask import format_fill_mask
 from ..configuration_albert_hf import AlbertHFConfig
-from ..errors import InputError, first_line
+from ..errors import InputError, NothingProduced, first_line
 from ..hub.loading import loading
 from ..hub.model_card import PretrainingRun
-from ..hub.upload import push_folder
 from ..optimization import get_official_schedule
 from ..runtime import output_lock
 from ..runtime.cli import explicit_arguments, is_first_process, parse_into_dataclasses, run_entry_point
@@ -81,6 +80,7 @@ from .checkpoints import FILL_MASK_FILE, StepCheckpoints, check_output_dir, clea
 from .collator import DataCollatorForAlbertPretraining
 from .divergence import Diverged, check_losses, check_weights, newest_finite, stop_line
 from .final_folder import corpus_card_dataset, held_out_fill_mask, save_final_model, where_trained
+from .hub_push import HubPush
 from .inputs import build_data, build_inputs, check_train_files
 from .log import MetricsLog, format_metrics, format_value, start_logging, start_tracking
 from .model import build_run_model, check_positions, make_optimizer, planned_weight_bytes, resolve_config
@@ -190,6 +190,13 @@ def check_args(model: ModelArgs, data: DataArgs, optimization: OptimizationArgs,
                          "whose position each checkpoint records; drop --dataloader_num_workers")
     if data.preprocess_only and output.resume_from_checkpoint:
         raise InputError("--preprocess_only trains nothing: drop --resume_from_checkpoint")
+    if output.hub_strategy != "end":
+        if not output.push_to_hub:
+            raise InputError(f"--hub_strategy {output.hub_strategy} says what --push_to_hub uploads during the run: "
+                             "pass --push_to_hub too")
+        if not output.checkpointing_steps:
+            raise InputError(f"--hub_strategy {output.hub_strategy} uploads at each checkpoint, and this run saves "
+                             "none: pass --checkpointing_steps N")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -216,6 +223,7 @@ class Pretraining:
     hardware: Hardware
     precision: Precision
     step_graph: pretraining_graph.StepGraph | None = None  # --torch_compile_mode whole-step-graph
+    hub: HubPush | None = None  # --push_to_hub
 
     @property
     def output_dir(self) -> Path:
@@ -354,9 +362,11 @@ def prepare(args: PretrainingArguments) -> Pretraining:
     graph = (pretraining_graph.StepGraph(model, optimizer, accelerator, optimization.max_grad_norm,
                                          optimization.loss_normalization)
              if args.model.torch_compile_mode == pretraining_graph.MODE else None)
+    hub = (HubPush(args.output, Path(args.output.output_dir), accelerator.is_main_process)
+           if args.output.push_to_hub else None)
     return Pretraining(args, accelerator, inputs.tokenizer, model, optimizer, scheduler, inputs.collate,
                        train_dataloader, eval_dataloader, inputs.eval_documents, checkpoints, num_parameters,
-                       global_batch, hardware, precision, graph)
+                       global_batch, hardware, precision, graph, hub)
 
 
 def optimizer_step(run: Pretraining, micro_batches) -> torch.Tensor:
@@ -394,7 +404,7 @@ def fit(run: Pretraining, stop: StopOnSignal | None = None) -> FitResult:
     output, accelerator = run.args.output, run.accelerator
     steps, accumulation = run.args.optimization.max_train_steps, run.args.optimization.gradient_accumulation_steps
     state = resume(run)
-    log = MetricsLog(run.output_dir / "metrics.jsonl", accelerator, output.with_tracking)
+    log = metrics_log(run)
     progress = tqdm(total=steps, initial=state.step, disable=not accelerator.is_main_process,
                     desc="pretraining", dynamic_ncols=True)
     eval_metrics, stopped, compiled, rollbacks = {}, None, False, 0
@@ -439,7 +449,7 @@ def fit(run: Pretraining, stop: StopOnSignal | None = None) -> FitResult:
 def finish(run: Pretraining, eval_metrics: dict, completed_steps: int):
     """The final folder (weights gathered from every process, tokenizer, remote code, card), reloaded with
     AutoModel as a check, the summary with fill-mask examples, and the Hub push."""
-    accelerator, args, output_dir = run.accelerator, run.args, run.output_dir
+    accelerator, output_dir = run.accelerator, run.output_dir
     accelerator.wait_for_everyone()
     check_weights(run.model, accelerator, completed_steps, current_lr(run), lambda: newest_checkpoint(run),
                   "the final model folder")
@@ -451,12 +461,20 @@ def finish(run: Pretraining, eval_metrics: dict, completed_steps: int):
     if fault is not None:
         raise StorageError(fault_line(fault, "the final model folder", output_dir, run.checkpoints.expected_bytes // 3,
                                     run.checkpoints.intact()))
-    if accelerator.is_main_process:
-        if args.output.push_to_hub:
-            repo_id = args.output.hub_model_id or output_dir.name
-            pushed = push_folder(output_dir, repo_id, token=args.output.hub_token, commit_message="End of training")
-            print(f"  pushed: {pushed}")
+    unpushed = None
+    if accelerator.is_main_process and run.hub is not None:
+        run.hub.wait("before the final folder")
+        log = metrics_log(run)
+        for row in run.hub.sent_rows():  # in the pushed metrics.jsonl too
+            log.write(completed_steps, row)
+        try:
+            pushed, seconds = run.hub.push_final()
+            print(f"  pushed: {pushed} ({seconds:.1f} s)")
+        except NothingProduced as failure:  # raised once every process is past the barrier, none left waiting
+            unpushed = failure
     accelerator.wait_for_everyone()
+    if unpushed is not None:
+        raise unpushed
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -502,6 +520,8 @@ def log_window(run: Pretraining, state: TrainingState, log, progress):
     log.write(state.step, {f"train_{k}" if k not in ("lr", "tokens_per_second", "skipped_steps") else k: v
                            for k, v in metrics.items()})
     check_losses(metrics, state.step, metrics["lr"], lambda: newest_checkpoint(run), "training")
+    for row in run.hub.sent_rows() if run.hub is not None else ():  # main process: the uploads done meanwhile
+        log.write(state.step, row)
 
 
 def after_step(run: Pretraining, state: TrainingState, log, progress) -> dict | None:
@@ -568,6 +588,8 @@ def evaluate_and_log(run: Pretraining, step: int, log) -> dict:
     """Held-out metrics, logged; a non-finite loss stops the run (pretraining/divergence.py)."""
     metrics = evaluate(run.model, run.eval_dataloader, run.accelerator, run.args.objective.task)
     log.write(step, metrics)
+    if run.hub is not None:
+        run.hub.latest_eval = metrics  # the next pushed checkpoint's card shows them
     check_losses(metrics, step, current_lr(run), lambda: newest_checkpoint(run), "held-out")
     return metrics
 
@@ -576,8 +598,20 @@ def save_checkpoint(run: Pretraining, state: TrainingState) -> Path:
     """A collective: every process calls it at the same step. Non-finite weights are not written: the run stops."""
     check_weights(run.model, run.accelerator, state.step, current_lr(run), lambda: newest_checkpoint(run),
                   f"the step-{state.step} checkpoint")
-    return run.checkpoints.save(state.step, state.checkpoint_state(run.accelerator),
+    path = run.checkpoints.save(state.step, state.checkpoint_state(run.accelerator),
                                 stream_state=None if run.stream is None else run.stream.state_dict())
+    if run.hub is not None and run.hub.pushes(state.step):  # --hub_strategy: this step's model (and state) goes up
+        model = gather_full_model(run.accelerator, run.model)  # a collective under FSDP
+        if model is not None:
+            run.hub.push_checkpoint(state.step, path, lambda folder: save_final_model(
+                model, run.tokenizer, folder, card_run(run.args), run.hub.latest_eval, run.global_batch,
+                run.accelerator.num_processes, where=where_trained(run.hardware, run.precision,
+                                                                   run.accelerator.num_processes)))
+    return path
+
+
+def metrics_log(run: Pretraining) -> MetricsLog:
+    return MetricsLog(run.output_dir / "metrics.jsonl", run.accelerator, run.args.output.with_tracking)
 
 
 def current_lr(run: Pretraining) -> float:
@@ -742,6 +776,8 @@ def pretrain(args: PretrainingArguments) -> dict:
         result = fit(run, stop)
         if result.stopped_by is None:
             finish(run, result.eval_metrics, result.steps)
+        elif run.hub is not None:  # the stop's checkpoint goes up before the process ends (--hub_strategy)
+            run.hub.wait(f"{result.stopped_by} received: the checkpoint of step {result.steps} first")
         accelerator = run.accelerator
         del run  # its model and optimizer hold the process group: dropped, so that end_distributed can free it
         end_distributed(accelerator)
