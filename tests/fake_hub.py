@@ -1,8 +1,8 @@
-"""A stand-in for the Hub at huggingface_hub's API boundary (`HfApi.create_repo`, `upload_folder`, `create_branch`):
-each repo is a folder whose `main/` holds the current files, each commit is recorded with the files it wrote and a
-copy of the tree after it, and a branch is a copy of the tree at the commit it names. Uploads can be slowed down
-(`hold`, a function of the commit message that returns when the upload may go on) or made to fail (`fail`, a
-function of the commit message)."""
+"""A stand-in for the Hub at huggingface_hub's API boundary (`HfApi.create_repo`, `upload_folder`, `create_branch`,
+`snapshot_download`): each repo is a folder whose `main/` holds the current files, each commit is recorded with the
+files it wrote and a copy of the tree after it, and a branch is a copy of the tree at the commit it names. Uploads
+can be slowed down (`hold`, a function of the commit message that returns when the upload may go on) or made to
+fail (`fail`, a function of the commit message)."""
 
 import shutil
 import threading
@@ -97,7 +97,18 @@ class FakeHub:
                 assert exist_ok or (repo_id, branch) not in hub.branches
                 hub.branches[(repo_id, branch)] = hub.commits[index].tree
 
+        def snapshot_download(api, repo_id, *, revision=None, local_dir=None, allow_patterns=None, **kwargs):
+            with hub._lock:
+                tree = hub.branches.get((repo_id, revision)) if revision else hub.main(repo_id)
+                if tree is None or not tree.is_dir():
+                    raise FileNotFoundError(f"the fake Hub has no {repo_id}" + (f"@{revision}" if revision else ""))
+                names = sorted(str(p.relative_to(tree)) for p in tree.rglob("*") if p.is_file())
+                for name in filter_repo_objects(names, allow_patterns=allow_patterns):
+                    (Path(local_dir) / name).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(tree / name, Path(local_dir) / name)
+            return str(local_dir)
+
         for name, function in (("create_repo", create_repo), ("upload_folder", upload_folder),
-                               ("create_branch", create_branch)):
+                               ("create_branch", create_branch), ("snapshot_download", snapshot_download)):
             stack.enter_context(mock.patch.object(HfApi, name, function))
         return stack

@@ -197,19 +197,23 @@ with hub.patched():
 """
 
 
-def test_a_stopped_run_uploads_its_stop_checkpoint_before_it_exits(tmp_path):
-    """--hub_strategy checkpoint and a SIGTERM after step 2: the run stops with status 75 after that step's model and
-    full training state are on the Hub (the upload in flight is waited for)."""
+def test_a_stopped_run_pushes_its_state_and_continues_from_the_hub_in_an_empty_folder_to_the_same_weights(
+        tmp_path, fresh_accelerate_state, caplog):
+    """--hub_strategy checkpoint and a SIGTERM after step 2: the run exits with status 75 once that step's model and
+    full training state are on the (fake) Hub, the upload in flight waited for. A run in a new, empty folder with
+    --resume_from_checkpoint hub then ends with the weights and curve of the uninterrupted run."""
     import sys
 
+    from albert_hf.pretraining.job import main
     from albert_hf.runtime.preemption import PREEMPTED
     from helpers import REPO as ROOT
     from helpers import run_bounded, subprocess_env
-    from test_pretraining import FAST
+    from test_pretraining import FAST, check_same_weights_and_curve
 
-    out, root = tmp_path / "run", tmp_path / "hub"
-    argv = ["--output_dir", str(out), *FAST, "--max_train_steps", "8", "--checkpointing_steps", "2", "--eval_steps",
-            "0", "--push_to_hub", "--hub_model_id", REPO, "--hub_strategy", "checkpoint"]
+    out, root = tmp_path / "stopped", tmp_path / "hub"
+    args = [*FAST, "--max_train_steps", "8", "--checkpointing_steps", "2", "--eval_steps", "0",
+            "--validation_split_percentage", "0"]
+    argv = ["--output_dir", str(out), *args, "--push_to_hub", "--hub_model_id", REPO, "--hub_strategy", "checkpoint"]
     code = STOPPED_AFTER_A_CHECKPOINT.format(repo=str(ROOT), root=str(root), argv=argv)
     done = run_bounded([sys.executable, "-c", code], 300, env=subprocess_env(), cwd=tmp_path)
     assert done.returncode == PREEMPTED, done.stderr[-3000:]
@@ -220,3 +224,34 @@ def test_a_stopped_run_uploads_its_stop_checkpoint_before_it_exits(tmp_path):
     last = root / REPO / "main" / "last-checkpoint"
     assert sorted(p.name for p in last.iterdir()) == sorted(p.name for p in (out / "step_2").iterdir())
     assert same_weights(root / REPO / "main", out / "step_2")
+
+    main(["--output_dir", str(tmp_path / "uninterrupted"), *args])
+    fresh_accelerate_state_reset()
+    elsewhere = tmp_path / "another_machine"
+    with FakeHub(root).patched(), caplog.at_level("INFO", logger="albert_hf.pretraining.job"):
+        main(["--output_dir", str(elsewhere), *args, "--resume_from_checkpoint", "hub", "--hub_model_id", REPO])
+    assert f"Resumed from {elsewhere / 'step_2'}: step 2" in caplog.text  # not a fresh start, which ends alike
+    assert [row["step"] for row in rows(elsewhere)] == [4, 6, 8]
+    assert (elsewhere / "step_2").is_dir() and not (elsewhere / ".tmp-hub-resume").exists()
+    check_same_weights_and_curve(elsewhere, tmp_path / "uninterrupted", after_step=2)
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("value, message", [
+    ("hub", f"--resume_from_checkpoint hub: {REPO} holds no last-checkpoint/ with a training state (what "
+            "--hub_strategy checkpoint pushes)"),
+    (f"hub:{REPO}@step-2", f"--resume_from_checkpoint hub:{REPO}@step-2: {REPO}@step-2: FileNotFoundError: the fake "
+                           f"Hub has no {REPO}@step-2"),
+    ("hub:", "--resume_from_checkpoint hub:: name the repo as hub:OWNER/NAME or hub:OWNER/NAME@REVISION"),
+])
+def test_a_hub_resume_without_a_state_to_continue_is_refused_in_one_line(tmp_path, value, message,
+                                                                         fresh_accelerate_state):
+    from albert_hf.pretraining.job import main
+
+    hub = FakeHub(tmp_path / "hub")
+    hub.main(REPO).mkdir(parents=True)
+    (hub.main(REPO) / "model.safetensors").write_bytes(b"")  # a repo pushed without --hub_strategy checkpoint
+    with hub.patched(), pytest.raises(InputError) as refused:
+        main(["--output_dir", str(tmp_path / "run"), "--max_train_steps", "2", "--resume_from_checkpoint", value,
+              "--hub_model_id", REPO])
+    assert str(refused.value) == message

@@ -192,8 +192,9 @@ class OutputArgs:
         "help": "save the full training state into step_N every N steps"})
     checkpoints_total_limit: int | None = field(default=None, metadata={"help": "keep only the newest N step_N"})
     resume_from_checkpoint: str | None = field(default=None, metadata={
-        "help": "'latest' (the newest complete step_N in --output_dir, or a fresh start when there is none) or a "
-        "step_N folder"})
+        "help": "'latest' (the newest complete step_N in --output_dir, or a fresh start when there is none), a "
+        "step_N folder, or 'hub' / 'hub:REPO[@REVISION]' (the training state --hub_strategy checkpoint pushed to "
+        "--hub_model_id or REPO, downloaded into --output_dir: a run continues on another machine)"})
     with_tracking: bool = field(default=False, metadata={"help": "log to the trackers of --report_to"})
     report_to: str = field(default="tensorboard", metadata={
         "help": "accelerate tracker(s): tensorboard, wandb, all, ..."})

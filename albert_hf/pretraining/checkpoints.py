@@ -47,7 +47,7 @@ def check_output_dir(output_dir, resume_from_checkpoint: str | None, overwrite_o
     busy = in_use(output_dir, "--output_dir")  # a live run's folder: named as such, whatever else it holds
     if busy:
         raise InputError(busy)
-    if resume_from_checkpoint not in (None, "latest"):
+    if resume_from_checkpoint not in (None, "latest", "hub") and not resume_from_checkpoint.startswith("hub:"):
         problem = StepCheckpoints.problem(Path(resume_from_checkpoint))
         if problem:
             raise InputError(f"--resume_from_checkpoint {resume_from_checkpoint}: {problem}")

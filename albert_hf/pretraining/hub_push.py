@@ -14,8 +14,13 @@ every process takes part in gathering the weights. What a checkpoint sends is st
 uploaded as such; removed once sent): the model folder written there, the checkpoint's files hard-linked, so that
 a checkpoint rotated away by --checkpoints_total_limit meanwhile stays readable. At the end, and when a stop signal
 ends the run, the run waits for the uploads in flight.
+
+`--resume_from_checkpoint hub` (the repo --push_to_hub pushes to) or `hub:REPO[@REVISION]` continues from the
+training state in the repo's `last-checkpoint/`: downloaded into OUTPUT_DIR/step_N, then resumed as a local
+checkpoint is, so that a preempted run goes on on another machine with an empty output folder.
 """
 
+import json
 import logging
 import os
 import shutil
@@ -23,9 +28,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import NothingProduced, first_line
+from ..errors import InputError, NothingProduced, first_line
 from ..hub.upload import UPLOAD_IGNORE, BackgroundUploads, Upload, push_folder
+from ..runtime.storage import agreed
 from .arguments import OutputArgs
+from .checkpoints import STATE_FILE
 
 logger = logging.getLogger("albert_hf.pretraining.job")
 
@@ -140,3 +147,53 @@ class HubPush:
                 f"{first_line(failure)}); it is complete in {self.output_dir}. Push it with: "
                 f"{hand_push_command(self.repo_id, self.output_dir)}") from None
         return url, time.perf_counter() - began
+
+
+def hub_source(value: str | None, output: OutputArgs) -> tuple[str, str | None] | None:
+    """(repo, revision or None) of --resume_from_checkpoint `hub` or `hub:REPO[@REVISION]`; None for a local one."""
+    if value == "hub":
+        return output.hub_model_id or Path(output.output_dir).name, None
+    if value and value.startswith("hub:"):
+        repo, _, revision = value[len("hub:"):].partition("@")
+        if not repo or (_ and not revision):
+            raise InputError(f"--resume_from_checkpoint {value}: name the repo as hub:OWNER/NAME or "
+                             "hub:OWNER/NAME@REVISION")
+        return repo, revision or None
+    return None
+
+
+def download_last_checkpoint(value: str, output: OutputArgs, accelerator) -> Path:
+    """A collective: the main process downloads the repo's last-checkpoint/ into OUTPUT_DIR/step_N (N from its
+    training state), unless a complete step_N is there already; every process gets its path, or the one line of
+    what went wrong (a missing repo, revision or state, the network)."""
+    from huggingface_hub import HfApi
+
+    repo_id, revision = hub_source(value, output)
+    output_dir, found, fault = Path(output.output_dir), None, None
+    if accelerator.is_main_process:
+        where = f"{repo_id}@{revision}" if revision else repo_id
+        staging = output_dir / f"{STAGING}-resume"
+        shutil.rmtree(staging, ignore_errors=True)
+        try:
+            HfApi(token=output.hub_token).snapshot_download(repo_id, revision=revision, local_dir=staging,
+                                                            allow_patterns=[f"{LAST_CHECKPOINT}/*"])
+            source = staging / LAST_CHECKPOINT
+            if not (source / STATE_FILE).is_file():
+                raise InputError(f"{where} holds no {LAST_CHECKPOINT}/ with a training state (what --hub_strategy "
+                                 "checkpoint pushes)")
+            found = output_dir / f"step_{json.loads((source / STATE_FILE).read_text())['step']}"
+            if not (found / STATE_FILE).is_file():
+                shutil.rmtree(found, ignore_errors=True)
+                os.replace(source, found)
+            logger.info("--resume_from_checkpoint %s: the training state of %s/%s is in %s", value, where,
+                        LAST_CHECKPOINT, found)
+        except Exception as failure:  # noqa: BLE001 - the Hub's errors, the network, a state we cannot read
+            reason = first_line(failure) if isinstance(failure, InputError) else (
+                f"{where}: {type(failure).__name__}: {first_line(failure)}")
+            fault = f"--resume_from_checkpoint {value}: {reason}"
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    fault = agreed(accelerator, fault, main_only=True)
+    if fault is not None:
+        raise InputError(fault)
+    return Path(agreed(accelerator, str(found) if found else None, main_only=True))

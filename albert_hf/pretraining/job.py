@@ -80,7 +80,7 @@ from .checkpoints import FILL_MASK_FILE, StepCheckpoints, check_output_dir, clea
 from .collator import DataCollatorForAlbertPretraining
 from .divergence import Diverged, check_losses, check_weights, newest_finite, stop_line
 from .final_folder import corpus_card_dataset, held_out_fill_mask, save_final_model, where_trained
-from .hub_push import HubPush
+from .hub_push import HubPush, download_last_checkpoint, hub_source
 from .inputs import build_data, build_inputs, check_train_files
 from .log import MetricsLog, format_metrics, format_value, start_logging, start_tracking
 from .model import build_run_model, check_positions, make_optimizer, planned_weight_bytes, resolve_config
@@ -485,7 +485,10 @@ def resume(run: Pretraining) -> TrainingState:
     """A fresh state, or the one of the checkpoint --resume_from_checkpoint names (and the stream's position)."""
     args, accelerator = run.args, run.accelerator
     state = TrainingState.start(accelerator.device)
-    path = run.checkpoints.resolve(args.output.resume_from_checkpoint) if args.output.resume_from_checkpoint else None
+    value = args.output.resume_from_checkpoint
+    if hub_source(value, args.output) is not None:  # the state --hub_strategy checkpoint pushed
+        value = str(download_last_checkpoint(value, args.output, accelerator))
+    path = run.checkpoints.resolve(value) if value else None
     if path is None:
         return state
     state.restore(run.checkpoints.load(path, COUNTS), accelerator.is_main_process)
