@@ -4,6 +4,8 @@ files it wrote and a copy of the tree after it, and a branch is a copy of the tr
 can be slowed down (`hold`, a function of the commit message that returns when the upload may go on) or made to
 fail (`fail`, a function of the commit message)."""
 
+import json
+import os
 import shutil
 import threading
 from concurrent.futures import Future
@@ -46,6 +48,11 @@ class FakeHub:
     def messages(self) -> list[str]:
         return [commit.message for commit in self.commits]
 
+    def logged(self) -> list[dict]:
+        """Every commit made under this root, by any process: repo, message, tree and the committing RANK."""
+        path = self.root / "commits.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
     def patched(self) -> ExitStack:
         hub, stack = self, ExitStack()
 
@@ -86,6 +93,9 @@ class FakeHub:
                 lock = (folder / LOCK_FILE).read_text() if (folder / LOCK_FILE).exists() else None
                 hub.commits.append(Commit(repo_id, commit_message, [f"{prefix}/{n}" if prefix else n for n in names],
                                           tree, lock))
+                with open(hub.root / "commits.jsonl", "a") as log:  # for a test whose runs are other processes
+                    log.write(json.dumps({"repo": repo_id, "message": commit_message, "tree": str(tree),
+                                          "rank": os.environ.get("RANK", "0")}) + "\n")
                 oid = f"{len(hub.commits):040x}"
             return CommitInfo(commit_url=f"https://huggingface.co/{repo_id}/commit/{oid}",
                               commit_message=commit_message, commit_description="", oid=oid)

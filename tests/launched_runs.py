@@ -46,10 +46,17 @@ def with_hooks(hooks: dict):
       step k (of a per step) is multiplied by NaN in process r, so that step's gradients are NaN (in every process,
       once synchronised).
     - "dropped_step_at": k: optimizer step k takes its batches and advances the schedule, nothing else: the run
-      that dropped that step, to compare with one that skipped it."""
+      that dropped that step, to compare with one that skipped it.
+    - "fake_hub": ROOT: the Hub is tests/fake_hub.py's, in the folder ROOT (each process patches its own API)."""
     from albert_hf.pretraining import step
 
     undo = []
+    if "fake_hub" in hooks:
+        from fake_hub import FakeHub
+
+        patches = FakeHub(hooks["fake_hub"]).patched()
+        patches.__enter__()
+        undo.append(patches.close)
     if "nan_gradient_at" in hooks:
         at, real, calls = hooks["nan_gradient_at"], step.weighted_loss, []
 

@@ -255,3 +255,31 @@ def test_a_hub_resume_without_a_state_to_continue_is_refused_in_one_line(tmp_pat
         main(["--output_dir", str(tmp_path / "run"), "--max_train_steps", "2", "--resume_from_checkpoint", value,
               "--hub_model_id", REPO])
     assert str(refused.value) == message
+
+
+@pytest.mark.launched
+@pytest.mark.parametrize("setup", ["DDP", "FSDP2"])
+def test_under_two_processes_only_the_first_uploads_and_each_checkpoint_goes_up_once(tmp_path, setup):
+    """--hub_strategy checkpoint launched over 2 processes: every commit is the first process's and made once; the
+    state in last-checkpoint/ holds both processes' random states; under FSDP2 the weights gathered for step 4's
+    push are the final folder's."""
+    from test_distributed import DDP, FSDP
+    from test_pretraining import pretrain_runs
+
+    root, out = tmp_path / "hub", tmp_path / "run"
+    args = ["--max_train_steps", "4", "--checkpointing_steps", "2", "--eval_steps", "0",
+            "--validation_split_percentage", "0", "--per_device_train_batch_size", "4", "--push_to_hub",
+            "--hub_model_id", REPO, "--hub_strategy", "checkpoint"]
+    results, done = pretrain_runs([(out, args, {}, False, {"fake_hub": str(root)})],
+                                  launcher={"DDP": DDP, "FSDP2": FSDP}[setup])
+    assert results[0]["status"] == 0, (results, done.stderr[-3000:])
+    logged = FakeHub(root).logged()
+    assert [commit["message"] for commit in logged] == [
+        "Training in progress, step 2", "Training in progress, step 2: the training state",
+        "Training in progress, step 4", "Training in progress, step 4: the training state", "End of training"]
+    assert {commit["rank"] for commit in logged} == {"0"}
+    last = root / REPO / "main" / "last-checkpoint"
+    assert {"random_states_0.pkl", "random_states_1.pkl"} <= {p.name for p in last.iterdir()}
+    step_4 = load_file(f"{logged[2]['tree']}/model.safetensors")
+    final = load_file(out / "model.safetensors")
+    assert step_4.keys() == final.keys() and all(torch.equal(step_4[k], final[k]) for k in final)
