@@ -283,3 +283,39 @@ def test_under_two_processes_only_the_first_uploads_and_each_checkpoint_goes_up_
     step_4 = load_file(f"{logged[2]['tree']}/model.safetensors")
     final = load_file(out / "model.safetensors")
     assert step_4.keys() == final.keys() and all(torch.equal(step_4[k], final[k]) for k in final)
+
+
+def test_fine_tuning_with_trainers_hub_strategy_pushes_revisions_that_load(tiny_checkpoint, tmp_path):
+    """run_glue.py --push_to_hub --hub_strategy checkpoint (Trainer's): each save pushes the model and
+    last-checkpoint/, then the final folder with our card; each pushed revision has the model code its config
+    names, so that it loads with trust_remote_code as the final one does."""
+    import sys
+
+    from albert_hf.testing.glue_folders import write_glue_folders
+    from helpers import run_bounded, run_script, subprocess_env
+    from test_glue import common_args
+
+    hub, out = FakeHub(tmp_path / "hub"), tmp_path / "out"
+    root = write_glue_folders(tmp_path / "glue")
+    with hub.patched():
+        run_script("run_glue", [*common_args(tiny_checkpoint, out, "--task_name", "rte", "--data_dir", root / "RTE",
+                                             "--do_train", "--max_steps", 2, "--push_to_hub", "--hub_model_id",
+                                             "someone/albert-rte", "--hub_strategy", "checkpoint"),
+                                "--save_strategy", "steps", "--save_steps", 1])
+    assert hub.messages() == ["Training in progress, step 1", "Training in progress, step 1, checkpoint",
+                              "Training in progress, step 2", "Training in progress, step 2, checkpoint",
+                              "End of training"]
+    revisions = [hub.commits[0], hub.commits[2], hub.commits[4]]
+    for commit in revisions:
+        assert {"configuration_albert_hf.py", "modeling_albert_hf.py", "config.json"} <= set(commit.files)
+    # each revision as a user loads it: a fresh interpreter without albert_hf, the pushed code
+    load = ("import sys\nfrom transformers import AutoModelForSequenceClassification as Auto\n"
+            "for tree in sys.argv[1:]:\n"
+            "    print(type(Auto.from_pretrained(tree, trust_remote_code=True)).__module__.split('.')[0])\n"
+            "print('albert_hf' in sys.modules)\n")
+    done = run_bounded([sys.executable, "-c", load, *(str(commit.tree) for commit in revisions)], 300,
+                       env=subprocess_env(), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["transformers_modules"] * 3 + ["False"], done.stdout
+    assert (hub.main("someone/albert-rte") / "last-checkpoint" / "trainer_state.json").is_file()
+    assert "README.md" in hub.commits[4].files

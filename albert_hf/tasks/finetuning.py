@@ -309,6 +309,15 @@ class AlbertTrainer(Trainer):
                 self.processing_class.save_pretrained(output_dir)
             torch.save(self.args, output_dir / TRAINING_ARGS_NAME)
 
+    def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
+        # --hub_strategy every_save / checkpoint / all_checkpoints: Trainer copies the checkpoint's weights, config and
+        # tokenizer into output_dir and pushes that folder; the model code the config's auto_map names stayed behind,
+        # and the pushed revision could not be loaded until the final push brought it
+        if self.is_world_process_zero():
+            for path in Path(checkpoint_folder).glob("*.py"):
+                shutil.copy(path, Path(self.args.output_dir) / path.name)
+        super()._push_from_checkpoint(checkpoint_folder)
+
     def get_eval_dataloader(self, eval_dataset=None):
         # Trainer caches the evaluation loader under one key for every dataset passed in, and with
         # --dataloader_persistent_workers hands the cached loader out again: a second dev set (MNLI mismatched)
