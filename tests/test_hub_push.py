@@ -319,3 +319,30 @@ def test_fine_tuning_with_trainers_hub_strategy_pushes_revisions_that_load(tiny_
     assert done.stdout.split() == ["transformers_modules"] * 3 + ["False"], done.stdout
     assert (hub.main("someone/albert-rte") / "last-checkpoint" / "trainer_state.json").is_file()
     assert "README.md" in hub.commits[4].files
+
+
+def test_a_full_disk_while_staging_an_upload_is_one_line_and_the_run_goes_on(tmp_path, fresh_accelerate_state,
+                                                                            monkeypatch, caplog):
+    """The model folder staged for a checkpoint's upload cannot be written (no space left): one warning line per
+    checkpoint, nothing half-staged left, no upload of it, and the run finishes with its final folder pushed."""
+    import errno
+
+    from albert_hf.pretraining import job
+
+    real = job.save_final_model
+
+    def no_space_for_staging(model, tokenizer, output_dir, *args, **kwargs):
+        if ".tmp-hub" in str(output_dir):
+            (output_dir / "model.safetensors").parent.mkdir(parents=True, exist_ok=True)
+            (output_dir / "model.safetensors").write_bytes(b"half")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(model, tokenizer, output_dir, *args, **kwargs)
+
+    monkeypatch.setattr(job, "save_final_model", no_space_for_staging)
+    hub, out = FakeHub(tmp_path / "hub"), tmp_path / "run"
+    with caplog.at_level("WARNING"):
+        pretrain_pushed(out, hub, "--hub_strategy", "every_save")
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == [f"Hub: step {step} was not staged for upload in {out / '.tmp-hub'} (no space left"
+                        "); the run goes on, and the next save uploads again" for step in (2, 4)], warnings
+    assert hub.messages() == ["End of training"] and not (out / ".tmp-hub").exists()

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from ..errors import InputError, NothingProduced, first_line
 from ..hub.upload import UPLOAD_IGNORE, BackgroundUploads, Upload, push_folder
-from ..runtime.storage import agreed
+from ..runtime.storage import agreed, refused
 from .arguments import OutputArgs
 from .checkpoints import STATE_FILE
 
@@ -95,11 +95,24 @@ class HubPush:
         """On the main process: stage the model folder of `step` (`write_model(folder)`) and, with `checkpoint`,
         the training state, then hand them to the background uploads."""
         folder, state = self.staging / f"step_{step}", self.staging / f"step_{step}-state"
-        for path in (folder, state):
-            shutil.rmtree(path, ignore_errors=True)
-        write_model(folder)
-        if self.strategy == "checkpoint":
-            link_tree(checkpoint, state)
+
+        def discard():
+            for path in (folder, state):
+                shutil.rmtree(path, ignore_errors=True)
+
+        discard()
+
+        def stage():
+            write_model(folder)
+            if self.strategy == "checkpoint":
+                link_tree(checkpoint, state)
+
+        fault = refused(stage)
+        if fault is not None:  # a full disk: the checkpoint itself is written, and the next one tries again
+            discard()
+            logger.warning("Hub: step %d was not staged for upload in %s (%s); the run goes on, and the next save "
+                           "uploads again", step, self.staging, fault)
+            return
 
         def send():
             api = self._api()
@@ -112,10 +125,6 @@ class HubPush:
                                   delete_patterns="*")
             if self.strategy == "all_checkpoints":
                 api.create_branch(self.repo_id, branch=branch(step), revision=commit.oid, exist_ok=True)
-
-        def discard():
-            for path in (folder, state):
-                shutil.rmtree(path, ignore_errors=True)
 
         self.uploads.submit(Upload(f"step {step}", send, discard))
 
