@@ -322,13 +322,15 @@ def test_push_to_hub_uploads_the_best_seed_once_without_the_seed_folders(tmp_pat
 
 def test_a_seed_run_parses_its_own_seed_and_folder_and_pushes_nothing(tmp_path):
     """Under run_seeds every parse of the script's arguments (--paper_hparams parses them twice) gives the seed's
-    --seed and --output_dir, no seed list and no push."""
+    --seed and --output_dir, no seed list and no push: whatever --hub_strategy asks, Trainer pushes nothing while the
+    seeds train (it pushes only with push_to_hub), and the best seed's folder goes up once at the end."""
     from albert_hf.tasks.finetuning import THIS_SEED, AlbertTrainingArguments
 
     token = THIS_SEED.set((7, str(tmp_path / "seed_7")))
     try:
         args = AlbertTrainingArguments(output_dir=str(tmp_path), seeds=[1, 7], retry_failed_seeds=1, do_train=True,
-                                       do_eval=True, push_to_hub=True, hub_model_id="someone/x", report_to="none")
+                                       do_eval=True, push_to_hub=True, hub_model_id="someone/x", report_to="none",
+                                       hub_strategy="checkpoint")
     finally:
         THIS_SEED.reset(token)
     assert (args.seed, args.output_dir, args.seed_list, args.retry_failed_seeds, args.push_to_hub) == \
