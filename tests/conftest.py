@@ -18,7 +18,7 @@ os.environ["PYTHONUNBUFFERED"] = "1"
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from helpers import THREADS  # noqa: E402
+from helpers import THREADS, reset_accelerate_state  # noqa: E402
 
 # The files that take longest, longest first (seconds per file: BENCHMARKS.md, "The test suite"). pytest-xdist hands
 # each worker whole files in collection order, so starting with these lets the workers finish together.
@@ -57,12 +57,11 @@ def _test_threads():
 @pytest.fixture
 def fresh_accelerate_state():
     """An accelerate state built in the test (an in-process Accelerator) is cleared before and after it."""
-    from accelerate.state import AcceleratorState, PartialState
+    from accelerate.state import AcceleratorState
 
     AcceleratorState._reset_state(True)
     yield
-    AcceleratorState._reset_state(True)
-    PartialState._reset_state()
+    reset_accelerate_state()
 
 
 @pytest.fixture(scope="session")

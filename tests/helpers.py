@@ -96,17 +96,22 @@ def finetuning_args(checkpoint, output_dir, *extra, learning_rate: float) -> lis
             "--disable_tqdm", "true", *extra]
 
 
+def reset_accelerate_state():
+    """Clears accelerate's process-wide state, so that the next in-process run builds its own Accelerator."""
+    from accelerate.state import AcceleratorState, PartialState
+
+    AcceleratorState._reset_state(True)
+    PartialState._reset_state()
+
+
 def run_script(script_name: str, argv):
     """A script's `main(argv)` in this process (e.g. "run_glue"), with accelerate's state cleared first: each
     script builds its own Accelerator."""
     import importlib
 
-    from accelerate.state import AcceleratorState, PartialState
-
     from albert_hf.runtime import output_lock
 
-    AcceleratorState._reset_state(True)
-    PartialState._reset_state()
+    reset_accelerate_state()
     try:
         return importlib.import_module(script_name).main([str(a) for a in argv])
     finally:

@@ -14,7 +14,7 @@ from albert_hf.errors import InputError
 from albert_hf.runtime.cli import run_entry_point
 from albert_hf.tasks.finetuning import run_script
 from albert_hf.testing.glue_folders import write_glue_folders, write_tsv
-from helpers import REPO, run_bounded, subprocess_env
+from helpers import REPO, reset_accelerate_state, run_bounded, subprocess_env
 from test_glue import run_glue
 from test_race import write_official_layout
 from test_squad import SQUAD_V1, common_args, run_squad, write_json
@@ -123,12 +123,9 @@ def test_the_default_max_seq_length_is_capped_at_a_small_models_positions(tmp_pa
     # RACE's default is 512; the tiny model has 128 positions
     root = write_official_layout(tmp_path / "RACE")
     out = tmp_path / "out"
-    from accelerate.state import AcceleratorState, PartialState
-
     import run_race
 
-    AcceleratorState._reset_state(True)
-    PartialState._reset_state()
+    reset_accelerate_state()
     with caplog.at_level(logging.WARNING, logger="albert_hf.tasks.finetuning"):
         run_race.main([str(a) for a in ["--model_name_or_path", tiny_checkpoint, "--data_dir", root, "--do_eval",
                                         "--output_dir", out, "--report_to", "none", "--max_eval_samples", 2]])

@@ -12,6 +12,7 @@ from safetensors.torch import load_file
 from albert_hf.errors import InputError
 from albert_hf.runtime.output_lock import LOCK_FILE
 from fake_hub import FakeHub
+from helpers import reset_accelerate_state
 
 pytestmark = pytest.mark.trains
 
@@ -38,13 +39,6 @@ def same_weights(pushed, checkpoint):
     got, saved = load_file(pushed / "model.safetensors"), load_file(checkpoint / "model.safetensors")
     assert saved.keys() <= got.keys() and len(saved) > 10
     return all(torch.equal(got[name], saved[name]) for name in saved)
-
-
-def fresh_accelerate_state_reset():
-    from accelerate.state import AcceleratorState, PartialState
-
-    AcceleratorState._reset_state(True)
-    PartialState._reset_state()
 
 
 @pytest.mark.parametrize("strategy", ["every_save", "checkpoint", "all_checkpoints"])
@@ -117,7 +111,7 @@ def test_a_slow_hub_does_not_hold_the_steps_up_and_the_newest_checkpoint_wins(tm
     slow = FakeHub(tmp_path / "slow", hold=slowly)
     pretrain_pushed(tmp_path / "instant_run", instant, "--hub_strategy", "every_save", steps=8)
     assert instant.messages() == [*(f"Training in progress, step {s}" for s in (2, 4, 6, 8)), "End of training"]
-    fresh_accelerate_state_reset()
+    reset_accelerate_state()
     with caplog.at_level("INFO", logger="albert_hf.hub.upload"):
         pretrain_pushed(tmp_path / "slow_run", slow, "--hub_strategy", "every_save", steps=8)
     # synchronous uploads would have added at least 4 x 4 s (one per checkpoint) to the loop
@@ -226,7 +220,7 @@ def test_a_stopped_run_pushes_its_state_and_continues_from_the_hub_in_an_empty_f
     assert same_weights(root / REPO / "main", out / "step_2")
 
     main(["--output_dir", str(tmp_path / "uninterrupted"), *args])
-    fresh_accelerate_state_reset()
+    reset_accelerate_state()
     elsewhere = tmp_path / "another_machine"
     with FakeHub(root).patched(), caplog.at_level("INFO", logger="albert_hf.pretraining.job"):
         main(["--output_dir", str(elsewhere), *args, "--resume_from_checkpoint", "hub", "--hub_model_id", REPO])

@@ -17,7 +17,7 @@ from albert_hf.runtime import output_lock
 from albert_hf.runtime.output_lock import LOCK_FILE
 from albert_hf.runtime.secrets import command_line, is_secret, without_secrets
 from fake_hub import FakeHub
-from helpers import run_script, subprocess_env
+from helpers import reset_accelerate_state, run_script, subprocess_env
 
 
 @pytest.fixture
@@ -81,8 +81,6 @@ def test_a_tracked_pretraining_run_pushed_to_the_hub_and_its_prepared_data_hold_
         tmp_path, token, capfd, fresh_accelerate_state):
     """--with_tracking (TensorBoard: hparams and events), a checkpoint, the final folder pushed to a fake Hub, and
     --preprocess_only's manifest: the token is in no file and no printed line."""
-    from accelerate.state import AcceleratorState, PartialState
-
     from albert_hf.pretraining.job import main
     from test_pretraining import FAST
 
@@ -91,8 +89,7 @@ def test_a_tracked_pretraining_run_pushed_to_the_hub_and_its_prepared_data_hold_
         main(["--output_dir", str(tmp_path / "run"), *FAST, "--max_train_steps", "4", "--checkpointing_steps", "2",
               "--eval_steps", "0", "--with_tracking", "--report_to", "tensorboard", "--push_to_hub",
               "--hub_strategy", "checkpoint", "--hub_model_id", "someone/tiny-albert", "--hub_token", token])
-    AcceleratorState._reset_state(True)  # a second in-process run builds its own Accelerator
-    PartialState._reset_state()
+    reset_accelerate_state()  # a second in-process run builds its own Accelerator
     main(["--output_dir", str(tmp_path / "prepared"), *FAST, "--preprocess_only", "--hub_token", token])
     assert list((tmp_path / "run" / "runs").rglob("events.out.tfevents.*"))  # the tracker wrote its files
     assert (tmp_path / "run" / "step_2").is_dir() and list((tmp_path / "prepared").iterdir())

@@ -41,13 +41,19 @@ def previous_run_files(output_dir) -> list[str]:
     return sorted({path.name for pattern in RUN_OUTPUTS for path in output_dir.glob(pattern)})
 
 
+def from_hub(resume_from_checkpoint: str | None) -> bool:
+    """Whether --resume_from_checkpoint names a Hub repo's pushed state (`hub`, `hub:REPO[@REVISION]`:
+    pretraining/hub_push.py) rather than a local checkpoint."""
+    return resume_from_checkpoint == "hub" or (resume_from_checkpoint or "").startswith("hub:")
+
+
 def check_output_dir(output_dir, resume_from_checkpoint: str | None, overwrite_output_dir: bool) -> None:
     """Stops with one line, before any work, on a --resume_from_checkpoint folder that cannot be resumed, or on an
     --output_dir holding an earlier run that the arguments neither continue nor overwrite."""
     busy = in_use(output_dir, "--output_dir")  # a live run's folder: named as such, whatever else it holds
     if busy:
         raise InputError(busy)
-    if resume_from_checkpoint not in (None, "latest", "hub") and not resume_from_checkpoint.startswith("hub:"):
+    if resume_from_checkpoint not in (None, "latest") and not from_hub(resume_from_checkpoint):
         problem = StepCheckpoints.problem(Path(resume_from_checkpoint))
         if problem:
             raise InputError(f"--resume_from_checkpoint {resume_from_checkpoint}: {problem}")

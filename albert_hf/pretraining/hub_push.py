@@ -32,7 +32,7 @@ from ..errors import InputError, NothingProduced, first_line
 from ..hub.upload import UPLOAD_IGNORE, BackgroundUploads, Upload, push_folder
 from ..runtime.storage import agreed, refused
 from .arguments import OutputArgs
-from .checkpoints import STATE_FILE
+from .checkpoints import STATE_FILE, from_hub
 
 logger = logging.getLogger("albert_hf.pretraining.job")
 
@@ -142,10 +142,8 @@ class HubPush:
             self.uploads.wait()
 
     def push_final(self, commit_message: str = "End of training") -> tuple[str, float]:
-        """The final folder, once the uploads during training are done (main process): (commit URL, seconds). A
-        failure stops the run with exit status 1 and one line: the folder is complete, and the line says how to push
-        it by hand."""
-        self.wait("before the final folder")
+        """The final folder, after `wait` (main process): (commit URL, seconds). A failure stops the run with exit
+        status 1 and one line: the folder is complete, and the line says how to push it by hand."""
         shutil.rmtree(self.staging, ignore_errors=True)
         began = time.perf_counter()
         try:
@@ -160,15 +158,15 @@ class HubPush:
 
 def hub_source(value: str | None, output: OutputArgs) -> tuple[str, str | None] | None:
     """(repo, revision or None) of --resume_from_checkpoint `hub` or `hub:REPO[@REVISION]`; None for a local one."""
+    if not from_hub(value):
+        return None
     if value == "hub":
         return output.hub_model_id or Path(output.output_dir).name, None
-    if value and value.startswith("hub:"):
-        repo, _, revision = value[len("hub:"):].partition("@")
-        if not repo or (_ and not revision):
-            raise InputError(f"--resume_from_checkpoint {value}: name the repo as hub:OWNER/NAME or "
-                             "hub:OWNER/NAME@REVISION")
-        return repo, revision or None
-    return None
+    repo, at, revision = value[len("hub:"):].partition("@")
+    if not repo or (at and not revision):
+        raise InputError(f"--resume_from_checkpoint {value}: name the repo as hub:OWNER/NAME or "
+                         "hub:OWNER/NAME@REVISION")
+    return repo, revision or None
 
 
 def download_last_checkpoint(value: str, output: OutputArgs, accelerator) -> Path:

@@ -190,6 +190,7 @@ def check_args(model: ModelArgs, data: DataArgs, optimization: OptimizationArgs,
                          "whose position each checkpoint records; drop --dataloader_num_workers")
     if data.preprocess_only and output.resume_from_checkpoint:
         raise InputError("--preprocess_only trains nothing: drop --resume_from_checkpoint")
+    hub_source(output.resume_from_checkpoint, output)  # a malformed hub:REPO[@REVISION] stops here
     if output.hub_strategy != "end":
         if not output.push_to_hub:
             raise InputError(f"--hub_strategy {output.hub_strategy} says what --push_to_hub uploads during the run: "
