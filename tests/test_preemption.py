@@ -404,8 +404,9 @@ def test_a_group_signal_that_reaches_the_dataloader_workers_stops_after_a_step_a
         tmp_path, reference, signum):
     run = tmp_path / "run"
     process = pretrain(run, *ARGS, *WORKERS, started=tmp_path, new_session=True)
-    wait_until(lambda: (run / "metrics.jsonl").exists(), process, tmp_path, "a logged step")
-    assert len(psutil.Process(process.pid).children()) == 2  # the DataLoader workers, in the job's process group
+    # the DataLoader workers, in the job's process group (started again at each epoch: wait for them)
+    wait_until(lambda: (run / "metrics.jsonl").exists() and len(psutil.Process(process.pid).children()) == 2,
+               process, tmp_path, "the workers after a logged step")
     signal_job(process.pid, signum)
     stderr = stopped_job(process, tmp_path)
     step = stopped_step(stderr)
@@ -497,8 +498,9 @@ def test_fine_tuning_with_dataloader_workers_stopped_by_a_group_signal_resumes(t
     run, command = tmp_path / "run", [*glue_command(tiny_checkpoint, rte_folder, tmp_path / "run"), *WORKERS]
     process = start_process(command, env=ENV, stdout=tmp_path / "stdout.txt", stderr=tmp_path / "stderr.txt",
                             new_session=True)
-    wait_until(lambda: "'loss'" in (tmp_path / "stdout.txt").read_text(), process, tmp_path, "a logged loss")
-    assert len(psutil.Process(process.pid).children()) == 2
+    # 8 examples make an epoch of 2 steps, and Trainer starts its workers again at each epoch: wait for them
+    wait_until(lambda: "'loss'" in (tmp_path / "stdout.txt").read_text()
+               and len(psutil.Process(process.pid).children()) == 2, process, tmp_path, "the workers after a loss")
     signal_job(process.pid, signal.SIGTERM)
     stderr = stopped_job(process, tmp_path)
     step = int(stderr.strip().splitlines()[-1].split(" after step ")[1].split(" ")[0])
