@@ -4,7 +4,7 @@
     python benchmarks/fuzz_inputs.py --cases_per_kind 200          # 18 kinds x 200 = 3,600 cases
     python benchmarks/fuzz_inputs.py --kinds glue_tsv race --cases_per_kind 1000 --first_seed 5000
 
-Each case writes a valid input, mutates it with seeded edits (albert_hf/testing/fuzzing.py: byte edits, and
+Each case writes a valid input, mutates it with seeded edits (benchmarks/fuzzing.py: byte edits, and
 structural edits of JSON files) and runs what a script runs on it. Outcomes: run, skip (a logged skip with a count),
 refusal (one InputError line), traceback (any other exception: a bug) and hang (over the time limit). Failing cases are
 printed with their seed and stay on disk for reproduction. Exit status 1 when any case failed.
@@ -21,7 +21,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HOME", tempfile.mkdtemp(prefix="albert_hf_fuzz_home_"))
 os.environ["HF_HUB_OFFLINE"] = os.environ["HF_DATASETS_OFFLINE"] = os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
-from albert_hf.testing.fuzzing import KINDS, OUTCOMES, Resources, quiet_libraries, run_cases  # noqa: E402
+from fuzzing import KINDS, OUTCOMES, Resources, quiet_libraries, run_cases  # noqa: E402
 
 
 def tiny_checkpoint(directory: Path) -> Path:

@@ -224,8 +224,8 @@ PROBES = [("She opened the door and walked into the room.", 3),
 
 def fill_mask_probes(out: Path, runs) -> dict:
     """Each run's top 5 guesses for the masked word of each probe sentence, printed and returned."""
-    from albert_hf.analysis.fill_mask import fill_mask_examples, format_fill_mask
     from albert_hf.analysis.intrinsic import load_pretraining_model
+    from albert_hf.reports.fill_mask import fill_mask_examples, format_fill_mask
 
     probes = {}
     for run in runs:

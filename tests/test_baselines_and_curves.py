@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from albert_hf.analysis.baselines import heldout_baselines, with_baselines
-from albert_hf.analysis.curves import pretraining_curves, trainer_curves
+from albert_hf.reports.baselines import heldout_baselines, with_baselines
+from albert_hf.reports.curves import pretraining_curves, trainer_curves
 from test_pretraining import pretrain_runs
 
 

@@ -1,4 +1,4 @@
-"""Bad input, fuzzed: every input kind the scripts read, mutated with seeded edits (albert_hf/testing/fuzzing.py), ends
+"""Bad input, fuzzed: every input kind the scripts read, mutated with seeded edits (benchmarks/fuzzing.py), ends
 in a run, a logged skip with a count, or one InputError line. Never another exception, never a hang.
 
 benchmarks/fuzz_inputs.py runs thousands of the same cases and reports the counts."""
@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from albert_hf.testing.fuzzing import KINDS, Resources, quiet_libraries, run_cases
+from fuzzing import KINDS, Resources, quiet_libraries, run_cases
 
 CASES_PER_KIND = 20  # 18 kinds: 360 cases
 

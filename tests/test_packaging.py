@@ -128,9 +128,12 @@ def test_no_import_cycle_in_albert_hf():
 
 
 # The layers of albert_hf, lowest first: a module imports its own layer and those below, never one above. The
-# top-level modules (the model, the optimizers, the tokenizer, errors) are the base; each job has its folder
-# (`testing` writes synthetic inputs for the jobs, so it sits beside them).
-LAYERS = (("core",), ("runtime",), ("hub", "metrics"), ("pretraining", "tasks", "convert", "analysis", "testing"))
+# top-level modules (the model, the optimizers, the tokenizer, errors) are the base; what the jobs report beside
+# their results (`reports`) sits with the Hub and the metrics; each job has its folder (`testing` writes synthetic
+# inputs for the jobs, so it sits beside them); the paper's analyses read trained models and the jobs' data
+# building, so they are on top and no job imports them.
+LAYERS = (("core",), ("runtime",), ("hub", "metrics", "reports"), ("pretraining", "tasks", "convert", "testing"),
+          ("analysis",))
 
 
 def area(module: str, package_dir) -> str:
@@ -167,6 +170,19 @@ def test_the_layer_check_catches_a_runtime_module_importing_a_job(tmp_path):
     assert upward_imports(package) == []
 
 
+def test_the_layer_check_catches_a_job_importing_an_analysis(tmp_path):
+    package = tmp_path / "albert_hf"
+    for folder in ("pretraining", "analysis", "reports"):
+        (package / folder).mkdir(parents=True)
+        (package / folder / "__init__.py").write_text("")
+    (package / "analysis" / "intrinsic.py").write_text("from ..pretraining.pairs import build\n")
+    (package / "pretraining" / "pairs.py").write_text("def build():\n    pass\n")
+    (package / "pretraining" / "job.py").write_text("from ..analysis.intrinsic import x\n")
+    assert upward_imports(package) == ["albert_hf.pretraining.job -> albert_hf.analysis.intrinsic"]
+    (package / "pretraining" / "job.py").write_text("from ..reports.curves import x\n")
+    assert upward_imports(package) == []
+
+
 def test_no_module_imports_a_layer_above_its_own():
     found = upward_imports(REPO / "albert_hf")
     assert not found, found
@@ -177,7 +193,7 @@ def test_each_job_has_its_folder_and_the_top_level_stays_small():
     modules every job shares."""
     package = REPO / "albert_hf"
     folders = {path.name for path in package.iterdir() if (path / "__init__.py").is_file()}
-    assert {"pretraining", "tasks", "convert", "metrics", "analysis", "runtime", "hub"} <= folders
+    assert {"pretraining", "tasks", "convert", "metrics", "reports", "analysis", "runtime", "hub"} <= folders
     top_level = sorted(path.name for path in package.glob("*.py"))
     assert len(top_level) <= 12, top_level
     assert {"configuration_albert_hf.py", "modeling_albert_hf.py"} <= set(top_level)
@@ -362,6 +378,29 @@ def test_tests_benchmarks_and_examples_import_by_name_without_path_edits():
     files = [*REPO.glob("tests/*.py"), *REPO.glob("benchmarks/*.py"), *REPO.glob("examples/*.py")]
     found = [f"{path.relative_to(REPO)}:{where}" for path in sorted(files) if path.name != "preloaded.py"
              for where in path_edits(path.read_text())]
+    assert not found, found
+
+
+CHECKOUT_ONLY = {"tests", "benchmarks", "examples"}  # folders of a source checkout that a wheel does not have
+
+
+def checkout_paths(source: str) -> list[str]:
+    """Paths built into a folder that only a checkout has: `... / "tests"` (or "benchmarks", "examples")."""
+    return [f"{node.lineno}: {ast.unparse(node)}" for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div)
+            and any(isinstance(side, ast.Constant) and side.value in CHECKOUT_ONLY for side in (node.left, node.right))]
+
+
+def test_the_checkout_path_finder_catches_a_fixtures_folder():
+    planted = 'from pathlib import Path\nFIXTURES = Path(__file__).parents[2] / "tests" / "fixtures"\nname = "tests"\n'
+    assert checkout_paths(planted) == ["2: Path(__file__).parents[2] / 'tests'"]
+
+
+def test_the_package_reads_nothing_of_the_checkout():
+    """albert_hf holds what a wheel's user can run: no module reads the checkout's tests, benchmarks or examples
+    (the fuzzing cases, which start from tests/fixtures, live in benchmarks/)."""
+    found = [f"{path.relative_to(REPO)}:{where}" for path in sorted((REPO / "albert_hf").rglob("*.py"))
+             for where in checkout_paths(path.read_text())]
     assert not found, found
 
 

@@ -668,7 +668,7 @@ FILL_MASK_SENTENCE = "So we set x to the value of an xylophonequartz which we th
 
 
 def test_fill_mask_picks_a_one_piece_content_word_of_a_mid_length_sentence():
-    from albert_hf.analysis.fill_mask import maskable, pick_fill_mask_sentences
+    from albert_hf.reports.fill_mask import maskable, pick_fill_mask_sentences
     from data_fixtures import tokenizer
 
     tok = tokenizer()
@@ -687,7 +687,7 @@ def test_fill_mask_picks_a_one_piece_content_word_of_a_mid_length_sentence():
 
 def test_fill_mask_examples_report_the_top_predictions_at_the_masked_word():
     from albert_hf import AlbertHFForPreTraining
-    from albert_hf.analysis.fill_mask import fill_mask_examples
+    from albert_hf.reports.fill_mask import fill_mask_examples
     from data_fixtures import tokenizer
     from helpers import tiny_config
 
@@ -710,7 +710,7 @@ def test_fill_mask_examples_read_each_sentence_at_its_own_mask_in_a_padded_batch
     row padded)."""
     from types import SimpleNamespace
 
-    from albert_hf.analysis.fill_mask import fill_mask_examples
+    from albert_hf.reports.fill_mask import fill_mask_examples
     from data_fixtures import tokenizer
 
     tok = tokenizer()

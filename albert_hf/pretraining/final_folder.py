@@ -8,8 +8,8 @@ import shutil
 from itertools import islice
 from pathlib import Path
 
-from ..analysis.fill_mask import fill_mask_examples, pick_fill_mask_sentences
 from ..hub.model_card import CardDataset, PretrainingRun, hub_dataset_id, write_pretraining_card
+from ..reports.fill_mask import fill_mask_examples, pick_fill_mask_sentences
 from ..runtime.hardware import Hardware, Precision
 from ..runtime.storage import write_json
 from .arguments import DataArgs

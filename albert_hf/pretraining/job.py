@@ -39,14 +39,14 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 from transformers import AutoModel
 
-from ..analysis.baselines import heldout_baselines, with_baselines
-from ..analysis.curves import CURVES_FILE, pretraining_curves
-from ..analysis.fill_mask import format_fill_mask
 from ..configuration_albert_hf import AlbertHFConfig
 from ..errors import InputError, NothingProduced, first_line
 from ..hub.loading import loading
 from ..hub.model_card import PretrainingRun
 from ..optimization import get_official_schedule
+from ..reports.baselines import heldout_baselines, with_baselines
+from ..reports.curves import CURVES_FILE, pretraining_curves
+from ..reports.fill_mask import format_fill_mask
 from ..runtime import output_lock
 from ..runtime.cli import explicit_arguments, is_first_process, parse_into_dataclasses, run_entry_point
 from ..runtime.distributed import check_deepspeed, describe, end_distributed, gather_full_model, make_accelerator

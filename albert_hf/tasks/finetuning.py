@@ -42,11 +42,11 @@ from transformers.trainer import TRAINING_ARGS_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
 from .. import AlbertHFConfig
-from ..analysis.curves import CURVES_FILE, trainer_curves
 from ..errors import InputError
 from ..hub.loading import check_tokenizer, loading
 from ..hub.model_card import CardDataset, write_finetuned_card
 from ..optimization import AdamWeightDecay, get_official_schedule, parameter_groups
+from ..reports.curves import CURVES_FILE, trainer_curves
 from ..runtime import output_lock
 from ..runtime.cli import explicit_arguments, is_first_process, parse_into_dataclasses, run_entry_point
 from ..runtime.distributed import (

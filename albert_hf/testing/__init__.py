@@ -1,1 +1,1 @@
-"""Synthetic inputs for tests, benchmarks and examples: GLUE folders in the original layout, fuzzed data files."""
+"""Synthetic inputs for tests, benchmarks and examples: GLUE folders in the original layout."""

@@ -11,7 +11,8 @@ outcome is one of:
 - traceback: any other exception, a bug;
 - hang: the case took longer than its time limit.
 
-Used by tests/test_fuzz_inputs.py (a few hundred cases) and benchmarks/fuzz_inputs.py (thousands, with counts).
+Used by tests/test_fuzz_inputs.py (a few hundred cases) and benchmarks/fuzz_inputs.py (thousands, with counts). It
+lives in the checkout, not in the package: it reads tests/fixtures, which a wheel does not have.
 """
 
 from __future__ import annotations
@@ -31,9 +32,8 @@ from pathlib import Path
 from albert_hf.errors import InputError
 
 OUTCOMES = ("run", "skip", "refusal", "traceback", "hang")
-# The small TF checkpoints the "tf_checkpoint" kind starts from: a checkout's tests/fixtures (written by
-# tests/fixtures/make_tf_checkpoints.py; not shipped in the wheel).
-FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures"
+# The small TF checkpoints the "tf_checkpoint" kind starts from (written by tests/fixtures/make_tf_checkpoints.py).
+FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
 
 
 # ----------------------------------------------------------------------------------------------------------------
