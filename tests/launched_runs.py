@@ -25,6 +25,7 @@ from accelerate.utils import DistributedType
 
 from albert_hf.errors import InputError, first_line
 from albert_hf.pretraining import job as pretraining
+from albert_hf.pretraining.flags import parse_args
 from albert_hf.runtime.distributed import end_distributed
 
 
@@ -92,7 +93,7 @@ def _run(run: dict, launched_mode) -> dict:
         PartialState._shared_state["distributed_type"] = launched_mode
     try:
         if run.get("steps_only"):
-            args = pretraining.parse_args(run["argv"])
+            args = parse_args(run["argv"])
             job = pretraining.prepare(args)
             pretraining.fit(job)
             job.accelerator.wait_for_everyone()

@@ -18,8 +18,9 @@ import torch
 from safetensors.torch import load_file
 
 from albert_hf.errors import InputError
+from albert_hf.pretraining.arguments import build_parser
 from albert_hf.pretraining.checkpoints import STATE_FILE
-from albert_hf.pretraining.job import build_parser, parse_args
+from albert_hf.pretraining.flags import parse_args
 from helpers import REPO, THREADS_SAID, run_bounded, subprocess_env
 from test_pretraining import RESUME_ARGS, check_same_weights_and_curve, metrics, pretrain, pretrain_runs
 

@@ -217,7 +217,8 @@ def test_only_pretraining_py_sees_the_whole_pretraining_job():
 
 
 # The pretraining entry: the only modules that see the whole run's arguments.
-PRETRAINING_ENTRY = ("albert_hf/pretraining/job.py", "albert_hf/pretraining/arguments.py")
+PRETRAINING_ENTRY = ("albert_hf/pretraining/job.py", "albert_hf/pretraining/arguments.py",
+                     "albert_hf/pretraining/flags.py", "albert_hf/pretraining/modes.py")
 
 
 def whole_run_arguments(source: str) -> list[str]:
@@ -243,7 +244,8 @@ def test_the_whole_arguments_finder_catches_a_planted_parameter():
 
 def test_no_function_below_the_pretraining_entry_takes_the_whole_run_arguments():
     """Each part of the run takes the group of arguments it needs (`DataArgs`, `ModelArgs`, ...) or explicit values;
-    only the entry (job.py, and arguments.py, which defines them) holds the whole `PretrainingArguments`."""
+    only the entry (job.py; arguments.py, which defines them; flags.py, which resolves them; modes.py, the modes
+    besides training) holds the whole `PretrainingArguments`."""
     found = [f"{path.relative_to(REPO)}:{where}" for path in sorted((REPO / "albert_hf").rglob("*.py"))
              if path.relative_to(REPO).as_posix() not in PRETRAINING_ENTRY
              for where in whole_run_arguments(path.read_text())]

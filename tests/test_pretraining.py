@@ -15,8 +15,9 @@ import torch
 from safetensors.torch import load_file
 
 from albert_hf.errors import InputError
+from albert_hf.pretraining.arguments import build_parser
 from albert_hf.pretraining.checkpoints import STATE_FILE, StepCheckpoints
-from albert_hf.pretraining.job import build_parser, parse_args
+from albert_hf.pretraining.flags import parse_args
 from albert_hf.pretraining.model import make_optimizer
 from helpers import (
     REPO,
@@ -537,7 +538,7 @@ def test_bad_arguments_stop_with_a_clear_message(tmp_path):
 def test_a_sequence_longer_than_the_models_positions_stops_at_the_entry_before_any_data(tmp_path, tiny_checkpoint):
     """Checked once, in parse_args, for a preset, a --config_name and a loaded --model_name_or_path alike (the last
     one used to fail inside the model, after the corpus was read)."""
-    from albert_hf.pretraining.job import parse_args
+    from albert_hf.pretraining.flags import parse_args
 
     base = ["--output_dir", str(tmp_path / "out")]
     for extra in (["--model_config", "tiny"], ["--config_name", str(tiny_checkpoint)],

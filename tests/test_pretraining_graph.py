@@ -181,7 +181,7 @@ def test_the_default_step_is_the_whole_step_graph_where_it_can_run_on_a_cuda_dev
     (["--gradient_checkpointing"], "cuda", False, None),
 ])
 def test_an_explicit_choice_of_step_wins_over_the_default(tmp_path, flags, device, compiled, mode):
-    from albert_hf.pretraining.job import choose_step, parse_args
+    from albert_hf.pretraining.flags import choose_step, parse_args
     from albert_hf.runtime.hardware import Precision
 
     args = parse_args(["--output_dir", str(tmp_path / "run"), *flags])

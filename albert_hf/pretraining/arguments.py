@@ -1,5 +1,5 @@
 """run_pretraining.py's arguments: five typed groups on the command line (HfArgumentParser, so that
-`run_pretraining.py args.yaml` works too), resolved and checked once (`job.parse_args`) into a frozen
+`run_pretraining.py args.yaml` works too), resolved and checked once (`flags.parse_args`) into a frozen
 `PretrainingArguments`.
 
 The job (`job.py`) hands each part of the run the group it needs, or explicit values: the inputs get `DataArgs`
@@ -227,7 +227,7 @@ def build_parser() -> HfArgumentParser:
 
 @dataclass(frozen=True)
 class PretrainingArguments:
-    """The run's arguments once resolved and checked (`parse_args`), read-only from then on: every part of the run
+    """The run's arguments once resolved and checked (`flags.parse_args`), read-only from then on: every part of the run
     reads the values the checks saw."""
 
     model: ModelArgs
@@ -240,6 +240,8 @@ class PretrainingArguments:
     config: AlbertHFConfig
     # With --prepared_data: the shaping arguments taken from its manifest that differ from this command's.
     adopted: tuple[str, ...] = ()
+    # The launch's processes (its WORLD_SIZE), read once with the flags: the global batch is split for them.
+    processes: int = 1
 
     def flat(self) -> dict:
         """Every argument by its flag's name, secrets masked (for trackers' run configs and the prepared data's

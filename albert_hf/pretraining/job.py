@@ -4,20 +4,21 @@
     python run_pretraining.py            # a tiny ALBERT on the embedded corpus, a few minutes on a laptop CPU
     python run_pretraining.py recipes/demo.yaml  # the arguments from a file (.json or .yaml; recipes/ has some)
 
-`main` = `parse_args` -> `prepare` (`setup`: accelerator and output folder; the inputs: pretraining/inputs.py;
-the model and optimizer: pretraining/model.py) -> `fit` (the loop over a `TrainingState`, its step and evaluation in
-step.py; its log: log.py) -> `finish` (the final folder: final_folder.py; the summary, the push). Only this module sees
-the whole job (`Pretraining`): the loop's parts and the final folder are at its end; the modules below take explicit
-arguments. Loop: MLM + SOP loss (their plain sum), LAMB with the official poly-decay schedule, global clipping at 1.0,
-gradient accumulation, bf16/fp16 through accelerate. Every `--checkpointing_steps` the full state (model, optimizer,
+`main` = `parse_args` (the flags resolved and checked: flags.py) -> `prepare` (`setup`: accelerator and output folder;
+the inputs: pretraining/inputs.py; the model and optimizer: pretraining/model.py) -> `fit` (the loop over a
+`TrainingState`, its step and evaluation in step.py; its log: log.py) -> `finish` (the final folder: final_folder.py;
+the summary, the push). Only this module sees the whole job (`Pretraining`): the loop's parts and the final folder are
+at its end; the modules below take explicit arguments. The other modes (--preprocess_only, --dry_run) and
+--auto_find_batch_size's search are in modes.py.
+
+Loop: MLM + SOP loss (their plain sum), LAMB with the official poly-decay schedule, global clipping at 1.0, gradient
+accumulation, bf16/fp16 through accelerate. Every `--checkpointing_steps` the full state (model, optimizer,
 scheduler, RNGs, data position) goes atomically into `OUTPUT_DIR/step_N` (pretraining/checkpoints.py);
 `--resume_from_checkpoint latest` continues exactly where the last complete checkpoint left off.
 """
 
-import dataclasses
 import json
 import logging
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -39,165 +40,48 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 from transformers import AutoModel
 
-from ..configuration_albert_hf import AlbertHFConfig
-from ..errors import InputError, NothingProduced, first_line
-from ..hub.loading import loading
+from ..errors import InputError, NothingProduced
 from ..hub.model_card import PretrainingRun
 from ..optimization import get_official_schedule
 from ..reports.baselines import heldout_baselines, with_baselines
 from ..reports.curves import CURVES_FILE, pretraining_curves
 from ..reports.fill_mask import format_fill_mask
 from ..runtime import output_lock
-from ..runtime.cli import explicit_arguments, is_first_process, parse_into_dataclasses, run_entry_point
-from ..runtime.distributed import check_deepspeed, describe, end_distributed, gather_full_model, make_accelerator
+from ..runtime.cli import is_first_process, run_entry_point
+from ..runtime.distributed import (
+    FsdpRequest,
+    check_deepspeed,
+    describe,
+    end_distributed,
+    gather_full_model,
+    make_accelerator,
+)
 from ..runtime.hardware import (
     Hardware,
     Precision,
     attention_kernel,
-    choose_precision,
-    detect,
     enable_cpu_fp16,
-    use_tf32,
 )
 from ..runtime.preemption import PREEMPTED, StopOnSignal, at_stage, deferred
-from ..runtime.storage import StorageError, agreed, check_free_space, check_writable, fault_line, refused
-from . import prepared_data
+from ..runtime.storage import StorageError, agreed, check_free_space, fault_line, refused
 from . import step_graph as pretraining_graph
 from .arguments import (
-    ARGUMENT_GROUPS,
-    AUTO,
-    EAGER,
-    DataArgs,
-    ModelArgs,
-    OptimizationArgs,
-    OutputArgs,
     PretrainingArguments,
-    build_parser,
-    flat_values,
-    with_values,
 )
-from .checkpoints import FILL_MASK_FILE, StepCheckpoints, check_output_dir, clear_earlier_run, truncate_metrics_log
+from .checkpoints import FILL_MASK_FILE, StepCheckpoints, clear_earlier_run, truncate_metrics_log
 from .collator import DataCollatorForAlbertPretraining
 from .divergence import Diverged, check_losses, check_weights, newest_finite, stop_line
 from .final_folder import corpus_card_dataset, held_out_fill_mask, save_final_model, where_trained
+from .flags import choose_step, hardware_and_precision, parse_args
 from .hub_push import HubPush, download_last_checkpoint, hub_source
-from .inputs import build_data, build_inputs, check_train_files
+from .inputs import build_inputs
 from .log import MetricsLog, format_metrics, format_value, start_logging, start_tracking
-from .model import build_run_model, check_positions, make_optimizer, planned_weight_bytes, resolve_config
-from .plan import batch_split, find_micro_batch, plan_lines
+from .model import build_run_model, make_optimizer, planned_weight_bytes
+from .modes import auto_micro_batch, dry_run, preprocess
+from .plan import batch_split
 from .step import COUNTS, FitResult, TrainingState, accumulation_groups, evaluate, training_step, update_gate
 
 logger = logging.getLogger("albert_hf.pretraining.job")
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# The command line: arguments.py's groups, resolved and checked once
-
-
-def parse_args(argv=None) -> PretrainingArguments:
-    """The groups, resolved and checked: a bad value stops with one line naming the flag. Resolved here and nowhere
-    later: with --prepared_data, the arguments that shaped its pairs come from its manifest (`adopted` lists those
-    that changed); the model's config; a --torch_compile_mode turns --torch_compile on; the warm-up defaults to
-    2.5% of the steps."""
-    groups = parse_into_dataclasses(build_parser(), argv)
-    values = flat_values(groups)
-    explicit = explicit_arguments(argv, ARGUMENT_GROUPS)
-    adopted = ()
-    if values["prepared_data"]:
-        if values["preprocess_only"]:
-            raise InputError("pass --preprocess_only (to prepare a folder) or --prepared_data (to train on "
-                             "one), not both")
-        manifest = prepared_data.read_manifest(values["prepared_data"])
-        recorded = prepared_data.adopt_manifest(values, manifest, explicit)
-        adopted = tuple(f"--{name} {value}" for name, value in recorded.items() if values[name] != value)
-        groups = with_values(groups, recorded)
-    model, data, objective, optimization, output = groups
-    optimization = split_global_batch(optimization, explicit, int(os.environ.get("WORLD_SIZE", "1")))
-    check_args(model, data, optimization, output)
-    config = resolve_config(model)
-    check_positions(config, data.max_seq_length)
-    check_output_dir(output.output_dir, output.resume_from_checkpoint, output.overwrite_output_dir)
-    if model.torch_compile_mode == EAGER or (model.torch_compile_mode == AUTO and "torch_compile" in explicit):
-        model = dataclasses.replace(model, torch_compile_mode=None)  # the user's choice: eager, or --torch_compile's
-    elif model.torch_compile_mode not in (None, AUTO):  # as transformers' TrainingArguments: a mode asks to compile
-        model = dataclasses.replace(model, torch_compile=True)
-    if optimization.num_warmup_steps is None:
-        optimization = dataclasses.replace(optimization, num_warmup_steps=round(0.025 * optimization.max_train_steps))
-    return PretrainingArguments(model, data, objective, optimization, output, config, adopted)
-
-
-def split_global_batch(optimization: OptimizationArgs, explicit: set[str], processes: int) -> OptimizationArgs:
-    """--global_batch_size: the accumulation that makes it with `processes` processes (the launch's WORLD_SIZE) and
-    micro-batches of --per_device_train_batch_size. Given with --gradient_accumulation_steps too, the two must
-    agree; a global batch the processes and micro-batches cannot divide is refused, naming the micro-batches that
-    would."""
-    total, micro = optimization.global_batch_size, optimization.per_device_train_batch_size
-    if total is None:
-        return optimization
-    if total < 1 or micro < 1:
-        raise InputError("--global_batch_size and --per_device_train_batch_size must be at least 1")
-    split = f"{processes} process{'es' * (processes > 1)} x --per_device_train_batch_size {micro}"
-    if "gradient_accumulation_steps" in explicit:
-        accumulation = optimization.gradient_accumulation_steps
-        if processes * micro * accumulation != total:
-            raise InputError(f"--global_batch_size {total} disagrees with {split} x --gradient_accumulation_steps "
-                             f"{accumulation} = {processes * micro * accumulation}: give one of the two")
-        return optimization
-    if total % (processes * micro):
-        fitting = [size for size in range(micro, 0, -1) if total % (processes * size) == 0][:3]
-        hint = (f"; --per_device_train_batch_size {' or '.join(map(str, fitting))} would" if fitting else
-                f"; {total} is not a multiple of the {processes} processes")
-        raise InputError(f"--global_batch_size {total} is not a multiple of {split} = {processes * micro}{hint}")
-    return dataclasses.replace(optimization, gradient_accumulation_steps=total // (processes * micro))
-
-
-def check_args(model: ModelArgs, data: DataArgs, optimization: OptimizationArgs, output: OutputArgs):
-    """Stops with one line on a bad value, path or combination, before any work."""
-    check_writable(Path(output.output_dir), "--output_dir")
-    if data.train_files and data.dataset_name:
-        raise InputError("pass --train_files or --dataset_name, not both")
-    for group, name in ((optimization, "max_train_steps"), (optimization, "per_device_train_batch_size"),
-                        (optimization, "gradient_accumulation_steps"), (data, "max_seq_length")):
-        if getattr(group, name) < 1:
-            raise InputError(f"--{name} must be at least 1")
-    check_train_files(data.train_files)
-    if optimization.num_warmup_steps is not None and optimization.num_warmup_steps > optimization.max_train_steps:
-        raise InputError("--num_warmup_steps exceeds --max_train_steps")
-    if not 0 <= data.validation_split_percentage < 100:
-        raise InputError("--validation_split_percentage must be in [0, 100)")
-    for name in ("adam_beta1", "adam_beta2"):
-        if not 0 <= getattr(optimization, name) < 1:
-            raise InputError(f"--{name} must be in [0, 1)")
-    if output.resume_from_checkpoint and output.overwrite_output_dir:
-        raise InputError("pass --resume_from_checkpoint or --overwrite_output_dir, not both")
-    if data.preprocess_only and data.streaming:
-        raise InputError("--preprocess_only writes every pair to disk, and --streaming builds them as training "
-                         "goes: drop one of them")
-    if data.dataloader_num_workers is not None and data.dataloader_num_workers < 0:
-        raise InputError("--dataloader_num_workers must be 0 or more")
-    if optimization.max_consecutive_skips < 0:
-        raise InputError("--max_consecutive_skips must be 0 (never stop for skipped steps) or more")
-    if optimization.on_divergence == "rollback":
-        if not output.checkpointing_steps:
-            raise InputError("--on_divergence rollback needs --checkpointing_steps: the checkpoints it rolls back to")
-        if model.torch_compile_mode == pretraining_graph.MODE:
-            raise InputError(f"--on_divergence rollback with --torch_compile_mode {pretraining_graph.MODE}: loading a "
-                             "checkpoint replaces the optimizer state the captured step reads; drop one of them")
-        if optimization.max_rollbacks < 1:
-            raise InputError("--max_rollbacks must be at least 1 with --on_divergence rollback")
-    if data.streaming and data.dataloader_num_workers:
-        raise InputError("--dataloader_num_workers with --streaming: the stream is read in the training process, "
-                         "whose position each checkpoint records; drop --dataloader_num_workers")
-    if data.preprocess_only and output.resume_from_checkpoint:
-        raise InputError("--preprocess_only trains nothing: drop --resume_from_checkpoint")
-    hub_source(output.resume_from_checkpoint, output)  # a malformed hub:REPO[@REVISION] stops here
-    if output.hub_strategy != "end":
-        if not output.push_to_hub:
-            raise InputError(f"--hub_strategy {output.hub_strategy} says what --push_to_hub uploads during the run: "
-                             "pass --push_to_hub too")
-        if not output.checkpointing_steps:
-            raise InputError(f"--hub_strategy {output.hub_strategy} uploads at each checkpoint, and this run saves "
-                             "none: pass --checkpointing_steps N")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -237,33 +121,23 @@ class Pretraining:
         return dataset if isinstance(dataset, datasets.IterableDataset) else None
 
 
-def hardware_and_precision(optimization: OptimizationArgs) -> tuple[Hardware, Precision]:
-    """This machine, and the precision the run takes on it (--mixed_precision, the launcher's, --tf32), in force."""
-    hardware = detect()
-    precision = choose_precision(hardware, optimization.mixed_precision,
-                                 os.environ.get("ACCELERATE_MIXED_PRECISION"), optimization.tf32)
-    use_tf32(precision)
-    return hardware, precision
+@dataclass
+class Setup:
+    """What `setup` decides before the inputs are built."""
+
+    args: PretrainingArguments  # with the step and the micro-batch chosen for this machine
+    hardware: Hardware
+    precision: Precision
+    accelerator: Accelerator
+    fsdp_request: FsdpRequest | None  # what an FSDP launch asked for, applied when the model is built
+    checkpoints: StepCheckpoints
+    notes: list[str]  # for the start line
 
 
-def choose_step(args: PretrainingArguments, hardware: Hardware, precision: Precision) -> tuple[PretrainingArguments,
-                                                                                                 list[str]]:
-    """--torch_compile_mode auto resolved for this run's device, processes and precision (`step_graph.default_mode`):
-    the arguments with the step it gets, and the start line's note when that is not the default's fastest."""
-    model = args.model
-    if model.torch_compile_mode != AUTO:
-        return args, []
-    mode, note = pretraining_graph.default_mode(hardware.device, int(os.environ.get("WORLD_SIZE", "1")),
-                                                precision.mixed_precision, model.gradient_checkpointing,
-                                                rollback=args.optimization.on_divergence == "rollback")
-    model = dataclasses.replace(model, torch_compile_mode=mode, torch_compile=mode is not None)
-    return dataclasses.replace(args, model=model), [note] if note else []
-
-
-def setup(args: PretrainingArguments):
+def setup(args: PretrainingArguments) -> Setup:
     """The hardware, the precision, the accelerator (in the mode the launcher asked for) and its FSDP request, the
     output folder (an earlier run cleared with --overwrite_output_dir, partial checkpoints removed), and with
-    --auto_find_batch_size the micro-batch found: the arguments with it, and the start line's notes."""
+    --auto_find_batch_size the micro-batch found."""
     optimization, output = args.optimization, args.output
     hardware, precision = hardware_and_precision(optimization)
     args, notes = choose_step(args, hardware, precision)  # before the accelerator: a captured step changes autocast
@@ -305,13 +179,14 @@ def setup(args: PretrainingArguments):
     weights = planned_weight_bytes(args.config, None if args.model.model_name_or_path else args.data.vocab_size)
     needed, what = (3 * weights, "one checkpoint") if output.checkpointing_steps else (weights, "the final model")
     check_free_space(output_dir, needed, what, "--output_dir")
-    return args, hardware, precision, accelerator, fsdp_request, checkpoints, notes
+    return Setup(args, hardware, precision, accelerator, fsdp_request, checkpoints, notes)
 
 
 def prepare(args: PretrainingArguments) -> Pretraining:
     """`setup`, the inputs (pretraining/inputs.py), the model (sharded under FSDP), the optimizer and the schedule,
     all prepared by accelerate; logs the start line."""
-    args, hardware, precision, accelerator, fsdp_request, checkpoints, setup_notes = setup(args)
+    ready = setup(args)
+    args, accelerator, fsdp_request = ready.args, ready.accelerator, ready.fsdp_request
     inputs = build_inputs(args.data, args.objective, accelerator, seed=args.optimization.seed,
                           model_name_or_path=args.model.model_name_or_path, adopted=args.adopted,
                           batch_sizes=(args.optimization.per_device_train_batch_size,
@@ -319,16 +194,16 @@ def prepare(args: PretrainingArguments) -> Pretraining:
     at_stage("building the model")
     model, model_notes = build_run_model(args.model, args.config, args.objective.task, inputs.tokenizer, accelerator,
                                          fsdp_request)
-    notes = [*setup_notes, *(fsdp_request.notes if fsdp_request is not None else ()), *inputs.notes]
+    notes = [*ready.notes, *(fsdp_request.notes if fsdp_request is not None else ()), *inputs.notes]
     if args.objective.task == "none":
         notes.append("--task none: the pooler and the sentence-order head are frozen (no loss trains them)")
     notes += model_notes
-    dtype = precision.autocast_dtype or torch.float32
+    dtype = ready.precision.autocast_dtype or torch.float32
     notes.append(attention_kernel(accelerator.unwrap_model(model).config, accelerator.device, dtype,
                                   args.data.max_seq_length))
     optimizer = make_optimizer(model, args.optimization)
     # A checkpoint holds the weights and the optimizer's two moments (for the line a failed write gives).
-    checkpoints.expected_bytes = 3 * sum(p.numel() * p.element_size()
+    ready.checkpoints.expected_bytes = 3 * sum(p.numel() * p.element_size()
                                          for p in accelerator.unwrap_model(model).parameters())
     # The schedule counts optimizer steps; it is stepped by hand (not prepared), once per update, so that it
     # follows the official formula whatever the number of processes.
@@ -349,16 +224,16 @@ def prepare(args: PretrainingArguments) -> Pretraining:
     optimization = args.optimization
     global_batch = (optimization.per_device_train_batch_size * optimization.gradient_accumulation_steps
                     * accelerator.num_processes)
-    if optimization.global_batch_size not in (None, global_batch):  # split for WORLD_SIZE, which the launch set
-        raise InputError(f"--global_batch_size {optimization.global_batch_size} was split for "
-                         f"{os.environ.get('WORLD_SIZE', '1')} processes, but the run has {accelerator.num_processes}")
+    if optimization.global_batch_size not in (None, global_batch):  # split for the launch's WORLD_SIZE
+        raise InputError(f"--global_batch_size {optimization.global_batch_size} was split for {args.processes} "
+                         f"processes, but the run has {accelerator.num_processes}")
     if args.output.with_tracking:
         start_tracking(accelerator, args.output.report_to, args.flat())
     logger.info("%s parameters; %s, %d tokens each; %d steps; %s; %s%s", f"{num_parameters:,}",
                 batch_split(global_batch, accelerator.num_processes, optimization.per_device_train_batch_size,
                             optimization.gradient_accumulation_steps),
                 args.data.max_seq_length, optimization.max_train_steps,
-                describe(accelerator, model, hardware), precision.describe(),
+                describe(accelerator, model, ready.hardware), ready.precision.describe(),
                 "".join(f"; {note}" for note in notes))
     graph = (pretraining_graph.StepGraph(model, optimizer, accelerator, optimization.max_grad_norm,
                                          optimization.loss_normalization)
@@ -366,8 +241,8 @@ def prepare(args: PretrainingArguments) -> Pretraining:
     hub = (HubPush(args.output, Path(args.output.output_dir), accelerator.is_main_process)
            if args.output.push_to_hub else None)
     return Pretraining(args, accelerator, inputs.tokenizer, model, optimizer, scheduler, inputs.collate,
-                       train_dataloader, eval_dataloader, inputs.eval_documents, checkpoints, num_parameters,
-                       global_batch, hardware, precision, graph, hub)
+                       train_dataloader, eval_dataloader, inputs.eval_documents, ready.checkpoints, num_parameters,
+                       global_batch, ready.hardware, ready.precision, graph, hub)
 
 
 def optimizer_step(run: Pretraining, micro_batches) -> torch.Tensor:
@@ -659,85 +534,6 @@ def write_final_folder(run: Pretraining, final, eval_metrics: dict, completed_st
     print("\n".join(["", "Pretraining done."] + [f"  {k}: {format_value(v)}" for k, v in summary.items()]
                     + [f"  {k}: {text}" for k, text in with_baselines(eval_metrics)]
                     + format_fill_mask(examples)))
-
-
-def preprocess(args: PretrainingArguments):
-    """--preprocess_only: the tokenizer and the pairs into --output_dir (prepared_data.py), nothing trained."""
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        raise InputError("--preprocess_only runs in one process: start it with python, not accelerate launch")
-    start_logging(main_process=True)
-    set_seed(args.optimization.seed)
-    output_dir = Path(args.output.output_dir)
-    if args.output.overwrite_output_dir:
-        clear_earlier_run(output_dir)
-    data = build_data(args.data, args.objective.task, args.optimization.seed, args.model.model_name_or_path)
-    at_stage(f"writing the prepared pairs to {output_dir}")
-    manifest = prepared_data.save(data, output_dir, args.flat())
-    print(f"\nPrepared {manifest['train_pairs']:,} training and {manifest.get('validation_pairs', 0):,} held-out "
-          f"pairs in {output_dir}. Train on them with: run_pretraining.py --prepared_data {output_dir} ...")
-
-
-def planned_config(args: PretrainingArguments) -> AlbertHFConfig:
-    """The config of the model the run will train, before its tokenizer is built: the vocabulary of
-    --model_name_or_path, --tokenizer_name or --prepared_data, or --vocab_size for one still to be trained."""
-    vocab = args.config.vocab_size
-    if not args.model.model_name_or_path:
-        if args.data.tokenizer_name:
-            with loading("--tokenizer_name", args.data.tokenizer_name):
-                vocab = len(transformers.AutoTokenizer.from_pretrained(args.data.tokenizer_name))
-        elif args.data.prepared_data:
-            vocab = prepared_data.read_manifest(args.data.prepared_data)["tokenizer_size"]
-        else:
-            vocab = args.data.vocab_size
-    return AlbertHFConfig(**{**args.config.to_diff_dict(), "vocab_size": vocab})
-
-
-def auto_micro_batch(args: PretrainingArguments, accelerator, precision) -> tuple[PretrainingArguments, list[str]]:
-    """--auto_find_batch_size: the micro-batch every process can run (`plan.find_micro_batch`, the smallest
-    process's answer), with the accumulation that keeps the global batch; the start line's note."""
-    optimization = args.optimization
-    if accelerator.is_fsdp2 or accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED):
-        raise InputError("--auto_find_batch_size measures the unsharded model's step, not an FSDP or DeepSpeed "
-                         "shard's: pass --auto_find_batch_size false (after a recipe file) and a "
-                         "--per_device_train_batch_size")
-    processes = accelerator.num_processes
-    total = optimization.global_batch_size or (
-        optimization.per_device_train_batch_size * optimization.gradient_accumulation_steps * processes)
-    size, refused = find_micro_batch(
-        planned_config(args), optimization.per_device_train_batch_size, total // processes,
-        args.data.max_seq_length, args.objective.max_predictions_per_seq, optimization, accelerator.device,
-        precision.autocast_dtype, args.model.gradient_checkpointing)
-    size = int(accelerator.gather(torch.tensor([size], device=accelerator.device)).min())
-    found = dataclasses.replace(optimization, per_device_train_batch_size=size,
-                                gradient_accumulation_steps=total // (processes * size))
-    note = (f"--auto_find_batch_size: micro-batch {size} x {found.gradient_accumulation_steps} accumulation"
-            + (f" ({', '.join(refused)} did not fit)" if refused else ""))
-    return dataclasses.replace(args, optimization=found), [note]
-
-
-def dry_run(args: PretrainingArguments) -> dict:
-    """--dry_run: the plan (plan.py) of this run's model, micro-batch, precision and processes on this process's
-    device; printed by the first process. Returns its numbers."""
-    optimization = args.optimization
-    hardware, precision = hardware_and_precision(optimization)
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if hardware.device == "cuda" else "cpu"
-    try:
-        config, unknown = planned_config(args), None
-    except InputError as error:  # a tokenizer out of reach here (offline): the plan goes on with the config's
-        config, unknown = args.config, first_line(error)
-    lines, numbers = plan_lines(
-        config, micro_batch=optimization.per_device_train_batch_size,
-        accumulation=optimization.gradient_accumulation_steps, processes=int(os.environ.get("WORLD_SIZE", "1")),
-        seq=args.data.max_seq_length, masked=args.objective.max_predictions_per_seq,
-        max_train_steps=optimization.max_train_steps, optimization=optimization, device=device,
-        autocast_dtype=precision.autocast_dtype, checkpointing=args.model.gradient_checkpointing,
-        where=f"{hardware.describe()}; {precision.describe()}")
-    if unknown:
-        lines.insert(2, f"  vocabulary: the config's ({config.vocab_size:,}); the tokenizer's is unknown here: "
-                        f"{unknown}")
-    if is_first_process():
-        print("\n".join(lines), flush=True)
-    return numbers
 
 
 def card_run(args: PretrainingArguments) -> PretrainingRun:

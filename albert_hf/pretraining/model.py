@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # annotations only: arguments.py imports this module
     from .arguments import ModelArgs, OptimizationArgs
 
 def resolve_config(model: "ModelArgs") -> AlbertHFConfig:
-    """The model's config, worked out once for the run (`job.parse_args`): --model_name_or_path's, or for a
+    """The model's config, worked out once for the run (`flags.parse_args`): --model_name_or_path's, or for a
     model built from scratch --config_name or the --model_config preset with --sharing. A model built from scratch
     takes its vocabulary from the tokenizer (`build_model`)."""
     if model.model_name_or_path:

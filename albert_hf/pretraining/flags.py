@@ -1,0 +1,165 @@
+"""run_pretraining.py's command line, resolved and checked once: `parse_args` turns the flags into the frozen
+`PretrainingArguments` (arguments.py's groups) that every part of the run reads, or stops with one line naming the
+flag; `hardware_and_precision` and `choose_step` resolve what depends on the machine the run starts on.
+
+The groups themselves stay in arguments.py, which the run's parts import for their types; the checks here call those
+parts (the corpus, the model's config, the output folder, the Hub), so they sit above them.
+"""
+
+import dataclasses
+import os
+from pathlib import Path
+
+from ..errors import InputError
+from ..runtime.cli import explicit_arguments, parse_into_dataclasses
+from ..runtime.hardware import Hardware, Precision, choose_precision, detect, use_tf32
+from ..runtime.storage import check_writable
+from . import prepared_data
+from . import step_graph as pretraining_graph
+from .arguments import (
+    ARGUMENT_GROUPS,
+    AUTO,
+    EAGER,
+    DataArgs,
+    ModelArgs,
+    OptimizationArgs,
+    OutputArgs,
+    PretrainingArguments,
+    build_parser,
+    flat_values,
+    with_values,
+)
+from .checkpoints import check_output_dir
+from .hub_push import hub_source
+from .inputs import check_train_files
+from .model import check_positions, resolve_config
+
+
+def parse_args(argv=None) -> PretrainingArguments:
+    """The groups, resolved and checked: a bad value stops with one line naming the flag. Resolved here and nowhere
+    later: with --prepared_data, the arguments that shaped its pairs come from its manifest (`adopted` lists those
+    that changed); the model's config; a --torch_compile_mode turns --torch_compile on; the warm-up defaults to
+    2.5% of the steps."""
+    groups = parse_into_dataclasses(build_parser(), argv)
+    values = flat_values(groups)
+    explicit = explicit_arguments(argv, ARGUMENT_GROUPS)
+    adopted = ()
+    if values["prepared_data"]:
+        if values["preprocess_only"]:
+            raise InputError("pass --preprocess_only (to prepare a folder) or --prepared_data (to train on "
+                             "one), not both")
+        manifest = prepared_data.read_manifest(values["prepared_data"])
+        recorded = prepared_data.adopt_manifest(values, manifest, explicit)
+        adopted = tuple(f"--{name} {value}" for name, value in recorded.items() if values[name] != value)
+        groups = with_values(groups, recorded)
+    model, data, objective, optimization, output = groups
+    processes = int(os.environ.get("WORLD_SIZE", "1"))  # the launch's processes, read here only
+    optimization = split_global_batch(optimization, explicit, processes)
+    check_args(model, data, optimization, output)
+    config = resolve_config(model)
+    check_positions(config, data.max_seq_length)
+    check_output_dir(output.output_dir, output.resume_from_checkpoint, output.overwrite_output_dir)
+    if model.torch_compile_mode == EAGER or (model.torch_compile_mode == AUTO and "torch_compile" in explicit):
+        model = dataclasses.replace(model, torch_compile_mode=None)  # the user's choice: eager, or --torch_compile's
+    elif model.torch_compile_mode not in (None, AUTO):  # as transformers' TrainingArguments: a mode asks to compile
+        model = dataclasses.replace(model, torch_compile=True)
+    if optimization.num_warmup_steps is None:
+        optimization = dataclasses.replace(optimization, num_warmup_steps=round(0.025 * optimization.max_train_steps))
+    return PretrainingArguments(model, data, objective, optimization, output, config, adopted, processes)
+
+
+def split_global_batch(optimization: OptimizationArgs, explicit: set[str], processes: int) -> OptimizationArgs:
+    """--global_batch_size: the accumulation that makes it with `processes` processes (the launch's WORLD_SIZE) and
+    micro-batches of --per_device_train_batch_size. Given with --gradient_accumulation_steps too, the two must
+    agree; a global batch the processes and micro-batches cannot divide is refused, naming the micro-batches that
+    would."""
+    total, micro = optimization.global_batch_size, optimization.per_device_train_batch_size
+    if total is None:
+        return optimization
+    if total < 1 or micro < 1:
+        raise InputError("--global_batch_size and --per_device_train_batch_size must be at least 1")
+    split = f"{processes} process{'es' * (processes > 1)} x --per_device_train_batch_size {micro}"
+    if "gradient_accumulation_steps" in explicit:
+        accumulation = optimization.gradient_accumulation_steps
+        if processes * micro * accumulation != total:
+            raise InputError(f"--global_batch_size {total} disagrees with {split} x --gradient_accumulation_steps "
+                             f"{accumulation} = {processes * micro * accumulation}: give one of the two")
+        return optimization
+    if total % (processes * micro):
+        fitting = [size for size in range(micro, 0, -1) if total % (processes * size) == 0][:3]
+        hint = (f"; --per_device_train_batch_size {' or '.join(map(str, fitting))} would" if fitting else
+                f"; {total} is not a multiple of the {processes} processes")
+        raise InputError(f"--global_batch_size {total} is not a multiple of {split} = {processes * micro}{hint}")
+    return dataclasses.replace(optimization, gradient_accumulation_steps=total // (processes * micro))
+
+
+def check_args(model: ModelArgs, data: DataArgs, optimization: OptimizationArgs, output: OutputArgs):
+    """Stops with one line on a bad value, path or combination, before any work."""
+    check_writable(Path(output.output_dir), "--output_dir")
+    if data.train_files and data.dataset_name:
+        raise InputError("pass --train_files or --dataset_name, not both")
+    for group, name in ((optimization, "max_train_steps"), (optimization, "per_device_train_batch_size"),
+                        (optimization, "gradient_accumulation_steps"), (data, "max_seq_length")):
+        if getattr(group, name) < 1:
+            raise InputError(f"--{name} must be at least 1")
+    check_train_files(data.train_files)
+    if optimization.num_warmup_steps is not None and optimization.num_warmup_steps > optimization.max_train_steps:
+        raise InputError("--num_warmup_steps exceeds --max_train_steps")
+    if not 0 <= data.validation_split_percentage < 100:
+        raise InputError("--validation_split_percentage must be in [0, 100)")
+    for name in ("adam_beta1", "adam_beta2"):
+        if not 0 <= getattr(optimization, name) < 1:
+            raise InputError(f"--{name} must be in [0, 1)")
+    if output.resume_from_checkpoint and output.overwrite_output_dir:
+        raise InputError("pass --resume_from_checkpoint or --overwrite_output_dir, not both")
+    if data.preprocess_only and data.streaming:
+        raise InputError("--preprocess_only writes every pair to disk, and --streaming builds them as training "
+                         "goes: drop one of them")
+    if data.dataloader_num_workers is not None and data.dataloader_num_workers < 0:
+        raise InputError("--dataloader_num_workers must be 0 or more")
+    if optimization.max_consecutive_skips < 0:
+        raise InputError("--max_consecutive_skips must be 0 (never stop for skipped steps) or more")
+    if optimization.on_divergence == "rollback":
+        if not output.checkpointing_steps:
+            raise InputError("--on_divergence rollback needs --checkpointing_steps: the checkpoints it rolls back to")
+        if model.torch_compile_mode == pretraining_graph.MODE:
+            raise InputError(f"--on_divergence rollback with --torch_compile_mode {pretraining_graph.MODE}: loading a "
+                             "checkpoint replaces the optimizer state the captured step reads; drop one of them")
+        if optimization.max_rollbacks < 1:
+            raise InputError("--max_rollbacks must be at least 1 with --on_divergence rollback")
+    if data.streaming and data.dataloader_num_workers:
+        raise InputError("--dataloader_num_workers with --streaming: the stream is read in the training process, "
+                         "whose position each checkpoint records; drop --dataloader_num_workers")
+    if data.preprocess_only and output.resume_from_checkpoint:
+        raise InputError("--preprocess_only trains nothing: drop --resume_from_checkpoint")
+    hub_source(output.resume_from_checkpoint, output)  # a malformed hub:REPO[@REVISION] stops here
+    if output.hub_strategy != "end":
+        if not output.push_to_hub:
+            raise InputError(f"--hub_strategy {output.hub_strategy} says what --push_to_hub uploads during the run: "
+                             "pass --push_to_hub too")
+        if not output.checkpointing_steps:
+            raise InputError(f"--hub_strategy {output.hub_strategy} uploads at each checkpoint, and this run saves "
+                             "none: pass --checkpointing_steps N")
+
+
+def hardware_and_precision(optimization: OptimizationArgs) -> tuple[Hardware, Precision]:
+    """This machine, and the precision the run takes on it (--mixed_precision, the launcher's, --tf32), in force."""
+    hardware = detect()
+    precision = choose_precision(hardware, optimization.mixed_precision,
+                                 os.environ.get("ACCELERATE_MIXED_PRECISION"), optimization.tf32)
+    use_tf32(precision)
+    return hardware, precision
+
+
+def choose_step(args: PretrainingArguments, hardware: Hardware, precision: Precision) -> tuple[PretrainingArguments,
+                                                                                                 list[str]]:
+    """--torch_compile_mode auto resolved for this run's device, processes and precision (`step_graph.default_mode`):
+    the arguments with the step it gets, and the start line's note when that is not the default's fastest."""
+    model = args.model
+    if model.torch_compile_mode != AUTO:
+        return args, []
+    mode, note = pretraining_graph.default_mode(hardware.device, args.processes,
+                                                precision.mixed_precision, model.gradient_checkpointing,
+                                                rollback=args.optimization.on_divergence == "rollback")
+    model = dataclasses.replace(model, torch_compile_mode=mode, torch_compile=mode is not None)
+    return dataclasses.replace(args, model=model), [note] if note else []
