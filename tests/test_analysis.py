@@ -6,15 +6,10 @@ import pytest
 import torch
 
 from albert_hf import AlbertHFForPreTraining, AlbertHFModel
-from albert_hf.analysis import (
-    build_intrinsic_sets,
-    evaluate_intrinsic,
-    layer_transitions,
-    model_transitions,
-    sop_by_document,
-)
 from albert_hf.analysis import transitions as transitions_cli
+from albert_hf.analysis.intrinsic import build_intrinsic_sets, evaluate_intrinsic, sop_by_document
 from albert_hf.analysis.intrinsic import main as intrinsic_main
+from albert_hf.analysis.transitions import layer_transitions, model_transitions
 from albert_hf.errors import InputError
 from data_fixtures import embedded, tokenizer
 from helpers import REPO, tiny_config

@@ -383,6 +383,33 @@ def test_tests_benchmarks_and_examples_import_by_name_without_path_edits():
     assert not found, found
 
 
+def beyond_reexports(source: str) -> list[str]:
+    """The statements of an `__init__.py` other than its docstring, imports and `__all__`."""
+    found = []
+    for index, node in enumerate(ast.parse(source).body):
+        if index == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        if isinstance(node, ast.Assign) and [ast.unparse(target) for target in node.targets] == ["__all__"]:
+            continue
+        found.append(f"{node.lineno}: {ast.unparse(node).splitlines()[0]}")
+    return found
+
+
+def test_the_reexport_finder_catches_code_in_an_init():
+    planted = '"""Doc."""\nfrom .a import b\n__all__ = ["b"]\nX = 1\ndef f():\n    pass\nfor k in []:\n    pass\n'
+    assert beyond_reexports(planted) == ["4: X = 1", "5: def f():", "7: for k in []:"]
+
+
+def test_each_init_holds_only_reexports_and_a_docstring():
+    """A reader finds code in the module named for it: every `__init__.py` of albert_hf re-exports and says what its
+    folder holds, nothing else (the Auto-class registration is auto_classes.py, imported by the package)."""
+    found = [f"{path.relative_to(REPO)}:{where}" for path in sorted((REPO / "albert_hf").rglob("__init__.py"))
+             for where in beyond_reexports(path.read_text())]
+    assert not found, found
+
+
 CHECKOUT_ONLY = {"tests", "benchmarks", "examples"}  # folders of a source checkout that a wheel does not have
 
 
