@@ -19,7 +19,8 @@ import datasets
 from transformers import DataCollatorForLanguageModeling
 
 from albert_hf import DataCollatorForAlbertPretraining
-from albert_hf.pretraining.corpus import embedded_corpus, load_text_files
+from albert_hf.pretraining.corpus import load_text_files
+from albert_hf.pretraining.embedded_corpus import embedded_corpus
 from albert_hf.pretraining.pairs import create_pretraining_pairs, tokenize_documents
 from albert_hf.tokenization import train_tokenizer
 

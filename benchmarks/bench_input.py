@@ -24,7 +24,7 @@ import torch
 from torch.utils.data import DataLoader, RandomSampler
 
 from albert_hf import DataCollatorForAlbertPretraining  # noqa: E402
-from albert_hf.pretraining.corpus import embedded_corpus  # noqa: E402
+from albert_hf.pretraining.embedded_corpus import embedded_corpus  # noqa: E402
 from albert_hf.pretraining.pairs import create_pretraining_pairs, tokenize_documents  # noqa: E402
 from albert_hf.tokenization import train_tokenizer  # noqa: E402
 from bench_collator import long_documents  # noqa: E402

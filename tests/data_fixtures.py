@@ -23,7 +23,7 @@ def shared_corpus(*parts: str) -> Path:
 
 @functools.lru_cache(maxsize=None)
 def embedded():
-    from albert_hf.pretraining.corpus import embedded_corpus
+    from albert_hf.pretraining.embedded_corpus import embedded_corpus
 
     return embedded_corpus()
 

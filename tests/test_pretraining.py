@@ -321,7 +321,7 @@ def test_end_to_end_run_saves_a_model_that_loads_without_albert_hf(tmp_path):
 
 def held_out_texts(tmp_path):
     """The documents `pretrain` holds out of the embedded corpus (FAST's seed, the default 5%), single-spaced."""
-    from albert_hf.pretraining.corpus import hold_out_documents
+    from albert_hf.pretraining.splits import hold_out_documents
     from data_fixtures import embedded
 
     args = parse_args(["--output_dir", str(tmp_path / "unused"), *FAST])

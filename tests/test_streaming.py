@@ -211,7 +211,7 @@ def test_a_json_stream_of_several_files_is_shared_by_files_without_the_held_out_
 
     from datasets.distributed import split_dataset_by_node
 
-    from albert_hf.pretraining.corpus import corpus_splits
+    from albert_hf.pretraining.splits import corpus_splits
 
     files = []
     for f in range(4):

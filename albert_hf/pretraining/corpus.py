@@ -1,4 +1,5 @@
-"""Pretraining text: plain-text files, any `datasets` dataset with a text column, and an embedded default corpus.
+"""Pretraining text: plain-text files and any `datasets` dataset with a text column (the embedded default corpus:
+embedded_corpus.py; the held-out split: splits.py).
 
 Every source ends up as rows of one document each, in a column "text". Sentence splitting happens later, per
 document, inside the tokenizing `datasets.map` (see `split_sentences` and `pretraining_data.tokenize_documents`).
@@ -15,24 +16,18 @@ quotes), but compiled, so it runs at ~100 MB/s where pysbd runs at ~0.3 MB/s on 
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import itertools
 import json
 import logging
 import os
-import sys
-import sysconfig
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import Iterable, Iterator
 
 from ..errors import InputError, datasets_read_errors, input_errors
 from ..runtime.input_files import check_json_start
-from ..tokenization import cache_root, paragraphs, split_sentences
-
-if TYPE_CHECKING:
-    import datasets
+from ..tokenization import paragraphs
+from .embedded_corpus import embedded_corpus
 
 logger = logging.getLogger(__name__)
 
@@ -331,91 +326,6 @@ def load_text_dataset(
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Embedded default corpus: the standard library's own docstrings
-
-EMBEDDED_CORPUS_VERSION = 1
-_SKIPPED_DIRS = {"site-packages", "dist-packages", "test", "tests", "idle_test", "__pycache__", "turtledemo"}
-
-
-def _clean_docstring(doc: str) -> str:
-    """Keep the prose of a (cleandoc-ed) docstring: drop doctest and indented code blocks, re-flow paragraphs."""
-    kept = []
-    for block in paragraphs(doc):
-        lines = block.split("\n")
-        if any(line.lstrip().startswith((">>>", "...")) for line in lines):
-            continue  # doctest
-        if lines[0].startswith((" ", "\t")):
-            continue  # indented code or a literal block
-        kept.append(" ".join(block.split()))
-    return "\n\n".join(kept)
-
-
-def _docstrings_in_source_order(tree: ast.AST, prefix: str = "") -> Iterator[tuple[str, str]]:
-    for node in ast.iter_child_nodes(tree):
-        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            name = f"{prefix}{node.name}"
-            doc = ast.get_docstring(node, clean=True)
-            if doc:
-                yield name, doc
-            yield from _docstrings_in_source_order(node, prefix=f"{name}.")
-
-
-def stdlib_docstring_documents(stdlib_dir: str | None = None) -> Iterator[dict]:
-    """Module, class and function docstrings of the standard library, one document each, in source order.
-
-    Sources are parsed with `ast`, never imported. Test suites and vendored packages are skipped.
-    """
-    root = Path(stdlib_dir or sysconfig.get_paths()["stdlib"])
-    files = sorted(p for p in root.rglob("*.py") if not _SKIPPED_DIRS.intersection(p.relative_to(root).parts))
-    unparsable = 0
-    for path in files:
-        try:
-            tree = ast.parse(path.read_bytes(), filename=str(path))
-        except (SyntaxError, ValueError):
-            unparsable += 1  # e.g. deliberately broken files shipped as data
-            continue
-        module = ".".join(path.relative_to(root).with_suffix("").parts)
-        entries = []
-        if ast.get_docstring(tree, clean=True):
-            entries.append((module, ast.get_docstring(tree, clean=True)))
-        entries.extend((f"{module}:{name}", doc) for name, doc in _docstrings_in_source_order(tree))
-        for source, doc in entries:
-            text = _clean_docstring(doc)
-            if text:
-                yield {"text": text, "source": source}
-    if unparsable:
-        logger.info("Embedded corpus: skipped %d stdlib files that do not parse", unparsable)
-
-
-def embedded_corpus_path() -> Path:
-    stdlib = sysconfig.get_paths()["stdlib"]
-    key = hashlib.sha256(f"{EMBEDDED_CORPUS_VERSION}:{stdlib}:{sys.version}".encode()).hexdigest()[:12]
-    version = f"{sys.implementation.name}{sys.version_info.major}.{sys.version_info.minor}"
-    return cache_root() / "embedded_corpus" / f"stdlib_docstrings-{version}-{key}.jsonl"
-
-
-def embedded_corpus():
-    """The default corpus on any machine: stdlib docstrings as a `datasets.Dataset` ("text", "source").
-
-    Built on first use (a few seconds) into `cache_root()/embedded_corpus/*.jsonl`, then loaded from there.
-    """
-    import datasets
-
-    path = embedded_corpus_path()
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        count = 0
-        with open(tmp, "w", encoding="utf-8") as f:
-            for doc in stdlib_docstring_documents():
-                f.write(json.dumps(doc, ensure_ascii=False) + "\n")
-                count += 1
-        os.replace(tmp, path)  # atomic: a concurrent reader never sees half a file
-        logger.info("Built the embedded corpus: %d docstrings -> %s", count, path)
-    return datasets.Dataset.from_json(str(path))
-
-
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def is_plain_text(source) -> bool:
@@ -448,151 +358,6 @@ def load_corpus(source=None, layout: str = "document_per_file", text_column: str
     return load_text_dataset(source, text_column=text_column, **kwargs)
 
 
-
-# ----------------------------------------------------------------------------------------------------------------
-# Training and held-out documents, in one call
-
-
-@dataclass
-class CorpusSplits:
-    """A pretraining corpus's documents (column "text") split as `datasets.load_dataset` hands over splits:
-    `corpus_splits`."""
-
-    train: "datasets.Dataset | datasets.IterableDataset"  # this process's; an endless stream when streamed
-    held_out: "datasets.Dataset | None"  # whole documents, never trained on
-    tokenizer_documents: Iterable[dict]  # every training document, read once: what a tokenizer is trained on
-    tokenizer_fingerprint: str | None = None  # the cache key of a tokenizer trained on a text-file stream
-    stream_shares: str | None = None  # how the processes share a stream, for the log
-
-
-def corpus_splits(source=None, *, layout: str = "document_per_file", text_column: str = "text",
-                  config_name: str | None = None, streaming: bool = False, held_out_percentage: float = 0.0,
-                  seed: int = 0, process_index: int = 0, num_processes: int = 1,
-                  name: str = "the corpus") -> CorpusSplits:
-    """The training and held-out documents of a corpus, read whole or streamed.
-
-    Args:
-        source: text files or folders, json/jsonl/parquet/csv files, a Hub dataset name, or None (the embedded
-            corpus, never streamed).
-        layout, text_column, config_name: how to read `source` (`load_corpus`).
-        streaming: read as training goes; each process gets its own endless stream of training documents (its own
-            files for plain text, its share of the shards otherwise), pass after pass.
-        held_out_percentage: the documents held out for evaluation, in percent; a stream has no length, so it holds
-            out its first `held_out_percentage * 20` documents instead, and skips them in training.
-        seed: the held-out sample's seed, and the file order of each pass over a text-file stream.
-        process_index, num_processes: this process among those sharing a stream.
-        name: the argument that named the corpus, for error lines.
-
-    Returns:
-        A `CorpusSplits`. A corpus too small to hold out from, or a process's stream without a document of two
-        sentences, stops with one line (InputError).
-    """
-    if streaming and source is not None and is_plain_text(source):
-        return _text_file_stream_splits(source, layout, held_out_percentage, seed, process_index, num_processes)
-    if streaming and source is None:
-        logger.warning("--streaming: the embedded corpus is not streamed (it is small)")
-    documents = load_corpus(source, layout=layout, text_column=text_column, config_name=config_name,
-                            streaming=streaming)  # None: the embedded corpus, whatever the other arguments
-    train, held_out = hold_out_documents(documents, held_out_percentage, seed, name)
-    if not streaming or source is None:
-        return CorpusSplits(train, held_out, train)
-    from datasets.distributed import split_dataset_by_node
-
-    shards = train.n_shards
-    own = split_dataset_by_node(train, process_index, num_processes)
-    check_two_sentences(own, layout, f"{name}: process {process_index}'s share")
-    if num_processes == 1:
-        shares = f"{shards} shard(s)"
-    elif shards % num_processes == 0:
-        shares = f"each of the {num_processes} processes reads its own {shards // num_processes} of {shards} shards"
-    else:  # datasets' split_dataset_by_node
-        shares = (f"each of the {num_processes} processes reads all {shards} shard(s) and keeps every "
-                  f"{num_processes}th document (a number of shards, i.e. files, divisible by {num_processes} "
-                  "lets each read its own)")
-    return CorpusSplits(own.repeat(None), held_out, train, stream_shares=shares)
-
-
-def hold_out_documents(documents, percentage: float, seed: int, name: str = "the corpus"):
-    """(training documents, held-out documents or None): whole documents held out, so that no evaluation sentence
-    was seen in training; a stream (no length) holds out its first `percentage * 20` documents."""
-    import datasets
-
-    if percentage == 0:
-        return documents, None
-    if isinstance(documents, datasets.IterableDataset):
-        count = streamed_held_out_count(percentage)
-        texts = [row["text"] for row in documents.take(count + 1)]
-        if len(texts) <= count:
-            raise InputError(too_few_to_hold_out(count, len(texts)))
-        held_out = {text_digest(text) for text in texts[:count]}
-        # Dropped wherever they come: whichever process's shard holds them (datasets' skip would instead divide the
-        # skipped count among the shards, and the others would train on held-out documents).
-        train = documents.filter(lambda row: text_digest(row["text"]) not in held_out)
-        return train, datasets.Dataset.from_dict({"text": texts[:count]})
-    if len(documents) < 2:
-        raise InputError(f"{name}: {len(documents)} document(s); evaluation needs at least 2 "
-                         "(or pass --validation_split_percentage 0)")
-    split = documents.train_test_split(test_size=percentage / 100, seed=seed)
-    return split["train"], split["test"]
-
-
-def _text_file_stream_splits(source, layout: str, held_out_percentage: float, seed: int, process_index: int,
-                             num_processes: int) -> CorpusSplits:
-    """Plain-text files streamed: every process streams files of its own (files[process::processes]), endlessly,
-    pass after pass in a reshuffled file order. The first documents of the corpus (in file order) are held out, and
-    skipped by the training streams."""
-    import datasets
-
-    files = find_text_files(source)
-    if len(files) < num_processes:
-        raise InputError(f"--streaming: --train_files has {len(files)} text file(s) for {num_processes} "
-                         "processes, and each process streams files of its own: split the corpus into at least "
-                         f"{num_processes} files, or drop --streaming")
-    held_out_documents, held_out = None, {}
-    if held_out_percentage:
-        count = streamed_held_out_count(held_out_percentage)
-        texts, held_out, more = first_documents(files, layout, count)
-        if not more:
-            raise InputError(too_few_to_hold_out(count, len(texts)))
-        held_out_documents = datasets.Dataset.from_dict({"text": texts})
-    fingerprint = hashlib.sha256(json.dumps([files_fingerprint(files, layout), held_out]).encode()).hexdigest()
-    own = files[process_index::num_processes]
-    check_two_sentences(text_file_stream(own, layout, held_out=held_out, endless=False), layout,
-                        f"--train_files: the files of process {process_index} ({first_few(list(map(str, own)))})")
-    shares = (f"{len(files)} files" if num_processes == 1 else
-              f"each of the {num_processes} processes reads its own files, this one {len(own)} of {len(files)}")
-    return CorpusSplits(text_file_stream(own, layout, seed=seed, held_out=held_out), held_out_documents,
-                        text_file_stream(files, layout, held_out=held_out, endless=False), fingerprint,
-                        f"{shares}, each pass in a new file order")
-
-
-def check_two_sentences(documents, layout: str, where: str) -> None:
-    """Stop with one line when a process's stream holds no document of two sentences or more, read once through:
-    its endless stream would otherwise read pass after pass and never give a pair, and the run would hang. A normal
-    corpus answers at its first documents."""
-    for row in documents:
-        if len(split_sentences(row["text"] or "", sentence_per_line=layout == "sentence_per_line")) >= 2:
-            return
-    raise InputError(f"{where} holds no document of two sentences or more (the held-out ones left out), so it "
-                     "gives no sentence pair to train on")
-
-
-def streamed_held_out_count(percentage: float) -> int:
-    """How many documents a stream holds out for evaluation (its first ones): a stream has no length, so
-    --validation_split_percentage x 20."""
-    return max(1, int(percentage * 20))
-
-
-def too_few_to_hold_out(count: int, found: int) -> str:
-    return (f"--streaming holds out the corpus's first {count} documents for evaluation "
-            f"(--validation_split_percentage x 20), and the corpus has only {found}: pass a smaller "
-            "--validation_split_percentage, or 0")
-
-
-def text_digest(text: str) -> bytes:
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
-
-
 __all__ = [
     "LAYOUTS",
     "decode_text",
@@ -602,11 +367,6 @@ __all__ = [
     "first_documents",
     "text_file_stream",
     "load_text_dataset",
-    "stdlib_docstring_documents",
-    "embedded_corpus",
     "is_plain_text",
     "load_corpus",
-    "CorpusSplits",
-    "corpus_splits",
-    "hold_out_documents",
 ]

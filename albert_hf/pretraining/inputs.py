@@ -23,9 +23,10 @@ from ..tokenization import train_tokenizer
 from . import prepared_data
 from .arguments import DataArgs, ObjectiveArgs
 from .collator import DataCollatorForAlbertPretraining
-from .corpus import corpus_splits, find_text_files, is_plain_text
+from .corpus import find_text_files, is_plain_text
 from .pairs import NoPairsError, build_pretraining_dataset
 from .prepared_data import PretrainingData
+from .splits import corpus_splits
 
 logger = logging.getLogger("albert_hf.pretraining.job")
 
