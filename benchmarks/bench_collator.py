@@ -21,7 +21,8 @@ from transformers import DataCollatorForLanguageModeling
 from albert_hf import DataCollatorForAlbertPretraining
 from albert_hf.pretraining.corpus import load_text_files
 from albert_hf.pretraining.embedded_corpus import embedded_corpus
-from albert_hf.pretraining.pairs import create_pretraining_pairs, tokenize_documents
+from albert_hf.pretraining.pairs import create_pretraining_pairs
+from albert_hf.pretraining.sentences import tokenize_documents
 from albert_hf.tokenization import train_tokenizer
 
 

@@ -38,7 +38,7 @@ def tokenizer():
 
 @functools.lru_cache(maxsize=None)
 def tokenized_embedded():
-    from albert_hf.pretraining.pairs import tokenize_documents
+    from albert_hf.pretraining.sentences import tokenize_documents
 
     return tokenize_documents(embedded(), tokenizer())
 

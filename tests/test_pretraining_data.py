@@ -9,12 +9,8 @@ import numpy as np
 import pytest
 
 from albert_hf.pretraining.corpus import load_text_files
-from albert_hf.pretraining.pairs import (
-    BatchDocuments,
-    create_pretraining_pairs,
-    instances_from_document,
-    tokenize_documents,
-)
+from albert_hf.pretraining.pairs import BatchDocuments, create_pretraining_pairs, instances_from_document
+from albert_hf.pretraining.sentences import tokenize_documents
 from data_fixtures import embedded_pairs, shared_corpus, tokenized_embedded, tokenizer
 
 CLS, SEP = 2, 3
@@ -360,7 +356,7 @@ def test_tokenizing_ignores_padding_left_on_by_an_earlier_tokenizer_call():
     the document tokenizer must not pad every sentence because of that."""
     import datasets
 
-    from albert_hf.pretraining.pairs import tokenize_documents
+    from albert_hf.pretraining.sentences import tokenize_documents
 
     tok = tokenizer()
     documents = datasets.Dataset.from_dict({"text": ["A short one. Then another sentence here."]})

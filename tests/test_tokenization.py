@@ -169,7 +169,7 @@ TRICKY = ["", "   ", "Hello world.", "``Quoted'' text", "Ünïcödé naïve caf�
 
 
 def test_the_sentencepiece_encoder_gives_the_tokenizers_ids():
-    from albert_hf.pretraining.pairs import plain_backend
+    from albert_hf.pretraining.sentences import plain_backend
     from albert_hf.tokenization import SentencePieceEncoder
 
     tok = tokenizer()
@@ -183,7 +183,7 @@ def test_the_sentencepiece_encoder_gives_the_tokenizers_ids():
 
 def test_the_sentencepiece_encoder_gives_the_tokenizers_ids_on_the_real_corpus():
     from albert_hf.pretraining.corpus import find_text_files, read_text_documents
-    from albert_hf.pretraining.pairs import plain_backend
+    from albert_hf.pretraining.sentences import plain_backend
     from albert_hf.tokenization import SentencePieceEncoder
     from data_fixtures import shared_corpus
 
@@ -200,7 +200,7 @@ def test_the_sentencepiece_encoder_gives_the_tokenizers_ids_on_the_real_corpus()
 def test_the_sentencepiece_encoder_is_only_used_where_it_agrees_by_construction(tmp_path):
     from transformers import AlbertTokenizer, AutoTokenizer
 
-    from albert_hf.pretraining.pairs import BackendEncoder, plain_backend, sentence_encoder
+    from albert_hf.pretraining.sentences import BackendEncoder, plain_backend, sentence_encoder
     from albert_hf.tokenization import SentencePieceEncoder
 
     tok = tokenizer()
