@@ -23,7 +23,8 @@ from helpers import THREADS, reset_accelerate_state  # noqa: E402
 # The files that take longest, longest first (seconds per file: BENCHMARKS.md, "The test suite"). pytest-xdist hands
 # each worker whole files in collection order, so starting with these lets the workers finish together.
 SLOWEST_FILES = ["test_compile.py", "test_preemption.py", "test_pretraining.py", "test_distributed.py",
-                 "test_combinations.py", "test_streaming.py", "test_bad_input.py", "test_hardware.py", "test_ner.py"]
+                 "test_resume.py", "test_combinations.py", "test_streaming.py", "test_bad_input.py", "test_hardware.py",
+                 "test_ner.py"]
 
 
 def pytest_collection_modifyitems(config, items):

@@ -9,7 +9,7 @@ from safetensors.torch import load_file
 
 from albert_hf import AlbertHFForPreTraining
 from helpers import tiny_config
-from test_pretraining import pretrain_runs
+from pretraining_runs import pretrain_runs
 
 pytestmark = pytest.mark.trains
 

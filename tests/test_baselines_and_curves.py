@@ -8,7 +8,7 @@ import torch
 
 from albert_hf.reports.baselines import heldout_baselines, with_baselines
 from albert_hf.reports.curves import pretraining_curves, trainer_curves
-from test_pretraining import pretrain_runs
+from pretraining_runs import pretrain_runs
 
 
 def stacked(features):

@@ -16,8 +16,8 @@ from safetensors.torch import load_file
 
 from albert_hf import AlbertHFForPreTraining, AlbertHFForSequenceClassification
 from helpers import tiny_config
+from pretraining_runs import metrics, pretrain_runs
 from test_modeling import make_inputs, mlm_labels, padded_batch
-from test_pretraining import metrics, pretrain_runs
 
 pytestmark = pytest.mark.compiles
 

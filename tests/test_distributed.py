@@ -22,7 +22,7 @@ from albert_hf.pretraining.arguments import build_parser
 from albert_hf.pretraining.checkpoints import STATE_FILE
 from albert_hf.pretraining.flags import parse_args
 from helpers import REPO, THREADS_SAID, run_bounded, subprocess_env
-from test_pretraining import RESUME_ARGS, check_same_weights_and_curve, metrics, pretrain, pretrain_runs
+from pretraining_runs import RESUME_ARGS, check_same_weights_and_curve, metrics, pretrain, pretrain_runs
 
 ARGS = [*RESUME_ARGS, "--mixed_precision", "no"]  # 12 steps, a checkpoint every 3; fp32 for the comparisons
 LAUNCH = [sys.executable, "-m", "accelerate.commands.launch", "--mixed_precision", "no", "--dynamo_backend", "no"]

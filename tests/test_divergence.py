@@ -14,8 +14,8 @@ from safetensors.torch import load_file, save_file
 from albert_hf.errors import InputError
 from albert_hf.pretraining import job as pretraining
 from albert_hf.pretraining.divergence import Diverged, check_losses, checkpoint_finite, stop_line, weights_finite
+from pretraining_runs import FAST, metrics, pretrain, pretrain_runs
 from test_distributed import DDP, FSDP
-from test_pretraining import FAST, metrics, pretrain, pretrain_runs
 
 QUIET = ["--eval_steps", "0", "--validation_split_percentage", "0"]
 

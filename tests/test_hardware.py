@@ -205,7 +205,7 @@ NO_BF16_UNITS = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}  #
 
 @pytest.mark.trains
 def test_run_pretraining_on_a_cpu_without_bf16_units_says_what_it_chose_and_warns_for_explicit_bf16(tmp_path):
-    from test_pretraining import pretrain_runs
+    from pretraining_runs import pretrain_runs
 
     # One process for both runs (its environment caps the kernels before torch is imported), with its own
     # torch.compile cache: torch does not key that cache on ATEN_CPU_CAPABILITY.
@@ -239,7 +239,7 @@ def test_a_launched_run_whose_config_asks_for_bf16_without_bf16_units_warns_once
     """Two processes from a config written by `accelerate config`'s questions (bf16 answered): the run trains in
     bf16 as asked, and only the first process prints the warning."""
     from accelerate_configs import write_config
-    from test_pretraining import FAST, SCRIPT
+    from pretraining_runs import FAST, SCRIPT
 
     config = tmp_path / "ddp_bf16.yaml"
     write_config(config, {"type of machine": "multi-GPU", "How many different machines": "1", "How many GPU(s)": "2",

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from test_pretraining import FAST
+from pretraining_runs import FAST
 
 # the ops that read a device value on the host (a Python number, or a size that depends on the data)
 HOST_READS = {"aten._local_scalar_dense.default", "aten.nonzero.default", "aten.item.default"}

@@ -21,7 +21,7 @@ REPO = "someone/tiny-albert"
 
 def pretrain_pushed(out, hub, *extra, steps=4):
     from albert_hf.pretraining.job import main
-    from test_pretraining import FAST
+    from pretraining_runs import FAST
 
     with hub.patched():
         return main(["--output_dir", str(out), *FAST, "--max_train_steps", str(steps), "--checkpointing_steps", "2",
@@ -202,7 +202,7 @@ def test_a_stopped_run_pushes_its_state_and_continues_from_the_hub_in_an_empty_f
     from albert_hf.runtime.preemption import PREEMPTED
     from helpers import REPO as ROOT
     from helpers import run_bounded, subprocess_env
-    from test_pretraining import FAST, check_same_weights_and_curve
+    from pretraining_runs import FAST, check_same_weights_and_curve
 
     out, root = tmp_path / "stopped", tmp_path / "hub"
     args = [*FAST, "--max_train_steps", "8", "--checkpointing_steps", "2", "--eval_steps", "0",
@@ -257,8 +257,8 @@ def test_under_two_processes_only_the_first_uploads_and_each_checkpoint_goes_up_
     """--hub_strategy checkpoint launched over 2 processes: every commit is the first process's and made once; the
     state in last-checkpoint/ holds both processes' random states; under FSDP2 the weights gathered for step 4's
     push are the final folder's."""
+    from pretraining_runs import pretrain_runs
     from test_distributed import DDP, FSDP
-    from test_pretraining import pretrain_runs
 
     root, out = tmp_path / "hub", tmp_path / "run"
     args = ["--max_train_steps", "4", "--checkpointing_steps", "2", "--eval_steps", "0",

@@ -17,7 +17,7 @@ from albert_hf.runtime import output_lock
 from albert_hf.runtime.output_lock import LOCK_FILE
 from albert_hf.testing.glue_folders import write_glue_folders
 from helpers import run_script, subprocess_env
-from test_pretraining import metrics, pretrain
+from pretraining_runs import metrics, pretrain
 
 HOLD = ("import sys, time\nfrom albert_hf.runtime import output_lock\n"
         "output_lock.acquire(sys.argv[1], '--output_dir')\nprint('held', flush=True)\ntime.sleep(120)\n")

@@ -200,7 +200,7 @@ def test_each_job_has_its_folder_and_the_top_level_stays_small():
     assert {name for names in LAYERS for name in names} - {"core"} == folders
 
 
-def test_only_pretraining_py_sees_the_whole_pretraining_job():
+def test_only_job_py_sees_the_whole_pretraining_job():
     """The job's object (`pretraining.job.Pretraining`) stays in pretraining/job.py: no other module of albert_hf
     imports it or has a function taking a `run`; the modules below the job take explicit arguments."""
     found = []

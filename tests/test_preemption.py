@@ -18,8 +18,8 @@ from safetensors.torch import load_file
 from albert_hf.pretraining.checkpoints import STATE_FILE
 from albert_hf.runtime.preemption import PREEMPTED
 from helpers import REPO, run_bounded, signal_job, start_process, subprocess_env
+from pretraining_runs import check_same_weights_and_curve, metrics, pretrain
 from test_distributed import LAUNCH
-from test_pretraining import check_same_weights_and_curve, metrics, pretrain
 
 pytestmark = pytest.mark.trains
 
@@ -597,7 +597,7 @@ def test_a_signal_during_an_evaluation_a_checkpoint_or_the_final_folder_lets_it_
     """During the held-out evaluation or a checkpoint (at step 10) the run finishes it and stops after that step
     with a complete step_10 and status 75; during the final folder it completes the folder and exits with 0, saying
     the signal came after the run completed."""
-    from test_pretraining import FAST, SCRIPT
+    from pretraining_runs import FAST, SCRIPT
 
     run = tmp_path / "run"
     argv = ["--output_dir", str(run), *FAST, *ARGS, *extra]

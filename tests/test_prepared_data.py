@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 from albert_hf.errors import InputError
 from albert_hf.pretraining.job import parse_args
 from helpers import run_bounded, subprocess_env
-from test_pretraining import SCRIPT, metrics
+from pretraining_runs import SCRIPT, metrics
 
 DATA = ["--vocab_size", "500", "--max_seq_length", "64", "--dupe_factor", "1", "--max_eval_samples", "64"]
 # --seed seeds the pairs (recorded in the manifest) and, separately, each training run's weights and masks

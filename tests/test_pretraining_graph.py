@@ -16,7 +16,7 @@ from albert_hf.pretraining.collator import fixed_size_positions
 from albert_hf.pretraining.step import training_step
 from albert_hf.pretraining.step_graph import MODE, StepGraph, refusal
 from helpers import tiny_config
-from test_pretraining import pretrain
+from pretraining_runs import pretrain
 
 
 class RunsAtCapture:

@@ -82,7 +82,7 @@ def test_a_tracked_pretraining_run_pushed_to_the_hub_and_its_prepared_data_hold_
     """--with_tracking (TensorBoard: hparams and events), a checkpoint, the final folder pushed to a fake Hub, and
     --preprocess_only's manifest: the token is in no file and no printed line."""
     from albert_hf.pretraining.job import main
-    from test_pretraining import FAST
+    from pretraining_runs import FAST
 
     hub = FakeHub(tmp_path / "hub")
     with hub.patched():

@@ -17,15 +17,9 @@ from safetensors.torch import load_file
 from albert_hf.pretraining.checkpoints import STATE_FILE
 from albert_hf.runtime.storage import fault_of
 from helpers import REPO, run_bounded, subprocess_env
+from pretraining_runs import FAST, RESUME_ARGS, SCRIPT, check_same_weights_and_curve, pretrain
 from test_glue import common_args, glue_root  # noqa: F401 - glue_root: a fixture the tests below take
-from test_pretraining import (
-    FAST,
-    RESUME_ARGS,
-    SCRIPT,
-    check_same_weights_and_curve,
-    pretrain,
-    reference_run,  # noqa: F401 - a fixture the tests below take
-)
+from test_resume import reference_run  # noqa: F401 - a fixture the tests below take
 
 FAILING_WRITES = str(REPO / "tests" / "failing_writes.py")
 

@@ -12,12 +12,13 @@ import pytest
 
 from albert_hf.errors import InputError
 from albert_hf.pretraining.corpus import first_documents, text_file_stream
+from albert_hf.pretraining.flags import parse_args
 from albert_hf.pretraining.inputs import build_data
 from albert_hf.runtime.preemption import PREEMPTED
 from data_fixtures import embedded
 from helpers import REPO, run_bounded, subprocess_env
+from pretraining_runs import check_same_weights_and_curve, metrics, pretrain, pretrain_runs
 from test_preemption import DDP, signal_once_training, stopped_step
-from test_pretraining import check_same_weights_and_curve, metrics, parse_args, pretrain, pretrain_runs
 
 FILES = 24
 
