@@ -19,7 +19,7 @@ Data: the Hub's nyu-mll/glue by task name, or local files (--data_dir with the o
 --train_file/--validation_file/--test_file as .tsv/.csv/.json/.jsonl). Writes, as transformers' run_glue.py,
 train_results.json, eval_results.json (MNLI's mismatched dev set as `eval_accuracy_mm`, ...), predict_results.json
 when a test file has labels (the GLUE test files have none), and all_results.json with them all; with --do_predict
-the GLUE submission files (MRPC.tsv, MNLI-m.tsv, ...). Task logic: albert_hf/tasks/glue.py.
+the GLUE submission files (MRPC.tsv, MNLI-m.tsv, ...). Task logic: albert_hf/tasks/glue/ (tasks.py, files.py, job.py).
 """
 
 import signal
@@ -30,11 +30,8 @@ signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGTERM, signal.SIGINT, signal.
 from transformers import DataCollatorWithPadding
 
 from albert_hf import AlbertHFForSequenceClassification
-from albert_hf.errors import InputError
-from albert_hf.tasks import glue
+from albert_hf.tasks.arguments import SeedRun
 from albert_hf.tasks.finetuning import (
-    AlbertTrainer,
-    apply_paper_hparams,
     best_by_task_metric,
     evaluate_splits,
     finish,
@@ -47,26 +44,23 @@ from albert_hf.tasks.finetuning import (
     train_evaluate_predict,
     wanted_samples,
 )
+from albert_hf.tasks.glue import job as glue
+from albert_hf.tasks.recipe import apply_paper_hparams
 from albert_hf.tasks.seeds import run_seeds
+from albert_hf.tasks.trainer import AlbertTrainer
 
 
-def main(argv=None) -> dict:
-    model_args, data_args, training_args = parse_arguments(glue.GlueDataArguments, argv)
+def main(argv=None, seed_run: SeedRun | None = None) -> dict:
+    model_args, data_args, training_args = parse_arguments(glue.GlueDataArguments, argv, seed_run)
     if training_args.seed_list is not None:  # --seeds / --num_seeds: this main once per seed, then the summary
         return run_seeds(main, argv, training_args)
-    task = data_args.task  # None: the user's own data, whose task is read from it (glue.task_and_splits)
     wanted = wanted_samples(training_args, data_args)
-    if task is not None and task.predict_only and set(wanted) != {"test"}:
-        raise InputError(f"{task.name} is the GLUE diagnostic set (unlabelled): --do_predict only, with a "
-                         "model fine-tuned on MNLI")
+    data_args.task_data.check_wanted(wanted)  # a GLUE task or the user's own data (glue.TaskData)
     last_checkpoint = setup(training_args)  # logging first, so that what --paper_hparams sets is logged
     recipe = None
     if training_args.paper_hparams:
-        if task is None:
-            raise InputError("--paper_hparams is the paper's recipe for a GLUE --task_name; for your own data give "
-                             "the hyper-parameters explicitly")
         model_args, data_args, training_args, recipe = apply_paper_hparams(
-            *glue.paper_recipe(task), model_args, data_args, training_args, argv)
+            *data_args.task_data.paper_recipe(), model_args, data_args, training_args, argv, seed_run)
     task, raw_splits, sources, splits = glue.task_and_splits(data_args, model_args, wanted)
 
     tokenizer, model = load_tokenizer_and_model(model_args, AlbertHFForSequenceClassification, **task.label_config())
@@ -91,7 +85,7 @@ def main(argv=None) -> dict:
                                          suffixes=glue.SUFFIXES),
         predict=lambda _: glue.predict_and_write(trainer, task, features, raw_splits, splits, sources,
                                                  training_args.output_dir),
-        baseline=lambda: glue.baseline(task, features[validation_splits[0]]))
+        baseline=lambda: glue.baseline(task, features[validation_splits[0]]), seed_run=seed_run)
     if training_args.do_train or training_args.push_to_hub:
         finish(trainer, model_args, training_args, data_args, recipe, data_args.card_dataset(wanted, task))
     return results

@@ -22,8 +22,8 @@ from transformers import DataCollatorForTokenClassification
 from albert_hf import AlbertHFForTokenClassification
 from albert_hf.errors import InputError
 from albert_hf.tasks import ner
+from albert_hf.tasks.arguments import SeedRun
 from albert_hf.tasks.finetuning import (
-    AlbertTrainer,
     best_by_task_metric,
     evaluate_splits,
     finish,
@@ -38,10 +38,11 @@ from albert_hf.tasks.finetuning import (
     wanted_samples,
 )
 from albert_hf.tasks.seeds import run_seeds
+from albert_hf.tasks.trainer import AlbertTrainer
 
 
-def main(argv=None) -> dict:
-    model_args, data_args, training_args = parse_arguments(ner.NerDataArguments, argv)
+def main(argv=None, seed_run: SeedRun | None = None) -> dict:
+    model_args, data_args, training_args = parse_arguments(ner.NerDataArguments, argv, seed_run)
     if training_args.seed_list is not None:  # --seeds / --num_seeds: this main once per seed, then the summary
         return run_seeds(main, argv, training_args)
     if training_args.paper_hparams:
@@ -77,7 +78,7 @@ def main(argv=None) -> dict:
         evaluate=lambda: evaluate_splits(trainer, {"validation": inputs["validation"]}),
         predict=lambda _: ner.predict_and_write(trainer, features["test"], inputs["test"], names, per_type,
                                                 training_args.output_dir),
-        baseline=lambda: ner.BASELINE)
+        baseline=lambda: ner.BASELINE, seed_run=seed_run)
     finish(trainer, model_args, training_args, data_args)
     return results
 

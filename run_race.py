@@ -24,9 +24,8 @@ signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGTERM, signal.SIGINT, signal.
 from albert_hf import AlbertHFForMultipleChoice
 from albert_hf.errors import InputError
 from albert_hf.tasks import race
+from albert_hf.tasks.arguments import SeedRun
 from albert_hf.tasks.finetuning import (
-    AlbertTrainer,
-    apply_paper_hparams,
     best_by_task_metric,
     evaluate_splits,
     finish,
@@ -38,11 +37,13 @@ from albert_hf.tasks.finetuning import (
     train_evaluate_predict,
     wanted_samples,
 )
+from albert_hf.tasks.recipe import apply_paper_hparams
 from albert_hf.tasks.seeds import run_seeds
+from albert_hf.tasks.trainer import AlbertTrainer
 
 
-def main(argv=None) -> dict:
-    model_args, data_args, training_args = parse_arguments(race.RaceDataArguments, argv)
+def main(argv=None, seed_run: SeedRun | None = None) -> dict:
+    model_args, data_args, training_args = parse_arguments(race.RaceDataArguments, argv, seed_run)
     if training_args.seed_list is not None:  # --seeds / --num_seeds: this main once per seed, then the summary
         return run_seeds(main, argv, training_args)
     if data_args.race_recipe != "v2" and not training_args.paper_hparams:
@@ -52,7 +53,7 @@ def main(argv=None) -> dict:
     recipe = None
     if training_args.paper_hparams:
         model_args, data_args, training_args, recipe = apply_paper_hparams(
-            *race.paper_recipe(data_args), model_args, data_args, training_args, argv)
+            *race.paper_recipe(data_args), model_args, data_args, training_args, argv, seed_run)
 
     questions = {split: limit(race.load_race_split(data_args, split, model_args.cache_dir, model_args.token), cap)
                  for split, cap in wanted_samples(training_args, data_args).items()}
@@ -78,7 +79,8 @@ def main(argv=None) -> dict:
 
     results = train_evaluate_predict(trainer, training_args, last_checkpoint, len(features.get("train", ())),
                                      evaluate=lambda: evaluate("validation", "eval"),
-                                     predict=lambda _: evaluate("test", "predict"), baseline=lambda: race.BASELINE)
+                                     predict=lambda _: evaluate("test", "predict"), baseline=lambda: race.BASELINE,
+                                     seed_run=seed_run)
     finish(trainer, model_args, training_args, data_args, recipe)
     return results
 

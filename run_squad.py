@@ -29,8 +29,8 @@ import logging
 from transformers import default_data_collator
 
 from albert_hf import AlbertHFForQuestionAnswering, AlbertHFForQuestionAnsweringWithAnswerability
+from albert_hf.tasks.arguments import SeedRun
 from albert_hf.tasks.finetuning import (
-    apply_paper_hparams,
     best_by_task_metric,
     finish,
     load_tokenizer_and_model,
@@ -40,6 +40,7 @@ from albert_hf.tasks.finetuning import (
     train_evaluate_predict,
     wanted_samples,
 )
+from albert_hf.tasks.recipe import apply_paper_hparams
 from albert_hf.tasks.seeds import run_seeds
 from albert_hf.tasks.squad import job as squad
 from albert_hf.tasks.squad.features import (
@@ -54,8 +55,8 @@ from albert_hf.tasks.squad.job import SquadDataArguments, SquadTrainer, paper_re
 logger = logging.getLogger("run_squad")
 
 
-def main(argv=None) -> dict:
-    model_args, data_args, training_args = parse_arguments(SquadDataArguments, argv)
+def main(argv=None, seed_run: SeedRun | None = None) -> dict:
+    model_args, data_args, training_args = parse_arguments(SquadDataArguments, argv, seed_run)
     if training_args.seed_list is not None:  # --seeds / --num_seeds: this main once per seed, then the summary
         return run_seeds(main, argv, training_args)
     wanted = wanted_samples(training_args, data_args)
@@ -64,7 +65,7 @@ def main(argv=None) -> dict:
     recipe = None
     if training_args.paper_hparams:
         model_args, data_args, training_args, recipe = apply_paper_hparams(
-            *paper_recipe(data_args), model_args, data_args, training_args, argv)
+            *paper_recipe(data_args), model_args, data_args, training_args, argv, seed_run)
     if data_args.answerability_head:
         tokenizer, model = load_tokenizer_and_model(model_args, AlbertHFForQuestionAnsweringWithAnswerability,
                                                     start_n_top=data_args.start_n_top, end_n_top=data_args.end_n_top)
@@ -101,7 +102,8 @@ def main(argv=None) -> dict:
     results = train_evaluate_predict(
         trainer, training_args, last_checkpoint, len(train_examples),
         evaluate=lambda: squad.evaluate_and_write(trainer, eval_examples, eval_features, training_args.output_dir),
-        predict=predict, baseline=lambda: squad.baseline(eval_examples, data_args.version_2_with_negative))
+        predict=predict, baseline=lambda: squad.baseline(eval_examples, data_args.version_2_with_negative),
+        seed_run=seed_run)
     finish(trainer, model_args, training_args, data_args, recipe)
     return results
 

@@ -272,12 +272,14 @@ def _checkpointing(tiny_checkpoint: Path, output_dir: Path):
 
 def _glue(task_name: str, file_name: str):
     def target(folder: Path, res: Resources):
-        from albert_hf.tasks import glue
+        from albert_hf.tasks.glue.files import load_raw_splits, prepare_splits
+        from albert_hf.tasks.glue.job import GlueDataArguments, tokenize_function
 
-        args = glue.GlueDataArguments(task_name=task_name, train_file=str(folder / file_name))
-        raw, sources = glue.load_raw_splits(args, {"train"})
-        splits = glue.prepare_splits(raw, sources, args.task)
-        splits["train"].map(glue.tokenize_function(res.tokenizer, args.task, 32, False), batched=True)
+        args = GlueDataArguments(task_name=task_name, train_file=str(folder / file_name))
+        task = args.task_data.task
+        raw, sources = load_raw_splits(args, task, {"train"})
+        splits = prepare_splits(raw, sources, task)
+        splits["train"].map(tokenize_function(res.tokenizer, task, 32, False), batched=True)
     return target
 
 
@@ -324,7 +326,8 @@ def _model_folder(folder: Path, res: Resources):
     import torch
 
     from albert_hf import AlbertHFForSequenceClassification
-    from albert_hf.tasks.finetuning import ModelArguments, load_tokenizer_and_model
+    from albert_hf.tasks.arguments import ModelArguments
+    from albert_hf.tasks.finetuning import load_tokenizer_and_model
 
     tokenizer, model = load_tokenizer_and_model(ModelArguments(model_name_or_path=str(folder / "model")),
                                                 AlbertHFForSequenceClassification)

@@ -11,10 +11,8 @@ from albert_hf import AlbertHFForSequenceClassification
 from albert_hf.errors import InputError
 from albert_hf.optimization import AdamWeightDecay
 from albert_hf.tasks import race
+from albert_hf.tasks.arguments import AlbertTrainingArguments, ModelArguments
 from albert_hf.tasks.finetuning import (
-    AlbertTrainer,
-    AlbertTrainingArguments,
-    ModelArguments,
     check_columns,
     evaluate_splits,
     fit_max_seq_length,
@@ -24,10 +22,11 @@ from albert_hf.tasks.finetuning import (
     setup,
     train,
 )
-from albert_hf.tasks.glue import GlueDataArguments
+from albert_hf.tasks.glue.job import GlueDataArguments
 from albert_hf.tasks.race import RaceDataArguments
 from albert_hf.tasks.squad import job as squad
 from albert_hf.tasks.squad.features import SquadDataArguments
+from albert_hf.tasks.trainer import AlbertTrainer
 
 
 @dataclass
@@ -195,7 +194,7 @@ RECIPE = dict(learning_rate=3e-5, batch_size=32, max_steps=100, warmup_steps=10,
 
 
 def resolve(tmp_path, *flags):
-    from albert_hf.tasks.finetuning import apply_paper_hparams
+    from albert_hf.tasks.recipe import apply_paper_hparams
 
     argv = ["--model_name_or_path", "m", "--output_dir", str(tmp_path), "--paper_hparams", *flags]
     model_args, data_args, training_args = parse_arguments(LengthArguments, argv)
@@ -255,7 +254,7 @@ def test_paper_hparams_total_batch_that_does_not_split_names_the_flags(tmp_path)
 def test_paper_hparams_from_an_arguments_file_keep_its_values_and_leave_the_parsed_arguments(tmp_path):
     import json
 
-    from albert_hf.tasks.finetuning import apply_paper_hparams
+    from albert_hf.tasks.recipe import apply_paper_hparams
 
     argv = [tmp_path / "args.json"]
     argv[0].write_text(json.dumps({"model_name_or_path": "m", "output_dir": str(tmp_path / "out"),
@@ -281,7 +280,7 @@ def test_flags_after_an_arguments_file_override_it_and_its_required_values_count
 
 
 def test_paper_hparams_values_meet_the_checks_a_flag_meets(tmp_path):
-    from albert_hf.tasks.finetuning import apply_paper_hparams
+    from albert_hf.tasks.recipe import apply_paper_hparams
 
     argv = ["--model_name_or_path", "m", "--output_dir", str(tmp_path), "--paper_hparams", "--compile_blocks"]
     parsed = parse_arguments(LengthArguments, argv)
@@ -301,7 +300,7 @@ def test_lengths_are_fitted_to_the_model_in_a_checked_copy_and_the_parsed_argume
     glue_args = GlueDataArguments(task_name="MRPC", max_seq_length=128)
     fitted = fit_max_seq_length(glue_args, config)
     assert (glue_args.max_seq_length, fitted.max_seq_length) == (128, 32)
-    assert fitted.task is glue_args.task and fitted.task_name == "mrpc"
+    assert fitted.task_data.task is glue_args.task_data.task and fitted.task_name == "mrpc"
     fits = GlueDataArguments(task_name="mrpc", max_seq_length=16)
     assert fit_max_seq_length(fits, config) is fits
     squad_args = SquadDataArguments(train_file="train.json", max_seq_length=384)  # --max_query_length 64

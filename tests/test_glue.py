@@ -1,4 +1,4 @@
-"""run_glue.py and albert_hf/tasks/glue.py: GLUE readers, metrics, --paper_hparams, end-to-end runs with a tiny
+"""run_glue.py and albert_hf/tasks/glue/: GLUE readers, metrics, --paper_hparams, end-to-end runs with a tiny
 model."""
 
 import csv
@@ -140,7 +140,8 @@ def glue_root(tmp_path_factory):
     ("ax", "diagnostic.tsv", {"premise": PAIRS[1][0], "hypothesis": PAIRS[1][1], "idx": 11}),
 ])
 def test_read_glue_tsv_every_original_layout(glue_root, task_name, split, expected):
-    from albert_hf.tasks.glue import TASKS, read_glue_tsv
+    from albert_hf.tasks.glue.files import read_glue_tsv
+    from albert_hf.tasks.glue.tasks import TASKS
 
     task = TASKS[task_name]
     dataset = read_glue_tsv(glue_root / task.folder / split, task)
@@ -150,7 +151,8 @@ def test_read_glue_tsv_every_original_layout(glue_root, task_name, split, expect
 
 
 def test_real_files_read_completely_with_quotes_and_bom():
-    from albert_hf.tasks.glue import TASKS, read_glue_tsv
+    from albert_hf.tasks.glue.files import read_glue_tsv
+    from albert_hf.tasks.glue.tasks import TASKS
 
     mrpc_dev = read_glue_tsv(shared_glue("MRPC", "dev.tsv"), TASKS["mrpc"])
     assert len(mrpc_dev) == 408  # 409 lines with the header
@@ -174,7 +176,8 @@ def test_real_files_read_completely_with_quotes_and_bom():
 def test_label_encoding_accepts_file_values_hub_names_and_ids():
     from datasets import Dataset
 
-    from albert_hf.tasks.glue import TASKS, encode_labels
+    from albert_hf.tasks.glue.files import encode_labels
+    from albert_hf.tasks.glue.tasks import TASKS
 
     dataset = Dataset.from_dict({"label": ["contradiction", "entailment", "neutral"]})
     assert encode_labels(dataset, TASKS["mnli"], "f")["label"] == [2, 0, 1]  # the Hub's order e/n/c
@@ -217,17 +220,21 @@ BAD_FILES = [  # task, flag, file name, content, the one line it stops with
 
 @pytest.mark.parametrize("task_name, flag, name, content, message", BAD_FILES)
 def test_bad_input_stops_with_file_and_field(tmp_path, task_name, flag, name, content, message):
-    from albert_hf.tasks.glue import GlueDataArguments, load_raw_splits, prepare_splits
+    from albert_hf.tasks.glue.files import load_raw_splits, prepare_splits
+    from albert_hf.tasks.glue.job import GlueDataArguments
 
     path = tmp_path / name
     path.write_bytes(content if isinstance(content, bytes) else content.encode())
     with pytest.raises(ValueError, match=message):
         data_args = GlueDataArguments(task_name=task_name, **{flag: str(path)})
-        prepare_splits(*load_raw_splits(data_args, {flag.split("_")[0]}), data_args.task)
+        task = data_args.task_data.task
+        prepare_splits(*load_raw_splits(data_args, task, {flag.split("_")[0]}), task)
 
 
 def test_a_bad_task_extension_or_header_only_file_stops_with_its_name(tmp_path):
-    from albert_hf.tasks.glue import GlueDataArguments, get_task, read_glue_tsv
+    from albert_hf.tasks.glue.files import read_glue_tsv
+    from albert_hf.tasks.glue.job import GlueDataArguments
+    from albert_hf.tasks.glue.tasks import get_task
 
     header_only = tmp_path / "header.tsv"
     header_only.write_text("index\tsentence1\tsentence2\tlabel\n")
@@ -240,7 +247,8 @@ def test_a_bad_task_extension_or_header_only_file_stops_with_its_name(tmp_path):
 
 
 def test_malformed_tsv_rows_are_skipped_and_counted(tmp_path, caplog):
-    from albert_hf.tasks.glue import TASKS, read_glue_tsv
+    from albert_hf.tasks.glue.files import read_glue_tsv
+    from albert_hf.tasks.glue.tasks import TASKS
 
     path = tmp_path / "train.tsv"
     write_tsv(path, ["id", "qid1", "qid2", "question1", "question2", "is_duplicate"],
@@ -252,16 +260,18 @@ def test_malformed_tsv_rows_are_skipped_and_counted(tmp_path, caplog):
 
 
 def test_hub_by_task_name_offline_points_to_local_files(caplog, tmp_path):
-    from albert_hf.tasks.glue import GlueDataArguments, load_raw_splits, prepare_splits
+    from albert_hf.tasks.glue.files import load_raw_splits, prepare_splits
+    from albert_hf.tasks.glue.job import GlueDataArguments
+    from albert_hf.tasks.glue.tasks import TASKS
 
     # No local file: the Hub dataset is asked for, which the offline test environment refuses at once.
     with pytest.raises(InputError, match=r"nyu-mll/glue(.|\n)*Offline\? Pass --data_dir"):
-        load_raw_splits(GlueDataArguments(task_name="mrpc"), {"train"})
+        load_raw_splits(GlueDataArguments(task_name="mrpc"), TASKS["mrpc"], {"train"})
     path = tmp_path / "train.csv"
     path.write_text("question1,question2,label\nWhy?,,0\nHow?,What?,1\n")
     data_args = GlueDataArguments(task_name="qqp", train_file=str(path))
     with caplog.at_level(logging.WARNING, logger="albert_hf.tasks.glue"):
-        splits = prepare_splits(*load_raw_splits(data_args, {"train"}), data_args.task)
+        splits = prepare_splits(*load_raw_splits(data_args, TASKS["qqp"], {"train"}), TASKS["qqp"])
     assert splits["train"]["label"] == [0, 1]
     assert "1 empty value(s) in column 'question2', read as empty text" in caplog.text
 
@@ -271,11 +281,12 @@ def test_hub_by_task_name_offline_points_to_local_files(caplog, tmp_path):
 
 
 def parse(argv):
-    from albert_hf.tasks.finetuning import apply_paper_hparams, parse_arguments
-    from albert_hf.tasks.glue import GlueDataArguments, paper_recipe
+    from albert_hf.tasks.finetuning import parse_arguments
+    from albert_hf.tasks.glue.job import GlueDataArguments
+    from albert_hf.tasks.recipe import apply_paper_hparams
 
     model_args, data_args, training_args = parse_arguments(GlueDataArguments, argv)
-    return apply_paper_hparams(*paper_recipe(data_args.task), model_args, data_args, training_args, argv)[:3]
+    return apply_paper_hparams(*data_args.task_data.paper_recipe(), model_args, data_args, training_args, argv)[:3]
 
 
 def test_paper_hparams_set_spec_values_and_keep_explicit_flags(tmp_path):
@@ -315,7 +326,8 @@ def test_paper_hparams_set_spec_values_and_keep_explicit_flags(tmp_path):
 
 
 def test_write_submission_uses_glue_label_values(tmp_path):
-    from albert_hf.tasks.glue import TASKS, write_submission
+    from albert_hf.tasks.glue.files import write_submission
+    from albert_hf.tasks.glue.tasks import TASKS
 
     logits = np.array([[0.1, 0.9, 0.0], [2.0, 1.0, 0.0], [0.0, 0.0, 3.0]])
     path = write_submission(tmp_path / "MNLI-m.tsv", TASKS["mnli"], [5, 6, 7], logits)
@@ -353,7 +365,7 @@ EXPECTED_KEYS = {"cola": {"eval_matthews_correlation"}, "stsb": {"eval_pearson",
 @pytest.mark.parametrize("task_name", ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli"])
 @pytest.mark.trains
 def test_end_to_end_every_task_from_original_tsv_folders(task_name, glue_root, tiny_checkpoint, tmp_path):
-    from albert_hf.tasks.glue import TASKS
+    from albert_hf.tasks.glue.tasks import TASKS
 
     task = TASKS[task_name]
     run_glue(common_args(tiny_checkpoint, tmp_path, "--task_name", task_name, "--data_dir", glue_root,
@@ -487,8 +499,8 @@ def test_labelled_test_files_are_scored_into_predict_results_and_all_results_has
 def test_test_set_labels_are_used_only_when_every_row_has_one(tmp_path, caplog):
     from datasets import Dataset
 
-    from albert_hf.tasks import glue as script
-    from albert_hf.tasks.glue import TASKS
+    from albert_hf.tasks.glue import job as script
+    from albert_hf.tasks.glue.tasks import TASKS
 
     rte = TASKS["rte"]
     assert script.labels_of_test_set(Dataset.from_dict({"sentence1": ["a", "b"]}), rte, "t.tsv") is None
@@ -540,7 +552,7 @@ def test_end_to_end_on_real_glue_files(task_name, folder, tiny_checkpoint, tmp_p
 
     shared_glue(folder)
     caplog.set_level(logging.INFO, logger="albert_hf.tasks.glue")
-    caplog.set_level(logging.INFO, logger="albert_hf.tasks.finetuning")  # where --paper_hparams logs
+    caplog.set_level(logging.INFO, logger="albert_hf.tasks.recipe")  # where --paper_hparams logs
     # --paper_hparams with the size flags given explicitly: the official optimizer and schedule run, the rest is
     # kept small.
     run_glue(common_args(tiny_checkpoint, tmp_path, "--task_name", task_name, "--data_dir", GLUE_DATA,

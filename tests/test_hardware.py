@@ -266,7 +266,7 @@ def test_fine_tuning_with_bf16_on_a_cpu_runs_there_and_warns_once_where_it_is_sl
     import logging
 
     from albert_hf.tasks import finetuning
-    from albert_hf.tasks.finetuning import AlbertTrainingArguments
+    from albert_hf.tasks.arguments import AlbertTrainingArguments
 
     args = AlbertTrainingArguments(output_dir=str(tmp_path / "out"), bf16=True, report_to="none")
     assert args.use_cpu and args.bf16

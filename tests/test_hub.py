@@ -179,7 +179,8 @@ def test_a_model_or_tokenizer_that_cannot_be_loaded_stops_with_the_argument_name
     from albert_hf.pretraining.arguments import DataArgs, ModelArgs
     from albert_hf.pretraining.inputs import load_tokenizer
     from albert_hf.pretraining.model import resolve_config
-    from albert_hf.tasks.finetuning import ModelArguments, load_tokenizer_and_model
+    from albert_hf.tasks.arguments import ModelArguments
+    from albert_hf.tasks.finetuning import load_tokenizer_and_model
 
     with pytest.raises(InputError, match=r"^--tokenizer_name someone/no-such-albert: cannot load it \(no local "
                                          r"folder by that name, so it was looked up on the Hub\)") as stopped:
@@ -383,8 +384,10 @@ def test_finish_writes_a_race_card_with_license_base_model_and_test_results_with
         tmp_path, hub_unreachable):
     """finish() on a trainer whose base is a Hub name (never loaded here): base_model, the license argument, the
     Hub dataset by its current id, and eval_/predict_ results as the validation/test splits of the subset."""
-    from albert_hf.tasks.finetuning import AlbertTrainer, AlbertTrainingArguments, finish, parse_arguments
+    from albert_hf.tasks.arguments import AlbertTrainingArguments
+    from albert_hf.tasks.finetuning import finish, parse_arguments
     from albert_hf.tasks.race import RaceDataArguments
+    from albert_hf.tasks.trainer import AlbertTrainer
 
     model_args = parse_arguments(RaceDataArguments, ["--model_name_or_path", "albert/albert-base-v2", "--license",
                                                      "apache-2.0", "--output_dir", str(tmp_path)])[0]
@@ -411,8 +414,9 @@ def test_finish_writes_a_race_card_with_license_base_model_and_test_results_with
 def test_card_datasets_are_hub_data_or_its_official_files_only(tmp_path):
     """`datasets` lists a Hub dataset when the data came from the Hub or is that dataset's own files in their
     official format; other local files are described in the text instead."""
-    from albert_hf.tasks.finetuning import AlbertTrainingArguments, wanted_splits
-    from albert_hf.tasks.glue import GlueDataArguments
+    from albert_hf.tasks.arguments import AlbertTrainingArguments
+    from albert_hf.tasks.finetuning import wanted_splits
+    from albert_hf.tasks.glue.job import GlueDataArguments
     from albert_hf.tasks.race import RaceDataArguments
     from albert_hf.tasks.squad.job import SquadDataArguments
     from data_fixtures import SHARED_DATA

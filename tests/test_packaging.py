@@ -283,7 +283,7 @@ def test_the_assignment_finder_finds_an_argument_changed_in_a_tuple_target():
 def test_no_code_changes_the_arguments_after_parsing():
     """The scripts' and the pretraining job's arguments keep the values they were checked with: a value that must
     be fitted (a length capped at the model's positions) makes a checked copy (`dataclasses.replace`), and
-    --paper_hparams parses the arguments again with the recipe as their defaults (`finetuning.apply_paper_hparams`)."""
+    --paper_hparams parses the arguments again with the recipe as their defaults (`recipe.apply_paper_hparams`)."""
     found = [f"{path.name}:{where}" for path in code_files() for where in assignments_to_arguments(path.read_text())]
     assert not found, found
 

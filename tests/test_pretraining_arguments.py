@@ -207,7 +207,7 @@ def test_arguments_from_a_json_or_yaml_file_equal_the_same_flags(tmp_path, suffi
 ])
 def test_a_mistake_in_the_arguments_is_one_line_naming_it(tmp_path, capsys, argv, message):
     from albert_hf.tasks.finetuning import parse_arguments
-    from albert_hf.tasks.glue import GlueDataArguments
+    from albert_hf.tasks.glue.job import GlueDataArguments
 
     file, missing = tmp_path / "args.yaml", tmp_path / "missing.json"
     file.write_text("learning_rat: 0.1\n")

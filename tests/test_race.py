@@ -344,7 +344,8 @@ OFFICIAL_OPTIMIZER = {"official_optimizer": True, "adam_epsilon": 1e-6, "weight_
 
 
 def race_recipe(tmp_path, *flags):
-    from albert_hf.tasks.finetuning import apply_paper_hparams, parse_arguments
+    from albert_hf.tasks.finetuning import parse_arguments
+    from albert_hf.tasks.recipe import apply_paper_hparams
 
     argv = ["--model_name_or_path", "m", "--output_dir", str(tmp_path), "--paper_hparams", *flags]
     model_args, data_args, training_args = parse_arguments(RaceDataArguments, argv)

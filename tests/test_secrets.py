@@ -45,7 +45,7 @@ def test_secret_names_and_the_command_line_mask_only_credentials():
 def test_pickled_training_arguments_hold_the_mask_while_copies_keep_the_token(tmp_path, token):
     """Trainer writes training_args.bin (torch.save of the arguments) into every checkpoint and output folder, and
     pushes it; transformers masks the token in to_dict() only. Copies in the process still push with the token."""
-    from albert_hf.tasks.finetuning import AlbertTrainingArguments
+    from albert_hf.tasks.arguments import AlbertTrainingArguments
 
     args = AlbertTrainingArguments(output_dir=str(tmp_path / "out"), hub_token=token, report_to="none")
     torch.save(args, tmp_path / "training_args.bin")

@@ -17,8 +17,8 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from albert_hf.errors import InputError, NothingProduced
 from albert_hf.runtime.preemption import PREEMPTED
-from albert_hf.tasks import finetuning
-from albert_hf.tasks.finetuning import recipe_arguments
+from albert_hf.tasks import trainer
+from albert_hf.tasks.recipe import recipe_arguments
 from albert_hf.tasks.seeds import Baseline, majority_class, statistics_of
 from helpers import check_best_checkpoint, check_seed_summary, finetuning_args, run_script
 from test_own_data import reviews, write_csv
@@ -47,8 +47,8 @@ def test_baselines_by_hand():
         baseline.learned({"eval_f1": 0.9})
     from datasets import Dataset
 
-    from albert_hf.tasks.glue import TASKS
-    from albert_hf.tasks.glue import baseline as glue_baseline
+    from albert_hf.tasks.glue.job import baseline as glue_baseline
+    from albert_hf.tasks.glue.tasks import TASKS
     from albert_hf.tasks.squad.job import baseline as squad_baseline
 
     assert glue_baseline(TASKS["cola"], None) == Baseline("matthews_correlation", 0.0, "a constant prediction")
@@ -201,14 +201,14 @@ def test_an_interrupted_run_resumes_with_the_seeds_still_missing(tiny_checkpoint
     train, dev = data(tmp_path)
     out = tmp_path / "out"
     argv = seed_args(tiny_checkpoint, out, train, dev, "--seeds", 1, 2, 3, "--num_train_epochs", 2)
-    step_end = finetuning.StopOnSignalCallback.on_step_end
+    step_end = trainer.StopOnSignalCallback.on_step_end
 
     def sigterm_in_seed_2(self, args, state, control, **kwargs):
         if args.seed == 2 and state.global_step == 3:
             os.kill(os.getpid(), signal.SIGTERM)
         return step_end(self, args, state, control, **kwargs)
 
-    monkeypatch.setattr(finetuning.StopOnSignalCallback, "on_step_end", sigterm_in_seed_2)
+    monkeypatch.setattr(trainer.StopOnSignalCallback, "on_step_end", sigterm_in_seed_2)
     with pytest.raises(SystemExit) as stop:
         run_glue(argv)
     assert stop.value.code == PREEMPTED
@@ -218,7 +218,7 @@ def test_an_interrupted_run_resumes_with_the_seeds_still_missing(tiny_checkpoint
     assert (out / "seed_2" / "checkpoint-3").is_dir() and not (out / "seed_3").exists()
     seed_1_model = (out / "seed_1" / "model.safetensors").stat().st_mtime_ns
 
-    monkeypatch.setattr(finetuning.StopOnSignalCallback, "on_step_end", step_end)
+    monkeypatch.setattr(trainer.StopOnSignalCallback, "on_step_end", step_end)
     caplog.set_level(logging.INFO)
     try:
         summary = run_glue(argv)
@@ -235,10 +235,8 @@ def test_an_interrupted_run_resumes_with_the_seeds_still_missing(tiny_checkpoint
 def fake_seed_run(scores: dict, baseline: Baseline):
     """A script's main for run_seeds without training: the seed's folder gets a model file and eval_results.json
     with the score `scores` gives that seed."""
-    from albert_hf.tasks.finetuning import THIS_SEED
-
-    def main(argv):
-        seed, folder = THIS_SEED.get()
+    def main(argv, seed_run):
+        seed, folder = seed_run.seed, seed_run.output_dir
         os.makedirs(folder, exist_ok=True)
         metrics = {"eval_accuracy": scores[seed], "eval_runtime": 1.0}
         with open(os.path.join(folder, "eval_results.json"), "w") as file:
@@ -321,20 +319,27 @@ def test_push_to_hub_uploads_the_best_seed_once_without_the_seed_folders(tmp_pat
 
 
 def test_a_seed_run_parses_its_own_seed_and_folder_and_pushes_nothing(tmp_path):
-    """Under run_seeds every parse of the script's arguments (--paper_hparams parses them twice) gives the seed's
+    """Given its SeedRun, every parse of the script's arguments (--paper_hparams parses them twice) gives the seed's
     --seed and --output_dir, no seed list and no push: whatever --hub_strategy asks, Trainer pushes nothing while the
     seeds train (it pushes only with push_to_hub), and the best seed's folder goes up once at the end."""
-    from albert_hf.tasks.finetuning import THIS_SEED, AlbertTrainingArguments
+    from albert_hf.tasks.arguments import SeedRun
+    from albert_hf.tasks.finetuning import parse_arguments
+    from albert_hf.tasks.glue.job import GlueDataArguments
+    from albert_hf.tasks.recipe import apply_paper_hparams
 
-    token = THIS_SEED.set((7, str(tmp_path / "seed_7")))
-    try:
-        args = AlbertTrainingArguments(output_dir=str(tmp_path), seeds=[1, 7], retry_failed_seeds=1, do_train=True,
-                                       do_eval=True, push_to_hub=True, hub_model_id="someone/x", report_to="none",
-                                       hub_strategy="checkpoint")
-    finally:
-        THIS_SEED.reset(token)
-    assert (args.seed, args.output_dir, args.seed_list, args.retry_failed_seeds, args.push_to_hub) == \
-        (7, str(tmp_path / "seed_7"), None, 0, False)
+    argv = ["--model_name_or_path", "m", "--task_name", "mrpc", "--output_dir", str(tmp_path), "--seeds", "1", "7",
+            "--retry_failed_seeds", "1", "--do_train", "--do_eval", "--push_to_hub", "--hub_model_id", "someone/x",
+            "--report_to", "none", "--hub_strategy", "checkpoint", "--load_best_model_at_end", "--eval_strategy",
+            "steps", "--save_steps", "500"]
+    seed_run = SeedRun(7, str(tmp_path / "seed_7"))
+    model_args, data_args, args = parse_arguments(GlueDataArguments, argv, seed_run)
+    recipe_args = apply_paper_hparams(*data_args.task_data.paper_recipe(), model_args, data_args, args, argv,
+                                      seed_run)[2]
+    for parsed in (args, recipe_args):
+        assert (parsed.seed, parsed.output_dir, parsed.seed_list, parsed.retry_failed_seeds, parsed.push_to_hub) == \
+            (7, str(tmp_path / "seed_7"), None, 0, False)
+        # Trainer's own choice (the loss) is not taken for the user's: the task's main metric still replaces it
+        assert not parsed.metric_for_best_model_given and not parsed.greater_is_better_given
 
 
 def test_a_run_that_produced_nothing_ends_with_its_line_and_status_1(capsys):

@@ -4,7 +4,7 @@ from local facts only.
 
 Each fine-tuning script's data arguments say what its card needs: `PIPELINE_TAG`, `AUTO_CLASS`, `SCRIPT`,
 `card_tags()` and `card_dataset(wanted)` (what the Data section says, and which Hub dataset it is), beside the
-task's own code (tasks/glue.py, tasks/squad/job.py, tasks/race.py, tasks/ner.py).
+task's own code (tasks/glue/job.py, tasks/squad/job.py, tasks/race.py, tasks/ner.py).
 """
 
 import json
@@ -441,7 +441,7 @@ def write_finetuned_card(trainer, model_args, training_args, data_args, splits: 
                          paper_recipe=None, dataset: CardDataset | None = None) -> Path:
     """The card of a model fine-tuned by run_glue.py / run_squad.py / run_race.py / run_ner.py, with the metrics of
     output_dir/all_results.json, the license of --license and the resolved --paper_hparams recipe
-    (`finetuning.PaperRecipe`) when given.
+    (`tasks.recipe.PaperRecipe`) when given.
 
     Args:
         splits: the splits the run used ("train", "validation", "test"), which the card's dataset names.

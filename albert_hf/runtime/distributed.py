@@ -1,5 +1,5 @@
 """Where a run goes: the distributed mode of run_pretraining.py (`make_accelerator`) and of the Trainer-based
-fine-tuning scripts (`finetuning.AlbertTrainer`) is decided here once, named in the run's start line, and refused
+fine-tuning scripts (`tasks.trainer.AlbertTrainer`) is decided here once, named in the run's start line, and refused
 with one line when it cannot be had. There is no silent fallback.
 
 The mode comes from `accelerate launch` (its config or flags):

@@ -397,7 +397,7 @@ def predict_and_write(trainer, features: Dataset, inputs: Dataset, names: tuple[
     (None without tags). Every process calls it; only the main process writes the file.
 
     Args:
-        trainer (`finetuning.AlbertTrainer`): the run's trainer.
+        trainer (`trainer.AlbertTrainer`): the run's trainer.
         features (`datasets.Dataset`): the test split's features (`tokenize_splits`), with `first_pieces`.
         inputs (`datasets.Dataset`): its model columns (`tokenize_splits`).
         names (`tuple[str, ...]`): the tags in id order.

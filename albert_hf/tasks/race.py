@@ -31,7 +31,8 @@ from transformers import DataCollatorForMultipleChoice
 from ..errors import InputError, datasets_read_errors, input_errors
 from ..hub.model_card import CardDataset, from_sources, hub_dataset_id, limits
 from ..runtime.input_files import check_json_start
-from .finetuning import OFFICIAL_FINETUNING, best_on_dev, check_columns, fit_max_seq_length
+from .finetuning import check_columns, fit_max_seq_length
+from .recipe import OFFICIAL_FINETUNING, best_on_dev
 from .seeds import Baseline
 
 logger = logging.getLogger("albert_hf.tasks.race")
@@ -129,7 +130,7 @@ class RaceDataArguments:
 
 
 def paper_recipe(data_args: RaceDataArguments) -> tuple[str, dict]:
-    """(name, recipe) of the --race_recipe row, for `finetuning.apply_paper_hparams`."""
+    """(name, recipe) of the --race_recipe row, for `recipe.apply_paper_hparams`."""
     row = data_args.race_recipe
     return f"RACE, {row} models", {**PAPER_HPARAMS[row], **PAPER_COMMON}
 
@@ -478,7 +479,7 @@ def evaluate_and_write_predictions(trainer, split: str, dataset: Dataset, prefix
     Every process calls it (`Trainer.predict` is distributed); only the main process writes the file.
 
     Args:
-        trainer (`finetuning.AlbertTrainer`): the run's trainer.
+        trainer (`trainer.AlbertTrainer`): the run's trainer.
         split (`str`): the set's name, in the file's name: "validation" or "test".
         dataset (`datasets.Dataset`): its encoded questions (`encode_questions`), with `example_id`, `subset` and
             `label`.

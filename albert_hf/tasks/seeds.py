@@ -33,7 +33,8 @@ from ..errors import InputError, NothingProduced
 from ..hub.upload import push_folder
 from ..runtime import output_lock
 from ..runtime.storage import write_json
-from .finetuning import THIS_SEED, claim_output_dir, refuse_a_trained_model, start_logging
+from .arguments import SeedRun
+from .finetuning import claim_output_dir, refuse_a_trained_model, start_logging
 
 logger = logging.getLogger("albert_hf.tasks.seeds")
 
@@ -68,11 +69,11 @@ def majority_class(labels, names) -> Baseline:
 
 
 def run_seeds(main, argv, training_args) -> dict:
-    """Run `main(argv)` once per seed of --seeds / --num_seeds and summarise them (see the module's docstring).
+    """Run `main(argv, seed_run)` once per seed of --seeds / --num_seeds and summarise them (the module's docstring).
 
     Args:
-        main: the script's main; under this call it parses --seed and --output_dir as the seed's
-            (`finetuning.THIS_SEED`) and returns its results with a "baseline" (`Baseline`).
+        main: the script's main, `main(argv, seed_run)`: given a `SeedRun`, it runs that seed in its folder
+            (`finetuning.parse_arguments`) and returns its results with a "baseline" (`Baseline`).
         argv: the script's arguments, as main takes them.
         training_args: the parsed arguments of the whole run.
 
@@ -145,11 +146,7 @@ def previous_runs(output_dir: Path, overwrite: bool) -> dict[int, dict]:
 def run_one_seed(main, argv, seed: int, folder: Path) -> dict:
     """One seed's fine-tuning in `folder`, as the run's record: its dev and test metrics, baseline and verdict."""
     logger.info("Seed %d: fine-tuning in %s", seed, folder)
-    token = THIS_SEED.set((seed, str(folder)))
-    try:
-        results = main(argv)
-    finally:
-        THIS_SEED.reset(token)
+    results = main(argv, SeedRun(seed, str(folder)))
     baseline = results["baseline"]
     return {"seed": seed, "output_dir": folder.name, "learned": baseline.learned(results["validation"]),
             "eval": results["validation"], "predict": results.get("test", {}), "baseline": asdict(baseline)}

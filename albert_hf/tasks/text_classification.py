@@ -9,7 +9,7 @@ transformers' run_glue.py reads a user's data.
   ClassLabel keeps its names and order); floats mean regression. A checkpoint already fine-tuned on the same classes
   keeps its mapping; other classes are refused unless --ignore_mismatched_sizes.
 
-`OwnTask` answers what run_glue.py asks of a GLUE task (`glue.GlueTask`): text columns, labels, metrics and the
+`OwnTask` answers what run_glue.py asks of a GLUE task (`glue.tasks.GlueTask`): text columns, labels, metrics and the
 predictions file.
 """
 

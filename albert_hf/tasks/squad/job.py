@@ -31,8 +31,10 @@ from dataclasses import dataclass, replace
 from datasets import Dataset
 from transformers.trainer_utils import speed_metrics
 
-from ..finetuning import OFFICIAL_FINETUNING, AlbertTrainer, best_on_dev, fit_max_seq_length, save_results
+from ..finetuning import fit_max_seq_length, save_results
+from ..recipe import OFFICIAL_FINETUNING, best_on_dev
 from ..seeds import Baseline
+from ..trainer import AlbertTrainer
 from .features import SquadDataArguments, has_gold_answers, model_inputs
 from .postprocess import apply_null_threshold, golds_of, postprocess, squad_metrics, write_outputs
 
@@ -78,7 +80,7 @@ def fit_lengths(data_args: SquadDataArguments, config) -> SquadDataArguments:
 
 
 def paper_recipe(data_args: SquadDataArguments) -> tuple[str, dict]:
-    """(name, recipe) of the paper's row for the data's version, for `finetuning.apply_paper_hparams`."""
+    """(name, recipe) of the paper's row for the data's version, for `recipe.apply_paper_hparams`."""
     version = "v2.0" if data_args.version_2_with_negative else "v1.1"
     return f"SQuAD {version}", {**PAPER_HPARAMS[version], **PAPER_COMMON}
 

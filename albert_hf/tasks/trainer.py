@@ -1,0 +1,157 @@
+"""The Trainer of the fine-tuning scripts (`AlbertTrainer`: the official optimizer, our distributed modes, checkpoints a
+full disk cannot leave half-written, our model card) and the callback that stops training on a signal."""
+
+import logging
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from transformers import Trainer, TrainerCallback, TrainingArguments
+from transformers.trainer import TRAINING_ARGS_NAME
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
+
+from ..optimization import AdamWeightDecay, get_official_schedule, parameter_groups
+from ..runtime.distributed import describe, gather_full_model, requested_mode, shard_model, use_fsdp
+from ..runtime.hardware import PRECISION_NAMES, detect
+from ..runtime.preemption import StopOnSignal
+from ..runtime.storage import StorageError, agreed, fault_line, folder_bytes, refused
+
+logger = logging.getLogger("albert_hf.tasks.trainer")
+
+
+class AlbertTrainer(Trainer):
+    """Trainer that, with --official_optimizer, builds the official optimizer and schedule (`optimization.py`).
+
+    Otherwise it is transformers' Trainer unchanged. Task trainers (e.g. for SQuAD post-processing) subclass it.
+    With --compile_blocks the model's blocks are compiled in place before training.
+
+    Under `accelerate launch` it runs in the mode the config asks for, as run_pretraining.py does
+    (`runtime/distributed.py`): DDP over gloo on CPUs, and FSDP2 with ALBERT's own units on GPUs and CPUs alike (Trainer
+    alone would shard with the config's auto-wrap policy on GPUs and silently skip FSDP on CPUs). Under FSDP the
+    saved model is always the full one, whatever the config's state-dict type.
+    """
+
+    def __init__(self, *args, **kwargs):
+        self.fsdp_plugin, self.fsdp_request = requested_mode()  # before Trainer builds its Accelerator
+        super().__init__(*args, **kwargs)
+        if self.is_fsdp_enabled and self.fsdp_request.activation_checkpointing:
+            self.model.activation_checkpointing_enable()
+        if getattr(self.args, "compile_blocks", False):
+            self.model.compile_blocks()
+        if self.is_fsdp_enabled:  # before the optimizer is built: it must hold the sharded parameters
+            self.model = self.model_wrapped = shard_model(
+                self.accelerator, self.model, send_first_process_weights=self.fsdp_request.ram_efficient_loading)
+
+    def _save_checkpoint(self, model, trial):
+        """Trainer's checkpoint; one that a full disk or a refused folder stops is removed (Trainer writes in place),
+        every process stops with one line naming the checkpoint that is complete."""
+        run_dir = Path(self._get_output_dir(trial=trial))
+        folder = run_dir / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        fault = agreed(self.accelerator, refused(lambda: super(AlbertTrainer, self)._save_checkpoint(model, trial)))
+        if fault is None:
+            return
+        written = folder_bytes(folder)
+        if self.is_world_process_zero():
+            shutil.rmtree(folder, ignore_errors=True)
+        self.accelerator.wait_for_everyone()
+        complete = get_last_checkpoint(str(run_dir)) if run_dir.is_dir() else None
+        intact = (f"{Path(complete).name} is complete: free space (or fix the folder), then run the same command "
+                  "again: it resumes from there") if complete else \
+            "no checkpoint is complete yet: free space (or fix the folder), then run again"
+        needed = max(written, folder_bytes(Path(complete)) if complete else 0)
+        raise StorageError(fault_line(fault, f"the step-{self.state.global_step} checkpoint", run_dir, needed, intact))
+
+    def _build_accelerator_args(self, **kwargs):
+        accelerator_args = super()._build_accelerator_args(**kwargs)
+        if self.fsdp_plugin is not None:
+            accelerator_args["fsdp_plugin"] = self.fsdp_plugin
+        return accelerator_args
+
+    def create_accelerator_and_postprocess(self):
+        super().create_accelerator_and_postprocess()
+        if self.fsdp_plugin is not None:
+            use_fsdp(self.accelerator, self.fsdp_plugin)
+            self.is_fsdp_enabled = True
+
+    def describe_mode(self) -> str:
+        """Where this run trains, for the start line, e.g. 'FSDP2 over 2 processes on 1 machine (gloo, cpu): this
+        process holds 50.0% of the parameters', with what an FSDP config asked for that was done differently."""
+        notes = list(self.fsdp_request.notes) if self.is_fsdp_enabled else []
+        if self.is_fsdp_enabled and self.fsdp_request.ram_efficient_loading:
+            notes.append("fsdp_cpu_ram_efficient_loading: the first process's weights were sent to the others")
+        precision = PRECISION_NAMES["bf16" if self.args.bf16 else "fp16" if self.args.fp16 else "no"]
+        return f"{describe(self.accelerator, self.model, detect())}; {precision}" + "".join(f"; {n}" for n in notes)
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
+        if not self.is_fsdp_enabled:
+            return super().save_model(output_dir, _internal_call)
+        # Trainer writes no model at all under a SHARDED_STATE_DICT config, and saving the sharded module itself
+        # would copy torch's FSDP sources as the folder's remote code. The full weights are gathered into a plain
+        # model instead (a collective: every process calls save_model) and written as Trainer writes a model.
+        plain = gather_full_model(self.accelerator, self.model)
+        if plain is not None and self.args.should_save:
+            output_dir = Path(output_dir or self.args.output_dir)
+            plain.save_pretrained(output_dir)
+            if self.processing_class is not None:
+                self.processing_class.save_pretrained(output_dir)
+            torch.save(self.args, output_dir / TRAINING_ARGS_NAME)
+
+    def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
+        # --hub_strategy every_save / checkpoint / all_checkpoints: Trainer copies the checkpoint's weights, config and
+        # tokenizer into output_dir and pushes that folder; the model code the config's auto_map names stayed behind,
+        # and the pushed revision could not be loaded until the final push brought it
+        if self.is_world_process_zero():
+            for path in Path(checkpoint_folder).glob("*.py"):
+                shutil.copy(path, Path(self.args.output_dir) / path.name)
+        super()._push_from_checkpoint(checkpoint_folder)
+
+    def create_model_card(self, *args, card: Callable[[], None] | None = None, **kwargs):
+        """Trainer.push_to_hub writes README.md with this just before uploading: `card` (finetuning.finish passes
+        ours, `push_to_hub(card=...)`) writes it instead of Trainer's draft."""
+        if card is None:
+            return super().create_model_card(*args, **kwargs)
+        card()
+
+    def get_eval_dataloader(self, eval_dataset=None):
+        # Trainer caches the evaluation loader under one key for every dataset passed in, and with
+        # --dataloader_persistent_workers hands the cached loader out again: a second dev set (MNLI mismatched)
+        # would be scored on the first. Another set gets a loader of its own, as for prediction (same batch size,
+        # sequential order).
+        if eval_dataset is not None and not isinstance(eval_dataset, str) and eval_dataset is not self.eval_dataset:
+            return self.get_test_dataloader(eval_dataset)
+        return super().get_eval_dataloader(eval_dataset)
+
+    def create_optimizer(self, model=None):
+        if not getattr(self.args, "official_optimizer", False) or self.optimizer is not None:
+            return super().create_optimizer(model)
+        groups = parameter_groups(self.model if model is None else model, weight_decay=self.args.weight_decay)
+        self.optimizer = AdamWeightDecay(groups, lr=self.args.learning_rate,
+                                         betas=(self.args.adam_beta1, self.args.adam_beta2), eps=self.args.adam_epsilon)
+        return self.optimizer
+
+    def create_scheduler(self, num_training_steps, optimizer=None):
+        if not getattr(self.args, "official_optimizer", False) or self.lr_scheduler is not None:
+            return super().create_scheduler(num_training_steps, optimizer)
+        warmup_steps = self.args.get_warmup_steps(num_training_steps)
+        if warmup_steps > num_training_steps:
+            logger.warning("warmup_steps %d > training steps %d: warming up over all %d steps", warmup_steps,
+                           num_training_steps, num_training_steps)
+            warmup_steps = num_training_steps
+        self.lr_scheduler = get_official_schedule(optimizer or self.optimizer, warmup_steps, num_training_steps)
+        self._created_lr_scheduler = True
+        return self.lr_scheduler
+
+
+class StopOnSignalCallback(TrainerCallback):
+    """SIGTERM, SIGINT or SIGUSR1 (in any process) ends training after the current optimizer step, with a
+    checkpoint-N that Trainer's --resume_from_checkpoint continues from (`runtime/preemption.py`)."""
+
+    def __init__(self, stop: StopOnSignal):
+        self.stop = stop
+        self.stopped_at: int | None = None  # the step after which it stopped training (the same in every process)
+
+    def on_step_end(self, args: TrainingArguments, state, control, **kwargs):
+        if self.stop.agreed(args.device):  # every process asks at every step: they agree on the same step
+            control.should_save = control.should_training_stop = True
+            self.stopped_at = state.global_step
