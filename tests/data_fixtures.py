@@ -4,21 +4,8 @@ into several modules would be built once per module)."""
 from __future__ import annotations
 
 import functools
-from pathlib import Path
-
-import pytest
-
-from helpers import SHARED_DATA
 
 TEST_VOCAB_SIZE = 1000
-
-
-def shared_corpus(*parts: str) -> Path:
-    """A folder of ../shared/data/corpus, or skip the test when it is not there."""
-    path = SHARED_DATA.joinpath("corpus", *parts)
-    if not path.exists():
-        pytest.skip(f"{path} not present (../shared/data not present)")
-    return path
 
 
 @functools.lru_cache(maxsize=None)

@@ -12,6 +12,15 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 
 
+def shared_data(*parts: str) -> Path:
+    """A file or folder of the real data (`shared_data("glue", "MRPC")`), or the test skipped, naming what is
+    missing."""
+    path = SHARED_DATA.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"{path} not present (../shared/data not present)")
+    return path
+
+
 # Torch threads per test and per process a test starts. Tiny models: thread start-up costs more than it saves, and
 # CI has 2 cores shared with subprocess tests. ALBERT_HF_TEST_THREADS=2 runs the suite with another summation order
 # (a test that holds only for one order asserts a rounding, not a behaviour).

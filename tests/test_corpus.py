@@ -18,7 +18,8 @@ from albert_hf.pretraining.corpus import (
 )
 from albert_hf.pretraining.embedded_corpus import embedded_corpus_path
 from albert_hf.tokenization import split_sentences
-from data_fixtures import embedded, shared_corpus
+from data_fixtures import embedded
+from helpers import shared_data
 
 
 def test_decode_text_counts_replacements_and_never_raises():
@@ -220,7 +221,7 @@ def _invalid_utf8_sequences(data: bytes) -> int:
 
 
 def test_real_gutenberg_and_state_union_files_decode_with_counted_replacements(caplog, tmp_path):
-    folders = [shared_corpus("gutenberg_nltk"), shared_corpus("state_union")]
+    folders = [shared_data("corpus", "gutenberg_nltk"), shared_data("corpus", "state_union")]
     files = find_text_files(folders)
     expected = {str(f): _invalid_utf8_sequences(f.read_bytes()) for f in files}
     assert sum(1 for n in expected.values() if n) >= 5  # several real files are cp1252

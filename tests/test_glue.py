@@ -12,19 +12,11 @@ import pytest
 
 from albert_hf.errors import InputError
 from albert_hf.testing.glue_folders import PAIRS, write_glue_folders, write_tsv
-from data_fixtures import SHARED_DATA
-from helpers import check_tokenizer_loads_without_prompt, run_script
+from helpers import SHARED_DATA, check_tokenizer_loads_without_prompt, run_script, shared_data
 
 REPO = Path(__file__).resolve().parents[1]
 
 GLUE_DATA = SHARED_DATA / "glue"
-
-
-def shared_glue(*parts):
-    path = GLUE_DATA.joinpath(*parts)
-    if not path.exists():
-        pytest.skip(f"{path} not present (../shared/data not present)")
-    return path
 
 
 def read_tsv_columns(path, columns, has_header=True):
@@ -76,7 +68,8 @@ def test_metric_hand_worked_examples():
 def test_metrics_match_sklearn_on_real_mrpc_and_cola_dev():
     from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
-    labels, first, second = read_tsv_columns(shared_glue("MRPC", "dev.tsv"), ["Quality", "#1 String", "#2 String"])
+    labels, first, second = read_tsv_columns(shared_data("glue", "MRPC", "dev.tsv"),
+                                             ["Quality", "#1 String", "#2 String"])
     gold = np.array([int(label) for label in labels])
     # Fixed predictions built independently of the labels: "paraphrase" when the lengths are close.
     predicted = np.array([int(abs(len(a) - len(b)) < 20) for a, b in zip(first, second)])
@@ -85,7 +78,8 @@ def test_metrics_match_sklearn_on_real_mrpc_and_cola_dev():
     assert result["accuracy"] == pytest.approx(accuracy_score(gold, predicted), abs=1e-12)
     assert result["f1"] == pytest.approx(f1_score(gold, predicted), abs=1e-12)  # positive class = 1
 
-    _, cola_labels, _, sentences = read_tsv_columns(shared_glue("CoLA", "dev.tsv"), [0, 1, 2, 3], has_header=False)
+    _, cola_labels, _, sentences = read_tsv_columns(shared_data("glue", "CoLA", "dev.tsv"), [0, 1, 2, 3],
+                                                         has_header=False)
     gold = np.array([int(label) for label in cola_labels])
     predicted = np.array([int(len(sentence.split()) < 9) for sentence in sentences])
     assert len(gold) == 1043
@@ -93,7 +87,7 @@ def test_metrics_match_sklearn_on_real_mrpc_and_cola_dev():
     assert result["matthews_correlation"] == pytest.approx(matthews_corrcoef(gold, predicted), abs=1e-12)
     assert result["matthews_correlation"] != 0.0
 
-    rte_labels, = read_tsv_columns(shared_glue("RTE", "dev.tsv"), ["label"])
+    rte_labels, = read_tsv_columns(shared_data("glue", "RTE", "dev.tsv"), ["label"])
     gold = np.array([["entailment", "not_entailment"].index(label) for label in rte_labels])
     predicted = np.arange(len(gold)) % 3 == 0
     assert glue_metric("rte").compute(predictions=predicted.astype(int), references=gold)["accuracy"] == \
@@ -103,7 +97,8 @@ def test_metrics_match_sklearn_on_real_mrpc_and_cola_dev():
 def test_stsb_metric_matches_scipy_on_real_dev():
     from scipy.stats import pearsonr, spearmanr
 
-    scores, first, second = read_tsv_columns(shared_glue("STS-B", "dev.tsv"), ["score", "sentence1", "sentence2"])
+    scores, first, second = read_tsv_columns(shared_data("glue", "STS-B", "dev.tsv"),
+                                             ["score", "sentence1", "sentence2"])
     gold = np.array([float(score) for score in scores])
     # Word-overlap (Jaccard) x 5, rounded to one decimal so that many predictions tie (tests tied ranks).
     predicted = np.array([round(5 * len(set(a.lower().split()) & set(b.lower().split()))
@@ -154,21 +149,21 @@ def test_real_files_read_completely_with_quotes_and_bom():
     from albert_hf.tasks.glue.files import read_glue_tsv
     from albert_hf.tasks.glue.tasks import TASKS
 
-    mrpc_dev = read_glue_tsv(shared_glue("MRPC", "dev.tsv"), TASKS["mrpc"])
+    mrpc_dev = read_glue_tsv(shared_data("glue", "MRPC", "dev.tsv"), TASKS["mrpc"])
     assert len(mrpc_dev) == 408  # 409 lines with the header
     # Row 0 of dev.tsv starts its second sentence with an unbalanced quote: it must survive verbatim.
     assert mrpc_dev[0] == {"label": "1", "sentence1": "He said the foodservice pie business doesn 't fit the "
                            "company 's long-term growth strategy .",
                            "sentence2": '" The foodservice pie business does not fit our long-term growth strategy .'}
-    assert len(read_glue_tsv(shared_glue("MRPC", "train.tsv"), TASKS["mrpc"])) == 3667
-    cola_train = read_glue_tsv(shared_glue("CoLA", "train.tsv"), TASKS["cola"])
+    assert len(read_glue_tsv(shared_data("glue", "MRPC", "train.tsv"), TASKS["mrpc"])) == 3667
+    cola_train = read_glue_tsv(shared_data("glue", "CoLA", "train.tsv"), TASKS["cola"])
     assert len(cola_train) == 8551 and cola_train[0]["sentence"].startswith("Our friends won't buy this")
-    cola_test = read_glue_tsv(shared_glue("CoLA", "test.tsv"), TASKS["cola"])
+    cola_test = read_glue_tsv(shared_data("glue", "CoLA", "test.tsv"), TASKS["cola"])
     assert len(cola_test) == 1063 and cola_test[0] == {"idx": 0, "sentence": "Bill whistled past the house."}
-    stsb_dev = read_glue_tsv(shared_glue("STS-B", "dev.tsv"), TASKS["stsb"])
+    stsb_dev = read_glue_tsv(shared_data("glue", "STS-B", "dev.tsv"), TASKS["stsb"])
     assert len(stsb_dev) == 1500 and stsb_dev[1]["label"] == "4.750"
-    assert len(read_glue_tsv(shared_glue("diagnostic", "diagnostic.tsv"), TASKS["ax"])) == 1104
-    mnli_dev = read_glue_tsv(shared_glue("format_samples_mnli_qqp", "MNLI", "dev_matched.tsv"), TASKS["mnli"])
+    assert len(read_glue_tsv(shared_data("glue", "diagnostic", "diagnostic.tsv"), TASKS["ax"])) == 1104
+    mnli_dev = read_glue_tsv(shared_data("glue", "format_samples_mnli_qqp", "MNLI", "dev_matched.tsv"), TASKS["mnli"])
     gold, = read_tsv_columns(GLUE_DATA / "format_samples_mnli_qqp" / "MNLI" / "dev_matched.tsv", ["gold_label"])
     assert mnli_dev["label"] == gold and set(mnli_dev.column_names) == {"premise", "hypothesis", "label", "idx"}
 
@@ -550,7 +545,7 @@ def test_end_to_end_on_real_glue_files(task_name, folder, tiny_checkpoint, tmp_p
     from scipy.stats import pearsonr, spearmanr
     from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
-    shared_glue(folder)
+    shared_data("glue", folder)
     caplog.set_level(logging.INFO, logger="albert_hf.tasks.glue")
     caplog.set_level(logging.INFO, logger="albert_hf.tasks.recipe")  # where --paper_hparams logs
     # --paper_hparams with the size flags given explicitly: the official optimizer and schedule run, the rest is

@@ -14,7 +14,7 @@ from transformers import AutoModel, AutoModelForPreTraining, AutoModelForQuestio
 import albert_hf
 from albert_hf.errors import InputError
 from albert_hf.modeling_albert_hf import AUTO_MAP
-from helpers import run_python, run_script, tiny_config
+from helpers import run_python, run_script, shared_data, tiny_config
 
 REMOTE_FILES = {"configuration_albert_hf.py", "modeling_albert_hf.py"}
 HEADS = {
@@ -419,7 +419,6 @@ def test_card_datasets_are_hub_data_or_its_official_files_only(tmp_path):
     from albert_hf.tasks.glue.job import GlueDataArguments
     from albert_hf.tasks.race import RaceDataArguments
     from albert_hf.tasks.squad.job import SquadDataArguments
-    from data_fixtures import SHARED_DATA
     from test_squad import SQUAD_V1, write_json
 
     train_eval = AlbertTrainingArguments(output_dir=str(tmp_path), do_train=True, do_eval=True, report_to="none")
@@ -443,14 +442,19 @@ def test_card_datasets_are_hub_data_or_its_official_files_only(tmp_path):
     assert dataset(SquadDataArguments(train_file=str(small), validation_file=str(small))) == (None, None)
     assert dataset(RaceDataArguments(data_dir=str(tmp_path))) == ("ehovy/race", "all")
     assert dataset(RaceDataArguments(train_file=str(tmp_path), validation_file="rows.jsonl")) == (None, None)
-    dev = SHARED_DATA / "squad" / "v1.1_dev" / "dev-v1.1.json"  # the complete official dev set
-    half = SHARED_DATA / "squad" / "v2.0_dev_half" / "dev-v2.0.json"  # version "v2.0", but 16 of 35 articles
-    if dev.is_file() and half.is_file():
-        eval_only = AlbertTrainingArguments(output_dir=str(tmp_path), do_eval=True, report_to="none")
-        assert finetuning_card_dataset(SquadDataArguments(validation_file=str(dev)), eval_only).hub_id == \
-            "rajpurkar/squad"
-        assert finetuning_card_dataset(SquadDataArguments(validation_file=str(half), version_2_with_negative=True),
-                                       eval_only).hub_id is None
+
+
+def test_the_card_lists_squad_for_its_complete_official_dev_set_only(tmp_path):
+    from albert_hf.tasks.arguments import AlbertTrainingArguments
+    from albert_hf.tasks.finetuning import wanted_splits
+    from albert_hf.tasks.squad.job import SquadDataArguments
+
+    dev = shared_data("squad", "v1.1_dev", "dev-v1.1.json")  # the complete official dev set
+    half = shared_data("squad", "v2.0_dev_half", "dev-v2.0.json")  # version "v2.0", but 16 of 35 articles
+    eval_only = wanted_splits(AlbertTrainingArguments(output_dir=str(tmp_path), do_eval=True, report_to="none"))
+    assert SquadDataArguments(validation_file=str(dev)).card_dataset(eval_only).hub_id == "rajpurkar/squad"
+    assert SquadDataArguments(validation_file=str(half), version_2_with_negative=True).card_dataset(
+        eval_only).hub_id is None
 
 
 def test_convert_writes_a_card_carrying_the_source_card_and_a_license(tmp_path, hub_unreachable):

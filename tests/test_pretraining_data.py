@@ -11,7 +11,8 @@ import pytest
 from albert_hf.pretraining.corpus import load_text_files
 from albert_hf.pretraining.pairs import BatchDocuments, create_pretraining_pairs, instances_from_document
 from albert_hf.pretraining.sentences import tokenize_documents
-from data_fixtures import embedded_pairs, shared_corpus, tokenized_embedded, tokenizer
+from data_fixtures import embedded_pairs, tokenized_embedded, tokenizer
+from helpers import shared_data
 
 CLS, SEP = 2, 3
 FAKE_TOKENIZER = SimpleNamespace(cls_token_id=CLS, sep_token_id=SEP, model_max_length=512)
@@ -340,7 +341,7 @@ def test_streaming_corpus_builds_pairs_from_each_batch():
 
 
 def test_real_books_make_long_pairs(tmp_path):
-    folder = shared_corpus("inaugural")
+    folder = shared_data("corpus", "inaugural")
     corpus = load_text_files(folder, cache_dir=str(tmp_path))
     tok = tokenizer()
     pairs = create_pretraining_pairs(tokenize_documents(corpus, tok), tok, max_seq_length=512, dupe_factor=1)

@@ -20,6 +20,7 @@ from helpers import (
     check_seed_summary,
     check_tokenizer_loads_without_prompt,
     run_script,
+    shared_data,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,13 +30,6 @@ RIGHT = "yes it is true"  # the phrase the fixtures' correct option always is
 WRONG = ["no", "never", "perhaps not"]
 TINY_ARGS = ["--max_seq_length", "64", "--max_qa_length", "16", "--report_to", "none", "--seed", "0",
              "--per_device_eval_batch_size", "8", "--dataloader_pin_memory", "false"]
-
-
-def shared_race(*parts) -> Path:
-    path = SHARED_RACE.joinpath(*parts)
-    if not path.exists():
-        pytest.skip(f"{path} not present (../shared/data not present)")
-    return path
 
 
 def article(article_id: str, right_positions: str, gold: str | None = None) -> dict:
@@ -438,7 +432,7 @@ def real_accuracy(predictions: dict, folder: Path) -> float:
 
 @pytest.mark.trains
 def test_real_official_layout_sample_end_to_end(tiny_checkpoint, tmp_path):
-    sample = shared_race("official_layout_sample")
+    sample = shared_data("race", "official_layout_sample")
     results = run_race(["--model_name_or_path", tiny_checkpoint, "--data_dir", sample, "--do_train", "--do_eval",
                         "--do_predict", "--output_dir", tmp_path, "--max_steps", "3",
                         "--per_device_train_batch_size", "4", "--save_strategy", "no", *TINY_ARGS])
@@ -455,7 +449,7 @@ def test_real_official_layout_sample_end_to_end(tiny_checkpoint, tmp_path):
 
 
 def test_real_reshuffled_folder_evaluates_and_refuses_a_level_it_cannot_know(tiny_checkpoint, tmp_path):
-    dev = shared_race("asc_reshuffled", "dev")
+    dev = shared_data("race", "asc_reshuffled", "dev")
     results = run_race(["--model_name_or_path", tiny_checkpoint, "--validation_file", dev, "--do_eval",
                         "--max_eval_samples", "48", "--output_dir", tmp_path, *TINY_ARGS])
     predictions = json.loads((tmp_path / "predictions_validation.json").read_text())

@@ -22,8 +22,8 @@ from albert_hf.tasks.squad.features import (
 )
 from albert_hf.tasks.squad.job import SquadDataArguments
 from albert_hf.tasks.squad.postprocess import postprocess_beam_predictions, postprocess_span_predictions
-from data_fixtures import SHARED_DATA, tokenizer
-from helpers import check_seed_summary, check_tokenizer_loads_without_prompt
+from data_fixtures import tokenizer
+from helpers import check_seed_summary, check_tokenizer_loads_without_prompt, shared_data
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -636,16 +636,9 @@ def test_v2_data_without_the_v2_flag_is_refused_at_evaluation(tiny_checkpoint, t
 # Real SQuAD dev articles
 
 
-def shared_squad(version_dir, name):
-    path = SHARED_DATA / "squad" / version_dir / name
-    if not path.exists():
-        pytest.skip(f"{path} not present (../shared/data not present)")
-    return path
-
-
 def test_real_dev_files_read_completely():
-    v1 = read_squad_file(shared_squad("v1.1_dev", "dev-v1.1.json"))
-    v2 = read_squad_file(shared_squad("v2.0_dev_half", "dev-v2.0.json"))
+    v1 = read_squad_file(shared_data("squad", "v1.1_dev", "dev-v1.1.json"))
+    v2 = read_squad_file(shared_data("squad", "v2.0_dev_half", "dev-v2.0.json"))
     # counts from ../shared/data/README.md
     assert len(v1) == 10570 and all(answers["text"] for answers in v1["answers"])
     assert len(v2) == 6078
@@ -656,9 +649,9 @@ def test_real_dev_files_read_completely():
 @pytest.mark.trains
 def test_real_dev_articles_end_to_end(tiny_checkpoint, tmp_path, version):
     if version == "1.1":
-        path, extra = shared_squad("v1.1_dev", "dev-v1.1.json"), []
+        path, extra = shared_data("squad", "v1.1_dev", "dev-v1.1.json"), []
     else:
-        path, extra = shared_squad("v2.0_dev_half", "dev-v2.0.json"), ["--version_2_with_negative"]
+        path, extra = shared_data("squad", "v2.0_dev_half", "dev-v2.0.json"), ["--version_2_with_negative"]
     out = tmp_path / "out"
     run_squad(["--train_file", path, "--validation_file", path, "--do_train", "--do_eval", *extra,
                "--max_train_samples", 48, "--max_eval_samples", 30,

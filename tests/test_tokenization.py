@@ -14,6 +14,7 @@ import sentencepiece as spm
 from albert_hf.errors import InputError
 from albert_hf.tokenization import load_spiece_model, split_sentences, train_tokenizer
 from data_fixtures import TEST_VOCAB_SIZE, embedded, tokenizer
+from helpers import shared_data
 
 
 def _fresh_process(script: str, **env) -> str:
@@ -185,9 +186,8 @@ def test_the_sentencepiece_encoder_gives_the_tokenizers_ids_on_the_real_corpus()
     from albert_hf.pretraining.corpus import find_text_files, read_text_documents
     from albert_hf.pretraining.sentences import plain_backend
     from albert_hf.tokenization import SentencePieceEncoder
-    from data_fixtures import shared_corpus
 
-    files = find_text_files(shared_corpus())
+    files = find_text_files(shared_data("corpus"))
     tok = tokenizer()
     backend = plain_backend(tok)
     encoder = SentencePieceEncoder.for_tokenizer(tok, backend)
