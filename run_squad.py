@@ -43,13 +43,8 @@ from albert_hf.tasks.finetuning import (
 from albert_hf.tasks.recipe import apply_paper_hparams
 from albert_hf.tasks.seeds import run_seeds
 from albert_hf.tasks.squad import job as squad
-from albert_hf.tasks.squad.features import (
-    check_sources,
-    features_dataset,
-    load_squad_splits,
-    prepare_questions,
-    select_trainable,
-)
+from albert_hf.tasks.squad.data import check_sources, load_squad_splits, select_trainable
+from albert_hf.tasks.squad.features import features_dataset, prepare_questions
 from albert_hf.tasks.squad.job import SquadDataArguments, SquadTrainer, paper_recipe
 
 logger = logging.getLogger("run_squad")

@@ -285,15 +285,16 @@ def _glue(task_name: str, file_name: str):
 
 def _squad(training: bool):
     def target(folder: Path, res: Resources):
+        from albert_hf.tasks.squad import data as squad_data
         from albert_hf.tasks.squad import features as squad_features
         from albert_hf.tasks.squad import job as squad
 
         path = str(folder / "squad.json")
         args = squad.SquadDataArguments(train_file=path, version_2_with_negative=True, max_seq_length=48,
                                         max_query_length=16, doc_stride=16)
-        splits = squad_features.load_squad_splits(args)
+        splits = squad_data.load_squad_splits(args)
         if training:
-            examples = squad_features.select_trainable(splits["train"], True, path)
+            examples = squad_data.select_trainable(splits["train"], True, path)
             squad_features.features_dataset(examples, res.tokenizer, args, training=True)
         else:
             squad_features.prepare_questions(splits["train"], res.tokenizer, args, path)

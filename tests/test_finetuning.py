@@ -25,7 +25,7 @@ from albert_hf.tasks.finetuning import (
 from albert_hf.tasks.glue.job import GlueDataArguments
 from albert_hf.tasks.race import RaceDataArguments
 from albert_hf.tasks.squad import job as squad
-from albert_hf.tasks.squad.features import SquadDataArguments
+from albert_hf.tasks.squad.data import SquadDataArguments
 from albert_hf.tasks.trainer import AlbertTrainer
 
 

@@ -13,13 +13,8 @@ from datasets import Dataset
 
 from albert_hf.errors import InputError
 from albert_hf.metrics.squad import squad_v1_metrics, squad_v2_metrics
-from albert_hf.tasks.squad.features import (
-    build_features,
-    max_context_flags,
-    read_squad_file,
-    select_trainable,
-    window_starts,
-)
+from albert_hf.tasks.squad.data import read_squad_file, select_trainable
+from albert_hf.tasks.squad.features import build_features, max_context_flags, window_starts
 from albert_hf.tasks.squad.job import SquadDataArguments
 from albert_hf.tasks.squad.postprocess import postprocess_beam_predictions, postprocess_span_predictions
 from data_fixtures import tokenizer

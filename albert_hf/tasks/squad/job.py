@@ -1,6 +1,6 @@
-"""SQuAD v1.1 / v2.0 for run_squad.py: the paper's recipe and `SquadTrainer`; the data arguments, the examples and
-their windowed features are in tasks/squad/features.py, the post-processing into answers, metrics and files in
-tasks/squad/postprocess.py (as transformers' run_qa.py, utils_qa.py and trainer_qa.py).
+"""SQuAD v1.1 / v2.0 for run_squad.py: the paper's recipe and `SquadTrainer`; the data arguments and the examples
+are in tasks/squad/data.py, their windowed features in features.py, the post-processing into answers, metrics and
+files in tasks/squad/postprocess.py (as transformers' run_qa.py, utils_qa.py and trainer_qa.py).
 
 The recipe is the official ALBERT one (google-research/albert's `squad_utils.py`), on a fast tokenizer's offsets
 instead of the official LCS character alignment:
@@ -35,7 +35,8 @@ from ..finetuning import fit_max_seq_length, save_results
 from ..recipe import OFFICIAL_FINETUNING, best_on_dev
 from ..seeds import Baseline
 from ..trainer import AlbertTrainer
-from .features import SquadDataArguments, has_gold_answers, model_inputs
+from .data import SquadDataArguments, has_gold_answers
+from .features import model_inputs
 from .postprocess import apply_null_threshold, golds_of, postprocess, squad_metrics, write_outputs
 
 logger = logging.getLogger("albert_hf.tasks.squad.job")

@@ -15,7 +15,7 @@ from datasets import Dataset
 from ...metrics.squad import OFFICIAL_NA_PROB_THRESH, squad_v1_metrics, squad_v2_metrics
 
 if TYPE_CHECKING:
-    from .features import SquadDataArguments
+    from .data import SquadDataArguments
 
 logger = logging.getLogger("albert_hf.tasks.squad.job")
 
