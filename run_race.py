@@ -8,7 +8,7 @@
 paper_hparams.json.
 
 Data (official layout, folders or files of JSON articles, Hub-style rows, `--dataset_name ehovy/race`),
-formatting and metrics live in albert_hf/tasks/race.py; the shared flow in albert_hf/tasks/finetuning.py.
+formatting and metrics live in albert_hf/tasks/race/; the shared flow in albert_hf/tasks/finetuning.py.
 
 Results as transformers' example scripts write them: eval_results.json (dev set, --do_eval: `eval_accuracy`, per
 level `eval_accuracy_high`/`eval_accuracy_middle` with `eval_num_high`/`eval_num_middle`), predict_results.json

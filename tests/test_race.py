@@ -1,4 +1,4 @@
-"""run_race.py and albert_hf/tasks/race.py: reading RACE in its formats, the official input formatting, accuracy.
+"""run_race.py and albert_hf/tasks/race/: reading RACE in its formats, the official input formatting, accuracy.
 
 The end-to-end fixtures are synthetic RACE files in the official layout whose correct option is always the same
 phrase, so a few training steps teach a tiny model to find it and the expected accuracies can be worked out by
@@ -216,7 +216,7 @@ def test_hub_dataset_name_loads_the_subset_config_and_split(monkeypatch):
         calls.append((name, config, split))
         return Dataset.from_list(hub_rows({"high": DEV["high"]}))
 
-    monkeypatch.setattr(race, "load_dataset", fake_load_dataset)
+    monkeypatch.setattr(race.data, "load_dataset", fake_load_dataset)
     questions = race.load_race_split(RaceDataArguments(dataset_name="ehovy/race", subset="high"), "validation")
     assert calls == [("ehovy/race", "high", "validation")]
     assert questions["example_id"] == ["high5.txt-0", "high5.txt-1", "high5.txt-2", "high6.txt-0"]

@@ -4,7 +4,7 @@ from local facts only.
 
 Each fine-tuning script's data arguments say what its card needs: `PIPELINE_TAG`, `AUTO_CLASS`, `SCRIPT`,
 `card_tags()` and `card_dataset(wanted)` (what the Data section says, and which Hub dataset it is), beside the
-task's own code (tasks/glue/job.py, tasks/squad/job.py, tasks/race.py, tasks/ner.py).
+task's own code (tasks/glue/job.py, tasks/squad/job.py, tasks/race/, tasks/ner.py).
 """
 
 import json

@@ -24,16 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-import numpy as np
 from datasets import Dataset, load_dataset
-from transformers import DataCollatorForMultipleChoice
 
-from ..errors import InputError, datasets_read_errors, input_errors
-from ..hub.model_card import CardDataset, from_sources, hub_dataset_id, limits
-from ..runtime.input_files import check_json_start
-from .finetuning import check_columns, fit_max_seq_length
-from .recipe import OFFICIAL_FINETUNING, best_on_dev
-from .seeds import Baseline
+from ...errors import InputError, datasets_read_errors, input_errors
+from ...hub.model_card import CardDataset, from_sources, hub_dataset_id, limits
+from ...runtime.input_files import check_json_start
+from ..finetuning import check_columns
 
 logger = logging.getLogger("albert_hf.tasks.race")
 
@@ -43,21 +39,6 @@ OFFICIAL_SPLIT_FOLDERS = {"train": "train", "validation": "dev", "test": "test"}
 ARTICLE_FIELDS = ("id", "article", "questions", "options", "answers")  # official RACE JSON
 FLAT_FIELDS = ("example_id", "article", "question", "options", "answer")  # the Hub's `race` dataset
 FLAT_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}
-
-# The RACE rows of the recipe (docs/official_recipe.md). v2 models: the official run_race.py defaults and README
-# (lr 1e-5, the v2 configs' dropout 0); v1 models: the paper's Table 14 (lr 2e-5, dropout 0.1), which the official
-# README warns makes v2 models diverge. Both: total batch 32, 12000 steps, 1000 warm-up, 512 tokens with the
-# question+option part at 128, head dropout 0.1 (run_race.py's dropout_prob), the official optimizer.
-PAPER_HPARAMS = {
-    "v2": dict(learning_rate=1e-5, albert_dropout=0.0),
-    "v1": dict(learning_rate=2e-5, albert_dropout=0.1),
-}
-PAPER_COMMON = dict(batch_size=32, max_steps=12000, warmup_steps=1000, max_seq_length=512, max_qa_length=128,
-                    classifier_dropout_prob=0.1, **OFFICIAL_FINETUNING, **best_on_dev(1000))
-MAIN_METRIC = "accuracy"
-# Every RACE question has four options: a model that learned nothing is right one time in four.
-BASELINE = Baseline(MAIN_METRIC, 0.25, "chance (1 of 4 options)")
-
 
 @dataclass
 class RaceDataArguments:
@@ -127,12 +108,6 @@ class RaceDataArguments:
                              "max_seq_length - 4 to leave the passage one)")
         if self.max_qa_length < 1:
             raise InputError(f"--max_qa_length {self.max_qa_length}: the question+option part needs at least 1 token")
-
-
-def paper_recipe(data_args: RaceDataArguments) -> tuple[str, dict]:
-    """(name, recipe) of the --race_recipe row, for `recipe.apply_paper_hparams`."""
-    row = data_args.race_recipe
-    return f"RACE, {row} models", {**PAPER_HPARAMS[row], **PAPER_COMMON}
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -332,172 +307,3 @@ def load_race_split(data_args: RaceDataArguments, split: str, cache_dir=None, to
     logger.info("RACE %s: %d questions from %s (high %d, middle %d, level unknown %d)", split, len(questions),
                 source, levels["high"], levels["middle"], levels[""])
     return questions
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# The official input formatting (race_utils.py in google-research/albert)
-
-
-def fill_option(question: str, option: str) -> str:
-    """RaceProcessor.read_examples: a cloze question gets every `_` replaced by the option, else "question option"."""
-    return question.replace("_", option) if "_" in question else question + " " + option
-
-
-def build_choice_input(passage_ids, qa_ids, cls_id: int, sep_id: int, max_seq_length: int, max_qa_length: int):
-    """The model input of one option (official `convert_single_example`): `[CLS] passage [SEP] qa [SEP]`, segments 0
-    then 1.
-
-    The qa part keeps its LAST `max_qa_length` tokens, at most `max_seq_length - 4` of them so that one passage
-    token always fits (the official code keeps the last max_qa_length, leaves no passage for a qa part of
-    max_seq_length - 3 tokens and fails its length check on a longer one); the passage is cut from its end to fit
-    what is left.
-
-    Args:
-        passage_ids (`list[int]`): the passage's token ids, without special tokens.
-        qa_ids (`list[int]`): the question+option's token ids (`fill_option`), without special tokens.
-        cls_id (`int`): the [CLS] token id.
-        sep_id (`int`): the [SEP] token id.
-        max_seq_length (`int`): the longest input, at least 5.
-        max_qa_length (`int`): the most tokens the qa part keeps, at least 1.
-
-    Returns:
-        `tuple(list[int], list[int])`: (input_ids, token_type_ids), of one length, at most `max_seq_length`, unpadded.
-
-    Raises:
-        InputError: `max_seq_length` is below 5.
-    """
-    if max_seq_length < 5:
-        raise InputError(f"max_seq_length {max_seq_length}: [CLS] passage [SEP] qa [SEP] needs at least 5 tokens")
-    qa_ids = list(qa_ids[-min(max_qa_length, max_seq_length - 4):])
-    passage_ids = list(passage_ids[:max_seq_length - 3 - len(qa_ids)])
-    input_ids = [cls_id, *passage_ids, sep_id, *qa_ids, sep_id]
-    token_type_ids = [0] * (len(passage_ids) + 2) + [1] * (len(qa_ids) + 1)
-    return input_ids, token_type_ids
-
-
-def fit_lengths(data_args: RaceDataArguments, config) -> RaceDataArguments:
-    """The lengths made to compose: --max_seq_length capped at the model's positions
-    (`finetuning.fit_max_seq_length`); a --max_qa_length that could leave no passage token in the window is
-    named once, since `build_choice_input` then keeps the question+option's last max_seq_length - 4 tokens (a
-    warning when the length was given, information for the default, which composes quietly).
-
-    Args:
-        data_args: the parsed RACE data arguments; left as they are.
-        config: the model's config.
-
-    Returns:
-        The data arguments the run uses: `data_args` itself when the length fits, else a checked copy.
-    """
-    data_args = fit_max_seq_length(data_args, config)
-    qa_length = min(data_args.max_qa_length, data_args.max_seq_length - 4)  # build_choice_input's cap
-    if qa_length < data_args.max_qa_length:
-        explicit = data_args.max_qa_length != RaceDataArguments.max_qa_length
-        (logger.warning if explicit else logger.info)(
-            "--max_qa_length %d could leave no passage token with --max_seq_length %d: the question+option part keeps "
-            "its last %d tokens", data_args.max_qa_length, data_args.max_seq_length, qa_length)
-    return data_args
-
-
-def encode_questions(questions: Dataset, tokenizer, data_args: RaceDataArguments, description: str = "RACE") -> Dataset:
-    """The questions tokenized: per question, the 4 inputs (passage, question+option) of `build_choice_input`.
-
-    `data_args.max_seq_length` must fit the model (`fit_lengths`).
-
-    Args:
-        questions (`datasets.Dataset`): the questions (`load_race_split`).
-        tokenizer (`PreTrainedTokenizerBase`): the model's tokenizer, with [CLS] and [SEP] tokens.
-        data_args (`RaceDataArguments`): `max_seq_length`, `max_qa_length`, `preprocessing_num_workers` and
-            `overwrite_cache`.
-        description (`str`, defaults to `"RACE"`): names the set in the progress bar.
-
-    Returns:
-        `datasets.Dataset`: `example_id`, `subset` and `label` kept; `input_ids`, `token_type_ids` and `attention_mask`,
-        each 4 unpadded lists per question (`data_collator` pads them).
-
-    Raises:
-        InputError: the tokenizer has no [CLS] or [SEP] token.
-    """
-    if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
-        raise InputError("The tokenizer has no [CLS]/[SEP] tokens, which RACE's input format needs")
-
-    def encode(batch):
-        # Articles repeat across their questions: tokenize each distinct one once per batch.
-        distinct_articles = list(dict.fromkeys(batch["article"]))
-        article_ids = dict(zip(distinct_articles,
-                               tokenizer(distinct_articles, add_special_tokens=False, verbose=False)["input_ids"]))
-        qa_texts = [fill_option(question, option)
-                    for question, options in zip(batch["question"], batch["options"]) for option in options]
-        qa_ids = tokenizer(qa_texts, add_special_tokens=False, verbose=False)["input_ids"]
-        features = {"input_ids": [], "token_type_ids": [], "attention_mask": []}
-        for row, article in enumerate(batch["article"]):
-            choices = [build_choice_input(article_ids[article], qa_ids[row * 4 + choice], tokenizer.cls_token_id,
-                                          tokenizer.sep_token_id, data_args.max_seq_length, data_args.max_qa_length)
-                       for choice in range(len(ANSWER_LETTERS))]
-            features["input_ids"].append([ids for ids, _ in choices])
-            features["token_type_ids"].append([types for _, types in choices])
-            features["attention_mask"].append([[1] * len(ids) for ids, _ in choices])
-        return features
-
-    return questions.map(encode, batched=True, remove_columns=["article", "question", "options"],
-                         num_proc=data_args.preprocessing_num_workers,
-                         load_from_cache_file=not data_args.overwrite_cache, desc=f"Formatting {description} inputs")
-
-
-def data_collator(tokenizer, data_args: RaceDataArguments, half_precision: bool = False):
-    """Pads the 4 inputs of every question in a batch to one length and stacks them to (batch, 4, length)."""
-    if data_args.pad_to_max_length:
-        return DataCollatorForMultipleChoice(tokenizer, padding="max_length", max_length=data_args.max_seq_length)
-    return DataCollatorForMultipleChoice(tokenizer, pad_to_multiple_of=8 if half_precision else None)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Metrics and predictions
-
-
-def accuracy_by_subset(predicted, labels, subsets) -> dict:
-    """Accuracy overall and, for the levels present, per level (the paper reports RACE-M, RACE-H and RACE)."""
-    predicted, labels, subsets = np.asarray(predicted), np.asarray(labels), np.asarray(subsets, dtype=object)
-    correct = predicted == labels
-    metrics = {"accuracy": float(correct.mean())}
-    for level in ("high", "middle"):
-        chosen = subsets == level
-        if chosen.any():
-            metrics[f"accuracy_{level}"] = float(correct[chosen].mean())
-            metrics[f"num_{level}"] = int(chosen.sum())
-    return metrics
-
-
-def compute_accuracy(eval_prediction) -> dict:
-    """Trainer's compute_metrics (used for evaluations during training and best-checkpoint selection)."""
-    return {"accuracy": float((eval_prediction.predictions.argmax(-1) == eval_prediction.label_ids).mean())}
-
-
-def evaluate_and_write_predictions(trainer, split: str, dataset: Dataset, prefix: str = "eval") -> dict:
-    """`finetuning.evaluate_splits`' callback for RACE: the metrics of one set, and its chosen letters in
-    `predictions_<split>.json` in the trainer's output_dir (question id -> "A" to "D").
-
-    Every process calls it (`Trainer.predict` is distributed); only the main process writes the file.
-
-    Args:
-        trainer (`trainer.AlbertTrainer`): the run's trainer.
-        split (`str`): the set's name, in the file's name: "validation" or "test".
-        dataset (`datasets.Dataset`): its encoded questions (`encode_questions`), with `example_id`, `subset` and
-            `label`.
-        prefix (`str`, defaults to `"eval"`): the metric keys' prefix: "eval" (dev set) or "predict" (test set).
-
-    Returns:
-        `dict`: `Trainer.predict`'s metrics (`<prefix>_loss`, `<prefix>_accuracy`, runtime) with the accuracy per
-        level present, `<prefix>_accuracy_high` / `<prefix>_accuracy_middle`, and their counts `<prefix>_num_high` /
-        `<prefix>_num_middle`. `evaluate_splits` writes them.
-    """
-    output = trainer.predict(dataset, metric_key_prefix=prefix)
-    predicted = output.predictions.argmax(-1)
-    metrics = dict(output.metrics)
-    metrics.update({f"{prefix}_{name}": value for name, value in
-                    accuracy_by_subset(predicted, dataset["label"], dataset["subset"]).items()})
-    if trainer.is_world_process_zero():
-        letters = {example_id: ANSWER_LETTERS[choice] for example_id, choice in zip(dataset["example_id"], predicted)}
-        path = Path(trainer.args.output_dir) / f"predictions_{split}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(letters, indent=2) + "\n")
-    return metrics
