@@ -283,8 +283,8 @@ def test_pretraining_card_metadata_and_model_index_come_from_all_results(tmp_pat
 
 
 def test_pretraining_card_lists_a_hub_dataset_license_and_base_model_without_going_online(tmp_path, hub_unreachable):
-    from albert_hf.hub.model_card import PretrainingRun
     from albert_hf.pretraining.arguments import DataArgs
+    from albert_hf.pretraining.card import PretrainingRun
     from albert_hf.pretraining.final_folder import corpus_card_dataset, save_final_model
     from data_fixtures import tokenizer
 
@@ -462,7 +462,7 @@ def test_convert_writes_a_card_carrying_the_source_card_and_a_license(tmp_path, 
     from transformers import AlbertConfig, AlbertForSequenceClassification
 
     from albert_hf.convert import main as convert_main
-    from albert_hf.hub.model_card import write_converted_card
+    from albert_hf.convert.card import write_converted_card
 
     source = tmp_path / "theirs"
     AlbertForSequenceClassification(AlbertConfig(vocab_size=100, embedding_size=8, hidden_size=16,

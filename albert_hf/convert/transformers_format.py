@@ -12,7 +12,7 @@ from transformers import PreTrainedConfig
 from .. import modeling_albert_hf
 from ..configuration_albert_hf import AlbertHFConfig
 from ..errors import InputError
-from ..hub.model_card import write_converted_card
+from .card import write_converted_card
 
 logger = logging.getLogger("albert_hf.convert")
 

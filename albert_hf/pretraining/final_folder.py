@@ -8,11 +8,12 @@ import shutil
 from itertools import islice
 from pathlib import Path
 
-from ..hub.model_card import CardDataset, PretrainingRun, hub_dataset_id, write_pretraining_card
+from ..hub.model_card import CardDataset, hub_dataset_id
 from ..reports.fill_mask import fill_mask_examples, pick_fill_mask_sentences
 from ..runtime.hardware import Hardware, Precision
 from ..runtime.storage import write_json
 from .arguments import DataArgs
+from .card import PretrainingRun, write_pretraining_card
 
 logger = logging.getLogger("albert_hf.pretraining.job")
 

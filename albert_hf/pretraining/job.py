@@ -41,7 +41,6 @@ from tqdm.auto import tqdm
 from transformers import AutoModel
 
 from ..errors import InputError, NothingProduced
-from ..hub.model_card import PretrainingRun
 from ..optimization import get_official_schedule
 from ..reports.baselines import heldout_baselines, with_baselines
 from ..reports.curves import CURVES_FILE, pretraining_curves
@@ -68,6 +67,7 @@ from . import step_graph as pretraining_graph
 from .arguments import (
     PretrainingArguments,
 )
+from .card import PretrainingRun
 from .checkpoints import FILL_MASK_FILE, StepCheckpoints, clear_earlier_run, truncate_metrics_log
 from .collator import DataCollatorForAlbertPretraining
 from .divergence import Diverged, check_losses, check_weights, newest_finite, stop_line

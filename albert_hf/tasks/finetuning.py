@@ -38,7 +38,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoin
 from .. import AlbertHFConfig
 from ..errors import InputError
 from ..hub.loading import check_tokenizer, loading
-from ..hub.model_card import CardDataset, write_finetuned_card
+from ..hub.model_card import CardDataset
 from ..reports.curves import CURVES_FILE, trainer_curves
 from ..runtime import output_lock
 from ..runtime.cli import is_first_process, parse_into_dataclasses, run_entry_point
@@ -47,6 +47,7 @@ from ..runtime.hardware import bf16_trainer_warning, detect
 from ..runtime.preemption import PREEMPTED, StopOnSignal
 from ..runtime.storage import check_writable
 from .arguments import AlbertTrainingArguments, ModelArguments, SeedRun
+from .card import write_finetuned_card
 from .recipe import PaperRecipe
 from .trainer import StopOnSignalCallback
 
@@ -409,7 +410,7 @@ def evaluate_splits(trainer, splits: dict, evaluate=None, prefix: str = "eval", 
 
 def finish(trainer, model_args: ModelArguments, training_args, data_args, paper_recipe: PaperRecipe | None = None,
            card_dataset: CardDataset | None = None) -> None:
-    """Write the model card (README.md: `model_card.write_finetuned_card`, metrics from all_results.json) and push
+    """Write the model card (README.md: `card.write_finetuned_card`, metrics from all_results.json) and push
     the output folder when --push_to_hub is set. Nothing contacts the Hub unless pushing.
 
     Args:

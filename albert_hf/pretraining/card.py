@@ -1,0 +1,93 @@
+"""The model card of a `run_pretraining.py` model: what the run did (`PretrainingRun`, filled in by the job) and
+its held-out results, as the `CardContent` that hub/model_card.py renders."""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..hub.model_card import (
+    CURVES_SECTION,
+    CardContent,
+    CardDataset,
+    describe_checkpoint,
+    eval_results,
+    framework_versions,
+    hub_model_name,
+    read_results,
+    write_model_card,
+)
+
+
+@dataclass(frozen=True)
+class PretrainingRun:
+    """What the card of a `run_pretraining.py` model says of its run, each value named (the job fills it in)."""
+
+    dataset: CardDataset  # the corpus, as the Data section describes it
+    task: str  # sop, nsp or none
+    max_ngram: int
+    max_train_steps: int
+    max_seq_length: int
+    micro_batch: str  # e.g. "8 x 4 accumulation", and how it was chosen when --auto_find_batch_size found it
+    optimizer: str
+    learning_rate: float
+    num_warmup_steps: int
+    mixed_precision: str  # as asked; the card shows the precision the run had where `where` says it
+    seed: int
+    architecture: str  # the preset's name, or "custom" for a --config_name
+    base_model: str | None  # --model_name_or_path: pretraining continued from it
+    hub_model_id: str | None
+    license: str | None
+    output_dir: str
+
+
+def pretraining_card(results: dict, facts: PretrainingRun, global_batch: int, num_processes: int,
+                     curves: bool = False, where: dict | None = None) -> CardContent:
+    """The card of a `run_pretraining.py` model: its held-out `results` (all_results.json, the baselines among them,
+    `*_baseline`) and, with `curves`, training_curves.png.
+
+    Args:
+        results (`dict`): the folder's all_results.json.
+        facts (`PretrainingRun`): what the run did (data, objective, optimisation, --license, --hub_model_id).
+        global_batch (`int`): sequences per optimizer step, over all processes.
+        num_processes (`int`): the run's processes.
+        curves (`bool`, defaults to `False`): add the Training curves section (training_curves.png, in the folder).
+        where (`dict`, *optional*): the hardware and precision of the run (`final_folder.where_trained`).
+
+    """
+    dataset = facts.dataset
+    pair = {"sop": "sentence-order prediction", "nsp": "next-sentence prediction"}.get(facts.task)
+    objective = "masked language modelling with n-gram masking" + (f" and {pair}" if pair else "")
+    # the model-index lists the model's results; the baselines stay in the Results table beside them
+    found = eval_results(results, dataset, "fill-mask", "Masked language modelling", with_loss=True,
+                         keep=lambda name: name.startswith("mlm") and not name.endswith("_baseline"))
+    if pair:  # the 2-way head classifies a pair of segments
+        found += eval_results(results, dataset, "text-classification", pair.capitalize(), with_loss=True,
+                              keep=lambda name: name.startswith(facts.task) and not name.endswith("_baseline"))
+    summary = (f"An ALBERT model (Lan et al., ICLR 2020) pretrained with albert_hf's `run_pretraining.py`: "
+               f"{objective}.")
+    if facts.base_model:
+        summary += f" Pretraining continued from {describe_checkpoint(facts.base_model)}."
+    training = {"objective": f"MLM (n-gram, max n={facts.max_ngram}) + {facts.task.upper()}"
+                if facts.task != "none" else "MLM only",
+                "steps": facts.max_train_steps, "global batch": global_batch, "micro-batch": facts.micro_batch,
+                "sequence length": facts.max_seq_length,
+                "optimizer": facts.optimizer.upper(), "peak learning rate": facts.learning_rate,
+                "warmup steps": facts.num_warmup_steps, "processes": num_processes,
+                "mixed precision": (where or {}).get("precision", facts.mixed_precision), "seed": facts.seed,
+                **({"hardware": where["hardware"]} if where else {})}
+    return CardContent(
+        title=f"ALBERT ({facts.architecture}) pretrained with albert_hf", summary=summary, pipeline_tag="fill-mask",
+        tags=("pretraining", facts.task), usage_class="AutoModelForPreTraining", data=dataset.description,
+        training=training, repo=facts.hub_model_id,
+        metrics={key: value for key, value in results.items() if not isinstance(value, str)},  # not where it ran
+        license=facts.license, base_model=hub_model_name(facts.base_model),
+        datasets=[dataset.hub_id] if dataset.hub_id else None, eval_results=found,
+        model_name=(facts.hub_model_id or Path(facts.output_dir).absolute().name).split("/")[-1],
+        sections=((CURVES_SECTION,) if curves else ()) + (("Framework versions", framework_versions()),),
+    )
+
+
+def write_pretraining_card(output_dir, model, facts: PretrainingRun, global_batch: int, num_processes: int,
+                           curves: bool = False, where: dict | None = None) -> Path:
+    """The card of a `run_pretraining.py` model into output_dir/README.md, with its all_results.json."""
+    return write_model_card(output_dir, model, pretraining_card(read_results(output_dir), facts, global_batch,
+                                                                num_processes, curves, where))
