@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import transformers
 from transformers import (
     AutoConfig,
@@ -347,6 +348,20 @@ def train_evaluate_predict(trainer, training_args, last_checkpoint: str | None, 
         if metrics is not None:
             results["test"] = metrics
     return results
+
+
+def write_index_predictions(path, indices, logits, labels, is_regression: bool) -> Path:
+    """`index<TAB>prediction` per row, as transformers' run_glue.py writes them and GLUE's server reads them: the
+    label of the highest logit, or the score with 3 decimals."""
+    if is_regression:
+        predictions = [f"{score:.3f}" for score in np.squeeze(logits, axis=-1).tolist()]
+    else:
+        predictions = [labels[i] for i in np.argmax(logits, axis=-1).tolist()]
+    path = Path(path)
+    with path.open("w", encoding="utf-8") as file:
+        file.write("index\tprediction\n")
+        file.writelines(f"{index}\t{prediction}\n" for index, prediction in zip(indices, predictions))
+    return path
 
 
 def save_results(trainer, kind: str, metrics: dict) -> dict:

@@ -27,7 +27,7 @@ from ..errors import InputError, first_line
 from ..hub.model_card import CardDataset, limits, user_data
 from ..metrics import classification_metrics, regression_metrics
 from ..runtime.input_files import read_with_datasets
-from .finetuning import SPLIT_FLAGS
+from .finetuning import SPLIT_FLAGS, write_index_predictions
 
 logger = logging.getLogger("albert_hf.tasks.text_classification")
 
@@ -114,15 +114,7 @@ class OwnTask:
 
     def write_predictions(self, path, indices, logits) -> Path:
         """`index<TAB>prediction` per row, as transformers' run_glue.py writes them: the class name, or the score."""
-        path = Path(path)
-        if self.is_regression:
-            predictions = [f"{score:.3f}" for score in np.squeeze(logits, axis=-1).tolist()]
-        else:
-            predictions = [self.label_names[i] for i in np.argmax(logits, axis=-1).tolist()]
-        with path.open("w", encoding="utf-8") as file:
-            file.write("index\tprediction\n")
-            file.writelines(f"{index}\t{prediction}\n" for index, prediction in zip(indices, predictions))
-        return path
+        return write_index_predictions(path, indices, logits, self.label_names, self.is_regression)
 
 
 def label_key(value) -> str:

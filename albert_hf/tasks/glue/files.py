@@ -19,7 +19,7 @@ from datasets import Dataset, DatasetDict, load_dataset
 
 from ...errors import InputError
 from ...runtime.input_files import check_not_empty, read_with_datasets
-from ..finetuning import check_columns
+from ..finetuning import check_columns, write_index_predictions
 
 logger = logging.getLogger("albert_hf.tasks.glue.files")
 
@@ -255,13 +255,4 @@ def prepare_splits(splits: DatasetDict, sources: dict, task) -> DatasetDict:
 def write_submission(path, task, indices, logits) -> Path:
     """A GLUE submission file: `index<TAB>prediction`, label values as the GLUE server expects them
     (0/1 for CoLA, SST-2, MRPC, QQP, WNLI; entailment/... for MNLI, QNLI, RTE, AX; scores for STS-B)."""
-    path = Path(path)
-    if task.is_regression:
-        predictions = [f"{score:.3f}" for score in np.squeeze(logits, axis=-1).tolist()]
-    else:
-        predictions = [task.labels[i] for i in np.argmax(logits, axis=-1).tolist()]
-    with path.open("w", encoding="utf-8") as file:
-        file.write("index\tprediction\n")
-        for index, prediction in zip(indices, predictions):
-            file.write(f"{index}\t{prediction}\n")
-    return path
+    return write_index_predictions(path, indices, logits, task.labels, task.is_regression)
