@@ -2,7 +2,6 @@
 questions are read in data.py and formatted in features.py (as squad/ keeps its steps)."""
 
 import json
-import logging
 from pathlib import Path
 
 import numpy as np
@@ -11,8 +10,6 @@ from datasets import Dataset
 from ..recipe import OFFICIAL_FINETUNING, best_on_dev
 from ..seeds import Baseline
 from .data import ANSWER_LETTERS, RaceDataArguments
-
-logger = logging.getLogger("albert_hf.tasks.race")
 
 # The RACE rows of the recipe (docs/official_recipe.md). v2 models: the official run_race.py defaults and README
 # (lr 1e-5, the v2 configs' dropout 0); v1 models: the paper's Table 14 (lr 2e-5, dropout 0.1), which the official

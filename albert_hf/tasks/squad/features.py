@@ -5,14 +5,11 @@ post-processing reads (evaluation); see job.py beside it."""
 from __future__ import annotations
 
 import collections
-import logging
 
 from datasets import Dataset
 
 from ...errors import InputError
 from .data import POSTPROCESSING_COLUMNS, SquadDataArguments, has_gold_answers, select_evaluable
-
-logger = logging.getLogger("albert_hf.tasks.squad.job")
 
 
 def window_starts(num_context_tokens: int, max_context_tokens: int, doc_stride: int) -> list[tuple[int, int]]:
