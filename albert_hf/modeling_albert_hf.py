@@ -420,10 +420,16 @@ class AlbertHFTransformer(nn.Module):
             )
             self.group_order = config.layer_group_order()
 
+    blocks_compiled = False  # set by `compile_blocks`
+
     def forward(self, hidden_states, attention_mask=None, real_tokens=None, query_positions=None, **kwargs):
         """`query_positions` (batch, Q): the last block computes only these positions (keys: all of them)."""
         if self.embedding_hidden_mapping_in is not None:
             hidden_states = self.embedding_hidden_mapping_in(hidden_states)
+        if self.blocks_compiled and hidden_states._base is not None:
+            # A (batch, seq) projection is a view of its GEMM's output, a block's output is not; a block compiled with
+            # dynamic shapes guards on its input's base, so the first layer would compile graphs of its own.
+            hidden_states = hidden_states.clone()
         ready = self.ready_weights(hidden_states)
         last = len(self.group_order) - 1
         for step, group_index in enumerate(self.group_order):
@@ -525,6 +531,8 @@ class AlbertHFPreTrainedModel(PreTrainedModel):
         for module in self.modules():
             if isinstance(module, AlbertHFLayer):
                 module.compile(**compile_kwargs)
+            elif isinstance(module, AlbertHFTransformer):
+                module.blocks_compiled = True
         if hasattr(self, "mlm_logits_and_loss"):
             self.mlm_logits_and_loss = torch.compile(sparse_mlm_logits_and_loss, **compile_kwargs)
         return self

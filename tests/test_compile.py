@@ -129,6 +129,23 @@ def test_compiled_blocks_in_the_gpu_form_compile_each_region_once_without_breaks
     assert graphs == [3, 3, 3]
 
 
+def test_an_unpacked_batchs_first_layer_compiles_no_graph_of_its_own(dynamo_counters):
+    """A batch without padding is not packed, and the E->H projection of its (batch, seq) embeddings is a view of
+    the GEMM's output, where every block's output is not. With dynamic shapes a compiled block guards on its input's
+    base, so the first layer used to compile a forward and a backward of its own (a fifth of a CPU run's first-step
+    compile): one graph for the blocks, one for the last block with its positions, and the head with its loss."""
+    config = tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, classifier_dropout_prob=0.0)
+    assert config.embedding_size != config.hidden_size  # the projection is there
+    eager, compiled = eager_and_compiled(config, backend="aot_eager")
+    eager.train(), compiled.train()
+    inputs = padded_batch(batch=4, length=24, real_lengths=(24,) * 4)
+    extra = dict(labels=mlm_labels(inputs["input_ids"], every=3), sentence_order_label=torch.arange(4) % 2)
+    a, b = compiled(**inputs, **extra), eager(**inputs, **extra)
+    torch.testing.assert_close(a.loss, b.loss, rtol=1e-5, atol=1e-6)
+    assert_same_gradients(compiled, eager, a.loss, b.loss)
+    assert dynamo_counters["stats"]["unique_graphs"] == 3
+
+
 def test_torch_compile_matches_eager():
     model = AlbertHFForSequenceClassification(tiny_config(num_hidden_layers=2)).eval()
     inputs = make_inputs()
