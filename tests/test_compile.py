@@ -171,14 +171,15 @@ def test_tanh_gelu_compiles_to_the_same_function_and_gradient(dynamo_counters):
     assert torch.equal(TanhGELU()(x), F.gelu(x, approximate="tanh"))  # eager: torch's fused kernel itself
 
 
+# Not `rounding`: both runs are fp32 (FAST), and compiled and eager losses agree to a few 1e-8 relative, against the
+# 1e-3 asserted (BENCHMARKS.md, "The test suite (fifth session)"): the kernels' rounding cannot flip it.
 @pytest.mark.trains
-@pytest.mark.rounding
 def test_torch_compile_compiles_the_blocks_and_follows_the_eager_loss_curve(tmp_path):
     steps = ["--max_train_steps", "4", "--eval_steps", "0", "--max_seq_length", "48"]  # 48: the batches are padded
     # a mode turns --torch_compile on, as in transformers
     compiled_run = [*steps, "--torch_compile_mode", "default"]
-    # 600 s, not pretrain_runs' 300: on 2 busy cores under the AVX2 cap (no cached kernels for it) the compiled run's
-    # first step alone took 247 s; a hang still ends the test.
+    # 600 s, not pretrain_runs' 300: on 2 busy cores (no cached kernels) the compiled run's first step alone once
+    # took 247 s; a hang still ends the test.
     results, done = pretrain_runs([(tmp_path / "eager", steps), (tmp_path / "compiled", compiled_run)], timeout=600)
     assert [result["status"] for result in results] == [0, 0], results
     assert done.stdout.count("AutoModel -> AlbertHFModel") == 2
