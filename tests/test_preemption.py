@@ -225,14 +225,13 @@ def test_fine_tuning_under_the_fsdp_config_shards_and_ends_with_the_ddp_weights(
         torch.testing.assert_close(got[name], expected[name], rtol=0, atol=1e-5, msg=name)
 
 
-@pytest.mark.parametrize("mode", ["one process", *(pytest.param(mode, marks=pytest.mark.launched)
-                                                    for mode in ("DDP", "FSDP2"))])
+@pytest.mark.parametrize("mode", ["DDP", "FSDP2"])
+@pytest.mark.launched
 def test_fine_tuning_stopped_by_a_signal_leaves_a_checkpoint_that_the_same_command_resumes(
         tmp_path, tiny_checkpoint, rte_folder, glue_launchers, glue_reference, mode):
-    """run_glue.py (any fine-tuning script: the callback is in finetuning.train): SIGTERM to one process (with 2,
-    rank 1 only) saves checkpoint-N and exits 75; the same command resumes from it and ends with the uninterrupted
-    run's weights."""
-    processes = 1 if mode == "one process" else 2
+    """run_glue.py (any fine-tuning script: the callback is in finetuning.train) over 2 processes: SIGTERM to rank 1
+    only saves checkpoint-N and exits 75; the same command resumes from it and ends with the uninterrupted run's
+    weights. One process: test_fine_tuning_with_dataloader_workers_stopped_by_a_group_signal_resumes."""
     launcher, env = glue_launchers[mode], ENV
     reference, run = glue_reference(mode)[0], tmp_path / "run"
 
@@ -240,8 +239,6 @@ def test_fine_tuning_stopped_by_a_signal_leaves_a_checkpoint_that_the_same_comma
                             stdout=tmp_path / "stdout.txt", stderr=tmp_path / "stderr.txt")
 
     def targets():
-        if processes == 1:
-            return [psutil.Process(process.pid)]
         return [child for child in psutil.Process(process.pid).children(recursive=True)
                 if child.environ().get("RANK") == "1"]
 
@@ -254,12 +251,8 @@ def test_fine_tuning_stopped_by_a_signal_leaves_a_checkpoint_that_the_same_comma
         target.send_signal(signal.SIGTERM)
     process.wait(timeout=300)
     stderr = (tmp_path / "stderr.txt").read_text()
-    if processes == 1:
-        assert process.returncode == PREEMPTED, stderr[-3000:]
-        assert "Traceback" not in stderr
-    else:
-        assert process.returncode != 0 and f"exitcode  : {PREEMPTED}" in stderr
-        assert f"Fine-tuning: {mode} over 2 processes on 1 machine (gloo, cpu: " in stderr
+    assert process.returncode != 0 and f"exitcode  : {PREEMPTED}" in stderr
+    assert f"Fine-tuning: {mode} over 2 processes on 1 machine (gloo, cpu: " in stderr
     line = next(line for line in stderr.splitlines() if line.startswith("Stopped by SIGTERM after step "))
     step = int(line.split(" after step ")[1].split(" ")[0])
     assert 1 <= step < FINE_TUNING_STEPS
@@ -496,6 +489,8 @@ def test_a_group_signal_to_a_launched_run_stops_both_processes_after_the_same_st
 
 def test_fine_tuning_with_dataloader_workers_stopped_by_a_group_signal_resumes(tmp_path, tiny_checkpoint, rte_folder,
                                                                               glue_reference):
+    """run_glue.py in one process with 2 DataLoader workers, SIGTERM to the job: checkpoint-N, status 75, one line;
+    the same command resumes from it to the uninterrupted run's weights."""
     run, command = tmp_path / "run", [*glue_command(tiny_checkpoint, rte_folder, tmp_path / "run"), *WORKERS]
     process = start_process(command, env=ENV, stdout=tmp_path / "stdout.txt", stderr=tmp_path / "stderr.txt",
                             new_session=True)
@@ -505,7 +500,9 @@ def test_fine_tuning_with_dataloader_workers_stopped_by_a_group_signal_resumes(t
     signal_job(process.pid, signal.SIGTERM)
     stderr = stopped_job(process, tmp_path)
     step = int(stderr.strip().splitlines()[-1].split(" after step ")[1].split(" ")[0])
+    assert 1 <= step < FINE_TUNING_STEPS
     assert [path.name for path in run.glob("checkpoint-*")] == [f"checkpoint-{step}"]
+    assert not (run / "model.safetensors").exists()
 
     done = run_bounded(command, 300, env=ENV)
     assert done.returncode == 0, done.stderr[-3000:]
