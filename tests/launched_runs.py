@@ -25,6 +25,7 @@ from accelerate.utils import DistributedType
 
 from albert_hf.errors import InputError, first_line
 from albert_hf.pretraining import job as pretraining
+from albert_hf.pretraining import loop
 from albert_hf.pretraining.flags import parse_args
 from albert_hf.runtime.distributed import end_distributed
 
@@ -70,7 +71,7 @@ def with_hooks(hooks: dict):
         step.weighted_loss = poisoned
         undo.append(lambda: setattr(step, "weighted_loss", real))
     if "dropped_step_at" in hooks:
-        at, real, calls = hooks["dropped_step_at"], pretraining.optimizer_step, []
+        at, real, calls = hooks["dropped_step_at"], loop.optimizer_step, []
 
         def dropped(run, micro_batches):
             calls.append(1)
@@ -80,8 +81,8 @@ def with_hooks(hooks: dict):
             run.scheduler.step()
             return torch.zeros(step.COUNTS, dtype=torch.float64, device=run.accelerator.device)
 
-        pretraining.optimizer_step = dropped
-        undo.append(lambda: setattr(pretraining, "optimizer_step", real))
+        loop.optimizer_step = dropped  # where fit looks it up
+        undo.append(lambda: setattr(loop, "optimizer_step", real))
     return lambda: [restore() for restore in undo]
 
 

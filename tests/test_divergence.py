@@ -13,6 +13,7 @@ from safetensors.torch import load_file, save_file
 
 from albert_hf.errors import InputError
 from albert_hf.pretraining import job as pretraining
+from albert_hf.pretraining import loop
 from albert_hf.pretraining.divergence import Diverged, check_losses, checkpoint_finite, stop_line, weights_finite
 from pretraining_runs import FAST, metrics, pretrain, pretrain_runs
 from test_distributed import DDP, FSDP
@@ -28,7 +29,7 @@ def non_finite_tensors(folder: Path) -> list[str]:
 
 def nan_at(monkeypatch, step: int):
     """From optimizer step `step` on, one weight of the model is NaN (a step that diverged)."""
-    real = pretraining.optimizer_step
+    real = loop.optimizer_step
     done = []
 
     def poisoned(run, micro_batches):
@@ -39,7 +40,7 @@ def nan_at(monkeypatch, step: int):
                 next(run.model.parameters()).view(-1)[0] = math.nan
         return counts
 
-    monkeypatch.setattr(pretraining, "optimizer_step", poisoned)
+    monkeypatch.setattr(loop, "optimizer_step", poisoned)  # where fit looks it up
 
 
 def test_a_learning_rate_typo_stops_after_the_skip_limit_with_nothing_non_finite_on_disk(tmp_path):

@@ -34,6 +34,7 @@ def test_a_training_step_reads_the_host_only_to_remove_padding(tmp_path, accumul
     the model builds SDPA's mask itself and reads nothing."""
     from albert_hf.modeling_albert_hf import RealTokens
     from albert_hf.pretraining import job as pretraining
+    from albert_hf.pretraining import loop
 
     if not padding_removal:
         monkeypatch.setattr(RealTokens, "pays_on", staticmethod(lambda device: False))
@@ -43,13 +44,13 @@ def test_a_training_step_reads_the_host_only_to_remove_padding(tmp_path, accumul
                                    str(accumulation), "--no_plots"])
     run = pretraining.prepare(args)
     marks, reads = [], HostReads()
-    step = pretraining.training_step
+    step = loop.training_step
 
     def marked_step(*args, **kwargs):
         marks.append(len(reads.ops))
         return step(*args, **kwargs)
 
-    monkeypatch.setattr(pretraining, "training_step", marked_step)
+    monkeypatch.setattr(loop, "training_step", marked_step)  # where optimizer_step looks it up
     with reads:
         pretraining.fit(run)
     # steps 2 to 21: from one step's start to the next (the last step logs)

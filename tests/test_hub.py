@@ -284,8 +284,8 @@ def test_pretraining_card_metadata_and_model_index_come_from_all_results(tmp_pat
 
 def test_pretraining_card_lists_a_hub_dataset_license_and_base_model_without_going_online(tmp_path, hub_unreachable):
     from albert_hf.pretraining.arguments import DataArgs
-    from albert_hf.pretraining.card import PretrainingRun
-    from albert_hf.pretraining.final_folder import corpus_card_dataset, save_final_model
+    from albert_hf.pretraining.card import PretrainingRun, corpus_card_dataset
+    from albert_hf.pretraining.final_folder import save_final_model
     from data_fixtures import tokenizer
 
     data = DataArgs(dataset_name="Salesforce/wikitext", dataset_config_name="wikitext-2-raw-v1")

@@ -173,17 +173,17 @@ STOPPED_AFTER_A_CHECKPOINT = """
 import os, signal, sys, time
 sys.path[:0] = [{repo!r}, {repo!r} + "/tests"]  # this checkout's albert_hf, and the fake Hub
 from fake_hub import FakeHub
-from albert_hf.pretraining import job
+from albert_hf.pretraining import job, loop
 from albert_hf.runtime.cli import run_entry_point
 
-real = job.save_checkpoint
+real = loop.save_checkpoint  # called by the loop (loop.py), looked up there
 
 def save_checkpoint(run, state):
     path = real(run, state)
     os.kill(os.getpid(), signal.SIGTERM)
     return path
 
-job.save_checkpoint = save_checkpoint
+loop.save_checkpoint = save_checkpoint
 hub = FakeHub({root!r}, hold=lambda message: time.sleep(2))
 sys.argv = ["run_pretraining.py", *{argv!r}]
 with hub.patched():
@@ -321,9 +321,9 @@ def test_a_full_disk_while_staging_an_upload_is_one_line_and_the_run_goes_on(tmp
     checkpoint, nothing half-staged left, no upload of it, and the run finishes with its final folder pushed."""
     import errno
 
-    from albert_hf.pretraining import job
+    from albert_hf.pretraining import loop
 
-    real = job.save_final_model
+    real = loop.save_final_model  # a checkpoint's upload is staged by loop.save_checkpoint
 
     def no_space_for_staging(model, tokenizer, output_dir, *args, **kwargs):
         if ".tmp-hub" in str(output_dir):
@@ -332,7 +332,7 @@ def test_a_full_disk_while_staging_an_upload_is_one_line_and_the_run_goes_on(tmp
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(model, tokenizer, output_dir, *args, **kwargs)
 
-    monkeypatch.setattr(job, "save_final_model", no_space_for_staging)
+    monkeypatch.setattr(loop, "save_final_model", no_space_for_staging)
     hub, out = FakeHub(tmp_path / "hub"), tmp_path / "run"
     with caplog.at_level("WARNING"):
         pretrain_pushed(out, hub, "--hub_strategy", "every_save")

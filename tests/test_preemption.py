@@ -567,31 +567,33 @@ def test_group_signals_at_random_moments_lose_no_checkpoint_and_each_run_resumes
     assert len(stops) == 10, (stops, finished)
 
 
-# A SIGTERM sent by the run to itself as a stage begins (once): what a scheduler's signal at that moment does.
+# A SIGTERM sent by the run to itself as a stage begins (once): what a scheduler's signal at that moment does. The
+# stage is replaced in the module that calls it (`owner`: loop for the loop's parts, job for the final folder).
 SIGNALLED_STAGE = """
 import os, signal, sys
-from albert_hf.pretraining import job
+from albert_hf.pretraining import job, loop
 from albert_hf.runtime.cli import run_entry_point
 
-real, sent = getattr(job, {stage!r}), []
+real, sent = getattr({owner}, {stage!r}), []
 
 def signalled(*args, **kwargs):
     if not sent:
         sent.append(os.kill(os.getpid(), signal.SIGTERM))
     return real(*args, **kwargs)
 
-setattr(job, {stage!r}, signalled)
+setattr({owner}, {stage!r}, signalled)
 sys.argv = [{script!r}, *{argv!r}]
 run_entry_point(job.main, stage="starting")
 """
 
 
-@pytest.mark.parametrize("stage, extra", [
-    ("evaluate_and_log", ["--validation_split_percentage", "5", "--eval_steps", "10"]),
-    ("save_checkpoint", ["--checkpointing_steps", "10"]),
-    ("write_final_folder", []),
+@pytest.mark.parametrize("owner, stage, extra", [
+    ("loop", "evaluate_and_log", ["--validation_split_percentage", "5", "--eval_steps", "10"]),
+    ("loop", "save_checkpoint", ["--checkpointing_steps", "10"]),
+    ("job", "write_final_folder", []),
 ])
-def test_a_signal_during_an_evaluation_a_checkpoint_or_the_final_folder_lets_it_complete(tmp_path, stage, extra):
+def test_a_signal_during_an_evaluation_a_checkpoint_or_the_final_folder_lets_it_complete(tmp_path, owner, stage,
+                                                                                          extra):
     """During the held-out evaluation or a checkpoint (at step 10) the run finishes it and stops after that step
     with a complete step_10 and status 75; during the final folder it completes the folder and exits with 0, saying
     the signal came after the run completed."""
@@ -599,7 +601,7 @@ def test_a_signal_during_an_evaluation_a_checkpoint_or_the_final_folder_lets_it_
 
     run = tmp_path / "run"
     argv = ["--output_dir", str(run), *FAST, *ARGS, *extra]
-    code = SIGNALLED_STAGE.format(stage=stage, script=SCRIPT, argv=argv)
+    code = SIGNALLED_STAGE.format(owner=owner, stage=stage, script=SCRIPT, argv=argv)
     done = run_bounded([sys.executable, "-c", code], 300, env=ENV, cwd=tmp_path)
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     last = done.stderr.strip().splitlines()[-1]

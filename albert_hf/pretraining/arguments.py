@@ -2,9 +2,9 @@
 `run_pretraining.py args.yaml` works too), resolved and checked once (`flags.parse_args`) into a frozen
 `PretrainingArguments`.
 
-The job (`job.py`) hands each part of the run the group it needs, or explicit values: the inputs get `DataArgs`
-(the corpus, the tokenizer, the pairs), the model builder `ModelArgs` and the config resolved here, the optimizer
-`OptimizationArgs`, the checkpoints and the final folder what `OutputArgs` says of them.
+The job (`job.py`, its loop in `loop.py`) hands each part of the run the group it needs, or explicit values: the
+inputs get `DataArgs` (the corpus, the tokenizer, the pairs), the model builder `ModelArgs` and the config resolved
+here, the optimizer `OptimizationArgs`, the checkpoints and the final folder what `OutputArgs` says of them.
 """
 
 import dataclasses

@@ -1,5 +1,5 @@
-"""The model card of a `run_pretraining.py` model: what the run did (`PretrainingRun`, filled in by the job) and
-its held-out results, as the `CardContent` that hub/model_card.py renders."""
+"""The model card of a `run_pretraining.py` model: what the run did (`PretrainingRun`, filled in from the run's
+argument groups by `card_run`) and its held-out results, as the `CardContent` that hub/model_card.py renders."""
 
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,10 +11,12 @@ from ..hub.model_card import (
     describe_checkpoint,
     eval_results,
     framework_versions,
+    hub_dataset_id,
     hub_model_name,
     read_results,
     write_model_card,
 )
+from .arguments import DataArgs, ModelArgs, ObjectiveArgs, OptimizationArgs, OutputArgs
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,39 @@ class PretrainingRun:
     hub_model_id: str | None
     license: str | None
     output_dir: str
+
+
+def card_run(model: ModelArgs, data: DataArgs, objective: ObjectiveArgs, optimization: OptimizationArgs,
+             output: OutputArgs) -> PretrainingRun:
+    """What the model card says of this run."""
+    return PretrainingRun(
+        dataset=corpus_card_dataset(data), task=objective.task, max_ngram=objective.max_ngram,
+        max_train_steps=optimization.max_train_steps, max_seq_length=data.max_seq_length,
+        micro_batch=f"{optimization.per_device_train_batch_size} a process x "
+                    f"{optimization.gradient_accumulation_steps} accumulation"
+                    + (" (found by --auto_find_batch_size)" if optimization.auto_find_batch_size else ""),
+        optimizer=optimization.optimizer, learning_rate=optimization.learning_rate,
+        num_warmup_steps=optimization.num_warmup_steps, mixed_precision=optimization.mixed_precision,
+        seed=optimization.seed, architecture=model.model_config if not model.config_name else "custom",
+        base_model=model.model_name_or_path, hub_model_id=output.hub_model_id, license=output.license,
+        output_dir=output.output_dir)
+
+
+def corpus_card_dataset(data: DataArgs) -> CardDataset:
+    """The corpus as the model card's Data section describes it (a Hub dataset, local files or the embedded one)."""
+    held_out = f"{data.validation_split_percentage:g}% of the documents held out for evaluation"
+    if data.dataset_name:
+        hub_id = hub_dataset_id(data.dataset_name)
+        config = f", config `{data.dataset_config_name}`" if data.dataset_config_name else ""
+        return CardDataset(f"{hub_id} ({held_out})", f"Hub dataset [{hub_id}](https://huggingface.co/datasets/"
+                           f"{hub_id}){config}, column `{data.text_column}`; {held_out}.", hub_id,
+                           data.dataset_config_name, {"eval_": "train"})
+    if data.train_files:
+        names = ", ".join(f"`{Path(path).name}`" for path in data.train_files)
+        return CardDataset(f"local text files ({held_out})", f"Local files (not a Hub dataset): {names}, layout "
+                           f"`{data.layout}`; {held_out}.", splits={"eval_": "held-out"})
+    return CardDataset(f"embedded corpus ({held_out})", "The embedded corpus (docstrings of the Python standard "
+                       f"library; not a Hub dataset); {held_out}.", splits={"eval_": "held-out"})
 
 
 def pretraining_card(results: dict, facts: PretrainingRun, global_batch: int, num_processes: int,

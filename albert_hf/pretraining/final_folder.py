@@ -8,11 +8,9 @@ import shutil
 from itertools import islice
 from pathlib import Path
 
-from ..hub.model_card import CardDataset, hub_dataset_id
 from ..reports.fill_mask import fill_mask_examples, pick_fill_mask_sentences
 from ..runtime.hardware import Hardware, Precision
 from ..runtime.storage import write_json
-from .arguments import DataArgs
 from .card import PretrainingRun, write_pretraining_card
 
 logger = logging.getLogger("albert_hf.pretraining.job")
@@ -36,23 +34,6 @@ def save_final_model(model, tokenizer, output_dir: Path, facts: PretrainingRun, 
     for path in tmp.iterdir():
         os.replace(path, output_dir / path.name)
     tmp.rmdir()
-
-
-def corpus_card_dataset(data: DataArgs) -> CardDataset:
-    """The corpus as the model card's Data section describes it (a Hub dataset, local files or the embedded one)."""
-    held_out = f"{data.validation_split_percentage:g}% of the documents held out for evaluation"
-    if data.dataset_name:
-        hub_id = hub_dataset_id(data.dataset_name)
-        config = f", config `{data.dataset_config_name}`" if data.dataset_config_name else ""
-        return CardDataset(f"{hub_id} ({held_out})", f"Hub dataset [{hub_id}](https://huggingface.co/datasets/"
-                           f"{hub_id}){config}, column `{data.text_column}`; {held_out}.", hub_id,
-                           data.dataset_config_name, {"eval_": "train"})
-    if data.train_files:
-        names = ", ".join(f"`{Path(path).name}`" for path in data.train_files)
-        return CardDataset(f"local text files ({held_out})", f"Local files (not a Hub dataset): {names}, layout "
-                           f"`{data.layout}`; {held_out}.", splits={"eval_": "held-out"})
-    return CardDataset(f"embedded corpus ({held_out})", "The embedded corpus (docstrings of the Python standard "
-                       f"library; not a Hub dataset); {held_out}.", splits={"eval_": "held-out"})
 
 
 def where_trained(hardware: Hardware, precision: Precision, num_processes: int) -> dict:
