@@ -30,6 +30,7 @@ import contextlib
 import logging
 import os
 import signal
+import sys
 import threading
 
 import psutil
@@ -79,6 +80,7 @@ class StopOnSignal:
         self._redelivered = False  # the signal sent again after a fork's hooks (`_after_fork_in_parent`)
         self._previous = {}
         self._outer = None
+        self._unraisablehook = None  # the hook in place before this one's (`_swallowed`)
         self._polled = None  # multi-process: the last poll's all-reduced flag on the host, and its copy's event
 
     def __enter__(self):
@@ -91,6 +93,7 @@ class StopOnSignal:
             _ended_by = None  # a new outermost one: what ended an earlier one in this interpreter is not its business
         for signum in self.signals:
             self._previous[signum] = signal.signal(signum, self._record)
+        self._unraisablehook, sys.unraisablehook = sys.unraisablehook, self._swallowed
         self._outer, _active = _active, self
         # the scripts block them while they import (run_*.py): one that came meanwhile is handled now
         signal.pthread_sigmask(signal.SIG_UNBLOCK, self.signals)
@@ -101,6 +104,7 @@ class StopOnSignal:
         if not self._previous:
             return False
         _active = self._outer
+        sys.unraisablehook = self._unraisablehook
         if exc_type is not None and self.received is not None and self._outer is not None:
             # stopping: the one it is nested in takes the signals back, and ignores them from now on
             self._outer.received, self._outer.quiet = self._outer.received or self.received, True
@@ -155,6 +159,13 @@ class StopOnSignal:
         else:
             logger.warning("%s received again: already stopping; the checkpoint is being written (SIGKILL stops at "
                            "once, and the previous checkpoints stay whole)", name)
+
+    def _swallowed(self, unraisable) -> None:
+        """An interruption raised inside a finalizer or a weakref callback (a garbage collection can run one at any
+        moment) is swallowed, and Python prints it with its traceback: ours is raised again at the next stage
+        (`raise_if_interrupted`) and ends with the stop line, so it prints nothing. Anything else goes on as before."""
+        if not isinstance(unraisable.exc_value, Stopped):
+            self._unraisablehook(unraisable)
 
     def _interrupt(self) -> None:
         self.interrupted = self.stage
