@@ -26,8 +26,8 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 pretrain: setup
 	$(BIN)/python run_pretraining.py recipes/demo.yaml
 
-# Tests never touch the network: offline Hub and a throwaway HF_HOME, and a throwaway torch.compile cache (torch 2.13
-# does not key it on ATEN_CPU_CAPABILITY: a kernel cached by a process with it set aborted a later one). Each test
+# Tests never touch the network: offline Hub, and each pass its own HF_HOME and torch.compile cache, removed at its end
+# (tests/conftest.py; torch 2.13 does not key the compile cache on ATEN_CPU_CAPABILITY). Each test
 # runs one thread (tests/conftest.py), so the files are spread over one worker per core (pytest-xdist; at most 4), a
 # file's tests in one worker so that its module fixtures run once, the slowest files first (conftest.SLOWEST_FILES;
 # xdist would otherwise order the files by their number of tests). The scripts the tests start are forked from an
@@ -37,8 +37,7 @@ pretrain: setup
 # outcome: PYTHONUNBUFFERED, set on the machines this was written on, once hid a test that failed everywhere else.
 CLEAN_ENV = env -i PATH="$$PATH" HOME="$$HOME" LANG=C.UTF-8 $${TMPDIR:+TMPDIR="$$TMPDIR"} \
 	$${ALBERT_HF_TEST_THREADS:+ALBERT_HF_TEST_THREADS="$$ALBERT_HF_TEST_THREADS"}
-PYTEST_RUN = HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HOME=$$(mktemp -d) \
-	TORCHINDUCTOR_CACHE_DIR=$$(mktemp -d) \
+PYTEST_RUN = HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
 	$(BIN)/python -m pytest -q -p no:cacheprovider --numprocesses auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder \
 	--durations 15
 PYTEST = $(CLEAN_ENV) $(PYTEST_RUN)

@@ -20,6 +20,7 @@ import argparse
 import copy
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -267,7 +268,8 @@ def main(argv=None):
     env = {} if device.type == "cuda" else {"CUDA_VISIBLE_DEVICES": ""}
     report = {"machine": describe_device(device), "args": vars(args)}
     print(f"gpu_check on {report['machine']['hardware']}", flush=True)
-    work = Path(tempfile.mkdtemp(prefix="gpu_check_"))
+    # the parts' folders, beside the report (where a run killed midway leaves them), removed at the end
+    work = Path(tempfile.mkdtemp(prefix="gpu_check_", dir=Path(args.out).resolve().parent))
     parts = {
         "parity": lambda: parity(device, args.preset if args.preset == "tiny" else "small"),
         "pretraining": lambda: pretraining(device, args.preset, args.seq, args.steps, work / "pretrained", env),
@@ -291,6 +293,7 @@ def main(argv=None):
         report[name]["seconds"] = round(time.perf_counter() - start, 1)
         print(f"{name}: {json.dumps(report[name])}", flush=True)
     report["failed"] = failed
+    shutil.rmtree(work, ignore_errors=True)
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {args.out}; failed: {', '.join(failed) or 'none'}")
     sys.exit(1 if failed else 0)

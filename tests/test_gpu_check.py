@@ -19,6 +19,7 @@ def test_gpu_check_runs_every_part_on_the_cpu_and_writes_its_report(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["failed"] == [] and "Traceback" not in done.stderr
+    assert [path.name for path in tmp_path.iterdir()] == ["check.json"]  # the parts' work folder removed
     assert report["machine"]["device"] == "cpu" and report["machine"]["hardware"].startswith("cpu: ")
     parity = report["parity"]
     assert parity["passed"] and len([k for k in parity if k.startswith("AlbertHF")]) == 8

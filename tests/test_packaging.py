@@ -3,6 +3,7 @@ because something else happened to install it."""
 
 import ast
 import configparser
+import os
 import re
 import sys
 
@@ -358,6 +359,22 @@ def test_make_test_runs_every_pytest_in_a_reduced_environment(tmp_path):
                                                                "PYTEST = $(PYTEST_RUN)"))
     assert not all(map(runs_in_the_reduced_environment, pytest_commands(planted, "test")))
 
+
+
+def test_a_pytest_run_removes_its_throwaway_folders_when_it_ends(tmp_path):
+    """The HF_HOME and torch.compile cache a pytest run makes for itself (tests/conftest.py) are gone when it ends:
+    each `make test` pass left them in the temp folder, about 100 MB a run. A run with its own TMPDIR and neither
+    variable set leaves nothing there but pytest's own base folder."""
+    import getpass
+    import subprocess
+
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    env = {"PATH": os.environ["PATH"], "HOME": os.environ["HOME"], "LANG": "C.UTF-8", "TMPDIR": str(temp)}
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_squad_metrics.py"]
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert {path.name for path in temp.iterdir()} <= {f"pytest-of-{getpass.getuser()}"}
 
 def path_edits(source: str) -> list[str]:
     """`sys.path.insert/append/extend/remove(...)` and assignments to `sys.path` or a slice of it."""
