@@ -6,22 +6,15 @@ import os
 import shutil
 import tempfile
 
-
-def _throwaway_folder(variable: str, prefix: str) -> None:
-    """`variable` names a folder that lives as long as this pytest run, unless the environment names one already: made
-    by pytest's first process (pytest-xdist's workers inherit it) and removed when that process exits. Each `make
-    test` left two such folders behind (about 100 MB)."""
-    if variable not in os.environ:
-        folder = tempfile.mkdtemp(prefix=prefix)
-        os.environ[variable] = folder
-        atexit.register(shutil.rmtree, folder, True)
-
-
-# Set before transformers/datasets are imported anywhere, so no test can reach the network. The torch.compile cache is
-# the run's own: torch 2.13 does not key it on ATEN_CPU_CAPABILITY (a kernel cached under the AVX2 caps of `make test`'s
-# second pass aborted a later process).
-_throwaway_folder("HF_HOME", "albert_hf_test_home_")
-_throwaway_folder("TORCHINDUCTOR_CACHE_DIR", "albert_hf_test_inductor_")
+# Set before transformers/datasets are imported anywhere, so no test can reach the network. HF_HOME and the
+# torch.compile cache are the pytest run's own, unless the environment names them: made by pytest's first process
+# (pytest-xdist's workers inherit them) and removed when it exits (each `make test` pass left them behind, about
+# 100 MB). torch 2.13 does not key the compile cache on ATEN_CPU_CAPABILITY: a kernel cached under the AVX2 caps of
+# `make test`'s second pass aborted a later process.
+for _variable, _prefix in (("HF_HOME", "albert_hf_test_home_"), ("TORCHINDUCTOR_CACHE_DIR", "albert_hf_inductor_")):
+    if _variable not in os.environ:
+        os.environ[_variable] = tempfile.mkdtemp(prefix=_prefix)
+        atexit.register(shutil.rmtree, os.environ[_variable], True)
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
