@@ -30,8 +30,9 @@ pretrain: setup
 # (tests/conftest.py; torch 2.13 does not key the compile cache on ATEN_CPU_CAPABILITY). Each test
 # runs one thread (tests/conftest.py), so the files are spread over one worker per core (pytest-xdist; at most 4), a
 # file's tests in one worker so that its module fixtures run once, the slowest files first (conftest.SLOWEST_FILES;
-# xdist would otherwise order the files by their number of tests). The scripts the tests start are forked from an
-# interpreter that has imported the stack once per worker (tests/preloaded.py): 3 s of imports saved a process.
+# xdist would otherwise order the files by their number of tests). The scripts the tests start, and the workers of
+# the launchers they start, are forked from an interpreter that has imported the stack once per worker
+# (tests/preloaded.py): 4 s of imports saved a process.
 # The suite runs in an environment reduced to what it needs (`env -i`): PATH, HOME, a UTF-8 locale, TMPDIR and
 # ALBERT_HF_TEST_THREADS where set, and the variables below. A variable of the developer's shell cannot change the
 # outcome: PYTHONUNBUFFERED, set on the machines this was written on, once hid a test that failed everywhere else.

@@ -11,21 +11,33 @@ the interpreter's ending (threads joined, atexit handlers run).
 
 A command is served this way only where that holds. The rest start as plain subprocesses: another interpreter,
 `python -c`, and an environment that differs from the server's in a variable read when a library is imported or the
-interpreter starts (thread counts, the CPU ISA caps, the HF_* folders, PYTHON*, TORCH*, CUDA*). Launchers
-(`-m accelerate.commands.launch`, `-m torch.distributed.run`) are served too; the workers they start are fresh
-processes, as under a real launch.
+interpreter starts (thread counts, the CPU ISA caps, the HF_* folders, PYTHON*, TORCH*, CUDA*).
+
+Launchers (`-m accelerate.commands.launch`, `-m torch.distributed.run`) are served too, and so are the workers their
+elastic agent starts (each a fresh interpreter under a real launch: a launched test paid 2 x 4 s of imports). Before
+the launcher runs, it forks a copy of itself that does nothing but fork workers on request (`_serve_workers`); each
+worker gets what torch's agent gives one (its argv, environment and folder, a session of its own, the launcher as its
+parent, so that the agent waits on it, signals its group and reads its status as with Popen), and becomes the script
+as a served command does. The copy ignores the signals a scheduler sends every process of a job (they are for the
+launcher and its workers) and ends with the launcher. Its workers' /proc/PID/environ is the server's: `launched_rank`
+tells a test which rank a process is.
 """
 
 import atexit
+import ctypes
 import gc
 import json
 import multiprocessing
 import os
+import pickle
 import random
 import runpy
+import select
+import signal
 import subprocess
 import sys
 import threading
+import time
 
 # Read by a library or the interpreter when it starts, so the server's values would win over the command's. (KMP_*
 # belong to Intel's OpenMP, which neither torch's nor scikit-learn's Linux wheels load; scikit-learn sets two on
@@ -38,6 +50,14 @@ READ_WHEN_USED = {"PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR"}
 PRELOAD = ["torch", "numpy", "transformers", "transformers.trainer", "accelerate", "accelerate.commands.launch",
            "torch.distributed.run", "datasets", "evaluate", "safetensors.torch", "scipy.stats", "sklearn.metrics",
            "seqeval.metrics", "albert_hf"]
+
+LAUNCHERS = ("accelerate.commands.launch", "torch.distributed.run")
+# Set by torch's elastic agent for its workers and read when used (by torch.distributed), not at start-up.
+LAUNCH_VARIABLES = ("TORCHELASTIC_", "TORCH_NCCL_")
+# What a scheduler sends every process of a job: the copy that forks the workers ignores them, the workers get them.
+JOB_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+PR_SET_NAME, PR_SET_CHILD_SUBREAPER = 15, 36  # prctl(2)
+WORKER_NAME = "rank "  # a served worker's process name (psutil's name()): "rank 1"
 
 _server = {}  # the environment and sys.path the server was started with, once started
 
@@ -74,17 +94,32 @@ def _ensure_server(env: dict) -> None:
 def servable(command, env: dict, server_env: dict) -> bool:
     """Whether `command` runs in a forked process as it would in a fresh one (see the module docstring), from the
     server started with `server_env` (or already started)."""
+    return _runs_a_script(command) and not _differs_at_start_up(env, _server.get("env", server_env))
+
+
+def _runs_a_script(command) -> bool:
+    """`python SCRIPT.py ...` or `python -m MODULE ...` with this interpreter and no option."""
     command = [str(part) for part in command]
     if len(command) < 2 or command[0] != sys.executable:
         return False
     if command[1] == "-m":
-        if len(command) < 3:
-            return False
-    elif command[1].startswith("-") or not command[1].endswith(".py"):
-        return False
-    server_env = _server.get("env", server_env)
+        return len(command) >= 3
+    return not command[1].startswith("-") and command[1].endswith(".py")
+
+
+def _differs_at_start_up(env: dict, server_env: dict, read_when_used: tuple = ()) -> bool:
     differing = {name for name in set(env) | set(server_env) if env.get(name) != server_env.get(name)}
-    return not any(name.startswith(STARTUP_VARIABLES) for name in differing - READ_WHEN_USED)
+    return any(name.startswith(STARTUP_VARIABLES) and not name.startswith(read_when_used)
+               for name in differing - READ_WHEN_USED)
+
+
+def launched_rank(process) -> str | None:
+    """The RANK a launcher gave `process` (a psutil.Process): from its environment, or from its name for a worker
+    forked by `_serve_workers` (whose /proc/PID/environ is the server's); None for any other process."""
+    name = process.name()
+    if name.startswith(WORKER_NAME):
+        return name[len(WORKER_NAME):]
+    return process.environ().get("RANK")
 
 
 class ForkedProcess:
@@ -143,8 +178,17 @@ def _run(argv: list[str], cwd: str, env: dict, stdout: str, stderr: str, fresh_p
         os.dup2(file, fd)
         os.close(file)
     os.chdir(cwd)
+    server_env = dict(os.environ)
     os.environ.clear()
     os.environ.update(env)
+    if argv[0] == "-m" and argv[1] in LAUNCHERS:
+        _serve_workers(fresh_path, server_env)
+    raise SystemExit(_main(argv, fresh_path))
+
+
+def _main(argv: list[str], fresh_path: list[str]):
+    """`python *argv` in this process, from the folder it is in; returns its SystemExit code (None, an int or a
+    message), after the interpreter's ending."""
     random.seed()  # a fresh interpreter seeds these from the OS; forked ones would all share the server's state
     import numpy
 
@@ -152,18 +196,145 @@ def _run(argv: list[str], cwd: str, env: dict, stdout: str, stderr: str, fresh_p
     try:
         if argv[0] == "-m":
             sys.modules.pop(argv[1], None)  # preloaded, but run afresh as __main__ (and without runpy's warning)
-            sys.path[:] = [cwd, *fresh_path]
+            sys.path[:] = [os.getcwd(), *fresh_path]
             sys.argv = argv[1:]
             runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
         else:
             sys.path[:] = [os.path.dirname(os.path.abspath(argv[0])), *fresh_path]
             sys.argv = argv
             runpy.run_path(argv[0], run_name="__main__")
-    except SystemExit:
-        raise
+        code = None
+    except SystemExit as stop:
+        code = stop.code
     except BaseException:  # noqa: BLE001 - printed as the interpreter prints an uncaught exception, status 1
         sys.excepthook(*sys.exc_info())
-        raise SystemExit(1)
+        code = 1
     finally:
         threading._shutdown()  # as the interpreter ends: non-daemon threads first, then the atexit handlers
         atexit._run_exitfuncs()
+    return code
+
+
+def _serve_workers(fresh_path: list[str], server_env: dict) -> None:
+    """In a served launcher, before it runs: its elastic agent's workers are forked from a copy of this process
+    (see the module docstring) wherever a fresh one would be no different; the others start as under a real launch."""
+    from torch.distributed.elastic.multiprocessing.subprocess_handler import subprocess_handler
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    # The workers' parent is the launcher, as under a real launch: forked twice from the copy, each is orphaned at
+    # once and adopted by its nearest subreaper ancestor, this process.
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        return
+    launcher = os.getpid()
+    handlers = {signum: signal.getsignal(signum) for signum in JOB_SIGNALS}
+    requests_read, requests_write = os.pipe()
+    replies_read, replies_write = os.pipe()
+    if os.fork() == 0:
+        os.close(requests_write), os.close(replies_read)
+        _fork_workers(requests_read, replies_write, launcher, fresh_path, handlers, libc)
+    os.close(requests_read), os.close(replies_write)
+    requests, replies, lock = os.fdopen(requests_write, "wb"), os.fdopen(replies_read, "rb"), threading.Lock()
+    popen = subprocess_handler.SubprocessHandler._popen
+
+    def forked_popen(handler, args, env):
+        argv = [str(part) for part in args]
+        if argv[1:2] == ["-u"] and server_env.get("PYTHONUNBUFFERED"):  # the server's streams are unbuffered
+            argv = [argv[0], *argv[2:]]
+        if (handler._stdout is not None or handler._stderr is not None or not _runs_a_script(argv)
+                or _differs_at_start_up(env, server_env, LAUNCH_VARIABLES)):
+            return popen(handler, args, env)
+        with lock:
+            pickle.dump((argv[1:], dict(env)), requests)
+            requests.flush()
+            return ServedWorker(int(replies.readline()), argv)
+
+    subprocess_handler.SubprocessHandler._popen = forked_popen
+
+
+def _fork_workers(requests_fd: int, replies_fd: int, launcher: int, fresh_path: list[str], handlers: dict,
+                  libc) -> None:
+    """The launcher's copy: forks a worker for each request until the launcher ends (then exits)."""
+    for signum in handlers:
+        signal.signal(signum, signal.SIG_IGN)
+    requests = os.fdopen(requests_fd, "rb")
+    while True:
+        ready, _, _ = select.select([requests], [], [], 1.0)
+        if not ready:
+            if os.getppid() != launcher:
+                os._exit(0)
+            continue
+        try:  # one request at a time (the launcher sends the next after this one's reply): none waits in the buffer
+            argv, env = pickle.load(requests)
+        except EOFError:
+            os._exit(0)
+        pid_read, pid_write = os.pipe()
+        middle = os.fork()
+        if middle == 0:
+            os.close(pid_read)
+            worker = os.fork()
+            if worker == 0:
+                os.close(pid_write), os.close(replies_fd)
+                requests.close()
+                _worker(argv, env, launcher, fresh_path, handlers, libc)
+            os.write(pid_write, b"%d" % worker)
+            os._exit(0)
+        os.close(pid_write)
+        with os.fdopen(pid_read, "rb") as pid:
+            worker = int(pid.read())
+        os.waitpid(middle, 0)  # it has ended: its worker is the launcher's child now
+        os.write(replies_fd, b"%d\n" % worker)
+
+
+def _worker(argv: list[str], env: dict, launcher: int, fresh_path: list[str], handlers: dict, libc) -> None:
+    """In a forked worker: become `python *argv` as torch's agent starts it (its own session, `env`); never returns."""
+    while os.getppid() != launcher:  # adopted once the process that forked it has ended (a moment)
+        time.sleep(0.001)
+    os.setsid()
+    for signum, handler in handlers.items():
+        signal.signal(signum, handler)
+    os.environ.clear()
+    os.environ.update(env)
+    libc.prctl(PR_SET_NAME, f"{WORKER_NAME}{env.get('RANK')}".encode(), 0, 0, 0)
+    code = _main(argv, fresh_path)
+    if code is None:
+        status = 0
+    elif isinstance(code, int):
+        status = code
+    else:  # as the interpreter ends on SystemExit("message")
+        print(code, file=sys.stderr)
+        status = 1
+    sys.stdout.flush(), sys.stderr.flush()
+    os._exit(status & 0xFF)
+
+
+class ServedWorker:
+    """What torch's elastic agent uses of a worker's Popen (pid, args, returncode, poll, wait, send_signal,
+    terminate, kill), for a worker `_serve_workers` forked: this process's child, waited on as Popen waits."""
+
+    def __init__(self, pid: int, args: list[str]):
+        self.pid, self.args, self.returncode = pid, args, None
+
+    def poll(self):
+        if self.returncode is None:
+            done, status = os.waitpid(self.pid, os.WNOHANG)
+            if done:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout=None):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            time.sleep(0.005)
+        return self.returncode
+
+    def send_signal(self, signum):
+        if self.poll() is None:
+            os.kill(self.pid, signum)
+
+    def terminate(self):
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self):
+        self.send_signal(signal.SIGKILL)

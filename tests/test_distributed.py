@@ -84,12 +84,15 @@ def test_fsdp_killed_mid_run_resumes_from_latest_to_the_uninterrupted_weights(tm
         assert time.time() < deadline
         time.sleep(0.05)
     # the workers run in sessions of their own: kill the launcher and every process under it
-    for process in [psutil.Process(launcher.pid), *psutil.Process(launcher.pid).children(recursive=True)]:
+    processes = [psutil.Process(launcher.pid), *psutil.Process(launcher.pid).children(recursive=True)]
+    for process in processes:
         try:
             process.send_signal(signal.SIGKILL)
         except psutil.NoSuchProcess:
             pass
     launcher.wait()
+    # gone, not dying: a process killed a moment ago still holds its lock on the output folder
+    assert not psutil.wait_procs(processes, timeout=30)[1]
     assert not (interrupted / "model.safetensors").exists()  # it really died before the end
     resumed_from = max(int(path.name[5:]) for path in interrupted.glob("step_*") if (path / STATE_FILE).exists())
     done = pretrain(interrupted, *ARGS, "--per_device_train_batch_size", "4", "--resume_from_checkpoint", "latest",

@@ -18,6 +18,7 @@ from safetensors.torch import load_file
 from albert_hf.pretraining.checkpoints import STATE_FILE
 from albert_hf.runtime.preemption import PREEMPTED
 from helpers import REPO, run_bounded, signal_job, start_process, subprocess_env
+from preloaded import launched_rank
 from pretraining_runs import check_same_weights_and_curve, metrics, pretrain
 from test_distributed import LAUNCH
 
@@ -112,7 +113,7 @@ def test_two_processes_stop_after_the_same_step_whichever_process_is_signalled(t
         if target == "launcher":
             return [psutil.Process(launcher.pid)]
         return [child for child in psutil.Process(launcher.pid).children(recursive=True)
-                if child.environ().get("RANK") == "1"]
+                if launched_rank(child) == "1"]
 
     launcher = pretrain(run, *ARGS, "--per_device_train_batch_size", "4", launcher=DDP, started=tmp_path)
     assert signal_once_training(run, launcher, targets, signal.SIGTERM) == 1
@@ -240,7 +241,7 @@ def test_fine_tuning_stopped_by_a_signal_leaves_a_checkpoint_that_the_same_comma
 
     def targets():
         return [child for child in psutil.Process(process.pid).children(recursive=True)
-                if child.environ().get("RANK") == "1"]
+                if launched_rank(child) == "1"]
 
     deadline = time.time() + 300
     # the first step's log: every process is in the training loop, its handlers in place

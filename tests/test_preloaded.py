@@ -98,3 +98,71 @@ def test_other_interpreters_and_code_strings_are_not_served(script):
     assert not preloaded.servable(["python3", script], env, env)
     assert not preloaded.servable([sys.executable, "-c", "print(1)"], env, env)
     assert preloaded.servable([sys.executable, "-m", "albert_hf.analysis.params"], env, env)
+
+
+WORKER = """\
+import json, os, sys, time
+preloaded = "torch" in sys.modules  # before this script imports anything: a fresh interpreter has no torch yet
+folder = os.path.dirname(os.path.abspath(__file__))
+report = {"rank": os.environ["RANK"], "pid": os.getpid(), "ppid": os.getppid(), "sid": os.getsid(0),
+          "preloaded": preloaded, "argv": sys.argv, "name": __name__}
+with open(os.path.join(folder, f"rank{report['rank']}.json"), "w") as file:
+    json.dump(report, file)
+if sys.argv[1] == "wait":
+    time.sleep(120)
+sys.exit(3 if sys.argv[1] == "fail" and report["rank"] == "1" else 0)
+"""
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "0"]
+
+
+def launch(tmp_path, *args):
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    launcher = start_process([*TORCHRUN, *args[:-1], script, args[-1]], env=subprocess_env(), cwd=tmp_path,
+                             stdout=tmp_path / "out", stderr=tmp_path / "err", new_session=True)
+    reports = [tmp_path / f"rank{rank}.json" for rank in range(2)]
+    deadline = time.time() + 120
+    while not all(report.exists() and report.stat().st_size for report in reports):
+        assert time.time() < deadline and launcher.poll() is None, (tmp_path / "err").read_text()[-3000:]
+        time.sleep(0.02)
+    time.sleep(0.1)
+    return launcher, [json.loads(report.read_text()) for report in reports]
+
+
+def test_a_launchers_workers_are_forked_with_what_torchs_agent_gives_them(tmp_path):
+    """Each worker is the launcher's child in a session of its own with its rank and argv, a script run as
+    __main__ with the stack already imported; `launched_rank` finds it; its exit status reaches the launcher."""
+    import psutil
+
+    from helpers import signal_job
+
+    launcher, reports = launch(tmp_path, "wait")
+    assert isinstance(launcher, preloaded.ForkedProcess)
+    for rank, report in enumerate(reports):
+        assert report["preloaded"] and report["name"] == "__main__", report
+        assert report["rank"] == str(rank) and report["argv"] == [str(tmp_path / "worker.py"), "wait"], report
+        assert report["ppid"] == launcher.pid and report["sid"] == report["pid"], report  # as Popen(start_new_session)
+    tree = psutil.Process(launcher.pid).children(recursive=True)
+    assert {preloaded.launched_rank(process): process.pid for process in tree if preloaded.launched_rank(process)} == {
+        str(rank): report["pid"] for rank, report in enumerate(reports)}
+    # a scheduler's signal to every process of the job: the workers end, the launcher with them, nothing is left
+    assert signal_job(launcher.pid, signal.SIGTERM) == 3
+    assert launcher.wait(timeout=60) != 0
+    deadline = time.time() + 30
+    while any(process.is_running() and process.status() != psutil.STATUS_ZOMBIE for process in tree):
+        assert time.time() < deadline, [(process.pid, process.name()) for process in tree if process.is_running()]
+        time.sleep(0.05)
+
+    failed = tmp_path / "failed"
+    failed.mkdir()
+    launcher, reports = launch(failed, "fail")
+    assert launcher.wait(timeout=60) != 0
+    assert "exitcode  : 3" in (failed / "err").read_text()  # rank 1's status, read by the agent
+
+
+def test_workers_whose_output_the_launcher_redirects_start_fresh(tmp_path):
+    """torch's agent writes a worker's output to its own files with --redirects: not served (the copy that forks
+    the workers has the launcher's descriptors, not those files)."""
+    launcher, reports = launch(tmp_path, "--redirects", "3", "--log-dir", str(tmp_path / "logs"), "exit")
+    assert launcher.wait(timeout=60) == 0
+    assert [report["preloaded"] for report in reports] == [False, False]

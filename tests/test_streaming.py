@@ -17,6 +17,7 @@ from albert_hf.pretraining.inputs import build_data
 from albert_hf.runtime.preemption import PREEMPTED
 from data_fixtures import embedded
 from helpers import REPO, run_bounded, subprocess_env
+from preloaded import launched_rank
 from pretraining_runs import check_same_weights_and_curve, metrics, pretrain, pretrain_runs
 from test_preemption import DDP, signal_once_training, stopped_step
 
@@ -160,7 +161,7 @@ def test_a_stopped_streaming_run_resumes_to_the_uninterrupted_weights(tmp_path, 
         if processes == 1:
             return [psutil.Process(process.pid)]
         return [child for child in psutil.Process(process.pid).children(recursive=True)
-                if child.environ().get("RANK") == "1"]
+                if launched_rank(child) == "1"]
 
     process = pretrain(run, *args, launcher=launcher, started=tmp_path)
     signal_once_training(run, process, targets, signal.SIGTERM)
