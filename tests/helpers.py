@@ -21,6 +21,11 @@ def shared_data(*parts: str) -> Path:
     return path
 
 
+# accelerate launch's rendezvous on a free port its launcher binds, not on the default 29500: the launches of two
+# pytest workers would race for that one (both find it free, one ends in EADDRINUSE).
+ANY_PORT = ["--main_process_port", "0"]
+
+
 # Torch threads per test and per process a test starts. Tiny models: thread start-up costs more than it saves, and
 # CI has 2 cores shared with subprocess tests. ALBERT_HF_TEST_THREADS=2 runs the suite with another summation order
 # (a test that holds only for one order asserts a rounding, not a behaviour).

@@ -8,7 +8,7 @@ import torch
 from safetensors.torch import load_file
 
 from albert_hf import AlbertHFForPreTraining
-from helpers import tiny_config
+from helpers import ANY_PORT, tiny_config
 from pretraining_runs import pretrain_runs
 
 pytestmark = pytest.mark.trains
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.trains
 STEPS = ["--max_train_steps", "10", "--eval_steps", "0", "--validation_split_percentage", "0", "--no_plots",
          "--mixed_precision", "no"]
 LAUNCH_2 = [sys.executable, "-m", "accelerate.commands.launch", "--mixed_precision", "no", "--dynamo_backend", "no",
-            "--multi_gpu", "--num_processes", "2", "--num_machines", "1"]
+            "--multi_gpu", "--num_processes", "2", "--num_machines", "1", *ANY_PORT]
 
 
 def unequal_batch(vocab_size: int, seed: int = 0):

@@ -14,7 +14,7 @@ from albert_hf.errors import InputError
 from albert_hf.runtime.cli import run_entry_point
 from albert_hf.tasks.finetuning import run_script
 from albert_hf.testing.glue_folders import write_glue_folders, write_tsv
-from helpers import REPO, reset_accelerate_state, run_bounded, subprocess_env
+from helpers import ANY_PORT, REPO, reset_accelerate_state, run_bounded, subprocess_env
 from test_glue import run_glue
 from test_race import write_official_layout
 from test_squad import SQUAD_V1, common_args, run_squad, write_json
@@ -185,7 +185,7 @@ def test_under_accelerate_launch_the_line_is_printed_once(tmp_path, tiny_checkpo
     config = tmp_path / "ddp.yaml"
     write_config(config, {"type of machine": "multi-GPU", "How many different machines": "1", "How many GPU(s)": "2",
                           "FullyShardedDataParallel": "no", "mixed precision": "no"})
-    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config)]
+    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config), *ANY_PORT]
     if which == "every process":
         argv, expected = ["--train_files", tmp_path / "nowhere.txt"], "nowhere.txt"
     else:

@@ -16,7 +16,7 @@ import torch
 from albert_hf.errors import InputError
 from albert_hf.runtime import hardware
 from albert_hf.runtime.hardware import Hardware, bf16_trainer_warning, choose_precision
-from helpers import REPO, THREADS_SAID, run_bounded, subprocess_env, tiny_config
+from helpers import ANY_PORT, REPO, THREADS_SAID, run_bounded, subprocess_env, tiny_config
 
 AVX2 = Hardware("AMD EPYC 7B13", "AVX2", None, 2)
 AVX512 = Hardware("Intel Xeon Gold 6148", "AVX512", None, 2)  # Skylake: AVX-512 without bf16
@@ -246,9 +246,10 @@ def test_a_launched_run_whose_config_asks_for_bf16_without_bf16_units_warns_once
                           "FullyShardedDataParallel": "no", "mixed precision": "bf16"})
     env = subprocess_env(**NO_BF16_UNITS, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "ind"))
     fast = [arg for arg in FAST if arg not in ("--mixed_precision", "no")]  # the config decides
-    done = run_bounded([sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config), SCRIPT,
-                        "--output_dir", str(tmp_path / "out"), *fast, "--max_train_steps", "1", "--eval_steps", "0",
-                        "--validation_split_percentage", "0", "--no_plots"], 300, env=env, cwd=tmp_path)
+    done = run_bounded([sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config), *ANY_PORT,
+                        SCRIPT, "--output_dir", str(tmp_path / "out"), *fast, "--max_train_steps", "1",
+                        "--eval_steps", "0", "--validation_split_percentage", "0", "--no_plots"], 300, env=env,
+                       cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     warnings = [line for line in done.stderr.splitlines() if " WARNING albert_hf" in line]
     assert len(warnings) == 1, warnings

@@ -12,6 +12,7 @@ from safetensors.torch import load_file
 
 from albert_hf.pretraining.flags import parse_args
 from helpers import (
+    ANY_PORT,
     check_tokenizer_loads_without_prompt,
     run_python,
     tiny_config,
@@ -95,7 +96,7 @@ def test_two_processes_and_accumulation_follow_the_same_loss_curve_as_one(tmp_pa
     assert [result["status"] for result in results] == [0, 0], results
     double = tmp_path / "double"
     launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", *ANY_PORT]
     done = pretrain(double, *args, "--per_device_train_batch_size", "4", launcher=launcher)
     assert "2 processes" in done.stderr
     one = metrics(single)

@@ -13,6 +13,7 @@ from albert_hf.errors import InputError
 from albert_hf.pretraining.checkpoints import STATE_FILE, StepCheckpoints
 from albert_hf.pretraining.flags import parse_args
 from helpers import (
+    ANY_PORT,
     run_bounded,
     subprocess_env,
 )
@@ -158,7 +159,7 @@ def test_checkpoint_save_takes_the_same_collective_path_on_every_process(tmp_pat
     script = tmp_path / "delayed_save.py"
     script.write_text(DELAYED_SAVE)
     launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", *ANY_PORT]
     env = subprocess_env()
     done = run_bounded(launcher + [str(script), str(tmp_path / "out"), str(tmp_path)], timeout=120, env=env,
                        cwd=tmp_path)
