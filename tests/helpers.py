@@ -24,6 +24,10 @@ def shared_data(*parts: str) -> Path:
 # accelerate launch's rendezvous on a free port its launcher binds, not on the default 29500: the launches of two
 # pytest workers would race for that one (both find it free, one ends in EADDRINUSE).
 ANY_PORT = ["--main_process_port", "0"]
+# The tests' launches: fp32, no dynamo, and DDP over 2 processes on this machine.
+LAUNCH = [sys.executable, "-m", "accelerate.commands.launch", "--mixed_precision", "no", "--dynamo_backend", "no",
+          *ANY_PORT]  # the two-machines test names its own port after it
+DDP = [*LAUNCH, "--multi_gpu", "--num_processes", "2", "--num_machines", "1"]
 
 
 # Torch threads per test and per process a test starts. Tiny models: thread start-up costs more than it saves, and

@@ -1,22 +1,19 @@
 """Gradient accumulation and data parallelism give the gradient of the batch they stand for: a step's loss is the
 MLM loss averaged over every masked token of the global batch plus the pair loss averaged over its sequences."""
 
-import sys
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from albert_hf import AlbertHFForPreTraining
-from helpers import ANY_PORT, tiny_config
+from helpers import DDP, tiny_config
 from pretraining_runs import pretrain_runs
 
 pytestmark = pytest.mark.trains
 
 STEPS = ["--max_train_steps", "10", "--eval_steps", "0", "--validation_split_percentage", "0", "--no_plots",
          "--mixed_precision", "no"]
-LAUNCH_2 = [sys.executable, "-m", "accelerate.commands.launch", "--mixed_precision", "no", "--dynamo_backend", "no",
-            "--multi_gpu", "--num_processes", "2", "--num_machines", "1", *ANY_PORT]
 
 
 def unequal_batch(vocab_size: int, seed: int = 0):
@@ -133,7 +130,7 @@ def two_process_runs(tmp_path_factory):
     runs = {case: root / "{}x{}x2-{}".format(*case) for case in TWO_PROCESSES}
     results, _ = pretrain_runs([(out, [*STEPS, "--optimizer", optimizer, "--per_device_train_batch_size",
                                        str(per_device), "--gradient_accumulation_steps", str(accumulation)])
-                                for (per_device, accumulation, optimizer), out in runs.items()], launcher=LAUNCH_2)
+                                for (per_device, accumulation, optimizer), out in runs.items()], launcher=DDP)
     assert [result["status"] for result in results] == [0] * 3, results
     return runs
 

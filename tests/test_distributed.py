@@ -21,13 +21,10 @@ from albert_hf.errors import InputError
 from albert_hf.pretraining.arguments import build_parser
 from albert_hf.pretraining.checkpoints import STATE_FILE
 from albert_hf.pretraining.flags import parse_args
-from helpers import ANY_PORT, REPO, THREADS_SAID, run_bounded, subprocess_env
+from helpers import DDP, LAUNCH, REPO, THREADS_SAID, run_bounded, subprocess_env
 from pretraining_runs import RESUME_ARGS, check_same_weights_and_curve, metrics, pretrain, pretrain_runs
 
 ARGS = [*RESUME_ARGS, "--mixed_precision", "no"]  # 12 steps, a checkpoint every 3; fp32 for the comparisons
-LAUNCH = [sys.executable, "-m", "accelerate.commands.launch", "--mixed_precision", "no", "--dynamo_backend", "no",
-          *ANY_PORT]  # the two-machines test names its own port after it
-DDP = [*LAUNCH, "--multi_gpu", "--num_processes", "2", "--num_machines", "1"]
 FSDP = [*LAUNCH, "--config_file", str(REPO / "examples" / "accelerate_configs" / "fsdp_cpu.yaml")]
 
 

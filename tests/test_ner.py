@@ -280,8 +280,7 @@ def test_under_fsdp2_over_two_processes_the_gathered_evaluation_scores_every_sen
     the same as one process evaluating the saved model."""
 
     from accelerate_configs import fsdp_config
-    from helpers import REPO, run_bounded
-    from test_distributed import LAUNCH
+    from helpers import LAUNCH, REPO, run_bounded
 
     train, dev = write_conll(tmp_path / "train.conll", generated(120, 0)), write_conll(tmp_path / "dev.conll",
                                                                                         generated(37, 1))

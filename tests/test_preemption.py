@@ -17,16 +17,14 @@ from safetensors.torch import load_file
 
 from albert_hf.pretraining.checkpoints import STATE_FILE
 from albert_hf.runtime.preemption import PREEMPTED
-from helpers import REPO, run_bounded, signal_job, start_process, subprocess_env
+from helpers import DDP, LAUNCH, REPO, run_bounded, signal_job, start_process, subprocess_env
 from preloaded import launched_rank
 from pretraining_runs import check_same_weights_and_curve, metrics, pretrain
-from test_distributed import LAUNCH
 
 pytestmark = pytest.mark.trains
 
 # 40 steps, logged every 2, no periodic checkpoints: the only checkpoint is the one the signal causes.
 ARGS = ["--max_train_steps", "40", "--eval_steps", "0", "--validation_split_percentage", "0", "--mixed_precision", "no"]
-DDP = [*LAUNCH, "--multi_gpu", "--num_processes", "2", "--num_machines", "1"]
 
 
 @pytest.fixture(scope="module")

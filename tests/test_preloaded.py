@@ -106,8 +106,10 @@ preloaded = "torch" in sys.modules  # before this script imports anything: a fre
 folder = os.path.dirname(os.path.abspath(__file__))
 report = {"rank": os.environ["RANK"], "pid": os.getpid(), "ppid": os.getppid(), "sid": os.getsid(0),
           "preloaded": preloaded, "argv": sys.argv, "name": __name__}
-with open(os.path.join(folder, f"rank{report['rank']}.json"), "w") as file:
+path = os.path.join(folder, f"rank{report['rank']}.json")
+with open(path + ".part", "w") as file:
     json.dump(report, file)
+os.replace(path + ".part", path)  # whole once it is there
 if sys.argv[1] == "wait":
     time.sleep(120)
 sys.exit(3 if sys.argv[1] == "fail" and report["rank"] == "1" else 0)
@@ -122,10 +124,9 @@ def launch(tmp_path, *args):
                              stdout=tmp_path / "out", stderr=tmp_path / "err", new_session=True)
     reports = [tmp_path / f"rank{rank}.json" for rank in range(2)]
     deadline = time.time() + 120
-    while not all(report.exists() and report.stat().st_size for report in reports):
+    while not all(report.exists() for report in reports):
         assert time.time() < deadline and launcher.poll() is None, (tmp_path / "err").read_text()[-3000:]
         time.sleep(0.02)
-    time.sleep(0.1)
     return launcher, [json.loads(report.read_text()) for report in reports]
 
 
@@ -148,10 +149,8 @@ def test_a_launchers_workers_are_forked_with_what_torchs_agent_gives_them(tmp_pa
     # a scheduler's signal to every process of the job: the workers end, the launcher with them, nothing is left
     assert signal_job(launcher.pid, signal.SIGTERM) == 3
     assert launcher.wait(timeout=60) != 0
-    deadline = time.time() + 30
-    while any(process.is_running() and process.status() != psutil.STATUS_ZOMBIE for process in tree):
-        assert time.time() < deadline, [(process.pid, process.name()) for process in tree if process.is_running()]
-        time.sleep(0.05)
+    _, left = psutil.wait_procs(tree, timeout=30)
+    assert not left, left
 
     failed = tmp_path / "failed"
     failed.mkdir()

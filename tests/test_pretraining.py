@@ -2,7 +2,6 @@
 albert_hf, two processes against one, streaming, NSP, fp16 loss scaling, the Hub push, the training counts."""
 
 import json
-import sys
 from pathlib import Path
 from unittest import mock
 
@@ -12,7 +11,7 @@ from safetensors.torch import load_file
 
 from albert_hf.pretraining.flags import parse_args
 from helpers import (
-    ANY_PORT,
+    DDP,
     check_tokenizer_loads_without_prompt,
     run_python,
     tiny_config,
@@ -95,9 +94,7 @@ def test_two_processes_and_accumulation_follow_the_same_loss_curve_as_one(tmp_pa
                                                                "--gradient_accumulation_steps", "2"])])
     assert [result["status"] for result in results] == [0, 0], results
     double = tmp_path / "double"
-    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", *ANY_PORT]
-    done = pretrain(double, *args, "--per_device_train_batch_size", "4", launcher=launcher)
+    done = pretrain(double, *args, "--per_device_train_batch_size", "4", launcher=DDP)
     assert "2 processes" in done.stderr
     one = metrics(single)
     for other in (metrics(double), metrics(accumulated)):

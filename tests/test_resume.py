@@ -3,7 +3,6 @@ workers; partial or unusable checkpoints never resumed from; the same collective
 
 import json
 import signal
-import sys
 import time
 from unittest import mock
 
@@ -13,7 +12,7 @@ from albert_hf.errors import InputError
 from albert_hf.pretraining.checkpoints import STATE_FILE, StepCheckpoints
 from albert_hf.pretraining.flags import parse_args
 from helpers import (
-    ANY_PORT,
+    DDP,
     run_bounded,
     subprocess_env,
 )
@@ -158,10 +157,8 @@ def test_checkpoint_save_takes_the_same_collective_path_on_every_process(tmp_pat
     make: it would leave them waiting forever (seen: a 2-process run hung at its first checkpoint)."""
     script = tmp_path / "delayed_save.py"
     script.write_text(DELAYED_SAVE)
-    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", *ANY_PORT]
     env = subprocess_env()
-    done = run_bounded(launcher + [str(script), str(tmp_path / "out"), str(tmp_path)], timeout=120, env=env,
+    done = run_bounded(DDP + [str(script), str(tmp_path / "out"), str(tmp_path)], timeout=120, env=env,
                        cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = sorted(line for rank in (0, 1) for line in (tmp_path / f"rank_{rank}.txt").read_text().splitlines())
