@@ -110,6 +110,19 @@ def test_profile_idle_is_the_span_less_the_union_of_kernels():
     assert profile_gpu.busy_union([]) == 0
 
 
+def test_profile_of_the_default_step_is_the_compiled_model_captured_whole(monkeypatch):
+    # what run_pretraining.py runs on a GPU with no flag; the capture itself needs CUDA, so it is recorded here
+    captured = []
+    monkeypatch.setattr(bench_gpu.Runner, "capture", lambda self, batch, dtype: captured.append((self, batch)) or self)
+    config, runners = bench_gpu.build("base", 16, torch.device("cpu"))
+    batch = {"input_ids": torch.zeros(2, 16, dtype=torch.long)}
+    runner = profile_gpu.runner_for(profile_gpu.DEFAULT, runners, batch, torch.bfloat16)
+    assert captured == [(runner, batch)] and runner.compile_mode == "default"
+    assert runner.model is not runners["albert_hf"].model and runner.model.albert.encoder.blocks_compiled
+    assert profile_gpu.runner_for("albert_hf", runners, batch, torch.bfloat16) is runners["albert_hf"]
+    assert not runners["albert_hf"].model.albert.encoder.blocks_compiled  # eager stays eager
+
+
 def test_shapes_parse():
     assert bench_gpu.Shape.parse("base:32x512") == bench_gpu.Shape("base", 32, 512)
     assert bench_gpu.Shape.parse("xxlarge:auto:512") == bench_gpu.Shape("xxlarge", None, 512)
