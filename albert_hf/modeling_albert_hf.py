@@ -247,6 +247,34 @@ def plain_linear(module) -> bool:
             and type(module.weight) is nn.Parameter)
 
 
+# Devices whose training forward under bf16 autocast keeps the residual stream in bf16 (`residual_dtype`).
+LOW_PRECISION_RESIDUAL_DEVICES = ("cuda",)
+
+
+def residual_dtype(hidden_states: torch.Tensor) -> torch.dtype | None:
+    """The dtype of the residual stream between blocks: bf16 in a training forward (gradients on) under bf16 autocast
+    on a GPU, where autocast's LayerNorm would give fp32: half the bytes for every block's add + LayerNorm to read and
+    write, and no cast of a LayerNorm's output before each GEMM (the sum and the statistics stay fp32:
+    `residual_layer_norm`). None elsewhere: the LayerNorm's output as autocast gives it (fp32 on a GPU, as
+    transformers' ALBERT; on CPUs autocast already keeps LayerNorm in bf16). Not in fp16, whose range is too narrow
+    for the residual sums."""
+    device = hidden_states.device.type
+    if (device in LOW_PRECISION_RESIDUAL_DEVICES and torch.is_grad_enabled() and torch.is_autocast_enabled(device)
+            and torch.get_autocast_dtype(device) == torch.bfloat16):
+        return torch.bfloat16
+    return None
+
+
+def residual_layer_norm(norm: nn.LayerNorm, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    """LayerNorm(x + residual), each post-LN block's residual connection. With a bf16 residual stream
+    (`residual_dtype`): the sum and the statistics in fp32, the output rounded once to bf16; compiled, the add, the
+    LayerNorm and the casts are one kernel."""
+    stream = residual_dtype(residual)
+    if stream is None:
+        return norm(x + residual)
+    return norm(torch.add(residual.float(), x)).to(stream)
+
+
 class AlbertHFAttention(nn.Module):
     """Multi-head self-attention with its output projection, dropout and post-LN residual (`LayerNorm`)."""
 
@@ -307,7 +335,7 @@ class AlbertHFAttention(nn.Module):
         if real_tokens is not None:
             context = real_tokens.gather(context)
         (output,) = self.project(context, dense, slice(None), None, self.dense)
-        return self.LayerNorm(hidden_states + self.output_dropout(output)), weights
+        return residual_layer_norm(self.LayerNorm, self.output_dropout(output), hidden_states), weights
 
     @staticmethod
     def project(hidden_states, ready, rows: slice, real_tokens: RealTokens | None, *linears: nn.Linear):
@@ -359,7 +387,7 @@ class AlbertHFLayer(GradientCheckpointingLayer):
         else:
             intermediate = self.activation(shared_linear(attention_output, ffn_ready[0], [self.ffn]))
             ffn_output = shared_linear(intermediate, ffn_ready[1], [self.ffn_output])
-        return self.full_layer_layer_norm(self.dropout(ffn_output) + attention_output)
+        return residual_layer_norm(self.full_layer_layer_norm, self.dropout(ffn_output), attention_output)
 
     def ready_attention(self, dtype: torch.dtype):
         """This block's attention weights for `AlbertHFAttention.forward`'s `ready`."""

@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from albert_hf import (
+    AlbertHFConfig,
     AlbertHFForMaskedLM,
     AlbertHFForMultipleChoice,
     AlbertHFForPreTraining,
@@ -623,6 +624,89 @@ def test_ready_weights_give_the_module_paths_loss_and_gradients(sharing, ready_w
             continue
         error, module_error = (float((g[name] - grad).norm() / grad.norm()) for g in (bf16, module))
         assert error < 1.5 * module_error + 0.01, (name, error, module_error)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The bf16 residual stream of a GPU's training forward (`residual_dtype`, `residual_layer_norm`)
+
+
+@pytest.fixture
+def bf16_residual_on_cpus(monkeypatch):
+    monkeypatch.setattr(modeling, "LOW_PRECISION_RESIDUAL_DEVICES", ("cuda", "cpu"))
+
+
+def test_residual_layer_norm_sums_and_normalises_in_fp32_and_rounds_once(bf16_residual_on_cpus):
+    torch.manual_seed(0)
+    norm = nn.LayerNorm(64, eps=1e-12)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5), norm.bias.uniform_(-0.5, 0.5)
+    # a residual much larger than the block's output: their bf16 sum would lose most of the output's bits
+    x, residual = torch.randn(8, 64).bfloat16(), (100 * torch.randn(8, 64)).bfloat16()
+    total = x.double() + residual.double()
+    centred = total - total.mean(-1, keepdim=True)
+    exact = centred / (centred.pow(2).mean(-1, keepdim=True) + 1e-12).sqrt() * norm.weight.double() + norm.bias.double()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        fused = modeling.residual_layer_norm(norm, x, residual)
+    assert fused.dtype == torch.bfloat16
+    torch.testing.assert_close(fused.double(), exact.bfloat16().double(), rtol=2**-8, atol=1e-6)  # one rounding
+    with torch.no_grad():  # not a training forward: the LayerNorm's own output
+        assert modeling.residual_layer_norm(norm, x.float(), residual.float()).dtype == torch.float32
+
+
+def layer_outputs(model, inputs, bf16: bool) -> set:
+    """The dtypes of the blocks' outputs in a training forward."""
+    dtypes, hooks = set(), [layer.register_forward_hook(lambda module, args, output: dtypes.add(output.dtype))
+                            for layer in model.modules() if isinstance(layer, modeling.AlbertHFLayer)]
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        model(**inputs)
+    for hook in hooks:
+        hook.remove()
+    return dtypes
+
+
+def test_the_residual_stream_is_bf16_only_in_a_gpus_bf16_training_forward(monkeypatch):
+    x = torch.zeros(1)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert modeling.residual_dtype(x) is None  # a CPU: LayerNorm as autocast runs it there
+        monkeypatch.setattr(modeling, "LOW_PRECISION_RESIDUAL_DEVICES", ("cuda", "cpu"))  # this CPU as a GPU
+        assert modeling.residual_dtype(x) == torch.bfloat16
+        with torch.no_grad():  # inference: LayerNorm's own output, as transformers' ALBERT
+            assert modeling.residual_dtype(x) is None
+    assert modeling.residual_dtype(x) is None  # no autocast
+    with torch.autocast("cpu", dtype=torch.float16):  # fp16: too narrow a range for the residual sums
+        assert modeling.residual_dtype(x) is None
+    model, inputs = AlbertHFForPreTraining(tiny_config()).train(), make_inputs()
+    assert layer_outputs(model, inputs, bf16=True) == {torch.bfloat16}
+    assert layer_outputs(model, inputs, bf16=False) == {torch.float32}
+    monkeypatch.undo()
+    assert modeling.LOW_PRECISION_RESIDUAL_DEVICES == ("cuda",)
+
+
+@pytest.mark.parametrize("preset, sharing", [("tiny", "all"), ("tiny", "none"), ("small", "all")])
+def test_bf16_residual_stream_is_as_close_to_fp32_as_autocasts_own(preset, sharing, ready_weights_on_cpus,
+                                                                    monkeypatch):
+    """As on a GPU (the ready weights, the stream's fp32 sums), against fp32 and against this CPU's autocast, which
+    keeps LayerNorm in bf16 (a bf16 stream summed in bf16; on a GPU autocast's is fp32); 3 seeds, padded rows."""
+    torch.manual_seed(0)
+    config = AlbertHFConfig.from_preset(preset, vocab_size=1000, num_hidden_layers=6, sharing=sharing,
+                                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    for seed in range(3):
+        torch.manual_seed(seed)
+        model = AlbertHFForPreTraining(config).train()
+        inputs = make_inputs(batch=4, length=64, pad_from=40)
+        inputs.update(labels=mlm_labels(inputs["input_ids"]), sentence_order_label=torch.tensor([0, 1, 1, 0]))
+        exact_loss, exact = gradients_of_a_training_forward(model, inputs, ready_weights_on_cpus)
+        autocast_loss, autocast = gradients_of_a_training_forward(model, inputs, ready_weights_on_cpus, True)
+        monkeypatch.setattr(modeling, "LOW_PRECISION_RESIDUAL_DEVICES", ("cuda", "cpu"))
+        stream_loss, stream = gradients_of_a_training_forward(model, inputs, ready_weights_on_cpus, True)
+        monkeypatch.setattr(modeling, "LOW_PRECISION_RESIDUAL_DEVICES", ("cuda",))
+        assert stream.keys() == exact.keys()
+        assert abs(stream_loss - exact_loss) < 2 * abs(autocast_loss - exact_loss) + 2e-4 * exact_loss
+        for name, grad in exact.items():
+            if name.endswith("key.bias"):  # 0 up to rounding
+                continue
+            error, autocast_error = (float((g[name] - grad).norm() / grad.norm()) for g in (stream, autocast))
+            assert error < 1.5 * autocast_error + 0.005, (seed, name, error, autocast_error)
 
 
 def test_a_shared_weights_gradient_adds_its_applications_in_fp32():
