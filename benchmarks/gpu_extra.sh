@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The second call of a GPU lease, after benchmarks/gpu_session.sh, within TOTAL_SECONDS (default 560): a diverging
+# The second call of a GPU lease, after benchmarks/gpu_session.sh, within TOTAL_SECONDS (default 560): the
+# whole-step graph of a DDP model (benchmarks/check_ddp_graph.py, NCCL over one process); a diverging
 # run in the default step (skipped on the device, stopped by --max_consecutive_skips); a group SIGTERM while the
 # default step's graph is captured, then while training; the base and xxlarge recipes' plans on this GPU; the demo
 # recipe in fp16 with loss scaling; with DOWNSTREAM=1 pretraining's downstream gain on GLUE
 # (examples/reproduce_downstream.py --gpu, about 6 minutes, run alone: docs/downstream.md). Results go to OUT_DIR:
-# session.log, plan_base.txt, plan_xxlarge.txt, demo_fp16.json, downstream.json.
+# session.log, ddp_graph.json, plan_base.txt, plan_xxlarge.txt, demo_fp16.json, downstream.json.
 #
 #     bash benchmarks/gpu_extra.sh OUT_DIR [TOTAL_SECONDS]
 #
@@ -16,6 +17,11 @@ total=${2:-560}
 books=${BOOKS:-books}
 glue=${GLUE_DIR:-glue_data}
 source "$(dirname "$0")/gpu_setup.sh"
+
+echo "== the whole-step graph of a DDP model: its own all-reduce captured (NCCL, one process) ($(left) s left)"
+# the losses of the DDP graph and the one-process graph against DDP's eager step, and the three step times
+timeout 150 python3 -m torch.distributed.run --standalone --nproc_per_node 1 benchmarks/check_ddp_graph.py \
+    --out "$out/ddp_graph.json" 2>&1 | grep -v -E "Warning|warn\(|^\s*$" | tail -6
 
 echo "== a diverging run on the GPU: --learning_rate 1e4 in the default step (the whole-step graph) ($(left) s left)"
 # every step after the first is skipped on the device (update gate 0); the skip count is read one step late, so

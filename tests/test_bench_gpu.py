@@ -1,6 +1,7 @@
 """benchmarks/bench_gpu.py: its FLOP count against torch's own counter, its peak table, and its run on the CPU."""
 
 import json
+import sys
 import warnings
 
 import pytest
@@ -12,7 +13,7 @@ import bench_gpu
 import profile_gpu
 from albert_hf import AlbertHFForPreTraining
 from bench_model import albert_flops
-from helpers import tiny_config
+from helpers import REPO, run_bounded, subprocess_env, tiny_config
 
 
 def counted_step_flops(model, batch: int, seq: int, masked: int) -> int:
@@ -121,6 +122,21 @@ def test_profile_of_the_default_step_is_the_compiled_model_captured_whole(monkey
     assert runner.model is not runners["albert_hf"].model and runner.model.albert.encoder.blocks_compiled
     assert profile_gpu.runner_for("albert_hf", runners, batch, torch.bfloat16) is runners["albert_hf"]
     assert not runners["albert_hf"].model.albert.encoder.blocks_compiled  # eager stays eager
+
+
+@pytest.mark.launched
+def test_the_ddp_graph_check_runs_its_three_forms_alike_on_cpus(tmp_path):
+    # its GPU run is gpu_extra.sh's; here 2 processes over gloo, the graph a stand-in: the script's plumbing
+    out = tmp_path / "ddp_graph.json"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               str(REPO / "benchmarks" / "check_ddp_graph.py"), "--device", "cpu", "--preset", "tiny", "--shape",
+               "4x32", "--steps", "3", "--windows", "1", "--window_steps", "2", "--out", str(out)]
+    done = run_bounded(command, 240, env=subprocess_env(), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["world_size"] == 2 and set(report["step_ms"]) == {"ddp eager", "ddp graph", "graph"}
+    assert max(report["largest_relative_difference"].values()) < 1e-5
+    assert len(set(report["losses"]["ddp eager"])) == 3  # it trained: a new loss each step
 
 
 def test_shapes_parse():

@@ -4,7 +4,10 @@ buffers, the device learning rate, the undone warm-up and the eager steps of oth
 eager loop; and every refusal is one line."""
 
 import contextlib
+import json
 import logging
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -15,7 +18,7 @@ from albert_hf.optimization import Lamb, get_official_schedule, parameter_groups
 from albert_hf.pretraining.collator import fixed_size_positions
 from albert_hf.pretraining.step import training_step
 from albert_hf.pretraining.step_graph import MODE, StepGraph, refusal
-from helpers import tiny_config
+from helpers import DDP, run_bounded, subprocess_env, tiny_config
 from pretraining_runs import pretrain
 
 
@@ -96,6 +99,62 @@ def test_a_replayed_step_trains_as_the_eager_loop_also_after_eager_steps_and_acr
         torch.testing.assert_close(have, want, rtol=1e-4, atol=1e-6, msg=name)
 
 
+def ddp_steps(report: str):
+    """In each of 2 processes (DDP over gloo, run by the test below): the eager loop's steps with DDP's reducer, and
+    the same steps captured (the stand-in), where the step averages the gradients itself. Asserts in each process;
+    the first writes `report`."""
+    from accelerate import Accelerator
+
+    from albert_hf.pretraining import step as pretraining_step
+    from albert_hf.pretraining.step_graph import WARMUP_STEPS
+
+    reductions = []
+    own = pretraining_step.average_gradients
+    pretraining_step.average_gradients = lambda *args: reductions.append(1) or own(*args)
+    accelerator = Accelerator(cpu=True)
+    rank = accelerator.process_index
+    # each process its own batches; an epoch's shorter last step runs eagerly, through DDP's reducer
+    steps = [[batch(4, seed=10 * rank + k), batch(4, seed=10 * rank + k + 1)] for k in (1, 3)] + [
+        [batch(3, seed=10 * rank + 5)], [batch(4, seed=10 * rank + 6), batch(4, seed=10 * rank + 7)]]
+    first = [batch(4, seed=10 * rank + 8), batch(4, seed=10 * rank + 9)]
+    eager_model, eager_optimizer, eager_schedule = training_run(accelerator)
+    graph_model, graph_optimizer, graph_schedule = training_run(accelerator)
+    eager_model, eager_optimizer = accelerator.prepare(eager_model, eager_optimizer)
+    graph_model, graph_optimizer = accelerator.prepare(graph_model, graph_optimizer)
+    expected = [training_step(eager_model, micro_batches, eager_optimizer, eager_schedule, accelerator, 1.0)
+                for micro_batches in [first, *steps]]
+    got = [training_step(graph_model, first, graph_optimizer, graph_schedule, accelerator, 1.0)]
+    graph = StepGraph(graph_model, graph_optimizer, accelerator, 1.0, "global",
+                      graph_factory=lambda: RunsAtCapture(graph_model))
+    for micro_batches in steps:
+        got.append(graph(micro_batches))
+        graph_schedule.step()
+    # the warm-up steps, the capture and 3 replays averaged their own gradients; the eager steps did not
+    assert len(reductions) == WARMUP_STEPS + 1 + 3 and graph.eager_steps == 1, (len(reductions), graph.eager_steps)
+    for want, have in zip(expected, got):
+        torch.testing.assert_close(have, want, rtol=1e-5, atol=1e-6)
+    worst = 0.0
+    for (name, want), have in zip(eager_model.named_parameters(), graph_model.parameters()):
+        torch.testing.assert_close(have, want, rtol=1e-4, atol=1e-6, msg=name)
+        gathered = accelerator.gather(have.detach()[None])  # both processes hold the same weights
+        assert torch.equal(gathered[0], gathered[1]), name
+        worst = max(worst, float((have - want).abs().max()))
+    if rank == 0:
+        moved = max(float((p - q).abs().max()) for p, q in zip(graph_model.parameters(),
+                                                             training_run(accelerator)[0].parameters()))
+        Path(report).write_text(json.dumps({"worst": worst, "moved": moved, "reductions": len(reductions)}))
+
+
+@pytest.mark.launched
+def test_a_ddp_step_captured_averages_its_own_gradients_and_trains_as_ddp(tmp_path):
+    # the code path and the losses of the captured DDP step; the capture of the all-reduce itself needs NCCL on GPUs
+    report = tmp_path / "report.json"
+    done = run_bounded([*DDP, __file__, str(report)], 240, env=subprocess_env(), cwd=tmp_path)
+    assert done.returncode == 0 and report.is_file(), done.stderr[-4000:]
+    found = json.loads(report.read_text())
+    assert found["moved"] > 1e-3 and found["worst"] < 1e-4  # they trained, alike
+
+
 @pytest.mark.parametrize("foreach", [True, False])
 def test_lamb_takes_a_device_learning_rate_that_the_schedule_fills(foreach):
     torch.manual_seed(0)
@@ -118,51 +177,58 @@ def test_lamb_takes_a_device_learning_rate_that_the_schedule_fills(foreach):
         assert (p - s).abs().max() > 1e-3  # they moved
 
 
-def accelerator_like(processes=1, device="cuda", precision="bf16"):
-    return SimpleNamespace(num_processes=processes, device=torch.device(device), mixed_precision=precision)
+def accelerator_like(distributed="NO", device="cuda", precision="bf16"):
+    from accelerate.utils import DistributedType
+
+    return SimpleNamespace(distributed_type=DistributedType[distributed], device=torch.device(device),
+                           mixed_precision=precision)
 
 
 @pytest.mark.parametrize("accelerator, checkpointing, says", [
-    (accelerator_like(processes=2), False, "this run has 2 processes, whose collectives the graph does not hold"),
+    (accelerator_like("FSDP"), False, "this run shards the model with FSDP, whose collectives the graph does not hold"),
+    (accelerator_like("DEEPSPEED"), False, "shards the model with DeepSpeed"),
     (accelerator_like(device="cpu"), False, "this run is on cpu, not a CUDA device"),
     (accelerator_like(precision="fp16"), False, "fp16's loss scaler reads the device every step"),
     (accelerator_like(), True, "activation checkpointing (--gradient_checkpointing or the FSDP config's)")])
 def test_what_cannot_be_captured_is_refused_in_one_line(accelerator, checkpointing, says):
     reason = refusal(accelerator, checkpointing)
-    assert reason.startswith(f"--torch_compile_mode {MODE} captures one process's training step as a CUDA graph: ")
+    assert reason.startswith(f"--torch_compile_mode {MODE} captures the training step as a CUDA graph: ")
     assert says in reason and "\n" not in reason
 
 
 @pytest.mark.parametrize("precision", ["bf16", "no"])
-def test_one_process_on_a_cuda_device_in_bf16_or_fp32_is_captured(precision):
-    assert refusal(accelerator_like(precision=precision), False) is None
+@pytest.mark.parametrize("distributed", ["NO", "MULTI_GPU"])
+def test_one_process_or_ddp_on_a_cuda_device_in_bf16_or_fp32_is_captured(precision, distributed):
+    assert refusal(accelerator_like(distributed, precision=precision), False) is None
 
 
 def test_the_script_on_a_cpu_stops_with_the_reason_and_writes_nothing(tmp_path):
     done = pretrain(tmp_path / "run", "--torch_compile_mode", MODE, check=False)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert done.stderr.strip().splitlines()[-1] == (
-        f"error: --torch_compile_mode {MODE} captures one process's training step as a CUDA graph: this run is on "
+        f"error: --torch_compile_mode {MODE} captures the training step as a CUDA graph: this run is on "
         "cpu, not a CUDA device; drop it or use another mode")
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("device, processes, precision, checkpointing, rollback, mode, says", [
-    ("cpu", 1, "bf16", False, False, None, None),  # CPUs keep the eager step, and nothing is said of it
-    ("cpu", 2, "no", False, False, None, None),
-    ("cuda", 1, "bf16", False, False, MODE, None),  # the fastest measured step
-    ("cuda", 1, "no", False, False, MODE, None),
-    ("cuda", 2, "bf16", False, False, None, "this run has 2 processes, whose collectives the graph does not hold"),
-    ("cuda", 1, "fp16", False, False, None, "fp16's loss scaler reads the device every step"),
-    ("cuda", 1, "bf16", True, False, None, "activation checkpointing"),
-    ("cuda", 1, "bf16", False, True, None, "--on_divergence rollback loads checkpoints"),
+@pytest.mark.parametrize("device, sharding, precision, checkpointing, rollback, mode, says", [
+    ("cpu", None, "bf16", False, False, None, None),  # CPUs keep the eager step, and nothing is said of it
+    ("cpu", "FSDP", "no", False, False, None, None),
+    ("cuda", None, "bf16", False, False, MODE, None),  # the fastest measured step; one process or DDP
+    ("cuda", None, "no", False, False, MODE, None),
+    ("cuda", "FSDP", "bf16", False, False, None,
+     "this run shards the model with FSDP, whose collectives the graph does not hold"),
+    ("cuda", "DeepSpeed", "bf16", False, False, None, "this run shards the model with DeepSpeed"),
+    ("cuda", None, "fp16", False, False, None, "fp16's loss scaler reads the device every step"),
+    ("cuda", None, "bf16", True, False, None, "activation checkpointing"),
+    ("cuda", None, "bf16", False, True, None, "--on_divergence rollback loads checkpoints"),
 ])
-def test_the_default_step_is_the_whole_step_graph_where_it_can_run_on_a_cuda_device(device, processes, precision,
+def test_the_default_step_is_the_whole_step_graph_where_it_can_run_on_a_cuda_device(device, sharding, precision,
                                                                                     checkpointing, rollback, mode,
                                                                                     says):
     from albert_hf.pretraining.step_graph import default_mode
 
-    chosen, note = default_mode(device, processes, precision, checkpointing, rollback)
+    chosen, note = default_mode(device, sharding, precision, checkpointing, rollback)
     assert chosen == mode
     if says is None:
         assert note is None
@@ -189,3 +255,25 @@ def test_an_explicit_choice_of_step_wins_over_the_default(tmp_path, flags, devic
     chosen, notes = choose_step(args, hardware, Precision("bf16", "test"))
     assert (chosen.model.torch_compile, chosen.model.torch_compile_mode) == (compiled, mode)
     assert len(notes) == (1 if "--gradient_checkpointing" in flags else 0)
+
+
+
+@pytest.mark.parametrize("env, mode, says", [
+    ({"WORLD_SIZE": "2"}, MODE, None),  # DDP: captured, the step averaging its own gradients
+    ({"WORLD_SIZE": "2", "ACCELERATE_USE_FSDP": "true"}, None, "this run shards the model with FSDP"),
+    ({"WORLD_SIZE": "2", "ACCELERATE_USE_DEEPSPEED": "true"}, None, "this run shards the model with DeepSpeed")])
+def test_a_ddp_launch_on_cuda_devices_gets_the_graph_by_default_and_a_sharded_one_says_why_not(tmp_path, monkeypatch,
+                                                                                               env, mode, says):
+    from albert_hf.pretraining.flags import choose_step, parse_args
+    from albert_hf.runtime.hardware import Precision
+
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    args = parse_args(["--output_dir", str(tmp_path / "run")])
+    assert args.processes == 2
+    chosen, notes = choose_step(args, SimpleNamespace(device="cuda"), Precision("bf16", "test"))
+    assert chosen.model.torch_compile_mode == mode
+    assert (notes == []) if says is None else (len(notes) == 1 and says in notes[0])
+
+if __name__ == "__main__":  # launched by test_a_ddp_step_captured_averages_its_own_gradients_and_trains_as_ddp
+    ddp_steps(sys.argv[1])

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch.nn.parallel import DistributedDataParallel
 
 logger = logging.getLogger("albert_hf.pretraining.job")
 
@@ -187,26 +188,36 @@ def training_step(model, micro_batches, optimizer, scheduler, accelerator, max_g
 
 
 def accumulate_and_update(model, micro_batches, optimizer, accelerator, max_grad_norm,
-                          normalization: str = "global") -> torch.Tensor:
+                          normalization: str = "global", own_all_reduce: bool = False) -> torch.Tensor:
     """The device's part of a step: forward and backward of each micro-batch (the processes' gradients are
     synchronised on the last one only), clipping, the update, the gradients freed. Nothing is read back to the
-    host, so that one process's step can be captured as a CUDA graph (`step_graph.StepGraph`). Returns the six
-    counts of `step_counts`, summed over the micro-batches.
+    host, so that the step can be captured as a CUDA graph (`step_graph.StepGraph`). Returns the six counts of
+    `step_counts`, summed over the micro-batches.
+
+    `own_all_reduce` (the captured step of a DDP model): the micro-batches run through the wrapped module, and the
+    step averages the gradients itself, in one all-reduce after the last backward (`average_gradients`), which a
+    CUDA graph holds; DDP's reducer, driven from the host by autograd hooks, is not used. With cross-layer sharing
+    a shared block's gradient is complete only when the backward reaches the first layer, so DDP's overlap of
+    communication with the backward had little to hide.
 
     A step whose gradients' global norm is not finite (a NaN or an overflow anywhere: in a loss, a gradient, in any
     process) is skipped on the device: the optimizer's update gate (`update_gate`) reads 0, and neither a weight nor
     a moment changes. The norm is the clipping's, the same in every process (DDP's averaged gradients, FSDP's
     all-reduced norm), so every process skips the same steps."""
     weights = loss_weights(micro_batches, accelerator, normalization)
+    own_all_reduce = own_all_reduce and isinstance(model, DistributedDataParallel)
+    forward = model.module if own_all_reduce else model
     counts = 0
     for i, batch in enumerate(micro_batches):
         last = i == len(micro_batches) - 1
-        with contextlib.nullcontext() if last else accelerator.no_sync(model):
+        with contextlib.nullcontext() if last and not own_all_reduce else accelerator.no_sync(model):
             with accelerator.autocast():
-                outputs = model(**batch)
+                outputs = forward(**batch)
             accelerator.backward(weighted_loss(outputs, batch, weights))
         counts = counts + step_counts(outputs, batch)
         del outputs  # a micro-batch's logits are not kept while the next one runs
+    if own_all_reduce:
+        average_gradients(model.parameters(), model.process_group)
     # the global norm, after unscaling; without clipping (inf) the gradients are left as they are
     norm = accelerator.clip_grad_norm_(model.parameters(), max_grad_norm or math.inf)
     gate = update_gate(optimizer, norm.device) if norm is not None else None  # None: DeepSpeed clips, and skips
@@ -215,6 +226,20 @@ def accumulate_and_update(model, micro_batches, optimizer, accelerator, max_grad
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return counts
+
+
+def average_gradients(parameters, group) -> None:
+    """Each gradient replaced by its mean over the processes of `group`, as DDP's is: one all-reduce of all of them
+    side by side (ALBERT has few parameter tensors: base's are 32). A parameter without a gradient (a head the task
+    leaves out) has none in any process and is left out."""
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if not grads:
+        return
+    flat = torch.cat([grad.reshape(-1) for grad in grads])
+    torch.distributed.all_reduce(flat, group=group)
+    flat.div_(torch.distributed.get_world_size(group))
+    for grad, mean in zip(grads, flat.split([grad.numel() for grad in grads])):
+        grad.copy_(mean.view_as(grad))
 
 
 def update_gate(optimizer, device: torch.device) -> torch.Tensor | None:

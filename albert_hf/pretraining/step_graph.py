@@ -10,7 +10,10 @@ mode), so the graph replays fused kernels. What makes it possible:
   fixed-size masked positions);
 - the learning rate is a 0-dim device tensor that the schedule fills in place, so the captured update reads each
   step's (`optimization.Lamb` takes either);
-- autocast's cache of cast weights is off (accelerate's `AutocastKwargs`), as graph capture requires.
+- autocast's cache of cast weights is off (accelerate's `AutocastKwargs`), as graph capture requires;
+- under DDP the step averages the gradients itself, in one all-reduce that the graph holds (NCCL's collectives can
+  be captured), instead of DDP's reducer, which autograd's hooks drive from the host. FSDP and DeepSpeed, whose
+  collectives run from their own hooks, are refused.
 Capture needs warm-up steps on a side stream (allocations, the optimizer's lazily built state, compilation); they
 are undone: the weights, the optimizer's state and the RNGs are put back, so the graph starts where the run stands
 (a resumed run too). A step whose batches differ from the captured one in shape (the shorter last batch of an
@@ -21,6 +24,7 @@ import contextlib
 import logging
 
 import torch
+from accelerate.utils import DistributedType
 
 from .step import accumulate_and_update
 
@@ -30,13 +34,14 @@ MODE = "whole-step-graph"  # the --torch_compile_mode that asks for it
 WARMUP_STEPS = 3  # before capture: allocator, optimizer state and compiled kernels settle
 
 
-def obstacle(device_type: str, processes: int, mixed_precision: str, checkpointing: bool,
+def obstacle(device_type: str, sharding: str | None, mixed_precision: str, checkpointing: bool,
              rollback: bool = False) -> tuple[str, str] | None:
     """What keeps this run's step from being captured as one CUDA graph, and what to do about it; None when it can
-    be."""
-    if processes > 1:
-        return (f"this run has {processes} processes, whose collectives the graph does not hold",
-                "use --torch_compile_mode default or reduce-overhead")
+    be. One process or DDP can (the step then averages the gradients itself: `accumulate_and_update`); `sharding`
+    names FSDP or DeepSpeed, whose collectives run from their own hooks."""
+    if sharding:
+        return (f"this run shards the model with {sharding}, whose collectives the graph does not hold",
+                "use DDP, or --torch_compile_mode default or reduce-overhead")
     if device_type != "cuda":
         return f"this run is on {device_type}, not a CUDA device", "drop it or use another mode"
     if mixed_precision == "fp16":
@@ -50,14 +55,18 @@ def obstacle(device_type: str, processes: int, mixed_precision: str, checkpointi
     return None
 
 
+SHARDING = {DistributedType.FSDP: "FSDP", DistributedType.DEEPSPEED: "DeepSpeed"}  # accelerate's names, ours
+
+
 def refusal(accelerator, checkpointing: bool) -> str | None:
     """Why this run's step cannot be captured as one CUDA graph, in one line; None when it can."""
-    found = obstacle(accelerator.device.type, accelerator.num_processes, accelerator.mixed_precision, checkpointing)
-    return None if found is None else (f"--torch_compile_mode {MODE} captures one process's training step as a "
-                                       f"CUDA graph: {found[0]}; {found[1]}")
+    found = obstacle(accelerator.device.type, SHARDING.get(accelerator.distributed_type),
+                     accelerator.mixed_precision, checkpointing)
+    return None if found is None else (f"--torch_compile_mode {MODE} captures the training step as a CUDA graph: "
+                                       f"{found[0]}; {found[1]}")
 
 
-def default_mode(device_type: str, processes: int, mixed_precision: str, checkpointing: bool,
+def default_mode(device_type: str, sharding: str | None, mixed_precision: str, checkpointing: bool,
                  rollback: bool) -> tuple[str | None, str | None]:
     """The step a run gets when it asks for none (--torch_compile_mode auto, the default): on a CUDA device the
     whole-step graph of the compiled blocks, the fastest step measured there (BENCHMARKS.md); where that cannot run,
@@ -66,7 +75,7 @@ def default_mode(device_type: str, processes: int, mixed_precision: str, checkpo
     note)."""
     if device_type != "cuda":
         return None, None
-    found = obstacle(device_type, processes, mixed_precision, checkpointing, rollback)
+    found = obstacle(device_type, sharding, mixed_precision, checkpointing, rollback)
     if found is None:
         return MODE, None
     return None, (f"eager step, not the whole-step graph a CUDA device gets by default: {found[0]} "
@@ -105,7 +114,7 @@ class CudaGraph:
 
 
 class StepGraph:
-    """One process's training step, captured at its first call and replayed after (see the module docstring)."""
+    """A process's training step, captured at its first call and replayed after (see the module docstring)."""
 
     def __init__(self, model, optimizer, accelerator, max_grad_norm, normalization: str, graph_factory=CudaGraph):
         self.model, self.optimizer, self.accelerator = model, optimizer, accelerator
@@ -127,7 +136,7 @@ class StepGraph:
 
     def body(self) -> torch.Tensor:
         return accumulate_and_update(self.model, self.static, self.optimizer, self.accelerator, self.max_grad_norm,
-                                     self.normalization)
+                                     self.normalization, own_all_reduce=True)
 
     def eager_step(self, micro_batches) -> torch.Tensor:
         self.eager_steps += 1

@@ -126,6 +126,14 @@ def fsdp_plugin_from_launcher() -> tuple[FullyShardedDataParallelPlugin, FsdpReq
     return plugin, request
 
 
+def requested_sharding() -> str | None:
+    """The sharding the launcher asked for, by name ("FSDP", "DeepSpeed"), before an Accelerator exists; None for
+    one process or DDP."""
+    if _asked("ACCELERATE_USE_FSDP"):
+        return "FSDP"
+    return "DeepSpeed" if _asked("ACCELERATE_USE_DEEPSPEED") else None
+
+
 def requested_mode() -> tuple[FullyShardedDataParallelPlugin | None, FsdpRequest | None]:
     """What the launcher asked for, checked before an Accelerator exists: the FSDP plugin albert_hf runs and
     what it carries out itself (None, None without FSDP); InputError for what cannot be had."""
