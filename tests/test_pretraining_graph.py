@@ -211,24 +211,26 @@ def test_the_script_on_a_cpu_stops_with_the_reason_and_writes_nothing(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("device, sharding, precision, checkpointing, rollback, mode, says", [
-    ("cpu", None, "bf16", False, False, None, None),  # CPUs keep the eager step, and nothing is said of it
-    ("cpu", "FSDP", "no", False, False, None, None),
-    ("cuda", None, "bf16", False, False, MODE, None),  # the fastest measured step; one process or DDP
-    ("cuda", None, "no", False, False, MODE, None),
-    ("cuda", "FSDP", "bf16", False, False, None,
+@pytest.mark.parametrize("device, processes, sharding, precision, checkpointing, rollback, mode, says", [
+    ("cpu", 1, None, "bf16", False, False, None, None),  # CPUs keep the eager step, and nothing is said of it
+    ("cpu", 2, "FSDP", "no", False, False, None, None),
+    ("cuda", 1, None, "bf16", False, False, MODE, None),  # the fastest measured step
+    ("cuda", 1, None, "no", False, False, MODE, None),
+    ("cuda", 8, None, "bf16", False, False, None, f"under DDP (8 processes) the graph is not yet the default, not "
+     f"having run on GPUs: --torch_compile_mode {MODE} asks for it"),
+    ("cuda", 2, "FSDP", "bf16", False, False, None,
      "this run shards the model with FSDP, whose collectives the graph does not hold"),
-    ("cuda", "DeepSpeed", "bf16", False, False, None, "this run shards the model with DeepSpeed"),
-    ("cuda", None, "fp16", False, False, None, "fp16's loss scaler reads the device every step"),
-    ("cuda", None, "bf16", True, False, None, "activation checkpointing"),
-    ("cuda", None, "bf16", False, True, None, "--on_divergence rollback loads checkpoints"),
+    ("cuda", 2, "DeepSpeed", "bf16", False, False, None, "this run shards the model with DeepSpeed"),
+    ("cuda", 1, None, "fp16", False, False, None, "fp16's loss scaler reads the device every step"),
+    ("cuda", 1, None, "bf16", True, False, None, "activation checkpointing"),
+    ("cuda", 1, None, "bf16", False, True, None, "--on_divergence rollback loads checkpoints"),
 ])
-def test_the_default_step_is_the_whole_step_graph_where_it_can_run_on_a_cuda_device(device, sharding, precision,
-                                                                                    checkpointing, rollback, mode,
-                                                                                    says):
+def test_the_default_step_is_the_whole_step_graph_where_it_can_run_on_a_cuda_device(device, processes, sharding,
+                                                                                    precision, checkpointing,
+                                                                                    rollback, mode, says):
     from albert_hf.pretraining.step_graph import default_mode
 
-    chosen, note = default_mode(device, sharding, precision, checkpointing, rollback)
+    chosen, note = default_mode(device, processes, sharding, precision, checkpointing, rollback)
     assert chosen == mode
     if says is None:
         assert note is None
@@ -258,18 +260,19 @@ def test_an_explicit_choice_of_step_wins_over_the_default(tmp_path, flags, devic
 
 
 
-@pytest.mark.parametrize("env, mode, says", [
-    ({"WORLD_SIZE": "2"}, MODE, None),  # DDP: captured, the step averaging its own gradients
-    ({"WORLD_SIZE": "2", "ACCELERATE_USE_FSDP": "true"}, None, "this run shards the model with FSDP"),
-    ({"WORLD_SIZE": "2", "ACCELERATE_USE_DEEPSPEED": "true"}, None, "this run shards the model with DeepSpeed")])
-def test_a_ddp_launch_on_cuda_devices_gets_the_graph_by_default_and_a_sharded_one_says_why_not(tmp_path, monkeypatch,
-                                                                                               env, mode, says):
+@pytest.mark.parametrize("env, flags, mode, says", [
+    ({"WORLD_SIZE": "2"}, [], None, "under DDP (2 processes) the graph is not yet the default"),
+    ({"WORLD_SIZE": "2"}, ["--torch_compile_mode", MODE], MODE, None),  # asked for: DDP's graph
+    ({"WORLD_SIZE": "2", "ACCELERATE_USE_FSDP": "true"}, [], None, "this run shards the model with FSDP"),
+    ({"WORLD_SIZE": "2", "ACCELERATE_USE_DEEPSPEED": "true"}, [], None, "this run shards the model with DeepSpeed")])
+def test_a_launch_of_several_processes_on_cuda_devices_gets_the_eager_step_by_default_and_says_why(
+        tmp_path, monkeypatch, env, flags, mode, says):
     from albert_hf.pretraining.flags import choose_step, parse_args
     from albert_hf.runtime.hardware import Precision
 
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    args = parse_args(["--output_dir", str(tmp_path / "run")])
+    args = parse_args(["--output_dir", str(tmp_path / "run"), *flags])
     assert args.processes == 2
     chosen, notes = choose_step(args, SimpleNamespace(device="cuda"), Precision("bf16", "test"))
     assert chosen.model.torch_compile_mode == mode

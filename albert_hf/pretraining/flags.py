@@ -154,12 +154,12 @@ def hardware_and_precision(optimization: OptimizationArgs) -> tuple[Hardware, Pr
 
 def choose_step(args: PretrainingArguments, hardware: Hardware, precision: Precision) -> tuple[PretrainingArguments,
                                                                                                  list[str]]:
-    """--torch_compile_mode auto resolved for this run's device, sharding and precision (`step_graph.default_mode`):
+    """--torch_compile_mode auto resolved for this run's device, processes and precision (`step_graph.default_mode`):
     the arguments with the step it gets, and the start line's note when that is not the default's fastest."""
     model = args.model
     if model.torch_compile_mode != AUTO:
         return args, []
-    mode, note = pretraining_graph.default_mode(hardware.device, requested_sharding(),
+    mode, note = pretraining_graph.default_mode(hardware.device, args.processes, requested_sharding(),
                                                 precision.mixed_precision, model.gradient_checkpointing,
                                                 rollback=args.optimization.on_divergence == "rollback")
     model = dataclasses.replace(model, torch_compile_mode=mode, torch_compile=mode is not None)

@@ -66,16 +66,19 @@ def refusal(accelerator, checkpointing: bool) -> str | None:
                                        f"{found[0]}; {found[1]}")
 
 
-def default_mode(device_type: str, sharding: str | None, mixed_precision: str, checkpointing: bool,
+def default_mode(device_type: str, processes: int, sharding: str | None, mixed_precision: str, checkpointing: bool,
                  rollback: bool) -> tuple[str | None, str | None]:
-    """The step a run gets when it asks for none (--torch_compile_mode auto, the default): on a CUDA device the
+    """The step a run gets when it asks for none (--torch_compile_mode auto, the default): on one CUDA device the
     whole-step graph of the compiled blocks, the fastest step measured there (BENCHMARKS.md); where that cannot run,
-    the eager step and the start line's reason; elsewhere the eager step, without a note (on CPUs compiling did not
-    pay for itself: test_compile, BENCHMARKS.md). Returns (the --torch_compile_mode to use or None for eager, the
-    note)."""
+    and under DDP, whose graph has not yet run on GPUs (asked for, it runs), the eager step and the start line's
+    reason; elsewhere the eager step, without a note (on CPUs compiling did not pay for itself: test_compile,
+    BENCHMARKS.md). Returns (the --torch_compile_mode to use or None for eager, the note)."""
     if device_type != "cuda":
         return None, None
     found = obstacle(device_type, sharding, mixed_precision, checkpointing, rollback)
+    if found is None and processes > 1:
+        found = (f"under DDP ({processes} processes) the graph is not yet the default, not having run on GPUs: "
+                 f"--torch_compile_mode {MODE} asks for it",)
     if found is None:
         return MODE, None
     return None, (f"eager step, not the whole-step graph a CUDA device gets by default: {found[0]} "
