@@ -3,6 +3,8 @@ complete checkpoint and status 75, and `--resume_from_checkpoint latest` continu
 uninterrupted run; also with two processes where only one of them is signalled. The fine-tuning scripts likewise,
 through Trainer's checkpoint-N."""
 
+import contextlib
+import os
 import random
 import re
 import signal
@@ -289,6 +291,8 @@ def stopped_job(process, folder) -> str:
     try:
         process.wait(timeout=300)
     except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):  # the job's group (its own session), so that none is left
+            os.killpg(process.pid, signal.SIGKILL)
         pytest.fail("the run was still running 300 s after the signal")
     stderr = (folder / "stderr.txt").read_text()
     assert process.returncode == PREEMPTED, stderr[-3000:]
@@ -329,6 +333,56 @@ def test_workers_forked_under_stop_on_signal_leave_the_decision_to_their_parent(
     shielded.terminate()  # the parent's SIGTERM
     shielded.join(10)
     assert shielded.exitcode == 0
+
+
+def test_a_worker_whose_parents_sigterm_was_absorbed_ends_and_one_that_may_hold_a_lock_waits(monkeypatch):
+    """A scheduler's SIGTERM to the whole group reaches a pool worker and its parent; the parent, interrupted, ends
+    the pool with its own SIGTERM, which one still pending absorbs (a pending signal is not queued twice): the
+    worker sees the scheduler's only, and the pool's terminate waited for it for ever (1 suite in 5 under load).
+    - A SIGTERM from another process taken after the parent's interruption may hide the parent's: the worker ends
+      when the grace period passes without it (here 1 s; the parent's is never sent).
+    - One taken before cannot: the worker waits for its parent's, however long (a worker that ended at once could
+      hold the pool's queue lock, which the terminate takes first: the hang of a first fix).
+    - A later run's workers, in the same interpreter, start shielded again."""
+    import multiprocessing
+
+    from albert_hf.runtime import preemption
+    from albert_hf.runtime.preemption import StopOnSignal, Stopped
+
+    monkeypatch.setattr(preemption, "ABSORBED_SIGTERM_GRACE", 1.0)  # read by the workers forked below
+    context = multiprocessing.get_context("fork")
+
+    def forked():
+        worker = context.Process(target=time.sleep, args=(60,), daemon=True)
+        worker.start()
+        time.sleep(0.5)
+        return worker
+
+    def from_the_scheduler(worker):
+        subprocess.run(["kill", "-TERM", str(worker.pid)], check=True)
+
+    with pytest.raises(Stopped):
+        with StopOnSignal("building the pairs"):
+            absorbed, waits = forked(), forked()
+            from_the_scheduler(waits)  # taken before the parent is interrupted
+            time.sleep(0.5)
+            signal.raise_signal(signal.SIGTERM)  # the scheduler's, to the parent
+    from_the_scheduler(absorbed)
+    absorbed.join(5)
+    assert absorbed.exitcode == 0
+    time.sleep(1.5)
+    assert waits.is_alive()
+    waits.terminate()  # the parent's SIGTERM
+    waits.join(10)
+    assert waits.exitcode == 0
+    with StopOnSignal():
+        later = forked()
+    from_the_scheduler(later)
+    time.sleep(2.5)
+    assert later.is_alive()
+    later.terminate()
+    later.join(10)
+    assert later.exitcode == 0
 
 
 @pytest.mark.quick

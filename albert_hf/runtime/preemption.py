@@ -28,10 +28,12 @@ before (long arrived), so on a GPU the poll never waits for the queued work: the
 
 import contextlib
 import logging
+import mmap
 import os
 import signal
 import sys
 import threading
+import time
 
 import psutil
 import torch
@@ -53,6 +55,9 @@ class Stopped(KeyboardInterrupt):
 
 _active: "StopOnSignal | None" = None  # the innermost StopOnSignal in effect in this process
 _ended_by: "StopOnSignal | None" = None  # the one that received a signal, for the entry point's line
+# One byte this process shares with the workers it forks: 1 once a stop signal has interrupted it (`_interrupt`),
+# before it ends them (a pool's terminate, `end_children`); read by them (`_wait_for_parent`).
+_interrupting = mmap.mmap(-1, 1)
 
 
 class StopOnSignal:
@@ -91,6 +96,7 @@ class StopOnSignal:
         _register_fork_hooks()
         if _active is None:
             _ended_by = None  # a new outermost one: what ended an earlier one in this interpreter is not its business
+            _interrupting[0] = 0
         for signum in self.signals:
             self._previous[signum] = signal.signal(signum, self._record)
         self._unraisablehook, sys.unraisablehook = sys.unraisablehook, self._swallowed
@@ -169,6 +175,7 @@ class StopOnSignal:
 
     def _interrupt(self) -> None:
         self.interrupted = self.stage
+        _interrupting[0] = 1
         raise Stopped(self.received, self.stage)
 
     def _end_deferral(self) -> None:
@@ -246,20 +253,36 @@ def end_children() -> None:
             child.terminate()
 
 
-def shield_child(parent: int) -> None:
+def shield_child(parent: int, parent_interrupting: mmap.mmap) -> None:
     """In a worker just forked from `parent`: the stop signals are blocked in every thread and taken by one that
-    waits for them. It ends the worker on its parent's SIGTERM (DataLoader's and multiprocessing's way of ending
-    workers) and when the parent is gone, and ignores the others: the parent decides when the run stops."""
+    waits for them (`_wait_for_parent`). It ends the worker on its parent's SIGTERM (DataLoader's and
+    multiprocessing's way of ending workers) and when the parent is gone, and ignores the others: the parent decides
+    when the run stops."""
     signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # threads started later inherit the mask
-    threading.Thread(target=_wait_for_parent, args=(parent,), name="albert_hf stop signals", daemon=True).start()
+    threading.Thread(target=_wait_for_parent, args=(parent, parent_interrupting), name="albert_hf stop signals",
+                     daemon=True).start()
 
 
-def _wait_for_parent(parent: int) -> None:
+# How long a worker waits for its parent's SIGTERM after one from another process that may have absorbed it.
+ABSORBED_SIGTERM_GRACE = 10.0
+
+
+def _wait_for_parent(parent: int, parent_interrupting: mmap.mmap) -> None:
+    """A pending signal is not queued twice: the parent's SIGTERM, sent while the scheduler's is still pending here,
+    is lost in it, and a pool's terminate would wait for this worker for ever. The parent sends it only once
+    interrupted (`parent_interrupting`), so only a SIGTERM from another process taken after that can hide it; the
+    worker then ends if its parent's has not come within ABSORBED_SIGTERM_GRACE. Not sooner: a worker ended before
+    its pool's terminate began may hold the pool's queue lock, which the terminate takes first."""
+    deadline = None
     while True:
         info = signal.sigtimedwait(STOP_SIGNALS, 1.0)
-        if (info is None and os.getppid() != parent) or (
-                info is not None and info.si_signo == signal.SIGTERM and info.si_pid == parent):
-            os._exit(0)  # as torch's own workers do on their parent's SIGTERM
+        if info is not None and info.si_signo == signal.SIGTERM:
+            if info.si_pid == parent:
+                os._exit(0)  # as torch's own workers do on their parent's SIGTERM
+            if parent_interrupting[0] and deadline is None:
+                deadline = time.monotonic() + ABSORBED_SIGTERM_GRACE
+        if (deadline is not None and time.monotonic() > deadline) or (info is None and os.getppid() != parent):
+            os._exit(0)
 
 
 def _before_fork() -> None:
@@ -293,10 +316,11 @@ def _register_fork_hooks() -> None:
 
 
 def _after_fork_in_child() -> None:
-    global _active, _ended_by
+    global _active, _ended_by, _interrupting
+    parent_interrupting, _interrupting = _interrupting, mmap.mmap(-1, 1)  # the parent's; this process's own
     if _active is not None:
         _active, _ended_by = None, None  # the handlers are the parent's (`_record` ignores them here), so is the say
-        shield_child(os.getppid())
+        shield_child(os.getppid(), parent_interrupting)
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
