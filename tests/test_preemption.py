@@ -338,7 +338,7 @@ def test_workers_forked_under_stop_on_signal_leave_the_decision_to_their_parent(
 def test_a_worker_whose_parents_sigterm_was_absorbed_ends_and_one_that_may_hold_a_lock_waits(monkeypatch):
     """A scheduler's SIGTERM to the whole group reaches a pool worker and its parent; the parent, interrupted, ends
     the pool with its own SIGTERM, which one still pending absorbs (a pending signal is not queued twice): the
-    worker sees the scheduler's only, and the pool's terminate waited for it for ever (1 suite in 5 under load).
+    worker sees the scheduler's only, and the pool's terminate waited for it for ever (1 of 4 suites, alone).
     - A SIGTERM from another process taken after the parent's interruption may hide the parent's: the worker ends
       when the grace period passes without it (here 1 s; the parent's is never sent).
     - One taken before cannot: the worker waits for its parent's, however long (a worker that ended at once could
