@@ -18,7 +18,6 @@ gloo, fp32) the graph is a stand-in that runs its step eagerly: the code path, n
 """
 
 import argparse
-import contextlib
 import copy
 import json
 import os
@@ -35,25 +34,8 @@ from torch.nn.parallel import DistributedDataParallel
 import albert_hf
 from albert_hf.optimization import Lamb, parameter_groups
 from albert_hf.pretraining.step import training_step
-from albert_hf.pretraining.step_graph import StepGraph
+from albert_hf.pretraining.step_graph import RunsEagerly, StepGraph
 from bench_gpu import batches_for
-
-
-class RunsEagerly:
-    """A CUDA graph's stand-in on a CPU: its capture and each replay run the step."""
-
-    runs_at_capture = True
-
-    def warming_up(self):
-        return contextlib.nullcontext()
-
-    def capture(self, body):
-        self.body = body
-        self.output = body()
-        return self.output
-
-    def replay(self):
-        self.output.copy_(self.body())
 
 
 def mlm_loss(counts: torch.Tensor) -> float:

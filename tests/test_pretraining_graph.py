@@ -3,7 +3,6 @@ by benchmarks/gpu_session.sh); here a stand-in that runs what it captures replac
 buffers, the device learning rate, the undone warm-up and the eager steps of other shapes are checked against the
 eager loop; and every refusal is one line."""
 
-import contextlib
 import json
 import logging
 import sys
@@ -17,32 +16,22 @@ from albert_hf import AlbertHFForPreTraining
 from albert_hf.optimization import Lamb, get_official_schedule, parameter_groups
 from albert_hf.pretraining.collator import fixed_size_positions
 from albert_hf.pretraining.step import training_step
-from albert_hf.pretraining.step_graph import MODE, StepGraph, refusal
+from albert_hf.pretraining.step_graph import MODE, RunsEagerly, StepGraph, refusal
 from helpers import DDP, run_bounded, subprocess_env, tiny_config
 from pretraining_runs import pretrain
 
 
-class RunsAtCapture:
-    """A CUDA graph's stand-in on a CPU: capture runs the body (StepGraph undoes it, as a real capture runs
-    nothing), a replay runs it again and writes its result into the captured output. It keeps the weights it found
-    at capture: a real capture records the step from there."""
-
-    runs_at_capture = True
+class RunsAtCapture(RunsEagerly):
+    """RunsEagerly (capture runs the body, which StepGraph undoes, as a real capture runs nothing; a replay runs it
+    again into the captured output) keeping the weights it found at capture: a real capture records the step from
+    there."""
 
     def __init__(self, model):
         self.model = model
 
-    def warming_up(self):
-        return contextlib.nullcontext()
-
     def capture(self, body):
         self.weights_at_capture = [p.detach().clone() for p in self.model.parameters()]
-        self.body = body
-        self.output = body()
-        return self.output
-
-    def replay(self):
-        self.output.copy_(self.body())
+        return super().capture(body)
 
 
 def batch(rows: int, seq: int = 16, seed: int = 0) -> dict:

@@ -24,8 +24,8 @@ import contextlib
 import logging
 
 import torch
-from accelerate.utils import DistributedType
 
+from ..runtime.distributed import requested_sharding
 from .step import accumulate_and_update
 
 logger = logging.getLogger("albert_hf.pretraining.job")
@@ -55,12 +55,9 @@ def obstacle(device_type: str, sharding: str | None, mixed_precision: str, check
     return None
 
 
-SHARDING = {DistributedType.FSDP: "FSDP", DistributedType.DEEPSPEED: "DeepSpeed"}  # accelerate's names, ours
-
-
 def refusal(accelerator, checkpointing: bool) -> str | None:
     """Why this run's step cannot be captured as one CUDA graph, in one line; None when it can."""
-    found = obstacle(accelerator.device.type, SHARDING.get(accelerator.distributed_type),
+    found = obstacle(accelerator.device.type, requested_sharding(accelerator),
                      accelerator.mixed_precision, checkpointing)
     return None if found is None else (f"--torch_compile_mode {MODE} captures the training step as a CUDA graph: "
                                        f"{found[0]}; {found[1]}")
@@ -114,6 +111,24 @@ class CudaGraph:
 
     def replay(self):
         self.graph.replay()
+
+
+class RunsEagerly:
+    """`CudaGraph`'s stand-in where there is no CUDA device, for checking StepGraph's bookkeeping there (the tests,
+    benchmarks/check_ddp_graph.py on a CPU): its capture and each replay run the step."""
+
+    runs_at_capture = True
+
+    def warming_up(self):
+        return contextlib.nullcontext()
+
+    def capture(self, body):
+        self.body = body
+        self.output = body()
+        return self.output
+
+    def replay(self):
+        self.output.copy_(self.body())
 
 
 class StepGraph:

@@ -126,9 +126,11 @@ def fsdp_plugin_from_launcher() -> tuple[FullyShardedDataParallelPlugin, FsdpReq
     return plugin, request
 
 
-def requested_sharding() -> str | None:
-    """The sharding the launcher asked for, by name ("FSDP", "DeepSpeed"), before an Accelerator exists; None for
-    one process or DDP."""
+def requested_sharding(accelerator: Accelerator | None = None) -> str | None:
+    """The sharding of the run by name ("FSDP", "DeepSpeed"): the accelerator's, or before one exists what the
+    launcher asked for; None for one process or DDP."""
+    if accelerator is not None:
+        return {DistributedType.FSDP: "FSDP", DistributedType.DEEPSPEED: "DeepSpeed"}.get(accelerator.distributed_type)
     if _asked("ACCELERATE_USE_FSDP"):
         return "FSDP"
     return "DeepSpeed" if _asked("ACCELERATE_USE_DEEPSPEED") else None
