@@ -24,8 +24,10 @@ the GLUE submission files (MRPC.tsv, MNLI-m.tsv, ...). Task logic: albert_hf/tas
 
 import signal
 
-# Stop signals wait while the libraries load (seconds); the entry point then handles them (one line, status 75).
-signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1))
+# Run as a script, stop signals wait while the libraries load (seconds); the entry point then handles them (one
+# line, status 75). Imported, it leaves the importer's signals alone.
+if __name__ == "__main__":
+    signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1))
 
 from transformers import DataCollatorWithPadding
 

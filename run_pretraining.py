@@ -7,8 +7,10 @@
 
 import signal
 
-# Stop signals wait while the libraries load (seconds); the entry point then handles them (one line, status 75).
-signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1))
+# Run as a script, stop signals wait while the libraries load (seconds); the entry point then handles them (one
+# line, status 75). Imported, it leaves the importer's signals alone.
+if __name__ == "__main__":
+    signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1))
 
 from albert_hf.pretraining.job import main
 from albert_hf.runtime.cli import run_entry_point

@@ -27,7 +27,7 @@ os.environ["PYTHONUNBUFFERED"] = "1"
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from helpers import THREADS, reset_accelerate_state  # noqa: E402
+from helpers import THREADS, reset_accelerate_state, signals_left_as_found  # noqa: E402
 
 # The files that take longest, longest first (seconds per file: BENCHMARKS.md, "The test suite"). pytest-xdist hands
 # each worker whole files in collection order, so starting with these lets the workers finish together.
@@ -54,6 +54,14 @@ def _output_locks():
     from albert_hf.runtime import output_lock
 
     output_lock.release_all()
+
+
+@pytest.fixture(autouse=True)
+def _signals_left_as_found():
+    """A stop signal left blocked by one test (a script imported in-process) was inherited by the processes later
+    tests started, which then could not be stopped by it (a served script ignored SIGTERM, one suite in four)."""
+    with signals_left_as_found():
+        yield
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -1,6 +1,7 @@
 """What tests call by name: the repository's paths, tiny configs, and running scripts and processes that cannot hang
 the suite. Fixtures live in conftest.py, which sets the offline environment before this module is imported."""
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -112,6 +113,31 @@ def finetuning_args(checkpoint, output_dir, *extra, learning_rate: float) -> lis
             "--max_seq_length", 32, "--per_device_train_batch_size", 16, "--learning_rate", learning_rate,
             "--report_to", "none", "--save_strategy", "no", "--seed", 0, "--dataloader_pin_memory", "false",
             "--disable_tqdm", "true", *extra]
+
+
+@contextlib.contextmanager
+def signals_left_as_found():
+    """The block fails (pytest.fail) if it changed this thread's blocked signals or the job signals' dispositions,
+    which every process started later inherits (Popen keeps a blocked mask and ignored signals across exec); they
+    are put back first."""
+    import signal
+
+    from preloaded import JOB_SIGNALS
+
+    def state():
+        return {"blocked": signal.pthread_sigmask(signal.SIG_BLOCK, ()),
+                **{signal.Signals(signum).name: signal.getsignal(signum) for signum in JOB_SIGNALS}}
+
+    before = state()
+    yield
+    after = state()
+    if after != before:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before["blocked"])
+        for signum in JOB_SIGNALS:
+            if before[signum.name] is not None:  # None: set outside Python, which cannot put it back
+                signal.signal(signum, before[signum.name])
+        changed = {name: (before[name], after[name]) for name in before if before[name] != after[name]}
+        pytest.fail(f"changed this process's signals (before, after): {changed}", pytrace=False)
 
 
 def reset_accelerate_state():

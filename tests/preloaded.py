@@ -6,8 +6,10 @@ time. `start` runs `python SCRIPT ...` or `python -m MODULE ...` in a process fo
 forkserver, which imports all that once per test worker. What a test sees is what a fresh process gives: a pid of
 its own (signals reach it, it can be killed with its children), its own exit status, its stdout and stderr in
 files, the command's argv, working folder, environment and `sys.path`, module-level state as just imported (nothing
-runs in the server but imports), multiprocessing as in a main process (the default start method, no parent), and
-the interpreter's ending (threads joined, atexit handlers run).
+runs in the server but imports), multiprocessing as in a main process (the default start method, no parent), the
+signals a Popen child has (the caller's blocked mask and ignored signals, the rest as a fresh interpreter sets them;
+one sent before the script runs is held, not lost), and the interpreter's ending (threads joined, atexit handlers
+run).
 
 A command is served this way only where that holds. The rest start as plain subprocesses: another interpreter,
 `python -c`, and an environment that differs from the server's in a variable read when a library is imported or the
@@ -78,14 +80,20 @@ def _ensure_server(env: dict) -> None:
     fresh_path = subprocess.run([sys.executable, "-c", "import json, sys; print(json.dumps(sys.path[1:]))"],
                                 env=env, capture_output=True, text=True, check=True).stdout
     multiprocessing.set_forkserver_preload(PRELOAD + _albert_hf_modules())
-    from multiprocessing import forkserver
+    from multiprocessing import forkserver, resource_tracker
 
+    # Started first: starting it unblocks SIGTERM and SIGINT in this thread, which the server must get blocked.
+    resource_tracker.ensure_running()
     saved = dict(os.environ)
     os.environ.clear()
     os.environ.update(env)
+    # The server holds the job signals blocked, so that one sent to a served process before it runs (`_run`) waits
+    # for the process's own dispositions: the server's would drop it (SIGINT) or act on it as the server's.
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, JOB_SIGNALS)
     try:
-        forkserver.ensure_running()  # the server takes this process's environment when it starts
+        forkserver.ensure_running()  # the server takes this process's environment and mask when it starts
     finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         os.environ.clear()
         os.environ.update(saved)
     _server.update(env=dict(env), path=json.loads(fresh_path))
@@ -155,17 +163,36 @@ def start(command, *, env: dict, cwd, stdout: str, stderr: str, server_env: dict
     _ensure_server(server_env)
     context = multiprocessing.get_context("forkserver")
     process = context.Process(target=_run, args=([str(part) for part in command[1:]], str(cwd or os.getcwd()),
-                                                 dict(env), stdout, stderr, _server["path"], new_session),
+                                                 dict(env), stdout, stderr, _server["path"], new_session,
+                                                 _popen_signals()),
                               daemon=False)
     process.start()
     return ForkedProcess(process)
 
 
+def _popen_signals() -> tuple[set, set]:
+    """What a child started now by subprocess.Popen from this thread inherits of signals: the blocked ones, and the
+    job signals ignored (exec keeps SIG_IGN and resets the handled ones)."""
+    return (signal.pthread_sigmask(signal.SIG_BLOCK, ()),
+            {signum for signum in JOB_SIGNALS if signal.getsignal(signum) == signal.SIG_IGN})
+
+
+def _as_started_by_popen(signals: tuple[set, set]) -> None:
+    """In a forked process whose job signals are blocked: the job signals' dispositions a fresh interpreter started
+    with `signals` (`_popen_signals`) has, then its mask; a signal held meanwhile is handled now."""
+    blocked, ignored = signals
+    for signum in JOB_SIGNALS:
+        fresh = signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
+        signal.signal(signum, signal.SIG_IGN if signum in ignored else fresh)
+    signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
 def _run(argv: list[str], cwd: str, env: dict, stdout: str, stderr: str, fresh_path: list[str],
-         new_session: bool) -> None:
-    """In the forked process: become `python *argv` started in `cwd` with `env`."""
+         new_session: bool, signals: tuple[set, set]) -> None:
+    """In the forked process: become `python *argv` started in `cwd` with `env` and `signals`."""
     if new_session:
         os.setsid()  # as subprocess.Popen(start_new_session=True)
+    _as_started_by_popen(signals)
     gc.freeze()  # the preloaded objects: not traversed by every collection the script triggers
     # A main process of its own, as a fresh interpreter is: multiprocessing's default start method (not the
     # server's forkserver, which DataLoader workers would otherwise go through) and no parent process.
@@ -226,12 +253,15 @@ def _serve_workers(fresh_path: list[str], server_env: dict) -> None:
     if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         return
     launcher = os.getpid()
-    handlers = {signum: signal.getsignal(signum) for signum in JOB_SIGNALS}
     requests_read, requests_write = os.pipe()
     replies_read, replies_write = os.pipe()
+    # The copy, and each worker until it is the launcher's (`_worker`), hold the job signals blocked: a signal to the
+    # job in that moment waits for the worker's own dispositions, as it does for a Popen child.
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, JOB_SIGNALS)
     if os.fork() == 0:
         os.close(requests_write), os.close(replies_read)
-        _fork_workers(requests_read, replies_write, launcher, fresh_path, handlers, libc)
+        _fork_workers(requests_read, replies_write, launcher, fresh_path, libc)
+    signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     os.close(requests_read), os.close(replies_write)
     requests, replies, lock = os.fdopen(requests_write, "wb"), os.fdopen(replies_read, "rb"), threading.Lock()
     popen = subprocess_handler.SubprocessHandler._popen
@@ -244,17 +274,16 @@ def _serve_workers(fresh_path: list[str], server_env: dict) -> None:
                 or _differs_at_start_up(env, server_env, LAUNCH_VARIABLES)):
             return popen(handler, args, env)
         with lock:
-            pickle.dump((argv[1:], dict(env)), requests)
+            pickle.dump((argv[1:], dict(env), _popen_signals()), requests)
             requests.flush()
             return ServedWorker(int(replies.readline()), argv)
 
     subprocess_handler.SubprocessHandler._popen = forked_popen
 
 
-def _fork_workers(requests_fd: int, replies_fd: int, launcher: int, fresh_path: list[str], handlers: dict,
-                  libc) -> None:
+def _fork_workers(requests_fd: int, replies_fd: int, launcher: int, fresh_path: list[str], libc) -> None:
     """The launcher's copy: forks a worker for each request until the launcher ends (then exits)."""
-    for signum in handlers:
+    for signum in JOB_SIGNALS:
         signal.signal(signum, signal.SIG_IGN)
     requests = os.fdopen(requests_fd, "rb")
     while True:
@@ -264,7 +293,7 @@ def _fork_workers(requests_fd: int, replies_fd: int, launcher: int, fresh_path: 
                 os._exit(0)
             continue
         try:  # one request at a time (the launcher sends the next after this one's reply): none waits in the buffer
-            argv, env = pickle.load(requests)
+            argv, env, signals = pickle.load(requests)
         except EOFError:
             os._exit(0)
         pid_read, pid_write = os.pipe()
@@ -275,7 +304,7 @@ def _fork_workers(requests_fd: int, replies_fd: int, launcher: int, fresh_path: 
             if worker == 0:
                 os.close(pid_write), os.close(replies_fd)
                 requests.close()
-                _worker(argv, env, launcher, fresh_path, handlers, libc)
+                _worker(argv, env, signals, launcher, fresh_path, libc)
             os.write(pid_write, b"%d" % worker)
             os._exit(0)
         os.close(pid_write)
@@ -285,13 +314,14 @@ def _fork_workers(requests_fd: int, replies_fd: int, launcher: int, fresh_path: 
         os.write(replies_fd, b"%d\n" % worker)
 
 
-def _worker(argv: list[str], env: dict, launcher: int, fresh_path: list[str], handlers: dict, libc) -> None:
-    """In a forked worker: become `python *argv` as torch's agent starts it (its own session, `env`); never returns."""
+def _worker(argv: list[str], env: dict, signals: tuple[set, set], launcher: int, fresh_path: list[str],
+            libc) -> None:
+    """In a forked worker: become `python *argv` as torch's agent starts it (its own session, `env`, the signals of
+    the agent's Popen child); never returns."""
     while os.getppid() != launcher:  # adopted once the process that forked it has ended (a moment)
         time.sleep(0.001)
     os.setsid()
-    for signum, handler in handlers.items():
-        signal.signal(signum, handler)
+    _as_started_by_popen(signals)
     os.environ.clear()
     os.environ.update(env)
     libc.prctl(PR_SET_NAME, f"{WORKER_NAME}{env.get('RANK')}".encode(), 0, 0, 0)

@@ -6,12 +6,14 @@ that once ended in a traceback."""
 import json
 import logging
 import shutil
+import signal
 import sys
 
 import pytest
 
 from albert_hf.errors import InputError
 from albert_hf.runtime.cli import run_entry_point
+from albert_hf.runtime.preemption import STOP_SIGNALS
 from albert_hf.tasks.finetuning import run_script
 from albert_hf.testing.glue_folders import write_glue_folders, write_tsv
 from helpers import ANY_PORT, REPO, reset_accelerate_state, run_bounded, subprocess_env
@@ -24,10 +26,17 @@ MRPC_ROWS = [(i % 2, 100 + i, 200 + i, f"The cat sat on mat {i}.", f"A cat was o
 
 
 def error_line(capsys, main) -> str:
-    """The entry point's stderr for `main()`: checked to end in exit status 2 and one `error:` line, no traceback."""
+    """The entry point's stderr for `main()`: checked to end in exit status 2 and one `error:` line, no traceback.
+    The entry point leaves the stop signals ignored for the process's exit; this process goes on, so they are put
+    back."""
     capsys.readouterr()
-    with pytest.raises(SystemExit) as stop:
-        run_script(main)
+    handlers = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+    try:
+        with pytest.raises(SystemExit) as stop:
+            run_script(main)
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
     assert stop.value.code == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err

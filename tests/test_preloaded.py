@@ -10,7 +10,7 @@ import time
 import pytest
 
 import preloaded
-from helpers import run_bounded, start_process, subprocess_env
+from helpers import REPO, run_bounded, signals_left_as_found, start_process, subprocess_env
 
 SCRIPT = """\
 import atexit, json, multiprocessing, os, random, sys, threading, time
@@ -82,6 +82,80 @@ def test_a_signal_reaches_the_served_process(script, tmp_path):
     assert process.wait(timeout=60) == -signal.SIGTERM
 
 
+def test_a_signal_sent_before_the_script_runs_is_held_for_it(script, tmp_path):
+    """Sent as soon as the process exists, before its dispositions are its own: it still ends the process (the
+    server ignores SIGINT and would have dropped it)."""
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        process = start_process([sys.executable, script, "wait"], env=subprocess_env(), cwd=tmp_path,
+                                stdout=tmp_path / "out", stderr=tmp_path / "err")
+        process.send_signal(signum)
+        status = process.wait(timeout=60)  # the script would sleep 60 s after its imports
+        assert status != 0 and "atexit ran" not in (tmp_path / "out").read_text(), (signum, status)
+
+
+# The job signals' state in /proc/self/status, as bits: blocked, ignored, caught.
+SIGNALS_PROBE = f"""\
+import json
+job_signals = {sorted(int(signum) for signum in preloaded.JOB_SIGNALS)}
+bits = {{name: int(value, 16) for name, value in (line.split(":") for line in open("/proc/self/status"))
+        if name in ("SigBlk", "SigIgn", "SigCgt")}}
+print(json.dumps({{name: [n for n in job_signals if value >> (n - 1) & 1] for name, value in bits.items()}}))
+"""
+
+
+@pytest.mark.parametrize("caller", ["as found", "SIGTERM and SIGUSR1 blocked, SIGHUP ignored"])
+def test_a_served_process_has_the_signals_a_popen_child_has(tmp_path, caller):
+    """Whatever the server's own state: a stop signal blocked in the caller when the server started was inherited by
+    every served process, which SIGTERM then could not end (test_a_signal_reaches_the_served_process, 1 suite in
+    4). Compared with a real Popen child of the same interpreter."""
+    probe = tmp_path / "signals.py"
+    probe.write_text(SIGNALS_PROBE)
+    with signals_left_as_found():
+        try:
+            if caller != "as found":
+                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGUSR1})
+                signal.signal(signal.SIGHUP, signal.SIG_IGN)
+            popen = json.loads(subprocess.run([sys.executable, probe], env=subprocess_env(), capture_output=True,
+                                              text=True, check=True, timeout=60).stdout)
+            process = start_process([sys.executable, probe], env=subprocess_env(), cwd=tmp_path,
+                                    stdout=tmp_path / "out", stderr=tmp_path / "err")
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGUSR1})
+            signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        assert isinstance(process, preloaded.ForkedProcess)
+        assert process.wait(timeout=60) == 0, (tmp_path / "err").read_text()
+    served = json.loads((tmp_path / "out").read_text())
+    if caller != "as found":  # the planted state reached the Popen child: the comparison can tell
+        assert popen["SigBlk"] == [signal.SIGUSR1, signal.SIGTERM] and popen["SigIgn"] == [signal.SIGHUP], popen
+    assert served == popen
+
+
+def test_a_test_that_leaves_a_signal_blocked_or_ignored_fails_and_the_state_is_put_back():
+    """The guard every test runs in (conftest): a test that changes the signals later processes inherit fails."""
+    for plant, undo in ((lambda: signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM}),
+                         lambda: signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})),
+                        (lambda: signal.signal(signal.SIGUSR2, signal.SIG_IGN),
+                         lambda: signal.signal(signal.SIGUSR2, signal.SIG_DFL))):
+        try:
+            with pytest.raises(pytest.fail.Exception, match="changed this process's signals"):
+                with signals_left_as_found():
+                    plant()
+            assert signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, ())
+            assert signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL
+        finally:
+            undo()
+
+
+def test_importing_a_script_leaves_the_importers_signals_alone():
+    """Run as scripts they hold the stop signals while the libraries load; imported (a test, a notebook) they must
+    not: the importer's Ctrl-C, and every process it starts later, would inherit them blocked."""
+    code = ("import signal, run_glue, run_ner, run_pretraining, run_race, run_squad; "
+            "print(sorted(signal.pthread_sigmask(signal.SIG_BLOCK, ())))")
+    done = run_bounded([sys.executable, "-c", code], 120, cwd=REPO, env=subprocess_env())
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
+
+
 def test_an_environment_read_at_start_up_gets_a_fresh_process(script, tmp_path):
     for variable in ("OMP_NUM_THREADS", "ATEN_CPU_CAPABILITY", "HF_HOME", "PYTHONPATH", "TORCHINDUCTOR_FREEZING"):
         assert not preloaded.servable([sys.executable, script, "0"], subprocess_env(**{variable: "2"}),
@@ -105,7 +179,8 @@ import json, os, sys, time
 preloaded = "torch" in sys.modules  # before this script imports anything: a fresh interpreter has no torch yet
 folder = os.path.dirname(os.path.abspath(__file__))
 report = {"rank": os.environ["RANK"], "pid": os.getpid(), "ppid": os.getppid(), "sid": os.getsid(0),
-          "preloaded": preloaded, "argv": sys.argv, "name": __name__}
+          "preloaded": preloaded, "argv": sys.argv, "name": __name__,
+          "signals": [line for line in open("/proc/self/status") if line.startswith(("SigBlk", "SigIgn"))]}
 path = os.path.join(folder, f"rank{report['rank']}.json")
 with open(path + ".part", "w") as file:
     json.dump(report, file)
@@ -115,6 +190,13 @@ if sys.argv[1] == "wait":
 sys.exit(3 if sys.argv[1] == "fail" and report["rank"] == "1" else 0)
 """
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "0"]
+
+
+def fresh_signals() -> list[str]:
+    """The blocked and ignored signals of a fresh interpreter started by this process."""
+    code = "print(''.join(line for line in open('/proc/self/status') if line.startswith(('SigBlk', 'SigIgn'))))"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          timeout=60).stdout.splitlines(keepends=True)[:2]
 
 
 def launch(tmp_path, *args):
@@ -141,6 +223,7 @@ def test_a_launchers_workers_are_forked_with_what_torchs_agent_gives_them(tmp_pa
     assert isinstance(launcher, preloaded.ForkedProcess)
     for rank, report in enumerate(reports):
         assert report["preloaded"] and report["name"] == "__main__", report
+        assert report["signals"] == fresh_signals(), report  # blocked and ignored: none held back by the copy
         assert report["rank"] == str(rank) and report["argv"] == [str(tmp_path / "worker.py"), "wait"], report
         assert report["ppid"] == launcher.pid and report["sid"] == report["pid"], report  # as Popen(start_new_session)
     tree = psutil.Process(launcher.pid).children(recursive=True)
@@ -165,3 +248,4 @@ def test_workers_whose_output_the_launcher_redirects_start_fresh(tmp_path):
     launcher, reports = launch(tmp_path, "--redirects", "3", "--log-dir", str(tmp_path / "logs"), "exit")
     assert launcher.wait(timeout=60) == 0
     assert [report["preloaded"] for report in reports] == [False, False]
+    assert [report["signals"] for report in reports] == [fresh_signals()] * 2
