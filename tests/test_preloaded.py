@@ -84,13 +84,22 @@ def test_a_signal_reaches_the_served_process(script, tmp_path):
 
 def test_a_signal_sent_before_the_script_runs_is_held_for_it(script, tmp_path):
     """Sent as soon as the process exists, before its dispositions are its own: it still ends the process (the
-    server ignores SIGINT and would have dropped it)."""
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        process = start_process([sys.executable, script, "wait"], env=subprocess_env(), cwd=tmp_path,
-                                stdout=tmp_path / "out", stderr=tmp_path / "err")
-        process.send_signal(signum)
-        status = process.wait(timeout=60)  # the script would sleep 60 s after its imports
-        assert status != 0 and "atexit ran" not in (tmp_path / "out").read_text(), (signum, status)
+    server ignores SIGINT and would have dropped it). Started as a shell's foreground job is: neither ignored (a
+    background job, or nohup, hands them on ignored, and the script would keep them so)."""
+    with signals_left_as_found():
+        handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            for signum in handlers:
+                process = start_process([sys.executable, script, "wait"], env=subprocess_env(), cwd=tmp_path,
+                                        stdout=tmp_path / "out", stderr=tmp_path / "err")
+                process.send_signal(signum)
+                status = process.wait(timeout=60)  # the script would sleep 60 s after its imports
+                assert status != 0 and "atexit ran" not in (tmp_path / "out").read_text(), (signum, status)
+        finally:
+            for signum, handler in handlers.items():
+                signal.signal(signum, handler)
 
 
 # The job signals' state in /proc/self/status, as bits: blocked, ignored, caught.
@@ -111,6 +120,7 @@ def test_a_served_process_has_the_signals_a_popen_child_has(tmp_path, caller):
     probe = tmp_path / "signals.py"
     probe.write_text(SIGNALS_PROBE)
     with signals_left_as_found():
+        blocked, hangup = signal.pthread_sigmask(signal.SIG_BLOCK, ()), signal.getsignal(signal.SIGHUP)
         try:
             if caller != "as found":
                 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGUSR1})
@@ -120,13 +130,13 @@ def test_a_served_process_has_the_signals_a_popen_child_has(tmp_path, caller):
             process = start_process([sys.executable, probe], env=subprocess_env(), cwd=tmp_path,
                                     stdout=tmp_path / "out", stderr=tmp_path / "err")
         finally:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGUSR1})
-            signal.signal(signal.SIGHUP, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+            signal.signal(signal.SIGHUP, hangup)
         assert isinstance(process, preloaded.ForkedProcess)
         assert process.wait(timeout=60) == 0, (tmp_path / "err").read_text()
     served = json.loads((tmp_path / "out").read_text())
     if caller != "as found":  # the planted state reached the Popen child: the comparison can tell
-        assert popen["SigBlk"] == [signal.SIGUSR1, signal.SIGTERM] and popen["SigIgn"] == [signal.SIGHUP], popen
+        assert {signal.SIGUSR1, signal.SIGTERM} <= set(popen["SigBlk"]) and signal.SIGHUP in popen["SigIgn"], popen
     assert served == popen
 
 
@@ -192,13 +202,6 @@ sys.exit(3 if sys.argv[1] == "fail" and report["rank"] == "1" else 0)
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "0"]
 
 
-def fresh_signals() -> list[str]:
-    """The blocked and ignored signals of a fresh interpreter started by this process."""
-    code = "print(''.join(line for line in open('/proc/self/status') if line.startswith(('SigBlk', 'SigIgn'))))"
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                          timeout=60).stdout.splitlines(keepends=True)[:2]
-
-
 def launch(tmp_path, *args):
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
@@ -223,7 +226,6 @@ def test_a_launchers_workers_are_forked_with_what_torchs_agent_gives_them(tmp_pa
     assert isinstance(launcher, preloaded.ForkedProcess)
     for rank, report in enumerate(reports):
         assert report["preloaded"] and report["name"] == "__main__", report
-        assert report["signals"] == fresh_signals(), report  # blocked and ignored: none held back by the copy
         assert report["rank"] == str(rank) and report["argv"] == [str(tmp_path / "worker.py"), "wait"], report
         assert report["ppid"] == launcher.pid and report["sid"] == report["pid"], report  # as Popen(start_new_session)
     tree = psutil.Process(launcher.pid).children(recursive=True)
@@ -242,10 +244,16 @@ def test_a_launchers_workers_are_forked_with_what_torchs_agent_gives_them(tmp_pa
     assert "exitcode  : 3" in (failed / "err").read_text()  # rank 1's status, read by the agent
 
 
-def test_workers_whose_output_the_launcher_redirects_start_fresh(tmp_path):
+def test_workers_whose_output_the_launcher_redirects_start_fresh_and_forked_ones_have_their_signals(tmp_path):
     """torch's agent writes a worker's output to its own files with --redirects: not served (the copy that forks
-    the workers has the launcher's descriptors, not those files)."""
+    the workers has the launcher's descriptors, not those files). Those real workers' blocked and ignored signals
+    are the forked ones' too: none held back by the copy, which blocks and ignores them itself."""
     launcher, reports = launch(tmp_path, "--redirects", "3", "--log-dir", str(tmp_path / "logs"), "exit")
     assert launcher.wait(timeout=60) == 0
     assert [report["preloaded"] for report in reports] == [False, False]
-    assert [report["signals"] for report in reports] == [fresh_signals()] * 2
+    forked = tmp_path / "forked"
+    forked.mkdir()
+    launcher, forked_reports = launch(forked, "exit")
+    assert launcher.wait(timeout=60) == 0
+    assert [report["preloaded"] for report in forked_reports] == [True, True]
+    assert [report["signals"] for report in forked_reports] == [report["signals"] for report in reports]
