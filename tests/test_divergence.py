@@ -2,6 +2,7 @@
 (albert_hf/pretraining/divergence.py); a non-finite checkpoint of an older version is passed over by
 --resume_from_checkpoint latest."""
 
+import json
 import math
 import re
 from pathlib import Path
@@ -14,6 +15,7 @@ from safetensors.torch import load_file, save_file
 from albert_hf.errors import InputError
 from albert_hf.pretraining import job as pretraining
 from albert_hf.pretraining import loop
+from albert_hf.pretraining.checkpoints import RECORD, STATE_FILE
 from albert_hf.pretraining.divergence import Diverged, check_losses, checkpoint_finite, stop_line, weights_finite
 from pretraining_runs import FAST, metrics, pretrain, pretrain_runs
 from test_distributed import DDP, FSDP
@@ -175,6 +177,13 @@ def test_a_non_finite_held_out_loss_stops_the_run(tmp_path, monkeypatch, fresh_a
     assert not (run / "model.safetensors").exists()
 
 
+def drop_the_record(checkpoint: Path):
+    """As versions that wrote non-finite checkpoints wrote them: without the record of their files."""
+    state = json.loads((checkpoint / STATE_FILE).read_text())
+    del state[RECORD]
+    (checkpoint / STATE_FILE).write_text(json.dumps(state))
+
+
 def test_resume_latest_passes_over_a_non_finite_checkpoint_and_writes_its_own(tmp_path, caplog):
     run = tmp_path / "run"
     pretrain(run, "--max_train_steps", "10", "--checkpointing_steps", "5", *QUIET)
@@ -182,6 +191,7 @@ def test_resume_latest_passes_over_a_non_finite_checkpoint_and_writes_its_own(tm
     first = next(name for name, tensor in weights.items() if tensor.is_floating_point())
     weights[first] = torch.full_like(weights[first], math.nan)
     save_file(weights, run / "step_10" / "model.safetensors")
+    drop_the_record(run / "step_10")
     assert checkpoint_finite(run / "step_10") is False and checkpoint_finite(run / "step_5") is True
     done = pretrain(run, "--max_train_steps", "12", "--checkpointing_steps", "5", "--resume_from_checkpoint",
                     "latest", *QUIET)
@@ -198,6 +208,7 @@ def test_resume_latest_with_only_non_finite_checkpoints_stops_in_one_line(tmp_pa
     weights = {name: torch.full_like(tensor, math.nan) if tensor.is_floating_point() else tensor
                for name, tensor in load_file(run / "step_5" / "model.safetensors").items()}
     save_file(weights, run / "step_5" / "model.safetensors")
+    drop_the_record(run / "step_5")
     done = pretrain(run, "--max_train_steps", "8", "--resume_from_checkpoint", "latest", *QUIET, check=False)
     assert done.returncode == 2 and done.stderr.strip().splitlines()[-1] == (
         f"error: --resume_from_checkpoint latest: every checkpoint in {run} holds non-finite weights (a run that "

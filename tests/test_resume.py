@@ -94,7 +94,6 @@ def test_partial_checkpoints_are_never_resumed_from(tmp_path):
 def test_a_training_state_is_checked_once_on_load_position_and_window_alike(tmp_path):
     from albert_hf.pretraining.step import COUNTS
 
-    checkpoints = StepCheckpoints(tmp_path, mock.MagicMock(is_main_process=True))  # load_state: a mock
     position = {"step": 4, "epoch": 0, "batches_in_epoch": 4}
     window = {"window": [1.0] * COUNTS, "window_tokens": 512, "window_seconds": 0.5}
     for name, state, problem in (
@@ -102,13 +101,11 @@ def test_a_training_state_is_checked_once_on_load_position_and_window_alike(tmp_
             ("short", {**position, **window, "window": [1.0] * (COUNTS - 1)}, "the logging window"),
             ("text", {**position, **window, "window_tokens": "512"}, "the logging window"),
             ("negative", {**position, "step": -1}, "does not hold the loop's position")):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / STATE_FILE).write_text(json.dumps(state))
         if problem is None:
-            assert checkpoints.load(tmp_path / name, COUNTS) == state
+            assert StepCheckpoints.position(tmp_path / name, state, COUNTS) == state
         else:
             with pytest.raises(InputError, match=f"^--resume_from_checkpoint {tmp_path / name}: .*{problem}"):
-                checkpoints.load(tmp_path / name, COUNTS)
+                StepCheckpoints.position(tmp_path / name, state, COUNTS)
 
 
 def test_a_checkpoint_that_cannot_be_resumed_stops_with_one_line_naming_the_flag(tmp_path):
@@ -125,7 +122,8 @@ def test_a_checkpoint_that_cannot_be_resumed_stops_with_one_line_naming_the_flag
     done = pretrain(tmp_path / "run", "--max_train_steps", "6", "--eval_steps", "0", "--validation_split_percentage",
                     "0", "--resume_from_checkpoint", str(incomplete), check=False)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
-    assert done.stderr.strip().splitlines()[-1].startswith(f"error: --resume_from_checkpoint {incomplete}: cannot load")
+    assert done.stderr.strip().splitlines()[-1].startswith(
+        f"error: --resume_from_checkpoint {incomplete}: random_states_0.pkl: missing")
     assert not (tmp_path / "run" / "model.safetensors").exists()
 
 

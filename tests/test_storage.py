@@ -167,16 +167,23 @@ def test_fine_tuning_into_a_read_only_folder_stops_in_one_line_before_reading_da
     assert " rows from " not in done.stderr  # no data was read
 
 
-def test_an_unloadable_checkpoint_names_the_newest_earlier_complete_one(tmp_path):
-    from albert_hf.pretraining.checkpoints import StepCheckpoints
+def test_an_unloadable_checkpoint_names_the_newest_earlier_intact_one(tmp_path):
+    """Intact: complete, and its files as its record says (step_6's record names a file that is not there)."""
+    from albert_hf.pretraining.checkpoints import RECORD, RECORD_FILE, StepCheckpoints
 
     for step in (3, 6, 9):
         (tmp_path / f"step_{step}").mkdir()
         (tmp_path / f"step_{step}" / STATE_FILE).write_text(json.dumps({"step": step}))
     assert StepCheckpoints.earlier_than(tmp_path / "step_9") == (
-        f"; the newest earlier complete checkpoint is {tmp_path / 'step_6'}: --resume_from_checkpoint "
+        f"; the newest earlier intact checkpoint is {tmp_path / 'step_6'}: --resume_from_checkpoint "
         f"{tmp_path / 'step_6'}")
-    assert StepCheckpoints.earlier_than(tmp_path / "step_3") == "; no earlier complete checkpoint is beside it"
+    assert StepCheckpoints.earlier_than(tmp_path / "step_3") == "; no earlier intact checkpoint is beside it"
+    (tmp_path / "step_6" / STATE_FILE).write_text(json.dumps({"step": 6, RECORD: RECORD_FILE}))
+    (tmp_path / "step_6" / RECORD_FILE).write_text(json.dumps({"files": {
+        "model.safetensors": {"bytes": 1, "sha256": "0" * 64}}}))
+    assert StepCheckpoints.earlier_than(tmp_path / "step_9") == (
+        f"; the newest earlier intact checkpoint is {tmp_path / 'step_3'}: --resume_from_checkpoint "
+        f"{tmp_path / 'step_3'}")
 
 
 @pytest.mark.parametrize("mode, failing", [("DDP", ".tmp-step_6/model"),  # only the first process writes it

@@ -1,18 +1,27 @@
 """A pretraining run's training state in its output folder: step_N checkpoints written atomically and resumed, and
 an earlier run recognised (refused, or cleared with --overwrite_output_dir) by the names it writes. The final model
-beside them is final_folder.py's."""
+beside them is final_folder.py's.
+
+A checkpoint is input when resumed (copied between clusters, downloaded from someone's Hub repo): its files are
+checked against the record written with it, and read as data only (runtime/checkpoint_files.py); every state a
+resume restores is restored, or the run stops with one line naming the file."""
 
 import json
 import logging
 import os
 import pickle
+import random
 import re
 import shutil
+import threading
 from pathlib import Path
 
+import numpy as np
+import torch
 from accelerate.utils import broadcast_object_list
 
 from ..errors import InputError, first_line
+from ..runtime import checkpoint_files
 from ..runtime.output_lock import in_use
 from ..runtime.storage import StorageError, agreed, fault_line, folder_bytes, refused
 from .divergence import newest_finite
@@ -22,6 +31,14 @@ logger = logging.getLogger("albert_hf.pretraining.job")
 STEP_DIR = re.compile(r"^step_(\d+)$")
 STATE_FILE = "training_state.json"  # written last: a step_N folder without it is not a checkpoint
 STREAM_STATE_FILE = "stream_state_{}.json"  # --streaming: each process's position in its stream (datasets' state)
+SCHEDULE_FILE = "schedule.json"  # the learning-rate schedule's position (its state_dict, all numbers)
+LEGACY_SCHEDULE_FILE = "custom_checkpoint_0.pkl"  # where it was before (accelerate's pickle): read as data
+RANDOM_STATE_FILE = "random_states_{}.pkl"  # accelerate's: each process's random generators
+# The record of a checkpoint's files: each file's size and sha256 (checkpoint_files.record), written last, beside
+# STATE_FILE, which names it under RECORD. It is hashed in the background, while training goes on (`save`).
+RECORD = "record"
+RECORD_FILE = "files.json"
+RECORD_PART = f".{RECORD_FILE}.part"  # written, then renamed: never read as a record, nor as a stray file
 FILL_MASK_FILE = "fill_mask_examples.json"  # the summary's fill-mask examples (all_results.json: metrics only)
 
 
@@ -111,6 +128,8 @@ class StepCheckpoints:
         self.accelerator = accelerator
         self.total_limit = total_limit
         self.expected_bytes: int | None = None  # a checkpoint's size before the first is written (prepare sets it)
+        self.schedule = None  # the learning-rate schedule, saved and restored with the state (job.py sets it)
+        self._recording: threading.Thread | None = None  # the newest checkpoint's record being written (main)
 
     def intact(self) -> str:
         """What a run stopped by a failed write can go on from."""
@@ -160,6 +179,9 @@ class StepCheckpoints:
         `step_N.non-finite`, with a line, so that the resumed run writes its own step_N; when none is finite, the
         run stops (pretraining/divergence.py)."""
         found = [path for _, path in self.complete()]
+        if self.accelerator.is_main_process:
+            found = self._pass_over_damaged(found)
+        found = broadcast_object_list([found])[0]
         # the weights are read once, by the first process, not by every process of the run
         newest = broadcast_object_list([newest_finite(found) if self.accelerator.is_main_process else None])[0]
         if newest is None and found:
@@ -178,19 +200,109 @@ class StepCheckpoints:
         self.accelerator.wait_for_everyone()
         return newest
 
+    def _pass_over_damaged(self, found: list[Path]) -> list[Path]:
+        """`found` (oldest first) up to its newest intact checkpoint: newer damaged ones are renamed
+        `step_N.damaged`, with a line each, so that the resumed run writes its own step_N."""
+        while found and (damage := self.damage(found[-1])) is not None:
+            path = found.pop()
+            path.rename(path.with_name(f"{path.name}.damaged"))
+            logger.warning("--resume_from_checkpoint latest: passed over %s (%s), renamed %s.damaged", path.name,
+                           damage, path.name)
+        return found
+
+    @staticmethod
+    def damage(path: Path) -> str | None:
+        """What differs in checkpoint `path` from the record written with it ('FILE: what'), or None. One written
+        before checkpoints held a record is resumed unchecked, with a line."""
+        try:
+            state = json.loads((path / STATE_FILE).read_text())
+        except (OSError, ValueError) as error:
+            return f"{STATE_FILE}: {first_line(error)}"
+        named = state.get(RECORD) if isinstance(state, dict) else None
+        if named is None:
+            logger.warning("%s was written before checkpoints recorded their files' sizes and sha256: its files are "
+                           "not checked", path)
+            return None
+        if named != RECORD_FILE:
+            return f"{STATE_FILE}: '{RECORD}' names {named!r}, not {RECORD_FILE}"
+        if not (path / RECORD_FILE).is_file():
+            logger.warning("%s: its record (%s) was never written (the run ended while hashing the files): its files "
+                           "are not checked", path, RECORD_FILE)
+            return None
+        try:
+            files = json.loads((path / RECORD_FILE).read_text()).get("files")
+        except (OSError, ValueError, AttributeError) as error:
+            return f"{RECORD_FILE}: {first_line(error)}"
+        if not checkpoint_files.valid_record(files):
+            return f"{RECORD_FILE}: not the sizes and sha256 of files inside the checkpoint"
+        return checkpoint_files.damage(path, files, leave_out=(RECORD_FILE, RECORD_PART))
+
+    def wait_for_record(self) -> None:
+        """The newest checkpoint's record is written (main process; nothing to wait for elsewhere). Before a
+        checkpoint is read, uploaded or rotated away, and before the next one; the interpreter's exit waits too."""
+        if self._recording is not None:
+            self._recording.join()
+            self._recording = None
+
+    def _record_in_background(self, folder: Path) -> None:
+        """Hashes `folder`'s files while training goes on (a save would take twice as long at base size,
+        BENCHMARKS.md) and writes the record last; a failure to write it is a line, and the checkpoint resumes
+        unchecked."""
+        def write():
+            try:
+                files = checkpoint_files.record(folder, leave_out=(RECORD_FILE, RECORD_PART))
+                (folder / RECORD_PART).write_text(json.dumps({"files": files}, indent=1))
+                os.replace(folder / RECORD_PART, folder / RECORD_FILE)
+            except OSError as error:
+                logger.warning("%s: its record of the files could not be written (%s): it resumes unchecked", folder,
+                               first_line(error))
+
+        self._recording = threading.Thread(target=write, name="albert_hf checkpoint record", daemon=False)
+        self._recording.start()
+
     def load(self, path: Path, window_length: int) -> dict:
-        """Restores accelerate's state from `path` (model, optimizer, scheduler, RNGs) and returns the loop's
-        position (`training_state.json`, checked once here: the position, and the logging window of
-        `window_length` sums when saved); a checkpoint that cannot be loaded stops with one line."""
+        """Restores accelerate's state from `path` (model, optimizer, RNGs) and the schedule's, and returns the
+        loop's position (`training_state.json`, checked once here: the position, and the logging window of
+        `window_length` sums when saved). First the files are checked against their record; nothing is unpickled
+        with code. A checkpoint that cannot be loaded, or a state that cannot be restored, stops with one line."""
         from safetensors import SafetensorError
 
+        self.wait_for_record()
+        fault = None
+        if self.accelerator.is_main_process and (damage := self.damage(path)) is not None:
+            fault = f"--resume_from_checkpoint {path}: {damage}{self.earlier_than(path)}"
+        fault = agreed(self.accelerator, fault, main_only=True)
+        if fault is None:
+            fault = agreed(self.accelerator, self._unreadable_random_state(path))
+        if fault is not None:
+            raise InputError(fault)
+        legacy_schedule = not (path / SCHEDULE_FILE).exists() and (path / LEGACY_SCHEDULE_FILE).is_file()
+        if legacy_schedule:  # accelerate reads it into the schedule, as data (weights_only_loads)
+            self.accelerator.register_for_checkpointing(self.schedule)
         try:
-            self.accelerator.load_state(str(path))
+            with checkpoint_files.weights_only_loads():
+                self.accelerator.load_state(str(path))
             state = json.loads((path / STATE_FILE).read_text())
         except (OSError, RuntimeError, ValueError, KeyError, EOFError, pickle.UnpicklingError,
                 SafetensorError) as error:
-            raise InputError(f"--resume_from_checkpoint {path}: cannot load it: {first_line(error)}"
+            culprit = checkpoint_files.unreadable(path)
+            raise InputError(f"--resume_from_checkpoint {path}: cannot load {culprit or f'it: {first_line(error)}'}"
                              f"{self.earlier_than(path)}") from None
+        finally:
+            if legacy_schedule:  # saved as data from now on (save)
+                self.accelerator._custom_objects.remove(self.schedule)
+        fault = self._random_state_not_restored(path)
+        if fault is None and not legacy_schedule:
+            fault = self._restore_schedule(path)
+        fault = agreed(self.accelerator, fault)
+        if fault is not None:
+            raise InputError(f"--resume_from_checkpoint {path}: {fault}")
+        return self.position(path, state, window_length)
+
+    @staticmethod
+    def position(path: Path, state, window_length: int) -> dict:
+        """The loop's position in `state` (read from `path`'s STATE_FILE), checked: the position, and the logging
+        window of `window_length` sums when saved."""
         positions = ("step", "epoch", "batches_in_epoch")
         if not isinstance(state, dict) or not all(type(state.get(key)) is int and state[key] >= 0 for key in positions):
             raise InputError(f"--resume_from_checkpoint {path}: {STATE_FILE} does not hold the loop's position "
@@ -209,14 +321,76 @@ class StepCheckpoints:
 
     @classmethod
     def earlier_than(cls, path: Path) -> str:
-        """'; the newest earlier checkpoint is ...: --resume_from_checkpoint ...', or nothing when there is none."""
+        """'; the newest earlier intact checkpoint is ...: --resume_from_checkpoint ...', or that there is none."""
         match = STEP_DIR.match(Path(path).name)
         step = int(match.group(1)) if match else None
         earlier = [found for n, found in cls.complete_in(Path(path).parent)
                    if found != Path(path) and (step is None or n < step)]
-        if not earlier:
-            return "; no earlier complete checkpoint is beside it"
-        return f"; the newest earlier complete checkpoint is {earlier[-1]}: --resume_from_checkpoint {earlier[-1]}"
+        intact = next((found for found in reversed(earlier) if cls.damage(found) is None), None)
+        if intact is None:
+            return "; no earlier intact checkpoint is beside it"
+        return f"; the newest earlier intact checkpoint is {intact}: --resume_from_checkpoint {intact}"
+
+    def _random_states(self, path: Path):
+        """This process's random states in checkpoint `path`, read as data (as accelerate reads them)."""
+        from accelerate.utils.other import TORCH_SAFE_GLOBALS
+
+        with torch.serialization.safe_globals(TORCH_SAFE_GLOBALS):
+            return torch.load(path / RANDOM_STATE_FILE.format(self.accelerator.process_index), weights_only=True)
+
+    def _unreadable_random_state(self, path: Path) -> str | None:
+        """Why this process's random states cannot be restored from `path`, or None (accelerate skips them with a
+        debug line: exact resume would be lost in silence)."""
+        name = RANDOM_STATE_FILE.format(self.accelerator.process_index)
+        if not (path / name).is_file():
+            return (f"--resume_from_checkpoint {path}: {name}: missing (process {self.accelerator.process_index}'s "
+                    "random states; resume with the number of processes that wrote it)")
+        try:
+            states = self._random_states(path)
+        except Exception:  # noqa: BLE001 - named by what cannot be read
+            return f"--resume_from_checkpoint {path}: cannot load {checkpoint_files.unreadable(path, [name])}"
+        wanted = ["random_state", "numpy_random_seed", "torch_manual_seed"]
+        if not isinstance(states, dict) or not all(key in states for key in wanted):
+            return f"--resume_from_checkpoint {path}: {name}: not the random states accelerate writes"
+        return None
+
+    def _random_state_not_restored(self, path: Path) -> str | None:
+        """After accelerate's load: its generators hold the saved states, or the line of which did not."""
+        saved = self._random_states(path)
+        restored = {"random_state": random.getstate() == saved["random_state"],
+                    "numpy_random_seed": all(np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b
+                                             for a, b in zip(np.random.get_state(), saved["numpy_random_seed"])),
+                    "torch_manual_seed": torch.equal(torch.get_rng_state(), saved["torch_manual_seed"])}
+        lost = [key for key, same in restored.items() if not same]
+        if lost:
+            return (f"{RANDOM_STATE_FILE.format(self.accelerator.process_index)}: could not be restored "
+                    f"({', '.join(lost)}): the run would not continue as it would have")
+        return None
+
+    def _restore_schedule(self, path: Path) -> str | None:
+        """The schedule's position from SCHEDULE_FILE, checked against the schedule's own fields; or why not."""
+        current = self.schedule.state_dict()
+        try:
+            saved = json.loads((path / SCHEDULE_FILE).read_text())
+        except FileNotFoundError:
+            return f"{SCHEDULE_FILE}: missing (the learning-rate schedule's position)"
+        except (OSError, ValueError) as error:
+            return f"{SCHEDULE_FILE}: {first_line(error)}"
+
+        def same_shape(value, like) -> bool:
+            if isinstance(like, bool) or like is None:
+                return type(value) is type(like)
+            if isinstance(like, (int, float)):
+                return type(value) in (int, float) and (type(like) is float or type(value) is int)
+            if isinstance(like, list):
+                return isinstance(value, list) and len(value) == len(like) and all(map(same_shape, value, like))
+            return value == like  # the schedule's function: made from the arguments, never read from the file
+
+        if not (isinstance(saved, dict) and saved.keys() == current.keys()
+                and all(same_shape(saved[key], current[key]) for key in current)):
+            return f"{SCHEDULE_FILE}: not the state of this run's learning-rate schedule ({', '.join(current)})"
+        self.schedule.load_state_dict(saved)
+        return None
 
     def remove_partial(self):
         if self.accelerator.is_main_process and self.output_dir.is_dir():
@@ -232,7 +406,13 @@ class StepCheckpoints:
             raise InputError(f"--resume_from_checkpoint {path}: it holds the stream positions of {written} "
                              f"process(es), none for process {self.accelerator.process_index}: resume a --streaming "
                              "run with --streaming and the number of processes that wrote it")
-        return json.loads(file.read_text())
+        try:
+            state = json.loads(file.read_text())
+        except (OSError, ValueError) as error:
+            raise InputError(f"--resume_from_checkpoint {path}: {file.name}: {first_line(error)}") from None
+        if not isinstance(state, dict):
+            raise InputError(f"--resume_from_checkpoint {path}: {file.name}: not a stream position")
+        return state
 
     def save(self, step: int, state: dict, stream_state: dict | None = None) -> Path:
         final = self.output_dir / f"step_{step}"
@@ -241,18 +421,22 @@ class StepCheckpoints:
         # already exists (a run resumed from an older step) is therefore decided once, by the main process: a
         # slower process that looked for itself could see the folder the main process had just renamed into
         # place, skip the calls, and leave the others waiting forever.
+        self.wait_for_record()  # the previous one's, before rotation may remove it
         exists = (final / STATE_FILE).is_file() if self.accelerator.is_main_process else None
         if broadcast_object_list([exists])[0]:
             return final
 
         def write_state():
             self.accelerator.save_state(str(tmp))
+            tmp.mkdir(parents=True, exist_ok=True)
             if stream_state is not None:  # each process's own position in its own stream
-                tmp.mkdir(parents=True, exist_ok=True)
                 (tmp / STREAM_STATE_FILE.format(self.accelerator.process_index)).write_text(json.dumps(stream_state))
+            if self.schedule is not None and self.accelerator.is_main_process:
+                (tmp / SCHEDULE_FILE).write_text(json.dumps(self.schedule.state_dict()))
 
         def complete():
-            (tmp / STATE_FILE).write_text(json.dumps(state, indent=2))
+            # complete from here; the record of what every process wrote follows (`_record_in_background`)
+            (tmp / STATE_FILE).write_text(json.dumps({**state, RECORD: RECORD_FILE}, indent=2))
             if final.exists():  # an incomplete leftover of the same name
                 shutil.rmtree(final)
             os.replace(tmp, final)
@@ -277,6 +461,8 @@ class StepCheckpoints:
             needed = max(written, self.expected_bytes or 0, self.newest_bytes())
             raise StorageError(fault_line(fault, f"the step-{step} checkpoint", self.output_dir, needed,
                                         self.intact()))
+        if self.accelerator.is_main_process:
+            self._record_in_background(final)
         self.accelerator.wait_for_everyone()
         return final
 

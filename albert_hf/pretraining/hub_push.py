@@ -188,7 +188,10 @@ def download_last_checkpoint(value: str, output: OutputArgs, accelerator) -> Pat
             if not (source / STATE_FILE).is_file():
                 raise InputError(f"{where} holds no {LAST_CHECKPOINT}/ with a training state (what --hub_strategy "
                                  "checkpoint pushes)")
-            found = output_dir / f"step_{json.loads((source / STATE_FILE).read_text())['step']}"
+            step = json.loads((source / STATE_FILE).read_text()).get("step")
+            if type(step) is not int or step < 0:  # it names the folder the state goes into
+                raise InputError(f"{where}: {LAST_CHECKPOINT}/{STATE_FILE} holds no step (an integer >= 0)")
+            found = output_dir / f"step_{step}"
             if not (found / STATE_FILE).is_file():
                 shutil.rmtree(found, ignore_errors=True)
                 os.replace(source, found)

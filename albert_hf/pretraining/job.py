@@ -179,7 +179,7 @@ def prepare(args: PretrainingArguments) -> Pretraining:
         model, optimizer, train_dataloader = accelerator.prepare(model, optimizer, train_dataloader)
     if eval_dataloader is not None:
         eval_dataloader = accelerator.prepare(eval_dataloader)
-    accelerator.register_for_checkpointing(scheduler)
+    ready.checkpoints.schedule = scheduler  # saved with each checkpoint as JSON, not as accelerate's pickle
 
     num_parameters = sum(p.numel() for p in accelerator.unwrap_model(model).parameters())
     optimization = args.optimization

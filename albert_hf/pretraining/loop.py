@@ -274,6 +274,7 @@ def save_checkpoint(run: Pretraining, state: TrainingState) -> Path:
     path = run.checkpoints.save(state.step, state.checkpoint_state(run.accelerator),
                                 stream_state=None if run.stream is None else run.stream.state_dict())
     if run.hub is not None and run.hub.pushes(state.step):  # --hub_strategy: this step's model (and state) goes up
+        run.checkpoints.wait_for_record()  # uploaded with the state
         model = gather_full_model(run.accelerator, run.model)  # a collective under FSDP
         if model is not None:
             run.hub.push_checkpoint(state.step, path, lambda folder: save_final_model(

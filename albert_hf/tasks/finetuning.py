@@ -50,7 +50,7 @@ from ..runtime.storage import check_writable
 from .arguments import AlbertTrainingArguments, ModelArguments, SeedRun
 from .card import write_finetuned_card
 from .recipe import PaperRecipe
-from .trainer import StopOnSignalCallback
+from .trainer import StopOnSignalCallback, check_checkpoint
 
 logger = logging.getLogger("albert_hf.tasks.finetuning")
 
@@ -174,6 +174,7 @@ def setup(training_args: TrainingArguments) -> str | None:
         elif last_checkpoint is None:
             refuse_a_trained_model(output_dir)
         if last_checkpoint is not None:
+            check_checkpoint(last_checkpoint)  # input: checked against its record, read as data only
             logger.info("Resuming from %s (pass --overwrite_output_dir to start over)", last_checkpoint)
     return last_checkpoint
 

@@ -1,6 +1,8 @@
 """The Trainer of the fine-tuning scripts (`AlbertTrainer`: the official optimizer, our distributed modes, checkpoints a
-full disk cannot leave half-written, our model card) and the callback that stops training on a signal."""
+full disk cannot leave half-written and that record what they hold, our model card), the check of a checkpoint
+before it is resumed, and the callback that stops training on a signal."""
 
+import json
 import logging
 import shutil
 from collections.abc import Callable
@@ -11,13 +13,60 @@ from transformers import Trainer, TrainerCallback, TrainingArguments
 from transformers.trainer import TRAINING_ARGS_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
+from ..errors import InputError, first_line
 from ..optimization import AdamWeightDecay, get_official_schedule, parameter_groups
+from ..runtime import checkpoint_files
 from ..runtime.distributed import describe, gather_full_model, requested_mode, shard_model, use_fsdp
 from ..runtime.hardware import PRECISION_NAMES, detect
 from ..runtime.preemption import StopOnSignal
 from ..runtime.storage import StorageError, agreed, fault_line, folder_bytes, refused
 
 logger = logging.getLogger("albert_hf.tasks.trainer")
+
+RECORD_FILE = "checkpoint_files.json"  # written last into a checkpoint-N: every other file's size and sha256
+
+
+def checkpoint_damage(folder: Path) -> str | None:
+    """What keeps checkpoint-N `folder` from being resumed as data ('FILE: what'), or None: a file that differs from
+    its record, or, in a checkpoint written before the record, one Trainer would load that is not plain data."""
+    record_file = folder / RECORD_FILE
+    if not record_file.is_file():
+        logger.warning("%s was written before checkpoints recorded their files' sizes and sha256: its files are not "
+                       "checked, only read as data", folder)
+        # what Trainer loads with torch.load; training_args.bin (the arguments as a pickled object) is never read
+        loaded = [name for name in checkpoint_files.files_in(folder)
+                  if name.endswith(checkpoint_files.PICKLED) and name != TRAINING_ARGS_NAME]
+        return checkpoint_files.unreadable(folder, loaded)
+    try:
+        files = json.loads(record_file.read_text()).get("files")
+    except (OSError, ValueError, AttributeError) as error:
+        return f"{RECORD_FILE}: {first_line(error)}"
+    if not checkpoint_files.valid_record(files):
+        return f"{RECORD_FILE}: not the sizes and sha256 of files inside the checkpoint"
+    return checkpoint_files.damage(folder, files, leave_out=(RECORD_FILE,))
+
+
+def check_checkpoint(folder) -> None:
+    """--resume_from_checkpoint (or the last checkpoint-N in --output_dir): stops with one line naming the file that
+    keeps it from being resumed, and the newest earlier checkpoint beside it that can be."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise InputError(f"--resume_from_checkpoint {folder}: no such folder")
+    damage = checkpoint_damage(folder)
+    if damage is None:
+        return
+    def step_of(path: Path) -> int | None:
+        number = path.name.rpartition("-")[2]
+        return int(number) if path.name.startswith(f"{PREFIX_CHECKPOINT_DIR}-") and number.isdigit() else None
+
+    step = step_of(folder)
+    earlier = sorted((step_of(path), path) for path in folder.parent.glob(f"{PREFIX_CHECKPOINT_DIR}-*")
+                     if path.is_dir() and path != folder and step_of(path) is not None
+                     and (step is None or step_of(path) < step))
+    intact = next((path for _, path in reversed(earlier) if checkpoint_damage(path) is None), None)
+    beside = (f"the newest earlier intact checkpoint is {intact}: --resume_from_checkpoint {intact}" if intact
+              else "no earlier intact checkpoint is beside it")
+    raise InputError(f"--resume_from_checkpoint {folder}: {damage}; {beside}")
 
 
 class AlbertTrainer(Trainer):
@@ -49,6 +98,10 @@ class AlbertTrainer(Trainer):
         run_dir = Path(self._get_output_dir(trial=trial))
         folder = run_dir / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
         fault = agreed(self.accelerator, refused(lambda: super(AlbertTrainer, self)._save_checkpoint(model, trial)))
+        if fault is None and self.is_world_process_zero():  # every process has written its files: recorded last
+            fault = refused(lambda: (folder / RECORD_FILE).write_text(json.dumps(
+                {"files": checkpoint_files.record(folder, leave_out=(RECORD_FILE,))}, indent=1)))
+        fault = agreed(self.accelerator, fault, main_only=True)
         if fault is None:
             return
         written = folder_bytes(folder)

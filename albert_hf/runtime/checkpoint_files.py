@@ -1,0 +1,117 @@
+"""A checkpoint is data from outside: what a resume reads is never unpickled with code, and is checked against the
+record of what was written.
+
+- The record: at save, every file of the checkpoint with its size and sha256 (`record`), kept in the file written
+  last. At resume, `damage` names the first file that is missing, larger or smaller than written, changed, or not
+  written by the run at all; nothing is loaded before that check passes.
+- Data only: the processes of our scripts load pickles as data (`torch.load(weights_only=True)`, even where a
+  library asks otherwise: `weights_only_loads`). A pickle that would run code is refused, and `unreadable` names the
+  file when a load fails.
+"""
+
+import contextlib
+import hashlib
+import json
+import os
+from pathlib import Path
+
+# Files torch.load reads (pickles in a zip, or bare pickles): loaded as data only.
+PICKLED = (".bin", ".pkl", ".pt", ".pth")
+HASH_CHUNK = 8 << 20
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        while chunk := file.read(HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def files_in(folder: Path, leave_out: tuple[str, ...] = ()) -> list[str]:
+    """The files under `folder`, as sorted relative POSIX paths, but those named in `leave_out`."""
+    folder = Path(folder)
+    return sorted(path.relative_to(folder).as_posix() for path in folder.rglob("*")
+                  if path.is_file() and path.relative_to(folder).as_posix() not in leave_out)
+
+
+def record(folder: Path, leave_out: tuple[str, ...] = ()) -> dict[str, dict]:
+    """{relative path: {"bytes": size, "sha256": digest}} for every file under `folder` but `leave_out`."""
+    folder = Path(folder)
+    return {name: {"bytes": (folder / name).stat().st_size, "sha256": sha256(folder / name)}
+            for name in files_in(folder, leave_out)}
+
+
+def valid_record(files) -> bool:
+    """Whether `files` (read from a checkpoint) is a record as `record` writes it, naming files inside the folder."""
+    return isinstance(files, dict) and all(
+        isinstance(name, str) and name and not name.startswith("/") and ".." not in name.split("/")
+        and isinstance(entry, dict) and type(entry.get("bytes")) is int and entry["bytes"] >= 0
+        and isinstance(entry.get("sha256"), str) and len(entry["sha256"]) == 64
+        for name, entry in files.items())
+
+
+def damage(folder: Path, files: dict[str, dict], leave_out: tuple[str, ...] = ()) -> str | None:
+    """'NAME: what is wrong' for the first file of `folder` that differs from the record `files`, or None. Sizes
+    first (a cut-short copy is found without reading anything), then the digests."""
+    folder = Path(folder)
+    for name in files_in(folder, leave_out):
+        if name not in files:
+            return f"{name}: not written by the run (it is not in the checkpoint's record)"
+    for name, entry in files.items():
+        path = folder / name
+        if not path.is_file():
+            return f"{name}: missing"
+        size = path.stat().st_size
+        if size != entry["bytes"]:
+            return (f"{name}: {size:,} bytes where {entry['bytes']:,} were written "
+                    f"({'cut short' if size < entry['bytes'] else 'larger than written'})")
+    for name, entry in files.items():
+        if sha256(folder / name) != entry["sha256"]:
+            return f"{name}: changed since it was written (its sha256 differs from the record)"
+    return None
+
+
+@contextlib.contextmanager
+def weights_only_loads():
+    """Every torch.load within is `weights_only=True`, also those that ask for less (accelerate loads the objects
+    registered for checkpointing with `weights_only=False`): torch's own switch, TORCH_FORCE_WEIGHTS_ONLY_LOAD."""
+    name = "TORCH_FORCE_WEIGHTS_ONLY_LOAD"
+    before = os.environ.get(name)
+    os.environ[name] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
+
+
+def unreadable(folder: Path, names: list[str] | None = None) -> str | None:
+    """'NAME: why' for the first of `names` (default: every file under `folder`) that cannot be read as data: a
+    pickle that is not plain data (one that would run code), a safetensors file or JSON that does not parse; None
+    when all can. Called after a load failed, to name the file."""
+    import torch
+    from accelerate.utils.other import TORCH_SAFE_GLOBALS
+    from safetensors import safe_open
+
+    folder = Path(folder)
+    for name in names if names is not None else files_in(folder):
+        path = folder / name
+        try:
+            if name.endswith(PICKLED):
+                with torch.serialization.safe_globals(TORCH_SAFE_GLOBALS):
+                    torch.load(path, map_location="cpu", weights_only=True)
+            elif name.endswith(".safetensors"):
+                with safe_open(str(path), framework="pt") as file:
+                    for key in file.keys():
+                        file.get_slice(key)
+            elif name.endswith(".json"):
+                json.loads(path.read_text())
+        except Exception as error:  # noqa: BLE001 - whatever the reader raised names this file
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            if name.endswith(PICKLED) and "Weights only load failed" in str(error):
+                reason = "a pickle that is not plain data (loading it would run code): not loaded"
+            return f"{name}: {reason}"
+    return None
