@@ -203,6 +203,19 @@ def test_a_random_state_or_schedule_that_cannot_be_restored_stops_the_run(tmp_pa
         assert result["line"].startswith(f"error: --resume_from_checkpoint {out / 'step_2'}: {what}"), result
 
 
+def test_a_stream_position_that_cannot_be_read_stops_in_one_line(tmp_path):
+    from unittest import mock
+
+    from albert_hf.errors import InputError
+    from albert_hf.pretraining.checkpoints import STREAM_STATE_FILE, StepCheckpoints
+
+    checkpoints = StepCheckpoints(tmp_path, mock.MagicMock(process_index=0))
+    for content, what in ((b"\x80\x04not json", "stream_state_0.json: "), (b"[1, 2]", "not a stream position")):
+        (tmp_path / STREAM_STATE_FILE.format(0)).write_bytes(content)
+        with pytest.raises(InputError, match=f"^--resume_from_checkpoint {tmp_path}: .*{what}"):
+            checkpoints.stream_state(tmp_path)
+
+
 def test_a_planted_pickle_from_the_hub_runs_nothing(tmp_path, pretrained):
     """--resume_from_checkpoint hub:OWNER/NAME with someone's last-checkpoint/ holding a planted pickle, through a
     stand-in for the Hub's download: nothing runs, one line; an intact one resumes."""

@@ -33,10 +33,9 @@ def checkpoint_damage(folder: Path) -> str | None:
     if not record_file.is_file():
         logger.warning("%s was written before checkpoints recorded their files' sizes and sha256: its files are not "
                        "checked, only read as data", folder)
-        # what Trainer loads with torch.load; training_args.bin (the arguments as a pickled object) is never read
-        loaded = [name for name in checkpoint_files.files_in(folder)
-                  if name.endswith(checkpoint_files.PICKLED) and name != TRAINING_ARGS_NAME]
-        return checkpoint_files.unreadable(folder, loaded)
+        # what Trainer reads; training_args.bin (the arguments as a pickled object) is never read
+        return checkpoint_files.unreadable(folder, [name for name in checkpoint_files.files_in(folder)
+                                                    if name != TRAINING_ARGS_NAME])
     try:
         files = json.loads(record_file.read_text()).get("files")
     except (OSError, ValueError, AttributeError) as error:
