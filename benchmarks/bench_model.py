@@ -90,26 +90,14 @@ def matmul_peak(dtype, size=2048, repeat=10) -> float:
 
 def albert_flops(config, batch, seq, masked_per_seq=MASKED_PER_SEQ, last_layer_queries=None,
                  mlm_rows_per_seq=None) -> float:
-    """FLOPs of one training step (backward = 2x forward): the matmuls, attention's included, with the MLM head at
-    the masked positions only (as the official code). Every layer computes every position unless
-    `last_layer_queries` is given: albert_hf's last layer computes only the positions read after it (the masked
-    ones and the first), so it does `last_layer_queries` rows a sequence for its queries, attention output and FFN
-    (keys and values still for all). MFU counts the model's FLOPs (both None); what an implementation executes
-    differs: albert_hf's `last_layer_queries=masked_per_seq + 1`, transformers' MLM head at every position
-    (`mlm_rows_per_seq=seq`). The test checks the counts against torch's FlopCounterMode."""
-    h, e, i, v, layers = config.hidden_size, config.embedding_size, config.intermediate_size, config.vocab_size, (
-        config.num_hidden_layers * config.inner_group_num)
-    tokens = batch * seq
+    """FLOPs of one training step of `batch` sequences: albert_hf's count (albert_hf/flops.py). MFU counts the
+    model's FLOPs (`last_layer_queries` and `mlm_rows_per_seq` None); what an implementation executes differs:
+    albert_hf's `last_layer_queries=masked_per_seq + 1`, transformers' MLM head at every position
+    (`mlm_rows_per_seq=seq`)."""
+    from albert_hf.flops import training_flops_per_token
 
-    def layer(queries):  # Q, K, V, attention output and FFN projections, then scores and context
-        rows = batch * queries
-        return 2 * rows * (2 * h * h + 2 * h * i) + 2 * tokens * 2 * h * h + 2 * 2 * rows * seq * h
-
-    forward = 2 * tokens * e * h  # E -> H projection
-    forward += (layers - 1) * layer(seq) + layer(last_layer_queries or seq)
-    forward += 2 * batch * h * h + 2 * batch * h * 2  # pooler, SOP
-    forward += 2 * batch * (mlm_rows_per_seq or masked_per_seq) * (h * e + e * v)  # the MLM head's rows
-    return 3 * forward
+    return training_flops_per_token(config, seq, masked_per_seq, last_layer_queries=last_layer_queries,
+                                    mlm_rows=mlm_rows_per_seq) * batch * seq
 
 
 def make_models(preset, seq, with_transformers=True):

@@ -247,6 +247,7 @@ _PREPARED = {}
 def _checkpointing(tiny_checkpoint: Path, output_dir: Path):
     """An accelerator with the tiny pretraining model and its LAMB optimizer prepared, and StepCheckpoints on
     `output_dir` (made once per process: accelerate's state is a singleton)."""
+    from albert_hf.optimization import get_official_schedule
     from albert_hf.pretraining.checkpoints import StepCheckpoints
 
     if "accelerator" not in _PREPARED:
@@ -263,7 +264,9 @@ def _checkpointing(tiny_checkpoint: Path, output_dir: Path):
         _PREPARED["objects"] = accelerator.prepare(model, optimizer)
     accelerator = _PREPARED["accelerator"]
     output_dir.mkdir(parents=True, exist_ok=True)
-    return accelerator, StepCheckpoints(output_dir, accelerator)
+    checkpoints = StepCheckpoints(output_dir, accelerator)
+    checkpoints.schedule = _PREPARED.setdefault("schedule", get_official_schedule(_PREPARED["objects"][1], 10, 100))
+    return accelerator, checkpoints
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -88,11 +88,19 @@ def _ensure_server(env: dict) -> None:
     os.environ.clear()
     os.environ.update(env)
     # The server holds the job signals blocked, so that one sent to a served process before it runs (`_run`) waits
-    # for the process's own dispositions: the server's would drop it (SIGINT) or act on it as the server's.
+    # for the process's own dispositions: the server's would drop it (SIGINT) or act on it as the server's. And it
+    # starts with none ignored (exec keeps SIG_IGN): each child gets the server's first dispositions back before it
+    # runs, and setting SIG_IGN discards a held signal.
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, JOB_SIGNALS)
+    handlers = {signum: signal.getsignal(signum) for signum in JOB_SIGNALS}
+    for signum in JOB_SIGNALS:
+        signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
     try:
-        forkserver.ensure_running()  # the server takes this process's environment and mask when it starts
+        forkserver.ensure_running()  # the server takes this process's environment, mask and ignored signals
     finally:
+        for signum, handler in handlers.items():
+            if handler is not None:  # None: set outside Python, left as it is
+                signal.signal(signum, handler)
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         os.environ.clear()
         os.environ.update(saved)

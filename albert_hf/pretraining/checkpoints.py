@@ -276,7 +276,8 @@ class StepCheckpoints:
             fault = agreed(self.accelerator, self._unreadable_random_state(path))
         if fault is not None:
             raise InputError(fault)
-        legacy_schedule = not (path / SCHEDULE_FILE).exists() and (path / LEGACY_SCHEDULE_FILE).is_file()
+        legacy_schedule = (self.schedule is not None and not (path / SCHEDULE_FILE).exists()
+                           and (path / LEGACY_SCHEDULE_FILE).is_file())
         if legacy_schedule:  # accelerate reads it into the schedule, as data (weights_only_loads)
             self.accelerator.register_for_checkpointing(self.schedule)
         try:
@@ -292,7 +293,7 @@ class StepCheckpoints:
             if legacy_schedule:  # saved as data from now on (save)
                 self.accelerator._custom_objects.remove(self.schedule)
         fault = self._random_state_not_restored(path)
-        if fault is None and not legacy_schedule:
+        if fault is None and not legacy_schedule and self.schedule is not None:
             fault = self._restore_schedule(path)
         fault = agreed(self.accelerator, fault)
         if fault is not None:
