@@ -97,9 +97,9 @@ def test_the_record_holds_each_files_size_and_sha256_and_finds_what_changed(tmp_
 def test_a_planted_pickle_in_a_step_checkpoint_runs_nothing_and_ends_in_one_line_naming_the_file(
         tmp_path, pretrained, written_before_the_record):
     marker = tmp_path / "code-ran"
-    names = ["model.safetensors", "optimizer.bin", "random_states_0.pkl", LEGACY_SCHEDULE_FILE]
+    names = ["model.safetensors", "optimizer.bin", "random_states_0.pkl", LEGACY_SCHEDULE_FILE, STATE_FILE]
     if not written_before_the_record:
-        names.append(SCHEDULE_FILE)
+        names += [SCHEDULE_FILE, RECORD_FILE]
     runs = []
     for name in names:
         out = copy_of(pretrained, tmp_path / name, written_before_the_record=written_before_the_record)
@@ -305,7 +305,8 @@ def test_a_planted_or_damaged_file_in_a_fine_tuning_checkpoint_ends_in_one_line_
 
     run, rte = finetuned
     marker = tmp_path / "code-ran"
-    cases = {name: lambda path: plant(path, marker) for name in ("optimizer.pt", "scheduler.pt", "rng_state.pth")}
+    cases = {name: lambda path: plant(path, marker)
+             for name in ("optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json")}
     if not written_before_the_record:  # one changed byte there is found by the record only
         cases["model.safetensors"] = flip_a_byte
     processes = {}

@@ -156,12 +156,14 @@ def test_a_test_that_leaves_a_signal_blocked_or_ignored_fails_and_the_state_is_p
             undo()
 
 
-def test_importing_a_script_leaves_the_importers_signals_alone():
+def test_importing_a_script_leaves_the_importers_signals_alone(tmp_path):
     """Run as scripts they hold the stop signals while the libraries load; imported (a test, a notebook) they must
     not: the importer's Ctrl-C, and every process it starts later, would inherit them blocked."""
-    code = ("import signal, run_glue, run_ner, run_pretraining, run_race, run_squad; "
-            "print(sorted(signal.pthread_sigmask(signal.SIG_BLOCK, ())))")
-    done = run_bounded([sys.executable, "-c", code], 120, cwd=REPO, env=subprocess_env())
+    probe = tmp_path / "imports.py"
+    probe.write_text(f"import signal, sys\nsys.path.insert(0, {str(REPO)!r})\n"
+                     "import run_glue, run_ner, run_pretraining, run_race, run_squad\n"
+                     "print(sorted(signal.pthread_sigmask(signal.SIG_BLOCK, ())))\n")
+    done = run_bounded([sys.executable, probe], 120, cwd=tmp_path, env=subprocess_env())
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]"
 
