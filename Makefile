@@ -61,10 +61,11 @@ test: lint
 		echo "make test: no AVX-512 kernels on this CPU, so the run above already had what the AVX2 caps give"; \
 	fi
 
-# The quick loop while developing: everything but the launched multi-process runs, torch.compile and the tests that
-# train to an outcome, except one cheap test (`quick`) of each file that has only those (`make test` runs them all).
+# The quick loop while developing: everything but the launched multi-process runs, torch.compile, the tests that
+# train to an outcome and the whole-corpus reads, except one cheap test (`quick`) of each file that has only those
+# (`make test` runs them all).
 test-fast: lint
-	$(PYTEST) -m "not launched and not compiles and not trains or quick" tests
+	$(PYTEST) -m "not launched and not compiles and not trains and not corpus or quick" tests
 
 clean:
 	rm -rf $(VENV) *.egg-info

@@ -1,6 +1,7 @@
 """A checkpoint is input: resuming one runs no code from it, its files are checked against the record written with
 it, and a state it cannot restore stops the run with one line naming the file. Pretraining's step_N (local, `latest`,
-and from a stand-in Hub) and fine-tuning's checkpoint-N; checkpoints written before the record still resume."""
+and from a stand-in Hub) and fine-tuning's checkpoint-N; checkpoints written before the record still resume. The
+tests that resume the checkpoints of a trained fixture are marked `trains` (make test runs them, not test-fast)."""
 
 import json
 import os
@@ -93,6 +94,7 @@ def test_the_record_holds_each_files_size_and_sha256_and_finds_what_changed(tmp_
     assert damage(tmp_path, written) == "extra.pkl: not written by the run (it is not in the checkpoint's record)"
 
 
+@pytest.mark.trains
 @pytest.mark.parametrize("written_before_the_record", [False, True], ids=["recorded", "before-the-record"])
 def test_a_planted_pickle_in_a_step_checkpoint_runs_nothing_and_ends_in_one_line_naming_the_file(
         tmp_path, pretrained, written_before_the_record):
@@ -114,6 +116,7 @@ def test_a_planted_pickle_in_a_step_checkpoint_runs_nothing_and_ends_in_one_line
         assert not (out / "model.safetensors").exists() and not (out / "step_4").exists(), name
 
 
+@pytest.mark.trains
 def test_a_step_checkpoint_records_its_files_last_and_one_whose_record_was_never_written_resumes_with_a_line(
         tmp_path, pretrained):
     """The record names every file of the checkpoint, training_state.json included, and is written after them (in
@@ -134,6 +137,7 @@ def test_a_step_checkpoint_records_its_files_last_and_one_whose_record_was_never
             "its files are not checked") in done.stderr
 
 
+@pytest.mark.trains
 def test_a_changed_or_cut_short_file_is_refused_naming_it_and_the_intact_checkpoint_beside_it(tmp_path, pretrained):
     damages = {"flipped": ("model.safetensors", flip_a_byte, "changed since it was written"),
                "truncated": ("optimizer.bin", lambda path: path.write_bytes(path.read_bytes()[:1000]), "cut short"),
@@ -181,6 +185,7 @@ def test_latest_passes_over_a_damaged_checkpoint_and_both_formats_resume_to_the_
     assert (before / "step_4" / SCHEDULE_FILE).is_file() and not (before / "step_4" / LEGACY_SCHEDULE_FILE).exists()
 
 
+@pytest.mark.trains
 def test_a_random_state_or_schedule_that_cannot_be_restored_stops_the_run(tmp_path, pretrained):
     """accelerate skips random states it cannot read with a debug line: the run would go on, no longer exact."""
     cases = {"random-states-not-a-dict": ("random_states_0.pkl", lambda path: torch.save([1, 2], path),
@@ -216,6 +221,7 @@ def test_a_stream_position_that_cannot_be_read_stops_in_one_line(tmp_path):
             checkpoints.stream_state(tmp_path)
 
 
+@pytest.mark.trains
 def test_a_planted_pickle_from_the_hub_runs_nothing(tmp_path, pretrained):
     """--resume_from_checkpoint hub:OWNER/NAME with someone's last-checkpoint/ holding a planted pickle, through a
     stand-in for the Hub's download: nothing runs, one line; an intact one resumes."""
@@ -243,6 +249,7 @@ def test_a_planted_pickle_from_the_hub_runs_nothing(tmp_path, pretrained):
                         result["line"]), result
 
 
+@pytest.mark.trains
 def test_a_hub_state_whose_step_is_not_a_number_is_refused(tmp_path, pretrained):
     """The step names the folder the download goes into: '../..' must not take it outside --output_dir."""
     hub = tmp_path / "hub"
@@ -282,6 +289,7 @@ def glue_command(checkpoint, data_dir, output_dir, *extra):
             "--dataloader_pin_memory", "false", "--disable_tqdm", "true", "--output_dir", str(output_dir), *extra]
 
 
+@pytest.mark.trains
 def test_a_fine_tuning_checkpoint_records_its_files_written_last(finetuned):
     from albert_hf.tasks.trainer import RECORD_FILE
 
@@ -297,6 +305,7 @@ def test_a_fine_tuning_checkpoint_records_its_files_written_last(finetuned):
         assert (checkpoint / RECORD_FILE).stat().st_mtime_ns >= newest
 
 
+@pytest.mark.trains
 @pytest.mark.parametrize("written_before_the_record", [False, True], ids=["recorded", "before-the-record"])
 def test_a_planted_or_damaged_file_in_a_fine_tuning_checkpoint_ends_in_one_line_naming_it(
         tmp_path, tiny_checkpoint, finetuned, written_before_the_record):

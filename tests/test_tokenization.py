@@ -182,6 +182,7 @@ def test_the_sentencepiece_encoder_gives_the_tokenizers_ids():
     assert encoder.encode(sentences) == expected
 
 
+@pytest.mark.corpus
 def test_the_sentencepiece_encoder_gives_the_tokenizers_ids_on_the_real_corpus():
     from albert_hf.pretraining.corpus import find_text_files, read_text_documents
     from albert_hf.pretraining.sentences import plain_backend
