@@ -595,12 +595,15 @@ def test_group_signals_at_random_moments_lose_no_checkpoint_and_each_run_resumes
         run, folder = tmp_path / f"run_{attempt}", tmp_path / f"attempt_{attempt}"
         folder.mkdir()
         moment = rng.uniform(0, duration)
+        started = time.time()
         process = pretrain(run, *args, started=folder, new_session=True)
         try:
             process.wait(timeout=moment)
         except subprocess.TimeoutExpired:
             signal_job(process.pid, signal.SIGTERM)
         process.wait(timeout=300)
+        if process.returncode == 0:  # a run takes this long now (the machine's load changes): later moments within it
+            duration = min(duration, time.time() - started)
         stderr = (folder / "stderr.txt").read_text()
         what = f"attempt {attempt}, SIGTERM {moment:.2f} s after the start of a {duration:.2f} s run"
         assert "Traceback" not in stderr, (what, stderr[-3000:])
