@@ -179,6 +179,11 @@ def test_latest_passes_over_a_damaged_checkpoint_and_both_formats_resume_to_the_
     assert (f"{before / 'step_2'} was written before checkpoints recorded their files' sizes and sha256: its files "
             "are not checked") in done.stderr
     assert done.stderr.count("was written before checkpoints recorded") == 1
+    # `latest` checks the checkpoint it picks once: load does not hash it again (nor say it twice)
+    only_before = copy_of(pretrained, tmp_path / "latest-before", written_before_the_record=True)
+    results, done = pretrain_runs([(only_before, [*STEPS, "--resume_from_checkpoint", "latest"])])
+    assert results[0]["status"] == 0, (results, done.stderr[-3000:])
+    assert done.stderr.count("was written before checkpoints recorded") == 1, done.stderr[-3000:]
     for out, _ in runs:
         check_same_weights_and_curve(out, pretrained, after_step=2)
     # what the resumed runs wrote is data: the schedule as JSON, no pickle of it

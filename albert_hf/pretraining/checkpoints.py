@@ -130,6 +130,7 @@ class StepCheckpoints:
         self.expected_bytes: int | None = None  # a checkpoint's size before the first is written (prepare sets it)
         self.schedule = None  # the learning-rate schedule, saved and restored with the state (job.py sets it)
         self._recording: threading.Thread | None = None  # the newest checkpoint's record being written (main)
+        self._checked: Path | None = None  # the checkpoint `latest` found intact (main): not hashed again by `load`
 
     def intact(self) -> str:
         """What a run stopped by a failed write can go on from."""
@@ -208,6 +209,7 @@ class StepCheckpoints:
             path.rename(path.with_name(f"{path.name}.damaged"))
             logger.warning("--resume_from_checkpoint latest: passed over %s (%s), renamed %s.damaged", path.name,
                            damage, path.name)
+        self._checked = found[-1] if found else None
         return found
 
     @staticmethod
@@ -269,7 +271,7 @@ class StepCheckpoints:
 
         self.wait_for_record()
         fault = None
-        if self.accelerator.is_main_process and (damage := self.damage(path)) is not None:
+        if self.accelerator.is_main_process and path != self._checked and (damage := self.damage(path)) is not None:
             fault = f"--resume_from_checkpoint {path}: {damage}{self.earlier_than(path)}"
         fault = agreed(self.accelerator, fault, main_only=True)
         if fault is None:
