@@ -17,9 +17,10 @@ After `--warmup` steps each, `--windows` windows of `--window_steps` steps alter
 - TFLOP/s by the model's FLOPs (`bench_model.albert_flops`: every layer at every position, the MLM head at the masked
   positions), and by the FLOPs each one executes (albert_hf's last layer only at [CLS] and the masked rows,
   transformers' MLM head at every position); both tested against torch's FlopCounterMode;
-- MFU of each against the GPU's dense spec peak (`SPEC_PEAK_TFLOPS`, by device name; bf16's column, or TF32's for
-  `--mode fp32`; an unknown GPU gets none) and against the same-run `F.linear` rate at the model's GEMM shapes with
-  this batch's tokens, mixed as a layer has them, each shape timed over back-to-back calls (`gemm_rate`);
+- MFU of each against the GPU's dense spec peak (`albert_hf.runtime.hardware.gpu_peak`, by device name; bf16's
+  column, or TF32's for `--mode fp32`; an unknown GPU gets none) and against the same-run `F.linear` rate at the
+  model's GEMM shapes with this batch's tokens, mixed as a layer has them, each shape timed over back-to-back calls
+  (`gemm_rate`);
 - the SDPA kernel each one ran (flash, efficient, cuDNN, math), read from the aten ops of a profiled step;
 - peak memory of a step: what the step allocates above the memory in use before it (its gradients included), plus
   the implementation's parameters and optimizer state; none for steps that replay CUDA graphs;
@@ -48,25 +49,19 @@ from pathlib import Path
 
 import torch
 
+from albert_hf.runtime.hardware import gpu_peak
 from bench_model import MASKED_PER_SEQ, albert_flops, make_batch
 
 DEFAULT_SHAPES = ["base:32x128", "base:128x128", "base:32x512", "large:16x512", "xxlarge:auto:512"]
-# Dense (no sparsity) tensor-core TFLOP/s from the vendors' data sheets, matched against torch.cuda.get_device_name()
-# in this order: (name words, 16-bit, TF32). T4 and V100 have no bf16 (their 16-bit figure is fp16's) and no TF32
-# (theirs is the plain fp32 rate). `--mode fp32` runs with TF32 matmuls, so it is measured against the TF32 column.
-SPEC_PEAK_TFLOPS = [(("H200", "NVL"), 835.0, 417.5), (("H200",), 989.0, 494.5), (("H100", "PCIe"), 756.0, 378.0),
-                    (("H100", "NVL"), 835.0, 417.5), (("H100",), 989.0, 494.5), (("A100",), 312.0, 156.0),
-                    (("L40S",), 362.0, 183.0), (("L40",), 181.0, 90.5), (("L4",), 121.0, 60.0),
-                    (("T4",), 65.0, 8.1), (("V100", "PCIe"), 112.0, 14.0), (("V100",), 125.0, 15.7)]
 
 
 def spec_peak(device: torch.device, mode: str = "bf16") -> float | None:
-    """The GPU's dense spec peak for `mode`'s matmuls (bf16: the 16-bit column, fp32: TF32); None off the table."""
+    """The GPU's dense spec peak for `mode`'s matmuls (bf16: the 16-bit column, fp32: TF32, as `--mode fp32` runs);
+    None off albert_hf's table (`runtime.hardware.GPU_PEAK_TFLOPS`)."""
     if device.type != "cuda":
         return None
-    name = torch.cuda.get_device_name(device)
-    row = next((row for row in SPEC_PEAK_TFLOPS if all(word.lower() in name.lower() for word in row[0])), None)
-    return None if row is None else row[2 if mode == "fp32" else 1]
+    peak = gpu_peak(torch.cuda.get_device_name(device), "no" if mode == "fp32" else "bf16", tf32=True)
+    return None if peak is None else peak.tflops
 
 
 @dataclass

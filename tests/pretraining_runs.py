@@ -66,6 +66,16 @@ def metrics(out):
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
+# the logged fields measured in time or memory: equal runs differ there
+TIMED = ("tokens_per_second", "model_tflops_per_second", "mfu", "data_wait", "peak_memory_gib",
+         "mean_model_tflops_per_second", "mean_mfu")
+
+
+def untimed(rows):
+    """`rows` of metrics.jsonl without the fields measured in time or memory (TIMED)."""
+    return [{k: v for k, v in row.items() if k not in TIMED} for row in rows]
+
+
 RESUME_ARGS = ["--max_train_steps", "12", "--checkpointing_steps", "3", "--eval_steps", "0",
                "--validation_split_percentage", "0"]  # checkpoints at 3, 6, 9, 12; logging every 2 steps (FAST)
 
@@ -82,3 +92,8 @@ def check_same_weights_and_curve(run, reference, after_step):
     for row, expected_row in zip(rows, reference_rows):
         for key in ("train_mlm_loss", "train_mlm_accuracy", "train_sop_loss", "train_sop_accuracy"):
             assert row[key] == pytest.approx(expected_row[key], abs=1e-7), (row["step"], key)
+        # the gradient norm of the window's last step, the same where the weights are
+        assert row["grad_norm"] == pytest.approx(expected_row["grad_norm"], rel=1e-5, abs=1e-7), row["step"]
+    # the run's tokens travel with its checkpoints: a resumed run counts the model FLOPs of the whole run
+    total = [json.loads((folder / "all_results.json").read_text())["total_model_flops"] for folder in (run, reference)]
+    assert total[0] == pytest.approx(total[1], rel=1e-12) and total[0] > 0

@@ -8,12 +8,12 @@ from safetensors.torch import load_file
 
 from albert_hf import AlbertHFForPreTraining
 from helpers import DDP, tiny_config
-from pretraining_runs import pretrain_runs
+from pretraining_runs import metrics, pretrain_runs
 
 pytestmark = pytest.mark.trains
 
 STEPS = ["--max_train_steps", "10", "--eval_steps", "0", "--validation_split_percentage", "0", "--no_plots",
-         "--mixed_precision", "no"]
+         "--mixed_precision", "no", "--logging_steps", "1"]
 
 
 def unequal_batch(vocab_size: int, seed: int = 0):
@@ -112,6 +112,12 @@ def check_same_weights(run, reference, optimizer):
     assert expected.keys() == got.keys()
     for name in expected:
         torch.testing.assert_close(got[name], expected[name], rtol=0, atol=ATOL[optimizer], msg=name)
+    # the logged gradient norm is the whole batch's, whatever the split into processes and micro-batches: at the
+    # first step (the same weights) within fp32 rounding, after it within what the weights differ by
+    norms = [[row["grad_norm"] for row in metrics(folder)] for folder in (run, reference)]
+    assert len(norms[0]) == len(norms[1]) == 10
+    assert norms[0][0] == pytest.approx(norms[1][0], rel=1e-5)
+    assert norms[0] == pytest.approx(norms[1], rel=1e-4)
 
 
 @pytest.mark.parametrize("optimizer", ["lamb", "adamw"])

@@ -66,6 +66,9 @@ def test_fsdp_really_shards_and_ends_with_the_ddp_weights(fsdp_run, ddp_run):
     assert expected.keys() == got.keys()
     for name in expected:  # the gathered full weights, as plain tensors
         torch.testing.assert_close(got[name], expected[name], rtol=0, atol=1e-5, msg=name)
+    # the logged gradient norm is the whole model's, not this process's shard's (which would be about 1/sqrt(2) of it)
+    norms = [[row["grad_norm"] for row in metrics(folder) if "grad_norm" in row] for folder in (run, ddp_run)]
+    assert len(norms[0]) == 6 and norms[0] == pytest.approx(norms[1], rel=1e-4)
     assert "AutoModel -> AlbertHFModel" in done.stdout  # the final folder reloaded in the run itself
     assert "process group is still alive at exit" not in done.stderr  # both processes freed it (end_distributed)
 

@@ -17,7 +17,7 @@ from albert_hf.pretraining import job as pretraining
 from albert_hf.pretraining import loop
 from albert_hf.pretraining.checkpoints import RECORD, STATE_FILE
 from albert_hf.pretraining.divergence import Diverged, check_losses, checkpoint_finite, stop_line, weights_finite
-from pretraining_runs import FAST, metrics, pretrain, pretrain_runs
+from pretraining_runs import FAST, metrics, pretrain, pretrain_runs, untimed
 from test_distributed import DDP, FSDP
 
 QUIET = ["--eval_steps", "0", "--validation_split_percentage", "0"]
@@ -63,7 +63,10 @@ def test_a_learning_rate_typo_stops_after_the_skip_limit_with_nothing_non_finite
     assert stopped == first + 7 and first <= 3  # within the limit of the first skipped step
     rows = metrics(run)
     assert rows[-1]["step"] == stopped and sum(row.get("skipped_steps", 0) for row in rows) == 8
-    assert all(math.isfinite(value) for row in rows for value in row.values())  # skipped steps add no NaN
+    # skipped steps add no NaN; the norm of a window's last step, skipped, is null rather than a number
+    assert all(math.isfinite(value) for row in rows for key, value in row.items() if key != "grad_norm")
+    assert rows[-1]["grad_norm"] is None and all(row["grad_norm"] is None or math.isfinite(row["grad_norm"])
+                                                  for row in rows if "grad_norm" in row)
     assert not (run / "model.safetensors").exists() and non_finite_tensors(run) == []
 
 
@@ -82,8 +85,7 @@ def test_a_nan_gradient_in_one_micro_batch_is_skipped_everywhere_as_if_the_step_
         [(skipped, common, {}, False, {"nan_gradient_at": {"step": 4, "rank": rank, "accumulation": 2}}),
          (dropped, common, {}, False, {"dropped_step_at": 4})], launcher=launcher)
     assert [result["status"] for result in results] == [0, 0], (results, done.stderr[-3000:])
-    rows = {run: [{k: v for k, v in row.items() if k != "tokens_per_second"} for row in metrics(run)]
-            for run in (skipped, dropped)}
+    rows = {run: untimed(metrics(run)) for run in (skipped, dropped)}
     assert [row.get("skipped_steps") for row in rows[skipped]] == [None, 1]
     assert [{k: v for k, v in row.items() if k != "skipped_steps"} for row in rows[skipped]] == rows[dropped]
     ours, reference = load_file(skipped / "model.safetensors"), load_file(dropped / "model.safetensors")
@@ -126,7 +128,9 @@ def test_a_nan_gradient_is_skipped_and_counted_once_in_every_precision(tmp_path,
                       *QUIET, "--no_plots", "--mixed_precision", precision])
     rows = metrics(run)
     assert [row.get("skipped_steps") for row in rows] == [1, None]
-    assert all(math.isfinite(value) for row in rows for value in row.values())
+    # step 4, skipped, ends the first window: its norm is null, not a number
+    assert rows[0]["grad_norm"] is None and rows[1]["grad_norm"] > 0 and math.isfinite(rows[1]["grad_norm"])
+    assert all(math.isfinite(value) for row in rows for key, value in row.items() if key != "grad_norm")
     assert (run / "model.safetensors").exists() and non_finite_tensors(run) == []
 
 

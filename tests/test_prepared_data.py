@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 from albert_hf.errors import InputError
 from albert_hf.pretraining.job import parse_args
 from helpers import run_bounded, subprocess_env
-from pretraining_runs import SCRIPT, metrics
+from pretraining_runs import SCRIPT, metrics, untimed
 
 DATA = ["--vocab_size", "500", "--max_seq_length", "64", "--dupe_factor", "1", "--max_eval_samples", "64"]
 # --seed seeds the pairs (recorded in the manifest) and, separately, each training run's weights and masks
@@ -60,7 +60,7 @@ def test_training_on_the_prepared_folder_tokenizes_nothing_and_equals_building_t
     for name in expected:
         torch.testing.assert_close(got[name], expected[name], rtol=0, atol=0, msg=name)
     def curve(folder):  # every logged loss and accuracy, training and held-out (the speed aside)
-        return [{k: v for k, v in row.items() if k != "tokens_per_second"} for row in metrics(folder)]
+        return untimed(metrics(folder))
 
     assert curve(from_folder) == curve(built) and len(curve(built)) == 5
     assert (from_folder / "fill_mask_examples.json").is_file()  # the held-out documents came along

@@ -16,7 +16,7 @@ from helpers import (
     REPO,
     tiny_config,
 )
-from pretraining_runs import FAST, metrics, pretrain_runs
+from pretraining_runs import FAST, metrics, pretrain_runs, untimed
 
 # Flags docs/pretraining.md names that are not run_pretraining.py's fields: accelerate launch's, the fine-tuning
 # scripts', and argparse's own --help.
@@ -140,8 +140,7 @@ def test_auto_find_batch_size_settles_below_an_out_of_memory_limit_and_trains_as
     assert tried[1:] == [16, 8, 4]  # after the smallest candidate's measured step, on a CPU
     job.main(["--output_dir", str(explicit), *common, "--per_device_train_batch_size", "4",
               "--gradient_accumulation_steps", "4"])
-    strip = lambda rows: [{k: v for k, v in row.items() if k != "tokens_per_second"} for row in rows]  # noqa: E731
-    assert strip(metrics(found)) == strip(metrics(explicit))
+    assert untimed(metrics(found)) == untimed(metrics(explicit))
     ours, theirs = load_file(found / "model.safetensors"), load_file(explicit / "model.safetensors")
     assert all(torch.equal(ours[name], theirs[name]) for name in theirs)
 

@@ -49,6 +49,9 @@ def test_dataloader_workers_change_nothing_but_the_speed(tmp_path, reference_run
                                   steps_only=False)
     assert [result["status"] for result in results] == [0, 0], results
     assert done.stderr.count("; 2 DataLoader workers") == 2  # in each start line
+    for row in metrics(tmp_path / "workers"):  # the main process waits on the workers' batches
+        if "data_wait" in row:
+            assert 0 <= row["data_wait"] < 1 and 0.05 < row["peak_memory_gib"] < 64, row
     check_same_weights_and_curve(tmp_path / "workers", reference_run, after_step=0)
     check_same_weights_and_curve(tmp_path / "resumed", reference_run, after_step=6)
 
@@ -100,7 +103,11 @@ def test_a_training_state_is_checked_once_on_load_position_and_window_alike(tmp_
             ("good", {**position, **window}, None), ("no_window", position, None),
             ("short", {**position, **window, "window": [1.0] * (COUNTS - 1)}, "the logging window"),
             ("text", {**position, **window, "window_tokens": "512"}, "the logging window"),
-            ("negative", {**position, "step": -1}, "does not hold the loop's position")):
+            ("negative", {**position, "step": -1}, "does not hold the loop's position"),
+            ("totals", {**position, **window, "window_data_wait": 0.1, "run_tokens": 1e6, "run_seconds": 3}, None),
+            ("nan_seconds", {**position, "run_seconds": float("nan")}, "the run's totals"),
+            ("negative_wait", {**position, **window, "window_data_wait": -0.1}, "the run's totals"),
+            ("text_tokens", {**position, "run_tokens": "1e6"}, "the run's totals")):
         if problem is None:
             assert StepCheckpoints.position(tmp_path / name, state, COUNTS) == state
         else:

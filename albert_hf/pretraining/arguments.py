@@ -186,6 +186,9 @@ class OutputArgs:
     eval_steps: int = field(default=500, metadata={"help": "evaluate every N optimizer steps (0: only at the end)"})
     per_device_eval_batch_size: int = field(default=64, metadata={"help": "pairs per process per evaluation batch"})
     logging_steps: int = field(default=20, metadata={"help": "log training means every N optimizer steps"})
+    peak_tflops: float | None = field(default=None, metadata={
+        "help": "the TFLOP/s of one device that the logged mfu divides by (default: a known GPU's dense spec peak "
+        "for the precision in use; a CPU has none)"})
     no_plots: bool = field(default=False, metadata={
         "help": "do not draw training_curves.png (the curves of metrics.jsonl, with the held-out baselines)"})
     checkpointing_steps: int | None = field(default=None, metadata={

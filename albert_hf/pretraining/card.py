@@ -16,6 +16,7 @@ from ..hub.model_card import (
     read_results,
     write_model_card,
 )
+from ..runtime.throughput import COST_FIELDS, cost_rows
 from .arguments import DataArgs, ModelArgs, ObjectiveArgs, OptimizationArgs, OutputArgs
 
 
@@ -80,7 +81,7 @@ def pretraining_card(results: dict, facts: PretrainingRun, global_batch: int, nu
     `*_baseline`) and, with `curves`, training_curves.png.
 
     Args:
-        results (`dict`): the folder's all_results.json.
+        results (`dict`): the folder's all_results.json (its model FLOPs and mean MFU go into the training table).
         facts (`PretrainingRun`): what the run did (data, objective, optimisation, --license, --hub_model_id).
         global_batch (`int`): sequences per optimizer step, over all processes.
         num_processes (`int`): the run's processes.
@@ -108,12 +109,13 @@ def pretraining_card(results: dict, facts: PretrainingRun, global_batch: int, nu
                 "optimizer": facts.optimizer.upper(), "peak learning rate": facts.learning_rate,
                 "warmup steps": facts.num_warmup_steps, "processes": num_processes,
                 "mixed precision": (where or {}).get("precision", facts.mixed_precision), "seed": facts.seed,
-                **({"hardware": where["hardware"]} if where else {})}
+                **({"hardware": where["hardware"]} if where else {}), **cost_rows(results)}
     return CardContent(
         title=f"ALBERT ({facts.architecture}) pretrained with albert_hf", summary=summary, pipeline_tag="fill-mask",
         tags=("pretraining", facts.task), usage_class="AutoModelForPreTraining", data=dataset.description,
         training=training, repo=facts.hub_model_id,
-        metrics={key: value for key, value in results.items() if not isinstance(value, str)},  # not where it ran
+        metrics={key: value for key, value in results.items()  # not where or at what cost it ran
+                 if not isinstance(value, str) and key not in COST_FIELDS},
         license=facts.license, base_model=hub_model_name(facts.base_model),
         datasets=[dataset.hub_id] if dataset.hub_id else None, eval_results=found,
         model_name=(facts.hub_model_id or Path(facts.output_dir).absolute().name).split("/")[-1],

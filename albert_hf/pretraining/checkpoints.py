@@ -8,6 +8,7 @@ resume restores is restored, or the run stops with one line naming the file."""
 
 import json
 import logging
+import math
 import os
 import pickle
 import random
@@ -320,6 +321,11 @@ class StepCheckpoints:
         if not all(type(state.get(key, 0)) is int and state.get(key, 0) >= 0 for key in skips):
             raise InputError(f"--resume_from_checkpoint {path}: {STATE_FILE}: the skipped-step counts "
                              f"({', '.join(skips)}) are not integers >= 0")
+        totals = ("window_data_wait", "run_tokens", "run_seconds")  # 0 where a checkpoint has none
+        if not all(type(state.get(key, 0)) in (int, float) and math.isfinite(state.get(key, 0))
+                   and state.get(key, 0) >= 0 for key in totals):
+            raise InputError(f"--resume_from_checkpoint {path}: {STATE_FILE}: the run's totals ({', '.join(totals)}) "
+                             "are not finite numbers >= 0")
         return state
 
     @classmethod

@@ -17,15 +17,16 @@ logger = logging.getLogger("albert_hf.pretraining.job")
 
 
 def save_final_model(model, tokenizer, output_dir: Path, facts: PretrainingRun, eval_metrics, global_batch,
-                     num_processes, curves: bool = False, where: dict | None = None):
+                     num_processes, curves: bool = False, where: dict | None = None, cost: dict | None = None):
     """Weights, tokenizer, remote code, model card: written into a temporary folder, then moved into place.
-    `where` (hardware and precision, `where_trained`) goes into all_results.json and the card."""
+    `where` (hardware and precision, `where_trained`) and `cost` (the run's model FLOPs and mean MFU, with its peak:
+    runtime/throughput.py) go into all_results.json and the card."""
     tmp = output_dir / ".tmp-final"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        write_json(tmp / "all_results.json", {**eval_metrics, **(where or {})})
+        write_json(tmp / "all_results.json", {**eval_metrics, **(cost or {}), **(where or {})})
         write_pretraining_card(tmp, model, facts, global_batch, num_processes, curves,  # metrics: all_results.json
                                where=where)
     except BaseException:

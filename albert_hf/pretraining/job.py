@@ -36,6 +36,7 @@ from accelerate.utils import (
 from transformers import AutoModel
 
 from ..errors import InputError, NothingProduced
+from ..flops import training_flops_per_token
 from ..optimization import get_official_schedule
 from ..reports.baselines import heldout_baselines, with_baselines
 from ..reports.curves import CURVES_FILE, pretraining_curves
@@ -55,15 +56,18 @@ from ..runtime.hardware import (
     Precision,
     attention_kernel,
     enable_cpu_fp16,
+    mfu_peak,
 )
 from ..runtime.preemption import PREEMPTED, StopOnSignal, at_stage
 from ..runtime.storage import StorageError, agreed, check_free_space, fault_line, refused
+from ..runtime.throughput import Throughput, cost_rows
 from . import step_graph as pretraining_graph
 from .arguments import (
     PretrainingArguments,
 )
 from .card import card_run
 from .checkpoints import FILL_MASK_FILE, StepCheckpoints, clear_earlier_run
+from .collator import masking_budget
 from .divergence import check_weights
 from .final_folder import held_out_fill_mask, save_final_model, where_trained
 from .flags import choose_step, hardware_and_precision, parse_args
@@ -159,9 +163,9 @@ def prepare(args: PretrainingArguments) -> Pretraining:
     if args.objective.task == "none":
         notes.append("--task none: the pooler and the sentence-order head are frozen (no loss trains them)")
     notes += model_notes
-    dtype = ready.precision.autocast_dtype or torch.float32
-    notes.append(attention_kernel(accelerator.unwrap_model(model).config, accelerator.device, dtype,
-                                  args.data.max_seq_length))
+    config, dtype = accelerator.unwrap_model(model).config, ready.precision.autocast_dtype or torch.float32
+    throughput, peak_note = run_throughput(args, config, accelerator.num_processes, ready.hardware, ready.precision)
+    notes += [attention_kernel(config, accelerator.device, dtype, args.data.max_seq_length), peak_note]
     optimizer = make_optimizer(model, args.optimization)
     # A checkpoint holds the weights and the optimizer's two moments (for the line a failed write gives).
     ready.checkpoints.expected_bytes = 3 * sum(p.numel() * p.element_size()
@@ -203,16 +207,29 @@ def prepare(args: PretrainingArguments) -> Pretraining:
            if args.output.push_to_hub else None)
     return Pretraining(args, accelerator, inputs.tokenizer, model, optimizer, scheduler, inputs.collate,
                        train_dataloader, eval_dataloader, inputs.eval_documents, ready.checkpoints, num_parameters,
-                       global_batch, ready.hardware, ready.precision, graph, hub)
+                       global_batch, ready.hardware, ready.precision, throughput, graph, hub)
+
+
+def run_throughput(args: PretrainingArguments, config, processes: int, hardware: Hardware,
+                   precision: Precision) -> tuple[Throughput, str]:
+    """The model FLOPs per token of this run's step (a full-length sequence with its masking budget of predicted
+    positions) and the peak its MFU is measured against, with the start line's note naming both."""
+    length, objective = args.data.max_seq_length, args.objective
+    predicted = int(masking_budget(length, objective.mlm_probability, objective.max_predictions_per_seq))
+    flops = training_flops_per_token(config, length, predicted)
+    peak, note = mfu_peak(hardware, precision, args.output.peak_tflops)
+    return Throughput(flops, processes, peak), (f"{flops / 1e6:.4g} model MFLOPs a token ({predicted} of {length} "
+                                                f"predicted); {note}")
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # After `fit` (loop.py): the final folder, the summary, the push
 
 
-def finish(run: Pretraining, eval_metrics: dict, completed_steps: int):
-    """The final folder (weights gathered from every process, tokenizer, remote code, card), reloaded with
-    AutoModel as a check, the summary with fill-mask examples, and the Hub push."""
+def finish(run: Pretraining, eval_metrics: dict, completed_steps: int, cost: dict):
+    """The final folder (weights gathered from every process, tokenizer, remote code, card, and the run's `cost`:
+    its model FLOPs and mean MFU, runtime/throughput.py), reloaded with AutoModel as a check, the summary with
+    fill-mask examples, and the Hub push."""
     accelerator, output_dir = run.accelerator, run.output_dir
     accelerator.wait_for_everyone()
     check_weights(run.model, accelerator, completed_steps, current_lr(run), lambda: newest_checkpoint(run),
@@ -220,7 +237,7 @@ def finish(run: Pretraining, eval_metrics: dict, completed_steps: int):
     final = gather_full_model(accelerator, run.model)
     fault = None
     if accelerator.is_main_process:
-        fault = refused(lambda: write_final_folder(run, final, eval_metrics, completed_steps))
+        fault = refused(lambda: write_final_folder(run, final, eval_metrics, completed_steps, cost))
     fault = agreed(accelerator, fault, main_only=True)  # every process stops, none waits
     if fault is not None:
         raise StorageError(fault_line(fault, "the final model folder", output_dir, run.checkpoints.expected_bytes // 3,
@@ -242,9 +259,10 @@ def finish(run: Pretraining, eval_metrics: dict, completed_steps: int):
 
 
 
-def write_final_folder(run: Pretraining, final, eval_metrics: dict, completed_steps: int):
+def write_final_folder(run: Pretraining, final, eval_metrics: dict, completed_steps: int, cost: dict):
     """On the main process, at the end (`finish`): the held-out baselines, the curves, the final folder
-    (`save_final_model`), reloaded with AutoModel as a check, and the summary with fill-mask examples."""
+    (`save_final_model`, with the run's `cost`: `Throughput.totals`), reloaded with AutoModel as a check, and the
+    summary with fill-mask examples."""
     accelerator, args, output_dir = run.accelerator, run.args, run.output_dir
     pair_task = args.objective.task if args.objective.task != "none" else None
     if run.eval_dataloader is not None and eval_metrics:
@@ -260,10 +278,12 @@ def write_final_folder(run: Pretraining, final, eval_metrics: dict, completed_st
     save_final_model(final, run.tokenizer, output_dir,
                      card_run(args.model, args.data, args.objective, args.optimization, args.output), eval_metrics,
                      run.global_batch, accelerator.num_processes, curves=curves is not None,
-                     where=where_trained(run.hardware, run.precision, accelerator.num_processes))
+                     where=where_trained(run.hardware, run.precision, accelerator.num_processes),
+                     cost=cost)
     reloaded = AutoModel.from_pretrained(output_dir, trust_remote_code=True)
     summary = {"output_dir": str(output_dir), "parameters": run.num_parameters, "steps": completed_steps,
-               "global_batch": run.global_batch, "reloaded_with": f"AutoModel -> {type(reloaded).__name__}",
+               "global_batch": run.global_batch, **cost_rows(cost),
+               "reloaded_with": f"AutoModel -> {type(reloaded).__name__}",
                **({"training_curves": str(curves)} if curves else {})}
     # after the save: the examples are a look at the saved model, not part of it (nor of all_results.json)
     examples = held_out_fill_mask(final, run.tokenizer, run.eval_documents, seed=args.optimization.seed,
@@ -300,7 +320,8 @@ def pretrain(args: PretrainingArguments) -> dict:
         run = prepare(args)
         result = fit(run, stop)
         if result.stopped_by is None:
-            finish(run, result.eval_metrics, result.steps)
+            cost = {**run.throughput.totals(result.run_tokens, result.run_seconds), **run.throughput.peak_said()}
+            finish(run, result.eval_metrics, result.steps, cost)
         elif run.hub is not None:  # the stop's checkpoint goes up before the process ends (--hub_strategy)
             run.hub.wait(f"{result.stopped_by} received: the checkpoint of step {result.steps} first")
         accelerator = run.accelerator

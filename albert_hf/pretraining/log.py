@@ -64,8 +64,9 @@ class MetricsLog:
     tracking: bool
 
     def write(self, step: int, metrics: dict):
+        """One row; a value None (a gradient norm that was not finite) is null in the file, left out of trackers."""
         if self.tracking:
-            self.accelerator.log(metrics, step=step)
+            self.accelerator.log({k: v for k, v in metrics.items() if v is not None}, step=step)
         if self.accelerator.is_main_process:
             try:
                 with open(self.path, "a") as f:

@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 from ..runtime.distributed import gather_full_model
 from ..runtime.hardware import Hardware, Precision
 from ..runtime.preemption import StopOnSignal, at_stage, deferred
+from ..runtime.throughput import Throughput
 from . import step_graph as pretraining_graph
 from .arguments import PretrainingArguments
 from .card import card_run
@@ -55,6 +56,7 @@ class Pretraining:
     global_batch: int
     hardware: Hardware
     precision: Precision
+    throughput: Throughput  # the model FLOPs per token and the peak of the logged rates and MFU
     step_graph: pretraining_graph.StepGraph | None = None  # --torch_compile_mode whole-step-graph
     hub: HubPush | None = None  # --push_to_hub
 
@@ -71,7 +73,7 @@ class Pretraining:
 
 def optimizer_step(run: Pretraining, micro_batches) -> torch.Tensor:
     """One optimizer step (`training_step`), or with --torch_compile_mode whole-step-graph a replay of the captured
-    step and the schedule's step; the six counts of `step_counts`."""
+    step and the schedule's step; the six counts of `step_counts` and the gradient norm."""
     if run.step_graph is None:
         return training_step(run.model, micro_batches, run.optimizer, run.scheduler, run.accelerator,
                              run.args.optimization.max_grad_norm, run.args.optimization.loss_normalization)
@@ -88,6 +90,16 @@ def started(groups):
     if first is not None:
         yield first
         yield from groups
+
+
+def timed(groups):
+    """Each of `groups` with the seconds spent waiting for it (the data wait of the logged rows)."""
+    while True:
+        began = time.perf_counter()
+        group = next(groups, None)
+        if group is None:
+            return
+        yield group, time.perf_counter() - began
 
 
 def first_step_stage(run: Pretraining) -> str:
@@ -112,8 +124,9 @@ def fit(run: Pretraining, stop: StopOnSignal | None = None) -> FitResult:
     at_stage(first_step_stage(run))  # until the first step is done
     try:  # closed on the way out too, so that an error line starts on a line of its own
         while state.step < steps and stopped is None:
-            for micro_batches in started(accumulation_groups(epoch_batches(run, state), accumulation)):
+            for micro_batches, waited in timed(started(accumulation_groups(epoch_batches(run, state), accumulation))):
                 state.batches_in_epoch += len(micro_batches)
+                state.window_data_wait += waited
                 began = time.perf_counter()
                 counts = optimizer_step(run, micro_batches)
                 if run.args.model.torch_compile and not compiled:  # the first step compiles
@@ -142,8 +155,8 @@ def fit(run: Pretraining, stop: StopOnSignal | None = None) -> FitResult:
     if stopped is not None:
         return stopped
     if run.eval_dataloader is not None and (not output.eval_steps or steps % output.eval_steps):
-        eval_metrics = evaluate_and_log(run, state.step, log)
-    return FitResult(eval_metrics, state.step)
+        eval_metrics = evaluate_and_log(run, state, log)
+    return FitResult(eval_metrics, state.step, run_tokens=state.run_tokens, run_seconds=state.run_seconds)
 
 
 
@@ -185,13 +198,19 @@ def epoch_batches(run: Pretraining, state: TrainingState):
     return run.train_dataloader
 
 
+# the logged rows' names of the window's fields that are not training means (those get "train_")
+RUN_FIELDS = ("lr", "tokens_per_second", "model_tflops_per_second", "mfu", "grad_norm", "data_wait",
+              "peak_memory_gib", "skipped_steps")
+SHORT_NAMES = {"model_tflops_per_second": "tflops/s", "peak_memory_gib": "mem_gib"}  # the progress bar's
+
+
 def log_window(run: Pretraining, state: TrainingState, log, progress):
-    """A collective: the training means of the window, into the progress bar and the metrics log; a non-finite
-    loss stops the run (pretraining/divergence.py)."""
-    metrics = state.window_metrics(run.accelerator, run.args.objective.task, current_lr(run))
-    progress.set_postfix({k.replace("_accuracy", "_acc"): f"{v:.3g}" for k, v in metrics.items() if k != "lr"})
-    log.write(state.step, {f"train_{k}" if k not in ("lr", "tokens_per_second", "skipped_steps") else k: v
-                           for k, v in metrics.items()})
+    """A collective: the training means of the window and the run's rates (runtime/throughput.py), into the
+    progress bar and the metrics log; a non-finite loss stops the run (pretraining/divergence.py)."""
+    metrics = state.window_metrics(run.accelerator, run.args.objective.task, current_lr(run), run.throughput)
+    progress.set_postfix({SHORT_NAMES.get(k, k.replace("_accuracy", "_acc")):
+                          "non-finite" if v is None else f"{v:.3g}" for k, v in metrics.items() if k != "lr"})
+    log.write(state.step, {k if k in RUN_FIELDS else f"train_{k}": v for k, v in metrics.items()})
     check_losses(metrics, state.step, metrics["lr"], lambda: newest_checkpoint(run), "training")
     for row in run.hub.sent_rows() if run.hub is not None else ():  # main process: the uploads done meanwhile
         log.write(state.step, row)
@@ -206,7 +225,7 @@ def after_step(run: Pretraining, state: TrainingState, log, progress) -> dict | 
         log_window(run, state, log, progress)
     eval_metrics = None
     if run.eval_dataloader is not None and output.eval_steps and state.step % output.eval_steps == 0:
-        eval_metrics = evaluate_and_log(run, state.step, log)
+        eval_metrics = evaluate_and_log(run, state, log)
         logger.info("step %d: %s", state.step, format_metrics(eval_metrics))
     if output.checkpointing_steps and state.step % output.checkpointing_steps == 0:
         save_checkpoint(run, state)
@@ -257,13 +276,15 @@ def check_skips(run: Pretraining, state: TrainingState, log, progress):
                                  current_lr(run), newest_checkpoint(run, before=first)), before=first)
 
 
-def evaluate_and_log(run: Pretraining, step: int, log) -> dict:
-    """Held-out metrics, logged; a non-finite loss stops the run (pretraining/divergence.py)."""
+def evaluate_and_log(run: Pretraining, state: TrainingState, log) -> dict:
+    """A collective: held-out metrics, logged with the run's model FLOPs and mean MFU up to here (training time, not
+    this evaluation's); a non-finite loss stops the run (pretraining/divergence.py)."""
+    totals = run.throughput.totals(*state.run_totals(run.accelerator))
     metrics = evaluate(run.model, run.eval_dataloader, run.accelerator, run.args.objective.task)
-    log.write(step, metrics)
+    log.write(state.step, {**metrics, **totals})
     if run.hub is not None:
         run.hub.latest_eval = metrics  # the next pushed checkpoint's card shows them
-    check_losses(metrics, step, current_lr(run), lambda: newest_checkpoint(run), "held-out")
+    check_losses(metrics, state.step, current_lr(run), lambda: newest_checkpoint(run), "held-out")
     return metrics
 
 

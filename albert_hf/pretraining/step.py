@@ -12,6 +12,8 @@ from pathlib import Path
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from ..runtime.throughput import Throughput, peak_memory_gib
+
 logger = logging.getLogger("albert_hf.pretraining.job")
 
 LOSS_NORMALIZATIONS = ("global", "per_device")
@@ -22,6 +24,9 @@ LOSS_NORMALIZATIONS = ("global", "per_device")
 
 # The sums behind every metric: MLM loss, MLM correct, MLM count, pair loss, pair correct, pair count.
 COUNTS = 6
+# A training step returns them and, at index GRAD_NORM, its gradients' global norm before clipping (-1: none known,
+# under DeepSpeed, which clips inside its engine).
+GRAD_NORM = COUNTS
 
 @torch.no_grad()
 def example_counts(outputs, batch) -> torch.Tensor:
@@ -175,7 +180,7 @@ def weighted_loss(outputs, batch, weights: torch.Tensor) -> torch.Tensor:
 def training_step(model, micro_batches, optimizer, scheduler, accelerator, max_grad_norm,
                   normalization: str = "global") -> torch.Tensor:
     """One optimizer step over its micro-batches (`accumulate_and_update`), then the schedule's step. Returns the six
-    counts of `step_counts`, summed over the micro-batches.
+    counts of `step_counts`, summed over the micro-batches, and the gradient norm (at GRAD_NORM).
 
     A step whose gradients are not finite changes nothing (`accumulate_and_update`), and its batches count as
     dropped: the schedule advances. Under fp16 the grad scaler also skips such a step; the schedule then does not
@@ -191,14 +196,16 @@ def accumulate_and_update(model, micro_batches, optimizer, accelerator, max_grad
                           normalization: str = "global", own_all_reduce: bool = False) -> torch.Tensor:
     """The device's part of a step: forward and backward of each micro-batch (the processes' gradients are
     synchronised on the last one only), clipping, the update, the gradients freed. Nothing is read back to the
-    host, so that the step can be captured as a CUDA graph (`step_graph.StepGraph`). Returns the six counts of
-    `step_counts`, summed over the micro-batches.
+    host, so that the step can be captured as a CUDA graph (`step_graph.StepGraph`).
 
     `own_all_reduce` (the captured step of a DDP model): the micro-batches run through the wrapped module, and the
     step averages the gradients itself, in one all-reduce after the last backward (`average_gradients`), which a
     CUDA graph holds; DDP's reducer, driven from the host by autograd hooks, is not used. With cross-layer sharing
     a shared block's gradient is complete only when the backward reaches the first layer, so DDP's overlap of
     communication with the backward had little to hide.
+
+    Returns the six counts of `step_counts`, summed over the micro-batches, then the gradients' global norm before
+    clipping (the value the clipping used; -1 under DeepSpeed), all float64 on the device.
 
     A step whose gradients' global norm is not finite (a NaN or an overflow anywhere: in a loss, a gradient, in any
     process) is skipped on the device: the optimizer's update gate (`update_gate`) reads 0, and neither a weight nor
@@ -220,12 +227,16 @@ def accumulate_and_update(model, micro_batches, optimizer, accelerator, max_grad
         average_gradients(model.parameters(), model.process_group)
     # the global norm, after unscaling; without clipping (inf) the gradients are left as they are
     norm = accelerator.clip_grad_norm_(model.parameters(), max_grad_norm or math.inf)
-    gate = update_gate(optimizer, norm.device) if norm is not None else None  # None: DeepSpeed clips, and skips
+    if norm is None:  # DeepSpeed clips, and skips, inside its engine
+        norm = torch.full((), -1.0, device=counts.device)
+    elif hasattr(norm, "full_tensor"):  # FSDP2: the whole model's norm, already all-reduced
+        norm = norm.full_tensor()
+    gate = update_gate(optimizer, norm.device)
     if gate is not None:
-        gate.copy_(torch.isfinite(norm.full_tensor() if hasattr(norm, "full_tensor") else norm))
+        gate.copy_(torch.isfinite(norm))
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    return counts
+    return torch.cat([counts, norm.detach().to(torch.float64).view(1)])
 
 
 def average_gradients(parameters, group) -> None:
@@ -295,22 +306,30 @@ class TrainingState:
 
     A skipped step (its gradients not finite: `accumulate_and_update`) adds nothing to the window's sums; `skips`
     counts it on the device, the same in every process: in the window, in a row up to the last step (read each step
-    through `LaggedRead`, for --max_consecutive_skips), and in all."""
+    through `LaggedRead`, for --max_consecutive_skips), and in all.
+
+    Each step's gradient norm is kept on the device (the window logs its last step's). The run's closed windows add
+    up to its tokens and seconds (for its total model FLOPs and mean MFU), which checkpoints carry too."""
 
     window: torch.Tensor  # the six counts of `step_counts`, summed over the window's steps
     window_tokens: torch.Tensor  # this process's real tokens in the window, on the device: read when logged
     window_start: float  # time.perf_counter() when the window began
     skips: torch.Tensor  # steps skipped [in the window, in a row up to the last step, in all], on the device
     consecutive: LaggedRead
+    grad_norm: torch.Tensor  # the last step's gradient norm before clipping, on the device (-1: none known)
     step: int = 0  # optimizer steps completed
     epoch: int = 0
     batches_in_epoch: int = 0
+    window_data_wait: float = 0.0  # seconds this process waited for its batches in the window
+    run_tokens: float = 0.0  # real tokens of all processes in the run's closed windows
+    run_seconds: float = 0.0  # the closed windows' wall time
 
     @classmethod
     def start(cls, device: torch.device) -> "TrainingState":
         return cls(torch.zeros(COUNTS, dtype=torch.float64, device=device),
                    torch.zeros((), dtype=torch.float64, device=device), time.perf_counter(),
-                   torch.zeros(3, dtype=torch.float64, device=device), LaggedRead(device))
+                   torch.zeros(3, dtype=torch.float64, device=device), LaggedRead(device),
+                   torch.full((), -1.0, dtype=torch.float64, device=device))
 
     def restore(self, saved: dict, main_process: bool):
         """The position of a checkpoint's training state (checked by StepCheckpoints.load); its window on the main
@@ -319,13 +338,18 @@ class TrainingState:
         self.skips.copy_(torch.tensor([saved.get("window_skipped", 0), saved.get("consecutive_skips", 0),
                                        saved.get("skipped_steps", 0)], dtype=torch.float64))
         self.consecutive.record(self.skips[1], self.step)
+        self.run_tokens, self.run_seconds = saved.get("run_tokens", 0.0), saved.get("run_seconds", 0.0)
         if main_process and "window" in saved:
             self.window = torch.tensor(saved["window"], dtype=torch.float64, device=self.window.device)
             self.window_tokens.fill_(saved["window_tokens"])
             self.window_start = time.perf_counter() - saved["window_seconds"]
+            self.window_data_wait = saved.get("window_data_wait", 0.0)
 
-    def add_step(self, counts: torch.Tensor, micro_batches, gate: torch.Tensor | None):
-        """One optimizer step done: its counts (none for a skipped step, `gate` 0) and real tokens into the window."""
+    def add_step(self, outputs: torch.Tensor, micro_batches, gate: torch.Tensor | None):
+        """One optimizer step done (`outputs`: a training step's counts and gradient norm): its counts (none for a
+        skipped step, `gate` 0) and real tokens into the window, its norm kept."""
+        counts = outputs[:COUNTS]
+        self.grad_norm.copy_(outputs[GRAD_NORM])
         if gate is not None:
             skipped = 1.0 - gate.to(torch.float64)
             self.window += torch.where(skipped > 0, 0.0, counts)  # a skipped step's counts may hold NaN
@@ -347,33 +371,53 @@ class TrainingState:
         self.batches_in_epoch = 0
 
     def window_sums(self, accelerator) -> torch.Tensor:
-        """A collective: the six counts, then the real tokens, summed over all processes."""
-        return accelerator.reduce(torch.cat([self.window, self.window_tokens.view(1)]), "sum").cpu()
+        """A collective: the six counts, the real tokens, then the seconds spent waiting for batches, summed over
+        all processes."""
+        wait = torch.full((1,), self.window_data_wait, dtype=torch.float64, device=self.window.device)
+        return accelerator.reduce(torch.cat([self.window, self.window_tokens.view(1), wait]), "sum").cpu()
 
-    def window_metrics(self, accelerator, pair_task: str, lr: float) -> dict:
-        """A collective: the window's means, its learning rate, token rate and skipped steps; then a new window
+    def run_totals(self, accelerator) -> tuple[float, float]:
+        """A collective: the run's real tokens (all processes) and wall seconds of training up to now."""
+        tokens = float(self.window_sums(accelerator)[COUNTS])
+        return self.run_tokens + tokens, self.run_seconds + time.perf_counter() - self.window_start
+
+    def window_metrics(self, accelerator, pair_task: str, lr: float, throughput: Throughput) -> dict:
+        """A collective: the window's means, its learning rate, token rate and what `throughput` makes of it (model
+        TFLOP/s, MFU), last gradient norm (None when that step was not finite), share of time spent waiting for
+        batches (the processes' mean), peak memory (the processes' most) and skipped steps; then a new window
         begins."""
         elapsed = time.perf_counter() - self.window_start
         sums = self.window_sums(accelerator)
-        metrics = metrics_from_counts(sums[:-1], pair_task=pair_task)
-        metrics.update(lr=lr, tokens_per_second=float(sums[-1]) / elapsed)
+        metrics = metrics_from_counts(sums[:COUNTS], pair_task=pair_task)
+        tokens, wait = float(sums[COUNTS]), float(sums[COUNTS + 1])
+        metrics.update(lr=lr, tokens_per_second=tokens / elapsed, **throughput.rates(tokens / elapsed))
+        norm = float(self.grad_norm.cpu())
+        if norm != -1.0:  # -1: no norm known (DeepSpeed)
+            metrics["grad_norm"] = norm if math.isfinite(norm) else None
+        metrics["data_wait"] = wait / accelerator.num_processes / elapsed
+        memory = torch.tensor([peak_memory_gib(accelerator.device)], device=accelerator.device)
+        metrics["peak_memory_gib"] = float(accelerator.gather(memory).max().cpu())
         skipped = int(self.skips[0].cpu())
         if skipped:
             metrics["skipped_steps"] = skipped
+        self.run_tokens += tokens
+        self.run_seconds += elapsed
         self.window.zero_()
         self.window_tokens.zero_()
         self.skips[0].zero_()
+        self.window_data_wait = 0.0
         self.window_start = time.perf_counter()
         return metrics
 
     def checkpoint_state(self, accelerator) -> dict:
         """A collective: what a checkpoint saves of the state (the window summed over processes)."""
-        *sums, tokens = self.window_sums(accelerator).tolist()
+        *sums, tokens, wait = self.window_sums(accelerator).tolist()
         window_skipped, consecutive, skipped = self.skips.cpu().tolist()
         return {"step": self.step, "epoch": self.epoch, "batches_in_epoch": self.batches_in_epoch,
                 "skipped_steps": int(skipped), "window_skipped": int(window_skipped),
                 "consecutive_skips": int(consecutive), "window": sums, "window_tokens": tokens,
-                "window_seconds": time.perf_counter() - self.window_start}
+                "window_seconds": time.perf_counter() - self.window_start, "window_data_wait": wait,
+                "run_tokens": self.run_tokens, "run_seconds": self.run_seconds}
 
 
 @dataclass
@@ -384,3 +428,5 @@ class FitResult:
     steps: int  # optimizer steps completed
     stopped_by: str | None = None  # the signal's name (SIGTERM, SIGINT, SIGUSR1) when one ended the run early
     checkpoint: Path | None = None  # the step_N written when it stopped
+    run_tokens: float = 0.0  # the run's real tokens (all processes) and training seconds, for its summary
+    run_seconds: float = 0.0

@@ -252,6 +252,60 @@ def use_tf32(precision: Precision):
         torch.set_float32_matmul_precision("high")
 
 
+# ----------------------------------------------------------------------------------------------------------------
+# The peak a run's MFU is measured against
+
+# Dense (no sparsity) TFLOP/s from the vendors' data sheets, matched against the CUDA device's name in this order:
+# (words of the name, the name said, 16-bit tensor cores, TF32 tensor cores, plain fp32). T4 and V100 have no bf16
+# (their 16-bit figure is fp16's) and no TF32 (that column repeats fp32's).
+GPU_PEAK_TFLOPS = [
+    (("H200", "NVL"), "H200 NVL", 835.0, 417.5, 60.0), (("H200",), "H200 SXM", 989.0, 494.5, 67.0),
+    (("H100", "PCIe"), "H100 PCIe", 756.0, 378.0, 51.0), (("H100", "NVL"), "H100 NVL", 835.0, 417.5, 60.0),
+    (("H100",), "H100 SXM", 989.0, 494.5, 67.0), (("A100",), "A100", 312.0, 156.0, 19.5),
+    (("L40S",), "L40S", 362.0, 183.0, 91.6), (("L40",), "L40", 181.0, 90.5, 90.5), (("L4",), "L4", 121.0, 60.0, 30.3),
+    (("T4",), "T4", 65.0, 8.1, 8.1), (("V100", "PCIe"), "V100 PCIe", 112.0, 14.0, 14.0),
+    (("V100",), "V100 SXM", 125.0, 15.7, 15.7)]
+
+
+@dataclass(frozen=True)
+class Peak:
+    """The per-device TFLOP/s that MFU divides by, and where it comes from."""
+
+    tflops: float
+    source: str  # e.g. "H100 SXM, bf16 dense", or "--peak_tflops"
+
+    def describe(self) -> str:
+        """E.g. '989 TFLOP/s (H100 SXM, bf16 dense)'."""
+        return f"{self.tflops:g} TFLOP/s ({self.source})"
+
+
+def gpu_peak(gpu_name: str, mixed_precision: str, tf32: bool = False) -> Peak | None:
+    """The GPU's dense spec peak for the precision its matmuls run in (bf16/fp16 autocast: the 16-bit tensor cores;
+    fp32: TF32's when `tf32`, plain fp32's otherwise); None for a GPU off the table."""
+    row = next((row for row in GPU_PEAK_TFLOPS if all(word.lower() in gpu_name.lower() for word in row[0])), None)
+    if row is None:
+        return None
+    _, name, half, tf32_peak, fp32 = row
+    if mixed_precision in ("bf16", "fp16"):
+        return Peak(half, f"{name}, {mixed_precision} dense")
+    return Peak(tf32_peak, f"{name}, TF32 dense") if tf32 else Peak(fp32, f"{name}, fp32")
+
+
+def mfu_peak(hardware: Hardware, precision: Precision, peak_tflops: float | None = None) -> tuple[Peak | None, str]:
+    """The peak this run's MFU is measured against, and the start line's note that names it (or says why there is
+    none): --peak_tflops wins; else a GPU's dense spec peak for the run's precision; a CPU has none."""
+    if peak_tflops is not None:
+        peak = Peak(peak_tflops, "--peak_tflops")
+    elif hardware.device == "cuda":
+        peak = gpu_peak(hardware.gpu_name, precision.mixed_precision, precision.tf32)
+        if peak is None:
+            return None, (f"no MFU: the {hardware.gpu_name} is not in albert_hf's table of GPU peaks "
+                          "(--peak_tflops sets one)")
+    else:
+        return None, "no MFU: a CPU has no peak in albert_hf's table (--peak_tflops sets one)"
+    return peak, f"MFU against {peak.describe()}"
+
+
 # torch's names of its SDPA kernels (torch.nn.attention.SDPBackend), as a start line says them
 SDPA_KERNELS = {"FLASH_ATTENTION": "flash", "EFFICIENT_ATTENTION": "memory-efficient", "CUDNN_ATTENTION": "cuDNN",
                 "MATH": "math (unfused)", "OVERRIDEABLE": "device-specific"}

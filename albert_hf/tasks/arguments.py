@@ -2,6 +2,7 @@
 TrainingArguments with our options (`AlbertTrainingArguments`), and the seed of one run of a --seeds run
 (`SeedRun`)."""
 
+import math
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -89,6 +90,11 @@ class AlbertTrainingArguments(SecretsNotPickled, TrainingArguments):
                   "answerability head and the dev-tuned null threshold. Flags given explicitly are kept; the values "
                   f"used are written to OUTPUT_DIR/{PAPER_HPARAMS_FILE} and the model card"},
     )
+    peak_tflops: float | None = field(
+        default=None,
+        metadata={"help": "the TFLOP/s of one device that the logged mfu divides by (default: a known GPU's dense "
+                  "spec peak for the precision in use; a CPU has none)"},
+    )
     no_plots: bool = field(
         default=False,
         metadata={"help": "do not draw OUTPUT_DIR/training_curves.png (training loss, evaluation metrics and learning "
@@ -124,6 +130,8 @@ class AlbertTrainingArguments(SecretsNotPickled, TrainingArguments):
         super().__post_init__()
         if self.compile_blocks and self.torch_compile:
             raise InputError("--compile_blocks and --torch_compile both compile the model: pass one of them")
+        if self.peak_tflops is not None and not (math.isfinite(self.peak_tflops) and self.peak_tflops > 0):
+            raise InputError(f"--peak_tflops {self.peak_tflops:g}: a device's peak must be a number above 0")
 
     def for_seed(self, seed_run: SeedRun) -> "AlbertTrainingArguments":
         """A checked copy for one seed of a --seeds run: its seed and folder, no seeds of its own, and no push (the

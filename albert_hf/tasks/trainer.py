@@ -1,10 +1,12 @@
 """The Trainer of the fine-tuning scripts (`AlbertTrainer`: the official optimizer, our distributed modes, checkpoints a
-full disk cannot leave half-written and that record what they hold, our model card), the check of a checkpoint
-before it is resumed, and the callback that stops training on a signal."""
+full disk cannot leave half-written and that record what they hold, our model card, model TFLOP/s and MFU in its
+log rows), the check of a checkpoint before it is resumed, and the callbacks that count the model's FLOPs and stop
+training on a signal."""
 
 import json
 import logging
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,12 +16,14 @@ from transformers.trainer import TRAINING_ARGS_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
 from ..errors import InputError, first_line
+from ..flops import HEADS, finetuning_flops_per_token
 from ..optimization import AdamWeightDecay, get_official_schedule, parameter_groups
 from ..runtime import checkpoint_files
 from ..runtime.distributed import describe, gather_full_model, requested_mode, shard_model, use_fsdp
-from ..runtime.hardware import PRECISION_NAMES, detect
+from ..runtime.hardware import PRECISION_NAMES, Precision, detect, mfu_peak
 from ..runtime.preemption import StopOnSignal
 from ..runtime.storage import StorageError, agreed, fault_line, folder_bytes, refused
+from ..runtime.throughput import flop_rates
 
 logger = logging.getLogger("albert_hf.tasks.trainer")
 
@@ -90,6 +94,21 @@ class AlbertTrainer(Trainer):
         if self.is_fsdp_enabled:  # before the optimizer is built: it must hold the sharded parameters
             self.model = self.model_wrapped = shard_model(
                 self.accelerator, self.model, send_first_process_weights=self.fsdp_request.ram_efficient_loading)
+        mixed = "bf16" if self.args.bf16 else "fp16" if self.args.fp16 else "no"
+        precision = Precision(mixed, "as asked", tf32=torch.backends.cuda.matmul.allow_tf32)
+        self.mfu_peak, self.mfu_note = mfu_peak(detect(), precision, getattr(self.args, "peak_tflops", None))
+        self.model_flops = ModelFlopsCallback(self.model)
+        self.add_callback(self.model_flops)
+
+    def log(self, logs: dict, start_time: float | None = None) -> None:
+        """Trainer's log row; a training row (its `loss`) gets the model TFLOP/s of all processes since the last one
+        and MFU (`ModelFlopsCallback`). Every process logs at the same steps, so the sum over them is taken here."""
+        if "loss" in logs and self.model_flops.head is not None:
+            flops, seconds = self.model_flops.take()
+            if self.accelerator.num_processes > 1:
+                flops = float(self.accelerator.reduce(torch.tensor(flops, device=self.args.device), "sum"))
+            logs.update(flop_rates(flops / seconds, self.accelerator.num_processes, self.mfu_peak))
+        super().log(logs, start_time)
 
     def _save_checkpoint(self, model, trial):
         """Trainer's checkpoint; one that a full disk or a refused folder stops is removed (Trainer writes in place),
@@ -133,6 +152,8 @@ class AlbertTrainer(Trainer):
         if self.is_fsdp_enabled and self.fsdp_request.ram_efficient_loading:
             notes.append("fsdp_cpu_ram_efficient_loading: the first process's weights were sent to the others")
         precision = PRECISION_NAMES["bf16" if self.args.bf16 else "fp16" if self.args.fp16 else "no"]
+        notes.append(self.mfu_note if self.model_flops.head is not None else
+                     f"no model TFLOP/s or MFU: albert_hf counts no FLOPs for a {type(self.model).__name__}")
         return f"{describe(self.accelerator, self.model, detect())}; {precision}" + "".join(f"; {n}" for n in notes)
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
@@ -193,6 +214,46 @@ class AlbertTrainer(Trainer):
         self.lr_scheduler = get_official_schedule(optimizer or self.optimizer, warmup_steps, num_training_steps)
         self._created_lr_scheduler = True
         return self.lr_scheduler
+
+
+class ModelFlopsCallback(TrainerCallback):
+    """Counts the model FLOPs of what the model trains on (`flops.finetuning_flops_per_token` for its task head),
+    from each training forward's input shape: padding included, and nothing read from the device. `take()` gives
+    the FLOPs and seconds since the last call (or since training began)."""
+
+    def __init__(self, model, clock=time.perf_counter):
+        name = type(model).__name__
+        self.head = next((head for head in HEADS if name.endswith("For" + head.title().replace("_", ""))), None)
+        self.config, self.clock = model.config, clock
+        self.per_token: dict[int, float] = {}  # by sequence length
+        self.flops, self.since, self.hook = 0.0, clock(), None
+
+    def on_train_begin(self, args: TrainingArguments, state, control, model=None, **kwargs):
+        if self.head is not None and self.hook is None:
+            self.hook = model.register_forward_pre_hook(self.count, with_kwargs=True)
+        self.flops, self.since = 0.0, self.clock()
+
+    def on_train_end(self, args: TrainingArguments, state, control, **kwargs):
+        if self.hook is not None:
+            self.hook.remove()
+            self.hook = None
+
+    def count(self, module: torch.nn.Module, args: tuple, kwargs: dict):
+        if not module.training:
+            return
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        shape = ids.shape if ids is not None else kwargs["inputs_embeds"].shape[:-1]
+        length = shape[-1]
+        if length not in self.per_token:
+            self.per_token[length] = finetuning_flops_per_token(self.config, length, self.head,
+                                                                getattr(self.config, "num_labels", 2))
+        self.flops += shape.numel() * self.per_token[length]
+
+    def take(self) -> tuple[float, float]:
+        now = self.clock()
+        taken = (self.flops, now - self.since)
+        self.flops, self.since = 0.0, now
+        return taken
 
 
 class StopOnSignalCallback(TrainerCallback):
