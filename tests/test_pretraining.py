@@ -40,7 +40,18 @@ def test_end_to_end_run_saves_a_model_that_loads_without_albert_hf(tmp_path):
     n_params = sum(t.numel() for t in load_file(out / "model.safetensors").values())
     assert "## Results" in card and "eval_mlm_accuracy" in card and "MLM" in card and "SOP" in card
     assert f"{n_params:,}" in card  # the tied decoder is stored once, so the file holds every parameter
-    assert list((out / "runs").rglob("events.out.tfevents*")), "TensorBoard logs missing"
+    events = list((out / "runs").rglob("events.out.tfevents*"))
+    assert events, "TensorBoard logs missing"
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    scalars = set()
+    for path in events:
+        accumulator = EventAccumulator(str(path))
+        accumulator.Reload()
+        scalars |= set(accumulator.Tags()["scalars"])
+    # the run's cost and health beside its losses (no mfu: a CPU has no peak without --peak_tflops)
+    assert {"train_mlm_loss", "model_tflops_per_second", "grad_norm", "data_wait", "peak_memory_gib",
+            "total_model_flops", "mean_model_tflops_per_second"} <= scalars and "mfu" not in scalars, scalars
     loaded = run_python(
         "import transformers, sys\n"
         f"m = transformers.AutoModelForPreTraining.from_pretrained({str(out)!r}, trust_remote_code=True)\n"
