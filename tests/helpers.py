@@ -55,23 +55,26 @@ def tiny_config(**overrides):
     return AlbertHFConfig.from_preset("tiny", **overrides)
 
 
+# the start of a program that runs as on a machine without the package: albert_hf cannot be imported
+BLOCK_ALBERT_HF = (
+    "import sys\n"
+    "class _BlockAlbertHF:\n"
+    "    def find_spec(self, name, path=None, target=None):\n"
+    "        if name == 'albert_hf' or name.startswith('albert_hf.'):\n"
+    "            raise ImportError('albert_hf is deliberately not importable in this test')\n"
+    "sys.meta_path.insert(0, _BlockAlbertHF())\n"
+)
+
+
 def run_python(code: str, cwd, env_extra=None, timeout=300):
     """Run `code` in a fresh interpreter with albert_hf made unimportable (as on a machine without the package)."""
     import subprocess
 
-    blocker = (
-        "import sys\n"
-        "class _BlockAlbertHF:\n"
-        "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name == 'albert_hf' or name.startswith('albert_hf.'):\n"
-        "            raise ImportError('albert_hf is deliberately not importable in this test')\n"
-        "sys.meta_path.insert(0, _BlockAlbertHF())\n"
-    )
     env = subprocess_env(**(env_extra or {}))
     env.pop("PYTHONPATH", None)
     return subprocess.run(  # stdin closed, as in a notebook kernel or a job: a prompt cannot be answered
-        [sys.executable, "-c", blocker + code], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
-        stdin=subprocess.DEVNULL,
+        [sys.executable, "-c", BLOCK_ALBERT_HF + code], cwd=cwd, env=env, capture_output=True, text=True,
+        timeout=timeout, stdin=subprocess.DEVNULL,
     )
 
 

@@ -21,7 +21,7 @@ from albert_hf.errors import InputError
 from albert_hf.pretraining.arguments import build_parser
 from albert_hf.pretraining.checkpoints import STATE_FILE
 from albert_hf.pretraining.flags import parse_args
-from helpers import DDP, LAUNCH, REPO, THREADS_SAID, run_bounded, subprocess_env
+from helpers import BLOCK_ALBERT_HF, DDP, LAUNCH, REPO, THREADS_SAID, run_bounded, subprocess_env
 from pretraining_runs import RESUME_ARGS, check_same_weights_and_curve, metrics, pretrain, pretrain_runs
 
 ARGS = [*RESUME_ARGS, "--mixed_precision", "no"]  # 12 steps, a checkpoint every 3; fp32 for the comparisons
@@ -71,6 +71,27 @@ def test_fsdp_really_shards_and_ends_with_the_ddp_weights(fsdp_run, ddp_run):
     assert len(norms[0]) == 6 and norms[0] == pytest.approx(norms[1], rel=1e-4)
     assert "AutoModel -> AlbertHFModel" in done.stdout  # the final folder reloaded in the run itself
     assert "process group is still alive at exit" not in done.stderr  # both processes freed it (end_distributed)
+
+
+@pytest.mark.trains
+@pytest.mark.launched
+def test_a_checkpoint_of_a_ddp_or_fsdp2_run_loads_as_the_model_without_albert_hf(tmp_path, ddp_run, fsdp_run):
+    """Under FSDP2 the checkpoint's weights are shards: the gathered full weights are written beside them."""
+    code = ("import torch, transformers\n"
+            "transformers.logging.set_verbosity_error()\n"
+            "for run in {runs!r}:\n"
+            "    model = transformers.AutoModelForPreTraining.from_pretrained(run + '/step_6',\n"
+            "                                                                 trust_remote_code=True)\n"
+            "    torch.save(model.state_dict(), run + '.step_6.pt')\n"
+            "    print('LOADED', type(model).__name__)\n")
+    runs = [str(ddp_run), str(fsdp_run[0])]
+    done = subprocess.run([sys.executable, "-c", BLOCK_ALBERT_HF + code.format(runs=runs)], cwd=tmp_path,
+                          env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.count("LOADED AlbertHFForPreTraining") == 2, done.stderr[-3000:]
+    assert (fsdp_run[0] / "step_6" / "pytorch_model_fsdp_0").is_dir()  # the shards, for a resume
+    ddp, fsdp = (torch.load(run + ".step_6.pt", weights_only=True) for run in runs)
+    for name in ddp:  # the same training, split alike: the same weights at step 6
+        torch.testing.assert_close(fsdp[name], ddp[name], rtol=0, atol=1e-5, msg=name)
 
 
 @pytest.mark.trains

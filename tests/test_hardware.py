@@ -218,7 +218,8 @@ def test_run_pretraining_on_a_cpu_without_bf16_units_says_what_it_chose_and_warn
     assert [result["status"] for result in results] == [0, 0], results
     auto_start, explicit_start = [line for line in done.stderr.splitlines() if "parameters; global batch" in line]
     assert re.search(rf"; one process \(cpu: [^,]+, AVX2, {THREADS_SAID}\); fp32: this CPU has no bf16 units \(AVX2\); "
-                     r"attention: [^;]+$", auto_start), auto_start
+                     r"attention: [^;]+; [0-9.]+ model MFLOPs a token \(10 of 64 predicted\); no MFU: a CPU has no "
+                     r"peak in albert_hf's table \(--peak_tflops sets one\)$", auto_start), auto_start
     results = json.loads((auto / "all_results.json").read_text())
     assert results["mixed_precision"] == "no" and results["precision"] == "fp32: this CPU has no bf16 units (AVX2)"
     assert results["hardware"].endswith(f", AVX2, {THREADS_SAID}") and results["fast_precisions"] == "fp32"

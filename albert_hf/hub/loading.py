@@ -19,6 +19,7 @@ FOLDER_JSON_FIELDS = {
     "generation_config.json": {},
 }
 CONFIG_DTYPES = ("float32", "float16", "bfloat16", "float64", "auto")
+CHECKPOINT_STATE = "training_state.json"  # what every complete step_N of run_pretraining.py holds
 
 
 def check_folder_files(folder: Path, flag: str, name) -> None:
@@ -80,6 +81,9 @@ def loading(flag: str, name):
     A local folder's JSON files are checked first; other damage is recognised by `library_errors`.
     """
     folder = Path(str(name))
+    if folder.is_dir() and (folder / CHECKPOINT_STATE).is_file() and not (folder / "config.json").is_file():
+        raise InputError(f"{flag} {name}: a run_pretraining.py checkpoint written without the model's files (config, "
+                         f"tokenizer, code); make it loadable with: python -m albert_hf.pretraining.loadable {name}")
     if folder.is_dir():
         check_folder_files(folder, flag, name)
     try:

@@ -39,16 +39,17 @@ RANDOM_STATE_FILE = "random_states_{}.pkl"  # accelerate's: each process's rando
 # STATE_FILE, which names it under RECORD. It is hashed in the background, while training goes on (`save`).
 RECORD = "record"
 RECORD_FILE = "files.json"
-RECORD_PART = f".{RECORD_FILE}.part"  # written, then renamed: never read as a record, nor as a stray file
+RECORD_PART = f".{RECORD_FILE}.part"  # checkpoint_files.write_record's: never read as a record, nor as a stray file
 FILL_MASK_FILE = "fill_mask_examples.json"  # the summary's fill-mask examples (all_results.json: metrics only)
+MODEL_FILES_DIR = ".model_files"  # the config, tokenizer and code every checkpoint links to (loadable.py)
 
 
 # What a run writes into --output_dir: an earlier run is recognised (and, with --overwrite_output_dir, cleared)
 # by these names only, so unrelated files a user keeps there are neither a reason to refuse nor deleted.
-RUN_OUTPUTS = ("step_*", ".tmp-*", "runs", "metrics.jsonl", "all_results.json", "README.md", "config.json",
-               "model.safetensors", "model-*.safetensors", "model.safetensors.index.json", "tokenizer.json",
-               "tokenizer_config.json", "special_tokens_map.json", "spiece.model", "configuration_albert_hf.py",
-               "modeling_albert_hf.py", FILL_MASK_FILE, "pairs", "prepared_data.json",
+RUN_OUTPUTS = ("step_*", ".tmp-*", MODEL_FILES_DIR, "runs", "metrics.jsonl", "all_results.json", "README.md",
+               "config.json", "model.safetensors", "model-*.safetensors", "model.safetensors.index.json",
+               "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "spiece.model",
+               "configuration_albert_hf.py", "modeling_albert_hf.py", FILL_MASK_FILE, "pairs", "prepared_data.json",
                "training_curves.png")
 
 
@@ -130,6 +131,7 @@ class StepCheckpoints:
         self.total_limit = total_limit
         self.expected_bytes: int | None = None  # a checkpoint's size before the first is written (prepare sets it)
         self.schedule = None  # the learning-rate schedule, saved and restored with the state (job.py sets it)
+        self.model_files: Path | None = None  # the run's config, tokenizer and code, linked into each (job.py)
         self._recording: threading.Thread | None = None  # the newest checkpoint's record being written (main)
         self._checked: Path | None = None  # the checkpoint `latest` found intact (main): not hashed again by `load`
 
@@ -253,9 +255,7 @@ class StepCheckpoints:
         unchecked."""
         def write():
             try:
-                files = checkpoint_files.record(folder, leave_out=(RECORD_FILE, RECORD_PART))
-                (folder / RECORD_PART).write_text(json.dumps({"files": files}, indent=1))
-                os.replace(folder / RECORD_PART, folder / RECORD_FILE)
+                checkpoint_files.write_record(folder, RECORD_FILE)
             except OSError as error:
                 logger.warning("%s: its record of the files could not be written (%s): it resumes unchecked", folder,
                                first_line(error))
@@ -423,7 +423,9 @@ class StepCheckpoints:
             raise InputError(f"--resume_from_checkpoint {path}: {file.name}: not a stream position")
         return state
 
-    def save(self, step: int, state: dict, stream_state: dict | None = None) -> Path:
+    def save(self, step: int, state: dict, stream_state: dict | None = None, full_model=None) -> Path:
+        """A collective: the full training state into step_N, with the model's files (pretraining/loadable.py: links
+        to the run's `model_files`, and under FSDP `full_model`'s gathered weights, on the main process)."""
         final = self.output_dir / f"step_{step}"
         tmp = self.output_dir / f".tmp-step_{step}"
         # Every process must make the same collective calls (save_state, wait_for_everyone). Whether the checkpoint
@@ -442,6 +444,11 @@ class StepCheckpoints:
                 (tmp / STREAM_STATE_FILE.format(self.accelerator.process_index)).write_text(json.dumps(stream_state))
             if self.schedule is not None and self.accelerator.is_main_process:
                 (tmp / SCHEDULE_FILE).write_text(json.dumps(self.schedule.state_dict()))
+            if self.accelerator.is_main_process:
+                if full_model is not None:  # FSDP: the state holds shards only
+                    full_model.save_pretrained(tmp)
+                if self.model_files is not None:
+                    checkpoint_files.link_files(self.model_files, tmp)
 
         def complete():
             # complete from here; the record of what every process wrote follows (`_record_in_background`)

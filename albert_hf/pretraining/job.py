@@ -62,9 +62,7 @@ from ..runtime.preemption import PREEMPTED, StopOnSignal, at_stage
 from ..runtime.storage import StorageError, agreed, check_free_space, fault_line, refused
 from ..runtime.throughput import Throughput, cost_rows
 from . import step_graph as pretraining_graph
-from .arguments import (
-    PretrainingArguments,
-)
+from .arguments import OutputArgs, PretrainingArguments
 from .card import card_run
 from .checkpoints import FILL_MASK_FILE, StepCheckpoints, clear_earlier_run
 from .collator import masking_budget
@@ -73,6 +71,7 @@ from .final_folder import held_out_fill_mask, save_final_model, where_trained
 from .flags import choose_step, hardware_and_precision, parse_args
 from .hub_push import HubPush
 from .inputs import build_inputs
+from .loadable import write_model_files
 from .log import format_value, start_logging, start_tracking
 from .loop import Pretraining, current_lr, fit, metrics_log, newest_checkpoint
 from .model import build_run_model, make_optimizer, planned_weight_bytes
@@ -167,9 +166,7 @@ def prepare(args: PretrainingArguments) -> Pretraining:
     throughput, peak_note = run_throughput(args, config, accelerator.num_processes, ready.hardware, ready.precision)
     notes += [attention_kernel(config, accelerator.device, dtype, args.data.max_seq_length), peak_note]
     optimizer = make_optimizer(model, args.optimization)
-    # A checkpoint holds the weights and the optimizer's two moments (for the line a failed write gives).
-    ready.checkpoints.expected_bytes = 3 * sum(p.numel() * p.element_size()
-                                         for p in accelerator.unwrap_model(model).parameters())
+    prepare_checkpoints(ready.checkpoints, accelerator.unwrap_model(model), inputs.tokenizer, args.output)
     # The schedule counts optimizer steps; it is stepped by hand (not prepared), once per update, so that it
     # follows the official formula whatever the number of processes.
     scheduler = get_official_schedule(optimizer, args.optimization.num_warmup_steps, args.optimization.max_train_steps)
@@ -208,6 +205,15 @@ def prepare(args: PretrainingArguments) -> Pretraining:
     return Pretraining(args, accelerator, inputs.tokenizer, model, optimizer, scheduler, inputs.collate,
                        train_dataloader, eval_dataloader, inputs.eval_documents, ready.checkpoints, num_parameters,
                        global_batch, ready.hardware, ready.precision, throughput, graph, hub)
+
+
+def prepare_checkpoints(checkpoints: StepCheckpoints, model, tokenizer, output: OutputArgs) -> None:
+    """What the checkpoints need of the model: their size (the weights and the optimizer's two moments, for the
+    line a failed write gives) and, on the main process, the files that make each one loadable as a model
+    (pretraining/loadable.py)."""
+    checkpoints.expected_bytes = 3 * sum(p.numel() * p.element_size() for p in model.parameters())
+    if output.checkpointing_steps and checkpoints.accelerator.is_main_process:
+        checkpoints.model_files = write_model_files(checkpoints.output_dir, model, tokenizer)
 
 
 def run_throughput(args: PretrainingArguments, config, processes: int, hardware: Hardware,

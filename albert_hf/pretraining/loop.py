@@ -13,7 +13,7 @@ from pathlib import Path
 import datasets
 import torch
 import transformers
-from accelerate import Accelerator
+from accelerate import Accelerator, DistributedType
 from accelerate.utils import send_to_device
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
@@ -292,11 +292,14 @@ def save_checkpoint(run: Pretraining, state: TrainingState) -> Path:
     """A collective: every process calls it at the same step. Non-finite weights are not written: the run stops."""
     check_weights(run.model, run.accelerator, state.step, current_lr(run), lambda: newest_checkpoint(run),
                   f"the step-{state.step} checkpoint")
+    pushed = run.hub is not None and run.hub.pushes(state.step)  # --hub_strategy: this step's model (and state)
+    sharded = run.accelerator.distributed_type == DistributedType.FSDP  # a checkpoint's weights are shards then
+    model = gather_full_model(run.accelerator, run.model) if pushed or sharded else None  # a collective under FSDP
     path = run.checkpoints.save(state.step, state.checkpoint_state(run.accelerator),
-                                stream_state=None if run.stream is None else run.stream.state_dict())
-    if run.hub is not None and run.hub.pushes(state.step):  # --hub_strategy: this step's model (and state) goes up
+                                stream_state=None if run.stream is None else run.stream.state_dict(),
+                                full_model=model if sharded else None)
+    if pushed:
         run.checkpoints.wait_for_record()  # uploaded with the state
-        model = gather_full_model(run.accelerator, run.model)  # a collective under FSDP
         if model is not None:
             run.hub.push_checkpoint(state.step, path, lambda folder: save_final_model(
                 model, run.tokenizer, folder, card_run(run.args.model, run.args.data, run.args.objective,

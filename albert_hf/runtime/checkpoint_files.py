@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 
 # Files torch.load reads (pickles in a zip, or bare pickles): loaded as data only.
@@ -40,6 +41,28 @@ def record(folder: Path, leave_out: tuple[str, ...] = ()) -> dict[str, dict]:
     folder = Path(folder)
     return {name: {"bytes": (folder / name).stat().st_size, "sha256": sha256(folder / name)}
             for name in files_in(folder, leave_out)}
+
+
+def link_files(source: Path, folder: Path) -> None:
+    """Hard links in `folder` to every file of `source` it does not hold yet (copies where links cannot be made):
+    files many checkpoints share, at no cost in bytes."""
+    for path in sorted(Path(source).iterdir()):
+        target = Path(folder) / path.name
+        if path.is_file() and not target.exists():
+            try:
+                os.link(path, target)
+            except OSError:
+                shutil.copyfile(path, target)
+
+
+def write_record(folder: Path, name: str) -> None:
+    """`record` of `folder` written to the file `name` in it, {"files": ...}: through a part file renamed into
+    place, so that a record is never half-written (neither is in the record)."""
+    folder = Path(folder)
+    part = folder / f".{name}.part"
+    files = record(folder, leave_out=(name, part.name))
+    part.write_text(json.dumps({"files": files}, indent=1))
+    os.replace(part, folder / name)
 
 
 def valid_record(files) -> bool:
