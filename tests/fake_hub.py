@@ -1,8 +1,8 @@
 """A stand-in for the Hub at huggingface_hub's API boundary (`HfApi.create_repo`, `upload_folder`, `create_branch`,
-`snapshot_download`): each repo is a folder whose `main/` holds the current files, each commit is recorded with the
-files it wrote and a copy of the tree after it, and a branch is a copy of the tree at the commit it names. Uploads
-can be slowed down (`hold`, a function of the commit message that returns when the upload may go on) or made to
-fail (`fail`, a function of the commit message)."""
+`snapshot_download`, `list_repo_refs`): each repo is a folder whose `main/` holds the current files, each commit is
+recorded with the files it wrote and a copy of the tree after it, and a branch is a copy of the tree at the commit it
+names. Uploads can be slowed down (`hold`, a function of the commit message that returns when the upload may go on)
+or made to fail (`fail`, a function of the commit message)."""
 
 import json
 import os
@@ -12,6 +12,7 @@ from concurrent.futures import Future
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from unittest import mock
 
 from huggingface_hub import CommitInfo, HfApi, RepoUrl
@@ -118,7 +119,13 @@ class FakeHub:
                     shutil.copyfile(tree / name, Path(local_dir) / name)
             return str(local_dir)
 
+        def list_repo_refs(api, repo_id, **kwargs):
+            with hub._lock:
+                names = sorted(branch for repo, branch in hub.branches if repo == repo_id)
+            return SimpleNamespace(branches=[SimpleNamespace(name=name) for name in ["main", *names]], tags=[])
+
         for name, function in (("create_repo", create_repo), ("upload_folder", upload_folder),
-                               ("create_branch", create_branch), ("snapshot_download", snapshot_download)):
+                               ("create_branch", create_branch), ("snapshot_download", snapshot_download),
+                               ("list_repo_refs", list_repo_refs)):
             stack.enter_context(mock.patch.object(HfApi, name, function))
         return stack

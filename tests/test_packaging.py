@@ -132,9 +132,10 @@ def test_no_import_cycle_in_albert_hf():
 # top-level modules (the model, the optimizers, the tokenizer, errors) are the base; what the jobs report beside
 # their results (`reports`) sits with the Hub and the metrics; each job has its folder (`testing` writes synthetic
 # inputs for the jobs, so it sits beside them); the paper's analyses read trained models and the jobs' data
-# building, so they are on top and no job imports them.
+# building, and the checkpoint evaluations read a pretraining run and fine-tune it, so they are on top and no job
+# imports them.
 LAYERS = (("core",), ("runtime",), ("hub", "metrics", "reports"), ("pretraining", "tasks", "convert", "testing"),
-          ("analysis",))
+          ("analysis", "checkpoint_evals"))
 
 
 def area(module: str, package_dir) -> str:

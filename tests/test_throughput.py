@@ -64,7 +64,7 @@ def test_the_peak_is_the_flags_else_a_known_gpus_and_the_start_line_says_which(h
 def test_rates_are_the_flops_times_the_tokens_and_mfu_divides_by_every_devices_peak():
     throughput = Throughput(flops_per_token=2e9, devices=4, peak=Peak(100.0, "x"))
     assert throughput.rates(5e4) == pytest.approx({"model_tflops_per_second": 100.0, "mfu": 0.25})
-    assert throughput.totals(1e9, 100.0) == pytest.approx({"total_model_flops": 2e18,
+    assert throughput.totals(1e9, 100.0) == pytest.approx({"total_tokens": 1e9, "total_model_flops": 2e18,
                                                            "mean_model_tflops_per_second": 20000.0, "mean_mfu": 50.0})
     unknown = Throughput(flops_per_token=2e9, devices=4, peak=None)
     assert unknown.rates(5e4) == pytest.approx({"model_tflops_per_second": 100.0})  # no mfu without a peak
@@ -143,6 +143,7 @@ def test_every_row_says_the_runs_flops_mfu_clipped_norm_data_wait_and_memory(tmp
         assert row["mean_mfu"] == pytest.approx(row["mean_model_tflops_per_second"] / 0.5, rel=1e-12)
     results = json.loads((run / "all_results.json").read_text())
     assert results["total_model_flops"] == pytest.approx(flops * sum(tokens), rel=1e-12)
+    assert results["total_tokens"] == sum(tokens) and results["train_steps"] == 6
     assert results["mean_mfu"] == pytest.approx(results["mean_model_tflops_per_second"] / 0.5, rel=1e-12)
     assert results["mfu_peak"] == "0.5 TFLOP/s (--peak_tflops)"
     card = (run / "README.md").read_text()

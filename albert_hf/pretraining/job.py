@@ -326,7 +326,8 @@ def pretrain(args: PretrainingArguments) -> dict:
         run = prepare(args)
         result = fit(run, stop)
         if result.stopped_by is None:
-            cost = {**run.throughput.totals(result.run_tokens, result.run_seconds), **run.throughput.peak_said()}
+            cost = {"train_steps": result.steps, **run.throughput.totals(result.run_tokens, result.run_seconds),
+                    **run.throughput.peak_said()}
             finish(run, result.eval_metrics, result.steps, cost)
         elif run.hub is not None:  # the stop's checkpoint goes up before the process ends (--hub_strategy)
             run.hub.wait(f"{result.stopped_by} received: the checkpoint of step {result.steps} first")

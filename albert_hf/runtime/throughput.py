@@ -37,8 +37,9 @@ class Throughput:
         return flop_rates(self.flops_per_token * tokens_per_second, self.devices, self.peak)
 
     def totals(self, tokens: float, seconds: float) -> dict:
-        """The run's summary: its total model FLOPs, and its mean rate and MFU over `seconds` of training."""
-        found = {"total_model_flops": self.flops_per_token * tokens}
+        """The run's summary: its tokens and total model FLOPs, and its mean rate and MFU over `seconds` of
+        training."""
+        found = {"total_tokens": tokens, "total_model_flops": self.flops_per_token * tokens}
         if seconds > 0:
             mean = self.rates(tokens / seconds)
             found["mean_model_tflops_per_second"] = mean["model_tflops_per_second"]
@@ -53,13 +54,17 @@ class Throughput:
         return {"mfu_peak": self.peak.describe()} if self.peak is not None else {}
 
 
-# what `Throughput.totals` and `peak_said` give a run's summaries (all_results.json, the card's training table)
-COST_FIELDS = ("total_model_flops", "mean_model_tflops_per_second", "mean_mfu", "mfu_peak")
+# what a run's summaries hold of its cost (all_results.json, the card's training table): the steps, `Throughput.totals`
+# and `peak_said`
+COST_FIELDS = ("train_steps", "total_tokens", "total_model_flops", "mean_model_tflops_per_second", "mean_mfu",
+               "mfu_peak")
 
 
 def cost_rows(cost: dict) -> dict:
     """A summary's `cost` as the card's training table says it."""
     rows = {}
+    if "total_tokens" in cost:
+        rows["tokens"] = f"{cost['total_tokens']:,.0f}"
     if "total_model_flops" in cost:
         rows["model FLOPs"] = f"{cost['total_model_flops']:.3g}"
     if "mean_model_tflops_per_second" in cost:

@@ -1,0 +1,194 @@
+"""run_checkpoint_evals.py: each checkpoint of a tiny run fine-tuned on a tiny GLUE folder and on CSV files of one's
+own over 2 seeds; the rows, the table, the card and the plot's data; nothing computed again on a rerun; --watch on a
+folder the run starts later; the Hub's step-N branches; one line for a damaged checkpoint."""
+
+import csv
+import json
+import logging
+import shutil
+import statistics
+import threading
+import time
+
+import pytest
+
+from helpers import REPO, run_bounded, subprocess_env
+from pretraining_runs import pretrain
+
+pytestmark = pytest.mark.trains
+
+RUN_ARGS = ["--max_train_steps", "6", "--checkpointing_steps", "2", "--eval_steps", "0", "--no_plots"]
+FINE_TUNING = ["--max_steps", "1", "--max_seq_length", "32", "--per_device_train_batch_size", "4",
+               "--dataloader_pin_memory", "false"]
+
+
+def preloaded(command, env):
+    """Each fine-tuning as the tests run scripts: forked from an interpreter that has the stack imported."""
+    return run_bounded(command, 300, env={**subprocess_env(), **{k: v for k, v in env.items()
+                                                                 if k == "CUDA_VISIBLE_DEVICES"}})
+
+
+def evaluate(argv):
+    from albert_hf.checkpoint_evals import job
+
+    return job.main([str(a) for a in argv], scripts=REPO, run_process=preloaded)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("evals") / "run"
+    pretrain(out, *RUN_ARGS)  # step_2, step_4, step_6 and the final folder (step 6)
+    return out
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    from albert_hf.testing.glue_folders import PAIRS, write_glue_folders
+
+    root = tmp_path_factory.mktemp("data")
+    write_glue_folders(root / "glue")
+    for split in ("train", "dev"):
+        with open(root / f"{split}.csv", "w", newline="") as file:
+            writer = csv.writer(file)
+            writer.writerow(["sentence", "label"])
+            writer.writerows((a, ("yes", "no")[i % 2]) for i, (a, _) in enumerate(PAIRS * 2))
+    return root
+
+
+def rows_of(folder):
+    return [json.loads(line) for line in (folder / "downstream" / "results.jsonl").read_text().splitlines()]
+
+
+def test_every_checkpoint_task_and_seed_becomes_rows_a_table_a_plot_and_the_cards_section(run, data, tmp_path,
+                                                                                          caplog):
+    from albert_hf.checkpoint_evals import report
+
+    folder = tmp_path / "run"
+    shutil.copytree(run, folder)
+    argv = [folder, "--tasks", "mrpc", "--data_dir", data / "glue", "--train_file", data / "train.csv",
+            "--validation_file", data / "dev.csv", "--seeds", 1, 2, *FINE_TUNING]
+    evaluate(argv)
+    rows = rows_of(folder)
+    assert {(row["step"], row["task"], row["seed"]) for row in rows} == {
+        (step, task, seed) for step in (2, 4, 6) for task in ("mrpc", "own_data") for seed in (1, 2)}
+    assert {row["metric"] for row in rows if row["task"] == "mrpc"} >= {"accuracy", "f1"}
+    tokens = {row["step"]: row["tokens"] for row in rows}
+    state = json.loads((folder / "step_2" / "training_state.json").read_text())
+    assert tokens[2] == state["run_tokens"] + state["window_tokens"] > 0  # what the checkpoint had seen
+    assert tokens[6] == json.loads((folder / "all_results.json").read_text())["total_tokens"] > tokens[4] > tokens[2]
+    table = (folder / "downstream" / "by_step.md").read_text()
+    assert table.startswith("| step | tokens | mrpc (accuracy) | own_data (accuracy) |")
+    assert [line.split(" | ")[0] for line in table.splitlines()[2:]] == ["| 2", "| 4", "| 6"]
+    card = (folder / "README.md").read_text()
+    assert "## Downstream by step" in card and table.strip() in card
+    # the plot's data: each task's median, minimum and maximum over the seeds, against the tokens seen
+    drawn = report.plot(report.read_rows(folder / "downstream"), {"mrpc": "accuracy", "own_data": "accuracy"},
+                        tmp_path / "plot.png")
+    for task in ("mrpc", "own_data"):
+        values = {step: [row["value"] for row in rows if (row["task"], row["step"], row["metric"]) == (
+            task, step, "accuracy")] for step in (2, 4, 6)}
+        assert drawn[task] == {"x": [tokens[2], tokens[4], tokens[6]],
+                               "median": [statistics.median(values[step]) for step in (2, 4, 6)],
+                               "min": [min(values[step]) for step in (2, 4, 6)],
+                               "max": [max(values[step]) for step in (2, 4, 6)]}
+    assert (folder / "downstream" / "by_step.png").stat().st_size > 1000
+    # the same command again: every row is there, nothing is fine-tuned
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="albert_hf.checkpoint_evals"):
+        evaluate(argv)
+    assert "fine-tuning" not in caplog.text and rows_of(folder) == rows
+    assert card == (folder / "README.md").read_text()
+
+
+def test_a_damaged_checkpoint_gets_one_line_and_the_others_are_evaluated(run, data, tmp_path, caplog):
+    folder = tmp_path / "run"
+    shutil.copytree(run, folder)
+    weights = folder / "step_4" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1] + b"\0")
+    with caplog.at_level(logging.INFO, logger="albert_hf.checkpoint_evals"):
+        evaluate([folder, "--tasks", "mrpc", "--data_dir", data / "glue", "--seeds", 1, "--baseline", "random_init",
+                  "--with_tracking", *FINE_TUNING])
+    accuracy = {row["step"]: row["value"] for row in rows_of(folder) if row["metric"] == "accuracy"}
+    assert sorted(accuracy) == [0, 2, 6]
+    # --with_tracking: a TensorBoard scalar at each pretraining step, in the run's own tracker folder
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    points = []
+    for path in (folder / "runs").rglob("events.out.tfevents*"):
+        events = EventAccumulator(str(path))
+        events.Reload()
+        points += [(event.step, event.value) for event in events.Scalars("downstream/mrpc")]
+    assert [step for step, _ in sorted(points)] == [0, 2, 6]
+    assert [value for _, value in sorted(points)] == pytest.approx([accuracy[step] for step in (0, 2, 6)])
+    damaged = [record.getMessage() for record in caplog.records if "damaged" in record.getMessage()]
+    assert damaged == [f"{folder / 'step_4'}: damaged (model.safetensors: changed since it was written (its "
+                       "sha256 differs from the record)): not evaluated"]
+
+
+def test_watch_waits_for_a_run_started_after_it_and_ends_after_its_final_folder(data, tmp_path, caplog):
+    folder = tmp_path / "later"
+    done = {}
+
+    def watch():
+        try:
+            evaluate([folder, "--watch", "--watch_interval", "0.5", "--tasks", "mrpc", "--data_dir", data / "glue",
+                      "--seeds", 1, *FINE_TUNING])
+            done["ok"] = True
+        except BaseException as error:  # noqa: BLE001 - reported by the assertion below
+            done["error"] = error
+
+    with caplog.at_level(logging.INFO, logger="albert_hf.checkpoint_evals"):
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        time.sleep(2)  # the watcher waits on a folder that holds only its own
+        assert watcher.is_alive() and not (folder / "step_3").exists()
+        pretrain(folder, "--max_train_steps", "6", "--checkpointing_steps", "3", "--eval_steps", "0", "--no_plots")
+        watcher.join(timeout=300)
+    assert done == {"ok": True}, done
+    assert sorted(row["step"] for row in rows_of(folder) if row["metric"] == "accuracy") == [3, 6]
+
+
+def test_the_hubs_step_branches_are_evaluated(data, tmp_path, fresh_accelerate_state):
+    from albert_hf.pretraining.job import main as pretrain_in_process
+    from fake_hub import FakeHub
+    from pretraining_runs import FAST
+
+    hub = FakeHub(tmp_path / "hub")
+    with hub.patched():
+        pretrain_in_process(["--output_dir", str(tmp_path / "run"), *FAST, "--max_train_steps", "4",
+                             "--checkpointing_steps", "2", "--eval_steps", "0", "--no_plots", "--push_to_hub",
+                             "--hub_model_id", "someone/tiny", "--hub_strategy", "all_checkpoints"])
+        out = tmp_path / "evals"
+        evaluate(["hub:someone/tiny", "--output_dir", out, "--tasks", "mrpc", "--data_dir", data / "glue",
+                  "--seeds", 1, *FINE_TUNING])
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert sorted(row["step"] for row in rows if row["metric"] == "accuracy") == [2, 4]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--tasks", "mnli2"], "--tasks mnli2: not a GLUE task"),
+    (["--tasks", "mrpc", "--train_file", "t.csv"], "--train_file and --validation_file go together"),
+    ([], "nothing to evaluate"),
+    (["--tasks", "mrpc", "--seeds", "1", "1"], "--seeds: a seed is given twice"),
+    (["--tasks", "mrpc", "--seed", "3"], "--seed: run_checkpoint_evals.py sets it for each fine-tuning")])
+def test_what_cannot_be_done_is_refused_in_one_line(tmp_path, argv, message):
+    from albert_hf.checkpoint_evals.job import parse_args
+    from albert_hf.errors import InputError
+
+    with pytest.raises(InputError, match=f"^{message}"):
+        parse_args([str(tmp_path), *argv])
+
+
+@pytest.mark.parametrize("device, flag, visible", [(None, None, None), ("cpu", "--use_cpu", None),
+                                                   ("cuda:1", None, "1")])
+def test_device_keeps_the_fine_tuning_off_the_training_gpu(tmp_path, device, flag, visible):
+    from albert_hf.checkpoint_evals.job import finetune_command, parse_args
+
+    args, rest = parse_args([str(tmp_path), "--tasks", "rte", *(["--device", device] if device else []),
+                             "--learning_rate", "1e-5"])
+    command, env = finetune_command(args, REPO, tmp_path / "step_2", "rte", 3, tmp_path / "out", rest)
+    assert command[2:4] == ["--model_name_or_path", str(tmp_path / "step_2")] and command[-2:] != ["--seed", "3"]
+    assert ["--task_name", "rte"] == command[command.index("--task_name"):command.index("--task_name") + 2]
+    assert "--learning_rate" in command and (flag in command if flag else "--use_cpu" not in command)
+    if visible:
+        assert env["CUDA_VISIBLE_DEVICES"] == visible
