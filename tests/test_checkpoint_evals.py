@@ -192,3 +192,39 @@ def test_device_keeps_the_fine_tuning_off_the_training_gpu(tmp_path, device, fla
     assert "--learning_rate" in command and (flag in command if flag else "--use_cpu" not in command)
     if visible:
         assert env["CUDA_VISIBLE_DEVICES"] == visible
+
+
+def test_a_second_job_on_the_same_run_is_refused_and_the_runs_own_lock_is_not_taken(data, tmp_path):
+    import subprocess
+    import sys
+
+    from albert_hf.errors import InputError
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\n"
+                               "from albert_hf.runtime import output_lock\n"
+                               f"output_lock.acquire({str(folder / 'downstream')!r}, '--output_dir')\n"
+                               "print('held', flush=True)\n"
+                               "time.sleep(60)\n"], stdout=subprocess.PIPE, text=True, env=subprocess_env())
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(InputError, match=rf"^--output_dir of the evaluations {folder / 'downstream'} is in use "
+                                             r"by .*: wait for it to end"):
+            evaluate([folder, "--tasks", "mrpc", "--data_dir", data / "glue", *FINE_TUNING])
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not (folder / "_albert_hf_run.lock").exists()  # the pretraining run's lock stays the run's to take
+
+
+def test_a_checkpoint_rotated_away_before_its_turn_is_skipped_with_a_line(tmp_path):
+    from albert_hf.checkpoint_evals.job import Evaluations, parse_args
+    from albert_hf.checkpoint_evals.sources import Source
+
+    args, rest = parse_args([str(tmp_path), "--tasks", "mrpc"])
+    jobs = Evaluations(args, rest, REPO)
+    gone = Source(4, 100.0, tmp_path / "step_4")
+    assert jobs.unusable(gone) == f"{tmp_path / 'step_4'}: removed before its turn (--checkpoints_total_limit): " \
+                                  "skipped"
+    assert jobs.evaluate(gone) == 0 and (tmp_path / "downstream" / "results.jsonl").exists() is False

@@ -131,7 +131,7 @@ class StepCheckpoints:
         self.total_limit = total_limit
         self.expected_bytes: int | None = None  # a checkpoint's size before the first is written (prepare sets it)
         self.schedule = None  # the learning-rate schedule, saved and restored with the state (job.py sets it)
-        self.model_files: Path | None = None  # the run's config, tokenizer and code, linked into each (job.py)
+        self.model_files = None  # loadable.ModelFiles: the config, tokenizer and code linked into each (job.py)
         self._recording: threading.Thread | None = None  # the newest checkpoint's record being written (main)
         self._checked: Path | None = None  # the checkpoint `latest` found intact (main): not hashed again by `load`
 
@@ -448,7 +448,7 @@ class StepCheckpoints:
                 if full_model is not None:  # FSDP: the state holds shards only
                     full_model.save_pretrained(tmp)
                 if self.model_files is not None:
-                    checkpoint_files.link_files(self.model_files, tmp)
+                    checkpoint_files.link_files(self.model_files.folder(), tmp)
 
         def complete():
             # complete from here; the record of what every process wrote follows (`_record_in_background`)

@@ -71,7 +71,7 @@ from .final_folder import held_out_fill_mask, save_final_model, where_trained
 from .flags import choose_step, hardware_and_precision, parse_args
 from .hub_push import HubPush
 from .inputs import build_inputs
-from .loadable import write_model_files
+from .loadable import ModelFiles
 from .log import format_value, start_logging, start_tracking
 from .loop import Pretraining, current_lr, fit, metrics_log, newest_checkpoint
 from .model import build_run_model, make_optimizer, planned_weight_bytes
@@ -213,7 +213,7 @@ def prepare_checkpoints(checkpoints: StepCheckpoints, model, tokenizer, output: 
     (pretraining/loadable.py)."""
     checkpoints.expected_bytes = 3 * sum(p.numel() * p.element_size() for p in model.parameters())
     if output.checkpointing_steps and checkpoints.accelerator.is_main_process:
-        checkpoints.model_files = write_model_files(checkpoints.output_dir, model, tokenizer)
+        checkpoints.model_files = ModelFiles(checkpoints.output_dir, model, tokenizer)
 
 
 def run_throughput(args: PretrainingArguments, config, processes: int, hardware: Hardware,

@@ -54,6 +54,19 @@ def write_model_files(output_dir: Path, model, tokenizer) -> Path:
     return folder
 
 
+class ModelFiles:
+    """The run's model files, written when its first checkpoint links them (a run stopped before any checkpoint
+    leaves nothing behind: its folder is as empty as before)."""
+
+    def __init__(self, output_dir: Path, model, tokenizer):
+        self.output_dir, self.model, self.tokenizer, self.written = Path(output_dir), model, tokenizer, None
+
+    def folder(self) -> Path:
+        if self.written is None:
+            self.written = write_model_files(self.output_dir, self.model, self.tokenizer)
+        return self.written
+
+
 def missing(folder: Path) -> list[str]:
     """What keeps a checkpoint folder from loading as a model: the model files it lacks."""
     found = [name for name in REQUIRED if not (folder / name).is_file()]
