@@ -2,9 +2,10 @@
 pipeline and `run_glue.py --model_name_or_path step_N` load it, as they load Trainer's `checkpoint-N`.
 
 Beside accelerate's training state (whose `model.safetensors` holds the weights of one process or DDP) a checkpoint
-holds the model's files: config.json, the tokenizer and the remote code (`MODEL_FILES`). They are the same for every
-checkpoint of a run, so the run writes them once into OUTPUT_DIR/.model_files and each checkpoint gets hard links
-to them (a copy where the file system has none): a few directory entries a checkpoint. Under FSDP the weights are
+holds the model's files: config.json, the tokenizer and the remote code (`REQUIRED` names what loading needs). They
+are the same for every checkpoint of a run, so the run writes them once, at its first checkpoint, into
+OUTPUT_DIR/.model_files (`ModelFiles`), and each checkpoint gets hard links to them (a copy where the file system
+has none): a few directory entries a checkpoint. Under FSDP the weights are
 sharded (`pytorch_model_fsdp_0/`), so the gathered full weights are written too, as the final folder's are.
 
 A checkpoint written before checkpoints held these files is made loadable by
