@@ -15,8 +15,6 @@ import pytest
 from helpers import REPO, run_bounded, subprocess_env
 from pretraining_runs import pretrain
 
-pytestmark = pytest.mark.trains
-
 RUN_ARGS = ["--max_train_steps", "6", "--checkpointing_steps", "2", "--eval_steps", "0", "--no_plots"]
 FINE_TUNING = ["--max_steps", "1", "--max_seq_length", "32", "--per_device_train_batch_size", "4",
                "--dataloader_pin_memory", "false"]
@@ -59,6 +57,7 @@ def rows_of(folder):
     return [json.loads(line) for line in (folder / "downstream" / "results.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.trains
 def test_every_checkpoint_task_and_seed_becomes_rows_a_table_a_plot_and_the_cards_section(run, data, tmp_path,
                                                                                           caplog):
     from albert_hf.checkpoint_evals import report
@@ -100,6 +99,7 @@ def test_every_checkpoint_task_and_seed_becomes_rows_a_table_a_plot_and_the_card
     assert card == (folder / "README.md").read_text()
 
 
+@pytest.mark.trains
 def test_a_damaged_checkpoint_gets_one_line_and_the_others_are_evaluated(run, data, tmp_path, caplog):
     folder = tmp_path / "run"
     shutil.copytree(run, folder)
@@ -125,6 +125,7 @@ def test_a_damaged_checkpoint_gets_one_line_and_the_others_are_evaluated(run, da
                        "sha256 differs from the record)): not evaluated"]
 
 
+@pytest.mark.trains
 def test_watch_waits_for_a_run_started_after_it_and_ends_after_its_final_folder(data, tmp_path, caplog):
     folder = tmp_path / "later"
     done = {}
@@ -148,6 +149,7 @@ def test_watch_waits_for_a_run_started_after_it_and_ends_after_its_final_folder(
     assert sorted(row["step"] for row in rows_of(folder) if row["metric"] == "accuracy") == [3, 6]
 
 
+@pytest.mark.trains
 def test_the_hubs_step_branches_are_evaluated(data, tmp_path, fresh_accelerate_state):
     from albert_hf.pretraining.job import main as pretrain_in_process
     from fake_hub import FakeHub
@@ -194,6 +196,7 @@ def test_device_keeps_the_fine_tuning_off_the_training_gpu(tmp_path, device, fla
         assert env["CUDA_VISIBLE_DEVICES"] == visible
 
 
+@pytest.mark.trains
 def test_a_second_job_on_the_same_run_is_refused_and_the_runs_own_lock_is_not_taken(data, tmp_path):
     import subprocess
     import sys

@@ -121,3 +121,14 @@ def test_the_command_refuses_a_changed_checkpoint_and_one_without_files_to_take(
     with pytest.raises(InputError, match=rf"^{old}: neither {old.parent / '.model_files'} nor {old.parent} \(the "
                                          r"run's final folder\) holds the model's files"):
         make_loadable(old)
+
+
+def test_the_command_names_a_folder_that_is_not_a_checkpoint_in_one_line(tmp_path):
+    from albert_hf.errors import InputError
+    from albert_hf.pretraining.loadable import make_loadable
+
+    with pytest.raises(InputError, match=rf"^{tmp_path / 'step_9'}: no such folder$"):
+        make_loadable(tmp_path / "step_9")
+    (tmp_path / "step_3").mkdir()
+    with pytest.raises(InputError, match=rf"^{tmp_path / 'step_3'}: not a complete checkpoint"):
+        make_loadable(tmp_path / "step_3")
