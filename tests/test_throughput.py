@@ -246,3 +246,23 @@ def test_fine_tuning_rows_carry_model_tflops_and_mfu_against_the_named_peak(tmp_
     for row in rows:
         assert row["model_tflops_per_second"] > 0 and math.isfinite(row["grad_norm"])
         assert row["mfu"] == pytest.approx(row["model_tflops_per_second"] / 0.5, rel=1e-12)
+
+
+@pytest.mark.parametrize("distributed, said", [("NO", False), ("MULTI_GPU", False), ("DEEPSPEED", True)])
+def test_the_start_line_says_when_the_rows_have_no_gradient_norm(tmp_path, distributed, said):
+    """DeepSpeed clips inside its engine and returns no norm: the step logs none, and the start line says so."""
+    from types import SimpleNamespace
+
+    from accelerate.utils import DistributedType
+
+    from albert_hf.pretraining.flags import parse_args
+    from albert_hf.pretraining.job import run_throughput
+    from helpers import tiny_config
+
+    args = parse_args(["--output_dir", str(tmp_path / "run"), "--max_seq_length", "64", "--peak_tflops", "2"])
+    accelerator = SimpleNamespace(distributed_type=getattr(DistributedType, distributed), num_processes=2)
+    throughput, note = run_throughput(args, tiny_config(), accelerator, CPU, FP32)
+    assert throughput.devices == 2 and throughput.peak == Peak(2.0, "--peak_tflops")
+    assert note.endswith("MFU against 2 TFLOP/s (--peak_tflops)" + (
+        "; no grad_norm in the logged rows: DeepSpeed clips inside its engine and does not return the norm"
+        if said else ""))

@@ -163,7 +163,7 @@ def prepare(args: PretrainingArguments) -> Pretraining:
         notes.append("--task none: the pooler and the sentence-order head are frozen (no loss trains them)")
     notes += model_notes
     config, dtype = accelerator.unwrap_model(model).config, ready.precision.autocast_dtype or torch.float32
-    throughput, peak_note = run_throughput(args, config, accelerator.num_processes, ready.hardware, ready.precision)
+    throughput, peak_note = run_throughput(args, config, accelerator, ready.hardware, ready.precision)
     notes += [attention_kernel(config, accelerator.device, dtype, args.data.max_seq_length), peak_note]
     optimizer = make_optimizer(model, args.optimization)
     prepare_checkpoints(ready.checkpoints, accelerator.unwrap_model(model), inputs.tokenizer, args.output)
@@ -216,16 +216,19 @@ def prepare_checkpoints(checkpoints: StepCheckpoints, model, tokenizer, output: 
         checkpoints.model_files = ModelFiles(checkpoints.output_dir, model, tokenizer)
 
 
-def run_throughput(args: PretrainingArguments, config, processes: int, hardware: Hardware,
+def run_throughput(args: PretrainingArguments, config, accelerator: Accelerator, hardware: Hardware,
                    precision: Precision) -> tuple[Throughput, str]:
     """The model FLOPs per token of this run's step (a full-length sequence with its masking budget of predicted
-    positions) and the peak its MFU is measured against, with the start line's note naming both."""
+    positions) and the peak its MFU is measured against, with the start line's note naming both (and, under
+    DeepSpeed, that the rows have no gradient norm)."""
     length, objective = args.data.max_seq_length, args.objective
     predicted = int(masking_budget(length, objective.mlm_probability, objective.max_predictions_per_seq))
     flops = training_flops_per_token(config, length, predicted)
     peak, note = mfu_peak(hardware, precision, args.output.peak_tflops)
-    return Throughput(flops, processes, peak), (f"{flops / 1e6:.4g} model MFLOPs a token ({predicted} of {length} "
-                                                f"predicted); {note}")
+    if accelerator.distributed_type == DistributedType.DEEPSPEED:
+        note += "; no grad_norm in the logged rows: DeepSpeed clips inside its engine and does not return the norm"
+    return Throughput(flops, accelerator.num_processes, peak), (
+        f"{flops / 1e6:.4g} model MFLOPs a token ({predicted} of {length} predicted); {note}")
 
 
 # ----------------------------------------------------------------------------------------------------------------
