@@ -90,6 +90,10 @@ def test_a_peak_that_is_not_a_positive_number_is_refused_in_one_line(tmp_path, v
 
     with pytest.raises(InputError, match=rf"^--peak_tflops {value}: a device's peak must be a number above 0$"):
         parse_args(["--output_dir", str(tmp_path / "run"), "--peak_tflops", value])
+    from albert_hf.tasks.arguments import AlbertTrainingArguments
+
+    with pytest.raises(InputError, match=rf"^--peak_tflops {value}: a device's peak must be a number above 0$"):
+        AlbertTrainingArguments(output_dir=str(tmp_path / "tuned"), peak_tflops=float(value))
 
 
 @pytest.mark.trains

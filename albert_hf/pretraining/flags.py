@@ -7,14 +7,13 @@ parts (the corpus, the model's config, the output folder, the Hub), so they sit 
 """
 
 import dataclasses
-import math
 import os
 from pathlib import Path
 
 from ..errors import InputError
 from ..runtime.cli import explicit_arguments, parse_into_dataclasses
 from ..runtime.distributed import requested_sharding
-from ..runtime.hardware import Hardware, Precision, choose_precision, detect, use_tf32
+from ..runtime.hardware import Hardware, Precision, check_peak_tflops, choose_precision, detect, use_tf32
 from ..runtime.storage import check_writable
 from . import prepared_data
 from . import step_graph as pretraining_graph
@@ -117,8 +116,7 @@ def check_args(model: ModelArgs, data: DataArgs, optimization: OptimizationArgs,
     if data.preprocess_only and data.streaming:
         raise InputError("--preprocess_only writes every pair to disk, and --streaming builds them as training "
                          "goes: drop one of them")
-    if output.peak_tflops is not None and not (math.isfinite(output.peak_tflops) and output.peak_tflops > 0):
-        raise InputError(f"--peak_tflops {output.peak_tflops:g}: a device's peak must be a number above 0")
+    check_peak_tflops(output.peak_tflops)
     if data.dataloader_num_workers is not None and data.dataloader_num_workers < 0:
         raise InputError("--dataloader_num_workers must be 0 or more")
     if optimization.max_consecutive_skips < 0:

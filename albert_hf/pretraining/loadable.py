@@ -68,10 +68,10 @@ class ModelFiles:
         return self.written
 
 
-def missing(folder: Path) -> list[str]:
-    """What keeps a checkpoint folder from loading as a model: the model files it lacks."""
-    found = [name for name in REQUIRED if not (folder / name).is_file()]
-    return found + ([WEIGHTS] if not (folder / WEIGHTS).is_file() else [])
+def missing(folder: Path, weights: bool = True) -> list[str]:
+    """What keeps a checkpoint folder from loading as a model: the model files it lacks (the weights among them
+    with `weights`)."""
+    return [name for name in (*REQUIRED, *(WEIGHTS,) * weights) if not (folder / name).is_file()]
 
 
 def model_files_for(checkpoint: Path, given: Path | None) -> Path:
@@ -79,7 +79,7 @@ def model_files_for(checkpoint: Path, given: Path | None) -> Path:
     run's final folder (the checkpoint's parent, once the run has ended)."""
     candidates = [given] if given is not None else [checkpoint.parent / MODEL_FILES_DIR, checkpoint.parent]
     for folder in candidates:
-        if folder.is_dir() and not [name for name in REQUIRED if not (folder / name).is_file()]:
+        if folder.is_dir() and not missing(folder, weights=False):
             return folder
     where = f"--model_files {given}" if given is not None else (
         f"{checkpoint.parent / MODEL_FILES_DIR} nor {checkpoint.parent} (the run's final folder)")

@@ -16,6 +16,7 @@ The decision reads only flags torch and the system expose (no timing), so it is 
 every answer with a made-up `Hardware`.
 """
 
+import math
 import os
 import platform
 import re
@@ -289,6 +290,12 @@ def gpu_peak(gpu_name: str, mixed_precision: str, tf32: bool = False) -> Peak | 
     if mixed_precision in ("bf16", "fp16"):
         return Peak(half, f"{name}, {mixed_precision} dense")
     return Peak(tf32_peak, f"{name}, TF32 dense") if tf32 else Peak(fp32, f"{name}, fp32")
+
+
+def check_peak_tflops(value: float | None) -> None:
+    """--peak_tflops, where a script takes it: a positive, finite TFLOP/s (or None: the table decides)."""
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise InputError(f"--peak_tflops {value:g}: a device's peak must be a number above 0")
 
 
 def mfu_peak(hardware: Hardware, precision: Precision, peak_tflops: float | None = None) -> tuple[Peak | None, str]:

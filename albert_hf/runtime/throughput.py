@@ -47,7 +47,6 @@ class Throughput:
                 found["mean_mfu"] = mean["mfu"]
         return found
 
-
     def peak_said(self) -> dict:
         """{"mfu_peak": "989 TFLOP/s (H100 SXM, bf16 dense)"}: the peak of `mfu` and `mean_mfu`, for the summaries;
         {} without one."""

@@ -2,7 +2,6 @@
 TrainingArguments with our options (`AlbertTrainingArguments`), and the seed of one run of a --seeds run
 (`SeedRun`)."""
 
-import math
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -10,6 +9,7 @@ import transformers
 from transformers import TrainingArguments
 
 from ..errors import InputError
+from ..runtime.hardware import check_peak_tflops
 from ..runtime.secrets import SecretsNotPickled
 from .recipe import PAPER_HPARAMS_FILE
 
@@ -130,8 +130,7 @@ class AlbertTrainingArguments(SecretsNotPickled, TrainingArguments):
         super().__post_init__()
         if self.compile_blocks and self.torch_compile:
             raise InputError("--compile_blocks and --torch_compile both compile the model: pass one of them")
-        if self.peak_tflops is not None and not (math.isfinite(self.peak_tflops) and self.peak_tflops > 0):
-            raise InputError(f"--peak_tflops {self.peak_tflops:g}: a device's peak must be a number above 0")
+        check_peak_tflops(self.peak_tflops)
 
     def for_seed(self, seed_run: SeedRun) -> "AlbertTrainingArguments":
         """A checked copy for one seed of a --seeds run: its seed and folder, no seeds of its own, and no push (the

@@ -94,8 +94,7 @@ class AlbertTrainer(Trainer):
         if self.is_fsdp_enabled:  # before the optimizer is built: it must hold the sharded parameters
             self.model = self.model_wrapped = shard_model(
                 self.accelerator, self.model, send_first_process_weights=self.fsdp_request.ram_efficient_loading)
-        mixed = "bf16" if self.args.bf16 else "fp16" if self.args.fp16 else "no"
-        precision = Precision(mixed, "as asked", tf32=torch.backends.cuda.matmul.allow_tf32)
+        precision = Precision(self.mixed_precision, "as asked", tf32=torch.backends.cuda.matmul.allow_tf32)
         self.mfu_peak, self.mfu_note = mfu_peak(detect(), precision, getattr(self.args, "peak_tflops", None))
         self.model_flops = ModelFlopsCallback(self.model)
         self.add_callback(self.model_flops)
@@ -145,13 +144,18 @@ class AlbertTrainer(Trainer):
             use_fsdp(self.accelerator, self.fsdp_plugin)
             self.is_fsdp_enabled = True
 
+    @property
+    def mixed_precision(self) -> str:
+        """accelerate's name of the precision --bf16 / --fp16 ask for: "bf16", "fp16" or "no"."""
+        return "bf16" if self.args.bf16 else "fp16" if self.args.fp16 else "no"
+
     def describe_mode(self) -> str:
         """Where this run trains, for the start line, e.g. 'FSDP2 over 2 processes on 1 machine (gloo, cpu): this
         process holds 50.0% of the parameters', with what an FSDP config asked for that was done differently."""
         notes = list(self.fsdp_request.notes) if self.is_fsdp_enabled else []
         if self.is_fsdp_enabled and self.fsdp_request.ram_efficient_loading:
             notes.append("fsdp_cpu_ram_efficient_loading: the first process's weights were sent to the others")
-        precision = PRECISION_NAMES["bf16" if self.args.bf16 else "fp16" if self.args.fp16 else "no"]
+        precision = PRECISION_NAMES[self.mixed_precision]
         notes.append(self.mfu_note if self.model_flops.head is not None else
                      f"no model TFLOP/s or MFU: albert_hf counts no FLOPs for a {type(self.model).__name__}")
         return f"{describe(self.accelerator, self.model, detect())}; {precision}" + "".join(f"; {n}" for n in notes)
