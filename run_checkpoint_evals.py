@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """What each checkpoint of a pretraining run is worth downstream: fine-tune every step_N (and the final folder) on
-GLUE tasks or your own data, over several seeds, with run_glue.py's flags, into RUN/downstream (results.jsonl, the
-table by_step.md, the plot by_step.png, and the table in the run's model card).
+GLUE tasks, SQuAD, RACE or your own data, over several seeds, with the fine-tuning scripts' flags, into
+RUN/downstream (results.jsonl, the table by_step.md, the plot by_step.png, and the table in the run's model card).
 
     python run_checkpoint_evals.py outputs/albert-pretraining --tasks mrpc --data_dir glue/ --seeds 1 2 3
     python run_checkpoint_evals.py outputs/run --tasks rte --baseline random_init --watch --max_steps 300

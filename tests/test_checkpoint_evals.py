@@ -1,6 +1,7 @@
 """run_checkpoint_evals.py: each checkpoint of a tiny run fine-tuned on a tiny GLUE folder and on CSV files of one's
-own over 2 seeds; the rows, the table, the card and the plot's data; nothing computed again on a rerun; --watch on a
-folder the run starts later; the Hub's step-N branches; one line for a damaged checkpoint."""
+own over 2 seeds; the rows, the table, the card and the plot's data; nothing computed again on a rerun; SQuAD v1.1,
+v2.0 and RACE through their scripts; --watch on a folder the run starts later; the Hub's step-N branches; one line
+for a damaged checkpoint."""
 
 import csv
 import json
@@ -50,7 +51,36 @@ def data(tmp_path_factory):
             writer = csv.writer(file)
             writer.writerow(["sentence", "label"])
             writer.writerows((a, ("yes", "no")[i % 2]) for i, (a, _) in enumerate(PAIRS * 2))
+    (root / "squad").mkdir()
+    for version, names in (("1.1", ("train-v1.1.json", "dev-v1.1.json")), ("v2.0", ("train-v2.0.json",
+                                                                                    "dev-v2.0.json"))):
+        for name in names:
+            (root / "squad" / name).write_text(json.dumps(squad_file(version)))
+    for split in ("train", "dev"):
+        for number, level in enumerate(("high", "middle")):
+            (root / "RACE" / split / level).mkdir(parents=True)
+            (root / "RACE" / split / level / f"{number}.txt").write_text(json.dumps(race_article(number)))
     return root
+
+
+CONTEXT = "The quick brown fox jumps over the lazy dog near the river bank in Paris."
+
+
+def squad_file(version: str) -> dict:
+    """Official SQuAD JSON of 4 questions about one paragraph (v2.0: one of them unanswerable)."""
+    questions = [("Who jumps over the dog?", "quick brown fox", 4), ("Where is the river bank?", "Paris", 67),
+                 ("What does the fox jump over?", "the lazy dog", 26), ("What colour is the cat?", None, None)]
+    qas = [{"id": f"q{i}", "question": question, "is_impossible": text is None,
+            "answers": [] if text is None else [{"text": text, "answer_start": start}]}
+           for i, (question, text, start) in enumerate(questions[:4 if version == "v2.0" else 3])]
+    return {"version": version, "data": [{"title": "Fixture", "paragraphs": [{"context": CONTEXT, "qas": qas}]}]}
+
+
+def race_article(number: int) -> dict:
+    """An article of the official RACE layout with two questions."""
+    return {"id": f"{number}.txt", "article": CONTEXT, "questions": ["Who jumps?", "Where is the bank?"],
+            "options": [["the fox", "the dog", "a cat", "a bird"], ["Rome", "Paris", "Oslo", "Bern"]],
+            "answers": ["A", "B"]}
 
 
 def rows_of(folder):
@@ -97,6 +127,34 @@ def test_every_checkpoint_task_and_seed_becomes_rows_a_table_a_plot_and_the_card
         evaluate(argv)
     assert "fine-tuning" not in caplog.text and rows_of(folder) == rows
     assert card == (folder / "README.md").read_text()
+
+
+@pytest.mark.trains
+def test_squad_and_race_fine_tune_through_their_scripts_each_with_the_flags_it_takes(run, data, tmp_path,
+                                                                                     caplog):
+    folder = tmp_path / "run"
+    shutil.copytree(run, folder)
+    for step in (2, 4):  # the final folder (step 6) alone
+        shutil.rmtree(folder / f"step_{step}")
+    with caplog.at_level(logging.INFO, logger="albert_hf"):
+        evaluate([folder, "--tasks", "squad", "squad_v2", "race", "--squad_dir", data / "squad", "--race_dir",
+                  data / "RACE", "--seeds", 1, "--doc_stride", 8, "--max_query_length", 8, "--max_qa_length", 8,
+                  *FINE_TUNING])
+    metrics = {task: {row["metric"] for row in rows_of(folder) if row["task"] == task}
+               for task in ("squad", "squad_v2", "race")}
+    assert {"exact_match", "f1"} <= metrics["squad"] and "HasAns_f1" not in metrics["squad"]
+    assert {"exact", "f1", "HasAns_f1", "NoAns_f1"} <= metrics["squad_v2"] and "HasAns_total" not in metrics["squad_v2"]
+    assert {"accuracy", "accuracy_high", "accuracy_middle"} <= metrics["race"] and "num_high" not in metrics["race"]
+    assert "features" not in metrics["squad"]
+    assert {row["step"] for row in rows_of(folder)} == {6}
+    table = (folder / "downstream" / "by_step.md").read_text()
+    assert table.startswith("| step | tokens | squad (f1) | squad_v2 (f1) | race (accuracy) |")
+    assert "run_race.py: not given --doc_stride, --max_query_length (it has no such flag)" in caplog.text
+    assert "run_squad.py: not given --max_qa_length (it has no such flag)" in caplog.text
+    # each ran on the files asked for: the SQuAD predictions name the fixture's question ids
+    predictions = json.loads((folder / "downstream" / "runs" / "step_6" / "squad_v2" / "seed_1" /
+                              "predictions.json").read_text())
+    assert sorted(predictions) == ["q0", "q1", "q2", "q3"]
 
 
 @pytest.mark.trains
@@ -165,10 +223,20 @@ def test_the_hubs_step_branches_are_evaluated(data, tmp_path, fresh_accelerate_s
                   "--seeds", 1, *FINE_TUNING])
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert sorted(row["step"] for row in rows if row["metric"] == "accuracy") == [2, 4]
+    # each branch's tokens: what its checkpoint had seen (the branch's all_results.json, pushed with it)
+    for step in (2, 4):
+        state = json.loads((tmp_path / "run" / f"step_{step}" / "training_state.json").read_text())
+        assert {row["tokens"] for row in rows if row["step"] == step} == {state["run_tokens"] + state["window_tokens"]}
+    assert 0 < rows[0]["tokens"] < rows[-1]["tokens"]
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--tasks", "mnli2"], "--tasks mnli2: not a GLUE task"),
+    (["--tasks", "mnli2"], "--tasks mnli2: not a task here"),
+    (["--tasks", "squad", "--squad_dir", "."], r"--squad_dir \.: no train-v1.1.json nor dev-v1.1.json \(task squad\)"),
+    (["--tasks", "race", "--race_dir", "nowhere"], "--race_dir nowhere: no such folder"),
+    (["--tasks", "mrpc", "--doc_stride", "8"], "--doc_stride: not a flag of run_glue.py$"),
+    (["--tasks", "mrpc", "squad", "--max_steps", "x"], r"--max_steps: invalid int value: 'x' \(run_glue.py\)"),
+    (["--tasks", "squad", "--version_2_with_negative"], "--version_2_with_negative: run_checkpoint_evals.py sets"),
     (["--tasks", "mrpc", "--train_file", "t.csv"], "--train_file and --validation_file go together"),
     ([], "nothing to evaluate"),
     (["--tasks", "mrpc", "--seeds", "1", "1"], "--seeds: a seed is given twice"),
@@ -186,9 +254,9 @@ def test_what_cannot_be_done_is_refused_in_one_line(tmp_path, argv, message):
 def test_device_keeps_the_fine_tuning_off_the_training_gpu(tmp_path, device, flag, visible):
     from albert_hf.checkpoint_evals.job import finetune_command, parse_args
 
-    args, rest = parse_args([str(tmp_path), "--tasks", "rte", *(["--device", device] if device else []),
-                             "--learning_rate", "1e-5"])
-    command, env = finetune_command(args, REPO, tmp_path / "step_2", "rte", 3, tmp_path / "out", rest)
+    args = parse_args([str(tmp_path), "--tasks", "rte", *(["--device", device] if device else []),
+                       "--learning_rate", "1e-5"])
+    command, env = finetune_command(args, REPO, tmp_path / "step_2", "rte", 3, tmp_path / "out")
     assert command[2:4] == ["--model_name_or_path", str(tmp_path / "step_2")] and command[-2:] != ["--seed", "3"]
     assert ["--task_name", "rte"] == command[command.index("--task_name"):command.index("--task_name") + 2]
     assert "--learning_rate" in command and (flag in command if flag else "--use_cpu" not in command)
@@ -225,8 +293,7 @@ def test_a_checkpoint_rotated_away_before_its_turn_is_skipped_with_a_line(tmp_pa
     from albert_hf.checkpoint_evals.job import Evaluations, parse_args
     from albert_hf.checkpoint_evals.sources import Source
 
-    args, rest = parse_args([str(tmp_path), "--tasks", "mrpc"])
-    jobs = Evaluations(args, rest, REPO)
+    jobs = Evaluations(parse_args([str(tmp_path), "--tasks", "mrpc"]), REPO)
     gone = Source(4, 100.0, tmp_path / "step_4")
     assert jobs.unusable(gone) == f"{tmp_path / 'step_4'}: removed before its turn (--checkpoints_total_limit): " \
                                   "skipped"

@@ -94,6 +94,35 @@ def test_the_record_holds_each_files_size_and_sha256_and_finds_what_changed(tmp_
     assert damage(tmp_path, written) == "extra.pkl: not written by the run (it is not in the checkpoint's record)"
 
 
+def test_a_sharded_checkpoints_metadata_is_read_as_data_and_a_planted_one_runs_nothing(tmp_path):
+    """torch.distributed.checkpoint reads `.metadata` with a plain pickle.load; within weights_only_loads (every
+    resume) it is data only."""
+    import torch.distributed.checkpoint as dcp
+
+    from albert_hf.runtime import checkpoint_files
+
+    weights = {"model": {"linear.weight": torch.arange(6.0).view(2, 3), "linear.bias": torch.ones(2)}}
+    dcp.save(weights, checkpoint_id=tmp_path / "shards", no_dist=True)
+    loaded = {"model": {name: torch.zeros_like(value) for name, value in weights["model"].items()}}
+    with checkpoint_files.weights_only_loads():
+        dcp.load(loaded, checkpoint_id=tmp_path / "shards", no_dist=True)
+    for name, value in weights["model"].items():
+        assert torch.equal(loaded["model"][name], value)
+    assert checkpoint_files.unreadable(tmp_path / "shards") is None
+    marker = tmp_path / "code-ran"
+    plant(tmp_path / "shards" / ".metadata", marker)
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    with pytest.raises(CheckpointException, match="posix.system: not data of a sharded checkpoint's metadata"):
+        with checkpoint_files.weights_only_loads():
+            dcp.load(loaded, checkpoint_id=tmp_path / "shards", no_dist=True)
+    assert not marker.exists(), "a planted pickle ran"
+    assert checkpoint_files.unreadable(tmp_path / "shards").startswith(".metadata: posix.system: not data")
+    import torch.distributed.checkpoint.filesystem as filesystem
+
+    assert filesystem.pickle is pickle  # outside the loads, torch's reader is as it was
+
+
 @pytest.mark.trains
 @pytest.mark.parametrize("written_before_the_record", [False, True], ids=["recorded", "before-the-record"])
 def test_a_planted_pickle_in_a_step_checkpoint_runs_nothing_and_ends_in_one_line_naming_the_file(

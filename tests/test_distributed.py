@@ -5,6 +5,7 @@ here stopping with one line (also for the fine-tuning scripts)."""
 import contextlib
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -19,7 +20,7 @@ from safetensors.torch import load_file
 
 from albert_hf.errors import InputError
 from albert_hf.pretraining.arguments import build_parser
-from albert_hf.pretraining.checkpoints import STATE_FILE
+from albert_hf.pretraining.checkpoints import STATE_FILE, StepCheckpoints
 from albert_hf.pretraining.flags import parse_args
 from helpers import BLOCK_ALBERT_HF, DDP, LAUNCH, REPO, THREADS_SAID, run_bounded, subprocess_env
 from pretraining_runs import RESUME_ARGS, check_same_weights_and_curve, metrics, pretrain, pretrain_runs
@@ -92,6 +93,25 @@ def test_a_checkpoint_of_a_ddp_or_fsdp2_run_loads_as_the_model_without_albert_hf
     ddp, fsdp = (torch.load(run + ".step_6.pt", weights_only=True) for run in runs)
     for name in ddp:  # the same training, split alike: the same weights at step 6
         torch.testing.assert_close(fsdp[name], ddp[name], rtol=0, atol=1e-5, msg=name)
+
+
+@pytest.mark.trains
+def test_an_fsdp_checkpoint_of_shards_only_is_made_loadable_with_the_gathered_weights(tmp_path, fsdp_run):
+    """A checkpoint written before checkpoints held the model: the command reads its shards in one process, as
+    data, into the weights the run gathered."""
+    from albert_hf.pretraining.loadable import main as make_loadable
+    from albert_hf.runtime import checkpoint_files
+
+    run = fsdp_run[0]
+    old = tmp_path / "run" / "step_6"
+    shutil.copytree(run / "step_6", old)
+    for name in [*os.listdir(run / ".model_files"), "model.safetensors"]:
+        (old / name).unlink()
+    checkpoint_files.write_record(old, "files.json")
+    assert make_loadable([str(old), "--model_files", str(run)]) == 0
+    expected, got = load_file(run / "step_6" / "model.safetensors"), load_file(old / "model.safetensors")
+    assert expected.keys() == got.keys() and all(torch.equal(got[name], expected[name]) for name in expected)
+    assert StepCheckpoints.damage(old) is None  # recorded with the weights it gained
 
 
 @pytest.mark.trains

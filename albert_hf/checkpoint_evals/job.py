@@ -1,12 +1,14 @@
 """The job behind `run_checkpoint_evals.py`: what each checkpoint of a pretraining run is worth downstream.
 
-    python run_checkpoint_evals.py RUN --tasks mrpc cola --data_dir glue/ --seeds 1 2 3 [--baseline random_init]
-        [--watch] [any run_glue.py flag, e.g. --paper_hparams or --max_steps 300]
+    python run_checkpoint_evals.py RUN --tasks mrpc cola squad race --data_dir glue/ --squad_dir squad/ \
+        --race_dir RACE/ --seeds 1 2 3 [--baseline random_init] [--watch] [fine-tuning flags, e.g. --paper_hparams]
 
 For every model folder of the run (sources.py: each complete step_N, the final folder, or the Hub's step-N
-branches; step 0 with random weights for the baseline), every task and every seed, `run_glue.py` fine-tunes it in a
-process of its own, with the same flags for all, and each dev metric becomes one row of RUN/downstream/results.jsonl
-({step, tokens, task, seed, metric, value}); then the table, the plot and the card (report.py). A row already there
+branches; step 0 with random weights for the baseline), every task and every seed, the task's script
+(`run_glue.py`, `run_squad.py` or `run_race.py`: `TASK_SCRIPTS`) fine-tunes it in a process of its own, with the
+same flags for all (a flag goes to the scripts that take it), and each dev metric becomes one row of
+RUN/downstream/results.jsonl ({step, tokens, task, seed, metric, value}); then the table, the plot and the card
+(report.py). A row already there
 is not computed again, so a killed job continues where it stopped; a second job on the same RUN is refused (the
 lock of RUN/downstream, not of RUN, which the pretraining run holds). `--watch` waits for checkpoints as the run
 writes them and ends once the run's final folder is evaluated.
@@ -28,15 +30,26 @@ from ..pretraining.checkpoints import StepCheckpoints
 from ..pretraining.loadable import missing
 from ..runtime import output_lock
 from ..tasks.glue.tasks import TASKS
+from ..tasks.race import RaceDataArguments
 from . import report
 from .sources import Source, download, hub_sources, local_sources, random_init
 
 logger = logging.getLogger("albert_hf.checkpoint_evals")
 
 OWN_DATA = "own_data"  # the task name of --train_file / --validation_file
-# what eval_results.json holds besides the metrics
+# the tasks beside GLUE's: the script that fine-tunes each, and its dev metric (the table's and the plot's)
+TASK_SCRIPTS = {"squad": "run_squad.py", "squad_v2": "run_squad.py", "race": "run_race.py"}
+OTHER_MAIN_METRICS = {"squad": "f1", "squad_v2": "f1", "race": "accuracy"}
+# --squad_dir: the official file names of each version's train and dev sets; without it, the Hub's datasets
+SQUAD_FILES = {"squad": ("train-v1.1.json", "dev-v1.1.json"), "squad_v2": ("train-v2.0.json", "dev-v2.0.json")}
+HUB_DATASETS = {"squad": "rajpurkar/squad", "squad_v2": "rajpurkar/squad_v2", "race": "ehovy/race"}
+# what eval_results.json holds besides the metrics: losses, speeds, counts and SQuAD v2's tuned thresholds
 NOT_METRICS = {"loss", "runtime", "samples_per_second", "steps_per_second", "samples", "model_tflops_per_second",
-               "mfu"}
+               "mfu", "features", "total", "HasAns_total", "NoAns_total", "num_high", "num_middle", "null_threshold",
+               "best_exact_thresh", "best_f1_thresh"}
+# the flags this job sets for each fine-tuning (its data, folder, model and seed)
+TAKEN = {"--output_dir", "--model_name_or_path", "--seed", "--task_name", "--do_train", "--do_eval", "--data_dir",
+         "--train_file", "--validation_file", "--dataset_name", "--dataset_config_name", "--version_2_with_negative"}
 
 
 @dataclass(frozen=True)
@@ -44,6 +57,8 @@ class EvalArguments:
     run: str  # the run's output folder, or hub:OWNER/NAME
     tasks: list[str]
     data_dir: str | None
+    squad_dir: str | None
+    race_dir: str | None
     train_file: str | None
     validation_file: str | None
     seeds: list[int]
@@ -54,15 +69,21 @@ class EvalArguments:
     device: str | None
     with_tracking: bool
     hub_token: str | None
+    flags: dict[str, list[str]]  # the fine-tuning flags each script takes (`flags_by_script`)
 
 
-def parse_args(argv=None) -> tuple[EvalArguments, list[str]]:
-    """Our arguments, and the rest for run_glue.py (every fine-tuning alike)."""
+def parse_args(argv=None) -> EvalArguments:
+    """Our arguments, and the rest for the fine-tuning scripts (every checkpoint alike)."""
     parser = argparse.ArgumentParser(prog="run_checkpoint_evals.py", description=__doc__.split("\n\n")[0],
                                      allow_abbrev=False)  # --seed is run_glue.py's, not short for --seeds
     parser.add_argument("run", help="a run_pretraining.py --output_dir, or hub:OWNER/NAME (its step-N branches)")
-    parser.add_argument("--tasks", nargs="*", default=[], help="GLUE task names (mrpc, cola, ...)")
+    parser.add_argument("--tasks", nargs="*", default=[], help="GLUE task names (mrpc, cola, ...), squad, squad_v2, "
+                        "race")
     parser.add_argument("--data_dir", help="the original GLUE folders (else the Hub's nyu-mll/glue)")
+    parser.add_argument("--squad_dir", help="a folder with the official train-v1.1.json and dev-v1.1.json (squad), "
+                        "train-v2.0.json and dev-v2.0.json (squad_v2); else the Hub's rajpurkar/squad(_v2)")
+    parser.add_argument("--race_dir", help="RACE in its official layout ({train,dev}/{high,middle}/*.txt); else the "
+                        "Hub's ehovy/race")
     parser.add_argument("--train_file", help=f"your own labelled data (with --validation_file): task {OWN_DATA}")
     parser.add_argument("--validation_file")
     parser.add_argument("--seeds", nargs="+", type=int, default=[42], help="fine-tuning seeds (default: 42)")
@@ -78,10 +99,17 @@ def parse_args(argv=None) -> tuple[EvalArguments, list[str]]:
     parser.add_argument("--hub_token", help="default: the saved Hub login")
     known, rest = parser.parse_known_args(argv)
     tasks = [task.lower() for task in known.tasks]
-    unknown = [task for task in tasks if task not in TASKS]
+    unknown = [task for task in tasks if task not in TASKS and task not in TASK_SCRIPTS]
     if unknown:
-        raise InputError(f"--tasks {' '.join(unknown)}: not a GLUE task ({', '.join(TASKS)}); your own data goes in "
-                         "--train_file and --validation_file")
+        raise InputError(f"--tasks {' '.join(unknown)}: not a task here (GLUE's {', '.join(TASKS)}; "
+                         f"{', '.join(TASK_SCRIPTS)}); your own data goes in --train_file and --validation_file")
+    for task in tasks:
+        if task in SQUAD_FILES and known.squad_dir:
+            absent = [name for name in SQUAD_FILES[task] if not (Path(known.squad_dir) / name).is_file()]
+            if absent:
+                raise InputError(f"--squad_dir {known.squad_dir}: no {' nor '.join(absent)} (task {task})")
+    if known.race_dir and "race" in tasks and not Path(known.race_dir).is_dir():
+        raise InputError(f"--race_dir {known.race_dir}: no such folder")
     if bool(known.train_file) != bool(known.validation_file):
         raise InputError("--train_file and --validation_file go together (the dev scores are the rows)")
     if known.train_file:
@@ -94,32 +122,99 @@ def parse_args(argv=None) -> tuple[EvalArguments, list[str]]:
         raise InputError("--watch waits for a local run's checkpoints: pass the run's --output_dir")
     if known.watch_interval <= 0:
         raise InputError("--watch_interval must be above 0")
-    taken = {"--output_dir", "--model_name_or_path", "--seed", "--task_name", "--do_train", "--do_eval"}
-    clash = sorted(flag for flag in rest if flag.split("=")[0] in taken)
+    clash = sorted(flag for flag in rest if flag.split("=")[0] in TAKEN)
     if clash:
         raise InputError(f"{', '.join(clash)}: run_checkpoint_evals.py sets it for each fine-tuning")
     output_dir = known.output_dir or (Path(known.run) / "downstream" if not known.run.startswith("hub:")
                                       else Path(known.run[4:].replace("/", "-") + "-downstream"))
-    return EvalArguments(known.run, tasks, known.data_dir, known.train_file, known.validation_file, known.seeds,
+    return EvalArguments(known.run, tasks, known.data_dir, known.squad_dir, known.race_dir, known.train_file,
+                         known.validation_file, known.seeds,
                          known.baseline, known.watch, known.watch_interval, output_dir, known.device,
-                         known.with_tracking, known.hub_token), rest
+                         known.with_tracking, known.hub_token, flags_by_script(rest, tasks))
+
+
+def script_of(task: str) -> str:
+    return TASK_SCRIPTS.get(task, "run_glue.py")
+
+
+def flags_by_script(rest: list[str], tasks: list[str]) -> dict[str, list[str]]:
+    """The fine-tuning flags each script of `tasks` takes: a flag goes to the scripts whose arguments have it (e.g.
+    --doc_stride to run_squad.py only); one that none takes is refused, a bad value too, in one line."""
+    import argparse as argparse_module
+
+    from transformers import HfArgumentParser
+
+    from ..tasks.arguments import AlbertTrainingArguments, ModelArguments
+    from ..tasks.glue.job import GlueDataArguments
+    from ..tasks.squad.job import SquadDataArguments
+
+    data_classes = {"run_glue.py": GlueDataArguments, "run_squad.py": SquadDataArguments,
+                    "run_race.py": RaceDataArguments}
+    groups, group = [], []  # each flag with the values that follow it
+    for token in rest:
+        if token.startswith("--") and group:
+            groups.append(group)
+            group = []
+        group.append(token)
+    if group:
+        groups.append(group)
+    if groups and not groups[0][0].startswith("--"):
+        raise InputError(f"{groups[0][0]}: not a flag (run_checkpoint_evals.py takes one RUN)")
+    given = {}
+    for script in sorted({script_of(task) for task in tasks}):
+        parser = HfArgumentParser((ModelArguments, data_classes[script], AlbertTrainingArguments),
+                                  exit_on_error=False)
+        given[script] = []
+        for group in groups:
+            try:
+                _, unknown = parser.parse_known_args([*group, "--model_name_or_path", "-"])  # we set that one
+            except argparse_module.ArgumentError as error:
+                raise InputError(f"{group[0]}: {error.message} ({script})") from None
+            if not unknown:
+                given[script] += group
+    nowhere = [group[0] for group in groups if not any(group[0] in flags for flags in given.values())]
+    if nowhere:
+        raise InputError(f"{', '.join(nowhere)}: not a flag of {' nor '.join(sorted(given))}")
+    return given
+
+
+def flag_names(flags: dict[str, list[str]]) -> list[str]:
+    return [token.split("=")[0] for tokens in flags.values() for token in tokens if token.startswith("--")]
 
 
 def main_metric(task: str, rows: list[dict]) -> str:
-    """A GLUE task's official key metric; for your own data accuracy, or Pearson for float labels."""
+    """A GLUE task's official key metric, SQuAD's F1, RACE's accuracy; for your own data accuracy, or Pearson for
+    float labels."""
     if task in TASKS:
         return TASKS[task].main_metric
+    if task in OTHER_MAIN_METRICS:
+        return OTHER_MAIN_METRICS[task]
     return "accuracy" if any(row["metric"] == "accuracy" for row in rows if row["task"] == task) else "pearson"
 
 
-def finetune_command(args: EvalArguments, scripts: Path, model: Path, task: str, seed: int, folder: Path,
-                     rest: list[str]) -> tuple[list[str], dict]:
-    """The run_glue.py command of one fine-tuning, and its environment (--device)."""
-    data = (["--train_file", args.train_file, "--validation_file", args.validation_file] if task == OWN_DATA else
-            ["--task_name", task] + (["--data_dir", args.data_dir] if args.data_dir else []))
-    command = [sys.executable, str(scripts / "run_glue.py"), "--model_name_or_path", str(model), "--output_dir",
+def task_data(args: EvalArguments, task: str) -> list[str]:
+    """The data flags of one task's script: the local files asked for, else the Hub's dataset."""
+    if task == OWN_DATA:
+        return ["--train_file", args.train_file, "--validation_file", args.validation_file]
+    if task in SQUAD_FILES:
+        data = (["--train_file", str(Path(args.squad_dir) / SQUAD_FILES[task][0]), "--validation_file",
+                 str(Path(args.squad_dir) / SQUAD_FILES[task][1])] if args.squad_dir
+                else ["--dataset_name", HUB_DATASETS[task]])
+        return data + ["--version_2_with_negative"] * (task == "squad_v2")
+    if task == "race":
+        return ["--data_dir", args.race_dir] if args.race_dir else ["--dataset_name", HUB_DATASETS[task]]
+    return ["--task_name", task] + (["--data_dir", args.data_dir] if args.data_dir else [])
+
+
+def finetune_command(args: EvalArguments, scripts: Path, model: Path, task: str, seed: int,
+                     folder: Path) -> tuple[list[str], dict]:
+    """The command of one fine-tuning, with the fine-tuning flags its script takes, and its environment
+    (--device)."""
+    data = task_data(args, task)
+    command = [sys.executable, str(scripts / script_of(task)), "--model_name_or_path", str(model), "--output_dir",
                str(folder), "--overwrite_output_dir", "--do_train", "--do_eval", "--seed", str(seed),
-               "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "true", *data, *rest]
+               "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "true", *data,
+               *args.flags[script_of(task)]]
     env = dict(os.environ)
     if args.device == "cpu":
         command.append("--use_cpu")
@@ -142,8 +237,8 @@ def run_command(command: list[str], env: dict) -> subprocess.CompletedProcess:
 class Evaluations:
     """One job's fine-tunings and rows (module docstring); `run_process` runs each fine-tuning's process."""
 
-    def __init__(self, args: EvalArguments, rest: list[str], scripts: Path, run_process=run_command):
-        self.args, self.rest, self.scripts, self.run_process = args, rest, scripts, run_process
+    def __init__(self, args: EvalArguments, scripts: Path, run_process=run_command):
+        self.args, self.scripts, self.run_process = args, scripts, run_process
         self.out = args.output_dir
         self.done = {(row["step"], row["task"], row["seed"]) for row in report.read_rows(self.out)}
         self.reported: set[str] = set()  # sources already said to be unusable
@@ -151,7 +246,8 @@ class Evaluations:
         self.hub = args.run[4:] if args.run.startswith("hub:") else None
 
     def sources(self) -> list[Source]:
-        found = hub_sources(self.hub, self.args.hub_token) if self.hub else local_sources(Path(self.args.run))
+        found = (hub_sources(self.hub, self.out / "hub", self.args.hub_token) if self.hub else
+                 local_sources(Path(self.args.run)))
         if self.args.baseline == "random_init" and (self.hub is None or found):
             model_files = Path(self.args.run) if self.hub is None else download(found[-1], self.out / "hub",
                                                                                  self.args.hub_token)
@@ -193,7 +289,7 @@ class Evaluations:
 
     def finetune(self, source: Source, model: Path, task: str, seed: int) -> None:
         folder = self.out / "runs" / source.name / task / f"seed_{seed}"
-        command, env = finetune_command(self.args, self.scripts, model, task, seed, folder, self.rest)
+        command, env = finetune_command(self.args, self.scripts, model, task, seed, folder)
         logger.info("%s, %s, seed %d: fine-tuning", source.name, task, seed)
         began = time.perf_counter()
         done = self.run_process(command, env)
@@ -256,12 +352,16 @@ def main(argv=None, scripts: Path | None = None, run_process=run_command) -> Non
     process runs."""
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S",
                         level=logging.INFO)
-    args, rest = parse_args(argv)
+    args = parse_args(argv)
+    for script, flags in args.flags.items():
+        left_out = sorted(set(flag_names(args.flags)) - set(flag_names({script: flags})))
+        if left_out:
+            logger.info("%s: not given %s (it has no such flag)", script, ", ".join(left_out))
     scripts = scripts or Path(sys.argv[0]).resolve().parent
     if not args.run.startswith("hub:") and not args.watch and not Path(args.run).is_dir():
         raise InputError(f"{args.run}: no such run folder (--watch waits for one)")
     with output_lock.held(args.output_dir, "--output_dir of the evaluations"):
-        jobs = Evaluations(args, rest, scripts, run_process)
+        jobs = Evaluations(args, scripts, run_process)
         while True:
             sources = jobs.sources()
             computed = sum(jobs.evaluate(source) for source in sources)

@@ -40,16 +40,26 @@ def step_tokens(checkpoint: Path) -> float | None:
         return None
 
 
+def steps_and_tokens(folder: Path) -> tuple[int | None, float | None]:
+    """What a model folder's all_results.json says of its training: the steps and the tokens seen (None each where
+    it does not say)."""
+    try:
+        results = json.loads((folder / "all_results.json").read_text())
+    except (OSError, ValueError):
+        return None, None
+    if not isinstance(results, dict):
+        return None, None
+    steps, tokens = results.get("train_steps"), results.get("total_tokens")
+    return (steps if type(steps) is int else None,
+            float(tokens) if isinstance(tokens, (int, float)) and not isinstance(tokens, bool) else None)
+
+
 def final_source(run_dir: Path) -> Source | None:
     """The run's final folder, once the run has written it (its all_results.json names the steps and tokens)."""
-    try:
-        results = json.loads((run_dir / "all_results.json").read_text())
-    except (OSError, ValueError):
+    steps, tokens = steps_and_tokens(run_dir)
+    if steps is None or missing(run_dir):
         return None
-    if not isinstance(results, dict) or type(results.get("train_steps")) is not int or missing(run_dir):
-        return None
-    tokens = results.get("total_tokens")
-    return Source(results["train_steps"], float(tokens) if isinstance(tokens, (int, float)) else None, run_dir)
+    return Source(steps, tokens, run_dir)
 
 
 def local_sources(run_dir: Path) -> list[Source]:
@@ -66,13 +76,22 @@ def local_sources(run_dir: Path) -> list[Source]:
     return [found[step] for step in sorted(found)]
 
 
-def hub_sources(repo: str, token: str | None = None) -> list[Source]:
-    """The `step-N` branches of a Hub model repo (what --hub_strategy all_checkpoints pushes), by step."""
+def hub_sources(repo: str, into: Path, token: str | None = None) -> list[Source]:
+    """The `step-N` branches of a Hub model repo (what --hub_strategy all_checkpoints pushes), by step, with the
+    tokens their all_results.json names (downloaded alone into `into`/step_N; `download` fetches the rest)."""
     from huggingface_hub import HfApi
 
-    refs = HfApi(token=token).list_repo_refs(repo)
-    steps = sorted(int(match.group(1)) for branch in refs.branches if (match := HUB_BRANCH.match(branch.name)))
-    return [Source(step, None, repo, f"step-{step}") for step in steps]
+    api = HfApi(token=token)
+    steps = sorted(int(match.group(1)) for branch in api.list_repo_refs(repo).branches
+                   if (match := HUB_BRANCH.match(branch.name)))
+    found = []
+    for step in steps:
+        folder = into / f"step_{step}"
+        if not (folder / "all_results.json").is_file():
+            api.snapshot_download(repo, revision=f"step-{step}", local_dir=str(folder),
+                                  allow_patterns=["all_results.json"])
+        found.append(Source(step, steps_and_tokens(folder)[1], repo, f"step-{step}"))
+    return found
 
 
 def download(source: Source, into: Path, token: str | None = None) -> Path:

@@ -269,6 +269,7 @@ class StepCheckpoints:
         `window_length` sums when saved). First the files are checked against their record; nothing is unpickled
         with code. A checkpoint that cannot be loaded, or a state that cannot be restored, stops with one line."""
         from safetensors import SafetensorError
+        from torch.distributed.checkpoint.api import CheckpointException
 
         self.wait_for_record()
         fault = None
@@ -287,8 +288,8 @@ class StepCheckpoints:
             with checkpoint_files.weights_only_loads():
                 self.accelerator.load_state(str(path))
             state = json.loads((path / STATE_FILE).read_text())
-        except (OSError, RuntimeError, ValueError, KeyError, EOFError, pickle.UnpicklingError,
-                SafetensorError) as error:
+        except (OSError, RuntimeError, ValueError, KeyError, EOFError, pickle.UnpicklingError, SafetensorError,
+                CheckpointException) as error:  # CheckpointException: a sharded state's reader failed
             culprit = checkpoint_files.unreadable(path)
             raise InputError(f"--resume_from_checkpoint {path}: cannot load {culprit or f'it: {first_line(error)}'}"
                              f"{self.earlier_than(path)}") from None

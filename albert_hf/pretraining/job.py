@@ -329,8 +329,7 @@ def pretrain(args: PretrainingArguments) -> dict:
         run = prepare(args)
         result = fit(run, stop)
         if result.stopped_by is None:
-            cost = {"train_steps": result.steps, **run.throughput.totals(result.run_tokens, result.run_seconds),
-                    **run.throughput.peak_said()}
+            cost = run.throughput.summary(result.steps, result.run_tokens, result.run_seconds)
             finish(run, result.eval_metrics, result.steps, cost)
         elif run.hub is not None:  # the stop's checkpoint goes up before the process ends (--hub_strategy)
             run.hub.wait(f"{result.stopped_by} received: the checkpoint of step {result.steps} first")

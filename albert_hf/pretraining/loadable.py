@@ -13,23 +13,29 @@ A checkpoint written before checkpoints held these files is made loadable by
     python -m albert_hf.pretraining.loadable OUTPUT_DIR/step_N [--model_files FOLDER]
 
 which checks it against its record, adds the files (from FOLDER, default the run's final folder or its
-.model_files) and records them.
+.model_files), for an FSDP checkpoint the full weights read from its shards (as data: `gathered_weights`), and
+records them.
 """
 
 import argparse
 import copy
 import os
+import pickle
 import shutil
 import sys
+import warnings
 from pathlib import Path
 
-from ..errors import InputError
+from torch.distributed.checkpoint.api import CheckpointException
+
+from ..errors import InputError, first_line
 from ..runtime import checkpoint_files
 from ..runtime.cli import run_entry_point
 from .checkpoints import MODEL_FILES_DIR, RECORD_FILE, StepCheckpoints
 
 AUTO_MAP_MODULE = "albert_hf.modeling_albert_hf"
 WEIGHTS = "model.safetensors"
+FSDP_SHARDS = "pytorch_model_fsdp_0"  # accelerate's folder of an FSDP checkpoint's model shards
 # what from_pretrained needs beside the weights (the tokenizer's files are what its save_pretrained wrote)
 REQUIRED = ("config.json", "configuration_albert_hf.py", "modeling_albert_hf.py", "tokenizer_config.json")
 
@@ -95,17 +101,50 @@ def make_loadable(checkpoint: Path, given: Path | None = None) -> list[str]:
         raise InputError(f"{checkpoint}: {problem}")
     if not missing(checkpoint):
         return []
-    if not (checkpoint / WEIGHTS).is_file():
-        raise InputError(f"{checkpoint}: no {WEIGHTS} (an FSDP checkpoint holds sharded weights only): resume it "
-                         "with --resume_from_checkpoint and let the run write its next checkpoints, which hold them")
+    if not (checkpoint / WEIGHTS).is_file() and not (checkpoint / FSDP_SHARDS).is_dir():
+        raise InputError(f"{checkpoint}: neither {WEIGHTS} nor {FSDP_SHARDS}/: not a checkpoint of run_pretraining.py")
     source = model_files_for(checkpoint, given)
     added = [path.name for path in sorted(source.iterdir()) if path.is_file() and path.name in allowed(source)
              and not (checkpoint / path.name).exists()]
     for name in added:
         shutil.copyfile(source / name, checkpoint / name)
+    if not (checkpoint / WEIGHTS).is_file():  # FSDP: the shards only
+        gathered_weights(checkpoint, source)
+        added.append(WEIGHTS)
     if (checkpoint / RECORD_FILE).is_file():  # the files as they are now, the added ones among them
         checkpoint_files.write_record(checkpoint, RECORD_FILE)
     return added
+
+
+def gathered_weights(checkpoint: Path, files: Path) -> None:
+    """An FSDP checkpoint's model shards (FSDP_SHARDS, torch.distributed.checkpoint's format), read in one process
+    as data (`checkpoint_files.weights_only_loads`) into the model of `files`' config, written as its WEIGHTS."""
+    import torch.distributed.checkpoint as dcp
+
+    from .. import modeling_albert_hf
+    from ..configuration_albert_hf import AlbertHFConfig
+
+    config = AlbertHFConfig.from_pretrained(files)
+    model = getattr(modeling_albert_hf, (config.architectures or ["AlbertHFForPreTraining"])[0])(config)
+    weights = model.state_dict()
+    shards = dcp.FileSystemReader(str(checkpoint / FSDP_SHARDS))
+    try:
+        with checkpoint_files.weights_only_loads():
+            saved = {name.removeprefix("model.") for name in shards.read_metadata().state_dict_metadata}
+            if saved != set(weights):
+                raise InputError(f"{checkpoint / FSDP_SHARDS}: its tensors ({len(saved)}) are not those of the "
+                                 f"model of {files / 'config.json'} ({len(weights)}), e.g. "
+                                 f"{sorted(saved ^ set(weights))[0]}")
+            with warnings.catch_warnings():  # that it loads in one process is the point here
+                warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+                dcp.load({"model": weights}, storage_reader=shards, no_dist=True)
+    except (OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError, CheckpointException) as error:
+        raise InputError(f"{checkpoint / FSDP_SHARDS}: cannot be read ({first_line(error)})") from None
+    tmp = checkpoint / ".tmp-weights"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    os.replace(tmp / WEIGHTS, checkpoint / WEIGHTS)
+    shutil.rmtree(tmp)
 
 
 def allowed(source: Path) -> set[str]:

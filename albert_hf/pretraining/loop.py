@@ -295,17 +295,19 @@ def save_checkpoint(run: Pretraining, state: TrainingState) -> Path:
     pushed = run.hub is not None and run.hub.pushes(state.step)  # --hub_strategy: this step's model (and state)
     sharded = run.accelerator.distributed_type == DistributedType.FSDP  # a checkpoint's weights are shards then
     model = gather_full_model(run.accelerator, run.model) if pushed or sharded else None  # a collective under FSDP
-    path = run.checkpoints.save(state.step, state.checkpoint_state(run.accelerator),
-                                stream_state=None if run.stream is None else run.stream.state_dict(),
+    saved = state.checkpoint_state(run.accelerator)
+    path = run.checkpoints.save(state.step, saved, stream_state=None if run.stream is None else run.stream.state_dict(),
                                 full_model=model if sharded else None)
     if pushed:
         run.checkpoints.wait_for_record()  # uploaded with the state
-        if model is not None:
+        if model is not None:  # its all_results.json names the step and tokens (run_checkpoint_evals.py reads them)
+            cost = run.throughput.summary(state.step, saved["run_tokens"] + saved["window_tokens"],
+                                          saved["run_seconds"] + saved["window_seconds"])
             run.hub.push_checkpoint(state.step, path, lambda folder: save_final_model(
                 model, run.tokenizer, folder, card_run(run.args.model, run.args.data, run.args.objective,
                                                        run.args.optimization, run.args.output),
                 run.hub.latest_eval, run.global_batch, run.accelerator.num_processes,
-                where=where_trained(run.hardware, run.precision, run.accelerator.num_processes)))
+                where=where_trained(run.hardware, run.precision, run.accelerator.num_processes), cost=cost))
     return path
 
 

@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import json
 import os
+import pickle
 import shutil
 from pathlib import Path
 
@@ -95,16 +96,56 @@ def damage(folder: Path, files: dict[str, dict], leave_out: tuple[str, ...] = ()
     return None
 
 
+# What the `.metadata` of a sharded (torch.distributed.checkpoint) checkpoint may name: its own dataclasses, torch's
+# sizes, dtypes and layouts, and paths. torch reads that file with a plain pickle.load, which runs whatever it names.
+DCP_METADATA_GLOBALS = {
+    *(("torch.distributed.checkpoint.metadata", name) for name in (
+        "Metadata", "TensorStorageMetadata", "BytesStorageMetadata", "ChunkStorageMetadata", "TensorProperties",
+        "MetadataIndex", "StorageMeta", "_MEM_FORMAT_ENCODING")),
+    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"), ("torch", "Size"),
+    ("torch.serialization", "_get_layout"), ("pathlib", "PosixPath"), ("pathlib", "PurePosixPath")}
+
+
+class DataOnlyUnpickler(pickle.Unpickler):
+    """Unpickles a sharded checkpoint's `.metadata` as data: a global outside DCP_METADATA_GLOBALS (and torch's
+    dtypes) is refused before anything is called."""
+
+    def find_class(self, module, name):
+        import torch
+
+        if (module, name) in DCP_METADATA_GLOBALS or (module == "torch" and isinstance(getattr(torch, name, None),
+                                                                                         torch.dtype)):
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"{module}.{name}: not data of a sharded checkpoint's metadata (loading it "
+                                     "would run code): not loaded")
+
+
+class _DataOnlyPickle:
+    """The `pickle` module as torch.distributed.checkpoint's file reader sees it within `weights_only_loads`."""
+
+    def __getattr__(self, name):
+        return getattr(pickle, name)
+
+    @staticmethod
+    def load(file, **kwargs):
+        return DataOnlyUnpickler(file, **kwargs).load()
+
+
 @contextlib.contextmanager
 def weights_only_loads():
     """Every torch.load within is `weights_only=True`, also those that ask for less (accelerate loads the objects
-    registered for checkpointing with `weights_only=False`): torch's own switch, TORCH_FORCE_WEIGHTS_ONLY_LOAD."""
+    registered for checkpointing with `weights_only=False`): torch's own switch, TORCH_FORCE_WEIGHTS_ONLY_LOAD. A
+    sharded checkpoint's `.metadata` is read by `DataOnlyUnpickler`."""
+    from torch.distributed.checkpoint import filesystem
+
     name = "TORCH_FORCE_WEIGHTS_ONLY_LOAD"
     before = os.environ.get(name)
     os.environ[name] = "1"
+    filesystem.pickle = _DataOnlyPickle()
     try:
         yield
     finally:
+        filesystem.pickle = pickle
         if before is None:
             os.environ.pop(name, None)
         else:
@@ -132,6 +173,9 @@ def unreadable(folder: Path, names: list[str] | None = None) -> str | None:
                         file.get_slice(key)
             elif name.endswith(".json"):
                 json.loads(path.read_text())
+            elif path.name == ".metadata":  # a sharded checkpoint's index
+                with open(path, "rb") as file:
+                    DataOnlyUnpickler(file).load()
         except Exception as error:  # noqa: BLE001 - whatever the reader raised names this file
             reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             if name.endswith(PICKLED) and "Weights only load failed" in str(error):

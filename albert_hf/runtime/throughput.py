@@ -47,6 +47,11 @@ class Throughput:
                 found["mean_mfu"] = mean["mfu"]
         return found
 
+    def summary(self, steps: int, tokens: float, seconds: float) -> dict:
+        """The run's cost after `steps` (`COST_FIELDS`): all_results.json's and the card's, at the end and in each
+        checkpoint pushed to the Hub."""
+        return {"train_steps": steps, **self.totals(tokens, seconds), **self.peak_said()}
+
     def peak_said(self) -> dict:
         """{"mfu_peak": "989 TFLOP/s (H100 SXM, bf16 dense)"}: the peak of `mfu` and `mean_mfu`, for the summaries;
         {} without one."""
