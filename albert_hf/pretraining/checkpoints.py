@@ -35,11 +35,11 @@ STREAM_STATE_FILE = "stream_state_{}.json"  # --streaming: each process's positi
 SCHEDULE_FILE = "schedule.json"  # the learning-rate schedule's position (its state_dict, all numbers)
 LEGACY_SCHEDULE_FILE = "custom_checkpoint_0.pkl"  # where it was before (accelerate's pickle): read as data
 RANDOM_STATE_FILE = "random_states_{}.pkl"  # accelerate's: each process's random generators
-# The record of a checkpoint's files: each file's size and sha256 (checkpoint_files.record), written last, beside
+# The record of a checkpoint's files: each file's size and sha256 (`checkpoint_files.record`), written last, beside
 # STATE_FILE, which names it under RECORD. It is hashed in the background, while training goes on (`save`).
 RECORD = "record"
 RECORD_FILE = "files.json"
-RECORD_PART = f".{RECORD_FILE}.part"  # checkpoint_files.write_record's: never read as a record, nor as a stray file
+RECORD_PART = f".{RECORD_FILE}.part"  # `checkpoint_files.write_record`'s: never read as a record, nor as a stray file
 FILL_MASK_FILE = "fill_mask_examples.json"  # the summary's fill-mask examples (all_results.json: metrics only)
 MODEL_FILES_DIR = ".model_files"  # the config, tokenizer and code every checkpoint links to (loadable.py)
 
@@ -131,7 +131,7 @@ class StepCheckpoints:
         self.total_limit = total_limit
         self.expected_bytes: int | None = None  # a checkpoint's size before the first is written (prepare sets it)
         self.schedule = None  # the learning-rate schedule, saved and restored with the state (job.py sets it)
-        self.model_files = None  # loadable.ModelFiles: the config, tokenizer and code linked into each (job.py)
+        self.model_files = None  # `loadable.ModelFiles`: the config, tokenizer and code linked into each (job.py)
         self._recording: threading.Thread | None = None  # the newest checkpoint's record being written (main)
         self._checked: Path | None = None  # the checkpoint `latest` found intact (main): not hashed again by `load`
 

@@ -5,7 +5,7 @@ ms of its 34-51 ms, and at 128 x 128 about 30 of 38-52 (BENCHMARKS.md, "second l
 graph (forward and backward of every micro-batch, clipping, the optimizer's update), a step is a copy of its batches
 into static buffers and one replay, with nothing read back to the host; the blocks are compiled first (the default
 mode), so the graph replays fused kernels. What makes it possible:
-- the step reads nothing from the device (`pretraining_step.accumulate_and_update`): the loss weights, the clipping
+- the step reads nothing from the device (`step.accumulate_and_update`): the loss weights, the clipping
   norm and LAMB's trust ratios stay there, and every batch has one shape on CUDA (the collator's static shapes and
   fixed-size masked positions);
 - the learning rate is a 0-dim device tensor that the schedule fills in place, so the captured update reads each

@@ -58,7 +58,7 @@ def recipe_arguments(recipe: dict, explicit: set[str], batch_divisor: int, hidde
 
     Args:
         recipe: the row, e.g. `glue.tasks.paper_recipe(task)[1]`.
-        explicit: the arguments the user gave (`cli.explicit_arguments`).
+        explicit: the arguments the user gave (`runtime.cli.explicit_arguments`).
         batch_divisor: gradient_accumulation_steps x processes, which the total batch is divided by.
         hidden_dropout_prob: the run's --hidden_dropout_prob, which an explicit one gives the attention too.
         with_dev_set: whether the run trains and evaluates (--do_train and --do_eval).

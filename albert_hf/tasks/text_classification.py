@@ -322,7 +322,7 @@ def reconcile_labels(names, checkpoint_config, model_name: str, where: str, igno
 
     Args:
         names (`tuple[str, ...]`, *optional*): the training data's labels (`class_names`,
-            `token_classification.tag_names`); None: regression.
+            `ner.tag_names`); None: regression.
         checkpoint_config (`PretrainedConfig`): the checkpoint's config (`id2label`, `problem_type`).
         model_name (`str`): the checkpoint, named in messages.
         where (`str`): the training file or split, named in messages.

@@ -184,7 +184,7 @@ class AlbertTrainer(Trainer):
         super()._push_from_checkpoint(checkpoint_folder)
 
     def create_model_card(self, *args, card: Callable[[], None] | None = None, **kwargs):
-        """Trainer.push_to_hub writes README.md with this just before uploading: `card` (finetuning.finish passes
+        """Trainer.push_to_hub writes README.md with this just before uploading: `card` (`finetuning.finish` passes
         ours, `push_to_hub(card=...)`) writes it instead of Trainer's draft."""
         if card is None:
             return super().create_model_card(*args, **kwargs)
