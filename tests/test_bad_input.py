@@ -120,7 +120,7 @@ def test_run_squad_short_windows_compose_with_the_default_question_length(tmp_pa
     argv = common_args(tiny_checkpoint, out, steps=1, seq=48)
     at = argv.index("--max_query_length")
     del argv[at:at + 2]  # the default, 64, longer than the 48-piece window
-    with caplog.at_level(logging.WARNING, logger="albert_hf.tasks.squad.job"):
+    with caplog.at_level(logging.WARNING, logger="albert_hf"):
         run_squad(["--train_file", path, "--validation_file", path, "--do_train", "--do_eval", *argv])
     capped = [r.getMessage() for r in caplog.records if "--max_query_length" in r.getMessage()]
     assert capped == ["--max_query_length 64 would leave no context in a --max_seq_length 48 window: questions keep "
@@ -135,7 +135,7 @@ def test_the_default_max_seq_length_is_capped_at_a_small_models_positions(tmp_pa
     import run_race
 
     reset_accelerate_state()
-    with caplog.at_level(logging.WARNING, logger="albert_hf.tasks.finetuning"):
+    with caplog.at_level(logging.WARNING, logger="albert_hf"):
         run_race.main([str(a) for a in ["--model_name_or_path", tiny_checkpoint, "--data_dir", root, "--do_eval",
                                         "--output_dir", out, "--report_to", "none", "--max_eval_samples", 2]])
     assert "--max_seq_length 512 is longer than the model's 128 positions; using 128" in caplog.text

@@ -141,7 +141,7 @@ def test_with_rollback_a_diverged_run_goes_back_to_the_checkpoint_before_and_end
     after step 9, to the end, with finite weights; metrics.jsonl keeps one series with the rollback's row."""
     run = tmp_path / "run"
     nan_at(monkeypatch, 7)
-    with caplog.at_level("WARNING", logger="albert_hf.pretraining.job"):
+    with caplog.at_level("WARNING", logger="albert_hf"):
         pretraining.main(["--output_dir", str(run), *FAST, "--max_train_steps", "16", "--logging_steps", "2",
                           "--checkpointing_steps", "5", "--max_consecutive_skips", "2", "--on_divergence",
                           "rollback", *QUIET, "--no_plots"])

@@ -248,7 +248,7 @@ def test_malformed_tsv_rows_are_skipped_and_counted(tmp_path, caplog):
     path = tmp_path / "train.tsv"
     write_tsv(path, ["id", "qid1", "qid2", "question1", "question2", "is_duplicate"],
               [(1, 1, 2, "a?", "b?", 0), (2, 3, 4, "broken line"), (3, 5, 6, "c?", "d?", 1)])
-    with caplog.at_level(logging.WARNING, logger="albert_hf.tasks.glue"):
+    with caplog.at_level(logging.WARNING, logger="albert_hf"):
         dataset = read_glue_tsv(path, TASKS["qqp"])
     assert dataset["idx"] == [1, 3] and dataset["label"] == ["0", "1"]
     assert "skipped 1 malformed row(s) (expected 6 tab-separated fields), first at line 3" in caplog.text
@@ -265,7 +265,7 @@ def test_hub_by_task_name_offline_points_to_local_files(caplog, tmp_path):
     path = tmp_path / "train.csv"
     path.write_text("question1,question2,label\nWhy?,,0\nHow?,What?,1\n")
     data_args = GlueDataArguments(task_name="qqp", train_file=str(path))
-    with caplog.at_level(logging.WARNING, logger="albert_hf.tasks.glue"):
+    with caplog.at_level(logging.WARNING, logger="albert_hf"):
         splits = prepare_splits(*load_raw_splits(data_args, TASKS["qqp"], {"train"}), TASKS["qqp"])
     assert splits["train"]["label"] == [0, 1]
     assert "1 empty value(s) in column 'question2', read as empty text" in caplog.text
@@ -502,7 +502,7 @@ def test_test_set_labels_are_used_only_when_every_row_has_one(tmp_path, caplog):
     assert script.labels_of_test_set(Dataset.from_dict({"label": [-1, -1]}), rte, "hub test") is None  # the Hub's
     assert script.labels_of_test_set(Dataset.from_dict({"label": ["not_entailment", "entailment"]}), rte,
                                      "t.csv") == [1, 0]
-    with caplog.at_level(logging.WARNING, logger="albert_hf.tasks.glue"):
+    with caplog.at_level(logging.WARNING, logger="albert_hf"):
         assert script.labels_of_test_set(Dataset.from_dict({"label": ["entailment", ""]}), rte, "part.csv") is None
     assert "part.csv: 1 of 2 rows have no label" in caplog.text
     with pytest.raises(ValueError, match=r"bad\.csv: row 1: unknown label 'maybe'"):
@@ -546,8 +546,7 @@ def test_end_to_end_on_real_glue_files(task_name, folder, tiny_checkpoint, tmp_p
     from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
     shared_data("glue", folder)
-    caplog.set_level(logging.INFO, logger="albert_hf.tasks.glue")
-    caplog.set_level(logging.INFO, logger="albert_hf.tasks.recipe")  # where --paper_hparams logs
+    caplog.set_level(logging.INFO, logger="albert_hf")  # the glue job and --paper_hparams (recipe.py) log
     # --paper_hparams with the size flags given explicitly: the official optimizer and schedule run, the rest is
     # kept small.
     run_glue(common_args(tiny_checkpoint, tmp_path, "--task_name", task_name, "--data_dir", GLUE_DATA,

@@ -112,7 +112,7 @@ def test_a_slow_hub_does_not_hold_the_steps_up_and_the_newest_checkpoint_wins(tm
     pretrain_pushed(tmp_path / "instant_run", instant, "--hub_strategy", "every_save", steps=8)
     assert instant.messages() == [*(f"Training in progress, step {s}" for s in (2, 4, 6, 8)), "End of training"]
     reset_accelerate_state()
-    with caplog.at_level("INFO", logger="albert_hf.hub.upload"):
+    with caplog.at_level("INFO", logger="albert_hf"):
         pretrain_pushed(tmp_path / "slow_run", slow, "--hub_strategy", "every_save", steps=8)
     # synchronous uploads would have added at least 4 x 4 s (one per checkpoint) to the loop
     assert fit_seconds[1] < fit_seconds[0] + 6.0, fit_seconds
@@ -222,7 +222,7 @@ def test_a_stopped_run_pushes_its_state_and_continues_from_the_hub_in_an_empty_f
     main(["--output_dir", str(tmp_path / "uninterrupted"), *args])
     reset_accelerate_state()
     elsewhere = tmp_path / "another_machine"
-    with FakeHub(root).patched(), caplog.at_level("INFO", logger="albert_hf.pretraining.job"):
+    with FakeHub(root).patched(), caplog.at_level("INFO", logger="albert_hf"):
         main(["--output_dir", str(elsewhere), *args, "--resume_from_checkpoint", "hub", "--hub_model_id", REPO])
     assert f"Resumed from {elsewhere / 'step_2'}: step 2" in caplog.text  # not a fresh start, which ends alike
     assert [row["step"] for row in rows(elsewhere)] == [4, 6, 8]

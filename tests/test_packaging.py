@@ -626,3 +626,38 @@ def test_the_docstrings_and_comments_name_modules_and_names_that_exist():
     planted stale one): a name left from a module since renamed sends the reader to a file that is not there."""
     found = stale_references(REPO / "albert_hf")
     assert not found, found
+
+
+def foreign_loggers(source: str, libraries: set[str]) -> list[str]:
+    """`getLogger(...)` calls naming a logger other than the module's own (`__name__`) or a library's that the
+    package imports (`"accelerate"`, whose notices the pretraining log quiets)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and (getattr(node.func, "attr", None) == "getLogger"
+                                           or getattr(node.func, "id", None) == "getLogger"):
+            argument = node.args[0] if node.args else None
+            if isinstance(argument, ast.Name) and argument.id == "__name__":
+                continue
+            if isinstance(argument, ast.Constant) and str(argument.value).split(".")[0] in libraries:
+                continue
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_the_logger_check_catches_a_module_logging_under_another_name():
+    planted = ('import logging\nfrom logging import getLogger\n'
+               'logger = logging.getLogger("albert_hf.pretraining.job")\nours = getLogger(__name__)\n'
+               'logging.getLogger("accelerate.utils").setLevel(logging.WARNING)\nroot = logging.getLogger()\n'
+               'other = getLogger(f"{__name__}.x")\n')
+    assert foreign_loggers(planted, {"accelerate"}) == ['3: logging.getLogger(\'albert_hf.pretraining.job\')',
+                                                        "6: logging.getLogger()", "7: getLogger(f'{__name__}.x')"]
+
+
+def test_every_module_logs_under_its_own_name():
+    """A log line names the module that wrote it (`getLogger(__name__)`; the log format prints it), so a reader finds
+    the code from the line and a filter on a package (`albert_hf.pretraining`) takes its modules' lines. Shown to
+    catch a module logging under another module's name."""
+    libraries = set(imported_top_level_modules(REPO / "albert_hf")) - {"albert_hf", *sys.stdlib_module_names}
+    found = [f"{path.relative_to(REPO)}:{where}" for path in sorted((REPO / "albert_hf").rglob("*.py"))
+             for where in foreign_loggers(path.read_text(), libraries)]
+    assert not found, found

@@ -130,7 +130,7 @@ def test_auto_find_batch_size_settles_below_an_out_of_memory_limit_and_trains_as
     common = [*FAST, "--max_train_steps", "6", "--eval_steps", "0", "--validation_split_percentage", "0",
               "--no_plots"]
     found, explicit = tmp_path / "found", tmp_path / "explicit"
-    with caplog.at_level("INFO", logger="albert_hf.pretraining.job"):
+    with caplog.at_level("INFO", logger="albert_hf"):
         job.main(["--output_dir", str(found), *common, "--global_batch_size", "16", "--per_device_train_batch_size",
                   "16", "--auto_find_batch_size"])
     start = next(r.getMessage() for r in caplog.records if "parameters; global batch" in r.getMessage())

@@ -156,7 +156,7 @@ def test_a_capped_max_qa_length_is_logged_once(tiny_checkpoint, caplog):
     record["options"][0][1] = "walked very slowly to the old school with many books " * 3  # a long qa part
     questions = Dataset.from_list(race.article_rows(record, "x", "high"))
     args = RaceDataArguments(max_seq_length=12, max_qa_length=64)
-    with caplog.at_level("INFO", logger="albert_hf.tasks.race"):
+    with caplog.at_level("INFO", logger="albert_hf"):
         fitted = race.fit_lengths(args, AutoConfig.from_pretrained(tiny_checkpoint))  # once per run, as run_race.py
         for _ in range(3):  # train, validation, test
             encoded = race.encode_questions(questions, tokenizer, fitted)

@@ -161,7 +161,7 @@ def test_three_seeds_give_a_summary_the_best_model_on_top_and_a_collapsed_seed_i
         return result
 
     monkeypatch.setattr(transformers.Trainer, "train", collapse_seed_2)
-    caplog.set_level(logging.INFO, logger="albert_hf.tasks.seeds")
+    caplog.set_level(logging.INFO, logger="albert_hf")
     out = tmp_path / "out"
     summary = run_glue(seed_args(tiny_checkpoint, out, train, dev, "--seeds", 1, 2, 3, "--retry_failed_seeds", 1,
                                  *BEST_CHECKPOINT))

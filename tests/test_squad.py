@@ -98,7 +98,7 @@ def test_untrainable_questions_are_counted_in_the_log_and_left_out(caplog):
         {"id": "empty", "title": "", "context": "  ", "question": "?", "answers": {"text": ["x"], "answer_start": [0]}},
         {"id": "none", "title": "", "context": FOX, "question": "?", "answers": {"text": [], "answer_start": []}},
     ]
-    with caplog.at_level(logging.WARNING, logger="albert_hf.tasks.squad.job"):
+    with caplog.at_level(logging.WARNING, logger="albert_hf"):
         kept = select_trainable(Dataset.from_list(rows), version_2=False, where="train.json")
     assert kept["id"] == ["q1", "q2", "q3"]
     assert "train.json: skipped 1 of 6 training questions with an answer text that is not at its answer_start " \

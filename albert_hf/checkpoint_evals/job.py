@@ -31,7 +31,7 @@ from ..tasks.glue.tasks import TASKS
 from . import report
 from .sources import Source, download, hub_sources, local_sources, random_init
 
-logger = logging.getLogger("albert_hf.checkpoint_evals")
+logger = logging.getLogger(__name__)
 
 OWN_DATA = "own_data"  # the task name of --train_file / --validation_file
 # what eval_results.json holds besides the metrics

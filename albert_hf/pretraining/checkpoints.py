@@ -27,7 +27,7 @@ from ..runtime.output_lock import in_use
 from ..runtime.storage import StorageError, agreed, fault_line, folder_bytes, refused
 from .divergence import newest_finite
 
-logger = logging.getLogger("albert_hf.pretraining.job")
+logger = logging.getLogger(__name__)
 
 STEP_DIR = re.compile(r"^step_(\d+)$")
 STATE_FILE = "training_state.json"  # written last: a step_N folder without it is not a checkpoint

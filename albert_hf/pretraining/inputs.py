@@ -28,7 +28,7 @@ from .pairs import NoPairsError, build_pretraining_dataset
 from .prepared_data import PretrainingData
 from .splits import corpus_splits
 
-logger = logging.getLogger("albert_hf.pretraining.job")
+logger = logging.getLogger(__name__)
 
 
 def check_train_files(train_files) -> None:

@@ -78,7 +78,7 @@ from .model import build_run_model, make_optimizer, planned_weight_bytes
 from .modes import auto_micro_batch, dry_run, preprocess
 from .plan import batch_split
 
-logger = logging.getLogger("albert_hf.pretraining.job")
+logger = logging.getLogger(__name__)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -33,8 +33,7 @@ from .log import MetricsLog, format_metrics
 from .step import COUNTS, FitResult, TrainingState, accumulation_groups, evaluate, training_step, update_gate
 from .step_graph import StepGraph
 
-# the job's log lines keep one logger name, for users' log filters and the tests that capture them
-logger = logging.getLogger("albert_hf.pretraining.job")
+logger = logging.getLogger(__name__)
 
 
 @dataclass

@@ -14,7 +14,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..runtime.throughput import Throughput, peak_memory_gib
 
-logger = logging.getLogger("albert_hf.pretraining.job")
+logger = logging.getLogger(__name__)
 
 LOSS_NORMALIZATIONS = ("global", "per_device")
 

@@ -28,7 +28,7 @@ import torch
 from ..runtime.distributed import requested_sharding
 from .step import accumulate_and_update
 
-logger = logging.getLogger("albert_hf.pretraining.job")
+logger = logging.getLogger(__name__)
 
 MODE = "whole-step-graph"  # the --torch_compile_mode that asks for it
 WARMUP_STEPS = 3  # before capture: allocator, optimizer state and compiled kernels settle

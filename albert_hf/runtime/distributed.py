@@ -43,7 +43,7 @@ FSDP_CPU_CONFIG = "examples/accelerate_configs/fsdp_cpu.yaml"
 _MODE_NAMES = {DistributedType.NO: "one process", DistributedType.MULTI_CPU: "DDP", DistributedType.MULTI_GPU: "DDP",
                DistributedType.FSDP: "FSDP2", DistributedType.DEEPSPEED: "DeepSpeed"}
 
-logger = logging.getLogger("albert_hf.runtime.distributed")
+logger = logging.getLogger(__name__)
 
 
 def _asked(name: str) -> bool:

@@ -39,7 +39,7 @@ import psutil
 import torch
 import torch.distributed as dist
 
-logger = logging.getLogger("albert_hf.runtime.preemption")
+logger = logging.getLogger(__name__)
 
 PREEMPTED = 75  # exit status after a stop on a signal, with a checkpoint written (sysexits.h EX_TEMPFAIL)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)

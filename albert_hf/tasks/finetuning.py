@@ -61,7 +61,7 @@ from .card import write_finetuned_card
 from .recipe import PaperRecipe
 from .trainer import StopOnSignalCallback, check_checkpoint
 
-logger = logging.getLogger("albert_hf.tasks.finetuning")
+logger = logging.getLogger(__name__)
 
 
 def parse_arguments(data_arguments_class, argv=None, seed_run: SeedRun | None = None) -> tuple:

@@ -11,7 +11,7 @@ from transformers import HfArgumentParser
 from ..errors import InputError
 from ..runtime.cli import explicit_arguments, parse_into_dataclasses
 
-logger = logging.getLogger("albert_hf.tasks.recipe")
+logger = logging.getLogger(__name__)
 
 # Every official fine-tuning script (run_classifier.py, run_squad_v1/v2.py, run_race.py) builds the optimizer of
 # optimization.py: AdamWeightDecay without bias correction, eps 1e-6, decoupled weight decay 0.01, linear warm-up

@@ -29,7 +29,7 @@ from ..metrics import classification_metrics, regression_metrics
 from ..runtime.input_files import read_with_datasets
 from .finetuning import SPLIT_FLAGS, write_index_predictions
 
-logger = logging.getLogger("albert_hf.tasks.text_classification")
+logger = logging.getLogger(__name__)
 
 # file extension -> (datasets builder, its options)
 FORMATS = {".csv": ("csv", {}), ".tsv": ("csv", {"delimiter": "\t"}), ".json": ("json", {}),

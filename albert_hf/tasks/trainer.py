@@ -25,7 +25,7 @@ from ..runtime.preemption import StopOnSignal
 from ..runtime.storage import StorageError, agreed, fault_line, folder_bytes, refused
 from ..runtime.throughput import flop_rates
 
-logger = logging.getLogger("albert_hf.tasks.trainer")
+logger = logging.getLogger(__name__)
 
 RECORD_FILE = "checkpoint_files.json"  # written last into a checkpoint-N: every other file's size and sha256
 
