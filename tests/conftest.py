@@ -95,3 +95,22 @@ def tiny_checkpoint(tmp_path_factory):
     AlbertHFForPreTraining(AlbertHFConfig.from_preset("tiny", vocab_size=len(tok))).save_pretrained(directory)
     tok.save_pretrained(directory)
     return directory
+
+
+@pytest.fixture(scope="module")
+def glue_root(tmp_path_factory):
+    """Every GLUE task's folder in its original layout, tiny (albert_hf.testing.glue_folders)."""
+    from albert_hf.testing.glue_folders import write_glue_folders
+
+    return write_glue_folders(tmp_path_factory.mktemp("glue_fixtures"))
+
+
+@pytest.fixture(scope="module")
+def reference_run(tmp_path_factory):
+    """One uninterrupted 12-step pretraining run with a checkpoint every 3 steps, the curve resumed runs must
+    follow."""
+    from pretraining_runs import RESUME_ARGS, pretrain
+
+    reference = tmp_path_factory.mktemp("reference") / "run"
+    pretrain(reference, *RESUME_ARGS)
+    return reference

@@ -16,10 +16,8 @@ from albert_hf.runtime.cli import run_entry_point
 from albert_hf.runtime.preemption import STOP_SIGNALS
 from albert_hf.tasks.finetuning import run_script
 from albert_hf.testing.glue_folders import write_glue_folders, write_tsv
-from helpers import ANY_PORT, REPO, reset_accelerate_state, run_bounded, subprocess_env
-from test_glue import run_glue
-from test_race import write_official_layout
-from test_squad import SQUAD_V1, common_args, run_squad, write_json
+from data_fixtures import SQUAD_V1, write_json, write_official_layout
+from helpers import ANY_PORT, REPO, reset_accelerate_state, run_bounded, run_glue, run_squad, squad_args, subprocess_env
 
 MRPC_HEADER = ["Quality", "#1 ID", "#2 ID", "#1 String", "#2 String"]
 MRPC_ROWS = [(i % 2, 100 + i, 200 + i, f"The cat sat on mat {i}.", f"A cat was on mat {i}.") for i in range(8)]
@@ -117,7 +115,7 @@ def test_run_glue_skips_a_truncated_last_line_and_counts_it(tmp_path, tiny_check
 def test_run_squad_short_windows_compose_with_the_default_question_length(tmp_path, tiny_checkpoint, caplog):
     path = write_json(tmp_path / "train-v1.1.json", SQUAD_V1)
     out = tmp_path / "out"
-    argv = common_args(tiny_checkpoint, out, steps=1, seq=48)
+    argv = squad_args(tiny_checkpoint, out, steps=1, seq=48)
     at = argv.index("--max_query_length")
     del argv[at:at + 2]  # the default, 64, longer than the 48-piece window
     with caplog.at_level(logging.WARNING, logger="albert_hf"):

@@ -12,8 +12,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from helpers import DDP, FSDP
 from pretraining_runs import metrics, pretrain_runs
-from test_distributed import DDP, FSDP
 
 pytestmark = [pytest.mark.trains, pytest.mark.launched]
 

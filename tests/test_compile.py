@@ -15,9 +15,8 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from albert_hf import AlbertHFForPreTraining, AlbertHFForSequenceClassification
-from helpers import tiny_config
+from helpers import make_inputs, mlm_labels, padded_batch, tiny_config
 from pretraining_runs import metrics, pretrain_runs
-from test_modeling import make_inputs, mlm_labels, padded_batch
 
 pytestmark = pytest.mark.compiles
 

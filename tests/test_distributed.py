@@ -21,11 +21,10 @@ from albert_hf.errors import InputError
 from albert_hf.pretraining.arguments import build_parser
 from albert_hf.pretraining.checkpoints import STATE_FILE
 from albert_hf.pretraining.flags import parse_args
-from helpers import BLOCK_ALBERT_HF, DDP, LAUNCH, REPO, THREADS_SAID, run_bounded, subprocess_env
+from helpers import BLOCK_ALBERT_HF, DDP, FSDP, LAUNCH, REPO, THREADS_SAID, run_bounded, subprocess_env
 from pretraining_runs import RESUME_ARGS, check_same_weights_and_curve, metrics, pretrain, pretrain_runs
 
 ARGS = [*RESUME_ARGS, "--mixed_precision", "no"]  # 12 steps, a checkpoint every 3; fp32 for the comparisons
-FSDP = [*LAUNCH, "--config_file", str(REPO / "examples" / "accelerate_configs" / "fsdp_cpu.yaml")]
 
 
 def free_port() -> int:

@@ -17,8 +17,8 @@ from albert_hf.pretraining import job as pretraining
 from albert_hf.pretraining import loop
 from albert_hf.pretraining.checkpoints import RECORD, STATE_FILE
 from albert_hf.pretraining.divergence import Diverged, check_losses, checkpoint_finite, stop_line, weights_finite
+from helpers import DDP, FSDP
 from pretraining_runs import FAST, metrics, pretrain, pretrain_runs, untimed
-from test_distributed import DDP, FSDP
 
 QUIET = ["--eval_steps", "0", "--validation_split_percentage", "0"]
 

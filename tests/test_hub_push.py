@@ -257,8 +257,8 @@ def test_under_two_processes_only_the_first_uploads_and_each_checkpoint_goes_up_
     """--hub_strategy checkpoint launched over 2 processes: every commit is the first process's and made once; the
     state in last-checkpoint/ holds both processes' random states; under FSDP2 the weights gathered for step 4's
     push are the final folder's."""
+    from helpers import DDP, FSDP
     from pretraining_runs import pretrain_runs
-    from test_distributed import DDP, FSDP
 
     root, out = tmp_path / "hub", tmp_path / "run"
     args = ["--max_train_steps", "4", "--checkpointing_steps", "2", "--eval_steps", "0",
@@ -286,13 +286,12 @@ def test_fine_tuning_with_trainers_hub_strategy_pushes_revisions_that_load(tiny_
     import sys
 
     from albert_hf.testing.glue_folders import write_glue_folders
-    from helpers import run_bounded, run_script, subprocess_env
-    from test_glue import common_args
+    from helpers import glue_args, run_bounded, run_script, subprocess_env
 
     hub, out = FakeHub(tmp_path / "hub"), tmp_path / "out"
     root = write_glue_folders(tmp_path / "glue")
     with hub.patched():
-        run_script("run_glue", [*common_args(tiny_checkpoint, out, "--task_name", "rte", "--data_dir", root / "RTE",
+        run_script("run_glue", [*glue_args(tiny_checkpoint, out, "--task_name", "rte", "--data_dir", root / "RTE",
                                              "--do_train", "--max_steps", 2, "--push_to_hub", "--hub_model_id",
                                              "someone/albert-rte", "--hub_strategy", "checkpoint"),
                                 "--save_strategy", "steps", "--save_steps", 1])

@@ -661,3 +661,29 @@ def test_every_module_logs_under_its_own_name():
     found = [f"{path.relative_to(REPO)}:{where}" for path in sorted((REPO / "albert_hf").rglob("*.py"))
              for where in foreign_loggers(path.read_text(), libraries)]
     assert not found, found
+
+
+def imports_of_test_files(source: str) -> list[str]:
+    """Imports of a test file (a `test_*` module), at module level or inside a function."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else \
+            [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
+        if any(name.split(".")[0].startswith("test_") for name in names):
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_the_test_import_finder_catches_an_import_inside_a_test():
+    planted = ("from helpers import REPO\nimport test_glue\nfrom data_fixtures import SQUAD_V1\n\n"
+               "def test_x():\n    from test_squad import write_json\n")
+    assert imports_of_test_files(planted) == ["2: import test_glue", "6: from test_squad import write_json"]
+
+
+def test_no_test_file_imports_another():
+    """What several test files share lives in tests/helpers.py (calls), data_fixtures.py (inputs), pretraining_runs.py
+    (pretraining runs) and conftest.py (fixtures): a test file imported by another one runs its module's code there,
+    and its fixtures come back as unused imports (shown to catch a planted import)."""
+    found = [f"{path.name}:{where}" for path in sorted(REPO.glob("tests/*.py"))
+             for where in imports_of_test_files(path.read_text())]
+    assert not found, found

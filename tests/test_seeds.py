@@ -20,8 +20,8 @@ from albert_hf.runtime.preemption import PREEMPTED
 from albert_hf.tasks import trainer
 from albert_hf.tasks.recipe import recipe_arguments
 from albert_hf.tasks.seeds import Baseline, majority_class, statistics_of
+from data_fixtures import reviews, write_csv
 from helpers import check_best_checkpoint, check_seed_summary, finetuning_args, run_script
-from test_own_data import reviews, write_csv
 
 
 def test_statistics_by_hand():

@@ -16,10 +16,16 @@ from albert_hf.pretraining.flags import parse_args
 from albert_hf.pretraining.inputs import build_data
 from albert_hf.runtime.preemption import PREEMPTED
 from data_fixtures import embedded
-from helpers import REPO, run_bounded, subprocess_env
+from helpers import DDP, REPO, run_bounded, subprocess_env
 from preloaded import launched_rank
-from pretraining_runs import check_same_weights_and_curve, metrics, pretrain, pretrain_runs
-from test_preemption import DDP, signal_once_training, stopped_step
+from pretraining_runs import (
+    check_same_weights_and_curve,
+    metrics,
+    pretrain,
+    pretrain_runs,
+    signal_once_training,
+    stopped_step,
+)
 
 FILES = 24
 
