@@ -117,7 +117,7 @@ def test_a_planted_pickle_in_a_step_checkpoint_runs_nothing_and_ends_in_one_line
 
 
 @pytest.mark.trains
-def test_a_step_checkpoint_records_its_files_last_and_one_whose_record_was_never_written_resumes_with_a_line(
+def test_a_checkpoint_records_its_files_last_and_one_whose_record_was_never_written_resumes_with_a_line(
         tmp_path, pretrained):
     """The record names every file of the checkpoint, training_state.json included, and is written after them (in
     the background, while training goes on); a run killed before it was written leaves a checkpoint that resumes

@@ -191,7 +191,7 @@ with hub.patched():
 """
 
 
-def test_a_stopped_run_pushes_its_state_and_continues_from_the_hub_in_an_empty_folder_to_the_same_weights(
+def test_a_stopped_run_pushes_its_state_and_resumes_from_the_hub_in_an_empty_folder_to_the_same_weights(
         tmp_path, fresh_accelerate_state, caplog):
     """--hub_strategy checkpoint and a SIGTERM after step 2: the run exits with status 75 once that step's model and
     full training state are on the (fake) Hub, the upload in flight waited for. A run in a new, empty folder with

@@ -687,3 +687,22 @@ def test_no_test_file_imports_another():
     found = [f"{path.name}:{where}" for path in sorted(REPO.glob("tests/*.py"))
              for where in imports_of_test_files(path.read_text())]
     assert not found, found
+
+
+def long_test_names(source: str, limit: int = 100) -> list[str]:
+    """The tests (`test_*` functions) whose name is over `limit` characters."""
+    return [f"{node.name} ({len(node.name)})" for node in ast.walk(ast.parse(source))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test_")
+            and len(node.name) > limit]
+
+
+def test_the_name_length_finder_catches_a_101_character_test():
+    long, short = "test_" + "x" * 96, "test_" + "x" * 95
+    assert long_test_names(f"def {long}():\n    pass\ndef {short}():\n    pass\n") == [f"{long} (101)"]
+
+
+def test_no_test_name_is_over_100_characters():
+    """A test's name says what it shows in a line a terminal and a failure report show whole."""
+    found = [f"{path.name}: {name}" for path in sorted(REPO.glob("tests/*.py"))
+             for name in long_test_names(path.read_text())]
+    assert not found, found

@@ -543,7 +543,7 @@ def test_fine_tuning_with_dataloader_workers_stopped_by_a_group_signal_resumes(t
         torch.testing.assert_close(got[name], expected[name], rtol=0, atol=1e-6, msg=name)
 
 
-def test_group_signals_at_random_moments_lose_no_checkpoint_and_each_run_resumes_to_the_uninterrupted_weights(
+def test_group_signals_at_random_moments_lose_no_checkpoint_and_runs_resume_to_the_uninterrupted_weights(
         tmp_path, reference):
     """SIGTERM to the job (2 DataLoader workers, a checkpoint every 10 steps) at random moments of its run, the data
     stage included, until 10 runs were stopped (a run that finished first is drawn again), each stopped run then
