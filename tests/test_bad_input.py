@@ -1,7 +1,7 @@
 """Bad input reaches the user as one `error:` line and exit status 2, from every entry point; defaults compose.
 
-The input kinds are fuzzed in test_fuzz_inputs.py; here each entry point is run as a user runs it, on the inputs
-that once ended in a traceback."""
+The input kinds are fuzzed in test_fuzz_inputs.py; here each entry point is run as a user runs it, on inputs
+whose checks sit deep in a run (a damaged data file, defaults that meet a small model, a launched run)."""
 
 import json
 import logging

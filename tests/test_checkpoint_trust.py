@@ -314,7 +314,8 @@ def test_a_fine_tuning_checkpoint_records_its_files_written_last(finetuned):
 @pytest.mark.parametrize("written_before_the_record", [False, True], ids=["recorded", "before-the-record"])
 def test_a_planted_or_damaged_file_in_a_fine_tuning_checkpoint_ends_in_one_line_naming_it(
         tmp_path, tiny_checkpoint, finetuned, written_before_the_record):
-    """Trainer loads with weights_only=True, so nothing would run, but a refusal was its traceback (status 1)."""
+    """Trainer loads with weights_only=True, so nothing would run, but its refusal is a traceback (status 1): the
+    run checks the checkpoint first and stops with one line naming the file."""
     from albert_hf.tasks.trainer import RECORD_FILE
 
     run, rte = finetuned

@@ -51,7 +51,7 @@ def fsdp_run(tmp_path_factory):
 
 
 # Not `rounding`: fp32 on both sides, which differ by 1-2 ulps (at most 2.4e-7 against the 1e-5 asserted) under
-# this CPU's kernels and under the AVX2 caps alike (BENCHMARKS.md, "The test suite (fifth session)").
+# this CPU's kernels and under the AVX2 caps alike (BENCHMARKS.md, "Tolerance margins under the AVX2 caps").
 @pytest.mark.trains
 @pytest.mark.launched
 def test_fsdp_really_shards_and_ends_with_the_ddp_weights(fsdp_run, ddp_run):
@@ -145,7 +145,7 @@ IMPOSSIBLE_MODES = [
     ({"ACCELERATE_USE_DEEPSPEED": "true"}, "error: the accelerate config asks for DeepSpeed, which needs CUDA GPUs"),
     ({"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2"},
      "error: the accelerate config asks for FSDP, but this run is one process: start it with `accelerate launch"),
-    # version 1 with sync_module_states made accelerate itself fail on a machine without GPUs, before our check
+    # version 1 with sync_module_states makes accelerate itself fail on a machine without GPUs, before our check
     ({"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "1", "FSDP_SYNC_MODULE_STATES": "true"},
      "error: the accelerate config asks for FSDP, but this run is one process: start it with `accelerate launch"),
     ({"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "1", "FSDP_RESHARD_AFTER_FORWARD": "no_shard"},
@@ -227,7 +227,7 @@ def test_every_fsdp_config_accelerate_config_writes_is_read_into_what_runs_or_on
 
 
 # Not `rounding`: fp32 on both sides, which differ by 1-2 ulps (at most 2.4e-7 against the 1e-5 asserted) under
-# this CPU's kernels and under the AVX2 caps alike (BENCHMARKS.md, "The test suite (fifth session)").
+# this CPU's kernels and under the AVX2 caps alike (BENCHMARKS.md, "Tolerance margins under the AVX2 caps").
 @pytest.mark.trains
 @pytest.mark.launched
 def test_a_generated_fsdp_config_with_policy_and_activation_checkpointing_ends_with_the_ddp_weights(tmp_path, ddp_run):

@@ -1,6 +1,6 @@
 """A run that diverges stops with one line, and leaves no non-finite tensor on disk
-(albert_hf/pretraining/divergence.py); a non-finite checkpoint of an older version is passed over by
---resume_from_checkpoint latest."""
+(albert_hf/pretraining/divergence.py); a non-finite checkpoint (saved by a run that did not check its weights) is
+passed over by --resume_from_checkpoint latest."""
 
 import json
 import math
@@ -191,7 +191,7 @@ def drop_the_record(checkpoint: Path):
 def test_resume_latest_passes_over_a_non_finite_checkpoint_and_writes_its_own(tmp_path, caplog):
     run = tmp_path / "run"
     pretrain(run, "--max_train_steps", "10", "--checkpointing_steps", "5", *QUIET)
-    weights = load_file(run / "step_10" / "model.safetensors")  # as a run that diverged before this check wrote it
+    weights = load_file(run / "step_10" / "model.safetensors")  # as a diverged run that does not check saves it
     first = next(name for name, tensor in weights.items() if tensor.is_floating_point())
     weights[first] = torch.full_like(weights[first], math.nan)
     save_file(weights, run / "step_10" / "model.safetensors")

@@ -167,7 +167,7 @@ def test_results_files_are_flat_and_all_results_merges_train_eval_and_predict(tm
 @pytest.mark.trains
 def test_a_second_evaluation_set_is_scored_on_itself_with_persistent_workers(tmp_path):
     """With --dataloader_persistent_workers, Trainer hands out its cached evaluation loader for any dataset passed
-    to evaluate(): MNLI's mismatched dev set was scored on the matched one. Each set must get its own loader."""
+    to evaluate(), which would score MNLI's mismatched dev set on the matched one. Each set must get its own loader."""
     from helpers import tiny_config
 
     args = AlbertTrainingArguments(output_dir=str(tmp_path), report_to="none", per_device_eval_batch_size=4,

@@ -170,7 +170,7 @@ def glue_reference(tmp_path_factory, tiny_checkpoint, rte_folder, glue_launchers
 
 
 # Not `rounding`: fp32, the two sides within 6.7e-7 of each other here and 1.1e-7 under the AVX2 caps, against the 1e-5
-# asserted (BENCHMARKS.md, "The test suite (fifth session)").
+# asserted (BENCHMARKS.md, "Tolerance margins under the AVX2 caps").
 @pytest.mark.launched
 def test_fine_tuning_under_the_fsdp_config_shards_and_ends_with_the_ddp_weights(glue_reference):
     """run_glue.py launched with an FSDP config from `accelerate config` gets FSDP2 over gloo (Trainer alone would

@@ -238,8 +238,8 @@ def test_bad_arguments_stop_with_a_clear_message(tmp_path):
 
 
 def test_a_sequence_longer_than_the_models_positions_stops_at_the_entry_before_any_data(tmp_path, tiny_checkpoint):
-    """Checked once, in parse_args, for a preset, a --config_name and a loaded --model_name_or_path alike (the last
-    one used to fail inside the model, after the corpus was read)."""
+    """Checked once, in parse_args, for a preset, a --config_name and a loaded --model_name_or_path alike, before
+    the corpus is read (the model itself would fail only at its first batch)."""
     from albert_hf.pretraining.flags import parse_args
 
     base = ["--output_dir", str(tmp_path / "out")]

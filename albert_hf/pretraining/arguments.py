@@ -93,7 +93,8 @@ class DataArgs:
         "help": "processes for tokenizing and building pairs (datasets' num_proc)"})
     dataloader_num_workers: int | None = field(default=None, metadata={
         "help": "DataLoader worker processes that mask and batch the pairs while the model runs (not with "
-        "--streaming); default: 2 with a CUDA device, 0 on CPUs (measured in BENCHMARKS.md)"})
+        "--streaming); default: 2 with a CUDA device, 0 on CPUs (measured in BENCHMARKS.md, \"DataLoader workers on "
+        "a CPU\")"})
     preprocess_only: bool = field(default=False, metadata={
         "help": "write the tokenizer and the pairs into --output_dir and stop, for runs with --prepared_data (the "
         "official create_pretraining_data.py step)"})

@@ -319,7 +319,7 @@ def _after_fork_in_child() -> None:
     global _active, _ended_by, _interrupting
     parent_interrupting, _interrupting = _interrupting, mmap.mmap(-1, 1)  # the parent's; this process's own
     if _active is not None:
-        _active, _ended_by = None, None  # the handlers are the parent's (`_record` ignores them here), so is the say
+        _active, _ended_by = None, None  # the parent's stop: its handlers (`_record` ignores them here), its line
         shield_child(os.getppid(), parent_interrupting)
 
 
