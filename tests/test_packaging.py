@@ -350,7 +350,7 @@ def runs_in_the_reduced_environment(command: str) -> bool:
 
 
 def test_make_test_runs_every_pytest_in_a_reduced_environment(tmp_path):
-    """A variable of the developer's shell (PYTHONUNBUFFERED once) cannot change the suite's outcome: every pytest
+    """A variable of the developer's shell (PYTHONUNBUFFERED, say) cannot change the suite's outcome: every pytest
     that `make test` and `make test-fast` start runs under `env -i` (shown to catch a Makefile without it)."""
     for target in ("test", "test-fast"):
         commands = pytest_commands(REPO / "Makefile", target)
@@ -705,4 +705,44 @@ def test_no_test_name_is_over_100_characters():
     """A test's name says what it shows in a line a terminal and a failure report show whole."""
     found = [f"{path.name}: {name}" for path in sorted(REPO.glob("tests/*.py"))
              for name in long_test_names(path.read_text())]
+    assert not found, found
+
+
+# Prose that tells how the code came to be instead of why it is as it is: a work period named by its number, a
+# behaviour it had in the past, the code it replaced.
+HISTORY = re.compile(
+    r"\b(first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|\d+(st|nd|rd|th)|this|last|next|previous"
+    r"|earlier|later) (session|lease)\b|\bleases?\b|(?<!is )(?<!are )(?<!be )(?<!was )(?<!were )\bused to\b"
+    r"|\bonce (hid|ended|did|was|were|had|failed|hung|broke)\b|\bolder versions?\b|\bthe version before\b"
+    r"|\bbefore versions\b",
+    re.IGNORECASE)
+
+
+def history(prose_parts: list[tuple[int, str]]) -> list[str]:
+    """'line: words' for each `HISTORY` match in (line, text) parts of prose, a text's line breaks read as spaces."""
+    return [f"{line}: {match.group(0)}" for line, text in sorted(prose_parts)
+            for match in HISTORY.finditer(" ".join(text.split()))]
+
+
+def makefile_comments(text: str) -> list[tuple[int, str]]:
+    return [(number, line) for number, line in enumerate(text.splitlines(), 1) if line.lstrip().startswith("#")]
+
+
+def test_the_history_finder_catches_sessions_and_what_the_code_used_to_do():
+    planted = ('"""Measured in the fifth\n    session."""\n# the run used to hang here\n'
+               'x = 1  # in a session of its own; released; the lock is used to wait\n'
+               '# BENCHMARKS.md, "second lease"\ndef f():\n'
+               '    """A step once hid a failure; it is no longer finite."""\n')
+    assert history(prose(planted)) == ["1: fifth session", "3: used to", "5: second lease", "7: once hid"]
+    makefile = "# PYTHONUNBUFFERED once hid a test\nX = y  # an older version\n\t@echo used to\n"
+    assert history(makefile_comments(makefile)) == ["1: once hid"]
+
+
+def test_comments_say_why_the_code_is_so_not_its_history():
+    """albert_hf's, the tests' and the Makefile's comments and docstrings explain the code as it is: the work periods
+    it was written in, and what it did before, are the commit log's (shown to catch planted history)."""
+    found = [f"{path.relative_to(REPO)}:{where}"
+             for path in sorted([*(REPO / "albert_hf").rglob("*.py"), *REPO.glob("tests/*.py")])
+             for where in history(prose(path.read_text(encoding="utf-8")))]
+    found += [f"Makefile:{where}" for where in history(makefile_comments((REPO / "Makefile").read_text()))]
     assert not found, found
