@@ -35,7 +35,7 @@ pretrain: setup
 # (tests/preloaded.py): 4 s of imports saved a process.
 # The suite runs in an environment reduced to what it needs (`env -i`): PATH, HOME, a UTF-8 locale, TMPDIR and
 # ALBERT_HF_TEST_THREADS where set, and the variables below. A variable of the developer's shell cannot change the
-# outcome: PYTHONUNBUFFERED, set on the machines this was written on, once hid a test that failed everywhere else.
+# outcome: a test that passes only under it (PYTHONUNBUFFERED, say) fails here as on a machine without it.
 CLEAN_ENV = env -i PATH="$$PATH" HOME="$$HOME" LANG=C.UTF-8 $${TMPDIR:+TMPDIR="$$TMPDIR"} \
 	$${ALBERT_HF_TEST_THREADS:+ALBERT_HF_TEST_THREADS="$$ALBERT_HF_TEST_THREADS"}
 PYTEST_RUN = HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \

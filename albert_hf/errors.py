@@ -3,8 +3,8 @@
 Every check of a file, column, label, flag, config or checkpoint raises `InputError` with one line naming what is
 wrong and where. The entry points (`run_pretraining.py`, `run_glue.py`, `run_squad.py`, `run_race.py`, `run_ner.py`,
 `python -m albert_hf.convert`) print it as `error: <message>` and exit with status 2, as argparse does for a bad
-flag (`cli.run_entry_point`). A write the machine refuses (a full disk, a read-only folder: runtime/storage.py) ends the
-same way. A run that produced nothing to use (`NothingProduced`) exits with status 1 after its line. Any other
+flag (`runtime.cli.run_entry_point`). A write the machine refuses (a full disk, a read-only folder: runtime/storage.py)
+ends the same way. A run that produced nothing to use (`NothingProduced`) exits with status 1 after its line. Any other
 exception is a bug and keeps its traceback.
 """
 

@@ -38,7 +38,7 @@ from transformers.utils.output_capturing import capture_outputs
 from .configuration_albert_hf import AlbertHFConfig
 
 # The inputs every model's forward takes, documented once: `_document_inputs` puts them where a forward's
-# docstring says {inputs}, as transformers' add_start_docstrings_to_model_forward once did.
+# docstring says {inputs} (transformers' add_start_docstrings_to_model_forward puts its text before the docstring).
 INPUTS_DOCSTRING = """\
 input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`): token ids; or `inputs_embeds`.
 attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*): 1 at real tokens,
@@ -70,7 +70,8 @@ AUTO_MAP = {
 
 
 class TanhGELU(nn.GELU):
-    """ALBERT's tanh GELU ("gelu_new"): torch's kernel eager, x * sigmoid(2u) compiled (BENCHMARKS.md, TanhGELU)."""
+    """ALBERT's tanh GELU ("gelu_new"): torch's kernel eager, x * sigmoid(2u) compiled (BENCHMARKS.md, "What each
+    optimisation bought")."""
 
     def __init__(self):
         super().__init__(approximate="tanh")
@@ -143,7 +144,8 @@ def eager_attention_forward(module, query, key, value, attention_mask, scaling, 
     return output, weights
 
 
-# CPU training computes "sdpa" attention up to this key length as matmul + softmax (BENCHMARKS.md, "Results").
+# CPU training computes "sdpa" attention up to this key length as matmul + softmax (BENCHMARKS.md, "Where the
+# time goes outside the matmuls").
 MATMUL_ATTENTION_MAX_LENGTH = 256
 
 
@@ -741,7 +743,8 @@ def masked_positions(masked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 class SummedSoftmaxCrossEntropy(torch.autograd.Function):
     """sum_i -log softmax(logits_i)[target_i] in fp32, as F.cross_entropy(reduction="sum"), its backward from the
-    kept softmax (`probs * g` minus g at the targets) in fewer passes (BENCHMARKS.md, "Results")."""
+    kept softmax (`probs * g` minus g at the targets) in fewer passes (BENCHMARKS.md, "Where the time goes outside
+    the matmuls")."""
 
     @staticmethod
     def forward(ctx, logits, targets, weights=None):

@@ -8,9 +8,9 @@ import tempfile
 
 # Set before transformers/datasets are imported anywhere, so no test can reach the network. HF_HOME and the
 # torch.compile cache are the pytest run's own, unless the environment names them: made by pytest's first process
-# (pytest-xdist's workers inherit them) and removed when it exits (each `make test` pass left them behind, about
-# 100 MB). torch 2.13 does not key the compile cache on ATEN_CPU_CAPABILITY: a kernel cached under the AVX2 caps of
-# `make test`'s second pass aborted a later process.
+# (pytest-xdist's workers inherit them) and removed when it exits (else each `make test` pass leaves about 100 MB
+# behind). torch 2.13 does not key the compile cache on ATEN_CPU_CAPABILITY: a kernel cached under the AVX2 caps of
+# `make test`'s second pass can abort a process of another pass.
 for _variable, _prefix in (("HF_HOME", "albert_hf_test_home_"), ("TORCHINDUCTOR_CACHE_DIR", "albert_hf_inductor_")):
     if _variable not in os.environ:
         os.environ[_variable] = tempfile.mkdtemp(prefix=_prefix)
@@ -58,8 +58,8 @@ def _output_locks():
 
 @pytest.fixture(autouse=True)
 def _signals_left_as_found():
-    """A stop signal left blocked by one test (a script imported in-process) was inherited by the processes later
-    tests started, which then could not be stopped by it (a served script ignored SIGTERM, one suite in four)."""
+    """A stop signal left blocked by one test (a script imported in-process) would be inherited by the processes
+    later tests start, which then cannot be stopped by it (a served script would ignore SIGTERM)."""
     with signals_left_as_found():
         yield
 
@@ -95,3 +95,22 @@ def tiny_checkpoint(tmp_path_factory):
     AlbertHFForPreTraining(AlbertHFConfig.from_preset("tiny", vocab_size=len(tok))).save_pretrained(directory)
     tok.save_pretrained(directory)
     return directory
+
+
+@pytest.fixture(scope="module")
+def glue_root(tmp_path_factory):
+    """Every GLUE task's folder in its original layout, tiny (albert_hf.testing.glue_folders)."""
+    from albert_hf.testing.glue_folders import write_glue_folders
+
+    return write_glue_folders(tmp_path_factory.mktemp("glue_fixtures"))
+
+
+@pytest.fixture(scope="module")
+def reference_run(tmp_path_factory):
+    """One uninterrupted 12-step pretraining run with a checkpoint every 3 steps, the curve resumed runs must
+    follow."""
+    from pretraining_runs import RESUME_ARGS, pretrain
+
+    reference = tmp_path_factory.mktemp("reference") / "run"
+    pretrain(reference, *RESUME_ARGS)
+    return reference

@@ -29,6 +29,7 @@ ANY_PORT = ["--main_process_port", "0"]
 LAUNCH = [sys.executable, "-m", "accelerate.commands.launch", "--mixed_precision", "no", "--dynamo_backend", "no",
           *ANY_PORT]  # the two-machines test names its own port after it
 DDP = [*LAUNCH, "--multi_gpu", "--num_processes", "2", "--num_machines", "1"]
+FSDP = [*LAUNCH, "--config_file", str(REPO / "examples" / "accelerate_configs" / "fsdp_cpu.yaml")]  # 2 processes
 
 
 # Torch threads per test and per process a test starts. Tiny models: thread start-up costs more than it saves, and
@@ -53,6 +54,42 @@ def tiny_config(**overrides):
     from albert_hf import AlbertHFConfig
 
     return AlbertHFConfig.from_preset("tiny", **overrides)
+
+
+BATCH, LENGTH = 3, 24  # make_inputs' shape
+
+
+def make_inputs(vocab=1000, batch=BATCH, length=LENGTH, pad_from=None):
+    """A model's inputs: random ids above the special pieces, the second half of each row segment B; with
+    `pad_from`, row 1 padded from there."""
+    import torch
+
+    input_ids = torch.randint(5, vocab, (batch, length))
+    attention_mask = torch.ones_like(input_ids)
+    if pad_from is not None:
+        input_ids[1, pad_from:] = 0
+        attention_mask[1, pad_from:] = 0
+    token_type_ids = torch.zeros_like(input_ids)
+    token_type_ids[:, length // 2 :] = 1
+    return dict(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+
+
+def mlm_labels(input_ids, every=5):
+    """MLM labels on every `every`-th position from 1, the rest ignored (-100)."""
+    import torch
+
+    labels = torch.full_like(input_ids, -100)
+    labels[:, 1::every] = input_ids[:, 1::every]
+    return labels
+
+
+def padded_batch(batch=4, length=24, real_lengths=(24, 9, 17, 3)):
+    """`make_inputs` with each row padded after its real length."""
+    inputs = make_inputs(batch=batch, length=length)
+    for row, real in enumerate(real_lengths):
+        inputs["input_ids"][row, real:] = 0
+        inputs["attention_mask"][row, real:] = 0
+    return inputs
 
 
 # the start of a program that runs as on a machine without the package: albert_hf cannot be imported
@@ -109,6 +146,22 @@ def check_tokenizer_loads_without_prompt(folder, fill_mask: bool = False):
     assert "AlbertTokenizer.from_pretrained(" in card
 
 
+def glue_args(checkpoint, output_dir, *extra):
+    """The flags of a tiny run_glue.py run: pieces of 32, batches of 4 (16 to evaluate), nothing saved, no trackers."""
+    return ["--model_name_or_path", checkpoint, "--output_dir", output_dir, "--max_seq_length", 32,
+            "--per_device_train_batch_size", 4, "--per_device_eval_batch_size", 16,
+            "--learning_rate", 1e-3, "--report_to", "none", "--save_strategy", "no", "--seed", 0,
+            "--dataloader_pin_memory", "false", "--disable_tqdm", "true", *extra]
+
+
+def squad_args(checkpoint, output_dir, steps, seq=48, query=16, stride=16):
+    """The flags of a tiny run_squad.py run of `steps` steps: windows of `seq` pieces, nothing saved, no trackers."""
+    return ["--model_name_or_path", checkpoint, "--output_dir", output_dir, "--max_seq_length", seq,
+            "--max_query_length", query, "--doc_stride", stride, "--per_device_train_batch_size", 8,
+            "--max_steps", steps, "--learning_rate", "5e-3", "--warmup_steps", "0.1", "--use_cpu",
+            "--save_strategy", "no", "--disable_tqdm", "true", "--seed", 0, "--report_to", "none"]
+
+
 def finetuning_args(checkpoint, output_dir, *extra, learning_rate: float) -> list:
     """The flags of a tiny fine-tuning run (run_ner.py, run_glue.py on your own data): pieces of 32, batches of 16,
     nothing saved before the end, no trackers, no progress bars."""
@@ -163,6 +216,21 @@ def run_script(script_name: str, argv):
         return importlib.import_module(script_name).main([str(a) for a in argv])
     finally:
         output_lock.release_all()  # as the script's entry point (cli.run_entry_point) releases it
+
+
+def run_glue(argv):
+    return run_script("run_glue", argv)
+
+
+def run_squad(args):
+    """run_squad.py's `main(args)` in this process, accelerate's state cleared first; the output folder's lock stays
+    held until the test ends (conftest.py releases it)."""
+    from accelerate.state import AcceleratorState, PartialState
+
+    AcceleratorState._reset_state(True)
+    PartialState._reset_state()
+    import run_squad as script
+    return script.main([str(a) for a in args])
 
 
 def run_bounded(command, timeout: float, **kwargs):

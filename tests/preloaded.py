@@ -1,7 +1,7 @@
 """The scripts the tests start, in processes forked from one interpreter that has already imported the stack.
 
 A fresh interpreter spends about 3 s of CPU importing torch, transformers, accelerate, datasets and albert_hf before
-a tiny run does anything, and the suite starts over a hundred such processes: on 2 cores that was a third of its
+a tiny run does anything, and the suite starts over a hundred such processes: on 2 cores that is a third of its
 time. `start` runs `python SCRIPT ...` or `python -m MODULE ...` in a process forked by the standard library's
 forkserver, which imports all that once per test worker. What a test sees is what a fresh process gives: a pid of
 its own (signals reach it, it can be killed with its children), its own exit status, its stdout and stderr in

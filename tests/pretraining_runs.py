@@ -1,11 +1,14 @@
 """run_pretraining.py as the tests run it: tiny and fast flags, one run in a process (`pretrain`) or several
-in one process or launch (`pretrain_runs`), its metrics, and the check that a run ends as a reference did."""
+in one process or launch (`pretrain_runs`), its metrics, the check that a run ends as a reference did, and a run
+stopped by a signal (`signal_once_training`, `stopped_step`)."""
 
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -97,3 +100,35 @@ def check_same_weights_and_curve(run, reference, after_step):
     # the run's tokens travel with its checkpoints: a resumed run counts the model FLOPs of the whole run
     total = [json.loads((folder / "all_results.json").read_text())["total_model_flops"] for folder in (run, reference)]
     assert total[0] == pytest.approx(total[1], rel=1e-12) and total[0] > 0
+
+
+def signal_once_training(run, process, targets, signum, repeat_until_exit=False):
+    """Sends `signum` to `targets()` (processes) once the run has logged its first training row; with
+    `repeat_until_exit`, again every 20 ms until the run has exited (signals arriving during the save)."""
+    deadline = time.time() + 300
+    while not (run / "metrics.jsonl").exists():
+        assert process.poll() is None, "the run ended before it could be signalled"
+        assert time.time() < deadline
+        time.sleep(0.02)
+    sent = 0
+    while process.poll() is None and (sent == 0 or repeat_until_exit):
+        for target in targets():
+            try:
+                target.send_signal(signum)
+                sent += 1
+            except psutil.NoSuchProcess:
+                pass
+        time.sleep(0.02)
+    try:
+        process.wait(timeout=300)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the run was still running 300 s after {sent} signal(s)")
+    assert sent, "the run ended before a signal reached it: nothing here tested its handling"
+    return sent
+
+
+def stopped_step(stderr: str) -> int:
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("Stopped by ") and last.endswith("run the same command with --resume_from_checkpoint "
+                                                             "latest"), stderr[-3000:]
+    return int(last.split(" after step ")[1].split(" ")[0])

@@ -1,7 +1,7 @@
 """Bad input reaches the user as one `error:` line and exit status 2, from every entry point; defaults compose.
 
-The input kinds are fuzzed in test_fuzz_inputs.py; here each entry point is run as a user runs it, on the inputs
-that once ended in a traceback."""
+The input kinds are fuzzed in test_fuzz_inputs.py; here each entry point is run as a user runs it, on inputs
+whose checks sit deep in a run (a damaged data file, defaults that meet a small model, a launched run)."""
 
 import json
 import logging
@@ -16,10 +16,8 @@ from albert_hf.runtime.cli import run_entry_point
 from albert_hf.runtime.preemption import STOP_SIGNALS
 from albert_hf.tasks.finetuning import run_script
 from albert_hf.testing.glue_folders import write_glue_folders, write_tsv
-from helpers import ANY_PORT, REPO, reset_accelerate_state, run_bounded, subprocess_env
-from test_glue import run_glue
-from test_race import write_official_layout
-from test_squad import SQUAD_V1, common_args, run_squad, write_json
+from data_fixtures import SQUAD_V1, write_json, write_official_layout
+from helpers import ANY_PORT, REPO, reset_accelerate_state, run_bounded, run_glue, run_squad, squad_args, subprocess_env
 
 MRPC_HEADER = ["Quality", "#1 ID", "#2 ID", "#1 String", "#2 String"]
 MRPC_ROWS = [(i % 2, 100 + i, 200 + i, f"The cat sat on mat {i}.", f"A cat was on mat {i}.") for i in range(8)]
@@ -117,10 +115,10 @@ def test_run_glue_skips_a_truncated_last_line_and_counts_it(tmp_path, tiny_check
 def test_run_squad_short_windows_compose_with_the_default_question_length(tmp_path, tiny_checkpoint, caplog):
     path = write_json(tmp_path / "train-v1.1.json", SQUAD_V1)
     out = tmp_path / "out"
-    argv = common_args(tiny_checkpoint, out, steps=1, seq=48)
+    argv = squad_args(tiny_checkpoint, out, steps=1, seq=48)
     at = argv.index("--max_query_length")
     del argv[at:at + 2]  # the default, 64, longer than the 48-piece window
-    with caplog.at_level(logging.WARNING, logger="albert_hf.tasks.squad.job"):
+    with caplog.at_level(logging.WARNING, logger="albert_hf"):
         run_squad(["--train_file", path, "--validation_file", path, "--do_train", "--do_eval", *argv])
     capped = [r.getMessage() for r in caplog.records if "--max_query_length" in r.getMessage()]
     assert capped == ["--max_query_length 64 would leave no context in a --max_seq_length 48 window: questions keep "
@@ -135,7 +133,7 @@ def test_the_default_max_seq_length_is_capped_at_a_small_models_positions(tmp_pa
     import run_race
 
     reset_accelerate_state()
-    with caplog.at_level(logging.WARNING, logger="albert_hf.tasks.finetuning"):
+    with caplog.at_level(logging.WARNING, logger="albert_hf"):
         run_race.main([str(a) for a in ["--model_name_or_path", tiny_checkpoint, "--data_dir", root, "--do_eval",
                                         "--output_dir", out, "--report_to", "none", "--max_eval_samples", 2]])
     assert "--max_seq_length 512 is longer than the model's 128 positions; using 128" in caplog.text

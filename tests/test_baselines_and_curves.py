@@ -91,16 +91,16 @@ def test_a_run_ends_with_baselines_in_its_summary_results_and_card_and_draws_its
 @pytest.mark.trains
 def test_fine_tuning_draws_its_curves_and_the_card_shows_them(tmp_path, tiny_checkpoint):
     from albert_hf.testing.glue_folders import write_glue_folders
-    from test_glue import common_args, run_glue
+    from helpers import glue_args, run_glue
 
     folder = write_glue_folders(tmp_path / "glue") / "RTE"
     out = tmp_path / "out"
-    run_glue(common_args(tiny_checkpoint, out, "--task_name", "rte", "--data_dir", folder, "--do_train", "--do_eval",
+    run_glue(glue_args(tiny_checkpoint, out, "--task_name", "rte", "--data_dir", folder, "--do_train", "--do_eval",
                          "--max_steps", 6, "--logging_steps", 1, "--eval_strategy", "steps", "--eval_steps", 3))
     check_png(out / "training_curves.png", 4 * 420, 340)  # training loss, eval accuracy and loss, learning rate
     assert "![Training curves](training_curves.png)" in (out / "README.md").read_text()
 
     quiet = tmp_path / "quiet"
-    run_glue(common_args(tiny_checkpoint, quiet, "--task_name", "rte", "--data_dir", folder, "--do_train",
+    run_glue(glue_args(tiny_checkpoint, quiet, "--task_name", "rte", "--data_dir", folder, "--do_train",
                          "--max_steps", 2, "--logging_steps", 1, "--no_plots"))
     assert not (quiet / "training_curves.png").exists()

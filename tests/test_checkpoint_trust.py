@@ -146,7 +146,7 @@ def test_a_planted_pickle_in_a_step_checkpoint_runs_nothing_and_ends_in_one_line
 
 
 @pytest.mark.trains
-def test_a_step_checkpoint_records_its_files_last_and_one_whose_record_was_never_written_resumes_with_a_line(
+def test_a_checkpoint_records_its_files_last_and_one_whose_record_was_never_written_resumes_with_a_line(
         tmp_path, pretrained):
     """The record names every file of the checkpoint, training_state.json included, and is written after them (in
     the background, while training goes on); a run killed before it was written leaves a checkpoint that resumes
@@ -343,7 +343,8 @@ def test_a_fine_tuning_checkpoint_records_its_files_written_last(finetuned):
 @pytest.mark.parametrize("written_before_the_record", [False, True], ids=["recorded", "before-the-record"])
 def test_a_planted_or_damaged_file_in_a_fine_tuning_checkpoint_ends_in_one_line_naming_it(
         tmp_path, tiny_checkpoint, finetuned, written_before_the_record):
-    """Trainer loads with weights_only=True, so nothing would run, but a refusal was its traceback (status 1)."""
+    """Trainer loads with weights_only=True, so nothing would run, but its refusal is a traceback (status 1): the
+    run checks the checkpoint first and stops with one line naming the file."""
     from albert_hf.tasks.trainer import RECORD_FILE
 
     run, rte = finetuned

@@ -12,8 +12,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from helpers import DDP, FSDP
 from pretraining_runs import metrics, pretrain_runs
-from test_distributed import DDP, FSDP
 
 pytestmark = [pytest.mark.trains, pytest.mark.launched]
 
@@ -125,7 +125,7 @@ def test_every_combination_of_the_papers_switches_trains_two_steps(setups, setup
 
 
 # Not `rounding`: fp32 on both sides, which differ by 1-2 ulps (at most 2.4e-7 against the 1e-5 asserted) under
-# this CPU's kernels and under the AVX2 caps alike (BENCHMARKS.md, "The test suite (fifth session)").
+# this CPU's kernels and under the AVX2 caps alike (BENCHMARKS.md, "Tolerance margins under the AVX2 caps").
 @pytest.mark.parametrize("sharing", BORROWING)
 def test_borrowed_modules_under_fsdp2_resharded_after_forward_end_with_the_ddp_weights(borrowed, sharing):
     """Every block gathers the attention or FFN it borrows from block 0, and its gradient gathers every use."""

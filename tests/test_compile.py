@@ -15,9 +15,8 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from albert_hf import AlbertHFForPreTraining, AlbertHFForSequenceClassification
-from helpers import tiny_config
+from helpers import make_inputs, mlm_labels, padded_batch, tiny_config
 from pretraining_runs import metrics, pretrain_runs
-from test_modeling import make_inputs, mlm_labels, padded_batch
 
 pytestmark = pytest.mark.compiles
 
@@ -145,8 +144,9 @@ def test_compiled_blocks_in_the_gpu_form_compile_each_region_once_without_breaks
 def test_an_unpacked_batchs_first_layer_compiles_no_graph_of_its_own(dynamo_counters):
     """A batch without padding is not packed, and the E->H projection of its (batch, seq) embeddings is a view of
     the GEMM's output, where every block's output is not. With dynamic shapes a compiled block guards on its input's
-    base, so the first layer used to compile a forward and a backward of its own (a fifth of a CPU run's first-step
-    compile): one graph for the blocks, one for the last block with its positions, and the head with its loss."""
+    base, so the first layer would compile a forward and a backward of its own (a fifth of a CPU run's first-step
+    compile) were it not handed a copy: one graph for the blocks, one for the last block with its positions, and the
+    head with its loss."""
     config = tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, classifier_dropout_prob=0.0)
     assert config.embedding_size != config.hidden_size  # the projection is there
     eager, compiled = eager_and_compiled(config, backend="aot_eager")
@@ -185,7 +185,7 @@ def test_tanh_gelu_compiles_to_the_same_function_and_gradient(dynamo_counters):
 
 
 # Not `rounding`: both runs are fp32 (FAST), and compiled and eager losses agree to a few 1e-8 relative, against the
-# 1e-3 asserted (BENCHMARKS.md, "The test suite (fifth session)"): the kernels' rounding cannot flip it.
+# 1e-3 asserted (BENCHMARKS.md, "Tolerance margins under the AVX2 caps"): the kernels' rounding cannot flip it.
 @pytest.mark.trains
 def test_torch_compile_compiles_the_blocks_and_follows_the_eager_loss_curve(tmp_path):
     steps = ["--max_train_steps", "4", "--eval_steps", "0", "--max_seq_length", "48"]  # 48: the batches are padded

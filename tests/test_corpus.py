@@ -57,7 +57,7 @@ def test_text_files_bad_input_is_skipped_and_counted(tmp_path, caplog):
     _write(tmp_path / "c_blank.txt", b"  \n\n \t\n")
     _write(tmp_path / "d_cp1252.txt", b"Caf\xe9 society. It was \x93fine\x94.")
     _write(tmp_path / "e_binary.txt", b"\x00\x01\x02binary\x00")
-    with caplog.at_level(logging.INFO, logger="albert_hf.pretraining.corpus"):
+    with caplog.at_level(logging.INFO, logger="albert_hf"):
         ds = load_text_files(tmp_path, cache_dir=str(tmp_path / "cache"))
     assert ds["source"] == [str(tmp_path / "a_good.txt"), str(tmp_path / "d_cp1252.txt")]
     assert ds["text"][1] == "Caf\ufffd society. It was \ufffdfine\ufffd."
@@ -72,7 +72,7 @@ def test_problems_repeated_per_file_are_one_line_with_a_count_and_the_first_name
     for i in range(40):
         _write(tmp_path / f"cp1252_{i:02d}.txt", b"Caf\xe9 society, number %d." % i)
         _write(tmp_path / f"empty_{i:02d}.txt", b"")
-    with caplog.at_level(logging.INFO, logger="albert_hf.pretraining.corpus"):
+    with caplog.at_level(logging.INFO, logger="albert_hf"):
         ds = load_text_files(tmp_path, cache_dir=str(tmp_path / "cache"))
     assert len(ds) == 40
     warnings = [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING]
@@ -82,7 +82,7 @@ def test_problems_repeated_per_file_are_one_line_with_a_count_and_the_first_name
                            f"{tmp_path / 'cp1252_02.txt'} (1) and 37 more")
     assert warnings[1] == (f"Skipped 40 empty file(s): {tmp_path / 'empty_00.txt'}, {tmp_path / 'empty_01.txt'}, "
                            f"{tmp_path / 'empty_02.txt'} and 37 more")
-    with caplog.at_level(logging.DEBUG, logger="albert_hf.pretraining.corpus"):  # every file, at debug level
+    with caplog.at_level(logging.DEBUG, logger="albert_hf"):  # every file, at debug level
         caplog.clear()
         load_text_files(tmp_path, cache_dir=str(tmp_path / "cache2"))
     assert f"{tmp_path / 'cp1252_39.txt'}: 1 byte sequences are not valid UTF-8" in caplog.text
@@ -225,7 +225,7 @@ def test_real_gutenberg_and_state_union_files_decode_with_counted_replacements(c
     files = find_text_files(folders)
     expected = {str(f): _invalid_utf8_sequences(f.read_bytes()) for f in files}
     assert sum(1 for n in expected.values() if n) >= 5  # several real files are cp1252
-    with caplog.at_level(logging.DEBUG, logger="albert_hf.pretraining.corpus"):  # per file at debug level
+    with caplog.at_level(logging.DEBUG, logger="albert_hf"):  # per file at debug level
         ds = load_text_files(folders, cache_dir=str(tmp_path))
     assert len(ds) == len(files)
     for path, n in expected.items():

@@ -22,11 +22,10 @@ from albert_hf.errors import InputError
 from albert_hf.pretraining.arguments import build_parser
 from albert_hf.pretraining.checkpoints import STATE_FILE, StepCheckpoints
 from albert_hf.pretraining.flags import parse_args
-from helpers import BLOCK_ALBERT_HF, DDP, LAUNCH, REPO, THREADS_SAID, run_bounded, subprocess_env
+from helpers import BLOCK_ALBERT_HF, DDP, FSDP, LAUNCH, REPO, THREADS_SAID, run_bounded, subprocess_env
 from pretraining_runs import RESUME_ARGS, check_same_weights_and_curve, metrics, pretrain, pretrain_runs
 
 ARGS = [*RESUME_ARGS, "--mixed_precision", "no"]  # 12 steps, a checkpoint every 3; fp32 for the comparisons
-FSDP = [*LAUNCH, "--config_file", str(REPO / "examples" / "accelerate_configs" / "fsdp_cpu.yaml")]
 
 
 def free_port() -> int:
@@ -53,7 +52,7 @@ def fsdp_run(tmp_path_factory):
 
 
 # Not `rounding`: fp32 on both sides, which differ by 1-2 ulps (at most 2.4e-7 against the 1e-5 asserted) under
-# this CPU's kernels and under the AVX2 caps alike (BENCHMARKS.md, "The test suite (fifth session)").
+# this CPU's kernels and under the AVX2 caps alike (BENCHMARKS.md, "Tolerance margins under the AVX2 caps").
 @pytest.mark.trains
 @pytest.mark.launched
 def test_fsdp_really_shards_and_ends_with_the_ddp_weights(fsdp_run, ddp_run):
@@ -166,7 +165,7 @@ IMPOSSIBLE_MODES = [
     ({"ACCELERATE_USE_DEEPSPEED": "true"}, "error: the accelerate config asks for DeepSpeed, which needs CUDA GPUs"),
     ({"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2"},
      "error: the accelerate config asks for FSDP, but this run is one process: start it with `accelerate launch"),
-    # version 1 with sync_module_states made accelerate itself fail on a machine without GPUs, before our check
+    # version 1 with sync_module_states makes accelerate itself fail on a machine without GPUs, before our check
     ({"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "1", "FSDP_SYNC_MODULE_STATES": "true"},
      "error: the accelerate config asks for FSDP, but this run is one process: start it with `accelerate launch"),
     ({"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "1", "FSDP_RESHARD_AFTER_FORWARD": "no_shard"},
@@ -248,7 +247,7 @@ def test_every_fsdp_config_accelerate_config_writes_is_read_into_what_runs_or_on
 
 
 # Not `rounding`: fp32 on both sides, which differ by 1-2 ulps (at most 2.4e-7 against the 1e-5 asserted) under
-# this CPU's kernels and under the AVX2 caps alike (BENCHMARKS.md, "The test suite (fifth session)").
+# this CPU's kernels and under the AVX2 caps alike (BENCHMARKS.md, "Tolerance margins under the AVX2 caps").
 @pytest.mark.trains
 @pytest.mark.launched
 def test_a_generated_fsdp_config_with_policy_and_activation_checkpointing_ends_with_the_ddp_weights(tmp_path, ddp_run):

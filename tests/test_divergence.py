@@ -1,6 +1,6 @@
 """A run that diverges stops with one line, and leaves no non-finite tensor on disk
-(albert_hf/pretraining/divergence.py); a non-finite checkpoint of an older version is passed over by
---resume_from_checkpoint latest."""
+(albert_hf/pretraining/divergence.py); a non-finite checkpoint (saved by a run that did not check its weights) is
+passed over by --resume_from_checkpoint latest."""
 
 import json
 import math
@@ -17,8 +17,8 @@ from albert_hf.pretraining import job as pretraining
 from albert_hf.pretraining import loop
 from albert_hf.pretraining.checkpoints import RECORD, STATE_FILE
 from albert_hf.pretraining.divergence import Diverged, check_losses, checkpoint_finite, stop_line, weights_finite
+from helpers import DDP, FSDP
 from pretraining_runs import FAST, metrics, pretrain, pretrain_runs, untimed
-from test_distributed import DDP, FSDP
 
 QUIET = ["--eval_steps", "0", "--validation_split_percentage", "0"]
 
@@ -141,7 +141,7 @@ def test_with_rollback_a_diverged_run_goes_back_to_the_checkpoint_before_and_end
     after step 9, to the end, with finite weights; metrics.jsonl keeps one series with the rollback's row."""
     run = tmp_path / "run"
     nan_at(monkeypatch, 7)
-    with caplog.at_level("WARNING", logger="albert_hf.pretraining.job"):
+    with caplog.at_level("WARNING", logger="albert_hf"):
         pretraining.main(["--output_dir", str(run), *FAST, "--max_train_steps", "16", "--logging_steps", "2",
                           "--checkpointing_steps", "5", "--max_consecutive_skips", "2", "--on_divergence",
                           "rollback", *QUIET, "--no_plots"])
@@ -191,7 +191,7 @@ def drop_the_record(checkpoint: Path):
 def test_resume_latest_passes_over_a_non_finite_checkpoint_and_writes_its_own(tmp_path, caplog):
     run = tmp_path / "run"
     pretrain(run, "--max_train_steps", "10", "--checkpointing_steps", "5", *QUIET)
-    weights = load_file(run / "step_10" / "model.safetensors")  # as a run that diverged before this check wrote it
+    weights = load_file(run / "step_10" / "model.safetensors")  # as a diverged run that does not check saves it
     first = next(name for name, tensor in weights.items() if tensor.is_floating_point())
     weights[first] = torch.full_like(weights[first], math.nan)
     save_file(weights, run / "step_10" / "model.safetensors")

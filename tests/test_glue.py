@@ -12,7 +12,7 @@ import pytest
 
 from albert_hf.errors import InputError
 from albert_hf.testing.glue_folders import PAIRS, write_glue_folders, write_tsv
-from helpers import SHARED_DATA, check_tokenizer_loads_without_prompt, run_script, shared_data
+from helpers import SHARED_DATA, check_tokenizer_loads_without_prompt, glue_args, run_glue, shared_data
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -112,11 +112,6 @@ def test_stsb_metric_matches_scipy_on_real_dev():
 
 # ------------------------------------------------------------------------------------------------------------
 # Readers: fixtures in every original layout, then the real files.
-
-@pytest.fixture(scope="module")
-def glue_root(tmp_path_factory):
-    return write_glue_folders(tmp_path_factory.mktemp("glue_fixtures"))
-
 
 @pytest.mark.parametrize("task_name,split,expected", [
     ("cola", "train.tsv", {"sentence": PAIRS[1][0], "label": "1"}),
@@ -248,7 +243,7 @@ def test_malformed_tsv_rows_are_skipped_and_counted(tmp_path, caplog):
     path = tmp_path / "train.tsv"
     write_tsv(path, ["id", "qid1", "qid2", "question1", "question2", "is_duplicate"],
               [(1, 1, 2, "a?", "b?", 0), (2, 3, 4, "broken line"), (3, 5, 6, "c?", "d?", 1)])
-    with caplog.at_level(logging.WARNING, logger="albert_hf.tasks.glue"):
+    with caplog.at_level(logging.WARNING, logger="albert_hf"):
         dataset = read_glue_tsv(path, TASKS["qqp"])
     assert dataset["idx"] == [1, 3] and dataset["label"] == ["0", "1"]
     assert "skipped 1 malformed row(s) (expected 6 tab-separated fields), first at line 3" in caplog.text
@@ -265,7 +260,7 @@ def test_hub_by_task_name_offline_points_to_local_files(caplog, tmp_path):
     path = tmp_path / "train.csv"
     path.write_text("question1,question2,label\nWhy?,,0\nHow?,What?,1\n")
     data_args = GlueDataArguments(task_name="qqp", train_file=str(path))
-    with caplog.at_level(logging.WARNING, logger="albert_hf.tasks.glue"):
+    with caplog.at_level(logging.WARNING, logger="albert_hf"):
         splits = prepare_splits(*load_raw_splits(data_args, TASKS["qqp"], {"train"}), TASKS["qqp"])
     assert splits["train"]["label"] == [0, 1]
     assert "1 empty value(s) in column 'question2', read as empty text" in caplog.text
@@ -337,17 +332,6 @@ def test_write_submission_uses_glue_label_values(tmp_path):
 # End to end (in-process main(argv), tiny model, a few steps)
 
 
-def run_glue(argv):
-    return run_script("run_glue", argv)
-
-
-def common_args(checkpoint, output_dir, *extra):
-    return ["--model_name_or_path", checkpoint, "--output_dir", output_dir, "--max_seq_length", 32,
-            "--per_device_train_batch_size", 4, "--per_device_eval_batch_size", 16,
-            "--learning_rate", 1e-3, "--report_to", "none", "--save_strategy", "no", "--seed", 0,
-            "--dataloader_pin_memory", "false", "--disable_tqdm", "true", *extra]
-
-
 def submission_rows(path):
     with open(path, encoding="utf-8") as file:
         return list(csv.reader(file, delimiter="\t", quoting=csv.QUOTE_NONE))
@@ -363,7 +347,7 @@ def test_end_to_end_every_task_from_original_tsv_folders(task_name, glue_root, t
     from albert_hf.tasks.glue.tasks import TASKS
 
     task = TASKS[task_name]
-    run_glue(common_args(tiny_checkpoint, tmp_path, "--task_name", task_name, "--data_dir", glue_root,
+    run_glue(glue_args(tiny_checkpoint, tmp_path, "--task_name", task_name, "--data_dir", glue_root,
                          "--do_train", "--do_eval", "--do_predict", "--max_steps", 2))
     # Flat, as transformers' run_glue.py writes it; MNLI's mismatched dev set has the keys suffixed "_mm".
     results = json.loads((tmp_path / "eval_results.json").read_text())
@@ -402,12 +386,12 @@ def test_paper_hparams_run_sets_both_dropouts_and_records_the_recipe(glue_root, 
     """RTE's row has ALBERT DR 0.1 (the tiny model's config has 0): the trained model's config has it as hidden
     and attention dropout, and paper_hparams.json and the card hold what the run used."""
     assert json.loads((Path(tiny_checkpoint) / "config.json").read_text())["attention_probs_dropout_prob"] == 0.0
-    run_glue(common_args(tiny_checkpoint, tmp_path, "--task_name", "rte", "--data_dir", glue_root, "--do_train",
+    run_glue(glue_args(tiny_checkpoint, tmp_path, "--task_name", "rte", "--data_dir", glue_root, "--do_train",
                          "--paper_hparams", "--max_steps", 2, "--warmup_steps", 1))
     config = json.loads((tmp_path / "config.json").read_text())
     assert (config["hidden_dropout_prob"], config["attention_probs_dropout_prob"],
             config["classifier_dropout_prob"]) == (0.1, 0.1, 0.1)
-    # RTE: lr 3e-5, batch 32, 800 steps, 200 warm-up; common_args and the flags above give lr, batch, steps, warm-up
+    # RTE: lr 3e-5, batch 32, 800 steps, 200 warm-up; glue_args and the flags above give lr, batch, steps, warm-up
     assert json.loads((tmp_path / "paper_hparams.json").read_text()) == {
         "learning_rate": 1e-3, "per_device_train_batch_size": 4, "gradient_accumulation_steps": 1, "max_steps": 2,
         "warmup_steps": 1, "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1, "max_seq_length": 32,
@@ -433,7 +417,7 @@ def test_end_to_end_csv_and_jsonl_files_then_ax_with_the_mnli_model(tiny_checkpo
     test = tmp_path / "test.json"
     test.write_text(json.dumps([{"premise": r["premise"], "hypothesis": r["hypothesis"]} for r in rows[:3]]))
     mnli_dir = tmp_path / "mnli"
-    run_glue(common_args(tiny_checkpoint, mnli_dir, "--task_name", "mnli", "--train_file", train,
+    run_glue(glue_args(tiny_checkpoint, mnli_dir, "--task_name", "mnli", "--train_file", train,
                          "--validation_file", dev, "--validation_mismatched_file", dev, "--test_file", test,
                          "--do_train", "--do_eval", "--do_predict", "--pad_to_max_length", "false",
                          "--max_steps", 2))
@@ -471,7 +455,7 @@ def test_labelled_test_files_are_scored_into_predict_results_and_all_results_has
         files[name] = tmp_path / f"{name}.jsonl"
         files[name].write_text("".join(json.dumps(row) + "\n" for row in part))
     out = tmp_path / "out"
-    run_glue(common_args(tiny_checkpoint, out, "--task_name", "mnli", "--train_file", files["train"],
+    run_glue(glue_args(tiny_checkpoint, out, "--task_name", "mnli", "--train_file", files["train"],
                          "--validation_file", files["dev"], "--validation_mismatched_file", files["dev"],
                          "--test_file", files["test"], "--test_mismatched_file", files["test_mm"],
                          "--do_train", "--do_eval", "--do_predict", "--max_steps", 3))
@@ -502,7 +486,7 @@ def test_test_set_labels_are_used_only_when_every_row_has_one(tmp_path, caplog):
     assert script.labels_of_test_set(Dataset.from_dict({"label": [-1, -1]}), rte, "hub test") is None  # the Hub's
     assert script.labels_of_test_set(Dataset.from_dict({"label": ["not_entailment", "entailment"]}), rte,
                                      "t.csv") == [1, 0]
-    with caplog.at_level(logging.WARNING, logger="albert_hf.tasks.glue"):
+    with caplog.at_level(logging.WARNING, logger="albert_hf"):
         assert script.labels_of_test_set(Dataset.from_dict({"label": ["entailment", ""]}), rte, "part.csv") is None
     assert "part.csv: 1 of 2 rows have no label" in caplog.text
     with pytest.raises(ValueError, match=r"bad\.csv: row 1: unknown label 'maybe'"):
@@ -546,11 +530,10 @@ def test_end_to_end_on_real_glue_files(task_name, folder, tiny_checkpoint, tmp_p
     from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
     shared_data("glue", folder)
-    caplog.set_level(logging.INFO, logger="albert_hf.tasks.glue")
-    caplog.set_level(logging.INFO, logger="albert_hf.tasks.recipe")  # where --paper_hparams logs
+    caplog.set_level(logging.INFO, logger="albert_hf")  # the glue job and --paper_hparams (recipe.py) log
     # --paper_hparams with the size flags given explicitly: the official optimizer and schedule run, the rest is
     # kept small.
-    run_glue(common_args(tiny_checkpoint, tmp_path, "--task_name", task_name, "--data_dir", GLUE_DATA,
+    run_glue(glue_args(tiny_checkpoint, tmp_path, "--task_name", task_name, "--data_dir", GLUE_DATA,
                          "--do_train", "--do_eval", "--do_predict", "--max_train_samples", 32,
                          "--max_eval_samples", 64, "--max_predict_samples", 16, "--paper_hparams",
                          "--max_steps", 4, "--warmup_steps", 2, "--logging_steps", 1))

@@ -1,7 +1,7 @@
 """How often a training step waits on the host: counted with a TorchDispatchMode over 20 steps of the tiny preset
-between logging steps (evaluation and logging off). On a GPU each such read stalls the queue of kernels.
-Before the loop's and the model's reads were removed: 4 per micro-batch (3 _local_scalar_dense, 1 nonzero). Without
-padding removal (as on a GPU) there are none now."""
+between logging steps (evaluation and logging off). On a GPU each such read stalls the queue of kernels. With
+padding removal (CPUs) a micro-batch reads twice (whether it has padding, and where); without it (as on a GPU) a
+step reads nothing."""
 
 from collections import Counter
 

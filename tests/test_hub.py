@@ -320,7 +320,7 @@ def test_glue_card_pushed_is_ours_with_the_mnli_results_of_both_dev_sets(tiny_ch
     from huggingface_hub import RepoUrl
 
     from albert_hf.testing.glue_folders import write_glue_folders
-    from test_glue import common_args
+    from helpers import glue_args
 
     uploads = []
 
@@ -334,7 +334,7 @@ def test_glue_card_pushed_is_ours_with_the_mnli_results_of_both_dev_sets(tiny_ch
     root = write_glue_folders(tmp_path / "glue")
     out = tmp_path / "out"
     with mock.patch.object(HfApi, "create_repo", create_repo), mock.patch.object(HfApi, "upload_folder", upload_folder):
-        run_script("run_glue", common_args(tiny_checkpoint, out, "--task_name", "mnli", "--data_dir", root,
+        run_script("run_glue", glue_args(tiny_checkpoint, out, "--task_name", "mnli", "--data_dir", root,
                                            "--do_train", "--do_eval", "--max_steps", 2, "--push_to_hub",
                                            "--hub_model_id", "someone/albert-mnli", "--hub_token", "x"))
     assert uploads and uploads[-1] == ("someone/albert-mnli", (out / "README.md").read_text())
@@ -361,12 +361,13 @@ def test_glue_card_pushed_is_ours_with_the_mnli_results_of_both_dev_sets(tiny_ch
 def test_squad_card_names_its_data_and_holds_the_exact_match_and_f1(tiny_checkpoint, tmp_path):
     """Trainer's card said "fine-tuned ... on the None dataset" with `results: []`. A 3-question file in the
     official JSON format is not SQuAD itself: the card describes the file and lists no dataset."""
-    from test_squad import SQUAD_V1, common_args, write_json
+    from data_fixtures import SQUAD_V1, write_json
+    from helpers import squad_args
 
     path = write_json(tmp_path / "train-v1.1.json", SQUAD_V1)
     out = tmp_path / "out"
     run_script("run_squad", ["--train_file", path, "--validation_file", path, "--do_train", "--do_eval",
-                             *common_args(tiny_checkpoint, out, steps=4)])
+                             *squad_args(tiny_checkpoint, out, steps=4)])
     results = json.loads((out / "all_results.json").read_text())
     card = load_card(out)
     assert "None dataset" not in card.text and "`train-v1.1.json`" in card.text
@@ -419,7 +420,7 @@ def test_card_datasets_are_hub_data_or_its_official_files_only(tmp_path):
     from albert_hf.tasks.glue.job import GlueDataArguments
     from albert_hf.tasks.race import RaceDataArguments
     from albert_hf.tasks.squad.job import SquadDataArguments
-    from test_squad import SQUAD_V1, write_json
+    from data_fixtures import SQUAD_V1, write_json
 
     train_eval = AlbertTrainingArguments(output_dir=str(tmp_path), do_train=True, do_eval=True, report_to="none")
 

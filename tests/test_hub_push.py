@@ -112,7 +112,7 @@ def test_a_slow_hub_does_not_hold_the_steps_up_and_the_newest_checkpoint_wins(tm
     pretrain_pushed(tmp_path / "instant_run", instant, "--hub_strategy", "every_save", steps=8)
     assert instant.messages() == [*(f"Training in progress, step {s}" for s in (2, 4, 6, 8)), "End of training"]
     reset_accelerate_state()
-    with caplog.at_level("INFO", logger="albert_hf.hub.upload"):
+    with caplog.at_level("INFO", logger="albert_hf"):
         pretrain_pushed(tmp_path / "slow_run", slow, "--hub_strategy", "every_save", steps=8)
     # synchronous uploads would have added at least 4 x 4 s (one per checkpoint) to the loop
     assert fit_seconds[1] < fit_seconds[0] + 6.0, fit_seconds
@@ -191,7 +191,7 @@ with hub.patched():
 """
 
 
-def test_a_stopped_run_pushes_its_state_and_continues_from_the_hub_in_an_empty_folder_to_the_same_weights(
+def test_a_stopped_run_pushes_its_state_and_resumes_from_the_hub_in_an_empty_folder_to_the_same_weights(
         tmp_path, fresh_accelerate_state, caplog):
     """--hub_strategy checkpoint and a SIGTERM after step 2: the run exits with status 75 once that step's model and
     full training state are on the (fake) Hub, the upload in flight waited for. A run in a new, empty folder with
@@ -222,7 +222,7 @@ def test_a_stopped_run_pushes_its_state_and_continues_from_the_hub_in_an_empty_f
     main(["--output_dir", str(tmp_path / "uninterrupted"), *args])
     reset_accelerate_state()
     elsewhere = tmp_path / "another_machine"
-    with FakeHub(root).patched(), caplog.at_level("INFO", logger="albert_hf.pretraining.job"):
+    with FakeHub(root).patched(), caplog.at_level("INFO", logger="albert_hf"):
         main(["--output_dir", str(elsewhere), *args, "--resume_from_checkpoint", "hub", "--hub_model_id", REPO])
     assert f"Resumed from {elsewhere / 'step_2'}: step 2" in caplog.text  # not a fresh start, which ends alike
     assert [row["step"] for row in rows(elsewhere)] == [4, 6, 8]
@@ -257,8 +257,8 @@ def test_under_two_processes_only_the_first_uploads_and_each_checkpoint_goes_up_
     """--hub_strategy checkpoint launched over 2 processes: every commit is the first process's and made once; the
     state in last-checkpoint/ holds both processes' random states; under FSDP2 the weights gathered for step 4's
     push are the final folder's."""
+    from helpers import DDP, FSDP
     from pretraining_runs import pretrain_runs
-    from test_distributed import DDP, FSDP
 
     root, out = tmp_path / "hub", tmp_path / "run"
     args = ["--max_train_steps", "4", "--checkpointing_steps", "2", "--eval_steps", "0",
@@ -286,13 +286,12 @@ def test_fine_tuning_with_trainers_hub_strategy_pushes_revisions_that_load(tiny_
     import sys
 
     from albert_hf.testing.glue_folders import write_glue_folders
-    from helpers import run_bounded, run_script, subprocess_env
-    from test_glue import common_args
+    from helpers import glue_args, run_bounded, run_script, subprocess_env
 
     hub, out = FakeHub(tmp_path / "hub"), tmp_path / "out"
     root = write_glue_folders(tmp_path / "glue")
     with hub.patched():
-        run_script("run_glue", [*common_args(tiny_checkpoint, out, "--task_name", "rte", "--data_dir", root / "RTE",
+        run_script("run_glue", [*glue_args(tiny_checkpoint, out, "--task_name", "rte", "--data_dir", root / "RTE",
                                              "--do_train", "--max_steps", 2, "--push_to_hub", "--hub_model_id",
                                              "someone/albert-rte", "--hub_strategy", "checkpoint"),
                                 "--save_strategy", "steps", "--save_steps", 1])

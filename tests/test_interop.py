@@ -205,8 +205,8 @@ SAVED_BEFORE_LAYOUT = REPO / "tests" / "fixtures" / "saved_before_layout"
 
 
 def test_a_folder_saved_before_the_subpackages_loads_with_albert_hf(tmp_path):
-    """A folder written by the version before albert_hf was cut into subpackages (its remote code copied in) loads
-    through the Auto classes in this version and gives the outputs that version gave."""
+    """A folder saved by an earlier albert_hf (SAVED_BEFORE_LAYOUT, with its own copy of the remote code and the
+    outputs it gave) loads through the Auto classes of this one and gives those outputs."""
     import shutil
 
     from transformers import AutoModelForPreTraining

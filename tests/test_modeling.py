@@ -18,26 +18,7 @@ from albert_hf import (
 )
 from albert_hf import modeling_albert_hf as modeling
 from albert_hf.modeling_albert_hf import SummedSoftmaxCrossEntropy
-from helpers import tiny_config
-
-BATCH, LENGTH = 3, 24
-
-
-def make_inputs(vocab=1000, batch=BATCH, length=LENGTH, pad_from=None):
-    input_ids = torch.randint(5, vocab, (batch, length))
-    attention_mask = torch.ones_like(input_ids)
-    if pad_from is not None:
-        input_ids[1, pad_from:] = 0
-        attention_mask[1, pad_from:] = 0
-    token_type_ids = torch.zeros_like(input_ids)
-    token_type_ids[:, length // 2 :] = 1
-    return dict(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
-
-
-def mlm_labels(input_ids, every=5):
-    labels = torch.full_like(input_ids, -100)
-    labels[:, 1::every] = input_ids[:, 1::every]
-    return labels
+from helpers import BATCH, LENGTH, make_inputs, mlm_labels, padded_batch, tiny_config
 
 
 def test_every_head_gives_the_documented_shapes():
@@ -176,14 +157,6 @@ def test_padding_does_not_change_the_real_tokens():
         padded = model(**inputs).last_hidden_state[1, :15]
         unpadded = model(**alone).last_hidden_state[0]
     torch.testing.assert_close(padded, unpadded, rtol=0, atol=1e-5)
-
-
-def padded_batch(batch=4, length=24, real_lengths=(24, 9, 17, 3)):
-    inputs = make_inputs(batch=batch, length=length)
-    for row, real in enumerate(real_lengths):
-        inputs["input_ids"][row, real:] = 0
-        inputs["attention_mask"][row, real:] = 0
-    return inputs
 
 
 def ffn_rows_seen(model):

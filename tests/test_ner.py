@@ -148,7 +148,7 @@ def test_scores_of_seqevals_readme_example_and_a_hand_count():
 
 @pytest.mark.trains
 @pytest.mark.rounding
-def test_a_conll_file_trains_to_entity_f1_and_the_saved_folder_tags_entities_in_a_pipeline_without_albert_hf(
+def test_a_conll_file_trains_to_entity_f1_and_the_saved_folder_tags_in_a_pipeline_without_albert_hf(
         tiny_checkpoint, tmp_path):
     train, dev = write_conll(tmp_path / "train.conll", generated(300, 0)), write_conll(tmp_path / "dev.conll",
                                                                                         generated(60, 1))

@@ -84,7 +84,7 @@ def test_a_lock_of_an_ended_run_of_this_host_is_taken_over_with_a_line(tmp_path,
     else:
         folder.mkdir()
         (folder / LOCK_FILE).write_text("{not json")
-    with caplog.at_level(logging.WARNING, logger="albert_hf.runtime.output_lock"):
+    with caplog.at_level(logging.WARNING, logger="albert_hf"):
         output_lock.acquire(folder, "--output_dir")
     assert json.loads((folder / LOCK_FILE).read_text())["process_start"] == output_lock.process_start(os.getpid())
     assert caplog.text.count(f"--output_dir {folder}: took over the lock of ") == 1
@@ -99,7 +99,7 @@ def test_a_lock_of_another_host_is_honoured_unless_taken_over(tmp_path, caplog):
         f"--output_dir {folder} is locked by run_pretraining.py --output_dir x (host node-17, PID 4242, since "
         "2026-01-01 00:00:00 UTC), on another host, which cannot be checked from here; if that run has ended, pass "
         "--take_over_lock")
-    with caplog.at_level(logging.WARNING, logger="albert_hf.runtime.output_lock"):
+    with caplog.at_level(logging.WARNING, logger="albert_hf"):
         output_lock.acquire(folder, "--output_dir", take_over=True)
     assert "on another host, taken over as asked" in caplog.text
     assert json.loads((folder / LOCK_FILE).read_text())["host"] == socket.gethostname()

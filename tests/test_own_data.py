@@ -2,7 +2,6 @@
 labels read as transformers' run_glue.py reads them, label names kept through the saved folder and its pipeline,
 classification and regression metrics, and one line for each kind of bad input."""
 
-import csv
 import json
 import random
 
@@ -13,30 +12,10 @@ from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
 from albert_hf.errors import InputError
 from albert_hf.metrics import classification_metrics, regression_metrics
 from albert_hf.tasks.text_classification import OwnTask, choose_text_columns, class_names, infer_task
+from data_fixtures import THINGS, reviews, write_csv
 from helpers import finetuning_args, run_python, run_script
 
-POSITIVE = ["great", "wonderful", "excellent", "loved", "fantastic", "superb"]
-NEGATIVE = ["awful", "terrible", "boring", "hated", "dreadful", "poor"]
-THINGS = ["film", "book", "meal", "show", "trip", "album"]
 STARS = {"terrible": 1.0, "poor": 2.0, "fine": 3.0, "good": 4.0, "superb": 5.0}
-
-
-def reviews(count, seed):
-    rng = random.Random(seed)
-    rows = []
-    for _ in range(count):
-        label = rng.choice(["positive", "negative"])
-        word = rng.choice(POSITIVE if label == "positive" else NEGATIVE)
-        rows.append({"sentence": f"The {rng.choice(THINGS)} was {word} and I said so.", "label": label})
-    return rows
-
-
-def write_csv(path, rows, columns=("sentence", "label")):
-    with open(path, "w", newline="", encoding="utf-8") as file:
-        writer = csv.writer(file)
-        writer.writerow(columns)
-        writer.writerows([row[c] for c in columns] for row in rows)
-    return path
 
 
 def write_jsonl(path, rows):

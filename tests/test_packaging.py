@@ -350,7 +350,7 @@ def runs_in_the_reduced_environment(command: str) -> bool:
 
 
 def test_make_test_runs_every_pytest_in_a_reduced_environment(tmp_path):
-    """A variable of the developer's shell (PYTHONUNBUFFERED once) cannot change the suite's outcome: every pytest
+    """A variable of the developer's shell (PYTHONUNBUFFERED, say) cannot change the suite's outcome: every pytest
     that `make test` and `make test-fast` start runs under `env -i` (shown to catch a Makefile without it)."""
     for target in ("test", "test-fast"):
         commands = pytest_commands(REPO / "Makefile", target)
@@ -468,3 +468,281 @@ def test_conftest_holds_fixtures_and_no_test_imports_it():
     not_fixtures = [node.name for node in functions if not node.name.startswith("pytest_")
                     and not any("fixture" in ast.unparse(decorator) for decorator in node.decorator_list)]
     assert not not_fixtures, not_fixtures
+
+
+# A backticked dotted name in albert_hf's prose (`checkpoints.StepCheckpoints.resolve`, `albert_hf.hub.upload`) whose
+# first parts name a module of albert_hf, by its path or the end of it (the nearest package first, as a relative
+# import would find it), must name that module's attribute, unless a parameter or local where the prose is has that
+# name (`trainer.evaluate` in a function taking a `trainer`). Any other first part must be a module-level name of the
+# file, a class of albert_hf, a name albert_hf imports somewhere (`TrainingArguments.main_process_first`), something
+# importable or one of `NOT_MODULES`: else it is a module that is gone. Files (`model.safetensors`) are not references.
+REFERENCE = re.compile(r"`((?:[A-Za-z_]\w*\.)+[A-Za-z_]\w*)(?:\(.*\)|\[.*\]|\.?…)?`")
+FILE_SUFFIXES = {"py", "json", "jsonl", "safetensors", "bin", "txt", "md", "yaml", "model", "index", "pt", "csv", "tsv"}
+# the objects the prose names by their usual variable (a model's `config.sharing`, `accelerator.prepare`), TensorFlow
+# in the official code (`tf.where`) and a checkpoint folder (`step_N.damaged`)
+NOT_MODULES = {"config", "accelerator", "optimizer", "scheduler", "state", "stop", "dataset", "predictions", "tf",
+               "step_N"}
+
+
+def prose(source: str) -> list[tuple[int, str]]:
+    """A module's comments and docstrings, each with its first line."""
+    import io
+    import tokenize
+
+    found = [(token.start[0], token.string) for token in tokenize.generate_tokens(io.StringIO(source).readline)
+             if token.type == tokenize.COMMENT]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body \
+                and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant) \
+                and isinstance(node.body[0].value.value, str):
+            found.append((node.body[0].lineno, node.body[0].value.value))
+    return found
+
+
+def defined_names(body: list) -> dict:
+    """{name: its class or function node, or None} for what a module or class body defines, assigns or imports."""
+    names = {}
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names[node.name] = node
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            names.update({part.id: None for target in getattr(node, "targets", [getattr(node, "target", None)])
+                          for part in ast.walk(target) if isinstance(part, ast.Name)})
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update({(alias.asname or alias.name).split(".")[0]: None for alias in node.names})
+        elif isinstance(node, (ast.If, ast.Try, ast.With)):
+            blocks = node.body + getattr(node, "orelse", []) + getattr(node, "finalbody", [])
+            names.update(defined_names(blocks + [part for handler in getattr(node, "handlers", [])
+                                                 for part in handler.body]))
+    return names
+
+
+def local_names(tree, line: int) -> set[str]:
+    """The names the code around `line` has in scope besides the module's: those of the classes around it, and the
+    parameters of the functions around it and every name they assign."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.lineno <= line <= node.end_lineno:
+            names |= set(defined_names(node.body))
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.lineno <= line <= node.end_lineno:
+            arguments = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+            names |= {arg.arg for arg in [*arguments, node.args.vararg, node.args.kwarg] if arg is not None}
+            names |= {part.id for part in ast.walk(node)
+                      if isinstance(part, ast.Name) and isinstance(part.ctx, ast.Store)}
+    return names
+
+
+def has_attribute(node, rest: list[str]) -> bool:
+    """Whether a module-level class or function `node` has the attribute path `rest`: a class's own names and
+    `self.x` assignments; a class with bases may inherit what it does not define."""
+    for part in rest:
+        if not isinstance(node, ast.ClassDef):
+            return False
+        own = defined_names(node.body)
+        assigned = {target.attr for target in ast.walk(node) if isinstance(target, ast.Attribute)
+                    and isinstance(target.ctx, ast.Store) and ast.unparse(target.value) == "self"}
+        if part not in own and part not in assigned:
+            return bool(node.bases)
+        node = own.get(part)
+        if node is None:
+            return True
+    return True
+
+
+def stale_references(package_dir) -> list[str]:
+    """The backticked references of the package's prose that name nothing (`REFERENCE`), as "file:line `name`: why"."""
+    import importlib.util
+
+    paths = {module_name(path, package_dir): path for path in sorted(package_dir.rglob("*.py"))}
+    trees = {name: ast.parse(path.read_text(encoding="utf-8")) for name, path in paths.items()}
+    known = NOT_MODULES | {node.name for tree in trees.values() for node in ast.walk(tree)
+                           if isinstance(node, ast.ClassDef)}
+    known |= {(alias.asname or alias.name).split(".")[0] for tree in trees.values() for node in ast.walk(tree)
+              if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}
+
+    def resolves(module: str, rest: list[str]) -> bool:
+        while rest and f"{module}.{rest[0]}" in paths:
+            module, rest = f"{module}.{rest[0]}", rest[1:]
+        if not rest:
+            return True
+        names = defined_names(trees[module].body)
+        return rest[0] in names and (names[rest[0]] is None or has_attribute(names[rest[0]], rest[1:]))
+
+    found = []
+    for name, path in paths.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        scopes = [".".join(package.split(".")[:end]) for end in range(package.count(".") + 1, 0, -1)]
+        for line, text in prose(path.read_text(encoding="utf-8")):
+            for match in REFERENCE.finditer(text):
+                parts = match.group(1).split(".")
+                if parts[-1] in FILE_SUFFIXES or parts[0] in local_names(trees[name], line):  # a file; a variable
+                    continue
+                where = f"{path.relative_to(package_dir.parent).as_posix()}:{line} `{match.group(1)}`"
+                for end in range(len(parts), 0, -1):
+                    named = ".".join(parts[:end])
+                    near = [f"{scope}.{named}" for scope in scopes if f"{scope}.{named}" in paths]
+                    candidates = near[:1] or [module for module in paths
+                                              if module == named or module.endswith(f".{named}")]
+                    if candidates:
+                        break
+                if len(candidates) > 1:
+                    found.append(f"{where}: which of {', '.join(candidates)}?")
+                elif candidates and not resolves(candidates[0], parts[end:]):
+                    found.append(f"{where}: not in {candidates[0]}")
+                elif not candidates and parts[0] not in known | set(defined_names(trees[name].body)) \
+                        and importlib.util.find_spec(parts[0]) is None:
+                    found.append(f"{where}: no such module")
+    return found
+
+
+def test_the_reference_check_catches_a_planted_stale_reference(tmp_path):
+    package = tmp_path / "albert_hf"
+    for folder in ("pretraining", "runtime", "convert"):
+        (package / folder).mkdir(parents=True)
+        (package / folder / "__init__.py").write_text("")
+    for folder in ("runtime", "convert"):
+        (package / folder / "cli.py").write_text("def main():\n    pass\n")
+    (package / "__init__.py").write_text("")
+    (package / "pretraining" / "checkpoints.py").write_text(
+        "import torch\n\nclass StepCheckpoints:\n    def __init__(self):\n        self.folder = None\n\n"
+        "    def resolve(self):\n        pass\n\ndef save(checkpointing: bool):\n    pass\n")
+    fine = ('"""Checks `checkpoints.StepCheckpoints.resolve`, `StepCheckpoints.folder`, `albert_hf.pretraining`, '
+            '`checkpoints.torch` and `runtime.cli.main()`; writes `model.safetensors`."""\n\n'
+            'def fit(run, checkpoints):\n    """`run.model`, `checkpoints.latest` (the parameter), `os.path`, '
+            '`pretraining.checkpoints.StepCheckpoints.folder`."""\n')
+    (package / "pretraining" / "job.py").write_text(
+        fine + "# `checkpointing.StepCheckpoints`, `checkpoints.StepCheckpoints.load`, `cli.main`, `pretraining.fit`\n")
+    assert stale_references(package) == [
+        "albert_hf/pretraining/job.py:5 `checkpointing.StepCheckpoints`: no such module",
+        "albert_hf/pretraining/job.py:5 `checkpoints.StepCheckpoints.load`: not in albert_hf.pretraining.checkpoints",
+        "albert_hf/pretraining/job.py:5 `cli.main`: which of albert_hf.convert.cli, albert_hf.runtime.cli?",
+        "albert_hf/pretraining/job.py:5 `pretraining.fit`: not in albert_hf.pretraining"]
+    (package / "pretraining" / "job.py").write_text(fine)
+    assert stale_references(package) == []
+
+
+def test_the_docstrings_and_comments_name_modules_and_names_that_exist():
+    """A backticked reference in albert_hf's prose names a module and an attribute that exist (shown to catch a
+    planted stale one): a name left from a module since renamed sends the reader to a file that is not there."""
+    found = stale_references(REPO / "albert_hf")
+    assert not found, found
+
+
+def foreign_loggers(source: str, libraries: set[str]) -> list[str]:
+    """`getLogger(...)` calls naming a logger other than the module's own (`__name__`) or a library's that the
+    package imports (`"accelerate"`, whose notices the pretraining log quiets)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and (getattr(node.func, "attr", None) == "getLogger"
+                                           or getattr(node.func, "id", None) == "getLogger"):
+            argument = node.args[0] if node.args else None
+            if isinstance(argument, ast.Name) and argument.id == "__name__":
+                continue
+            if isinstance(argument, ast.Constant) and str(argument.value).split(".")[0] in libraries:
+                continue
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_the_logger_check_catches_a_module_logging_under_another_name():
+    planted = ('import logging\nfrom logging import getLogger\n'
+               'logger = logging.getLogger("albert_hf.pretraining.job")\nours = getLogger(__name__)\n'
+               'logging.getLogger("accelerate.utils").setLevel(logging.WARNING)\nroot = logging.getLogger()\n'
+               'other = getLogger(f"{__name__}.x")\n')
+    assert foreign_loggers(planted, {"accelerate"}) == ['3: logging.getLogger(\'albert_hf.pretraining.job\')',
+                                                        "6: logging.getLogger()", "7: getLogger(f'{__name__}.x')"]
+
+
+def test_every_module_logs_under_its_own_name():
+    """A log line names the module that wrote it (`getLogger(__name__)`; the log format prints it), so a reader finds
+    the code from the line and a filter on a package (`albert_hf.pretraining`) takes its modules' lines. Shown to
+    catch a module logging under another module's name."""
+    libraries = set(imported_top_level_modules(REPO / "albert_hf")) - {"albert_hf", *sys.stdlib_module_names}
+    found = [f"{path.relative_to(REPO)}:{where}" for path in sorted((REPO / "albert_hf").rglob("*.py"))
+             for where in foreign_loggers(path.read_text(), libraries)]
+    assert not found, found
+
+
+def imports_of_test_files(source: str) -> list[str]:
+    """Imports of a test file (a `test_*` module), at module level or inside a function."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else \
+            [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
+        if any(name.split(".")[0].startswith("test_") for name in names):
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_the_test_import_finder_catches_an_import_inside_a_test():
+    planted = ("from helpers import REPO\nimport test_glue\nfrom data_fixtures import SQUAD_V1\n\n"
+               "def test_x():\n    from test_squad import write_json\n")
+    assert imports_of_test_files(planted) == ["2: import test_glue", "6: from test_squad import write_json"]
+
+
+def test_no_test_file_imports_another():
+    """What several test files share lives in tests/helpers.py (calls), data_fixtures.py (inputs), pretraining_runs.py
+    (pretraining runs) and conftest.py (fixtures): a test file imported by another one runs its module's code there,
+    and its fixtures come back as unused imports (shown to catch a planted import)."""
+    found = [f"{path.name}:{where}" for path in sorted(REPO.glob("tests/*.py"))
+             for where in imports_of_test_files(path.read_text())]
+    assert not found, found
+
+
+def long_test_names(source: str, limit: int = 100) -> list[str]:
+    """The tests (`test_*` functions) whose name is over `limit` characters."""
+    return [f"{node.name} ({len(node.name)})" for node in ast.walk(ast.parse(source))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test_")
+            and len(node.name) > limit]
+
+
+def test_the_name_length_finder_catches_a_101_character_test():
+    long, short = "test_" + "x" * 96, "test_" + "x" * 95
+    assert long_test_names(f"def {long}():\n    pass\ndef {short}():\n    pass\n") == [f"{long} (101)"]
+
+
+def test_no_test_name_is_over_100_characters():
+    """A test's name says what it shows in a line a terminal and a failure report show whole."""
+    found = [f"{path.name}: {name}" for path in sorted(REPO.glob("tests/*.py"))
+             for name in long_test_names(path.read_text())]
+    assert not found, found
+
+
+# Prose that tells how the code came to be instead of why it is as it is: a work period named by its number, a
+# behaviour it had in the past, the code it replaced.
+HISTORY = re.compile(
+    r"\b(first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|\d+(st|nd|rd|th)|this|last|next|previous"
+    r"|earlier|later) (session|lease)\b|\bleases?\b|(?<!is )(?<!are )(?<!be )(?<!was )(?<!were )\bused to\b"
+    r"|\bonce (hid|ended|did|was|were|had|failed|hung|broke)\b|\bolder versions?\b|\bthe version before\b"
+    r"|\bbefore versions\b",
+    re.IGNORECASE)
+
+
+def history(prose_parts: list[tuple[int, str]]) -> list[str]:
+    """'line: words' for each `HISTORY` match in (line, text) parts of prose, a text's line breaks read as spaces."""
+    return [f"{line}: {match.group(0)}" for line, text in sorted(prose_parts)
+            for match in HISTORY.finditer(" ".join(text.split()))]
+
+
+def makefile_comments(text: str) -> list[tuple[int, str]]:
+    return [(number, line) for number, line in enumerate(text.splitlines(), 1) if line.lstrip().startswith("#")]
+
+
+def test_the_history_finder_catches_sessions_and_what_the_code_used_to_do():
+    planted = ('"""Measured in the fifth\n    session."""\n# the run used to hang here\n'
+               'x = 1  # in a session of its own; released; the lock is used to wait\n'
+               '# BENCHMARKS.md, "second lease"\ndef f():\n'
+               '    """A step once hid a failure; it is no longer finite."""\n')
+    assert history(prose(planted)) == ["1: fifth session", "3: used to", "5: second lease", "7: once hid"]
+    makefile = "# PYTHONUNBUFFERED once hid a test\nX = y  # an older version\n\t@echo used to\n"
+    assert history(makefile_comments(makefile)) == ["1: once hid"]
+
+
+def test_comments_say_why_the_code_is_so_not_its_history():
+    """albert_hf's, the tests' and the Makefile's comments and docstrings explain the code as it is: the work periods
+    it was written in, and what it did before, are the commit log's (shown to catch planted history)."""
+    found = [f"{path.relative_to(REPO)}:{where}"
+             for path in sorted([*(REPO / "albert_hf").rglob("*.py"), *REPO.glob("tests/*.py")])
+             for where in history(prose(path.read_text(encoding="utf-8")))]
+    found += [f"Makefile:{where}" for where in history(makefile_comments((REPO / "Makefile").read_text()))]
+    assert not found, found

@@ -21,7 +21,7 @@ from albert_hf.pretraining.checkpoints import STATE_FILE
 from albert_hf.runtime.preemption import PREEMPTED
 from helpers import DDP, LAUNCH, REPO, run_bounded, signal_job, start_process, subprocess_env
 from preloaded import launched_rank
-from pretraining_runs import check_same_weights_and_curve, metrics, pretrain
+from pretraining_runs import check_same_weights_and_curve, metrics, pretrain, signal_once_training, stopped_step
 
 pytestmark = pytest.mark.trains
 
@@ -41,38 +41,6 @@ def ddp_reference(tmp_path_factory):
     run = tmp_path_factory.mktemp("ddp_reference") / "run"
     pretrain(run, *ARGS, "--per_device_train_batch_size", "4", launcher=DDP)
     return run
-
-
-def signal_once_training(run, process, targets, signum, repeat_until_exit=False):
-    """Sends `signum` to `targets()` (processes) once the run has logged its first training row; with
-    `repeat_until_exit`, again every 20 ms until the run has exited (signals arriving during the save)."""
-    deadline = time.time() + 300
-    while not (run / "metrics.jsonl").exists():
-        assert process.poll() is None, "the run ended before it could be signalled"
-        assert time.time() < deadline
-        time.sleep(0.02)
-    sent = 0
-    while process.poll() is None and (sent == 0 or repeat_until_exit):
-        for target in targets():
-            try:
-                target.send_signal(signum)
-                sent += 1
-            except psutil.NoSuchProcess:
-                pass
-        time.sleep(0.02)
-    try:
-        process.wait(timeout=300)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"the run was still running 300 s after {sent} signal(s)")
-    assert sent, "the run ended before a signal reached it: nothing here tested its handling"
-    return sent
-
-
-def stopped_step(stderr: str) -> int:
-    last = stderr.strip().splitlines()[-1]
-    assert last.startswith("Stopped by ") and last.endswith("run the same command with --resume_from_checkpoint "
-                                                             "latest"), stderr[-3000:]
-    return int(last.split(" after step ")[1].split(" ")[0])
 
 
 @pytest.mark.parametrize("signum, repeat", [(signal.SIGTERM, True), (signal.SIGINT, False), (signal.SIGUSR1, False)])
@@ -202,7 +170,7 @@ def glue_reference(tmp_path_factory, tiny_checkpoint, rte_folder, glue_launchers
 
 
 # Not `rounding`: fp32, the two sides within 6.7e-7 of each other here and 1.1e-7 under the AVX2 caps, against the 1e-5
-# asserted (BENCHMARKS.md, "The test suite (fifth session)").
+# asserted (BENCHMARKS.md, "Tolerance margins under the AVX2 caps").
 @pytest.mark.launched
 def test_fine_tuning_under_the_fsdp_config_shards_and_ends_with_the_ddp_weights(glue_reference):
     """run_glue.py launched with an FSDP config from `accelerate config` gets FSDP2 over gloo (Trainer alone would
@@ -575,7 +543,7 @@ def test_fine_tuning_with_dataloader_workers_stopped_by_a_group_signal_resumes(t
         torch.testing.assert_close(got[name], expected[name], rtol=0, atol=1e-6, msg=name)
 
 
-def test_group_signals_at_random_moments_lose_no_checkpoint_and_each_run_resumes_to_the_uninterrupted_weights(
+def test_group_signals_at_random_moments_lose_no_checkpoint_and_runs_resume_to_the_uninterrupted_weights(
         tmp_path, reference):
     """SIGTERM to the job (2 DataLoader workers, a checkpoint every 10 steps) at random moments of its run, the data
     stage included, until 10 runs were stopped (a run that finished first is drawn again), each stopped run then

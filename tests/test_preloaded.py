@@ -114,9 +114,9 @@ print(json.dumps({{name: [n for n in job_signals if value >> (n - 1) & 1] for na
 
 @pytest.mark.parametrize("caller", ["as found", "SIGTERM and SIGUSR1 blocked, SIGHUP ignored"])
 def test_a_served_process_has_the_signals_a_popen_child_has(tmp_path, caller):
-    """Whatever the server's own state: a stop signal blocked in the caller when the server started was inherited by
-    every served process, which SIGTERM then could not end (test_a_signal_reaches_the_served_process, 1 suite in
-    4). Compared with a real Popen child of the same interpreter."""
+    """Whatever the server's own state: a stop signal blocked in the caller when the server started must not be
+    inherited by every served process, which SIGTERM then could not end (test_a_signal_reaches_the_served_process).
+    Compared with a real Popen child of the same interpreter."""
     probe = tmp_path / "signals.py"
     probe.write_text(SIGNALS_PROBE)
     with signals_left_as_found():

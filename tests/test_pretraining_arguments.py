@@ -130,7 +130,7 @@ def test_auto_find_batch_size_settles_below_an_out_of_memory_limit_and_trains_as
     common = [*FAST, "--max_train_steps", "6", "--eval_steps", "0", "--validation_split_percentage", "0",
               "--no_plots"]
     found, explicit = tmp_path / "found", tmp_path / "explicit"
-    with caplog.at_level("INFO", logger="albert_hf.pretraining.job"):
+    with caplog.at_level("INFO", logger="albert_hf"):
         job.main(["--output_dir", str(found), *common, "--global_batch_size", "16", "--per_device_train_batch_size",
                   "16", "--auto_find_batch_size"])
     start = next(r.getMessage() for r in caplog.records if "parameters; global batch" in r.getMessage())
@@ -238,8 +238,8 @@ def test_bad_arguments_stop_with_a_clear_message(tmp_path):
 
 
 def test_a_sequence_longer_than_the_models_positions_stops_at_the_entry_before_any_data(tmp_path, tiny_checkpoint):
-    """Checked once, in parse_args, for a preset, a --config_name and a loaded --model_name_or_path alike (the last
-    one used to fail inside the model, after the corpus was read)."""
+    """Checked once, in parse_args, for a preset, a --config_name and a loaded --model_name_or_path alike, before
+    the corpus is read (the model itself would fail only at its first batch)."""
     from albert_hf.pretraining.flags import parse_args
 
     base = ["--output_dir", str(tmp_path / "out")]

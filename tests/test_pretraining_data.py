@@ -264,7 +264,7 @@ def test_short_documents_are_skipped_and_counted(caplog):
     docs = synthetic_documents(22, seed=17)
     docs[0], docs[21] = [[token(0, 0, 0), token(0, 0, 1)]], []  # one sentence; empty
     expected_short = sum(1 for d in docs if len(d) == 1)
-    with caplog.at_level(logging.INFO, logger="albert_hf.pretraining.pairs"):
+    with caplog.at_level(logging.INFO, logger="albert_hf"):
         pairs = create_pretraining_pairs(as_tokenized_dataset(docs), FAKE_TOKENIZER, max_seq_length=64,
                                          dupe_factor=1)
     assert f"skipped 1 empty and {expected_short} with fewer than 2 sentences" in caplog.text
@@ -276,7 +276,7 @@ def test_one_document_warns_only_when_a_random_segment_can_be_drawn(caplog):
     one = as_tokenized_dataset([synthetic_documents(1, seed=23, max_sentences=12)[0] * 2])
     for task, one_chunk, warns in (("nsp", "skip", True), ("sop", "random_next", True), ("sop", "skip", False)):
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="albert_hf.pretraining.pairs"):
+        with caplog.at_level(logging.WARNING, logger="albert_hf"):
             create_pretraining_pairs(one, FAKE_TOKENIZER, max_seq_length=64, dupe_factor=1, task=task,
                                      one_chunk=one_chunk)
         assert ("Only one usable document" in caplog.text) is warns, (task, one_chunk)

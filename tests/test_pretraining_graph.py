@@ -72,7 +72,7 @@ def test_a_replayed_step_trains_as_the_eager_loop_also_after_eager_steps_and_acr
     before = [p.detach().clone() for p in graph_model.parameters()]
     graph = StepGraph(graph_model, graph_optimizer, accelerator, 1.0, "global",
                       graph_factory=lambda: RunsAtCapture(graph_model))
-    with caplog.at_level(logging.INFO, logger="albert_hf.pretraining.job"):
+    with caplog.at_level(logging.INFO, logger="albert_hf"):
         for micro_batches in steps:
             got.append(graph(micro_batches))
             graph_schedule.step()

@@ -1,8 +1,8 @@
 """run_race.py and albert_hf/tasks/race/: reading RACE in its formats, the official input formatting, accuracy.
 
-The end-to-end fixtures are synthetic RACE files in the official layout whose correct option is always the same
-phrase, so a few training steps teach a tiny model to find it and the expected accuracies can be worked out by
-hand; a few gold answers are deliberately set to another option to make the per-subset numbers differ.
+The end-to-end fixtures (tests/data_fixtures.py) are synthetic RACE files in the official layout whose correct option
+is always the same phrase, so a few training steps teach a tiny model to find it and the expected accuracies can be
+worked out by hand; a few gold answers are deliberately set to another option to make the per-subset numbers differ.
 """
 
 import json
@@ -14,6 +14,7 @@ from datasets import Dataset
 from albert_hf.errors import InputError
 from albert_hf.tasks import race
 from albert_hf.tasks.race import RaceDataArguments
+from data_fixtures import DEV, RIGHT, TRAIN, article, write_official_layout
 from helpers import (
     SHARED_DATA,
     check_best_checkpoint,
@@ -26,39 +27,8 @@ from helpers import (
 REPO = Path(__file__).resolve().parents[1]
 SHARED_RACE = SHARED_DATA / "race"
 
-RIGHT = "yes it is true"  # the phrase the fixtures' correct option always is
-WRONG = ["no", "never", "perhaps not"]
 TINY_ARGS = ["--max_seq_length", "64", "--max_qa_length", "16", "--report_to", "none", "--seed", "0",
              "--per_device_eval_batch_size", "8", "--dataloader_pin_memory", "false"]
-
-
-def article(article_id: str, right_positions: str, gold: str | None = None) -> dict:
-    """An official-format article; question i has RIGHT at letter right_positions[i], gold answers `gold`."""
-    options = []
-    for letter in right_positions:
-        choices = list(WRONG)
-        choices.insert("ABCD".index(letter), RIGHT)
-        options.append(choices)
-    questions = ["The children went to the _ .", "What did the children do?", "Where is the old school?"]
-    return {"id": article_id, "article": f"Story {article_id}. The children walked to the old school and read "
-            "books together in the morning. " * 2, "questions": questions[:len(right_positions)],
-            "options": options, "answers": list(gold or right_positions)}
-
-
-# dev: high all consistent (4/4 right), middle with 2 of 4 gold answers not on RIGHT (2/4 right) -> overall 6/8.
-DEV = {"high": {"5.txt": article("high5.txt", "ABC"), "6.txt": article("high6.txt", "D")},
-       "middle": {"7.txt": article("middle7.txt", "CA", gold="CB"), "8.txt": article("middle8.txt", "BD", gold="AD")}}
-TRAIN = {level: {f"{n}.txt": article(f"{level}{n}.txt", positions) for n, positions in
-                 enumerate(["ABC", "DCB", "BAD", "CDA"])} for level in ("high", "middle")}
-
-
-def write_official_layout(root: Path) -> Path:
-    for split, levels in {"train": TRAIN, "dev": DEV, "test": DEV}.items():
-        for level, files in levels.items():
-            (root / split / level).mkdir(parents=True)
-            for name, record in files.items():
-                (root / split / level / name).write_text(json.dumps(record))
-    return root
 
 
 def hub_rows(levels: dict) -> list[dict]:
@@ -156,7 +126,7 @@ def test_a_capped_max_qa_length_is_logged_once(tiny_checkpoint, caplog):
     record["options"][0][1] = "walked very slowly to the old school with many books " * 3  # a long qa part
     questions = Dataset.from_list(race.article_rows(record, "x", "high"))
     args = RaceDataArguments(max_seq_length=12, max_qa_length=64)
-    with caplog.at_level("INFO", logger="albert_hf.tasks.race"):
+    with caplog.at_level("INFO", logger="albert_hf"):
         fitted = race.fit_lengths(args, AutoConfig.from_pretrained(tiny_checkpoint))  # once per run, as run_race.py
         for _ in range(3):  # train, validation, test
             encoded = race.encode_questions(questions, tokenizer, fitted)

@@ -1,5 +1,5 @@
 """recipes/*.yaml: each one read by run_pretraining.py's own argument parser (nothing trained), the paper's recipes
-with the paper's values, and the demo recipe the same arguments as the flags `make pretrain` used to pass."""
+with the paper's values, and the demo recipe the arguments of the demo's flags (`DEMO_FLAGS`)."""
 
 import re
 

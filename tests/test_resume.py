@@ -19,14 +19,6 @@ from helpers import (
 from pretraining_runs import RESUME_ARGS, check_same_weights_and_curve, metrics, pretrain, pretrain_runs
 
 
-@pytest.fixture(scope="module")
-def reference_run(tmp_path_factory):
-    """One uninterrupted 12-step run with a checkpoint every 3 steps, the curve resumed runs must follow."""
-    reference = tmp_path_factory.mktemp("reference") / "run"
-    pretrain(reference, *RESUME_ARGS)
-    return reference
-
-
 @pytest.mark.parametrize("step", [3, 9])
 @pytest.mark.trains
 def test_resume_from_a_checkpoint_inside_a_logging_window_logs_the_uninterrupted_curve(tmp_path, reference_run,

@@ -104,12 +104,12 @@ def test_a_tracked_pretraining_run_pushed_to_the_hub_and_its_prepared_data_hold_
 def test_a_fine_tuning_run_pushed_to_the_hub_holds_no_token_in_its_folders_checkpoints_and_commits(
         tiny_checkpoint, tmp_path, token, capfd):
     from albert_hf.testing.glue_folders import write_glue_folders
-    from test_glue import common_args
+    from helpers import glue_args
 
     hub = FakeHub(tmp_path / "hub")
     root, out = write_glue_folders(tmp_path / "glue"), tmp_path / "out"
     with hub.patched():
-        run_script("run_glue", [*common_args(tiny_checkpoint, out, "--task_name", "rte", "--data_dir", root / "RTE",
+        run_script("run_glue", [*glue_args(tiny_checkpoint, out, "--task_name", "rte", "--data_dir", root / "RTE",
                                              "--do_train", "--max_steps", 2, "--push_to_hub", "--hub_model_id",
                                              "someone/albert-rte", "--hub_token", token),
                                 "--save_strategy", "steps", "--save_steps", 1, "--report_to", "tensorboard"])

@@ -20,8 +20,8 @@ from albert_hf.runtime.preemption import PREEMPTED
 from albert_hf.tasks import trainer
 from albert_hf.tasks.recipe import recipe_arguments
 from albert_hf.tasks.seeds import Baseline, majority_class, statistics_of
+from data_fixtures import reviews, write_csv
 from helpers import check_best_checkpoint, check_seed_summary, finetuning_args, run_script
-from test_own_data import reviews, write_csv
 
 
 def test_statistics_by_hand():
@@ -161,7 +161,7 @@ def test_three_seeds_give_a_summary_the_best_model_on_top_and_a_collapsed_seed_i
         return result
 
     monkeypatch.setattr(transformers.Trainer, "train", collapse_seed_2)
-    caplog.set_level(logging.INFO, logger="albert_hf.tasks.seeds")
+    caplog.set_level(logging.INFO, logger="albert_hf")
     out = tmp_path / "out"
     summary = run_glue(seed_args(tiny_checkpoint, out, train, dev, "--seeds", 1, 2, 3, "--retry_failed_seeds", 1,
                                  *BEST_CHECKPOINT))

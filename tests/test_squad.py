@@ -17,38 +17,10 @@ from albert_hf.tasks.squad.data import read_squad_file, select_trainable
 from albert_hf.tasks.squad.features import build_features, max_context_flags, window_starts
 from albert_hf.tasks.squad.job import SquadDataArguments
 from albert_hf.tasks.squad.postprocess import postprocess_beam_predictions, postprocess_span_predictions
-from data_fixtures import tokenizer
-from helpers import check_seed_summary, check_tokenizer_loads_without_prompt, shared_data
+from data_fixtures import CURIE, FOX, SQUAD_V1, SQUAD_V2, tokenizer, write_json
+from helpers import check_seed_summary, check_tokenizer_loads_without_prompt, run_squad, shared_data, squad_args
 
 REPO = Path(__file__).resolve().parents[1]
-
-FOX = "The quick brown fox jumps over the lazy dog near the river bank in Paris."
-CURIE = "Marie Curie won the Nobel Prize in 1903 and again in 1911 for chemistry."
-SQUAD_V1 = {"version": "1.1", "data": [{"title": "Fixture", "paragraphs": [
-    {"context": FOX, "qas": [
-        {"id": "q1", "question": "Who jumps over the dog?",
-         "answers": [{"text": "quick brown fox", "answer_start": 4}]},
-        {"id": "q2", "question": "Where is the river bank?", "answers": [{"text": "Paris", "answer_start": 67}]}]},
-    {"context": CURIE, "qas": [
-        {"id": "q3", "question": "When did Curie win for chemistry?",
-         "answers": [{"text": "1911", "answer_start": 53}]}]},
-]}]}
-SQUAD_V2 = {"version": "v2.0", "data": [{"title": "Fixture", "paragraphs": [
-    {"context": FOX, "qas": [
-        {"id": "p1", "question": "Who jumps over the dog?", "is_impossible": False,
-         "answers": [{"text": "quick brown fox", "answer_start": 4}]},
-        {"id": "p2", "question": "What colour is the cat?", "is_impossible": True, "answers": [],
-         "plausible_answers": [{"text": "brown", "answer_start": 10}]}]},
-    {"context": CURIE, "qas": [
-        {"id": "p3", "question": "When did Curie win for chemistry?", "is_impossible": False,
-         "answers": [{"text": "1911", "answer_start": 53}]},
-        {"id": "p4", "question": "Who won the Turing Award?", "is_impossible": True, "answers": []}]},
-]}]}
-
-
-def write_json(path, content):
-    path.write_text(json.dumps(content))
-    return path
 
 
 def flattened_rows(official):
@@ -98,7 +70,7 @@ def test_untrainable_questions_are_counted_in_the_log_and_left_out(caplog):
         {"id": "empty", "title": "", "context": "  ", "question": "?", "answers": {"text": ["x"], "answer_start": [0]}},
         {"id": "none", "title": "", "context": FOX, "question": "?", "answers": {"text": [], "answer_start": []}},
     ]
-    with caplog.at_level(logging.WARNING, logger="albert_hf.tasks.squad.job"):
+    with caplog.at_level(logging.WARNING, logger="albert_hf"):
         kept = select_trainable(Dataset.from_list(rows), version_2=False, where="train.json")
     assert kept["id"] == ["q1", "q2", "q3"]
     assert "train.json: skipped 1 of 6 training questions with an answer text that is not at its answer_start " \
@@ -408,24 +380,8 @@ def test_paper_hparams_squad_v2_row_with_the_answerability_head_and_explicit_fla
 # End to end (run_squad.main in-process)
 
 
-def run_squad(args):
-    from accelerate.state import AcceleratorState, PartialState
-
-    AcceleratorState._reset_state(True)
-    PartialState._reset_state()
-    import run_squad as script
-    return script.main([str(a) for a in args])
-
-
 # Steps after which the tiny model knows the three fixture answers with a margin (see test_v1_end_to_end_...)
 MEMORIZED = 60
-
-
-def common_args(checkpoint, output_dir, steps, seq=48, query=16, stride=16):
-    return ["--model_name_or_path", checkpoint, "--output_dir", output_dir, "--max_seq_length", seq,
-            "--max_query_length", query, "--doc_stride", stride, "--per_device_train_batch_size", 8,
-            "--max_steps", steps, "--learning_rate", "5e-3", "--warmup_steps", "0.1", "--use_cpu",
-            "--save_strategy", "no", "--disable_tqdm", "true", "--seed", 0, "--report_to", "none"]
 
 
 def read_outputs(output_dir, prefix=""):
@@ -454,7 +410,7 @@ def test_v1_end_to_end_learns_the_fixture_answers(tiny_checkpoint, tmp_path):
     path = write_json(tmp_path / "train-v1.1.json", SQUAD_V1)
     out = tmp_path / "out"
     run_squad(["--train_file", path, "--validation_file", path, "--do_train", "--do_eval",
-               *common_args(tiny_checkpoint, out, steps=MEMORIZED)])
+               *squad_args(tiny_checkpoint, out, steps=MEMORIZED)])
     outputs = read_outputs(out)
     assert outputs["predictions.json"] == {"q1": "quick brown fox", "q2": "Paris", "q3": "1911"}
     assert "null_odds.json" not in outputs
@@ -479,7 +435,7 @@ def test_v2_end_to_end_learns_answers_and_no_answers(tiny_checkpoint, tmp_path, 
     extra = ["--answerability_head"] if head == "answerability" else []
     test_file = write_json(tmp_path / "test-v2.0.json", without_answers(SQUAD_V2))
     run_squad(["--train_file", path, "--validation_file", path, "--do_train", "--do_eval", "--version_2_with_negative",
-               "--do_predict", "--test_file", test_file, *extra, *common_args(tiny_checkpoint, out, steps=40, seq=64)])
+               "--do_predict", "--test_file", test_file, *extra, *squad_args(tiny_checkpoint, out, steps=40, seq=64)])
     outputs = read_outputs(out)
     assert outputs["predictions.json"] == {"p1": "quick brown fox", "p2": "", "p3": "1911", "p4": ""}
     # --do_predict on the same questions without answers: the same predictions and null odds under transformers'
@@ -508,7 +464,7 @@ def test_v2_paper_hparams_run_uses_the_answerability_head_and_tunes_the_threshol
     path = write_json(tmp_path / "train-v2.0.json", SQUAD_V2)
     out = tmp_path / "out"
     run_squad(["--train_file", path, "--validation_file", path, "--do_train", "--do_eval", "--version_2_with_negative",
-               "--paper_hparams", *common_args(tiny_checkpoint, out, steps=30, seq=64)])
+               "--paper_hparams", *squad_args(tiny_checkpoint, out, steps=30, seq=64)])
     outputs = read_outputs(out)
     assert json.loads((out / "config.json").read_text())["architectures"] == [
         "AlbertHFForQuestionAnsweringWithAnswerability"]
@@ -556,7 +512,7 @@ def test_eval_strategy_steps_scores_every_evaluation_and_keeps_the_checkpoint_wi
     assert FOX[26:].startswith("over the lazy dog near the river bank")
     out = tmp_path / "out"
     run_squad(["--train_file", train_file, "--validation_file", dev_file, "--do_train",
-               *common_args(tiny_checkpoint, out, steps=6), "--eval_strategy", "steps", "--eval_steps", 1,
+               *squad_args(tiny_checkpoint, out, steps=6), "--eval_strategy", "steps", "--eval_steps", 1,
                "--save_strategy", "steps", "--save_steps", 1, "--load_best_model_at_end"])
     state = json.loads((out / "trainer_state.json").read_text())
     evaluations = [entry for entry in state["log_history"] if "eval_f1" in entry]
@@ -589,7 +545,7 @@ def test_do_predict_writes_test_predictions_and_metrics_and_all_results_has_ever
     out = tmp_path / "out"
     # (with persistent loader workers, Trainer caches the dev set's loader: the test set must not get it)
     run_squad(["--train_file", train_file, "--validation_file", train_file, "--test_file", labelled, "--do_train",
-               "--do_eval", "--do_predict", *common_args(tiny_checkpoint, out, steps=MEMORIZED),
+               "--do_eval", "--do_predict", *squad_args(tiny_checkpoint, out, steps=MEMORIZED),
                "--dataloader_num_workers", 1, "--dataloader_persistent_workers"])
     outputs = read_outputs(out, prefix="predict_")
     assert outputs["predict_predictions.json"] == {"q2": "Paris", "q3": "1911"}
@@ -624,7 +580,7 @@ def test_do_predict_without_a_test_set_names_test_file(tmp_path):
 def test_v2_data_without_the_v2_flag_is_refused_at_evaluation(tiny_checkpoint, tmp_path):
     path = write_json(tmp_path / "dev-v2.0.json", SQUAD_V2)
     with pytest.raises(ValueError, match="'p2' has no answer: this is SQuAD v2.0 data, pass --version_2_with_negative"):
-        run_squad(["--validation_file", path, "--do_eval", *common_args(tiny_checkpoint, tmp_path / "out", steps=1)])
+        run_squad(["--validation_file", path, "--do_eval", *squad_args(tiny_checkpoint, tmp_path / "out", steps=1)])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -650,7 +606,7 @@ def test_real_dev_articles_end_to_end(tiny_checkpoint, tmp_path, version):
     out = tmp_path / "out"
     run_squad(["--train_file", path, "--validation_file", path, "--do_train", "--do_eval", *extra,
                "--max_train_samples", 48, "--max_eval_samples", 30,
-               *common_args(tiny_checkpoint, out, steps=3, seq=128, query=32, stride=64)])
+               *squad_args(tiny_checkpoint, out, steps=3, seq=128, query=32, stride=64)])
     outputs = read_outputs(out)
     examples = read_squad_file(path).select(range(30))
     contexts = dict(zip(examples["id"], examples["context"]))
@@ -680,7 +636,7 @@ def test_two_seeds_summarise_exact_match_and_f1(tiny_checkpoint, tmp_path):
     path = write_json(tmp_path / "train-v1.1.json", SQUAD_V1)
     out = tmp_path / "out"
     summary = run_squad(["--train_file", path, "--validation_file", path, "--do_train", "--do_eval",
-                         *common_args(tiny_checkpoint, out, steps=MEMORIZED), "--seeds", 1, 2])
+                         *squad_args(tiny_checkpoint, out, steps=MEMORIZED), "--seeds", 1, 2])
     check_seed_summary(out, [1, 2], "eval_f1", AutoModelForQuestionAnswering)
     assert summary["baseline"] == {"metric": "f1", "value": 0.0, "name": "the empty answer"}
     assert {"eval_exact_match", "eval_f1"} <= set(summary["metrics"])

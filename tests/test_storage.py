@@ -16,10 +16,8 @@ from safetensors.torch import load_file
 
 from albert_hf.pretraining.checkpoints import STATE_FILE
 from albert_hf.runtime.storage import fault_of
-from helpers import REPO, run_bounded, subprocess_env
+from helpers import REPO, glue_args, run_bounded, subprocess_env
 from pretraining_runs import FAST, RESUME_ARGS, SCRIPT, check_same_weights_and_curve, pretrain
-from test_glue import common_args, glue_root  # noqa: F401 - glue_root: a fixture the tests below take
-from test_resume import reference_run  # noqa: F401 - a fixture the tests below take
 
 FAILING_WRITES = str(REPO / "tests" / "failing_writes.py")
 
@@ -57,7 +55,7 @@ def error_line(done) -> str:
 
 
 @pytest.mark.trains
-def test_a_checkpoint_the_disk_cannot_hold_stops_in_one_line_and_the_run_resumes_exactly(tmp_path, reference_run):  # noqa: F811 - the imported fixture
+def test_a_checkpoint_the_disk_cannot_hold_stops_in_one_line_and_the_run_resumes_exactly(tmp_path, reference_run):
     run = tmp_path / "run"
     keep_one = [*RESUME_ARGS, "--checkpoints_total_limit", "1"]  # step_3 may go only once step_6 is complete
     done = failing_run(".tmp-step_6", SCRIPT, "--output_dir", run, *FAST, *keep_one, cwd=tmp_path)
@@ -74,7 +72,7 @@ def test_a_checkpoint_the_disk_cannot_hold_stops_in_one_line_and_the_run_resumes
 
 @pytest.mark.trains
 def test_a_final_folder_the_disk_cannot_hold_stops_in_one_line_and_the_last_checkpoint_finishes_it(tmp_path,
-                                                                                                reference_run):  # noqa: F811 - the imported fixture
+                                                                                                reference_run):
     run = tmp_path / "run"
     done = failing_run(".tmp-final", SCRIPT, "--output_dir", run, *FAST, *RESUME_ARGS, cwd=tmp_path)
     line = error_line(done)
@@ -88,9 +86,9 @@ def test_a_final_folder_the_disk_cannot_hold_stops_in_one_line_and_the_last_chec
 
 
 @pytest.mark.trains
-def test_a_fine_tuning_checkpoint_the_disk_cannot_hold_stops_in_one_line(tmp_path, tiny_checkpoint, glue_root):  # noqa: F811 - the imported fixture
+def test_a_fine_tuning_checkpoint_the_disk_cannot_hold_stops_in_one_line(tmp_path, tiny_checkpoint, glue_root):
     out = tmp_path / "rte"
-    argv = common_args(tiny_checkpoint, out, "--task_name", "rte", "--data_dir", glue_root, "--do_train",
+    argv = glue_args(tiny_checkpoint, out, "--task_name", "rte", "--data_dir", glue_root, "--do_train",
                        "--max_steps", 4, "--save_strategy", "steps", "--save_steps", 2)
     done = failing_run("checkpoint-4", str(REPO / "run_glue.py"), *argv, cwd=tmp_path)
     line = error_line(done)
@@ -126,7 +124,7 @@ def small_tmpfs(tmp_path):
 
 @pytest.mark.trains
 def test_on_a_real_small_filesystem_the_start_and_the_second_checkpoint_stop_in_one_line(tmp_path, small_tmpfs,
-                                                                                        reference_run):  # noqa: F811 - the imported fixture
+                                                                                        reference_run):
     # a checkpoint's own files; its model files are links to the run's one copy, written once
     shared = {f.name for f in (reference_run / ".model_files").iterdir()}
     one_checkpoint = sum(f.stat().st_size for f in (reference_run / "step_3").rglob("*")
@@ -159,9 +157,9 @@ def test_on_a_real_small_filesystem_the_start_and_the_second_checkpoint_stop_in_
 
 @pytest.mark.trains
 def test_fine_tuning_into_a_read_only_folder_stops_in_one_line_before_reading_data(
-        tmp_path, small_tmpfs, tiny_checkpoint, glue_root):  # noqa: F811 - the imported fixture
+        tmp_path, small_tmpfs, tiny_checkpoint, glue_root):
     read_only = small_tmpfs(1_000_000, read_only=True)
-    argv = common_args(tiny_checkpoint, read_only / "rte", "--task_name", "rte", "--data_dir", glue_root,
+    argv = glue_args(tiny_checkpoint, read_only / "rte", "--task_name", "rte", "--data_dir", glue_root,
                        "--do_train", "--max_steps", 2)
     done = run_bounded([sys.executable, str(REPO / "run_glue.py"), *map(str, argv)], 300, cwd=tmp_path,
                        env=subprocess_env())
@@ -195,7 +193,7 @@ def test_an_unloadable_checkpoint_names_the_newest_earlier_intact_one(tmp_path):
 @pytest.mark.trains
 @pytest.mark.launched
 def test_under_ddp_and_fsdp_every_process_stops_at_the_failed_checkpoint_and_none_waits(tmp_path, mode, failing):
-    from test_distributed import DDP, FSDP
+    from helpers import DDP, FSDP
 
     launcher = {"DDP": DDP, "FSDP": FSDP}[mode]
     run = tmp_path / "run"

@@ -16,10 +16,16 @@ from albert_hf.pretraining.flags import parse_args
 from albert_hf.pretraining.inputs import build_data
 from albert_hf.runtime.preemption import PREEMPTED
 from data_fixtures import embedded
-from helpers import REPO, run_bounded, subprocess_env
+from helpers import DDP, REPO, run_bounded, subprocess_env
 from preloaded import launched_rank
-from pretraining_runs import check_same_weights_and_curve, metrics, pretrain, pretrain_runs
-from test_preemption import DDP, signal_once_training, stopped_step
+from pretraining_runs import (
+    check_same_weights_and_curve,
+    metrics,
+    pretrain,
+    pretrain_runs,
+    signal_once_training,
+    stopped_step,
+)
 
 FILES = 24
 
@@ -258,7 +264,7 @@ def test_a_stream_that_can_make_no_pair_stops_with_one_line_instead_of_hanging(t
                        str(tiny_checkpoint), "--validation_split_percentage", "0"])
     with pytest.raises(InputError, match=r"one\.jsonl: process 0's share holds no document of two sentences"):
         build(args)
-    # as a user runs it: one line and status 2, where the run used to hang
+    # as a user runs it: one line and status 2, not a run waiting forever for pairs
     done = run_bounded([sys.executable, str(REPO / "run_pretraining.py"), "--train_files", str(folder / "b.txt"),
                         "--streaming", "--tokenizer_name", str(tiny_checkpoint), "--validation_split_percentage", "0",
                         "--output_dir", str(tmp_path / "out")], timeout=120, cwd=tmp_path, env=subprocess_env())

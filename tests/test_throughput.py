@@ -125,7 +125,7 @@ def test_every_row_says_the_runs_flops_mfu_clipped_norm_data_wait_and_memory(tmp
     monkeypatch.setattr(accelerate.Accelerator, "clip_grad_norm_", recorded_clip)
     monkeypatch.setattr(loop, "optimizer_step", counted_step)
     run = tmp_path / "run"
-    with caplog.at_level("INFO", logger="albert_hf.pretraining.job"):
+    with caplog.at_level("INFO", logger="albert_hf"):
         pretraining.main(["--output_dir", str(run), *FAST, *QUIET, "--max_train_steps", "6", "--eval_steps", "3",
                           "--peak_tflops", "0.5", "--max_grad_norm", "1e-3"])
     # 64 tokens and 15% of them masked: round(9.6) = 10 predicted positions (within max_predictions_per_seq 20)

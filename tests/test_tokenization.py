@@ -154,7 +154,7 @@ def test_training_reads_a_bounded_sample_of_the_sentences(caplog):
     import logging
 
     texts = [" ".join(split_sentences(t)) for t in embedded()["text"][:1500]]
-    with caplog.at_level(logging.INFO, logger="albert_hf.tokenization"):
+    with caplog.at_level(logging.INFO, logger="albert_hf"):
         train_tokenizer(texts, vocab_size=300, use_cache=False, input_sentence_size=1_000_000)
     assert "Trained a 300-piece unigram model on all of" in caplog.text
     with pytest.raises(ValueError, match="A small corpus needs a smaller vocab_size"):

@@ -34,7 +34,7 @@ from ..tasks.race import RaceDataArguments
 from . import report
 from .sources import Source, download, hub_sources, local_sources, random_init
 
-logger = logging.getLogger("albert_hf.checkpoint_evals")
+logger = logging.getLogger(__name__)
 
 OWN_DATA = "own_data"  # the task name of --train_file / --validation_file
 # the tasks beside GLUE's: the script that fine-tunes each, and its dev metric (the table's and the plot's)

@@ -14,7 +14,7 @@ import torch
 from ..pretraining.checkpoints import MODEL_FILES_DIR, STATE_FILE, STEP_DIR, StepCheckpoints
 from ..pretraining.loadable import missing
 
-logger = logging.getLogger("albert_hf.checkpoint_evals")
+logger = logging.getLogger(__name__)
 
 HUB_BRANCH = re.compile(r"^step-(\d+)$")
 

@@ -18,7 +18,7 @@ from .card import write_converted_card
 from .tf_checkpoint import TFCheckpoint, resolve_prefix
 from .transformers_format import new_out_dir
 
-logger = logging.getLogger("albert_hf.convert")
+logger = logging.getLogger(__name__)
 
 
 TF_CONFIG_NAME = "albert_config.json"

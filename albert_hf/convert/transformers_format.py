@@ -14,7 +14,7 @@ from ..configuration_albert_hf import AlbertHFConfig
 from ..errors import InputError
 from .card import write_converted_card
 
-logger = logging.getLogger("albert_hf.convert")
+logger = logging.getLogger(__name__)
 
 
 # architecture name in transformers -> ours; the head a checkpoint was saved from decides the class that loads it

@@ -24,7 +24,7 @@ from .step_graph import MODE as STEP_GRAPH
 
 # torch.compile modes (--torch_compile_mode), and ours: the blocks compiled, the whole step one CUDA graph
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune", STEP_GRAPH)
-AUTO, EAGER = "auto", "none"  # the default (the fastest step the run can have: step_graph.default_mode), and eager
+AUTO, EAGER = "auto", "none"  # the default (the fastest step the run can have: `step_graph.default_mode`), and eager
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,8 @@ class DataArgs:
         "help": "processes for tokenizing and building pairs (datasets' num_proc)"})
     dataloader_num_workers: int | None = field(default=None, metadata={
         "help": "DataLoader worker processes that mask and batch the pairs while the model runs (not with "
-        "--streaming); default: 2 with a CUDA device, 0 on CPUs (measured in BENCHMARKS.md)"})
+        "--streaming); default: 2 with a CUDA device, 0 on CPUs (measured in BENCHMARKS.md, \"DataLoader workers on "
+        "a CPU\")"})
     preprocess_only: bool = field(default=False, metadata={
         "help": "write the tokenizer and the pairs into --output_dir and stop, for runs with --prepared_data (the "
         "official create_pretraining_data.py step)"})
@@ -239,7 +240,7 @@ class PretrainingArguments:
     optimization: OptimizationArgs
     output: OutputArgs
     # The model's config, resolved once from --model_name_or_path, --config_name or --model_config (and --sharing);
-    # a model built from scratch takes its vocabulary from the tokenizer (model.build_model).
+    # a model built from scratch takes its vocabulary from the tokenizer (`model.build_model`).
     config: AlbertHFConfig
     # With --prepared_data: the shaping arguments taken from its manifest that differ from this command's.
     adopted: tuple[str, ...] = ()

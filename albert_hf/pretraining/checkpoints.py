@@ -27,19 +27,21 @@ from ..runtime.output_lock import in_use
 from ..runtime.storage import StorageError, agreed, fault_line, folder_bytes, refused
 from .divergence import newest_finite
 
-logger = logging.getLogger("albert_hf.pretraining.job")
+logger = logging.getLogger(__name__)
 
 STEP_DIR = re.compile(r"^step_(\d+)$")
 STATE_FILE = "training_state.json"  # written last: a step_N folder without it is not a checkpoint
 STREAM_STATE_FILE = "stream_state_{}.json"  # --streaming: each process's position in its stream (datasets' state)
 SCHEDULE_FILE = "schedule.json"  # the learning-rate schedule's position (its state_dict, all numbers)
-LEGACY_SCHEDULE_FILE = "custom_checkpoint_0.pkl"  # where it was before (accelerate's pickle): read as data
+# The schedule's position in a checkpoint without SCHEDULE_FILE: accelerate's pickle of a registered object, which
+# `load` reads as data (weights-only) into the schedule.
+LEGACY_SCHEDULE_FILE = "custom_checkpoint_0.pkl"
 RANDOM_STATE_FILE = "random_states_{}.pkl"  # accelerate's: each process's random generators
-# The record of a checkpoint's files: each file's size and sha256 (checkpoint_files.record), written last, beside
+# The record of a checkpoint's files: each file's size and sha256 (`checkpoint_files.record`), written last, beside
 # STATE_FILE, which names it under RECORD. It is hashed in the background, while training goes on (`save`).
 RECORD = "record"
 RECORD_FILE = "files.json"
-RECORD_PART = f".{RECORD_FILE}.part"  # checkpoint_files.write_record's: never read as a record, nor as a stray file
+RECORD_PART = f".{RECORD_FILE}.part"  # `checkpoint_files.write_record`'s: never read as a record, nor as a stray file
 FILL_MASK_FILE = "fill_mask_examples.json"  # the summary's fill-mask examples (all_results.json: metrics only)
 MODEL_FILES_DIR = ".model_files"  # the config, tokenizer and code every checkpoint links to (loadable.py)
 
@@ -131,7 +133,7 @@ class StepCheckpoints:
         self.total_limit = total_limit
         self.expected_bytes: int | None = None  # a checkpoint's size before the first is written (prepare sets it)
         self.schedule = None  # the learning-rate schedule, saved and restored with the state (job.py sets it)
-        self.model_files = None  # loadable.ModelFiles: the config, tokenizer and code linked into each (job.py)
+        self.model_files = None  # `loadable.ModelFiles`: the config, tokenizer and code linked into each (job.py)
         self._recording: threading.Thread | None = None  # the newest checkpoint's record being written (main)
         self._checked: Path | None = None  # the checkpoint `latest` found intact (main): not hashed again by `load`
 
@@ -178,8 +180,8 @@ class StepCheckpoints:
         return path
 
     def newest_finite_or_none(self) -> Path | None:
-        """--resume_from_checkpoint latest: the newest complete checkpoint with finite weights. Newer ones, written
-        with non-finite weights by a run that diverged (before versions that check), are renamed
+        """--resume_from_checkpoint latest: the newest complete checkpoint with finite weights. Newer ones, with
+        non-finite weights (saved by a run that did not check its weights before a checkpoint), are renamed
         `step_N.non-finite`, with a line, so that the resumed run writes its own step_N; when none is finite, the
         run stops (pretraining/divergence.py)."""
         found = [path for _, path in self.complete()]
@@ -250,9 +252,9 @@ class StepCheckpoints:
             self._recording = None
 
     def _record_in_background(self, folder: Path) -> None:
-        """Hashes `folder`'s files while training goes on (a save would take twice as long at base size,
-        BENCHMARKS.md) and writes the record last; a failure to write it is a line, and the checkpoint resumes
-        unchecked."""
+        """Hashes `folder`'s files while training goes on (a save would take twice as long at base size:
+        BENCHMARKS.md, "The checkpoint record") and writes the record last; a failure to write it is a line, and the
+        checkpoint resumes unchecked."""
         def write():
             try:
                 checkpoint_files.write_record(folder, RECORD_FILE)

@@ -2,7 +2,7 @@
 embedded_corpus.py; the held-out split: splits.py).
 
 Every source ends up as rows of one document each, in a column "text". Sentence splitting happens later, per
-document, inside the tokenizing `datasets.map` (see `split_sentences` and `pretraining_data.tokenize_documents`).
+document, inside the tokenizing `datasets.map` (see `split_sentences` and `sentences.tokenize_documents`).
 
 Plain-text layouts (`layout=`):
 - "document_per_file":    each file is one document (a book, an article); blank lines separate paragraphs.
@@ -245,7 +245,7 @@ def text_file_stream(files, layout: str = "document_per_file", *, seed: int = 0,
 
 # ----------------------------------------------------------------------------------------------------------------
 # `datasets` sources (local json/jsonl/parquet/csv files or Hub names); the first three checks and readers also
-# read through runtime.input_files, the checks the fine-tuning scripts' data files get too
+# read through `runtime.input_files`, the checks the fine-tuning scripts' data files get too
 
 
 def load_text_dataset(

@@ -7,9 +7,9 @@ so a training step reads nothing more from the device:
 - the training losses of each logged window and the held-out losses of each evaluation;
 - the weights, before a checkpoint or the final folder is written (one flag a process, all-reduced: under FSDP each
   process holds a shard);
-- the checkpoints `--resume_from_checkpoint latest` chooses from, which an older version may have written with
-  non-finite weights: those newer than the newest finite one are renamed `step_N.non-finite`, with a line, so
-  that the resumed run writes its own `step_N` (checkpointing.StepCheckpoints.resolve).
+- the checkpoints `--resume_from_checkpoint latest` chooses from, which hold non-finite weights when a run that
+  did not check its weights saved them: those newer than the newest finite one are renamed `step_N.non-finite`,
+  with a line, so that the resumed run writes its own `step_N` (`checkpoints.StepCheckpoints.resolve`).
 A non-finite value stops every process with one line (`Diverged`, exit status 2): the step, what was not finite,
 the learning rate, the newest checkpoint to go back to, and what to try.
 """

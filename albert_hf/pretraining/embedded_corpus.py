@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from ..tokenization import cache_root, paragraphs
 
-logger = logging.getLogger("albert_hf.pretraining.corpus")
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     pass

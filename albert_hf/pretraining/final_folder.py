@@ -13,7 +13,7 @@ from ..runtime.hardware import Hardware, Precision
 from ..runtime.storage import write_json
 from .card import PretrainingRun, write_pretraining_card
 
-logger = logging.getLogger("albert_hf.pretraining.job")
+logger = logging.getLogger(__name__)
 
 
 def save_final_model(model, tokenizer, output_dir: Path, facts: PretrainingRun, eval_metrics, global_batch,

@@ -15,8 +15,7 @@ from ..runtime.cli import explicit_arguments, parse_into_dataclasses
 from ..runtime.distributed import requested_sharding
 from ..runtime.hardware import Hardware, Precision, check_peak_tflops, choose_precision, detect, use_tf32
 from ..runtime.storage import check_writable
-from . import prepared_data
-from . import step_graph as pretraining_graph
+from . import prepared_data, step_graph
 from .arguments import (
     ARGUMENT_GROUPS,
     AUTO,
@@ -124,8 +123,8 @@ def check_args(model: ModelArgs, data: DataArgs, optimization: OptimizationArgs,
     if optimization.on_divergence == "rollback":
         if not output.checkpointing_steps:
             raise InputError("--on_divergence rollback needs --checkpointing_steps: the checkpoints it rolls back to")
-        if model.torch_compile_mode == pretraining_graph.MODE:
-            raise InputError(f"--on_divergence rollback with --torch_compile_mode {pretraining_graph.MODE}: loading a "
+        if model.torch_compile_mode == step_graph.MODE:
+            raise InputError(f"--on_divergence rollback with --torch_compile_mode {step_graph.MODE}: loading a "
                              "checkpoint replaces the optimizer state the captured step reads; drop one of them")
         if optimization.max_rollbacks < 1:
             raise InputError("--max_rollbacks must be at least 1 with --on_divergence rollback")
@@ -160,7 +159,7 @@ def choose_step(args: PretrainingArguments, hardware: Hardware, precision: Preci
     model = args.model
     if model.torch_compile_mode != AUTO:
         return args, []
-    mode, note = pretraining_graph.default_mode(hardware.device, args.processes, requested_sharding(),
+    mode, note = step_graph.default_mode(hardware.device, args.processes, requested_sharding(),
                                                 precision.mixed_precision, model.gradient_checkpointing,
                                                 rollback=args.optimization.on_divergence == "rollback")
     model = dataclasses.replace(model, torch_compile_mode=mode, torch_compile=mode is not None)

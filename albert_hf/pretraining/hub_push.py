@@ -34,7 +34,7 @@ from ..runtime.storage import agreed, refused
 from .arguments import OutputArgs
 from .checkpoints import STATE_FILE, from_hub
 
-logger = logging.getLogger("albert_hf.pretraining.job")
+logger = logging.getLogger(__name__)
 
 STAGING = ".tmp-hub"
 LAST_CHECKPOINT = "last-checkpoint"

@@ -28,7 +28,7 @@ from .pairs import NoPairsError, build_pretraining_dataset
 from .prepared_data import PretrainingData
 from .splits import corpus_splits
 
-logger = logging.getLogger("albert_hf.pretraining.job")
+logger = logging.getLogger(__name__)
 
 
 def check_train_files(train_files) -> None:
@@ -194,7 +194,7 @@ def read_pairs(data: DataArgs, task: str, seed: int, model_name_or_path: str | N
                                   accelerator.num_processes)
         except InputError as error:
             # Raised below by every process at once: a process stopping alone would leave the others waiting in
-            # their next collective, and only the first process prints the line (cli.run_entry_point).
+            # their next collective, and only the first process prints the line (`runtime.cli.run_entry_point`).
             problem = str(error)
     problems = gather_object([problem]) if accelerator.num_processes > 1 else [problem]
     if any(problems):

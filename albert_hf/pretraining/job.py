@@ -61,7 +61,7 @@ from ..runtime.hardware import (
 from ..runtime.preemption import PREEMPTED, StopOnSignal, at_stage
 from ..runtime.storage import StorageError, agreed, check_free_space, fault_line, refused
 from ..runtime.throughput import Throughput, cost_rows
-from . import step_graph as pretraining_graph
+from . import step_graph
 from .arguments import OutputArgs, PretrainingArguments
 from .card import card_run
 from .checkpoints import FILL_MASK_FILE, StepCheckpoints, clear_earlier_run
@@ -78,7 +78,7 @@ from .model import build_run_model, make_optimizer, planned_weight_bytes
 from .modes import auto_micro_batch, dry_run, preprocess
 from .plan import batch_split
 
-logger = logging.getLogger("albert_hf.pretraining.job")
+logger = logging.getLogger(__name__)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -105,7 +105,7 @@ def setup(args: PretrainingArguments) -> Setup:
     optimization, output = args.optimization, args.output
     hardware, precision = hardware_and_precision(optimization)
     args, notes = choose_step(args, hardware, precision)  # before the accelerator: a captured step changes autocast
-    graphed = args.model.torch_compile_mode == pretraining_graph.MODE
+    graphed = args.model.torch_compile_mode == step_graph.MODE
     accelerator, fsdp_request = make_accelerator(
         mixed_precision=precision.mixed_precision,  # accumulation is ours (fit, training_step), not accelerate's
         log_with=output.report_to if output.with_tracking else None,
@@ -117,7 +117,7 @@ def setup(args: PretrainingArguments) -> Setup:
     )
     start_logging(accelerator.is_main_process)
     if graphed:
-        reason = pretraining_graph.refusal(accelerator, args.model.gradient_checkpointing or (
+        reason = step_graph.refusal(accelerator, args.model.gradient_checkpointing or (
             fsdp_request is not None and fsdp_request.activation_checkpointing))
         if reason:
             raise InputError(reason)
@@ -197,9 +197,9 @@ def prepare(args: PretrainingArguments) -> Pretraining:
                 args.data.max_seq_length, optimization.max_train_steps,
                 describe(accelerator, model, ready.hardware), ready.precision.describe(),
                 "".join(f"; {note}" for note in notes))
-    graph = (pretraining_graph.StepGraph(model, optimizer, accelerator, optimization.max_grad_norm,
+    graph = (step_graph.StepGraph(model, optimizer, accelerator, optimization.max_grad_norm,
                                          optimization.loss_normalization)
-             if args.model.torch_compile_mode == pretraining_graph.MODE else None)
+             if args.model.torch_compile_mode == step_graph.MODE else None)
     hub = (HubPush(args.output, Path(args.output.output_dir), accelerator.is_main_process)
            if args.output.push_to_hub else None)
     return Pretraining(args, accelerator, inputs.tokenizer, model, optimizer, scheduler, inputs.collate,

@@ -13,7 +13,7 @@ from accelerate import Accelerator
 from ..errors import InputError
 from ..runtime.storage import fault_of
 
-logger = logging.getLogger("albert_hf.pretraining.job")
+logger = logging.getLogger(__name__)
 
 
 def start_logging(main_process: bool):

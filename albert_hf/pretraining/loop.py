@@ -22,7 +22,6 @@ from ..runtime.distributed import gather_full_model
 from ..runtime.hardware import Hardware, Precision
 from ..runtime.preemption import StopOnSignal, at_stage, deferred
 from ..runtime.throughput import Throughput
-from . import step_graph as pretraining_graph
 from .arguments import PretrainingArguments
 from .card import card_run
 from .checkpoints import StepCheckpoints, truncate_metrics_log
@@ -32,9 +31,9 @@ from .final_folder import save_final_model, where_trained
 from .hub_push import HubPush, download_last_checkpoint, hub_source
 from .log import MetricsLog, format_metrics
 from .step import COUNTS, FitResult, TrainingState, accumulation_groups, evaluate, training_step, update_gate
+from .step_graph import StepGraph
 
-# the job's log lines keep one logger name, for users' log filters and the tests that capture them
-logger = logging.getLogger("albert_hf.pretraining.job")
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -57,7 +56,7 @@ class Pretraining:
     hardware: Hardware
     precision: Precision
     throughput: Throughput  # the model FLOPs per token and the peak of the logged rates and MFU
-    step_graph: pretraining_graph.StepGraph | None = None  # --torch_compile_mode whole-step-graph
+    step_graph: StepGraph | None = None  # --torch_compile_mode whole-step-graph
     hub: HubPush | None = None  # --push_to_hub
 
     @property

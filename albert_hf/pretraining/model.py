@@ -90,7 +90,7 @@ def make_optimizer(model, optimization: "OptimizationArgs"):
 
 
 def compile_note(device: torch.device, mode: str | None) -> str:
-    """What the start line says of --torch_compile; measured on an H200 (BENCHMARKS.md, "second lease")."""
+    """What the start line says of --torch_compile; measured on an H200 (BENCHMARKS.md, "CUDA graphs")."""
     shapes = "static shapes" if device.type == "cuda" else "dynamic shapes"
     if mode == STEP_GRAPH:
         return (f"torch.compile (mode default, {shapes}) of each distinct block and the MLM head with its loss, and "
@@ -98,8 +98,8 @@ def compile_note(device: torch.device, mode: str | None) -> str:
                 "first step and replayed")
     note = f"torch.compile (mode {mode or 'default'}, {shapes}) of each distinct block and the MLM head with its loss"
     if device.type == "cuda" and mode in (None, "default"):
-        note += ("; on an H200 this ran no faster than eager where the host limits the step (BENCHMARKS.md); "
-                 "--torch_compile_mode whole-step-graph removes the host's share")
+        note += ("; on an H200 this ran no faster than eager where the host limits the step (BENCHMARKS.md, \"CUDA "
+                 "graphs\"); --torch_compile_mode whole-step-graph removes the host's share")
     return note
 
 

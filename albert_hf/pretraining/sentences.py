@@ -13,7 +13,7 @@ import pyarrow as pa
 from ..errors import InputError
 from ..tokenization import SentencePieceEncoder, split_sentences
 
-logger = logging.getLogger("albert_hf.pretraining.pairs")
+logger = logging.getLogger(__name__)
 
 
 def list_column(arrays: list[np.ndarray], dtype) -> pa.ListArray:

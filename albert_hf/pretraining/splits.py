@@ -21,7 +21,7 @@ from .corpus import (
     text_file_stream,
 )
 
-logger = logging.getLogger("albert_hf.pretraining.corpus")
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     import datasets

@@ -1,6 +1,6 @@
 """The pretraining step: the counts behind the logged metrics, evaluation, the loss weights of a step's
 micro-batches, one optimizer step, and `TrainingState`, where the loop stands (what a checkpoint saves of it).
-`pretraining.fit` runs the loop around them."""
+`loop.fit` runs the loop around them."""
 
 import contextlib
 import logging
@@ -14,7 +14,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..runtime.throughput import Throughput, peak_memory_gib
 
-logger = logging.getLogger("albert_hf.pretraining.job")
+logger = logging.getLogger(__name__)
 
 LOSS_NORMALIZATIONS = ("global", "per_device")
 

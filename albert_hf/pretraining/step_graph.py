@@ -1,11 +1,11 @@
 """The whole pretraining step as one CUDA graph: `--torch_compile_mode whole-step-graph`.
 
 A small model's eager step on a GPU waits on the host: the H200's kernels of a base step at 32 x 128 take about 10
-ms of its 34-51 ms, and at 128 x 128 about 30 of 38-52 (BENCHMARKS.md, "second lease"). Captured once as a CUDA
+ms of its 34-51 ms, and at 128 x 128 about 30 of 38-52 (BENCHMARKS.md, "CUDA graphs"). Captured once as a CUDA
 graph (forward and backward of every micro-batch, clipping, the optimizer's update), a step is a copy of its batches
 into static buffers and one replay, with nothing read back to the host; the blocks are compiled first (the default
 mode), so the graph replays fused kernels. What makes it possible:
-- the step reads nothing from the device (`pretraining_step.accumulate_and_update`): the loss weights, the clipping
+- the step reads nothing from the device (`step.accumulate_and_update`): the loss weights, the clipping
   norm and LAMB's trust ratios stay there, and every batch has one shape on CUDA (the collator's static shapes and
   fixed-size masked positions);
 - the learning rate is a 0-dim device tensor that the schedule fills in place, so the captured update reads each
@@ -28,7 +28,7 @@ import torch
 from ..runtime.distributed import requested_sharding
 from .step import accumulate_and_update
 
-logger = logging.getLogger("albert_hf.pretraining.job")
+logger = logging.getLogger(__name__)
 
 MODE = "whole-step-graph"  # the --torch_compile_mode that asks for it
 WARMUP_STEPS = 3  # before capture: allocator, optimizer state and compiled kernels settle
@@ -66,10 +66,11 @@ def refusal(accelerator, checkpointing: bool) -> str | None:
 def default_mode(device_type: str, processes: int, sharding: str | None, mixed_precision: str, checkpointing: bool,
                  rollback: bool) -> tuple[str | None, str | None]:
     """The step a run gets when it asks for none (--torch_compile_mode auto, the default): on one CUDA device the
-    whole-step graph of the compiled blocks, the fastest step measured there (BENCHMARKS.md); where that cannot run,
-    and under DDP, whose graph has not yet run on GPUs (asked for, it runs), the eager step and the start line's
-    reason; elsewhere the eager step, without a note (on CPUs compiling did not pay for itself: test_compile,
-    BENCHMARKS.md). Returns (the --torch_compile_mode to use or None for eager, the note)."""
+    whole-step graph of the compiled blocks, the fastest step measured there (BENCHMARKS.md, "CUDA graphs"); where
+    that cannot run, and under DDP, whose graph has not yet run on GPUs (asked for, it runs), the eager step and the
+    start line's reason; elsewhere the eager step, without a note (on CPUs compiling did not pay for itself:
+    test_compile, BENCHMARKS.md, "What each optimisation bought"). Returns (the --torch_compile_mode to use or None
+    for eager, the note)."""
     if device_type != "cuda":
         return None, None
     found = obstacle(device_type, sharding, mixed_precision, checkpointing, rollback)

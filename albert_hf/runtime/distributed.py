@@ -43,7 +43,7 @@ FSDP_CPU_CONFIG = "examples/accelerate_configs/fsdp_cpu.yaml"
 _MODE_NAMES = {DistributedType.NO: "one process", DistributedType.MULTI_CPU: "DDP", DistributedType.MULTI_GPU: "DDP",
                DistributedType.FSDP: "FSDP2", DistributedType.DEEPSPEED: "DeepSpeed"}
 
-logger = logging.getLogger("albert_hf.runtime.distributed")
+logger = logging.getLogger(__name__)
 
 
 def _asked(name: str) -> bool:
@@ -202,7 +202,7 @@ def make_accelerator(**kwargs) -> tuple[Accelerator, FsdpRequest | None]:
 
 
 def _stop(reason: str):
-    raise InputError(reason)  # printed by the first process only (cli.run_entry_point)
+    raise InputError(reason)  # printed by the first process only (`cli.run_entry_point`)
 
 
 def _enable_fsdp2_on_cpu(accelerator: Accelerator, plugin: FullyShardedDataParallelPlugin):
@@ -218,8 +218,8 @@ def shard_for_fsdp2(model: torch.nn.Module, plugin: FullyShardedDataParallelPlug
     the optimizer is built and `accelerator.prepare` is called (which then keeps our units).
 
     accelerate's own wrapping puts the MLM decoder in a unit with the word table but leaves the head's `bias`,
-    the same parameter as `decoder.bias`, in the root unit; torch refuses a parameter in two units. The units here are
-    those of the module's docstring. Every process calls it, with the process group set up.
+    the same parameter as `predictions.decoder.bias`, in the root unit; torch refuses a parameter in two units. The
+    units here are those of the module's docstring. Every process calls it, with the process group set up.
 
     Args:
         model (`torch.nn.Module`): an albert_hf model, not yet prepared.

@@ -27,7 +27,7 @@ from .secrets import command_line
 
 logger = logging.getLogger(__name__)
 
-# "_": transformers' Trainer leaves such files out of its Hub uploads, as hub.push_folder does
+# "_": transformers' Trainer leaves such files out of its Hub uploads, as `hub.upload.push_folder` does
 LOCK_FILE = "_albert_hf_run.lock"
 _held: dict[Path, tuple[dict, bool]] = {}  # the locks this process holds: path -> (its record, folder made for it)
 
@@ -112,8 +112,8 @@ def acquire(folder, flag: str, take_over: bool = False) -> None:
 
 def in_use(folder, flag: str) -> str | None:
     """The line for a folder whose lock a live run of this host holds (another process), else None: read only, for
-    the checks that run before the lock is taken (checkpointing.check_output_dir). Asked in a launched run's other
-    processes it is None: the lock they see is their own run's (its first process takes it)."""
+    the checks that run before the lock is taken (`pretraining.checkpoints.check_output_dir`). Asked in a launched
+    run's other processes it is None: the lock they see is their own run's (its first process takes it)."""
     if os.environ.get("RANK", "0") != "0":
         return None
     holder = read(Path(folder) / LOCK_FILE)

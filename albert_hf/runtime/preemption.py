@@ -39,7 +39,7 @@ import psutil
 import torch
 import torch.distributed as dist
 
-logger = logging.getLogger("albert_hf.runtime.preemption")
+logger = logging.getLogger(__name__)
 
 PREEMPTED = 75  # exit status after a stop on a signal, with a checkpoint written (sysexits.h EX_TEMPFAIL)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
@@ -319,7 +319,7 @@ def _after_fork_in_child() -> None:
     global _active, _ended_by, _interrupting
     parent_interrupting, _interrupting = _interrupting, mmap.mmap(-1, 1)  # the parent's; this process's own
     if _active is not None:
-        _active, _ended_by = None, None  # the handlers are the parent's (`_record` ignores them here), so is the say
+        _active, _ended_by = None, None  # the parent's stop: its handlers (`_record` ignores them here), its line
         shield_child(os.getppid(), parent_interrupting)
 
 

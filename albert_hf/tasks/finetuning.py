@@ -2,17 +2,26 @@
 the results files, the card and the push. The arguments are in tasks/arguments.py, the Trainer in tasks/trainer.py,
 --paper_hparams in tasks/recipe.py.
 
-Each script defines only its task's data arguments, preprocessing, metrics and predictions, and calls:
+Each script defines only its task's data arguments, preprocessing, metrics and predictions; its `main` calls:
 
-    model_args, data_args, training_args = parse_arguments(DataArguments, argv)
-    last_checkpoint = setup(training_args)
+    model_args, data_args, training_args = parse_arguments(TaskDataArguments, argv, seed_run)
+    if training_args.seed_list is not None:  # --seeds: this main once per seed, then the summary
+        return run_seeds(main, argv, training_args)
+    wanted = wanted_samples(training_args, data_args)  # the splits --do_* ask for, capped by --max_*_samples
+    last_checkpoint = setup(training_args)  # logging, the seed, the output folder's lock, the checkpoint to resume
+    if training_args.paper_hparams:  # GLUE, SQuAD and RACE: the paper's row for the task (recipe.py)
+        model_args, data_args, training_args, recipe = apply_paper_hparams(*task_recipe, model_args, data_args,
+                                                                           training_args, argv, seed_run)
     tokenizer, model = load_tokenizer_and_model(model_args, AlbertHFForSequenceClassification, num_labels=3)
-    trainer = AlbertTrainer(model=model, args=training_args, processing_class=tokenizer, ...)
-    if training_args.do_train:
-        train(trainer, training_args, last_checkpoint, num_train_examples)  # train_results.json
-    if training_args.do_eval:
-        metrics = evaluate_splits(trainer, {"validation": eval_dataset})  # flat eval_* keys, via save_results
-    finish(trainer, model_args, training_args, data_args)  # model card from all_results.json; --push_to_hub
+    data_args = fit_max_seq_length(data_args, model.config)  # SQuAD and RACE: their own fit_lengths
+    trainer = AlbertTrainer(model=model, args=best_by_task_metric(training_args, MAIN_METRIC), ...)
+    results = train_evaluate_predict(trainer, training_args, last_checkpoint, num_train_examples,
+                                     evaluate=lambda: evaluate_splits(trainer, {"validation": eval_dataset}),
+                                     predict=..., baseline=..., seed_run=seed_run)
+    finish(trainer, model_args, training_args, data_args, recipe)  # model card from all_results.json; the push
+    return results
+
+and runs it with `run_script(main)` (an `InputError` as one line, the stop signals, the process group freed).
 
 Any albert_hf checkpoint works, and any transformers ALBERT checkpoint (model_type "albert", e.g.
 `albert/albert-base-v2` or a local copy) is converted on load: the weight names are the same.
@@ -52,7 +61,7 @@ from .card import write_finetuned_card
 from .recipe import PaperRecipe
 from .trainer import StopOnSignalCallback, check_checkpoint
 
-logger = logging.getLogger("albert_hf.tasks.finetuning")
+logger = logging.getLogger(__name__)
 
 
 def parse_arguments(data_arguments_class, argv=None, seed_run: SeedRun | None = None) -> tuple:

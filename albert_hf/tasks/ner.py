@@ -35,7 +35,7 @@ MAIN_METRIC = "f1"  # over entities (seqeval)
 # A model that learned nothing tags every word O (or entities at random): no entity found right.
 BASELINE = Baseline(MAIN_METRIC, 0.0, "no entity found")
 
-logger = logging.getLogger("albert_hf.tasks.ner")
+logger = logging.getLogger(__name__)
 
 CONLL_SUFFIXES = (".conll", ".txt", ".iob", ".bio")
 JSON_SUFFIXES = (".json", ".jsonl")

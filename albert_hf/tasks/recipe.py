@@ -11,7 +11,7 @@ from transformers import HfArgumentParser
 from ..errors import InputError
 from ..runtime.cli import explicit_arguments, parse_into_dataclasses
 
-logger = logging.getLogger("albert_hf.tasks.recipe")
+logger = logging.getLogger(__name__)
 
 # Every official fine-tuning script (run_classifier.py, run_squad_v1/v2.py, run_race.py) builds the optimizer of
 # optimization.py: AdamWeightDecay without bias correction, eps 1e-6, decoupled weight decay 0.01, linear warm-up
@@ -58,7 +58,7 @@ def recipe_arguments(recipe: dict, explicit: set[str], batch_divisor: int, hidde
 
     Args:
         recipe: the row, e.g. `glue.tasks.paper_recipe(task)[1]`.
-        explicit: the arguments the user gave (`cli.explicit_arguments`).
+        explicit: the arguments the user gave (`runtime.cli.explicit_arguments`).
         batch_divisor: gradient_accumulation_steps x processes, which the total batch is divided by.
         hidden_dropout_prob: the run's --hidden_dropout_prob, which an explicit one gives the attention too.
         with_dev_set: whether the run trains and evaluates (--do_train and --do_eval).

@@ -36,7 +36,7 @@ from ..runtime.storage import write_json
 from .arguments import SeedRun
 from .finetuning import claim_output_dir, refuse_a_trained_model, start_logging
 
-logger = logging.getLogger("albert_hf.tasks.seeds")
+logger = logging.getLogger(__name__)
 
 SUMMARY_FILE = "all_seeds_results.json"
 SEED_FOLDER = "seed_{}"

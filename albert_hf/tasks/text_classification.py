@@ -29,7 +29,7 @@ from ..metrics import classification_metrics, regression_metrics
 from ..runtime.input_files import read_with_datasets
 from .finetuning import SPLIT_FLAGS, write_index_predictions
 
-logger = logging.getLogger("albert_hf.tasks.text_classification")
+logger = logging.getLogger(__name__)
 
 # file extension -> (datasets builder, its options)
 FORMATS = {".csv": ("csv", {}), ".tsv": ("csv", {"delimiter": "\t"}), ".json": ("json", {}),
@@ -322,7 +322,7 @@ def reconcile_labels(names, checkpoint_config, model_name: str, where: str, igno
 
     Args:
         names (`tuple[str, ...]`, *optional*): the training data's labels (`class_names`,
-            `token_classification.tag_names`); None: regression.
+            `ner.tag_names`); None: regression.
         checkpoint_config (`PretrainedConfig`): the checkpoint's config (`id2label`, `problem_type`).
         model_name (`str`): the checkpoint, named in messages.
         where (`str`): the training file or split, named in messages.

@@ -1,7 +1,11 @@
 """The Trainer of the fine-tuning scripts (`AlbertTrainer`: the official optimizer, our distributed modes, checkpoints a
 full disk cannot leave half-written and that record what they hold, our model card, model TFLOP/s and MFU in its
-log rows), the check of a checkpoint before it is resumed, and the callbacks that count the model's FLOPs and stop
-training on a signal."""
+log rows), the check of a checkpoint before it is resumed, and the callbacks that count the model's FLOPs, push the
+model code with each checkpoint and stop training on a signal.
+
+AlbertTrainer overrides three of Trainer's internals, for want of a public hook (`_save_checkpoint`,
+`_build_accelerator_args`, `create_accelerator_and_postprocess`), and works around `get_eval_dataloader`'s cache:
+tests/test_finetuning.py fails when transformers changes what they rely on."""
 
 import json
 import logging
@@ -25,7 +29,7 @@ from ..runtime.preemption import StopOnSignal
 from ..runtime.storage import StorageError, agreed, fault_line, folder_bytes, refused
 from ..runtime.throughput import flop_rates
 
-logger = logging.getLogger("albert_hf.tasks.trainer")
+logger = logging.getLogger(__name__)
 
 RECORD_FILE = "checkpoint_files.json"  # written last into a checkpoint-N: every other file's size and sha256
 
@@ -98,6 +102,7 @@ class AlbertTrainer(Trainer):
         self.mfu_peak, self.mfu_note = mfu_peak(detect(), precision, getattr(self.args, "peak_tflops", None))
         self.model_flops = ModelFlopsCallback(self.model)
         self.add_callback(self.model_flops)
+        self.add_callback(ModelCodeCallback())
 
     def log(self, logs: dict, start_time: float | None = None) -> None:
         """Trainer's log row; a training row (its `loss`) gets the model TFLOP/s of all processes since the last one
@@ -111,7 +116,8 @@ class AlbertTrainer(Trainer):
 
     def _save_checkpoint(self, model, trial):
         """Trainer's checkpoint; one that a full disk or a refused folder stops is removed (Trainer writes in place),
-        every process stops with one line naming the checkpoint that is complete."""
+        every process stops with one line naming the checkpoint that is complete. Private: Trainer has no hook around
+        its checkpoint's writes (`on_save` comes after them)."""
         run_dir = Path(self._get_output_dir(trial=trial))
         folder = run_dir / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
         fault = agreed(self.accelerator, refused(lambda: super(AlbertTrainer, self)._save_checkpoint(model, trial)))
@@ -133,12 +139,16 @@ class AlbertTrainer(Trainer):
         raise StorageError(fault_line(fault, f"the step-{self.state.global_step} checkpoint", run_dir, needed, intact))
 
     def _build_accelerator_args(self, **kwargs):
+        # Trainer builds its FSDP plugin from --fsdp alone; ours, from the launcher's config, reaches its Accelerator
+        # through this private method, which has no public counterpart
         accelerator_args = super()._build_accelerator_args(**kwargs)
         if self.fsdp_plugin is not None:
             accelerator_args["fsdp_plugin"] = self.fsdp_plugin
         return accelerator_args
 
     def create_accelerator_and_postprocess(self):
+        # accelerate leaves FSDP off on CPUs whatever the plugin: it is switched on once Trainer has built its
+        # Accelerator, and Trainer's own flag (`is_fsdp_enabled`) set, before Trainer reads it
         super().create_accelerator_and_postprocess()
         if self.fsdp_plugin is not None:
             use_fsdp(self.accelerator, self.fsdp_plugin)
@@ -174,27 +184,18 @@ class AlbertTrainer(Trainer):
                 self.processing_class.save_pretrained(output_dir)
             torch.save(self.args, output_dir / TRAINING_ARGS_NAME)
 
-    def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
-        # --hub_strategy every_save / checkpoint / all_checkpoints: Trainer copies the checkpoint's weights, config and
-        # tokenizer into output_dir and pushes that folder; the model code the config's auto_map names stayed behind,
-        # and the pushed revision could not be loaded until the final push brought it
-        if self.is_world_process_zero():
-            for path in Path(checkpoint_folder).glob("*.py"):
-                shutil.copy(path, Path(self.args.output_dir) / path.name)
-        super()._push_from_checkpoint(checkpoint_folder)
-
     def create_model_card(self, *args, card: Callable[[], None] | None = None, **kwargs):
-        """Trainer.push_to_hub writes README.md with this just before uploading: `card` (finetuning.finish passes
+        """Trainer.push_to_hub writes README.md with this just before uploading: `card` (`finetuning.finish` passes
         ours, `push_to_hub(card=...)`) writes it instead of Trainer's draft."""
         if card is None:
             return super().create_model_card(*args, **kwargs)
         card()
 
     def get_eval_dataloader(self, eval_dataset=None):
-        # Trainer caches the evaluation loader under one key for every dataset passed in, and with
-        # --dataloader_persistent_workers hands the cached loader out again: a second dev set (MNLI mismatched)
-        # would be scored on the first. Another set gets a loader of its own, as for prediction (same batch size,
-        # sequential order).
+        # Trainer.get_eval_dataloader caches its loader under the key "eval" for every dataset object passed in
+        # (`_eval_dataloaders`) and, with --dataloader_persistent_workers, returns that cached loader for any of them:
+        # a second dev set (MNLI mismatched) would be scored on the first. Another set gets a loader of its own, as
+        # for prediction (same batch size, sequential order).
         if eval_dataset is not None and not isinstance(eval_dataset, str) and eval_dataset is not self.eval_dataset:
             return self.get_test_dataloader(eval_dataset)
         return super().get_eval_dataloader(eval_dataset)
@@ -216,7 +217,7 @@ class AlbertTrainer(Trainer):
                            num_training_steps, num_training_steps)
             warmup_steps = num_training_steps
         self.lr_scheduler = get_official_schedule(optimizer or self.optimizer, warmup_steps, num_training_steps)
-        self._created_lr_scheduler = True
+        self._created_lr_scheduler = True  # as Trainer marks a schedule it made: a second train() builds a new one
         return self.lr_scheduler
 
 
@@ -258,6 +259,18 @@ class ModelFlopsCallback(TrainerCallback):
         taken = (self.flops, now - self.since)
         self.flops, self.since = 0.0, now
         return taken
+
+
+class ModelCodeCallback(TrainerCallback):
+    """--hub_strategy every_save / checkpoint / all_checkpoints: as each push begins, the model code that the
+    config's auto_map names (the checkpoint's *.py files) is copied into output_dir beside the weights, config and
+    tokenizer Trainer copies there, so that every pushed revision loads."""
+
+    def on_push_begin(self, args: TrainingArguments, state, control, **kwargs):
+        checkpoint = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
+        if state.is_world_process_zero and checkpoint.is_dir():
+            for path in checkpoint.glob("*.py"):
+                shutil.copy(path, Path(args.output_dir) / path.name)
 
 
 class StopOnSignalCallback(TrainerCallback):

@@ -21,7 +21,7 @@ from ...errors import InputError
 from ...runtime.input_files import check_not_empty, read_with_datasets
 from ..finetuning import check_columns, write_index_predictions
 
-logger = logging.getLogger("albert_hf.tasks.glue.files")
+logger = logging.getLogger(__name__)
 
 COLA_HEADERLESS_COLUMNS = ("source", "label", "author_label", "sentence")
 

@@ -18,7 +18,7 @@ from ..seeds import Baseline, majority_class
 from .files import READERS, load_raw_splits, local_files, prepare_splits
 from .tasks import GLUE_HUB_DATASET, TASKS, GlueTask, check_checkpoint_labels, get_task, paper_recipe
 
-logger = logging.getLogger("albert_hf.tasks.glue.job")
+logger = logging.getLogger(__name__)
 
 # A second dev or test set's metric keys get this suffix, as in transformers' run_glue.py (mnli-mm).
 SUFFIXES = {"validation_mismatched": "_mm", "test_mismatched": "_mm"}

@@ -31,7 +31,7 @@ from ...hub.model_card import CardDataset, from_sources, hub_dataset_id, limits
 from ...runtime.input_files import check_json_start
 from ..finetuning import check_columns
 
-logger = logging.getLogger("albert_hf.tasks.race")
+logger = logging.getLogger(__name__)
 
 ANSWER_LETTERS = "ABCD"
 SUBSETS = ("middle", "high")  # the official code reads middle, then high

@@ -11,7 +11,7 @@ from ...errors import InputError
 from ..finetuning import fit_max_seq_length
 from .data import ANSWER_LETTERS, RaceDataArguments
 
-logger = logging.getLogger("albert_hf.tasks.race")
+logger = logging.getLogger(__name__)
 
 # ----------------------------------------------------------------------------------------------------------------
 # The official input formatting (race_utils.py in google-research/albert)

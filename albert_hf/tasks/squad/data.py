@@ -17,7 +17,7 @@ from ...hub.model_card import CardDataset, from_sources, hub_dataset_id, limits
 from ...runtime.input_files import check_json_start
 from ..finetuning import check_columns, limit
 
-logger = logging.getLogger("albert_hf.tasks.squad.job")
+logger = logging.getLogger(__name__)
 
 REQUIRED_COLUMNS = ["id", "question", "context", "answers"]
 

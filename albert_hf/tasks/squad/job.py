@@ -39,7 +39,7 @@ from .data import SquadDataArguments, has_gold_answers
 from .features import model_inputs
 from .postprocess import apply_null_threshold, golds_of, postprocess, squad_metrics, write_outputs
 
-logger = logging.getLogger("albert_hf.tasks.squad.job")
+logger = logging.getLogger(__name__)
 
 # The paper's SQuAD rows (Table 14; the official run_squad_v1.py/run_squad_v2.py): whole epochs, int(87,599 / 48 x 2)
 # = 3649 and int(130,319 / 48 x 3) = 8144 steps, warm-up 10%. Both use windows of stride 128, questions of at most 64

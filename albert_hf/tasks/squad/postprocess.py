@@ -17,7 +17,7 @@ from ...metrics.squad import OFFICIAL_NA_PROB_THRESH, squad_v1_metrics, squad_v2
 if TYPE_CHECKING:
     from .data import SquadDataArguments
 
-logger = logging.getLogger("albert_hf.tasks.squad.job")
+logger = logging.getLogger(__name__)
 
 # ----------------------------------------------------------------------------------------------------------------
 # Post-processing
