@@ -18,7 +18,7 @@ from .modeling_albert_hf import (
     AlbertHFModel,
     AlbertHFPreTrainedModel,
 )
-from .pretraining.collator import DataCollatorForAlbertPretraining
+from .pretraining.data.collator import DataCollatorForAlbertPretraining
 
 __all__ = [
     "AlbertHFConfig",

@@ -188,14 +188,14 @@ class _UncorrectedAdam(Optimizer):
         super().__init__(params, defaults)
         # A 0-dim tensor on the params' device, or None: read by each step on the device, 1 applies the step as
         # above and 0 leaves every weight and moment exactly as it is (a step whose gradients are not finite: the
-        # pretraining loop sets it from the gradients' norm, `pretraining.step.accumulate_and_update`).
+        # pretraining loop sets it from the gradients' norm, `pretraining.training.step.accumulate_and_update`).
         self.update_gate: torch.Tensor | None = None
 
     def add_param_group(self, param_group):
         # Validate every group (including the defaults it inherits), not just the constructor arguments.
         super().add_param_group(param_group)
         group = self.param_groups[-1]
-        if not 0.0 <= float(group["lr"]):  # a float, or a 0-dim tensor (`pretraining.step_graph`)
+        if not 0.0 <= float(group["lr"]):  # a float, or a 0-dim tensor (`pretraining.training.step_graph`)
             raise ValueError(f"Invalid lr: {group['lr']} (must be >= 0)")
         if not 0.0 <= group["eps"]:
             raise ValueError(f"Invalid eps: {group['eps']} (must be >= 0)")
@@ -271,7 +271,7 @@ class Lamb(_UncorrectedAdam):
             group: weight_decay 0 and exclude_from_layer_adaptation True for LayerNorm and bias).
         lr: peak learning rate (official pretraining: 0.00176 at batch 4096). A group's lr may also be a 0-dim
             tensor on the params' device, which torch's schedules fill in place: a step captured in a CUDA graph then
-            reads each step's value (`pretraining.step_graph.StepGraph`).
+            reads each step's value (`pretraining.training.step_graph.StepGraph`).
         betas, eps, weight_decay: official values by default (0.9, 0.999), 1e-6, 0.01.
         exclude_from_layer_adaptation: default for groups that do not set it.
         foreach: use the batched `torch._foreach_*` kernels (None: only for params not on CPU, as torch.optim does).

@@ -39,7 +39,7 @@ def main():
 
     from albert_hf import AlbertHFConfig, AlbertHFForPreTraining
     from albert_hf.optimization import Lamb, get_official_schedule
-    from albert_hf.pretraining import checkpoints
+    from albert_hf.pretraining.output import checkpoints
 
     print(cpu_description())
     accelerator = Accelerator(cpu=True)

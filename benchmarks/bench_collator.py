@@ -19,10 +19,10 @@ import datasets
 from transformers import DataCollatorForLanguageModeling
 
 from albert_hf import DataCollatorForAlbertPretraining
-from albert_hf.pretraining.corpus import load_text_files
-from albert_hf.pretraining.embedded_corpus import embedded_corpus
-from albert_hf.pretraining.pairs import create_pretraining_pairs
-from albert_hf.pretraining.sentences import tokenize_documents
+from albert_hf.pretraining.data.corpus import load_text_files
+from albert_hf.pretraining.data.embedded_corpus import embedded_corpus
+from albert_hf.pretraining.data.pairs import create_pretraining_pairs
+from albert_hf.pretraining.data.sentences import tokenize_documents
 from albert_hf.tokenization import train_tokenizer
 
 

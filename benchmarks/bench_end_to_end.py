@@ -50,7 +50,7 @@ def end_to_end(args, workdir) -> list[float]:
 def model_only(args, workdir) -> list[float]:
     """tokens/s of each training_step on batches collated beforehand, after the warm-up steps."""
     from albert_hf.pretraining.job import parse_args, prepare
-    from albert_hf.pretraining.step import training_step
+    from albert_hf.pretraining.training.step import training_step
 
     run_args = parse_args(run_arguments(args, workdir / "model_only", args.steps))
     run = prepare(run_args)

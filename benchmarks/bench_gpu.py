@@ -333,7 +333,7 @@ def executed_flops(config, batch: int, seq: int, name: str) -> float:
 def batches_for(config, batch: int, seq: int, device: torch.device) -> list[dict]:
     """Two batches as run_pretraining.py's collator gives them on a GPU: full rows, and for albert_hf the masked
     positions in the fixed-size form (MASKED_PER_SEQ a row), so that no size is read from the device."""
-    from albert_hf.pretraining.collator import fixed_size_positions
+    from albert_hf.pretraining.data.collator import fixed_size_positions
 
     generator, batches = torch.Generator().manual_seed(0), []
     for _ in range(2):

@@ -24,9 +24,9 @@ import torch
 from torch.utils.data import DataLoader, RandomSampler
 
 from albert_hf import DataCollatorForAlbertPretraining  # noqa: E402
-from albert_hf.pretraining.embedded_corpus import embedded_corpus  # noqa: E402
-from albert_hf.pretraining.pairs import create_pretraining_pairs  # noqa: E402
-from albert_hf.pretraining.sentences import tokenize_documents  # noqa: E402
+from albert_hf.pretraining.data.embedded_corpus import embedded_corpus  # noqa: E402
+from albert_hf.pretraining.data.pairs import create_pretraining_pairs  # noqa: E402
+from albert_hf.pretraining.data.sentences import tokenize_documents  # noqa: E402
 from albert_hf.tokenization import train_tokenizer  # noqa: E402
 from bench_collator import long_documents  # noqa: E402
 from bench_gpu import DEFAULT_SHAPES, Shape  # noqa: E402

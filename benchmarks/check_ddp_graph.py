@@ -33,8 +33,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 import albert_hf
 from albert_hf.optimization import Lamb, parameter_groups
-from albert_hf.pretraining.step import training_step
-from albert_hf.pretraining.step_graph import RunsEagerly, StepGraph
+from albert_hf.pretraining.training.step import training_step
+from albert_hf.pretraining.training.step_graph import RunsEagerly, StepGraph
 from bench_gpu import batches_for
 
 

@@ -248,7 +248,7 @@ def _checkpointing(tiny_checkpoint: Path, output_dir: Path):
     """An accelerator with the tiny pretraining model and its LAMB optimizer prepared, and StepCheckpoints on
     `output_dir` (made once per process: accelerate's state is a singleton)."""
     from albert_hf.optimization import get_official_schedule
-    from albert_hf.pretraining.checkpoints import StepCheckpoints
+    from albert_hf.pretraining.output.checkpoints import StepCheckpoints
 
     if "accelerator" not in _PREPARED:
         from accelerate import Accelerator
@@ -315,7 +315,7 @@ def _race(folder: Path, res: Resources):
 def _corpus(source_name: str, layout: str = "document_per_file"):
     """run_pretraining.py's data path (`build_data`): corpus, held-out split, tokenizer, training and held-out pairs."""
     def target(folder: Path, res: Resources):
-        from albert_hf.pretraining.inputs import build_data
+        from albert_hf.pretraining.data.inputs import build_data
         from albert_hf.pretraining.job import parse_args
 
         args = parse_args(["--train_files", str(folder / source_name), "--layout", layout, "--tokenizer_name",
@@ -342,7 +342,7 @@ def _model_folder(folder: Path, res: Resources):
 
 def _step_checkpoint(folder: Path, res: Resources):
     accelerator, checkpoints = _checkpointing(res.tiny_checkpoint, res.workdir / "step_run")
-    from albert_hf.pretraining.step import COUNTS
+    from albert_hf.pretraining.training.step import COUNTS
 
     path = checkpoints.resolve(str(folder / "step_1"))
     checkpoints.load(path, COUNTS)

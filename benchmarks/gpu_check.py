@@ -181,7 +181,7 @@ def against_transformers(device, preset, seq, steps) -> dict:
 def write_rte(folder: Path, rows: int = 64):
     """An RTE-format task (index, sentence1, sentence2, label) from the embedded corpus: label 'entailment' when
     sentence2 follows sentence1 in the text, 'not_entailment' when it is drawn from elsewhere."""
-    from albert_hf.pretraining.embedded_corpus import embedded_corpus
+    from albert_hf.pretraining.data.embedded_corpus import embedded_corpus
     from albert_hf.tokenization import split_sentences
 
     sentences = []

@@ -25,7 +25,7 @@ PAPER = {"all": "12M, avg 80.1", "none": "89M, avg 81.6", "attention": "64M, avg
 
 def figure_texts(held_out, count: int = 300, min_chars: int = 200) -> list[str]:
     """Paragraphs of the held-out documents, long enough to fill most of a sequence."""
-    from albert_hf.pretraining.corpus import paragraphs
+    from albert_hf.pretraining.data.corpus import paragraphs
 
     texts = []
     for document in held_out["text"]:

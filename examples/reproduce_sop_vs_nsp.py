@@ -157,7 +157,7 @@ def pretrain(args, run_dir: Path, task: str = "sop", sharing: str | None = None)
 
 def held_out_documents(args):
     """The documents run_pretraining.py held out (same corpus, same 10% split, same seed): never trained on."""
-    from albert_hf.pretraining.splits import corpus_splits
+    from albert_hf.pretraining.data.splits import corpus_splits
 
     return corpus_splits(args.train_files or None, held_out_percentage=10.0, seed=args.seed).held_out
 

@@ -15,7 +15,7 @@ TEST_VOCAB_SIZE = 1000
 
 @functools.lru_cache(maxsize=None)
 def embedded():
-    from albert_hf.pretraining.embedded_corpus import embedded_corpus
+    from albert_hf.pretraining.data.embedded_corpus import embedded_corpus
 
     return embedded_corpus()
 
@@ -30,14 +30,14 @@ def tokenizer():
 
 @functools.lru_cache(maxsize=None)
 def tokenized_embedded():
-    from albert_hf.pretraining.sentences import tokenize_documents
+    from albert_hf.pretraining.data.sentences import tokenize_documents
 
     return tokenize_documents(embedded(), tokenizer())
 
 
 @functools.lru_cache(maxsize=None)
 def embedded_pairs(max_seq_length: int = 128, dupe_factor: int = 1, task: str = "sop"):
-    from albert_hf.pretraining.pairs import create_pretraining_pairs
+    from albert_hf.pretraining.data.pairs import create_pretraining_pairs
 
     return create_pretraining_pairs(
         tokenized_embedded(), tokenizer(), max_seq_length=max_seq_length, dupe_factor=dupe_factor, task=task

@@ -25,8 +25,8 @@ from accelerate.utils import DistributedType
 
 from albert_hf.errors import InputError, first_line
 from albert_hf.pretraining import job as pretraining
-from albert_hf.pretraining import loop
-from albert_hf.pretraining.flags import parse_args
+from albert_hf.pretraining.resolution import parse_args
+from albert_hf.pretraining.training import loop
 from albert_hf.runtime.distributed import end_distributed
 
 
@@ -50,7 +50,7 @@ def with_hooks(hooks: dict):
     - "dropped_step_at": k: optimizer step k takes its batches and advances the schedule, nothing else: the run
       that dropped that step, to compare with one that skipped it.
     - "fake_hub": ROOT: the Hub is tests/fake_hub.py's, in the folder ROOT (each process patches its own API)."""
-    from albert_hf.pretraining import step
+    from albert_hf.pretraining.training import step
 
     undo = []
     if "fake_hub" in hooks:

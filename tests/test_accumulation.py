@@ -45,7 +45,7 @@ def gradients(model):
 def test_weighted_micro_batch_losses_sum_to_the_gradient_of_the_whole_batch(micro_batch):
     from accelerate import Accelerator
 
-    from albert_hf.pretraining.step import loss_weights, weighted_loss
+    from albert_hf.pretraining.training.step import loss_weights, weighted_loss
 
     torch.manual_seed(0)
     model = AlbertHFForPreTraining(tiny_config(vocab_size=300))
@@ -73,7 +73,7 @@ def test_weighted_micro_batch_losses_sum_to_the_gradient_of_the_whole_batch(micr
 def test_per_device_normalization_weights_each_processes_own_tokens(monkeypatch):
     from accelerate import Accelerator
 
-    from albert_hf.pretraining.step import loss_weights
+    from albert_hf.pretraining.training.step import loss_weights
 
     batch = unequal_batch(300)
     micro_batches = [{k: v[i:i + 8] for k, v in batch.items()} for i in range(0, 32, 8)]

@@ -14,7 +14,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from albert_hf.pretraining.checkpoints import LEGACY_SCHEDULE_FILE, RECORD, RECORD_FILE, SCHEDULE_FILE, STATE_FILE
+from albert_hf.pretraining.output.checkpoints import (
+    LEGACY_SCHEDULE_FILE,
+    RECORD,
+    RECORD_FILE,
+    SCHEDULE_FILE,
+    STATE_FILE,
+)
 from helpers import REPO, run_bounded, start_process, subprocess_env
 from pretraining_runs import check_same_weights_and_curve, pretrain, pretrain_runs
 
@@ -246,7 +252,7 @@ def test_a_stream_position_that_cannot_be_read_stops_in_one_line(tmp_path):
     from unittest import mock
 
     from albert_hf.errors import InputError
-    from albert_hf.pretraining.checkpoints import STREAM_STATE_FILE, StepCheckpoints
+    from albert_hf.pretraining.output.checkpoints import STREAM_STATE_FILE, StepCheckpoints
 
     checkpoints = StepCheckpoints(tmp_path, mock.MagicMock(process_index=0))
     for content, what in ((b"\x80\x04not json", "stream_state_0.json: "), (b"[1, 2]", "not a stream position")):

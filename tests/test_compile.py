@@ -100,7 +100,7 @@ def test_compiled_blocks_in_the_gpu_form_compile_each_region_once_without_breaks
     shared groups here, 4 layers), so is the MLM head with its loss; no graph breaks; after the first training step
     no new graph; the loss and gradients are eager's."""
     from albert_hf import modeling_albert_hf as modeling
-    from albert_hf.pretraining.collator import fixed_size_positions
+    from albert_hf.pretraining.data.collator import fixed_size_positions
 
     monkeypatch.setattr(modeling.AlbertHFTransformer, "ready_weights_pay_on", staticmethod(lambda device: True))
     monkeypatch.setattr(modeling, "LOW_PRECISION_RESIDUAL_DEVICES", ("cuda", "cpu"))

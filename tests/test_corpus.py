@@ -9,14 +9,14 @@ import datasets
 import pytest
 
 from albert_hf.errors import InputError
-from albert_hf.pretraining.corpus import (
+from albert_hf.pretraining.data.corpus import (
     decode_text,
     find_text_files,
     load_corpus,
     load_text_dataset,
     load_text_files,
 )
-from albert_hf.pretraining.embedded_corpus import embedded_corpus_path
+from albert_hf.pretraining.data.embedded_corpus import embedded_corpus_path
 from albert_hf.tokenization import split_sentences
 from data_fixtures import embedded
 from helpers import shared_data
@@ -202,7 +202,7 @@ def test_embedded_corpus_is_cached_after_the_first_build():
     path = embedded_corpus_path()
     assert path.exists()
     stamp = path.stat().st_mtime_ns
-    from albert_hf.pretraining.embedded_corpus import embedded_corpus
+    from albert_hf.pretraining.data.embedded_corpus import embedded_corpus
 
     assert len(embedded_corpus()) == len(embedded())
     assert path.stat().st_mtime_ns == stamp  # read, not rebuilt

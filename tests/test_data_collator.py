@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from albert_hf import DataCollatorForAlbertPretraining
-from albert_hf.pretraining.collator import official_masked_lm_predictions
+from albert_hf.pretraining.data.collator import official_masked_lm_predictions
 from data_fixtures import embedded_pair_features, tokenizer
 
 # ----------------------------------------------------------------------------------------------------------------

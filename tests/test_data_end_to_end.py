@@ -8,7 +8,7 @@ import torch
 from transformers import AutoTokenizer
 
 from albert_hf import AlbertHFConfig, AlbertHFForPreTraining, DataCollatorForAlbertPretraining
-from albert_hf.pretraining.pairs import build_pretraining_dataset
+from albert_hf.pretraining.data.pairs import build_pretraining_dataset
 from albert_hf.tokenization import train_tokenizer
 from data_fixtures import TEST_VOCAB_SIZE, embedded
 

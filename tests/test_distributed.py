@@ -20,8 +20,8 @@ from safetensors.torch import load_file
 
 from albert_hf.errors import InputError
 from albert_hf.pretraining.arguments import build_parser
-from albert_hf.pretraining.checkpoints import STATE_FILE, StepCheckpoints
-from albert_hf.pretraining.flags import parse_args
+from albert_hf.pretraining.output.checkpoints import STATE_FILE, StepCheckpoints
+from albert_hf.pretraining.resolution import parse_args
 from helpers import BLOCK_ALBERT_HF, DDP, FSDP, LAUNCH, REPO, THREADS_SAID, run_bounded, subprocess_env
 from pretraining_runs import RESUME_ARGS, check_same_weights_and_curve, metrics, pretrain, pretrain_runs
 
@@ -98,7 +98,7 @@ def test_a_checkpoint_of_a_ddp_or_fsdp2_run_loads_as_the_model_without_albert_hf
 def test_an_fsdp_checkpoint_of_shards_only_is_made_loadable_with_the_gathered_weights(tmp_path, fsdp_run):
     """A checkpoint written before checkpoints held the model: the command reads its shards in one process, as
     data, into the weights the run gathered."""
-    from albert_hf.pretraining.loadable import main as make_loadable
+    from albert_hf.pretraining.output.loadable import main as make_loadable
     from albert_hf.runtime import checkpoint_files
 
     run = fsdp_run[0]

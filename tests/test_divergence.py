@@ -1,5 +1,6 @@
 """A run that diverges stops with one line, and leaves no non-finite tensor on disk
-(albert_hf/pretraining/divergence.py); a non-finite checkpoint (saved by a run that did not check its weights) is
+(albert_hf/pretraining/training/divergence.py);
+a non-finite checkpoint (saved by a run that did not check its weights) is
 passed over by --resume_from_checkpoint latest."""
 
 import json
@@ -14,9 +15,15 @@ from safetensors.torch import load_file, save_file
 
 from albert_hf.errors import InputError
 from albert_hf.pretraining import job as pretraining
-from albert_hf.pretraining import loop
-from albert_hf.pretraining.checkpoints import RECORD, STATE_FILE
-from albert_hf.pretraining.divergence import Diverged, check_losses, checkpoint_finite, stop_line, weights_finite
+from albert_hf.pretraining.output.checkpoints import RECORD, STATE_FILE
+from albert_hf.pretraining.training import loop
+from albert_hf.pretraining.training.divergence import (
+    Diverged,
+    check_losses,
+    checkpoint_finite,
+    stop_line,
+    weights_finite,
+)
 from helpers import DDP, FSDP
 from pretraining_runs import FAST, metrics, pretrain, pretrain_runs, untimed
 
@@ -114,7 +121,7 @@ def test_non_finite_weights_are_not_checkpointed_and_the_line_names_the_last_fin
 def test_a_nan_gradient_is_skipped_and_counted_once_in_every_precision(tmp_path, monkeypatch, fresh_accelerate_state,
                                                                         precision):
     """fp32, bf16 autocast, and fp16 with loss scaling (whose scaler skips the step too: still one count)."""
-    from albert_hf.pretraining import step
+    from albert_hf.pretraining.training import step
 
     real, calls = step.weighted_loss, []
 

@@ -115,7 +115,7 @@ def test_the_start_line_pieces_name_the_device_the_kind_the_threads_and_the_reas
 
 
 def test_torch_compile_start_line_names_the_mode_and_what_the_gpu_measured():
-    from albert_hf.pretraining.model import compile_note
+    from albert_hf.pretraining.training.model import compile_note
 
     assert compile_note(torch.device("cpu"), None) == ("torch.compile (mode default, dynamic shapes) of each "
                                                        "distinct block and the MLM head with its loss")

@@ -177,8 +177,8 @@ def test_a_model_or_tokenizer_that_cannot_be_loaded_stops_with_the_argument_name
 
     from albert_hf.hub.loading import loading
     from albert_hf.pretraining.arguments import DataArgs, ModelArgs
-    from albert_hf.pretraining.inputs import load_tokenizer
-    from albert_hf.pretraining.model import resolve_config
+    from albert_hf.pretraining.data.inputs import load_tokenizer
+    from albert_hf.pretraining.training.model import resolve_config
     from albert_hf.tasks.arguments import ModelArguments
     from albert_hf.tasks.finetuning import load_tokenizer_and_model
 
@@ -284,12 +284,12 @@ def test_pretraining_card_metadata_and_model_index_come_from_all_results(tmp_pat
 
 def test_pretraining_card_lists_a_hub_dataset_license_and_base_model_without_going_online(tmp_path, hub_unreachable):
     from albert_hf.pretraining.arguments import DataArgs
-    from albert_hf.pretraining.card import PretrainingRun, corpus_card_dataset
-    from albert_hf.pretraining.final_folder import save_final_model
+    from albert_hf.pretraining.output.card import CardFacts, corpus_card_dataset
+    from albert_hf.pretraining.output.final_folder import save_final_model
     from data_fixtures import tokenizer
 
     data = DataArgs(dataset_name="Salesforce/wikitext", dataset_config_name="wikitext-2-raw-v1")
-    facts = PretrainingRun(dataset=corpus_card_dataset(data), task="nsp", max_ngram=3, max_train_steps=1500,
+    facts = CardFacts(dataset=corpus_card_dataset(data), task="nsp", max_ngram=3, max_train_steps=1500,
                            max_seq_length=128, micro_batch="32 a process x 1 accumulation", optimizer="lamb",
                            learning_rate=0.01, num_warmup_steps=0,
                            mixed_precision="auto", seed=12345, architecture="tiny", base_model="albert/albert-base-v2",

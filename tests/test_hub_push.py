@@ -1,6 +1,6 @@
 """run_pretraining.py --push_to_hub --hub_strategy: what each strategy pushes while the run trains, uploads that
 never hold the steps up, a failed upload that costs one line, and a failed final push that exits 1 with the command
-that pushes the folder by hand (albert_hf/pretraining/hub_push.py, against tests/fake_hub.py)."""
+that pushes the folder by hand (albert_hf/pretraining/output/hub_push.py, against tests/fake_hub.py)."""
 
 import json
 import time
@@ -173,7 +173,8 @@ STOPPED_AFTER_A_CHECKPOINT = """
 import os, signal, sys, time
 sys.path[:0] = [{repo!r}, {repo!r} + "/tests"]  # this checkout's albert_hf, and the fake Hub
 from fake_hub import FakeHub
-from albert_hf.pretraining import job, loop
+from albert_hf.pretraining import job
+from albert_hf.pretraining.training import loop
 from albert_hf.runtime.cli import run_entry_point
 
 real = loop.save_checkpoint  # called by the loop (loop.py), looked up there
@@ -320,7 +321,7 @@ def test_a_full_disk_while_staging_an_upload_is_one_line_and_the_run_goes_on(tmp
     checkpoint, nothing half-staged left, no upload of it, and the run finishes with its final folder pushed."""
     import errno
 
-    from albert_hf.pretraining import loop
+    from albert_hf.pretraining.training import loop
 
     real = loop.save_final_model  # a checkpoint's upload is staged by loop.save_checkpoint
 

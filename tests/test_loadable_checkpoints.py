@@ -78,8 +78,8 @@ def test_glue_fine_tunes_a_checkpoint(run, tmp_path):
 @pytest.mark.trains
 def test_a_checkpoint_without_model_files_is_refused_in_one_line_and_the_command_makes_it_loadable(run, tmp_path):
     from albert_hf.errors import InputError
-    from albert_hf.pretraining.checkpoints import StepCheckpoints
-    from albert_hf.pretraining.loadable import main as make_loadable
+    from albert_hf.pretraining.output.checkpoints import StepCheckpoints
+    from albert_hf.pretraining.output.loadable import main as make_loadable
     from albert_hf.runtime import checkpoint_files
     from albert_hf.testing.glue_folders import write_glue_folders
 
@@ -90,7 +90,7 @@ def test_a_checkpoint_without_model_files_is_refused_in_one_line_and_the_command
     checkpoint_files.write_record(old, "files.json")
     with pytest.raises(InputError, match=rf"^--model_name_or_path {old}: a run_pretraining.py checkpoint written "
                                          rf"without the model's files \(config, tokenizer, code\); make it loadable "
-                                         rf"with: python -m albert_hf.pretraining.loadable {old}$"):
+                                         rf"with: python -m albert_hf.pretraining.output.loadable {old}$"):
         run_script("run_glue", ["--model_name_or_path", old, "--output_dir", tmp_path / "mrpc", "--task_name",
                                 "mrpc", "--data_dir", write_glue_folders(tmp_path / "glue"), "--do_eval",
                                 "--report_to", "none"])
@@ -108,7 +108,7 @@ def test_a_checkpoint_without_model_files_is_refused_in_one_line_and_the_command
 @pytest.mark.trains
 def test_the_command_refuses_a_changed_checkpoint_and_one_without_files_to_take(run, tmp_path):
     from albert_hf.errors import InputError
-    from albert_hf.pretraining.loadable import make_loadable
+    from albert_hf.pretraining.output.loadable import make_loadable
     from albert_hf.runtime import checkpoint_files
 
     old = tmp_path / "run" / "step_2"
@@ -125,7 +125,7 @@ def test_the_command_refuses_a_changed_checkpoint_and_one_without_files_to_take(
 
 def test_the_command_names_a_folder_that_is_not_a_checkpoint_in_one_line(tmp_path):
     from albert_hf.errors import InputError
-    from albert_hf.pretraining.loadable import make_loadable
+    from albert_hf.pretraining.output.loadable import make_loadable
 
     with pytest.raises(InputError, match=rf"^{tmp_path / 'step_9'}: no such folder$"):
         make_loadable(tmp_path / "step_9")

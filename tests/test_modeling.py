@@ -72,7 +72,7 @@ def test_fixed_size_masked_positions_give_the_sparse_heads_logits_loss_and_gradi
     """The official masked_lm_positions / masked_lm_weights form (rows of weight 0 padding a short row): the
     valid rows are the sparse head's rows, the loss and every gradient are the same."""
     from albert_hf.modeling_albert_hf import RealTokens
-    from albert_hf.pretraining.collator import fixed_size_positions
+    from albert_hf.pretraining.data.collator import fixed_size_positions
 
     if not with_padding_removal:
         monkeypatch.setattr(RealTokens, "pays_on", staticmethod(lambda device: False))

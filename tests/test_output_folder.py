@@ -5,8 +5,8 @@ folder checked before any work."""
 import pytest
 
 from albert_hf.errors import InputError
-from albert_hf.pretraining.checkpoints import STATE_FILE
-from albert_hf.pretraining.flags import parse_args
+from albert_hf.pretraining.output.checkpoints import STATE_FILE
+from albert_hf.pretraining.resolution import parse_args
 from pretraining_runs import metrics, pretrain
 
 

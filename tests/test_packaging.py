@@ -203,11 +203,11 @@ def test_each_job_has_its_folder_and_the_top_level_stays_small():
 
 
 # The pretraining job's two modules: job.py builds the job's object and saves it, loop.py (which defines it) trains it.
-PRETRAINING_JOB = ("albert_hf/pretraining/job.py", "albert_hf/pretraining/loop.py")
+PRETRAINING_JOB = ("albert_hf/pretraining/job.py", "albert_hf/pretraining/training/loop.py")
 
 
 def test_only_the_job_and_its_loop_see_the_whole_pretraining_job():
-    """The job's object (`pretraining.loop.Pretraining`) stays in the job's two modules (`PRETRAINING_JOB`): job.py
+    """The job's object (`pretraining.loop.Run`) stays in the job's two modules (`PRETRAINING_JOB`): job.py
     builds it and saves it, loop.py trains it; no other module of albert_hf imports it or has a function taking a
     `run`; the modules below the job take explicit arguments."""
     found = []
@@ -215,7 +215,7 @@ def test_only_the_job_and_its_loop_see_the_whole_pretraining_job():
         if path.relative_to(REPO).as_posix() in PRETRAINING_JOB:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and any(alias.name == "Pretraining" for alias in node.names):
+            if isinstance(node, ast.ImportFrom) and any(alias.name == "Run" for alias in node.names):
                 found.append(f"{path.name}:{node.lineno} imports Pretraining")
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 if "run" in [arg.arg for arg in node.args.posonlyargs + node.args.args + node.args.kwonlyargs]:
@@ -223,9 +223,9 @@ def test_only_the_job_and_its_loop_see_the_whole_pretraining_job():
     assert not found, found
 
 
-# The pretraining entry: the only modules that see the whole run's arguments (loop.py's `Pretraining` holds them).
-PRETRAINING_ENTRY = (*PRETRAINING_JOB, "albert_hf/pretraining/arguments.py", "albert_hf/pretraining/flags.py",
-                     "albert_hf/pretraining/modes.py")
+# The pretraining entry: the only modules that see the whole run's arguments (loop.py's `Run` holds them).
+PRETRAINING_ENTRY = (*PRETRAINING_JOB, "albert_hf/pretraining/arguments.py", "albert_hf/pretraining/resolution.py",
+                     "albert_hf/pretraining/plan.py")
 
 
 def whole_run_arguments(source: str) -> list[str]:
@@ -251,8 +251,8 @@ def test_the_whole_arguments_finder_catches_a_planted_parameter():
 
 def test_no_function_below_the_pretraining_entry_takes_the_whole_run_arguments():
     """Each part of the run takes the group of arguments it needs (`DataArgs`, `ModelArgs`, ...) or explicit values;
-    only the entry (job.py and loop.py, the job's two modules; arguments.py, which defines them; flags.py, which
-    resolves them; modes.py, the modes besides training) holds the whole `PretrainingArguments`."""
+    only the entry (job.py and loop.py, the job's two modules; arguments.py, which defines them; resolution.py, which
+    resolves them; plan.py, --dry_run's plan and the batch-size search) holds the whole `PretrainingArguments`."""
     found = [f"{path.relative_to(REPO)}:{where}" for path in sorted((REPO / "albert_hf").rglob("*.py"))
              if path.relative_to(REPO).as_posix() not in PRETRAINING_ENTRY
              for where in whole_run_arguments(path.read_text())]

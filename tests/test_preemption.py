@@ -17,7 +17,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from albert_hf.pretraining.checkpoints import STATE_FILE
+from albert_hf.pretraining.output.checkpoints import STATE_FILE
 from albert_hf.runtime.preemption import PREEMPTED
 from helpers import DDP, LAUNCH, REPO, run_bounded, signal_job, start_process, subprocess_env
 from preloaded import launched_rank
@@ -604,7 +604,8 @@ def test_group_signals_at_random_moments_lose_no_checkpoint_and_runs_resume_to_t
 # stage is replaced in the module that calls it (`owner`: loop for the loop's parts, job for the final folder).
 SIGNALLED_STAGE = """
 import os, signal, sys
-from albert_hf.pretraining import job, loop
+from albert_hf.pretraining import job
+from albert_hf.pretraining.training import loop
 from albert_hf.runtime.cli import run_entry_point
 
 real, sent = getattr({owner}, {stage!r}), []

@@ -53,7 +53,7 @@ def test_training_on_the_prepared_folder_tokenizes_nothing_and_equals_building_t
     done = run("--output_dir", from_folder, "--prepared_data", prepared, *TRAINING)
     assert (f"Training on the pairs prepared in {prepared} (no tokenizing); from its manifest: --max_seq_length 64, "
             "--dupe_factor 1, --max_eval_samples 64") in done.stderr
-    for building in ("albert_hf.tokenization", "albert_hf.pretraining.pairs", "Splitting and tokenizing"):
+    for building in ("albert_hf.tokenization", "albert_hf.pretraining.data.pairs", "Splitting and tokenizing"):
         assert building not in done.stderr
     expected, got = load_file(built / "model.safetensors"), load_file(from_folder / "model.safetensors")
     assert expected.keys() == got.keys()
@@ -102,7 +102,7 @@ def test_a_stop_signal_while_the_folder_is_moved_into_place_waits_for_the_folder
     import os
     import signal
 
-    from albert_hf.pretraining import prepared_data
+    from albert_hf.pretraining.data import prepared_data
     from albert_hf.runtime.preemption import StopOnSignal, Stopped
 
     data = prepared_data.load(prepared)

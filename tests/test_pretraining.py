@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from albert_hf.pretraining.flags import parse_args
+from albert_hf.pretraining.resolution import parse_args
 from helpers import (
     DDP,
     check_tokenizer_loads_without_prompt,
@@ -67,7 +67,7 @@ def test_end_to_end_run_saves_a_model_that_loads_without_albert_hf(tmp_path):
 
 def held_out_texts(tmp_path):
     """The documents `pretrain` holds out of the embedded corpus (FAST's seed, the default 5%), single-spaced."""
-    from albert_hf.pretraining.splits import hold_out_documents
+    from albert_hf.pretraining.data.splits import hold_out_documents
     from data_fixtures import embedded
 
     args = parse_args(["--output_dir", str(tmp_path / "unused"), *FAST])
@@ -163,7 +163,7 @@ def test_fp16_overflow_skips_the_update_and_the_schedule_without_touching_weight
 
     from albert_hf import AlbertHFForPreTraining
     from albert_hf.optimization import Lamb, get_official_schedule, parameter_groups
-    from albert_hf.pretraining.step import training_step
+    from albert_hf.pretraining.training.step import training_step
     from albert_hf.runtime.hardware import enable_cpu_fp16
 
     def setup(init_scale):
@@ -230,7 +230,8 @@ def test_running_metric_counts_hold_no_autograd_graph():
     """The training loop adds every step's counts into one window; a graph attached to them kept each step's
     logits alive (the process grew ~30 MB a step until the machine ran out of memory)."""
     from albert_hf import AlbertHFForPreTraining
-    from albert_hf.pretraining.step import example_counts, step_counts
+    from albert_hf.pretraining.training.evaluation import example_counts
+    from albert_hf.pretraining.training.step import step_counts
 
     model = AlbertHFForPreTraining(tiny_config()).train()
     input_ids = torch.randint(5, 1000, (4, 16))
@@ -250,7 +251,8 @@ def test_running_metric_counts_hold_no_autograd_graph():
 def test_training_counts_from_the_model_losses_equal_the_per_token_recount():
     """Training sums the model's own mean losses times their counts; evaluation recounts per token: the same."""
     from albert_hf import AlbertHFForPreTraining
-    from albert_hf.pretraining.step import example_counts, step_counts
+    from albert_hf.pretraining.training.evaluation import example_counts
+    from albert_hf.pretraining.training.step import step_counts
 
     model = AlbertHFForPreTraining(tiny_config()).eval()
     input_ids = torch.randint(5, 1000, (6, 24))

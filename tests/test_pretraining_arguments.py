@@ -10,8 +10,8 @@ from safetensors.torch import load_file
 
 from albert_hf.errors import InputError
 from albert_hf.pretraining.arguments import build_parser
-from albert_hf.pretraining.flags import parse_args
-from albert_hf.pretraining.model import make_optimizer
+from albert_hf.pretraining.resolution import parse_args
+from albert_hf.pretraining.training.model import make_optimizer
 from helpers import (
     REPO,
     tiny_config,
@@ -19,7 +19,7 @@ from helpers import (
 from pretraining_runs import FAST, metrics, pretrain_runs, untimed
 
 # Flags docs/pretraining.md names that are not run_pretraining.py's fields: accelerate launch's, the fine-tuning
-# scripts', python -m albert_hf.pretraining.loadable's and argparse's own --help.
+# scripts', python -m albert_hf.pretraining.output.loadable's and argparse's own --help.
 OTHER_TOOLS_FLAGS = {"--config_file", "--use_cpu", "--bf16", "--fp16", "--help", "--model_files"}
 
 
@@ -160,7 +160,7 @@ def test_flags_after_an_arguments_file_override_its_values_and_count_as_given(tm
 
 def test_every_option_shows_its_help_and_default_and_takes_its_choices_from_where_they_are_defined():
     from albert_hf.configuration_albert_hf import PRESETS, SHARING_MODES
-    from albert_hf.pretraining.corpus import LAYOUTS
+    from albert_hf.pretraining.data.corpus import LAYOUTS
 
     options = {action.dest: action for action in build_parser()._actions if action.dest != "help"}
     assert len(options) >= 50
@@ -240,7 +240,7 @@ def test_bad_arguments_stop_with_a_clear_message(tmp_path):
 def test_a_sequence_longer_than_the_models_positions_stops_at_the_entry_before_any_data(tmp_path, tiny_checkpoint):
     """Checked once, in parse_args, for a preset, a --config_name and a loaded --model_name_or_path alike, before
     the corpus is read (the model itself would fail only at its first batch)."""
-    from albert_hf.pretraining.flags import parse_args
+    from albert_hf.pretraining.resolution import parse_args
 
     base = ["--output_dir", str(tmp_path / "out")]
     for extra in (["--model_config", "tiny"], ["--config_name", str(tiny_checkpoint)],

@@ -8,9 +8,9 @@ import datasets
 import numpy as np
 import pytest
 
-from albert_hf.pretraining.corpus import load_text_files
-from albert_hf.pretraining.pairs import BatchDocuments, create_pretraining_pairs, instances_from_document
-from albert_hf.pretraining.sentences import tokenize_documents
+from albert_hf.pretraining.data.corpus import load_text_files
+from albert_hf.pretraining.data.pairs import BatchDocuments, create_pretraining_pairs, instances_from_document
+from albert_hf.pretraining.data.sentences import tokenize_documents
 from data_fixtures import embedded_pairs, tokenized_embedded, tokenizer
 from helpers import shared_data
 
@@ -357,7 +357,7 @@ def test_tokenizing_ignores_padding_left_on_by_an_earlier_tokenizer_call():
     the document tokenizer must not pad every sentence because of that."""
     import datasets
 
-    from albert_hf.pretraining.sentences import tokenize_documents
+    from albert_hf.pretraining.data.sentences import tokenize_documents
 
     tok = tokenizer()
     documents = datasets.Dataset.from_dict({"text": ["A short one. Then another sentence here."]})

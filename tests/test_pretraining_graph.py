@@ -14,9 +14,9 @@ import torch
 
 from albert_hf import AlbertHFForPreTraining
 from albert_hf.optimization import Lamb, get_official_schedule, parameter_groups
-from albert_hf.pretraining.collator import fixed_size_positions
-from albert_hf.pretraining.step import training_step
-from albert_hf.pretraining.step_graph import MODE, RunsEagerly, StepGraph, refusal
+from albert_hf.pretraining.data.collator import fixed_size_positions
+from albert_hf.pretraining.training.step import training_step
+from albert_hf.pretraining.training.step_graph import MODE, RunsEagerly, StepGraph, refusal
 from helpers import DDP, run_bounded, subprocess_env, tiny_config
 from pretraining_runs import pretrain
 
@@ -94,8 +94,8 @@ def ddp_steps(report: str):
     the first writes `report`."""
     from accelerate import Accelerator
 
-    from albert_hf.pretraining import step as pretraining_step
-    from albert_hf.pretraining.step_graph import WARMUP_STEPS
+    from albert_hf.pretraining.training import step as pretraining_step
+    from albert_hf.pretraining.training.step_graph import WARMUP_STEPS
 
     reductions = []
     own = pretraining_step.average_gradients
@@ -217,7 +217,7 @@ def test_the_script_on_a_cpu_stops_with_the_reason_and_writes_nothing(tmp_path):
 def test_the_default_step_is_the_whole_step_graph_where_it_can_run_on_a_cuda_device(device, processes, sharding,
                                                                                     precision, checkpointing,
                                                                                     rollback, mode, says):
-    from albert_hf.pretraining.step_graph import default_mode
+    from albert_hf.pretraining.training.step_graph import default_mode
 
     chosen, note = default_mode(device, processes, sharding, precision, checkpointing, rollback)
     assert chosen == mode
@@ -238,7 +238,7 @@ def test_the_default_step_is_the_whole_step_graph_where_it_can_run_on_a_cuda_dev
     (["--gradient_checkpointing"], "cuda", False, None),
 ])
 def test_an_explicit_choice_of_step_wins_over_the_default(tmp_path, flags, device, compiled, mode):
-    from albert_hf.pretraining.flags import choose_step, parse_args
+    from albert_hf.pretraining.resolution import choose_step, parse_args
     from albert_hf.runtime.hardware import Precision
 
     args = parse_args(["--output_dir", str(tmp_path / "run"), *flags])
@@ -256,7 +256,7 @@ def test_an_explicit_choice_of_step_wins_over_the_default(tmp_path, flags, devic
     ({"WORLD_SIZE": "2", "ACCELERATE_USE_DEEPSPEED": "true"}, [], None, "this run shards the model with DeepSpeed")])
 def test_a_launch_of_several_processes_on_cuda_devices_gets_the_eager_step_by_default_and_says_why(
         tmp_path, monkeypatch, env, flags, mode, says):
-    from albert_hf.pretraining.flags import choose_step, parse_args
+    from albert_hf.pretraining.resolution import choose_step, parse_args
     from albert_hf.runtime.hardware import Precision
 
     for name, value in env.items():

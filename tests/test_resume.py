@@ -9,8 +9,8 @@ from unittest import mock
 import pytest
 
 from albert_hf.errors import InputError
-from albert_hf.pretraining.checkpoints import STATE_FILE, StepCheckpoints
-from albert_hf.pretraining.flags import parse_args
+from albert_hf.pretraining.output.checkpoints import STATE_FILE, StepCheckpoints
+from albert_hf.pretraining.resolution import parse_args
 from helpers import (
     DDP,
     run_bounded,
@@ -87,7 +87,7 @@ def test_partial_checkpoints_are_never_resumed_from(tmp_path):
 
 
 def test_a_training_state_is_checked_once_on_load_position_and_window_alike(tmp_path):
-    from albert_hf.pretraining.step import COUNTS
+    from albert_hf.pretraining.training.step import COUNTS
 
     position = {"step": 4, "epoch": 0, "batches_in_epoch": 4}
     window = {"window": [1.0] * COUNTS, "window_tokens": 512, "window_seconds": 0.5}
@@ -130,7 +130,7 @@ DELAYED_SAVE = """
 import sys, time
 import torch
 from accelerate import Accelerator
-from albert_hf.pretraining.checkpoints import StepCheckpoints
+from albert_hf.pretraining.output.checkpoints import StepCheckpoints
 from albert_hf.runtime.distributed import end_distributed
 
 accelerator = Accelerator(cpu=True)

@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from albert_hf.pretraining.checkpoints import STATE_FILE
+from albert_hf.pretraining.output.checkpoints import STATE_FILE
 from albert_hf.runtime.storage import fault_of
 from helpers import REPO, glue_args, run_bounded, subprocess_env
 from pretraining_runs import FAST, RESUME_ARGS, SCRIPT, check_same_weights_and_curve, pretrain
@@ -171,7 +171,7 @@ def test_fine_tuning_into_a_read_only_folder_stops_in_one_line_before_reading_da
 
 def test_an_unloadable_checkpoint_names_the_newest_earlier_intact_one(tmp_path):
     """Intact: complete, and its files as its record says (step_6's record names a file that is not there)."""
-    from albert_hf.pretraining.checkpoints import RECORD, RECORD_FILE, StepCheckpoints
+    from albert_hf.pretraining.output.checkpoints import RECORD, RECORD_FILE, StepCheckpoints
 
     for step in (3, 6, 9):
         (tmp_path / f"step_{step}").mkdir()

@@ -11,9 +11,9 @@ import psutil
 import pytest
 
 from albert_hf.errors import InputError
-from albert_hf.pretraining.corpus import first_documents, text_file_stream
-from albert_hf.pretraining.flags import parse_args
-from albert_hf.pretraining.inputs import build_data
+from albert_hf.pretraining.data.corpus import first_documents, text_file_stream
+from albert_hf.pretraining.data.inputs import build_data
+from albert_hf.pretraining.resolution import parse_args
 from albert_hf.runtime.preemption import PREEMPTED
 from data_fixtures import embedded
 from helpers import DDP, REPO, run_bounded, subprocess_env
@@ -219,7 +219,7 @@ def test_a_json_stream_of_several_files_is_shared_by_files_without_the_held_out_
 
     from datasets.distributed import split_dataset_by_node
 
-    from albert_hf.pretraining.splits import corpus_splits
+    from albert_hf.pretraining.data.splits import corpus_splits
 
     files = []
     for f in range(4):

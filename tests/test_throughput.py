@@ -86,7 +86,7 @@ def test_a_cpus_peak_memory_is_the_processs_resident_high_water_mark():
 
 @pytest.mark.parametrize("value", ["0", "-1", "nan", "inf"])
 def test_a_peak_that_is_not_a_positive_number_is_refused_in_one_line(tmp_path, value):
-    from albert_hf.pretraining.flags import parse_args
+    from albert_hf.pretraining.resolution import parse_args
 
     with pytest.raises(InputError, match=rf"^--peak_tflops {value}: a device's peak must be a number above 0$"):
         parse_args(["--output_dir", str(tmp_path / "run"), "--peak_tflops", value])
@@ -107,7 +107,7 @@ def test_every_row_says_the_runs_flops_mfu_clipped_norm_data_wait_and_memory(tmp
 
     from albert_hf.configuration_albert_hf import AlbertHFConfig
     from albert_hf.pretraining import job as pretraining
-    from albert_hf.pretraining import loop
+    from albert_hf.pretraining.training import loop
 
     clip, norms = accelerate.Accelerator.clip_grad_norm_, []
 
@@ -163,7 +163,7 @@ def test_data_wait_is_the_share_of_the_window_spent_waiting_for_batches(tmp_path
     """A collator that takes 0.3 s a batch (in the training process: no workers) against a step of a few tens of
     ms: most of each window is spent waiting."""
     from albert_hf.pretraining import job as pretraining
-    from albert_hf.pretraining.collator import DataCollatorForAlbertPretraining
+    from albert_hf.pretraining.data.collator import DataCollatorForAlbertPretraining
 
     collate = DataCollatorForAlbertPretraining.__call__
 
@@ -259,8 +259,8 @@ def test_the_start_line_says_when_the_rows_have_no_gradient_norm(tmp_path, distr
 
     from accelerate.utils import DistributedType
 
-    from albert_hf.pretraining.flags import parse_args
     from albert_hf.pretraining.job import run_throughput
+    from albert_hf.pretraining.resolution import parse_args
     from helpers import tiny_config
 
     args = parse_args(["--output_dir", str(tmp_path / "run"), "--max_seq_length", "64", "--peak_tflops", "2"])

@@ -170,7 +170,7 @@ TRICKY = ["", "   ", "Hello world.", "``Quoted'' text", "Ünïcödé naïve caf�
 
 
 def test_the_sentencepiece_encoder_gives_the_tokenizers_ids():
-    from albert_hf.pretraining.sentences import plain_backend
+    from albert_hf.pretraining.data.sentences import plain_backend
     from albert_hf.tokenization import SentencePieceEncoder
 
     tok = tokenizer()
@@ -184,8 +184,8 @@ def test_the_sentencepiece_encoder_gives_the_tokenizers_ids():
 
 @pytest.mark.corpus
 def test_the_sentencepiece_encoder_gives_the_tokenizers_ids_on_the_real_corpus():
-    from albert_hf.pretraining.corpus import find_text_files, read_text_documents
-    from albert_hf.pretraining.sentences import plain_backend
+    from albert_hf.pretraining.data.corpus import find_text_files, read_text_documents
+    from albert_hf.pretraining.data.sentences import plain_backend
     from albert_hf.tokenization import SentencePieceEncoder
 
     files = find_text_files(shared_data("corpus"))
@@ -201,7 +201,7 @@ def test_the_sentencepiece_encoder_gives_the_tokenizers_ids_on_the_real_corpus()
 def test_the_sentencepiece_encoder_is_only_used_where_it_agrees_by_construction(tmp_path):
     from transformers import AlbertTokenizer, AutoTokenizer
 
-    from albert_hf.pretraining.sentences import BackendEncoder, plain_backend, sentence_encoder
+    from albert_hf.pretraining.data.sentences import BackendEncoder, plain_backend, sentence_encoder
     from albert_hf.tokenization import SentencePieceEncoder
 
     tok = tokenizer()

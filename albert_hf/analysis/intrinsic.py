@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from ..errors import InputError, first_line
-from ..pretraining.pairs import NoPairsError, build_pretraining_dataset
+from ..pretraining.data.pairs import NoPairsError, build_pretraining_dataset
 from ..runtime.cli import run_entry_point
 
 logger = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ def evaluate_pairs(model, tokenizer, pairs, *, batch_size=32, seed=12345, autoca
     """Counts over one pair set: {"mlm_correct", "mlm_tokens", "pair_correct", "pairs"}."""
     from torch.utils.data import DataLoader
 
-    from ..pretraining.collator import DataCollatorForAlbertPretraining
+    from ..pretraining.data.collator import DataCollatorForAlbertPretraining
 
     collate = DataCollatorForAlbertPretraining(tokenizer=tokenizer, seed=seed, static_masking=True)
     loader = DataLoader(pairs, batch_size=batch_size, collate_fn=collate)
@@ -237,7 +237,7 @@ def main(argv=None):
                         help="also the SOP accuracy on each document alone (at most --max_examples pairs each)")
     parser.add_argument("--json", default=None, help="also write the results here")
     args = parser.parse_args(argv)
-    from ..pretraining.corpus import load_corpus
+    from ..pretraining.data.corpus import load_corpus
 
     for path in args.documents:
         if not Path(path).exists():

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError, NothingProduced
-from ..pretraining.checkpoints import StepCheckpoints
-from ..pretraining.loadable import missing
+from ..pretraining.output.checkpoints import StepCheckpoints
+from ..pretraining.output.loadable import missing
 from ..runtime import output_lock
 from ..tasks.glue.tasks import TASKS
 from ..tasks.race import RaceDataArguments
@@ -267,7 +267,7 @@ class Evaluations:
                 return f"{path}: damaged ({damage}): not evaluated"
         if missing(path):
             return (f"{path}: no model files ({', '.join(missing(path))}): make it loadable with python -m "
-                    f"albert_hf.pretraining.loadable {path}")
+                    f"albert_hf.pretraining.output.loadable {path}")
         return None
 
     def evaluate(self, source: Source) -> int:

@@ -1,5 +1,5 @@
 """What `run_checkpoint_evals.py` evaluates: the model folders of a pretraining run, each with the step and the
-tokens it had seen (`Source`). Locally, every complete `step_N` (pretraining/loadable.py: each is a model folder)
+tokens it had seen (`Source`). Locally, every complete `step_N` (pretraining/output/loadable.py: each is a model folder)
 and the run's final folder; on the Hub, the `step-N` branches that `--hub_strategy all_checkpoints` pushes; and, with
 `--baseline random_init`, step 0: the run's config with random weights."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import torch
 
-from ..pretraining.checkpoints import MODEL_FILES_DIR, STATE_FILE, STEP_DIR, StepCheckpoints
-from ..pretraining.loadable import missing
+from ..pretraining.output.checkpoints import MODEL_FILES_DIR, STATE_FILE, STEP_DIR, StepCheckpoints
+from ..pretraining.output.loadable import missing
 
 logger = logging.getLogger(__name__)
 

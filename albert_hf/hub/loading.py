@@ -83,7 +83,8 @@ def loading(flag: str, name):
     folder = Path(str(name))
     if folder.is_dir() and (folder / CHECKPOINT_STATE).is_file() and not (folder / "config.json").is_file():
         raise InputError(f"{flag} {name}: a run_pretraining.py checkpoint written without the model's files (config, "
-                         f"tokenizer, code); make it loadable with: python -m albert_hf.pretraining.loadable {name}")
+                         "tokenizer, code); make it loadable with: python -m albert_hf.pretraining.output.loadable "
+                         f"{name}")
     if folder.is_dir():
         check_folder_files(folder, flag, name)
     try:

@@ -2,7 +2,7 @@
 EvalResult. Nothing here contacts the Hub: which names are Hub names and which files hold which dataset is decided
 from local facts only.
 
-A card's content is one `CardContent`, built by each job beside itself (pretraining/card.py, tasks/card.py,
+A card's content is one `CardContent`, built by each job beside itself (pretraining/output/card.py, tasks/card.py,
 convert/card.py) and rendered here (`write_model_card`). Each fine-tuning script's data arguments say what its card
 needs: `PIPELINE_TAG`, `AUTO_CLASS`, `SCRIPT`,
 `card_tags()` and `card_dataset(wanted)` (what the Data section says, and which Hub dataset it is), beside the
@@ -176,7 +176,7 @@ def _architecture(model) -> dict:
 
 @dataclass(frozen=True)
 class CardContent:
-    """What a model card says, built by each job beside itself (pretraining/card.py, tasks/card.py,
+    """What a model card says, built by each job beside itself (pretraining/output/card.py, tasks/card.py,
     convert/card.py) and rendered by `write_model_card`.
 
     Fields:

@@ -12,7 +12,7 @@ from ..runtime.output_lock import LOCK_FILE
 
 logger = logging.getLogger(__name__)
 
-# --hub_strategy, with the names and meanings of transformers' TrainingArguments (pretraining/hub_push.py).
+# --hub_strategy, with the names and meanings of transformers' TrainingArguments (pretraining/output/hub_push.py).
 HUB_STRATEGIES = ("end", "every_save", "checkpoint", "all_checkpoints")
 
 # Training state that stays local: step checkpoints and trackers' logs.

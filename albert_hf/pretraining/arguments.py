@@ -1,5 +1,5 @@
 """run_pretraining.py's arguments: five typed groups on the command line (HfArgumentParser, so that
-`run_pretraining.py args.yaml` works too), resolved and checked once (`flags.parse_args`) into a frozen
+`run_pretraining.py args.yaml` works too), resolved and checked once (`resolution.parse_args`) into a frozen
 `PretrainingArguments`.
 
 The job (`job.py`, its loop in `loop.py`) hands each part of the run the group it needs, or explicit values: the
@@ -17,10 +17,10 @@ from ..hub.upload import HUB_STRATEGIES
 from ..optimization import OPTIMIZERS
 from ..runtime.hardware import MIXED_PRECISION_CHOICES
 from ..runtime.secrets import without_secrets
-from .corpus import LAYOUTS
-from .pairs import TASKS as PAIR_TASKS
-from .step import LOSS_NORMALIZATIONS
-from .step_graph import MODE as STEP_GRAPH
+from .data.corpus import LAYOUTS
+from .data.pairs import TASKS as PAIR_TASKS
+from .training.step import LOSS_NORMALIZATIONS
+from .training.step_graph import MODE as STEP_GRAPH
 
 # torch.compile modes (--torch_compile_mode), and ours: the blocks compiled, the whole step one CUDA graph
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune", STEP_GRAPH)
@@ -231,8 +231,8 @@ def build_parser() -> HfArgumentParser:
 
 @dataclass(frozen=True)
 class PretrainingArguments:
-    """The run's arguments once resolved and checked (`flags.parse_args`), read-only from then on: every part of the run
-    reads the values the checks saw."""
+    """The run's arguments once resolved and checked (`resolution.parse_args`), read-only from then on: every part of
+    the run reads the values the checks saw."""
 
     model: ModelArgs
     data: DataArgs

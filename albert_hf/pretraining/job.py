@@ -4,17 +4,18 @@
     python run_pretraining.py            # a tiny ALBERT on the embedded corpus, a few minutes on a laptop CPU
     python run_pretraining.py recipes/demo.yaml  # the arguments from a file (.json or .yaml; recipes/ has some)
 
-`main` = `parse_args` (the flags resolved and checked: flags.py) -> `prepare` (`setup`: accelerator and output folder;
-the inputs: pretraining/inputs.py; the model and optimizer: pretraining/model.py) -> `fit` (loop.py: the loop over a
-`TrainingState`, its step and evaluation in step.py; its log: log.py) -> `finish` (the final folder: final_folder.py;
-the summary, the push). This module builds the whole job (`Pretraining`) and saves it, loop.py trains it; only these
-two see it, the modules below take explicit arguments. The other modes (--preprocess_only, --dry_run) and
---auto_find_batch_size's search are in modes.py.
+`main` = `parse_args` (the flags resolved and checked: resolution.py) -> `prepare` (`setup`: accelerator and
+output folder; the inputs: data/inputs.py; the model and optimizer: training/model.py) -> `fit` (training/loop.py:
+the loop over a `TrainingState`, one optimizer step at a time in training/step.py) -> `finish` (the final folder:
+output/final_folder.py; the summary, the push). This module builds the whole job (`Run`) and saves it, loop.py
+trains it; only these two see it, the modules below take explicit arguments. --preprocess_only is `preprocess`
+here; --dry_run and --auto_find_batch_size's search are in plan.py.
 
-Loop (loop.py): MLM + SOP loss (their plain sum), LAMB with the official poly-decay schedule, global clipping at
-1.0, gradient accumulation, bf16/fp16 through accelerate. Every `--checkpointing_steps` the full state (model,
-optimizer, scheduler, RNGs, data position) goes atomically into `OUTPUT_DIR/step_N` (pretraining/checkpoints.py);
-`--resume_from_checkpoint latest` continues exactly where the last complete checkpoint left off.
+Loop (training/loop.py): MLM + SOP loss (their plain sum), LAMB with the official poly-decay schedule, global
+clipping at 1.0, gradient accumulation, bf16/fp16 through accelerate. Every `--checkpointing_steps` the full state
+(model, optimizer, scheduler, RNGs, data position) goes atomically into `OUTPUT_DIR/step_N`
+(output/checkpoints.py); `--resume_from_checkpoint latest` continues exactly where the last complete checkpoint left
+off.
 """
 
 import json
@@ -61,22 +62,22 @@ from ..runtime.hardware import (
 from ..runtime.preemption import PREEMPTED, StopOnSignal, at_stage
 from ..runtime.storage import StorageError, agreed, check_free_space, fault_line, refused
 from ..runtime.throughput import Throughput, cost_rows
-from . import step_graph
 from .arguments import OutputArgs, PretrainingArguments
-from .card import card_run
-from .checkpoints import FILL_MASK_FILE, StepCheckpoints, clear_earlier_run
-from .collator import masking_budget
-from .divergence import check_weights
-from .final_folder import held_out_fill_mask, save_final_model, where_trained
-from .flags import choose_step, hardware_and_precision, parse_args
-from .hub_push import HubPush
-from .inputs import build_inputs
-from .loadable import ModelFiles
-from .log import format_value, start_logging, start_tracking
-from .loop import Pretraining, current_lr, fit, metrics_log, newest_checkpoint
-from .model import build_run_model, make_optimizer, planned_weight_bytes
-from .modes import auto_micro_batch, dry_run, preprocess
-from .plan import batch_split
+from .data import prepared_data
+from .data.collator import masking_budget
+from .data.inputs import build_data, build_inputs
+from .output.card import card_run
+from .output.checkpoints import FILL_MASK_FILE, StepCheckpoints, clear_earlier_run
+from .output.final_folder import held_out_fill_mask, save_final_model, where_trained
+from .output.hub_push import HubPush
+from .output.loadable import ModelFiles
+from .output.log import format_value, start_logging, start_tracking
+from .plan import auto_micro_batch, batch_split, dry_run
+from .resolution import choose_step, hardware_and_precision, parse_args
+from .training import step_graph
+from .training.divergence import check_weights
+from .training.loop import Run, current_lr, fit, metrics_log, newest_checkpoint
+from .training.model import build_run_model, make_optimizer, planned_weight_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -146,8 +147,8 @@ def setup(args: PretrainingArguments) -> Setup:
     return Setup(args, hardware, precision, accelerator, fsdp_request, checkpoints, notes)
 
 
-def prepare(args: PretrainingArguments) -> Pretraining:
-    """`setup`, the inputs (pretraining/inputs.py), the model (sharded under FSDP), the optimizer and the schedule,
+def prepare(args: PretrainingArguments) -> Run:
+    """`setup`, the inputs (pretraining/data/inputs.py), the model (sharded under FSDP), the optimizer and the schedule,
     all prepared by accelerate; logs the start line."""
     ready = setup(args)
     args, accelerator, fsdp_request = ready.args, ready.accelerator, ready.fsdp_request
@@ -202,7 +203,7 @@ def prepare(args: PretrainingArguments) -> Pretraining:
              if args.model.torch_compile_mode == step_graph.MODE else None)
     hub = (HubPush(args.output, Path(args.output.output_dir), accelerator.is_main_process)
            if args.output.push_to_hub else None)
-    return Pretraining(args, accelerator, inputs.tokenizer, model, optimizer, scheduler, inputs.collate,
+    return Run(args, accelerator, inputs.tokenizer, model, optimizer, scheduler, inputs.collate,
                        train_dataloader, eval_dataloader, inputs.eval_documents, ready.checkpoints, num_parameters,
                        global_batch, ready.hardware, ready.precision, throughput, graph, hub)
 
@@ -210,7 +211,7 @@ def prepare(args: PretrainingArguments) -> Pretraining:
 def prepare_checkpoints(checkpoints: StepCheckpoints, model, tokenizer, output: OutputArgs) -> None:
     """What the checkpoints need of the model: their size (the weights and the optimizer's two moments, for the
     line a failed write gives) and, on the main process, the files that make each one loadable as a model
-    (pretraining/loadable.py)."""
+    (pretraining/output/loadable.py)."""
     checkpoints.expected_bytes = 3 * sum(p.numel() * p.element_size() for p in model.parameters())
     if output.checkpointing_steps and checkpoints.accelerator.is_main_process:
         checkpoints.model_files = ModelFiles(checkpoints.output_dir, model, tokenizer)
@@ -235,7 +236,7 @@ def run_throughput(args: PretrainingArguments, config, accelerator: Accelerator,
 # After `fit` (loop.py): the final folder, the summary, the push
 
 
-def finish(run: Pretraining, eval_metrics: dict, completed_steps: int, cost: dict):
+def finish(run: Run, eval_metrics: dict, completed_steps: int, cost: dict):
     """The final folder (weights gathered from every process, tokenizer, remote code, card, and the run's `cost`:
     its model FLOPs and mean MFU, runtime/throughput.py), reloaded with AutoModel as a check, the summary with
     fill-mask examples, and the Hub push."""
@@ -268,7 +269,7 @@ def finish(run: Pretraining, eval_metrics: dict, completed_steps: int, cost: dic
 
 
 
-def write_final_folder(run: Pretraining, final, eval_metrics: dict, completed_steps: int, cost: dict):
+def write_final_folder(run: Run, final, eval_metrics: dict, completed_steps: int, cost: dict):
     """On the main process, at the end (`finish`): the held-out baselines, the curves, the final folder
     (`save_final_model`, with the run's `cost`: `Throughput.totals`), reloaded with AutoModel as a check, and the
     summary with fill-mask examples."""
@@ -315,6 +316,22 @@ def main(argv=None):
     # one run per folder, from before anything is written or read (runtime/output_lock.py)
     with output_lock.held(args.output.output_dir, "--output_dir", args.output.take_over_lock, is_first_process()):
         return pretrain(args)
+
+
+def preprocess(args: PretrainingArguments):
+    """--preprocess_only: the tokenizer and the pairs into --output_dir (prepared_data.py), nothing trained."""
+    if args.processes > 1:
+        raise InputError("--preprocess_only runs in one process: start it with python, not accelerate launch")
+    start_logging(main_process=True)
+    set_seed(args.optimization.seed)
+    output_dir = Path(args.output.output_dir)
+    if args.output.overwrite_output_dir:
+        clear_earlier_run(output_dir)
+    data = build_data(args.data, args.objective.task, args.optimization.seed, args.model.model_name_or_path)
+    at_stage(f"writing the prepared pairs to {output_dir}")
+    manifest = prepared_data.save(data, output_dir, args.flat())
+    print(f"\nPrepared {manifest['train_pairs']:,} training and {manifest.get('validation_pairs', 0):,} held-out "
+          f"pairs in {output_dir}. Train on them with: run_pretraining.py --prepared_data {output_dir} ...")
 
 
 def pretrain(args: PretrainingArguments) -> dict:

@@ -1,4 +1,5 @@
-"""--dry_run: the run's plan on the hardware in hand, before it spends anything, and nothing written.
+"""The run's plan on the hardware in hand, before it spends anything: `--dry_run` (`dry_run`: the plan, nothing
+written) and `--auto_find_batch_size` (`auto_micro_batch`: the micro-batch every process can run).
 
 The numbers come from real training steps of the run's model (its config, micro-batch, sequence length, masked
 positions, precision and optimizer) on the device, on synthetic batches of the run's shape, not from a formula:
@@ -12,6 +13,8 @@ positions, precision and optimizer) on the device, on synthetic batches of the r
 What a run adds beside the step (reading and tokenizing the corpus, the data loader's workers) is not in it.
 """
 
+import dataclasses
+import os
 import statistics
 import threading
 import time
@@ -19,11 +22,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import transformers
+from accelerate.utils import DistributedType
 
 from ..configuration_albert_hf import AlbertHFConfig
-from ..errors import InputError
+from ..errors import InputError, first_line
+from ..hub.loading import loading
 from ..modeling_albert_hf import AlbertHFForPreTraining
-from .model import count_parameters, make_optimizer
+from ..runtime.cli import is_first_process
+from .arguments import PretrainingArguments
+from .data import prepared_data
+from .resolution import hardware_and_precision
+from .training.model import count_parameters, make_optimizer
 
 SAMPLE_SECONDS = 0.005  # how often the CPU's anonymous memory is read during the measured steps
 
@@ -214,3 +224,66 @@ def find_micro_batch(config: AlbertHFConfig, largest: int, per_process: int, seq
             candidates = [smaller for smaller in candidates if smaller <= size // 2]
     raise InputError("--auto_find_batch_size: no micro-batch down to 1 runs a training step on this device (out of "
                      "memory): try --gradient_checkpointing or a smaller --max_seq_length")
+
+
+def planned_config(args: PretrainingArguments) -> AlbertHFConfig:
+    """The config of the model the run will train, before its tokenizer is built: the vocabulary of
+    --model_name_or_path, --tokenizer_name or --prepared_data, or --vocab_size for one still to be trained."""
+    vocab = args.config.vocab_size
+    if not args.model.model_name_or_path:
+        if args.data.tokenizer_name:
+            with loading("--tokenizer_name", args.data.tokenizer_name):
+                vocab = len(transformers.AutoTokenizer.from_pretrained(args.data.tokenizer_name))
+        elif args.data.prepared_data:
+            vocab = prepared_data.read_manifest(args.data.prepared_data)["tokenizer_size"]
+        else:
+            vocab = args.data.vocab_size
+    return AlbertHFConfig(**{**args.config.to_diff_dict(), "vocab_size": vocab})
+
+
+def auto_micro_batch(args: PretrainingArguments, accelerator, precision) -> tuple[PretrainingArguments, list[str]]:
+    """--auto_find_batch_size: the micro-batch every process can run (`find_micro_batch`, the smallest
+    process's answer), with the accumulation that keeps the global batch; the start line's note."""
+    optimization = args.optimization
+    if accelerator.is_fsdp2 or accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED):
+        raise InputError("--auto_find_batch_size measures the unsharded model's step, not an FSDP or DeepSpeed "
+                         "shard's: pass --auto_find_batch_size false (after a recipe file) and a "
+                         "--per_device_train_batch_size")
+    processes = accelerator.num_processes
+    total = optimization.global_batch_size or (
+        optimization.per_device_train_batch_size * optimization.gradient_accumulation_steps * processes)
+    size, refused = find_micro_batch(
+        planned_config(args), optimization.per_device_train_batch_size, total // processes,
+        args.data.max_seq_length, args.objective.max_predictions_per_seq, optimization, accelerator.device,
+        precision.autocast_dtype, args.model.gradient_checkpointing)
+    size = int(accelerator.gather(torch.tensor([size], device=accelerator.device)).min())
+    found = dataclasses.replace(optimization, per_device_train_batch_size=size,
+                                gradient_accumulation_steps=total // (processes * size))
+    note = (f"--auto_find_batch_size: micro-batch {size} x {found.gradient_accumulation_steps} accumulation"
+            + (f" ({', '.join(refused)} did not fit)" if refused else ""))
+    return dataclasses.replace(args, optimization=found), [note]
+
+
+def dry_run(args: PretrainingArguments) -> dict:
+    """--dry_run: the plan of this run's model, micro-batch, precision and processes on this process's
+    device; printed by the first process. Returns its numbers."""
+    optimization = args.optimization
+    hardware, precision = hardware_and_precision(optimization)
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if hardware.device == "cuda" else "cpu"
+    try:
+        config, unknown = planned_config(args), None
+    except InputError as error:  # a tokenizer out of reach here (offline): the plan goes on with the config's
+        config, unknown = args.config, first_line(error)
+    lines, numbers = plan_lines(
+        config, micro_batch=optimization.per_device_train_batch_size,
+        accumulation=optimization.gradient_accumulation_steps, processes=args.processes,
+        seq=args.data.max_seq_length, masked=args.objective.max_predictions_per_seq,
+        max_train_steps=optimization.max_train_steps, optimization=optimization, device=device,
+        autocast_dtype=precision.autocast_dtype, checkpointing=args.model.gradient_checkpointing,
+        where=f"{hardware.describe()}; {precision.describe()}")
+    if unknown:
+        lines.insert(2, f"  vocabulary: the config's ({config.vocab_size:,}); the tokenizer's is unknown here: "
+                        f"{unknown}")
+    if is_first_process():
+        print("\n".join(lines), flush=True)
+    return numbers

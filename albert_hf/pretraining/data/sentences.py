@@ -10,8 +10,8 @@ import logging
 import numpy as np
 import pyarrow as pa
 
-from ..errors import InputError
-from ..tokenization import SentencePieceEncoder, split_sentences
+from ...errors import InputError
+from ...tokenization import SentencePieceEncoder, split_sentences
 
 logger = logging.getLogger(__name__)
 

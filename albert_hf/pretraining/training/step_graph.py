@@ -25,7 +25,7 @@ import logging
 
 import torch
 
-from ..runtime.distributed import requested_sharding
+from ...runtime.distributed import requested_sharding
 from .step import accumulate_and_update
 
 logger = logging.getLogger(__name__)

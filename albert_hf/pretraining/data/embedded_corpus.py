@@ -14,7 +14,7 @@ import sysconfig
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
-from ..tokenization import cache_root, paragraphs
+from ...tokenization import cache_root, paragraphs
 
 logger = logging.getLogger(__name__)
 

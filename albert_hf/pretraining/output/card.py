@@ -1,10 +1,10 @@
-"""The model card of a `run_pretraining.py` model: what the run did (`PretrainingRun`, filled in from the run's
+"""The model card of a `run_pretraining.py` model: what the run did (`CardFacts`, filled in from the run's
 argument groups by `card_run`) and its held-out results, as the `CardContent` that hub/model_card.py renders."""
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..hub.model_card import (
+from ...hub.model_card import (
     CURVES_SECTION,
     CardContent,
     CardDataset,
@@ -16,12 +16,12 @@ from ..hub.model_card import (
     read_results,
     write_model_card,
 )
-from ..runtime.throughput import COST_FIELDS, cost_rows
-from .arguments import DataArgs, ModelArgs, ObjectiveArgs, OptimizationArgs, OutputArgs
+from ...runtime.throughput import COST_FIELDS, cost_rows
+from ..arguments import DataArgs, ModelArgs, ObjectiveArgs, OptimizationArgs, OutputArgs
 
 
 @dataclass(frozen=True)
-class PretrainingRun:
+class CardFacts:
     """What the card of a `run_pretraining.py` model says of its run, each value named (the job fills it in)."""
 
     dataset: CardDataset  # the corpus, as the Data section describes it
@@ -43,9 +43,9 @@ class PretrainingRun:
 
 
 def card_run(model: ModelArgs, data: DataArgs, objective: ObjectiveArgs, optimization: OptimizationArgs,
-             output: OutputArgs) -> PretrainingRun:
+             output: OutputArgs) -> CardFacts:
     """What the model card says of this run."""
-    return PretrainingRun(
+    return CardFacts(
         dataset=corpus_card_dataset(data), task=objective.task, max_ngram=objective.max_ngram,
         max_train_steps=optimization.max_train_steps, max_seq_length=data.max_seq_length,
         micro_batch=f"{optimization.per_device_train_batch_size} a process x "
@@ -75,14 +75,14 @@ def corpus_card_dataset(data: DataArgs) -> CardDataset:
                        f"library; not a Hub dataset); {held_out}.", splits={"eval_": "held-out"})
 
 
-def pretraining_card(results: dict, facts: PretrainingRun, global_batch: int, num_processes: int,
+def pretraining_card(results: dict, facts: CardFacts, global_batch: int, num_processes: int,
                      curves: bool = False, where: dict | None = None) -> CardContent:
     """The card of a `run_pretraining.py` model: its held-out `results` (all_results.json, the baselines among them,
     `*_baseline`) and, with `curves`, training_curves.png.
 
     Args:
         results (`dict`): the folder's all_results.json (its model FLOPs and mean MFU go into the training table).
-        facts (`PretrainingRun`): what the run did (data, objective, optimisation, --license, --hub_model_id).
+        facts (`CardFacts`): what the run did (data, objective, optimisation, --license, --hub_model_id).
         global_batch (`int`): sequences per optimizer step, over all processes.
         num_processes (`int`): the run's processes.
         curves (`bool`, defaults to `False`): add the Training curves section (training_curves.png, in the folder).
@@ -123,7 +123,7 @@ def pretraining_card(results: dict, facts: PretrainingRun, global_batch: int, nu
     )
 
 
-def write_pretraining_card(output_dir, model, facts: PretrainingRun, global_batch: int, num_processes: int,
+def write_pretraining_card(output_dir, model, facts: CardFacts, global_batch: int, num_processes: int,
                            curves: bool = False, where: dict | None = None) -> Path:
     """The card of a `run_pretraining.py` model into output_dir/README.md, with its all_results.json."""
     return write_model_card(output_dir, model, pretraining_card(read_results(output_dir), facts, global_batch,

@@ -16,16 +16,16 @@ from accelerate.utils import gather_object
 from torch.utils.data import DataLoader
 from transformers import AutoTokenizer
 
-from ..errors import InputError
-from ..hub.loading import check_tokenizer, loading
-from ..runtime.preemption import at_stage
-from ..tokenization import train_tokenizer
+from ...errors import InputError
+from ...hub.loading import check_tokenizer, loading
+from ...runtime.preemption import at_stage
+from ...tokenization import train_tokenizer
+from ..arguments import DataArgs, ObjectiveArgs
 from . import prepared_data
-from .arguments import DataArgs, ObjectiveArgs
 from .collator import DataCollatorForAlbertPretraining
 from .corpus import find_text_files, is_plain_text
 from .pairs import NoPairsError, build_pretraining_dataset
-from .prepared_data import PretrainingData
+from .prepared_data import PreparedPairs
 from .splits import corpus_splits
 
 logger = logging.getLogger(__name__)
@@ -86,8 +86,8 @@ def corpus_argument(data: DataArgs) -> str:
 
 
 def build_data(data: DataArgs, task: str, seed: int, model_name_or_path: str | None = None, process_index: int = 0,
-               num_processes: int = 1) -> PretrainingData:
-    """Corpus -> training and held-out documents (pretraining/corpus.py) -> tokenizer -> training and held-out pairs
+               num_processes: int = 1) -> PreparedPairs:
+    """Corpus -> training and held-out documents (corpus.py) -> tokenizer -> training and held-out pairs
     (each step a cached `datasets` map). Under --streaming each process gets its own endless stream of pairs, built as
     it is read; the held-out pairs are built up front, from the corpus's first documents."""
     source = data.dataset_name or data.train_files or None
@@ -105,7 +105,7 @@ def build_data(data: DataArgs, task: str, seed: int, model_name_or_path: str | N
     at_stage("building the training pairs")
     train_pairs = build_pairs(corpus.train, tokenizer, data, task, data.dupe_factor, seed)
     at_stage("building the held-out pairs")
-    return PretrainingData(tokenizer, train_pairs, *build_eval_pairs(corpus.held_out, tokenizer, data, task, seed))
+    return PreparedPairs(tokenizer, train_pairs, *build_eval_pairs(corpus.held_out, tokenizer, data, task, seed))
 
 
 # A process's training stream never ends: the processes' passes differ in length, and a process whose stream had
@@ -128,7 +128,7 @@ def build_eval_pairs(eval_documents, tokenizer, data: DataArgs, task: str, seed:
 
 
 @dataclass
-class PretrainingInputs:
+class Inputs:
     """What `build_inputs` gives the job: the loaders (not yet prepared by accelerate), their tokenizer and training
     collator, the held-out documents (for the fill-mask examples) and notes for the start line."""
 
@@ -141,7 +141,7 @@ class PretrainingInputs:
 
 
 def build_inputs(data: DataArgs, objective: ObjectiveArgs, accelerator, *, seed: int, model_name_or_path: str | None,
-                 adopted: tuple[str, ...], batch_sizes: tuple[int, int]) -> PretrainingInputs:
+                 adopted: tuple[str, ...], batch_sizes: tuple[int, int]) -> Inputs:
     """The pairs (`read_pairs`), masked and batched (`batch_sizes`: training, evaluation, per process): dynamic
     masks for training, static ones for evaluation."""
     read = read_pairs(data, objective.task, seed, model_name_or_path, adopted, accelerator)
@@ -174,11 +174,11 @@ def build_inputs(data: DataArgs, objective: ObjectiveArgs, accelerator, *, seed:
     if static:
         notes.append(f"static shapes ({data.max_seq_length} tokens, {objective.max_predictions_per_seq} masked "
                      "positions a row)")
-    return PretrainingInputs(tokenizer, collate, train_dataloader, eval_dataloader, read.eval_documents, notes)
+    return Inputs(tokenizer, collate, train_dataloader, eval_dataloader, read.eval_documents, notes)
 
 
 def read_pairs(data: DataArgs, task: str, seed: int, model_name_or_path: str | None, adopted: tuple[str, ...],
-               accelerator) -> PretrainingData:
+               accelerator) -> PreparedPairs:
     """The tokenizer and the pairs: from the --prepared_data folder, or built from the corpus (`build_data`) with
     the main process first (it builds the caches, the others read them)."""
     problem = None

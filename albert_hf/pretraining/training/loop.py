@@ -1,11 +1,15 @@
-"""The pretraining loop: `fit` trains a `Pretraining` (the whole job's object, defined here) over a `TrainingState`,
-one optimizer step at a time (step.py), with the log window (log.py), the held-out evaluation, the checkpoints
-(checkpoints.py), --on_divergence rollback and the --max_consecutive_skips limit (divergence.py), and a stop signal
-honoured at a step boundary with a checkpoint. job.py builds the `Pretraining` it trains (`prepare`) and saves it
-after (`finish`).
+"""The pretraining loop: `fit` trains a `Run` (the whole job's object, defined here) one optimizer step at a time
+(step.py), with the log window (output/log.py), the held-out evaluation (evaluation.py), the checkpoints
+(output/checkpoints.py), --on_divergence rollback and the --max_consecutive_skips limit (divergence.py), and a stop
+signal honoured at a step boundary with a checkpoint. Where the loop stands is its `TrainingState` (at the end of
+this module: what a checkpoint saves of it). job.py builds the `Run` it trains (`prepare`) and saves it after
+(`finish`).
 """
 
+from __future__ import annotations
+
 import logging
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,26 +22,27 @@ from accelerate.utils import send_to_device
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from ..runtime.distributed import gather_full_model
-from ..runtime.hardware import Hardware, Precision
-from ..runtime.preemption import StopOnSignal, at_stage, deferred
-from ..runtime.throughput import Throughput
-from .arguments import PretrainingArguments
-from .card import card_run
-from .checkpoints import StepCheckpoints, truncate_metrics_log
-from .collator import DataCollatorForAlbertPretraining
+from ...runtime.distributed import gather_full_model
+from ...runtime.hardware import Hardware, Precision
+from ...runtime.preemption import StopOnSignal, at_stage, deferred
+from ...runtime.throughput import Throughput, peak_memory_gib
+from ..arguments import PretrainingArguments
+from ..data.collator import DataCollatorForAlbertPretraining
+from ..output.card import card_run
+from ..output.checkpoints import StepCheckpoints, truncate_metrics_log
+from ..output.final_folder import save_final_model, where_trained
+from ..output.hub_push import HubPush, download_last_checkpoint, hub_source
+from ..output.log import MetricsLog, format_metrics
 from .divergence import Diverged, check_losses, check_weights, newest_finite, stop_line
-from .final_folder import save_final_model, where_trained
-from .hub_push import HubPush, download_last_checkpoint, hub_source
-from .log import MetricsLog, format_metrics
-from .step import COUNTS, FitResult, TrainingState, accumulation_groups, evaluate, training_step, update_gate
+from .evaluation import evaluate, metrics_from_counts
+from .step import COUNTS, GRAD_NORM, accumulation_groups, training_step, update_gate
 from .step_graph import StepGraph
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
-class Pretraining:
+class Run:
     """Everything `prepare` builds, which `fit` trains and `finish` saves."""
 
     args: PretrainingArguments
@@ -70,7 +75,7 @@ class Pretraining:
         return dataset if isinstance(dataset, datasets.IterableDataset) else None
 
 
-def optimizer_step(run: Pretraining, micro_batches) -> torch.Tensor:
+def optimizer_step(run: Run, micro_batches) -> torch.Tensor:
     """One optimizer step (`training_step`), or with --torch_compile_mode whole-step-graph a replay of the captured
     step and the schedule's step; the six counts of `step_counts` and the gradient norm."""
     if run.step_graph is None:
@@ -101,14 +106,14 @@ def timed(groups):
         yield group, time.perf_counter() - began
 
 
-def first_step_stage(run: Pretraining) -> str:
+def first_step_stage(run: Run) -> str:
     """What the first optimizer step does besides the step, for the stop line."""
     if run.step_graph is not None:
         return "capturing the whole-step graph (the first step)"
     return "compiling the model (the first step)" if run.args.model.torch_compile else "taking the first step"
 
 
-def fit(run: Pretraining, stop: StopOnSignal | None = None) -> FitResult:
+def fit(run: Run, stop: StopOnSignal | None = None) -> FitResult:
     """The training loop, from the checkpoint --resume_from_checkpoint names (if any) to --max_train_steps, with
     logging, evaluation and checkpoints. When `stop` reports a signal (in any process) at a step boundary, every
     process saves the checkpoint of that step and the loop ends there."""
@@ -163,7 +168,7 @@ def fit(run: Pretraining, stop: StopOnSignal | None = None) -> FitResult:
 # The parts of `fit`'s loop
 
 
-def resume(run: Pretraining) -> TrainingState:
+def resume(run: Run) -> TrainingState:
     """A fresh state, or the one of the checkpoint --resume_from_checkpoint names (and the stream's position)."""
     args, accelerator = run.args, run.accelerator
     state = TrainingState.start(accelerator.device)
@@ -183,7 +188,7 @@ def resume(run: Pretraining) -> TrainingState:
     return state
 
 
-def epoch_batches(run: Pretraining, state: TrainingState):
+def epoch_batches(run: Run, state: TrainingState):
     """The batches of the state's epoch, from the state's position in it."""
     run.collate.set_epoch(state.epoch)
     if hasattr(run.train_dataloader, "set_epoch"):
@@ -203,9 +208,9 @@ RUN_FIELDS = ("lr", "tokens_per_second", "model_tflops_per_second", "mfu", "grad
 SHORT_NAMES = {"model_tflops_per_second": "tflops/s", "peak_memory_gib": "mem_gib"}  # the progress bar's
 
 
-def log_window(run: Pretraining, state: TrainingState, log, progress):
+def log_window(run: Run, state: TrainingState, log, progress):
     """A collective: the training means of the window and the run's rates (runtime/throughput.py), into the
-    progress bar and the metrics log; a non-finite loss stops the run (pretraining/divergence.py)."""
+    progress bar and the metrics log; a non-finite loss stops the run (pretraining/training/divergence.py)."""
     metrics = state.window_metrics(run.accelerator, run.args.objective.task, current_lr(run), run.throughput)
     progress.set_postfix({SHORT_NAMES.get(k, k.replace("_accuracy", "_acc")):
                           "non-finite" if v is None else f"{v:.3g}" for k, v in metrics.items() if k != "lr"})
@@ -215,7 +220,7 @@ def log_window(run: Pretraining, state: TrainingState, log, progress):
         log.write(state.step, row)
 
 
-def after_step(run: Pretraining, state: TrainingState, log, progress) -> dict | None:
+def after_step(run: Run, state: TrainingState, log, progress) -> dict | None:
     """What follows a step: the skip limit, the logged window, the evaluation (its metrics returned) and the
     checkpoint, each when due; a run that diverged raises `Diverged`."""
     output, steps = run.args.output, run.args.optimization.max_train_steps
@@ -231,7 +236,7 @@ def after_step(run: Pretraining, state: TrainingState, log, progress) -> dict | 
     return eval_metrics
 
 
-def roll_back(run: Pretraining, state: TrainingState, log, progress, diverged: Diverged,
+def roll_back(run: Run, state: TrainingState, log, progress, diverged: Diverged,
               rollbacks: int) -> TrainingState:
     """--on_divergence rollback: the newest finite checkpoint from before the divergence is loaded (weights,
     optimizer, schedule, step count), and training goes on with the data where it is, so that the batches since
@@ -258,9 +263,9 @@ def roll_back(run: Pretraining, state: TrainingState, log, progress, diverged: D
     return back
 
 
-def check_skips(run: Pretraining, state: TrainingState, log, progress):
+def check_skips(run: Run, state: TrainingState, log, progress):
     """--max_consecutive_skips: that many steps skipped in a row (their loss or gradients not finite) stop the run,
-    after their window is logged, in every process at the same step (pretraining/divergence.py)."""
+    after their window is logged, in every process at the same step (pretraining/training/divergence.py)."""
     limit = run.args.optimization.max_consecutive_skips
     if not limit:
         return  # nothing read: on a GPU the read waits on the step before
@@ -275,9 +280,9 @@ def check_skips(run: Pretraining, state: TrainingState, log, progress):
                                  current_lr(run), newest_checkpoint(run, before=first)), before=first)
 
 
-def evaluate_and_log(run: Pretraining, state: TrainingState, log) -> dict:
+def evaluate_and_log(run: Run, state: TrainingState, log) -> dict:
     """A collective: held-out metrics, logged with the run's model FLOPs and mean MFU up to here (training time, not
-    this evaluation's); a non-finite loss stops the run (pretraining/divergence.py)."""
+    this evaluation's); a non-finite loss stops the run (pretraining/training/divergence.py)."""
     totals = run.throughput.totals(*state.run_totals(run.accelerator))
     metrics = evaluate(run.model, run.eval_dataloader, run.accelerator, run.args.objective.task)
     log.write(state.step, {**metrics, **totals})
@@ -287,7 +292,7 @@ def evaluate_and_log(run: Pretraining, state: TrainingState, log) -> dict:
     return metrics
 
 
-def save_checkpoint(run: Pretraining, state: TrainingState) -> Path:
+def save_checkpoint(run: Run, state: TrainingState) -> Path:
     """A collective: every process calls it at the same step. Non-finite weights are not written: the run stops."""
     check_weights(run.model, run.accelerator, state.step, current_lr(run), lambda: newest_checkpoint(run),
                   f"the step-{state.step} checkpoint")
@@ -310,16 +315,182 @@ def save_checkpoint(run: Pretraining, state: TrainingState) -> Path:
     return path
 
 
-def metrics_log(run: Pretraining) -> MetricsLog:
+def metrics_log(run: Run) -> MetricsLog:
     return MetricsLog(run.output_dir / "metrics.jsonl", run.accelerator, run.args.output.with_tracking)
 
 
-def current_lr(run: Pretraining) -> float:
+def current_lr(run: Run) -> float:
     return float(run.scheduler.get_last_lr()[0])
 
 
-def newest_checkpoint(run: Pretraining, before: int | None = None) -> Path | None:
+def newest_checkpoint(run: Run, before: int | None = None) -> Path | None:
     """The checkpoint a diverged run can go back to: the newest complete one with finite weights (of a step before
     `before`, where given)."""
     return newest_finite([path for step, path in run.checkpoints.complete() if before is None or step < before])
 
+
+# ----------------------------------------------------------------------------------------------------------------
+# Where the loop stands
+
+class LaggedRead:
+    """A device scalar, read on the host without waiting for the step just queued: each step's value is copied into
+    one of two host slots (pinned, on a GPU) behind an event, and a read takes the slot of the step before, whose
+    event has passed. On a CPU the copy is done at once and the read is the step's own value. Every process reads
+    the same step's value, so their decisions agree without a collective."""
+
+    def __init__(self, device: torch.device):
+        self.lag = int(device.type == "cuda")
+        self.host = torch.zeros(2, dtype=torch.float64, pin_memory=bool(self.lag))
+        self.events = [None, None]
+
+    def record(self, value: torch.Tensor, step: int):
+        self.host[step % 2].copy_(value, non_blocking=bool(self.lag))
+        if self.lag:
+            self.events[step % 2] = torch.cuda.Event()
+            self.events[step % 2].record()
+
+    def read(self, step: int) -> float:
+        """The value recorded at `step` (on a CPU) or at `step - 1` (on a GPU); 0 before any."""
+        slot = (step - self.lag) % 2
+        if self.lag:
+            if self.events[slot] is None:
+                return 0.0
+            self.events[slot].synchronize()
+        return float(self.host.numpy()[slot])  # host memory: no device read
+
+
+@dataclass
+class TrainingState:
+    """The loop's position and its logging window: what a checkpoint saves besides the model, the optimizer, the
+    schedule, the RNGs and the data position.
+
+    The training metrics logged every --logging_steps are means over a window of steps. The window's sums travel
+    with the checkpoint (summed over processes, held by the main process), so that a resumed run logs exactly what
+    the uninterrupted run would have, wherever the checkpoint fell inside a window.
+
+    A skipped step (its gradients not finite: `accumulate_and_update`) adds nothing to the window's sums; `skips`
+    counts it on the device, the same in every process: in the window, in a row up to the last step (read each step
+    through `LaggedRead`, for --max_consecutive_skips), and in all.
+
+    Each step's gradient norm is kept on the device (the window logs its last step's). The run's closed windows add
+    up to its tokens and seconds (for its total model FLOPs and mean MFU), which checkpoints carry too."""
+
+    window: torch.Tensor  # the six counts of `step_counts`, summed over the window's steps
+    window_tokens: torch.Tensor  # this process's real tokens in the window, on the device: read when logged
+    window_start: float  # time.perf_counter() when the window began
+    skips: torch.Tensor  # steps skipped [in the window, in a row up to the last step, in all], on the device
+    consecutive: LaggedRead
+    grad_norm: torch.Tensor  # the last step's gradient norm before clipping, on the device (-1: none known)
+    step: int = 0  # optimizer steps completed
+    epoch: int = 0
+    batches_in_epoch: int = 0
+    window_data_wait: float = 0.0  # seconds this process waited for its batches in the window
+    run_tokens: float = 0.0  # real tokens of all processes in the run's closed windows
+    run_seconds: float = 0.0  # the closed windows' wall time
+
+    @classmethod
+    def start(cls, device: torch.device) -> "TrainingState":
+        return cls(torch.zeros(COUNTS, dtype=torch.float64, device=device),
+                   torch.zeros((), dtype=torch.float64, device=device), time.perf_counter(),
+                   torch.zeros(3, dtype=torch.float64, device=device), LaggedRead(device),
+                   torch.full((), -1.0, dtype=torch.float64, device=device))
+
+    def restore(self, saved: dict, main_process: bool):
+        """The position of a checkpoint's training state (checked by StepCheckpoints.load); its window on the main
+        process, which holds the sums; the skip counts in every process."""
+        self.step, self.epoch, self.batches_in_epoch = saved["step"], saved["epoch"], saved["batches_in_epoch"]
+        self.skips.copy_(torch.tensor([saved.get("window_skipped", 0), saved.get("consecutive_skips", 0),
+                                       saved.get("skipped_steps", 0)], dtype=torch.float64))
+        self.consecutive.record(self.skips[1], self.step)
+        self.run_tokens, self.run_seconds = saved.get("run_tokens", 0.0), saved.get("run_seconds", 0.0)
+        if main_process and "window" in saved:
+            self.window = torch.tensor(saved["window"], dtype=torch.float64, device=self.window.device)
+            self.window_tokens.fill_(saved["window_tokens"])
+            self.window_start = time.perf_counter() - saved["window_seconds"]
+            self.window_data_wait = saved.get("window_data_wait", 0.0)
+
+    def add_step(self, outputs: torch.Tensor, micro_batches, gate: torch.Tensor | None):
+        """One optimizer step done (`outputs`: a training step's counts and gradient norm): its counts (none for a
+        skipped step, `gate` 0) and real tokens into the window, its norm kept."""
+        counts = outputs[:COUNTS]
+        self.grad_norm.copy_(outputs[GRAD_NORM])
+        if gate is not None:
+            skipped = 1.0 - gate.to(torch.float64)
+            self.window += torch.where(skipped > 0, 0.0, counts)  # a skipped step's counts may hold NaN
+            one = torch.ones((), dtype=torch.float64, device=skipped.device)
+            self.skips.mul_(torch.stack((one, skipped, one))).add_(skipped)  # window += s; row = (row + 1) s; all += s
+        else:
+            self.window += counts
+        for batch in micro_batches:
+            self.window_tokens += batch["attention_mask"].sum()
+        self.step += 1
+        self.consecutive.record(self.skips[1], self.step)
+
+    def consecutive_skips(self) -> int:
+        """Steps skipped in a row up to the last one (on a GPU: up to the one before, not to wait for the last)."""
+        return int(self.consecutive.read(self.step))
+
+    def next_epoch(self):
+        self.epoch += 1
+        self.batches_in_epoch = 0
+
+    def window_sums(self, accelerator) -> torch.Tensor:
+        """A collective: the six counts, the real tokens, then the seconds spent waiting for batches, summed over
+        all processes."""
+        wait = torch.full((1,), self.window_data_wait, dtype=torch.float64, device=self.window.device)
+        return accelerator.reduce(torch.cat([self.window, self.window_tokens.view(1), wait]), "sum").cpu()
+
+    def run_totals(self, accelerator) -> tuple[float, float]:
+        """A collective: the run's real tokens (all processes) and wall seconds of training up to now."""
+        tokens = float(self.window_sums(accelerator)[COUNTS])
+        return self.run_tokens + tokens, self.run_seconds + time.perf_counter() - self.window_start
+
+    def window_metrics(self, accelerator, pair_task: str, lr: float, throughput: Throughput) -> dict:
+        """A collective: the window's means, its learning rate, token rate and what `throughput` makes of it (model
+        TFLOP/s, MFU), last gradient norm (None when that step was not finite), share of time spent waiting for
+        batches (the processes' mean), peak memory (the processes' most) and skipped steps; then a new window
+        begins."""
+        elapsed = time.perf_counter() - self.window_start
+        sums = self.window_sums(accelerator)
+        metrics = metrics_from_counts(sums[:COUNTS], pair_task=pair_task)
+        tokens, wait = float(sums[COUNTS]), float(sums[COUNTS + 1])
+        metrics.update(lr=lr, tokens_per_second=tokens / elapsed, **throughput.rates(tokens / elapsed))
+        norm = float(self.grad_norm.cpu())
+        if norm != -1.0:  # -1: no norm known (DeepSpeed)
+            metrics["grad_norm"] = norm if math.isfinite(norm) else None
+        metrics["data_wait"] = wait / accelerator.num_processes / elapsed
+        memory = torch.tensor([peak_memory_gib(accelerator.device)], device=accelerator.device)
+        metrics["peak_memory_gib"] = float(accelerator.gather(memory).max().cpu())
+        skipped = int(self.skips[0].cpu())
+        if skipped:
+            metrics["skipped_steps"] = skipped
+        self.run_tokens += tokens
+        self.run_seconds += elapsed
+        self.window.zero_()
+        self.window_tokens.zero_()
+        self.skips[0].zero_()
+        self.window_data_wait = 0.0
+        self.window_start = time.perf_counter()
+        return metrics
+
+    def checkpoint_state(self, accelerator) -> dict:
+        """A collective: what a checkpoint saves of the state (the window summed over processes)."""
+        *sums, tokens, wait = self.window_sums(accelerator).tolist()
+        window_skipped, consecutive, skipped = self.skips.cpu().tolist()
+        return {"step": self.step, "epoch": self.epoch, "batches_in_epoch": self.batches_in_epoch,
+                "skipped_steps": int(skipped), "window_skipped": int(window_skipped),
+                "consecutive_skips": int(consecutive), "window": sums, "window_tokens": tokens,
+                "window_seconds": time.perf_counter() - self.window_start, "window_data_wait": wait,
+                "run_tokens": self.run_tokens, "run_seconds": self.run_seconds}
+
+
+@dataclass
+class FitResult:
+    """How `fit` ended: at --max_train_steps, or early on a stop signal with a checkpoint written."""
+
+    eval_metrics: dict  # the last evaluation's
+    steps: int  # optimizer steps completed
+    stopped_by: str | None = None  # the signal's name (SIGTERM, SIGINT, SIGUSR1) when one ended the run early
+    checkpoint: Path | None = None  # the step_N written when it stopped
+    run_tokens: float = 0.0  # the run's real tokens (all processes) and training seconds, for its summary
+    run_seconds: float = 0.0

@@ -9,8 +9,8 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable
 
-from ..errors import InputError
-from ..tokenization import split_sentences
+from ...errors import InputError
+from ...tokenization import split_sentences
 from .corpus import (
     files_fingerprint,
     find_text_files,

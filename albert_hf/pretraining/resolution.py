@@ -15,7 +15,6 @@ from ..runtime.cli import explicit_arguments, parse_into_dataclasses
 from ..runtime.distributed import requested_sharding
 from ..runtime.hardware import Hardware, Precision, check_peak_tflops, choose_precision, detect, use_tf32
 from ..runtime.storage import check_writable
-from . import prepared_data, step_graph
 from .arguments import (
     ARGUMENT_GROUPS,
     AUTO,
@@ -29,10 +28,12 @@ from .arguments import (
     flat_values,
     with_values,
 )
-from .checkpoints import check_output_dir
-from .hub_push import hub_source
-from .inputs import check_train_files
-from .model import check_positions, resolve_config
+from .data import prepared_data
+from .data.inputs import check_train_files
+from .output.checkpoints import check_output_dir
+from .output.hub_push import hub_source
+from .training import step_graph
+from .training.model import check_positions, resolve_config
 
 
 def parse_args(argv=None) -> PretrainingArguments:

@@ -28,10 +28,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import InputError, NothingProduced, first_line
-from ..hub.upload import UPLOAD_IGNORE, BackgroundUploads, Upload, push_folder
-from ..runtime.storage import agreed, refused
-from .arguments import OutputArgs
+from ...errors import InputError, NothingProduced, first_line
+from ...hub.upload import UPLOAD_IGNORE, BackgroundUploads, Upload, push_folder
+from ...runtime.storage import agreed, refused
+from ..arguments import OutputArgs
 from .checkpoints import STATE_FILE, from_hub
 
 logger = logging.getLogger(__name__)

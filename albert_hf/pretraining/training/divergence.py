@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import InputError
+from ...errors import InputError
 
 
 class Diverged(InputError):

@@ -41,7 +41,7 @@ import random
 import numpy as np
 import pyarrow as pa
 
-from ..errors import InputError
+from ...errors import InputError
 from .sentences import as_output, list_column, tokenize_documents
 
 logger = logging.getLogger(__name__)

@@ -21,11 +21,11 @@ import numpy as np
 import torch
 from accelerate.utils import broadcast_object_list
 
-from ..errors import InputError, first_line
-from ..runtime import checkpoint_files
-from ..runtime.output_lock import in_use
-from ..runtime.storage import StorageError, agreed, fault_line, folder_bytes, refused
-from .divergence import newest_finite
+from ...errors import InputError, first_line
+from ...runtime import checkpoint_files
+from ...runtime.output_lock import in_use
+from ...runtime.storage import StorageError, agreed, fault_line, folder_bytes, refused
+from ..training.divergence import newest_finite
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ def previous_run_files(output_dir) -> list[str]:
 
 def from_hub(resume_from_checkpoint: str | None) -> bool:
     """Whether --resume_from_checkpoint names a Hub repo's pushed state (`hub`, `hub:REPO[@REVISION]`:
-    pretraining/hub_push.py) rather than a local checkpoint."""
+    pretraining/output/hub_push.py) rather than a local checkpoint."""
     return resume_from_checkpoint == "hub" or (resume_from_checkpoint or "").startswith("hub:")
 
 
@@ -183,7 +183,7 @@ class StepCheckpoints:
         """--resume_from_checkpoint latest: the newest complete checkpoint with finite weights. Newer ones, with
         non-finite weights (saved by a run that did not check its weights before a checkpoint), are renamed
         `step_N.non-finite`, with a line, so that the resumed run writes its own step_N; when none is finite, the
-        run stops (pretraining/divergence.py)."""
+        run stops (pretraining/training/divergence.py)."""
         found = [path for _, path in self.complete()]
         if self.accelerator.is_main_process:
             found = self._pass_over_damaged(found)
@@ -427,7 +427,7 @@ class StepCheckpoints:
         return state
 
     def save(self, step: int, state: dict, stream_state: dict | None = None, full_model=None) -> Path:
-        """A collective: the full training state into step_N, with the model's files (pretraining/loadable.py: links
+        """A collective: the full training state into step_N, with the model's files (loadable.py: links
         to the run's `model_files`, and under FSDP `full_model`'s gathered weights, on the main process)."""
         final = self.output_dir / f"step_{step}"
         tmp = self.output_dir / f".tmp-step_{step}"

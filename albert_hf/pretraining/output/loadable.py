@@ -10,7 +10,7 @@ sharded (`pytorch_model_fsdp_0/`), so the gathered full weights are written too,
 
 A checkpoint written before checkpoints held these files is made loadable by
 
-    python -m albert_hf.pretraining.loadable OUTPUT_DIR/step_N [--model_files FOLDER]
+    python -m albert_hf.pretraining.output.loadable OUTPUT_DIR/step_N [--model_files FOLDER]
 
 which checks it against its record, adds the files (from FOLDER, default the run's final folder or its
 .model_files), for an FSDP checkpoint the full weights read from its shards (as data: `gathered_weights`), and
@@ -28,9 +28,9 @@ from pathlib import Path
 
 from torch.distributed.checkpoint.api import CheckpointException
 
-from ..errors import InputError, first_line
-from ..runtime import checkpoint_files
-from ..runtime.cli import run_entry_point
+from ...errors import InputError, first_line
+from ...runtime import checkpoint_files
+from ...runtime.cli import run_entry_point
 from .checkpoints import MODEL_FILES_DIR, RECORD_FILE, StepCheckpoints
 
 AUTO_MAP_MODULE = "albert_hf.modeling_albert_hf"
@@ -43,7 +43,7 @@ REQUIRED = ("config.json", "configuration_albert_hf.py", "modeling_albert_hf.py"
 def write_model_files(output_dir: Path, model, tokenizer) -> Path:
     """The run's one copy of the files a checkpoint needs to load as a model (main process, once a run): the
     config (with its auto_map), the remote code and the tokenizer."""
-    from ..modeling_albert_hf import AUTO_MAP
+    from ...modeling_albert_hf import AUTO_MAP
 
     folder = Path(output_dir) / MODEL_FILES_DIR
     tmp = Path(output_dir) / ".tmp-model_files"
@@ -54,7 +54,7 @@ def write_model_files(output_dir: Path, model, tokenizer) -> Path:
     config.architectures = [next(c.__name__ for c in type(model).__mro__ if c.__module__ == AUTO_MAP_MODULE)]
     config.save_pretrained(tmp)
     for name in ("configuration_albert_hf.py", "modeling_albert_hf.py"):  # as save_pretrained copies them
-        shutil.copyfile(Path(__file__).parents[1] / name, tmp / name)
+        shutil.copyfile(Path(__file__).parents[2] / name, tmp / name)  # albert_hf/
     tokenizer.save_pretrained(tmp)
     shutil.rmtree(folder, ignore_errors=True)
     os.replace(tmp, folder)
@@ -121,8 +121,8 @@ def gathered_weights(checkpoint: Path, files: Path) -> None:
     as data (`checkpoint_files.weights_only_loads`) into the model of `files`' config, written as its WEIGHTS."""
     import torch.distributed.checkpoint as dcp
 
-    from .. import modeling_albert_hf
-    from ..configuration_albert_hf import AlbertHFConfig
+    from ... import modeling_albert_hf
+    from ...configuration_albert_hf import AlbertHFConfig
 
     config = AlbertHFConfig.from_pretrained(files)
     model = getattr(modeling_albert_hf, (config.architectures or ["AlbertHFForPreTraining"])[0])(config)
@@ -155,7 +155,7 @@ def allowed(source: Path) -> set[str]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m albert_hf.pretraining.loadable", description=(
+    parser = argparse.ArgumentParser(prog="python -m albert_hf.pretraining.output.loadable", description=(
         "Make a run_pretraining.py checkpoint (step_N) written without its model files loadable with "
         "AutoModel.from_pretrained and run_glue.py --model_name_or_path."))
     parser.add_argument("checkpoint", type=Path, help="the step_N folder")

@@ -8,15 +8,15 @@ import shutil
 from itertools import islice
 from pathlib import Path
 
-from ..reports.fill_mask import fill_mask_examples, pick_fill_mask_sentences
-from ..runtime.hardware import Hardware, Precision
-from ..runtime.storage import write_json
-from .card import PretrainingRun, write_pretraining_card
+from ...reports.fill_mask import fill_mask_examples, pick_fill_mask_sentences
+from ...runtime.hardware import Hardware, Precision
+from ...runtime.storage import write_json
+from .card import CardFacts, write_pretraining_card
 
 logger = logging.getLogger(__name__)
 
 
-def save_final_model(model, tokenizer, output_dir: Path, facts: PretrainingRun, eval_metrics, global_batch,
+def save_final_model(model, tokenizer, output_dir: Path, facts: CardFacts, eval_metrics, global_batch,
                      num_processes, curves: bool = False, where: dict | None = None, cost: dict | None = None):
     """Weights, tokenizer, remote code, model card: written into a temporary folder, then moved into place.
     `where` (hardware and precision, `where_trained`) and `cost` (the run's model FLOPs and mean MFU, with its peak:

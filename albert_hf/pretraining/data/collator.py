@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import InputError
+from ...errors import InputError
 
 # The official `_is_start_piece_sp` punctuation (no apostrophe, no < = >); its € and £ entries are UTF-8 bytes
 # in the official code and never match under Python 3, so they are left out here.

@@ -10,8 +10,8 @@ import datasets
 import transformers
 from accelerate import Accelerator
 
-from ..errors import InputError
-from ..runtime.storage import fault_of
+from ...errors import InputError
+from ...runtime.storage import fault_of
 
 logger = logging.getLogger(__name__)
 

@@ -5,19 +5,19 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..configuration_albert_hf import AlbertHFConfig
-from ..errors import InputError
-from ..hub.loading import loading
-from ..modeling_albert_hf import AlbertHFForPreTraining
-from ..optimization import OPTIMIZERS, parameter_groups
-from ..runtime.distributed import load_on_first_process, shard_model
+from ...configuration_albert_hf import AlbertHFConfig
+from ...errors import InputError
+from ...hub.loading import loading
+from ...modeling_albert_hf import AlbertHFForPreTraining
+from ...optimization import OPTIMIZERS, parameter_groups
+from ...runtime.distributed import load_on_first_process, shard_model
 from .step_graph import MODE as STEP_GRAPH
 
 if TYPE_CHECKING:  # annotations only: arguments.py imports this module
-    from .arguments import ModelArgs, OptimizationArgs
+    from ..arguments import ModelArgs, OptimizationArgs
 
 def resolve_config(model: "ModelArgs") -> AlbertHFConfig:
-    """The model's config, worked out once for the run (`flags.parse_args`): --model_name_or_path's, or for a
+    """The model's config, worked out once for the run (`resolution.parse_args`): --model_name_or_path's, or for a
     model built from scratch --config_name or the --model_config preset with --sharing. A model built from scratch
     takes its vocabulary from the tokenizer (`build_model`)."""
     if model.model_name_or_path:

@@ -24,8 +24,8 @@ from pathlib import Path
 import datasets
 import transformers
 
-from ..errors import InputError
-from ..runtime.preemption import deferred
+from ...errors import InputError
+from ...runtime.preemption import deferred
 from .pairs import PAIRS_VERSION
 
 MANIFEST = "prepared_data.json"
@@ -42,7 +42,7 @@ SOURCE_ARGUMENTS = ("train_files", "dataset_name", "dataset_config_name", "text_
 
 
 @dataclass
-class PretrainingData:
+class PreparedPairs:
     """The tokenizer and the pairs a run trains and evaluates on (built, or read from a prepared folder)."""
 
     tokenizer: transformers.PreTrainedTokenizerBase
@@ -51,7 +51,7 @@ class PretrainingData:
     eval_documents: datasets.Dataset | datasets.IterableDataset | None  # for the fill-mask examples
 
 
-def save(data: PretrainingData, folder: Path, arguments: dict) -> dict:
+def save(data: PreparedPairs, folder: Path, arguments: dict) -> dict:
     """Writes `data` and its manifest into `folder` (complete or not at all); returns the manifest. `arguments`:
     the run's arguments by flag name, of which the manifest records those that shaped or sourced the pairs."""
     if not isinstance(data.train_pairs, datasets.Dataset):
@@ -130,14 +130,14 @@ def adopt_manifest(arguments: dict, manifest: dict, explicit: set[str]) -> dict:
     return {name: recorded.get(name) for name in SHAPING_ARGUMENTS}
 
 
-def load(folder) -> PretrainingData:
+def load(folder) -> PreparedPairs:
     """The tokenizer and the memory-mapped pairs of a prepared folder."""
     folder = Path(folder)
     tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
     pairs = folder / PAIRS_DIR
     validation = pairs / "validation"
     has_validation = validation.is_dir()
-    return PretrainingData(
+    return PreparedPairs(
         tokenizer=tokenizer,
         train_pairs=datasets.load_from_disk(str(pairs / "train")),
         eval_pairs=datasets.load_from_disk(str(validation)) if has_validation else None,

@@ -24,9 +24,9 @@ import os
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from ..errors import InputError, datasets_read_errors, input_errors
-from ..runtime.input_files import check_json_start
-from ..tokenization import paragraphs
+from ...errors import InputError, datasets_read_errors, input_errors
+from ...runtime.input_files import check_json_start
+from ...tokenization import paragraphs
 from .embedded_corpus import embedded_corpus
 
 logger = logging.getLogger(__name__)
