@@ -6,7 +6,7 @@
 # 2. run_pretraining.py itself on real text ($BOOKS) at the same shapes: with no flag (the default step), then
 #    --torch_compile_mode none (eager), their tokens/s and logged losses (benchmarks/check_step_graph.py);
 # 3. profile_gpu.py's kernel profile of the default step (compiled, one CUDA graph) at base 128 x 128 (eager's is in
-#    BENCHMARKS.md, second lease);
+#    BENCHMARKS.md, "CUDA graphs");
 # 4. the default step across epoch ends (the shorter last batch runs eagerly between replays) and a checkpoint
 #    resume: 20 steps in one run, then the same from its step_10 checkpoint (benchmarks/compare_logs.py).
 # The rest (signals, divergence, the recipes' plans, fp16, downstream GLUE) is benchmarks/gpu_extra.sh, for a second
