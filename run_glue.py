@@ -19,7 +19,8 @@ Data: the Hub's nyu-mll/glue by task name, or local files (--data_dir with the o
 --train_file/--validation_file/--test_file as .tsv/.csv/.json/.jsonl). Writes, as transformers' run_glue.py,
 train_results.json, eval_results.json (MNLI's mismatched dev set as `eval_accuracy_mm`, ...), predict_results.json
 when a test file has labels (the GLUE test files have none), and all_results.json with them all; with --do_predict
-the GLUE submission files (MRPC.tsv, MNLI-m.tsv, ...). Task logic: albert_hf/tasks/glue/ (tasks.py, files.py, job.py).
+the GLUE submission files (MRPC.tsv, MNLI-m.tsv, ...). Task logic: albert_hf/tasks/glue/ (data.py, files.py,
+features.py, recipe.py, job.py); your own data: albert_hf/tasks/own_data/.
 """
 
 import signal
@@ -46,50 +47,50 @@ from albert_hf.tasks.finetuning import (
     train_evaluate_predict,
     wanted_samples,
 )
-from albert_hf.tasks.glue import job as glue
-from albert_hf.tasks.recipe import apply_paper_hparams
+from albert_hf.tasks.glue import data, features, job, recipe
+from albert_hf.tasks.paper_hparams import apply_paper_hparams
 from albert_hf.tasks.seeds import run_seeds
 from albert_hf.tasks.trainer import AlbertTrainer
 
 
 def main(argv=None, seed_run: SeedRun | None = None) -> dict:
-    model_args, data_args, training_args = parse_arguments(glue.GlueDataArguments, argv, seed_run)
+    model_args, data_args, training_args = parse_arguments(data.GlueDataArguments, argv, seed_run)
     if training_args.seed_list is not None:  # --seeds / --num_seeds: this main once per seed, then the summary
         return run_seeds(main, argv, training_args)
     wanted = wanted_samples(training_args, data_args)
-    data_args.task_data.check_wanted(wanted)  # a GLUE task or the user's own data (glue.TaskData)
+    data_args.task_data.check_wanted(wanted)  # a GLUE task or the user's own data (data.TaskData)
     last_checkpoint = setup(training_args)  # logging first, so that what --paper_hparams sets is logged
-    recipe = None
+    applied = None  # the recipe row --paper_hparams applied
     if training_args.paper_hparams:
-        model_args, data_args, training_args, recipe = apply_paper_hparams(
+        model_args, data_args, training_args, applied = apply_paper_hparams(
             *data_args.task_data.paper_recipe(), model_args, data_args, training_args, argv, seed_run)
-    task, raw_splits, sources, splits = glue.task_and_splits(data_args, model_args, wanted)
+    task, raw_splits, sources, splits = data.task_and_splits(data_args, model_args, wanted)
 
     tokenizer, model = load_tokenizer_and_model(model_args, AlbertHFForSequenceClassification, **task.label_config())
     data_args = fit_max_seq_length(data_args, model.config)
-    features = glue.tokenize_splits(splits, tokenizer, task, data_args, training_args.main_process_first)
+    inputs = features.tokenize_splits(splits, tokenizer, task, data_args, training_args.main_process_first)
 
-    validation_splits = [split for split in features if task.split_kind(split) == "validation"]
+    validation_splits = [split for split in inputs if task.split_kind(split) == "validation"]
     trainer = AlbertTrainer(
         model=model,
         args=best_by_task_metric(training_args, task.main_metric),
-        train_dataset=features.get("train"),
+        train_dataset=inputs.get("train"),
         # The first dev set (MNLI: matched) is the one --eval_strategy / --load_best_model_at_end use.
-        eval_dataset=features[validation_splits[0]] if validation_splits else None,
+        eval_dataset=inputs[validation_splits[0]] if validation_splits else None,
         processing_class=tokenizer,
         data_collator=padding_collator(DataCollatorWithPadding, tokenizer, data_args.pad_to_max_length,
                                        training_args.fp16 or training_args.bf16),
         compute_metrics=task.compute_metrics_function(),
     )
     results = train_evaluate_predict(
-        trainer, training_args, last_checkpoint, len(features.get("train", ())),
-        evaluate=lambda: evaluate_splits(trainer, {split: features[split] for split in validation_splits},
-                                         suffixes=glue.SUFFIXES),
-        predict=lambda _: glue.predict_and_write(trainer, task, features, raw_splits, splits, sources,
+        trainer, training_args, last_checkpoint, len(inputs.get("train", ())),
+        evaluate=lambda: evaluate_splits(trainer, {split: inputs[split] for split in validation_splits},
+                                         suffixes=job.SUFFIXES),
+        predict=lambda _: job.predict_and_write(trainer, task, inputs, raw_splits, splits, sources,
                                                  training_args.output_dir),
-        baseline=lambda: glue.baseline(task, features[validation_splits[0]]), seed_run=seed_run)
+        baseline=lambda: recipe.baseline(task, inputs[validation_splits[0]]), seed_run=seed_run)
     if training_args.do_train or training_args.push_to_hub:
-        finish(trainer, model_args, training_args, data_args, recipe, data_args.card_dataset(wanted, task))
+        finish(trainer, model_args, training_args, data_args, applied, data_args.card_dataset(wanted, task))
     return results
 
 

@@ -9,7 +9,8 @@ Data: CoNLL files (a token and its tag per line, blank lines between sentences),
 `ner_tags` (or --text_column_name / --label_column_name), or --dataset_name. Writes, as transformers' run_ner.py,
 eval_results.json (`eval_precision`, `eval_recall`, `eval_f1` over entities, `eval_accuracy` over words),
 predict_results.json when the test file has tags, predictions.txt (one sentence per line) with --do_predict,
-train_results.json and all_results.json. Reading, alignment and metrics: albert_hf/tasks/ner.py.
+train_results.json and all_results.json. The task: albert_hf/tasks/ner/ (data.py,
+features.py, recipe.py, job.py).
 """
 
 import signal
@@ -23,7 +24,6 @@ from transformers import DataCollatorForTokenClassification
 
 from albert_hf import AlbertHFForTokenClassification
 from albert_hf.errors import InputError
-from albert_hf.tasks import ner
 from albert_hf.tasks.arguments import SeedRun
 from albert_hf.tasks.finetuning import (
     best_by_task_metric,
@@ -39,12 +39,13 @@ from albert_hf.tasks.finetuning import (
     train_evaluate_predict,
     wanted_samples,
 )
+from albert_hf.tasks.ner import data, features, job, recipe
 from albert_hf.tasks.seeds import run_seeds
 from albert_hf.tasks.trainer import AlbertTrainer
 
 
 def main(argv=None, seed_run: SeedRun | None = None) -> dict:
-    model_args, data_args, training_args = parse_arguments(ner.NerDataArguments, argv, seed_run)
+    model_args, data_args, training_args = parse_arguments(data.NerDataArguments, argv, seed_run)
     if training_args.seed_list is not None:  # --seeds / --num_seeds: this main once per seed, then the summary
         return run_seeds(main, argv, training_args)
     if training_args.paper_hparams:
@@ -52,35 +53,35 @@ def main(argv=None, seed_run: SeedRun | None = None) -> dict:
                          "hyper-parameters explicitly")
     wanted = wanted_samples(training_args, data_args)
     last_checkpoint = setup(training_args)
-    raw_splits, sources = ner.load_raw_splits(data_args, wanted, model_args.cache_dir, model_args.token)
-    names = ner.tags_of(raw_splits, sources, load_checkpoint_config(model_args), model_args.source("config")[1],
+    raw_splits, sources = data.load_raw_splits(data_args, wanted, model_args.cache_dir, model_args.token)
+    names = data.tags_of(raw_splits, sources, load_checkpoint_config(model_args), model_args.source("config")[1],
                         model_args.ignore_mismatched_sizes)
-    splits = ner.encoded_splits(raw_splits, sources, names, wanted)
+    splits = data.encoded_splits(raw_splits, sources, names, wanted)
 
     tokenizer, model = load_tokenizer_and_model(
         model_args, AlbertHFForTokenClassification, num_labels=len(names), id2label=dict(enumerate(names)),
         label2id={name: i for i, name in enumerate(names)}, finetuning_task="ner")
     data_args = fit_max_seq_length(data_args, model.config)
-    features, inputs = ner.tokenize_splits(splits, tokenizer, data_args, names, training_args.main_process_first)
+    words, inputs = features.tokenize_splits(splits, tokenizer, data_args, names, training_args.main_process_first)
 
     per_type = data_args.return_entity_level_metrics
     trainer = AlbertTrainer(
         model=model,
-        args=best_by_task_metric(training_args, ner.MAIN_METRIC),
+        args=best_by_task_metric(training_args, recipe.MAIN_METRIC),
         train_dataset=inputs.get("train"),
         eval_dataset=inputs.get("validation"),
         processing_class=tokenizer,
         data_collator=padding_collator(DataCollatorForTokenClassification, tokenizer, data_args.pad_to_max_length,
                                        training_args.fp16 or training_args.bf16),
-        compute_metrics=ner.compute_metrics_function(features["validation"], names, per_type)
-        if "validation" in features else None,
+        compute_metrics=recipe.compute_metrics_function(words["validation"], names, per_type)
+        if "validation" in words else None,
     )
     results = train_evaluate_predict(
         trainer, training_args, last_checkpoint, len(inputs.get("train", ())),
         evaluate=lambda: evaluate_splits(trainer, {"validation": inputs["validation"]}),
-        predict=lambda _: ner.predict_and_write(trainer, features["test"], inputs["test"], names, per_type,
+        predict=lambda _: job.predict_and_write(trainer, words["test"], inputs["test"], names, per_type,
                                                 training_args.output_dir),
-        baseline=lambda: ner.BASELINE, seed_run=seed_run)
+        baseline=lambda: recipe.BASELINE, seed_run=seed_run)
     finish(trainer, model_args, training_args, data_args)
     return results
 

@@ -25,7 +25,6 @@ if __name__ == "__main__":
 
 from albert_hf import AlbertHFForMultipleChoice
 from albert_hf.errors import InputError
-from albert_hf.tasks import race
 from albert_hf.tasks.arguments import SeedRun
 from albert_hf.tasks.finetuning import (
     best_by_task_metric,
@@ -39,51 +38,52 @@ from albert_hf.tasks.finetuning import (
     train_evaluate_predict,
     wanted_samples,
 )
-from albert_hf.tasks.recipe import apply_paper_hparams
+from albert_hf.tasks.paper_hparams import apply_paper_hparams
+from albert_hf.tasks.race import data, features, job, recipe
 from albert_hf.tasks.seeds import run_seeds
 from albert_hf.tasks.trainer import AlbertTrainer
 
 
 def main(argv=None, seed_run: SeedRun | None = None) -> dict:
-    model_args, data_args, training_args = parse_arguments(race.RaceDataArguments, argv, seed_run)
+    model_args, data_args, training_args = parse_arguments(data.RaceDataArguments, argv, seed_run)
     if training_args.seed_list is not None:  # --seeds / --num_seeds: this main once per seed, then the summary
         return run_seeds(main, argv, training_args)
     if data_args.race_recipe != "v2" and not training_args.paper_hparams:
         raise InputError(f"--race_recipe {data_args.race_recipe} chooses the row --paper_hparams applies: "
                          "pass --paper_hparams too")
     last_checkpoint = setup(training_args)
-    recipe = None
+    applied = None  # the recipe row --paper_hparams applied
     if training_args.paper_hparams:
-        model_args, data_args, training_args, recipe = apply_paper_hparams(
-            *race.paper_recipe(data_args), model_args, data_args, training_args, argv, seed_run)
+        model_args, data_args, training_args, applied = apply_paper_hparams(
+            *recipe.paper_recipe(data_args), model_args, data_args, training_args, argv, seed_run)
 
-    questions = {split: limit(race.load_race_split(data_args, split, model_args.cache_dir, model_args.token), cap)
+    questions = {split: limit(data.load_race_split(data_args, split, model_args.cache_dir, model_args.token), cap)
                  for split, cap in wanted_samples(training_args, data_args).items()}
 
     tokenizer, model = load_tokenizer_and_model(model_args, AlbertHFForMultipleChoice)
-    data_args = race.fit_lengths(data_args, model.config)
+    data_args = features.fit_lengths(data_args, model.config)
     with training_args.main_process_first(desc="RACE tokenization"):
-        features = {split: race.encode_questions(rows, tokenizer, data_args, f"RACE {split}")
+        inputs = {split: features.encode_questions(rows, tokenizer, data_args, f"RACE {split}")
                     for split, rows in questions.items()}
 
     trainer = AlbertTrainer(
         model=model,
-        args=best_by_task_metric(training_args, race.MAIN_METRIC),
-        train_dataset=features.get("train"),
-        eval_dataset=features.get("validation"),
+        args=best_by_task_metric(training_args, recipe.MAIN_METRIC),
+        train_dataset=inputs.get("train"),
+        eval_dataset=inputs.get("validation"),
         processing_class=tokenizer,
-        data_collator=race.data_collator(tokenizer, data_args, training_args.fp16 or training_args.bf16),
-        compute_metrics=race.compute_accuracy,
+        data_collator=features.data_collator(tokenizer, data_args, training_args.fp16 or training_args.bf16),
+        compute_metrics=recipe.compute_accuracy,
     )
     def evaluate(split: str, prefix: str) -> dict:  # also writes the chosen letters, predictions_<split>.json
-        return evaluate_splits(trainer, {split: features[split]}, evaluate=race.evaluate_and_write_predictions,
+        return evaluate_splits(trainer, {split: inputs[split]}, evaluate=job.evaluate_and_write_predictions,
                                prefix=prefix)
 
-    results = train_evaluate_predict(trainer, training_args, last_checkpoint, len(features.get("train", ())),
+    results = train_evaluate_predict(trainer, training_args, last_checkpoint, len(inputs.get("train", ())),
                                      evaluate=lambda: evaluate("validation", "eval"),
-                                     predict=lambda _: evaluate("test", "predict"), baseline=lambda: race.BASELINE,
+                                     predict=lambda _: evaluate("test", "predict"), baseline=lambda: recipe.BASELINE,
                                      seed_run=seed_run)
-    finish(trainer, model_args, training_args, data_args, recipe)
+    finish(trainer, model_args, training_args, data_args, applied)
     return results
 
 

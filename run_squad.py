@@ -14,8 +14,9 @@ Writes predictions.json, nbest_predictions.json (v2.0: null_odds.json) and eval_
 with --do_predict, predict_predictions.json, predict_nbest_predictions.json (v2.0: predict_null_odds.json) and,
 when the test file has answers, predict_results.json; all_results.json holds every result of the run.
 
-The task logic lives in albert_hf/tasks/squad/: job.py (arguments, SquadTrainer), features.py (reading,
-windows) and postprocess.py (answers, metrics, files); the official v2 answerability head is
+The task lives in albert_hf/tasks/squad/: data.py (the arguments, reading), features.py (the windows), recipe.py
+(the paper's rows, F1), job.py (SquadTrainer, the files) and postprocess.py (answers, metrics); the official v2
+answerability head is
 AlbertHFForQuestionAnsweringWithAnswerability; the shared flow is albert_hf/tasks/finetuning.py.
 """
 
@@ -42,66 +43,63 @@ from albert_hf.tasks.finetuning import (
     train_evaluate_predict,
     wanted_samples,
 )
-from albert_hf.tasks.recipe import apply_paper_hparams
+from albert_hf.tasks.paper_hparams import apply_paper_hparams
 from albert_hf.tasks.seeds import run_seeds
-from albert_hf.tasks.squad import job as squad
-from albert_hf.tasks.squad.data import check_sources, load_squad_splits, select_trainable
-from albert_hf.tasks.squad.features import features_dataset, prepare_questions
-from albert_hf.tasks.squad.job import SquadDataArguments, SquadTrainer, paper_recipe
+from albert_hf.tasks.squad import data, features, job, recipe
 
 logger = logging.getLogger("run_squad")
 
 
 def main(argv=None, seed_run: SeedRun | None = None) -> dict:
-    model_args, data_args, training_args = parse_arguments(SquadDataArguments, argv, seed_run)
+    model_args, data_args, training_args = parse_arguments(data.SquadDataArguments, argv, seed_run)
     if training_args.seed_list is not None:  # --seeds / --num_seeds: this main once per seed, then the summary
         return run_seeds(main, argv, training_args)
     wanted = wanted_samples(training_args, data_args)
-    check_sources(data_args, wanted)
+    data.check_sources(data_args, wanted)
     last_checkpoint = setup(training_args)
-    recipe = None
+    applied = None  # the recipe row --paper_hparams applied
     if training_args.paper_hparams:
-        model_args, data_args, training_args, recipe = apply_paper_hparams(
-            *paper_recipe(data_args), model_args, data_args, training_args, argv, seed_run)
+        model_args, data_args, training_args, applied = apply_paper_hparams(
+            *recipe.paper_recipe(data_args), model_args, data_args, training_args, argv, seed_run)
     if data_args.answerability_head:
         tokenizer, model = load_tokenizer_and_model(model_args, AlbertHFForQuestionAnsweringWithAnswerability,
                                                     start_n_top=data_args.start_n_top, end_n_top=data_args.end_n_top)
     else:
         tokenizer, model = load_tokenizer_and_model(model_args, AlbertHFForQuestionAnswering)
-    data_args = squad.fit_lengths(data_args, model.config)
-    splits = load_squad_splits(data_args, wanted, model_args.cache_dir, model_args.token)
+    data_args = data.fit_lengths(data_args, model.config)
+    splits = data.load_squad_splits(data_args, wanted, model_args.cache_dir, model_args.token)
 
     train_dataset = eval_examples = eval_features = None
     train_examples = ()
     if "train" in splits:
-        train_examples = select_trainable(splits["train"], data_args.version_2_with_negative,
-                                          data_args.train_file or "train")
+        train_examples = data.select_trainable(splits["train"], data_args.version_2_with_negative,
+                                               data_args.train_file or "train")
         with training_args.main_process_first(desc="training features"):
-            train_dataset = features_dataset(train_examples, tokenizer, data_args, training=True)
+            train_dataset = features.features_dataset(train_examples, tokenizer, data_args, training=True)
         logger.info("%d training questions -> %d windows", len(train_examples), len(train_dataset))
     if "validation" in splits:  # also asked for by --eval_strategy steps/epoch: evaluations during training use it
         with training_args.main_process_first(desc="evaluation features"):
-            eval_examples, eval_features = prepare_questions(splits["validation"], tokenizer, data_args,
-                                                             data_args.validation_file or "validation")
-    trainer = SquadTrainer(model=model, args=best_by_task_metric(training_args, squad.MAIN_METRIC),
-                           train_dataset=train_dataset, processing_class=tokenizer,
-                           data_collator=default_data_collator, data_args=data_args, eval_examples=eval_examples,
-                           eval_features=eval_features)
+            eval_examples, eval_features = features.prepare_questions(splits["validation"], tokenizer, data_args,
+                                                                      data_args.validation_file or "validation")
+    trainer = job.SquadTrainer(model=model, args=best_by_task_metric(training_args, recipe.MAIN_METRIC),
+                               train_dataset=train_dataset, processing_class=tokenizer,
+                               data_collator=default_data_collator, data_args=data_args, eval_examples=eval_examples,
+                               eval_features=eval_features)
 
     def predict(validation_metrics: dict | None) -> dict | None:
         with training_args.main_process_first(desc="test features"):
-            test_examples, test_features = prepare_questions(splits["test"], tokenizer, data_args,
-                                                             data_args.test_file or "test")
+            test_examples, test_features = features.prepare_questions(splits["test"], tokenizer, data_args,
+                                                                      data_args.test_file or "test")
         tuned = (validation_metrics or {}).get("eval_null_threshold")
-        return squad.predict_and_write(trainer, data_args, test_examples, test_features, tuned,
-                                       training_args.output_dir)
+        return job.predict_and_write(trainer, data_args, test_examples, test_features, tuned,
+                                     training_args.output_dir)
 
     results = train_evaluate_predict(
         trainer, training_args, last_checkpoint, len(train_examples),
-        evaluate=lambda: squad.evaluate_and_write(trainer, eval_examples, eval_features, training_args.output_dir),
-        predict=predict, baseline=lambda: squad.baseline(eval_examples, data_args.version_2_with_negative),
+        evaluate=lambda: job.evaluate_and_write(trainer, eval_examples, eval_features, training_args.output_dir),
+        predict=predict, baseline=lambda: recipe.baseline(eval_examples, data_args.version_2_with_negative),
         seed_run=seed_run)
-    finish(trainer, model_args, training_args, data_args, recipe)
+    finish(trainer, model_args, training_args, data_args, applied)
     return results
 
 

@@ -275,8 +275,9 @@ def _checkpointing(tiny_checkpoint: Path, output_dir: Path):
 
 def _glue(task_name: str, file_name: str):
     def target(folder: Path, res: Resources):
+        from albert_hf.tasks.glue.data import GlueDataArguments
+        from albert_hf.tasks.glue.features import tokenize_function
         from albert_hf.tasks.glue.files import load_raw_splits, prepare_splits
-        from albert_hf.tasks.glue.job import GlueDataArguments, tokenize_function
 
         args = GlueDataArguments(task_name=task_name, train_file=str(folder / file_name))
         task = args.task_data.task
@@ -290,11 +291,10 @@ def _squad(training: bool):
     def target(folder: Path, res: Resources):
         from albert_hf.tasks.squad import data as squad_data
         from albert_hf.tasks.squad import features as squad_features
-        from albert_hf.tasks.squad import job as squad
 
         path = str(folder / "squad.json")
-        args = squad.SquadDataArguments(train_file=path, version_2_with_negative=True, max_seq_length=48,
-                                        max_query_length=16, doc_stride=16)
+        args = squad_data.SquadDataArguments(train_file=path, version_2_with_negative=True, max_seq_length=48,
+                                             max_query_length=16, doc_stride=16)
         splits = squad_data.load_squad_splits(args)
         if training:
             examples = squad_data.select_trainable(splits["train"], True, path)
@@ -305,11 +305,12 @@ def _squad(training: bool):
 
 
 def _race(folder: Path, res: Resources):
-    from albert_hf.tasks import race
+    from albert_hf.tasks.race import data as race_data
+    from albert_hf.tasks.race import features as race_features
 
-    args = race.RaceDataArguments(train_file=str(folder / "race"), max_seq_length=48, max_qa_length=16)
-    questions = race.load_race_split(args, "train")
-    race.encode_questions(questions, res.tokenizer, args)
+    args = race_data.RaceDataArguments(train_file=str(folder / "race"), max_seq_length=48, max_qa_length=16)
+    questions = race_data.load_race_split(args, "train")
+    race_features.encode_questions(questions, res.tokenizer, args)
 
 
 def _corpus(source_name: str, layout: str = "document_per_file"):

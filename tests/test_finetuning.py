@@ -12,7 +12,6 @@ from transformers import AlbertConfig, AlbertForSequenceClassification, Trainer,
 from albert_hf import AlbertHFForSequenceClassification
 from albert_hf.errors import InputError
 from albert_hf.optimization import AdamWeightDecay
-from albert_hf.tasks import race
 from albert_hf.tasks.arguments import AlbertTrainingArguments, ModelArguments
 from albert_hf.tasks.finetuning import (
     check_columns,
@@ -24,9 +23,10 @@ from albert_hf.tasks.finetuning import (
     setup,
     train,
 )
-from albert_hf.tasks.glue.job import GlueDataArguments
-from albert_hf.tasks.race import RaceDataArguments
-from albert_hf.tasks.squad import job as squad
+from albert_hf.tasks.glue.data import GlueDataArguments
+from albert_hf.tasks.race import features as race_features
+from albert_hf.tasks.race.data import RaceDataArguments
+from albert_hf.tasks.squad import data as squad_data
 from albert_hf.tasks.squad.data import SquadDataArguments
 from albert_hf.tasks.trainer import AlbertTrainer
 
@@ -256,7 +256,7 @@ RECIPE = dict(learning_rate=3e-5, batch_size=32, max_steps=100, warmup_steps=10,
 
 
 def resolve(tmp_path, *flags):
-    from albert_hf.tasks.recipe import apply_paper_hparams
+    from albert_hf.tasks.paper_hparams import apply_paper_hparams
 
     argv = ["--model_name_or_path", "m", "--output_dir", str(tmp_path), "--paper_hparams", *flags]
     model_args, data_args, training_args = parse_arguments(LengthArguments, argv)
@@ -316,7 +316,7 @@ def test_paper_hparams_total_batch_that_does_not_split_names_the_flags(tmp_path)
 def test_paper_hparams_from_an_arguments_file_keep_its_values_and_leave_the_parsed_arguments(tmp_path):
     import json
 
-    from albert_hf.tasks.recipe import apply_paper_hparams
+    from albert_hf.tasks.paper_hparams import apply_paper_hparams
 
     argv = [tmp_path / "args.json"]
     argv[0].write_text(json.dumps({"model_name_or_path": "m", "output_dir": str(tmp_path / "out"),
@@ -342,7 +342,7 @@ def test_flags_after_an_arguments_file_override_it_and_its_required_values_count
 
 
 def test_paper_hparams_values_meet_the_checks_a_flag_meets(tmp_path):
-    from albert_hf.tasks.recipe import apply_paper_hparams
+    from albert_hf.tasks.paper_hparams import apply_paper_hparams
 
     argv = ["--model_name_or_path", "m", "--output_dir", str(tmp_path), "--paper_hparams", "--compile_blocks"]
     parsed = parse_arguments(LengthArguments, argv)
@@ -366,11 +366,11 @@ def test_lengths_are_fitted_to_the_model_in_a_checked_copy_and_the_parsed_argume
     fits = GlueDataArguments(task_name="mrpc", max_seq_length=16)
     assert fit_max_seq_length(fits, config) is fits
     squad_args = SquadDataArguments(train_file="train.json", max_seq_length=384)  # --max_query_length 64
-    fitted = squad.fit_lengths(squad_args, config)
+    fitted = squad_data.fit_lengths(squad_args, config)
     assert (squad_args.max_seq_length, squad_args.max_query_length) == (384, 64)
     assert (fitted.max_seq_length, fitted.max_query_length) == (32, 14)  # half of 32 - 3
     race_args = RaceDataArguments(max_seq_length=512, max_qa_length=128)
-    fitted = race.fit_lengths(race_args, config)
+    fitted = race_features.fit_lengths(race_args, config)
     assert (race_args.max_seq_length, fitted.max_seq_length, fitted.max_qa_length) == (512, 32, 128)
     with pytest.raises(InputError, match="needs at least 5 tokens"):  # the copy is checked as the parsed one was
-        race.fit_lengths(race_args, SimpleNamespace(max_position_embeddings=4))
+        race_features.fit_lengths(race_args, SimpleNamespace(max_position_embeddings=4))

@@ -131,7 +131,7 @@ def test_stsb_metric_matches_scipy_on_real_dev():
 ])
 def test_read_glue_tsv_every_original_layout(glue_root, task_name, split, expected):
     from albert_hf.tasks.glue.files import read_glue_tsv
-    from albert_hf.tasks.glue.tasks import TASKS
+    from albert_hf.tasks.glue.recipe import TASKS
 
     task = TASKS[task_name]
     dataset = read_glue_tsv(glue_root / task.folder / split, task)
@@ -142,7 +142,7 @@ def test_read_glue_tsv_every_original_layout(glue_root, task_name, split, expect
 
 def test_real_files_read_completely_with_quotes_and_bom():
     from albert_hf.tasks.glue.files import read_glue_tsv
-    from albert_hf.tasks.glue.tasks import TASKS
+    from albert_hf.tasks.glue.recipe import TASKS
 
     mrpc_dev = read_glue_tsv(shared_data("glue", "MRPC", "dev.tsv"), TASKS["mrpc"])
     assert len(mrpc_dev) == 408  # 409 lines with the header
@@ -167,7 +167,7 @@ def test_label_encoding_accepts_file_values_hub_names_and_ids():
     from datasets import Dataset
 
     from albert_hf.tasks.glue.files import encode_labels
-    from albert_hf.tasks.glue.tasks import TASKS
+    from albert_hf.tasks.glue.recipe import TASKS
 
     dataset = Dataset.from_dict({"label": ["contradiction", "entailment", "neutral"]})
     assert encode_labels(dataset, TASKS["mnli"], "f")["label"] == [2, 0, 1]  # the Hub's order e/n/c
@@ -210,8 +210,8 @@ BAD_FILES = [  # task, flag, file name, content, the one line it stops with
 
 @pytest.mark.parametrize("task_name, flag, name, content, message", BAD_FILES)
 def test_bad_input_stops_with_file_and_field(tmp_path, task_name, flag, name, content, message):
+    from albert_hf.tasks.glue.data import GlueDataArguments
     from albert_hf.tasks.glue.files import load_raw_splits, prepare_splits
-    from albert_hf.tasks.glue.job import GlueDataArguments
 
     path = tmp_path / name
     path.write_bytes(content if isinstance(content, bytes) else content.encode())
@@ -222,9 +222,9 @@ def test_bad_input_stops_with_file_and_field(tmp_path, task_name, flag, name, co
 
 
 def test_a_bad_task_extension_or_header_only_file_stops_with_its_name(tmp_path):
+    from albert_hf.tasks.glue.data import GlueDataArguments
     from albert_hf.tasks.glue.files import read_glue_tsv
-    from albert_hf.tasks.glue.job import GlueDataArguments
-    from albert_hf.tasks.glue.tasks import get_task
+    from albert_hf.tasks.glue.recipe import get_task
 
     header_only = tmp_path / "header.tsv"
     header_only.write_text("index\tsentence1\tsentence2\tlabel\n")
@@ -238,7 +238,7 @@ def test_a_bad_task_extension_or_header_only_file_stops_with_its_name(tmp_path):
 
 def test_malformed_tsv_rows_are_skipped_and_counted(tmp_path, caplog):
     from albert_hf.tasks.glue.files import read_glue_tsv
-    from albert_hf.tasks.glue.tasks import TASKS
+    from albert_hf.tasks.glue.recipe import TASKS
 
     path = tmp_path / "train.tsv"
     write_tsv(path, ["id", "qid1", "qid2", "question1", "question2", "is_duplicate"],
@@ -250,9 +250,9 @@ def test_malformed_tsv_rows_are_skipped_and_counted(tmp_path, caplog):
 
 
 def test_hub_by_task_name_offline_points_to_local_files(caplog, tmp_path):
+    from albert_hf.tasks.glue.data import GlueDataArguments
     from albert_hf.tasks.glue.files import load_raw_splits, prepare_splits
-    from albert_hf.tasks.glue.job import GlueDataArguments
-    from albert_hf.tasks.glue.tasks import TASKS
+    from albert_hf.tasks.glue.recipe import TASKS
 
     # No local file: the Hub dataset is asked for, which the offline test environment refuses at once.
     with pytest.raises(InputError, match=r"nyu-mll/glue(.|\n)*Offline\? Pass --data_dir"):
@@ -272,8 +272,8 @@ def test_hub_by_task_name_offline_points_to_local_files(caplog, tmp_path):
 
 def parse(argv):
     from albert_hf.tasks.finetuning import parse_arguments
-    from albert_hf.tasks.glue.job import GlueDataArguments
-    from albert_hf.tasks.recipe import apply_paper_hparams
+    from albert_hf.tasks.glue.data import GlueDataArguments
+    from albert_hf.tasks.paper_hparams import apply_paper_hparams
 
     model_args, data_args, training_args = parse_arguments(GlueDataArguments, argv)
     return apply_paper_hparams(*data_args.task_data.paper_recipe(), model_args, data_args, training_args, argv)[:3]
@@ -317,7 +317,7 @@ def test_paper_hparams_set_spec_values_and_keep_explicit_flags(tmp_path):
 
 def test_write_submission_uses_glue_label_values(tmp_path):
     from albert_hf.tasks.glue.files import write_submission
-    from albert_hf.tasks.glue.tasks import TASKS
+    from albert_hf.tasks.glue.recipe import TASKS
 
     logits = np.array([[0.1, 0.9, 0.0], [2.0, 1.0, 0.0], [0.0, 0.0, 3.0]])
     path = write_submission(tmp_path / "MNLI-m.tsv", TASKS["mnli"], [5, 6, 7], logits)
@@ -344,7 +344,7 @@ EXPECTED_KEYS = {"cola": {"eval_matthews_correlation"}, "stsb": {"eval_pearson",
 @pytest.mark.parametrize("task_name", ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli"])
 @pytest.mark.trains
 def test_end_to_end_every_task_from_original_tsv_folders(task_name, glue_root, tiny_checkpoint, tmp_path):
-    from albert_hf.tasks.glue.tasks import TASKS
+    from albert_hf.tasks.glue.recipe import TASKS
 
     task = TASKS[task_name]
     run_glue(glue_args(tiny_checkpoint, tmp_path, "--task_name", task_name, "--data_dir", glue_root,
@@ -479,7 +479,7 @@ def test_test_set_labels_are_used_only_when_every_row_has_one(tmp_path, caplog):
     from datasets import Dataset
 
     from albert_hf.tasks.glue import job as script
-    from albert_hf.tasks.glue.tasks import TASKS
+    from albert_hf.tasks.glue.recipe import TASKS
 
     rte = TASKS["rte"]
     assert script.labels_of_test_set(Dataset.from_dict({"sentence1": ["a", "b"]}), rte, "t.tsv") is None

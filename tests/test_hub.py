@@ -387,7 +387,7 @@ def test_finish_writes_a_race_card_with_license_base_model_and_test_results_with
     Hub dataset by its current id, and eval_/predict_ results as the validation/test splits of the subset."""
     from albert_hf.tasks.arguments import AlbertTrainingArguments
     from albert_hf.tasks.finetuning import finish, parse_arguments
-    from albert_hf.tasks.race import RaceDataArguments
+    from albert_hf.tasks.race.data import RaceDataArguments
     from albert_hf.tasks.trainer import AlbertTrainer
 
     model_args = parse_arguments(RaceDataArguments, ["--model_name_or_path", "albert/albert-base-v2", "--license",
@@ -417,8 +417,8 @@ def test_card_datasets_are_hub_data_or_its_official_files_only(tmp_path):
     official format; other local files are described in the text instead."""
     from albert_hf.tasks.arguments import AlbertTrainingArguments
     from albert_hf.tasks.finetuning import wanted_splits
-    from albert_hf.tasks.glue.job import GlueDataArguments
-    from albert_hf.tasks.race import RaceDataArguments
+    from albert_hf.tasks.glue.data import GlueDataArguments
+    from albert_hf.tasks.race.data import RaceDataArguments
     from albert_hf.tasks.squad.job import SquadDataArguments
     from data_fixtures import SQUAD_V1, write_json
 

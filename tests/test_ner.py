@@ -11,7 +11,8 @@ from datasets import ClassLabel, Dataset, DatasetDict, Features, Sequence, Value
 
 from albert_hf.errors import InputError
 from albert_hf.metrics.ner import entity_scores
-from albert_hf.tasks.ner import continuation_ids, read_conll, tag_names, tokenize_function
+from albert_hf.tasks.ner.data import read_conll, tag_names
+from albert_hf.tasks.ner.features import continuation_ids, tokenize_function
 from data_fixtures import tokenizer
 from helpers import check_best_checkpoint, check_seed_summary, finetuning_args, run_python, run_script, subprocess_env
 

@@ -11,7 +11,9 @@ from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
 
 from albert_hf.errors import InputError
 from albert_hf.metrics import classification_metrics, regression_metrics
-from albert_hf.tasks.text_classification import OwnTask, choose_text_columns, class_names, infer_task
+from albert_hf.tasks.own_data.data import infer_task
+from albert_hf.tasks.own_data.features import choose_text_columns, class_names
+from albert_hf.tasks.own_data.recipe import OwnTask
 from data_fixtures import THINGS, reviews, write_csv
 from helpers import finetuning_args, run_python, run_script
 
@@ -244,8 +246,8 @@ def test_the_docs_example_data_reads_as_the_docs_say(tmp_path):
     """examples/own_data.py writes what docs/your_data.md fine-tunes on, in the formats the scripts read."""
     import importlib.util
 
-    from albert_hf.tasks.ner import read_conll
-    from albert_hf.tasks.text_classification import read_file
+    from albert_hf.tasks.ner.data import read_conll
+    from albert_hf.tasks.own_data.data import read_file
     from helpers import REPO
 
     spec = importlib.util.spec_from_file_location("own_data", REPO / "examples" / "own_data.py")
@@ -266,7 +268,7 @@ def test_the_docs_example_data_reads_as_the_docs_say(tmp_path):
 
 
 def test_tsv_and_parquet_files_read_like_csv(tmp_path):
-    from albert_hf.tasks.text_classification import read_file
+    from albert_hf.tasks.own_data.data import read_file
 
     rows = reviews(5, 0)
     (tmp_path / "train.tsv").write_text("sentence\tlabel\n" + "".join(f"{r['sentence']}\t{r['label']}\n"

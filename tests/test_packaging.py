@@ -746,3 +746,58 @@ def test_comments_say_why_the_code_is_so_not_its_history():
              for where in history(prose(path.read_text(encoding="utf-8")))]
     found += [f"Makefile:{where}" for where in history(makefile_comments((REPO / "Makefile").read_text()))]
     assert not found, found
+
+
+# Every task's package has the same modules for the same jobs; each script imports its task's package alike.
+TASK_PACKAGES = ("glue", "squad", "race", "ner", "own_data")
+TASK_MODULES = ("data.py", "features.py", "recipe.py")  # the data arguments and reading; the inputs; recipe, metric
+SCRIPT_TASKS = {"run_glue.py": "glue", "run_squad.py": "squad", "run_race.py": "race", "run_ner.py": "ner"}
+
+
+def task_shape_problems(repo) -> list[str]:
+    """What breaks the tasks' one shape: a task package without one of TASK_MODULES, a task module left outside
+    the packages (tasks/<name>.py other than the shared ones), or a script that does not import its task as
+    `from albert_hf.tasks.<task> import data, features, job, recipe`."""
+    found = [f"tasks/{task}/{name}: missing" for task in TASK_PACKAGES for name in TASK_MODULES
+             if not (repo / "albert_hf" / "tasks" / task / name).is_file()]
+    shared = {"__init__.py", "arguments.py", "card.py", "finetuning.py", "paper_hparams.py", "seeds.py", "trainer.py"}
+    found += [f"tasks/{path.name}: a task outside its package" for path in (repo / "albert_hf" / "tasks").glob("*.py")
+              if path.name not in shared]
+    for script, task in SCRIPT_TASKS.items():
+        imports = [node for node in ast.walk(ast.parse((repo / script).read_text()))
+                   if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("albert_hf.tasks.")
+                   and (node.module or "").split(".")[2] in TASK_PACKAGES]
+        shapes = [(node.module, sorted(alias.name for alias in node.names)) for node in imports]
+        if shapes != [(f"albert_hf.tasks.{task}", ["data", "features", "job", "recipe"])]:
+            found.append(f"{script}: imports its task as {shapes}")
+    return found
+
+
+def test_the_task_shape_check_catches_a_missing_module_a_flat_task_and_a_script_importing_names(tmp_path):
+    for task in TASK_PACKAGES:
+        (tmp_path / "albert_hf" / "tasks" / task).mkdir(parents=True)
+        for name in TASK_MODULES:
+            (tmp_path / "albert_hf" / "tasks" / task / name).write_text("")
+    for script, task in SCRIPT_TASKS.items():
+        (tmp_path / script).write_text(f"from albert_hf.tasks.{task} import data, features, job, recipe\n")
+    assert task_shape_problems(tmp_path) == []
+    (tmp_path / "albert_hf" / "tasks" / "race" / "features.py").unlink()
+    (tmp_path / "albert_hf" / "tasks" / "ner.py").write_text("")
+    (tmp_path / "run_squad.py").write_text("from albert_hf.tasks.squad.job import SquadTrainer\n")
+    assert task_shape_problems(tmp_path) == [
+        "tasks/race/features.py: missing", "tasks/ner.py: a task outside its package",
+        "run_squad.py: imports its task as [('albert_hf.tasks.squad.job', ['SquadTrainer'])]"]
+
+
+def test_every_task_has_the_same_shape_and_every_script_imports_it_alike():
+    found = task_shape_problems(REPO)
+    assert not found, found
+
+
+def test_one_training_step_reads_in_three_files_without_going_back():
+    """job.py -> training/loop.py -> training/step.py: the loop imports the step, the step neither the loop nor the
+    job (it returns to its caller only), and the loop not the job."""
+    graph = internal_imports(REPO / "albert_hf")
+    job, loop, step = (f"albert_hf.pretraining.{name}" for name in ("job", "training.loop", "training.step"))
+    assert loop in graph[job] and step in graph[loop]
+    assert not graph[step] & {job, loop} and job not in graph[loop]

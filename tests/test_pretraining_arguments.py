@@ -206,7 +206,7 @@ def test_arguments_from_a_json_or_yaml_file_equal_the_same_flags(tmp_path, suffi
 ])
 def test_a_mistake_in_the_arguments_is_one_line_naming_it(tmp_path, capsys, argv, message):
     from albert_hf.tasks.finetuning import parse_arguments
-    from albert_hf.tasks.glue.job import GlueDataArguments
+    from albert_hf.tasks.glue.data import GlueDataArguments
 
     file, missing = tmp_path / "args.yaml", tmp_path / "missing.json"
     file.write_text("learning_rat: 0.1\n")

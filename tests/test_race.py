@@ -12,8 +12,10 @@ import pytest
 from datasets import Dataset
 
 from albert_hf.errors import InputError
-from albert_hf.tasks import race
-from albert_hf.tasks.race import RaceDataArguments
+from albert_hf.tasks.race import data as race_data
+from albert_hf.tasks.race import features as race_features
+from albert_hf.tasks.race import recipe as race_recipe
+from albert_hf.tasks.race.data import RaceDataArguments
 from data_fixtures import DEV, RIGHT, TRAIN, article, write_official_layout
 from helpers import (
     SHARED_DATA,
@@ -53,18 +55,20 @@ def run_race(argv):
 
 
 def test_fill_option_fills_every_blank_or_appends_the_option():
-    assert race.fill_option("The girls wear skirts in that _ .", "school") == "The girls wear skirts in that school ."
-    assert race.fill_option("_ is to _ as day is to night", "black") == "black is to black as day is to night"
-    assert race.fill_option("What's the best title?", "New Rules") == "What's the best title? New Rules"
+    assert (race_features.fill_option("The girls wear skirts in that _ .", "school")
+            == "The girls wear skirts in that school .")
+    assert race_features.fill_option("_ is to _ as day is to night", "black") == "black is to black as day is to night"
+    assert race_features.fill_option("What's the best title?", "New Rules") == "What's the best title? New Rules"
 
 
 def test_choice_input_keeps_the_last_qa_tokens_and_cuts_the_passage_from_its_end():
     passage, qa = list(range(10, 20)), list(range(20, 26))
-    ids, types = race.build_choice_input(passage, qa, cls_id=2, sep_id=3, max_seq_length=12, max_qa_length=4)
+    ids, types = race_features.build_choice_input(passage, qa, cls_id=2, sep_id=3, max_seq_length=12, max_qa_length=4)
     # qa keeps its last 4 (22..25); the passage gets 12 - 3 - 4 = 5 tokens (10..14)
     assert ids == [2, 10, 11, 12, 13, 14, 3, 22, 23, 24, 25, 3]
     assert types == [0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1]
-    ids, types = race.build_choice_input([10, 11], [20], cls_id=2, sep_id=3, max_seq_length=12, max_qa_length=4)
+    ids, types = race_features.build_choice_input([10, 11], [20], cls_id=2, sep_id=3, max_seq_length=12,
+                                                  max_qa_length=4)
     assert ids == [2, 10, 11, 3, 20, 3] and types == [0, 0, 0, 0, 1, 1]
 
 
@@ -74,9 +78,9 @@ def test_encoded_inputs_follow_the_official_layout_with_the_real_tokenizer(tiny_
     tokenizer = AutoTokenizer.from_pretrained(tiny_checkpoint)
     record = article("high1.txt", "B")
     record["options"][0][0] = "walked very slowly to the old school with many books " * 3  # longer than max_qa
-    questions = Dataset.from_list(race.article_rows(record, "x", "high"))
+    questions = Dataset.from_list(race_data.article_rows(record, "x", "high"))
     args = RaceDataArguments(max_seq_length=40, max_qa_length=12)
-    encoded = race.encode_questions(questions, tokenizer, args)[0]
+    encoded = race_features.encode_questions(questions, tokenizer, args)[0]
     passage = tokenizer(record["article"], add_special_tokens=False)["input_ids"]
     for choice, option in enumerate(record["options"][0]):
         qa = tokenizer(record["questions"][0].replace("_", option), add_special_tokens=False)["input_ids"][-12:]
@@ -94,8 +98,8 @@ def test_short_inputs_cap_the_qa_part_so_one_passage_token_fits(max_seq_length):
     for passage_length in (1, 3, 40):
         for qa_length in (1, 2, max_seq_length - 4, max_seq_length, 200):
             passage, qa = list(range(1000, 1000 + passage_length)), list(range(5000, 5000 + qa_length))
-            ids, types = race.build_choice_input(passage, qa, cls_id=2, sep_id=3, max_seq_length=max_seq_length,
-                                                 max_qa_length=128)
+            ids, types = race_features.build_choice_input(passage, qa, cls_id=2, sep_id=3,
+                                                          max_seq_length=max_seq_length, max_qa_length=128)
             assert len(ids) == len(types) <= max_seq_length
             assert len(ids) == max_seq_length or (passage_length + qa_length + 3 <= max_seq_length)
             first_sep = ids.index(3)
@@ -124,12 +128,12 @@ def test_a_capped_max_qa_length_is_logged_once(tiny_checkpoint, caplog):
     tokenizer = AutoTokenizer.from_pretrained(tiny_checkpoint)
     record = article("high1.txt", "A")
     record["options"][0][1] = "walked very slowly to the old school with many books " * 3  # a long qa part
-    questions = Dataset.from_list(race.article_rows(record, "x", "high"))
+    questions = Dataset.from_list(race_data.article_rows(record, "x", "high"))
     args = RaceDataArguments(max_seq_length=12, max_qa_length=64)
     with caplog.at_level("INFO", logger="albert_hf"):
-        fitted = race.fit_lengths(args, AutoConfig.from_pretrained(tiny_checkpoint))  # once per run, as run_race.py
+        fitted = race_features.fit_lengths(args, AutoConfig.from_pretrained(tiny_checkpoint))  # once, as run_race.py
         for _ in range(3):  # train, validation, test
-            encoded = race.encode_questions(questions, tokenizer, fitted)
+            encoded = race_features.encode_questions(questions, tokenizer, fitted)
     capped = [entry for entry in caplog.records if "--max_qa_length 64" in entry.getMessage()]
     assert len(capped) == 1 and capped[0].levelname == "WARNING"
     assert "--max_seq_length 12" in capped[0].getMessage() and "last 8 tokens" in capped[0].getMessage()
@@ -137,10 +141,10 @@ def test_a_capped_max_qa_length_is_logged_once(tiny_checkpoint, caplog):
 
 
 def test_accuracy_overall_and_per_level_by_hand():
-    metrics = race.accuracy_by_subset([0, 1, 2, 3, 0], [0, 1, 0, 3, 1], ["high", "high", "middle", "middle", ""])
+    metrics = race_recipe.accuracy_by_subset([0, 1, 2, 3, 0], [0, 1, 0, 3, 1], ["high", "high", "middle", "middle", ""])
     assert metrics == {"accuracy": 0.6, "accuracy_high": 1.0, "num_high": 2, "accuracy_middle": 0.5,
                        "num_middle": 2}
-    assert race.accuracy_by_subset([1, 2], [1, 1], ["", ""]) == {"accuracy": 0.5}
+    assert race_recipe.accuracy_by_subset([1, 2], [1, 1], ["", ""]) == {"accuracy": 0.5}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -149,12 +153,12 @@ def test_accuracy_overall_and_per_level_by_hand():
 
 def test_official_layout_folder_and_hub_rows_give_the_same_questions(tmp_path):
     root = write_official_layout(tmp_path / "RACE")
-    official = race.load_race_split(RaceDataArguments(data_dir=str(tmp_path)), "validation")  # holds RACE/
-    flat = race.load_race_split(
+    official = race_data.load_race_split(RaceDataArguments(data_dir=str(tmp_path)), "validation")  # holds RACE/
+    flat = race_data.load_race_split(
         RaceDataArguments(validation_file=str(write_jsonl(tmp_path / "dev.jsonl", hub_rows(DEV)))), "validation")
-    folder = race.load_race_split(RaceDataArguments(validation_file=str(root / "dev")), "validation")
+    folder = race_data.load_race_split(RaceDataArguments(validation_file=str(root / "dev")), "validation")
     articles = [record for files in DEV.values() for record in files.values()]
-    article_lines = race.load_race_split(  # official fields, one article per line
+    article_lines = race_data.load_race_split(  # official fields, one article per line
         RaceDataArguments(validation_file=str(write_jsonl(tmp_path / "articles.jsonl", articles))), "validation")
     for questions in (official, flat, folder, article_lines):
         rows = {row["example_id"]: row for row in questions}
@@ -167,16 +171,16 @@ def test_official_layout_folder_and_hub_rows_give_the_same_questions(tmp_path):
 
 def test_subset_selects_one_level_and_refuses_data_without_levels(tmp_path):
     write_official_layout(tmp_path)
-    high = race.load_race_split(RaceDataArguments(data_dir=str(tmp_path), subset="high"), "validation")
+    high = race_data.load_race_split(RaceDataArguments(data_dir=str(tmp_path), subset="high"), "validation")
     assert sorted(high["example_id"]) == ["high5.txt-0", "high5.txt-1", "high5.txt-2", "high6.txt-0"]
-    middle = race.load_race_split(RaceDataArguments(validation_file=str(tmp_path / "dev"), subset="middle"),
+    middle = race_data.load_race_split(RaceDataArguments(validation_file=str(tmp_path / "dev"), subset="middle"),
                                   "validation")
     assert set(middle["subset"]) == {"middle"} and len(middle) == 4
     no_levels = tmp_path / "nolevels"
     no_levels.mkdir()
     (no_levels / "a.json").write_text(json.dumps(article("asc001", "A")))
     with pytest.raises(ValueError, match=r"nolevels.*--subset high needs each question's level.*1 question"):
-        race.load_race_split(RaceDataArguments(validation_file=str(no_levels), subset="high"), "validation")
+        race_data.load_race_split(RaceDataArguments(validation_file=str(no_levels), subset="high"), "validation")
 
 
 def test_hub_dataset_name_loads_the_subset_config_and_split(monkeypatch):
@@ -186,8 +190,8 @@ def test_hub_dataset_name_loads_the_subset_config_and_split(monkeypatch):
         calls.append((name, config, split))
         return Dataset.from_list(hub_rows({"high": DEV["high"]}))
 
-    monkeypatch.setattr(race.data, "load_dataset", fake_load_dataset)
-    questions = race.load_race_split(RaceDataArguments(dataset_name="ehovy/race", subset="high"), "validation")
+    monkeypatch.setattr(race_data, "load_dataset", fake_load_dataset)
+    questions = race_data.load_race_split(RaceDataArguments(dataset_name="ehovy/race", subset="high"), "validation")
     assert calls == [("ehovy/race", "high", "validation")]
     assert questions["example_id"] == ["high5.txt-0", "high5.txt-1", "high5.txt-2", "high6.txt-0"]
     assert set(questions["subset"]) == {"high"} and questions["label"] == [0, 1, 2, 3]
@@ -206,7 +210,7 @@ def test_bad_articles_stop_with_the_file_named(tmp_path, change, message):
     change(record)
     bad.write_text(json.dumps(record))
     with pytest.raises(ValueError, match=f"{bad}.*{message}"):
-        race.load_race_split(RaceDataArguments(data_dir=str(tmp_path)), "validation")
+        race_data.load_race_split(RaceDataArguments(data_dir=str(tmp_path)), "validation")
 
 
 def test_bad_flat_rows_and_missing_folders_are_named(tmp_path):
@@ -214,13 +218,13 @@ def test_bad_flat_rows_and_missing_folders_are_named(tmp_path):
     rows[3]["answer"] = "AB"
     path = write_jsonl(tmp_path / "bad.jsonl", rows)
     with pytest.raises(ValueError, match=rf"{path} row 3: answer 'AB' is not one of A, B, C, D"):
-        race.load_race_split(RaceDataArguments(validation_file=str(path)), "validation")
+        race_data.load_race_split(RaceDataArguments(validation_file=str(path)), "validation")
     path = write_jsonl(tmp_path / "nocols.jsonl", [{"example_id": "x", "article": "a", "question": "q"}])
     with pytest.raises(ValueError, match=rf"{path}: missing column\(s\) \['options', 'answer'\]"):
-        race.load_race_split(RaceDataArguments(validation_file=str(path)), "validation")
+        race_data.load_race_split(RaceDataArguments(validation_file=str(path)), "validation")
     (tmp_path / "dev" / "high").mkdir(parents=True)
     with pytest.raises(InputError, match=r"dev/middle: missing"):
-        race.load_race_split(RaceDataArguments(data_dir=str(tmp_path)), "validation")
+        race_data.load_race_split(RaceDataArguments(data_dir=str(tmp_path)), "validation")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -307,13 +311,13 @@ def test_a_short_max_seq_length_runs_with_the_default_max_qa_length(tiny_checkpo
 OFFICIAL_OPTIMIZER = {"official_optimizer": True, "adam_epsilon": 1e-6, "weight_decay": 0.01, "max_grad_norm": 1.0}
 
 
-def race_recipe(tmp_path, *flags):
+def applied_recipe(tmp_path, *flags):
     from albert_hf.tasks.finetuning import parse_arguments
-    from albert_hf.tasks.recipe import apply_paper_hparams
+    from albert_hf.tasks.paper_hparams import apply_paper_hparams
 
     argv = ["--model_name_or_path", "m", "--output_dir", str(tmp_path), "--paper_hparams", *flags]
     model_args, data_args, training_args = parse_arguments(RaceDataArguments, argv)
-    model_args, data_args, training_args, _ = apply_paper_hparams(*race.paper_recipe(data_args), model_args,
+    model_args, data_args, training_args, _ = apply_paper_hparams(*race_recipe.paper_recipe(data_args), model_args,
                                                                   data_args, training_args, argv)
     return model_args, data_args, training_args, json.loads((tmp_path / "paper_hparams.json").read_text())
 
@@ -321,7 +325,7 @@ def race_recipe(tmp_path, *flags):
 def test_paper_hparams_race_rows_for_v2_and_v1_models(tmp_path):
     # v2 models (the official run_race.py defaults and README): lr 1e-5, batch 32, 12000 steps, 1000 warm-up,
     # 512 tokens with the question+option at 128, ALBERT dropout 0 (hidden and attention), head dropout 0.1.
-    model_args, data_args, args, written = race_recipe(tmp_path)
+    model_args, data_args, args, written = applied_recipe(tmp_path)
     assert written == {"learning_rate": 1e-5, "per_device_train_batch_size": 32, "gradient_accumulation_steps": 1,
                        "max_steps": 12000, "warmup_steps": 1000, "hidden_dropout_prob": 0.0,
                        "attention_probs_dropout_prob": 0.0, "max_seq_length": 512, "max_qa_length": 128,
@@ -330,7 +334,7 @@ def test_paper_hparams_race_rows_for_v2_and_v1_models(tmp_path):
     assert (data_args.max_seq_length, data_args.max_qa_length, model_args.attention_probs_dropout_prob) == \
         (512, 128, 0.0)
     # v1 models (the paper's row): lr 2e-5 and ALBERT dropout 0.1; the batch 32 over 4 accumulation steps
-    model_args, _, args, written = race_recipe(tmp_path, "--race_recipe", "v1", "--gradient_accumulation_steps", "4")
+    model_args, _, args, written = applied_recipe(tmp_path, "--race_recipe", "v1", "--gradient_accumulation_steps", "4")
     assert (written["learning_rate"], written["per_device_train_batch_size"], written["hidden_dropout_prob"],
             written["attention_probs_dropout_prob"], written["max_steps"]) == (2e-5, 8, 0.1, 0.1, 12000)
     assert (args.learning_rate, model_args.hidden_dropout_prob, model_args.attention_probs_dropout_prob) == \
@@ -428,7 +432,7 @@ def test_real_reshuffled_folder_evaluates_and_refuses_a_level_it_cannot_know(tin
     assert results["validation"]["eval_accuracy"] == pytest.approx(real_accuracy(predictions, dev))
     assert "eval_accuracy_high" not in results["validation"]  # ids like asc00000 say nothing about the level
     with pytest.raises(ValueError, match=r"asc_reshuffled/dev: --subset high needs each question's level"):
-        race.load_race_split(RaceDataArguments(validation_file=str(dev), subset="high"), "validation")
+        race_data.load_race_split(RaceDataArguments(validation_file=str(dev), subset="high"), "validation")
 
 
 @pytest.mark.trains

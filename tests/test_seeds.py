@@ -18,7 +18,7 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 from albert_hf.errors import InputError, NothingProduced
 from albert_hf.runtime.preemption import PREEMPTED
 from albert_hf.tasks import trainer
-from albert_hf.tasks.recipe import recipe_arguments
+from albert_hf.tasks.paper_hparams import recipe_arguments
 from albert_hf.tasks.seeds import Baseline, majority_class, statistics_of
 from data_fixtures import reviews, write_csv
 from helpers import check_best_checkpoint, check_seed_summary, finetuning_args, run_script
@@ -47,9 +47,9 @@ def test_baselines_by_hand():
         baseline.learned({"eval_f1": 0.9})
     from datasets import Dataset
 
-    from albert_hf.tasks.glue.job import baseline as glue_baseline
-    from albert_hf.tasks.glue.tasks import TASKS
-    from albert_hf.tasks.squad.job import baseline as squad_baseline
+    from albert_hf.tasks.glue.recipe import TASKS
+    from albert_hf.tasks.glue.recipe import baseline as glue_baseline
+    from albert_hf.tasks.squad.recipe import baseline as squad_baseline
 
     assert glue_baseline(TASKS["cola"], None) == Baseline("matthews_correlation", 0.0, "a constant prediction")
     assert glue_baseline(TASKS["stsb"], None).value == 0.1
@@ -324,8 +324,8 @@ def test_a_seed_run_parses_its_own_seed_and_folder_and_pushes_nothing(tmp_path):
     seeds train (it pushes only with push_to_hub), and the best seed's folder goes up once at the end."""
     from albert_hf.tasks.arguments import SeedRun
     from albert_hf.tasks.finetuning import parse_arguments
-    from albert_hf.tasks.glue.job import GlueDataArguments
-    from albert_hf.tasks.recipe import apply_paper_hparams
+    from albert_hf.tasks.glue.data import GlueDataArguments
+    from albert_hf.tasks.paper_hparams import apply_paper_hparams
 
     argv = ["--model_name_or_path", "m", "--task_name", "mrpc", "--output_dir", str(tmp_path), "--seeds", "1", "7",
             "--retry_failed_seeds", "1", "--do_train", "--do_eval", "--push_to_hub", "--hub_model_id", "someone/x",

@@ -327,8 +327,8 @@ def test_v2_null_decision_at_the_threshold_and_the_official_rescoring_by_hand():
 
 def squad_recipe(tmp_path, *flags):
     from albert_hf.tasks.finetuning import parse_arguments
-    from albert_hf.tasks.recipe import apply_paper_hparams
-    from albert_hf.tasks.squad.job import paper_recipe
+    from albert_hf.tasks.paper_hparams import apply_paper_hparams
+    from albert_hf.tasks.squad.recipe import paper_recipe
 
     argv = ["--model_name_or_path", "m", "--output_dir", str(tmp_path), "--validation_file", "dev.json",
             "--paper_hparams", *flags]

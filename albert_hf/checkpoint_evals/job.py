@@ -29,8 +29,8 @@ from ..errors import InputError, NothingProduced
 from ..pretraining.output.checkpoints import StepCheckpoints
 from ..pretraining.output.loadable import missing
 from ..runtime import output_lock
-from ..tasks.glue.tasks import TASKS
-from ..tasks.race import RaceDataArguments
+from ..tasks.glue.recipe import TASKS
+from ..tasks.race.data import RaceDataArguments
 from . import report
 from .sources import Source, download, hub_sources, local_sources, random_init
 
@@ -145,7 +145,7 @@ def flags_by_script(rest: list[str], tasks: list[str]) -> dict[str, list[str]]:
     from transformers import HfArgumentParser
 
     from ..tasks.arguments import AlbertTrainingArguments, ModelArguments
-    from ..tasks.glue.job import GlueDataArguments
+    from ..tasks.glue.data import GlueDataArguments
     from ..tasks.squad.job import SquadDataArguments
 
     data_classes = {"run_glue.py": GlueDataArguments, "run_squad.py": SquadDataArguments,

@@ -11,7 +11,7 @@ from transformers import TrainingArguments
 from ..errors import InputError
 from ..runtime.hardware import check_peak_tflops
 from ..runtime.secrets import SecretsNotPickled
-from .recipe import PAPER_HPARAMS_FILE
+from .paper_hparams import PAPER_HPARAMS_FILE
 
 
 @dataclass(frozen=True)

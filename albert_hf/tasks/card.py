@@ -83,7 +83,7 @@ def write_finetuned_card(trainer, model_args, training_args, data_args, splits: 
                          paper_recipe=None, dataset: CardDataset | None = None) -> Path:
     """The card of a model fine-tuned by run_glue.py / run_squad.py / run_race.py / run_ner.py, with the metrics of
     output_dir/all_results.json, the license of --license and the resolved --paper_hparams recipe
-    (`tasks.recipe.PaperRecipe`) when given.
+    (`tasks.paper_hparams.PaperRecipe`) when given.
 
     Args:
         splits: the splits the run used ("train", "validation", "test"), which the card's dataset names.

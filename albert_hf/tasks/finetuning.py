@@ -1,24 +1,29 @@
 """The flow run_glue.py, run_squad.py, run_race.py and run_ner.py share: setup and loading, train/evaluate/predict,
 the results files, the card and the push. The arguments are in tasks/arguments.py, the Trainer in tasks/trainer.py,
---paper_hparams in tasks/recipe.py.
+--paper_hparams in tasks/paper_hparams.py.
 
-Each script defines only its task's data arguments, preprocessing, metrics and predictions; its `main` calls:
+Each task is a package of the same shape (tasks/<task>/: `data`, `features`, `recipe`, `job`), which its script
+imports as `from albert_hf.tasks.<task> import data, features, job, recipe`. run_race.py's `main`, for one:
 
-    model_args, data_args, training_args = parse_arguments(TaskDataArguments, argv, seed_run)
+    model_args, data_args, training_args = parse_arguments(data.RaceDataArguments, argv, seed_run)
     if training_args.seed_list is not None:  # --seeds: this main once per seed, then the summary
         return run_seeds(main, argv, training_args)
-    wanted = wanted_samples(training_args, data_args)  # the splits --do_* ask for, capped by --max_*_samples
     last_checkpoint = setup(training_args)  # logging, the seed, the output folder's lock, the checkpoint to resume
-    if training_args.paper_hparams:  # GLUE, SQuAD and RACE: the paper's row for the task (recipe.py)
-        model_args, data_args, training_args, recipe = apply_paper_hparams(*task_recipe, model_args, data_args,
-                                                                           training_args, argv, seed_run)
-    tokenizer, model = load_tokenizer_and_model(model_args, AlbertHFForSequenceClassification, num_labels=3)
-    data_args = fit_max_seq_length(data_args, model.config)  # SQuAD and RACE: their own fit_lengths
-    trainer = AlbertTrainer(model=model, args=best_by_task_metric(training_args, MAIN_METRIC), ...)
-    results = train_evaluate_predict(trainer, training_args, last_checkpoint, num_train_examples,
-                                     evaluate=lambda: evaluate_splits(trainer, {"validation": eval_dataset}),
-                                     predict=..., baseline=..., seed_run=seed_run)
-    finish(trainer, model_args, training_args, data_args, recipe)  # model card from all_results.json; the push
+    applied = None
+    if training_args.paper_hparams:  # GLUE, SQuAD and RACE: the paper's row for the task
+        model_args, data_args, training_args, applied = apply_paper_hparams(
+            *recipe.paper_recipe(data_args), model_args, data_args, training_args, argv, seed_run)
+    questions = {split: limit(data.load_race_split(data_args, split, ...), cap)
+                 for split, cap in wanted_samples(training_args, data_args).items()}  # what --do_* ask for
+    tokenizer, model = load_tokenizer_and_model(model_args, AlbertHFForMultipleChoice)
+    data_args = features.fit_lengths(data_args, model.config)  # GLUE and NER: fit_max_seq_length
+    inputs = {split: features.encode_questions(rows, tokenizer, data_args, ...) for split, rows in questions.items()}
+    trainer = AlbertTrainer(model=model, args=best_by_task_metric(training_args, recipe.MAIN_METRIC), ...,
+                            compute_metrics=recipe.compute_accuracy)  # SQuAD: job.SquadTrainer
+    results = train_evaluate_predict(trainer, training_args, last_checkpoint, len(inputs.get("train", ())),
+                                     evaluate=..., predict=..., baseline=lambda: recipe.BASELINE,
+                                     seed_run=seed_run)  # evaluate/predict: evaluate_splits, or the task's job
+    finish(trainer, model_args, training_args, data_args, applied)  # model card from all_results.json; the push
     return results
 
 and runs it with `run_script(main)` (an `InputError` as one line, the stop signals, the process group freed).
@@ -58,7 +63,7 @@ from ..runtime.preemption import PREEMPTED, StopOnSignal
 from ..runtime.storage import check_writable
 from .arguments import AlbertTrainingArguments, ModelArguments, SeedRun
 from .card import write_finetuned_card
-from .recipe import PaperRecipe
+from .paper_hparams import PaperRecipe
 from .trainer import StopOnSignalCallback, check_checkpoint
 
 logger = logging.getLogger(__name__)
@@ -68,7 +73,7 @@ def parse_arguments(data_arguments_class, argv=None, seed_run: SeedRun | None = 
     """A fine-tuning script's arguments, checked: the launcher's mode first, then each dataclass's `__post_init__`.
 
     Args:
-        data_arguments_class: the script's data arguments (e.g. `glue.job.GlueDataArguments`).
+        data_arguments_class: the script's data arguments (e.g. `glue.data.GlueDataArguments`).
         argv: the arguments (default: the command line), or one .json/.yaml file holding them.
         seed_run: one seed of a --seeds run (`seeds.run_seeds`): its seed and folder replace --seed and
             --output_dir (`AlbertTrainingArguments.for_seed`); None for a run of its own.

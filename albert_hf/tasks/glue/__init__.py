@@ -1,2 +1,3 @@
-"""GLUE for run_glue.py: the tasks and their recipes (tasks.py), reading the files and writing the submission files
-(files.py), and the run's steps on a GLUE task or on the user's own data (job.py)."""
+"""GLUE for run_glue.py, shaped as every task: data.py (`GlueDataArguments`, the splits read and prepared), files.py
+(the GLUE file formats, the submission files), features.py (the texts tokenized), recipe.py (the tasks, their
+rows of the paper's recipe, metrics and baselines) and job.py (the test sets' predictions)."""

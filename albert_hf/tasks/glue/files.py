@@ -3,7 +3,7 @@ labels encoded, and writing the GLUE submission files.
 
 Every source ends in the same schema, the one of the Hub's `nyu-mll/glue`: the task's text columns
 (e.g. `sentence1`, `sentence2`), `label` (an id in the Hub's label order, or a float score for STS-B) and, when the
-file has one, `idx` (the row id the GLUE server expects in a submission). A task is a `tasks.GlueTask`.
+file has one, `idx` (the row id the GLUE server expects in a submission). A task is a `recipe.GlueTask`.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def read_glue_tsv(path, task) -> Dataset:
 
     Args:
         path (`str` or `os.PathLike`): the TSV file, e.g. glue_data/MRPC/train.tsv.
-        task (`tasks.GlueTask`): the task whose layout the file has (`tsv_columns`).
+        task (`recipe.GlueTask`): the task whose layout the file has (`tsv_columns`).
 
     Returns:
         `datasets.Dataset`: the task's columns the header has, renamed: its text columns, `label` (the values as
@@ -104,7 +104,7 @@ def task_folder(data_dir: Path, task) -> Path:
 
 
 def local_files(data_args, task) -> dict:
-    """Split name -> file given on the command line (`job.GlueDataArguments`' --*_file), under `task`'s split names."""
+    """Split name -> file given on the command line (`data.GlueDataArguments`' --*_file), under `task`'s split names."""
     matched = "_matched" if task.name == "mnli" else ""
     files = {"train": data_args.train_file, f"validation{matched}": data_args.validation_file,
              "validation_mismatched": data_args.validation_mismatched_file, f"test{matched}": data_args.test_file,
@@ -117,11 +117,11 @@ def load_raw_splits(data_args, task, needed, cache_dir=None, token=None) -> tupl
 
     Local files take precedence: --data_dir's TSV files, each replaced by the --*_file of the same split; with none at
     all, the Hub dataset --dataset_name (config = task name) is loaded. Only the splits of the `needed` kinds are
-    kept; a kind the data lacks is simply absent (`job.GlueTaskData.read` stops on it).
+    kept; a kind the data lacks is simply absent (`data.GlueTaskData.read` stops on it).
 
     Args:
-        data_args (`job.GlueDataArguments`): the data arguments.
-        task (`tasks.GlueTask`): the GLUE task they name.
+        data_args (`data.GlueDataArguments`): the data arguments.
+        task (`recipe.GlueTask`): the GLUE task they name.
         needed (`dict` or `set`): the split kinds to read, "train", "validation", "test" (`wanted`'s keys).
         cache_dir (`str`, *optional*): the `datasets` cache for the Hub dataset.
         token (`str`, *optional*): the Hub token for the Hub dataset.
@@ -174,7 +174,7 @@ def encode_labels(dataset: Dataset, task, where: str) -> Dataset:
 
     Args:
         dataset (`datasets.Dataset`): a labelled split.
-        task (`tasks.GlueTask`): its task (`labels`, `label_names`, regression or not).
+        task (`recipe.GlueTask`): its task (`labels`, `label_names`, regression or not).
         where (`str`): the file and split, named in errors.
 
     Returns:
@@ -222,9 +222,9 @@ def prepare_splits(splits: DatasetDict, sources: dict, task) -> DatasetDict:
     An empty value in a text column (e.g. an empty csv field) is read as empty text, with a warning.
 
     Args:
-        splits (`DatasetDict`): the raw splits, from `load_raw_splits` (or `text_classification.load_raw_splits`).
+        splits (`DatasetDict`): the raw splits, from `load_raw_splits` (or `own_data.data.load_raw_splits`).
         sources (`dict`): split -> where it came from, named in messages.
-        task (`tasks.GlueTask` or `text_classification.OwnTask`): the text columns and the labels.
+        task (`recipe.GlueTask` or `own_data.recipe.OwnTask`): the text columns and the labels.
 
     Returns:
         `DatasetDict`: the same splits; test splits without a `label` column, the others with their labels encoded

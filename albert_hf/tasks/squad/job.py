@@ -26,65 +26,18 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from datasets import Dataset
 from transformers.trainer_utils import speed_metrics
 
-from ..finetuning import fit_max_seq_length, save_results
-from ..recipe import OFFICIAL_FINETUNING, best_on_dev
-from ..seeds import Baseline
+from ..finetuning import save_results
 from ..trainer import AlbertTrainer
 from .data import SquadDataArguments, has_gold_answers
 from .features import model_inputs
 from .postprocess import apply_null_threshold, golds_of, postprocess, squad_metrics, write_outputs
 
 logger = logging.getLogger(__name__)
-
-# The paper's SQuAD rows (Table 14; the official run_squad_v1.py/run_squad_v2.py): whole epochs, int(87,599 / 48 x 2)
-# = 3649 and int(130,319 / 48 x 3) = 8144 steps, warm-up 10%. Both use windows of stride 128, questions of at most 64
-# pieces, n-best 20 and answers of at most 30 pieces, and the config's own ALBERT dropout. v2.0 is the official
-# run_squad_v2.py: its answerability head (dropout_prob 0.1, beams of 5 x 5) and the threshold tuned on dev.
-PAPER_HPARAMS = {
-    "v1.1": dict(learning_rate=5e-5, batch_size=48, max_steps=3649, warmup_steps=365, max_seq_length=384),
-    "v2.0": dict(learning_rate=3e-5, batch_size=48, max_steps=8144, warmup_steps=814, max_seq_length=512,
-                 answerability_head=True, tune_null_threshold=True, start_n_top=5, end_n_top=5,
-                 classifier_dropout_prob=0.1),
-}
-# The official run_squad_v* keeps the best F1 checkpoint on dev; how often it scores one is ours.
-PAPER_COMMON = dict(doc_stride=128, max_query_length=64, n_best_size=20, max_answer_length=30, **OFFICIAL_FINETUNING,
-                    **best_on_dev(1000))
-MAIN_METRIC = "f1"
-
-
-def fit_lengths(data_args: SquadDataArguments, config) -> SquadDataArguments:
-    """The window lengths made to compose: --max_seq_length capped at the model's positions
-    (`finetuning.fit_max_seq_length`), then a --max_query_length that would leave the context no room in a window
-    (the default 64 with --max_seq_length 64) cut to half the window's room, with a warning. Windows advance by
-    min(doc_stride, window), as the official loop, so --doc_stride composes with any window.
-
-    Args:
-        data_args: the parsed SQuAD data arguments; left as they are.
-        config: the model's config.
-
-    Returns:
-        The data arguments the run uses: `data_args` itself when both lengths fit, else a checked copy.
-    """
-    data_args = fit_max_seq_length(data_args, config)
-    room = data_args.max_seq_length - 3  # [CLS] question [SEP] context [SEP]
-    if data_args.max_query_length < room:
-        return data_args
-    capped = room // 2
-    logger.warning("--max_query_length %d would leave no context in a --max_seq_length %d window: questions keep "
-                   "their first %d pieces", data_args.max_query_length, data_args.max_seq_length, capped)
-    return replace(data_args, max_query_length=capped)
-
-
-def paper_recipe(data_args: SquadDataArguments) -> tuple[str, dict]:
-    """(name, recipe) of the paper's row for the data's version, for `recipe.apply_paper_hparams`."""
-    version = "v2.0" if data_args.version_2_with_negative else "v1.1"
-    return f"SQuAD {version}", {**PAPER_HPARAMS[version], **PAPER_COMMON}
-
 
 
 @dataclass
@@ -243,10 +196,3 @@ def predict_and_write(trainer: SquadTrainer, data_args: SquadDataArguments, exam
     return save_results(trainer, "predict", {**result.metrics, "predict_samples": len(examples)})
 
 
-def baseline(examples: Dataset, version_2: bool) -> Baseline:
-    """The dev F1 of a model that learned nothing: the empty answer's (0) for v1.1; for v2.0 always answering "no
-    answer", right on exactly the unanswerable questions."""
-    if not version_2:
-        return Baseline(MAIN_METRIC, 0.0, "the empty answer")
-    unanswerable = sum(not answers["text"] for answers in examples["answers"])
-    return Baseline(MAIN_METRIC, 100.0 * unanswerable / len(examples), "always no answer")

@@ -10,7 +10,8 @@ import numpy as np
 
 from ...errors import InputError
 from ...metrics import load_glue_metric
-from ..recipe import OFFICIAL_FINETUNING, best_on_dev
+from ..paper_hparams import OFFICIAL_FINETUNING, best_on_dev
+from ..seeds import Baseline, majority_class
 from . import files
 
 
@@ -49,7 +50,7 @@ class GlueTask:
     def describe(self) -> str:
         return f"GLUE {self.folder}"
 
-    # What run_glue.py asks of a task; `text_classification.OwnTask` answers the same for a user's own data.
+    # What run_glue.py asks of a task; `own_data.recipe.OwnTask` answers the same for a user's own data.
     def encode_labels(self, dataset, where: str):
         return files.encode_labels(dataset, self, where)
 
@@ -137,7 +138,7 @@ def get_task(name: str | None) -> GlueTask:
 
 
 def paper_recipe(task: GlueTask) -> tuple[str, dict]:
-    """(name, recipe): the task's row with what every task shares, for `recipe.apply_paper_hparams`."""
+    """(name, recipe): the task's row with what every task shares, for `paper_hparams.apply_paper_hparams`."""
     if task.name not in PAPER_HPARAMS:
         raise InputError(f"--paper_hparams: the official run_glue.sh and the paper have no recipe for {task.name} "
                          f"(tasks: {', '.join(PAPER_HPARAMS)}); give the hyper-parameters explicitly")
@@ -178,3 +179,13 @@ def check_checkpoint_labels(config, task: GlueTask) -> None:
     if tuple(names) != task.label_names:
         raise InputError(f"The checkpoint's labels {names} are not those of {task.name} {list(task.label_names)}; "
                          "start from a pretrained (or same-task) checkpoint")
+
+
+def baseline(task, dev) -> Baseline:
+    """What a model that learned nothing scores on the dev set `dev` (its encoded `label` column), on the task's main
+    metric: the majority class's accuracy, MCC 0 (a constant prediction), Pearson 0.1 for a regression."""
+    if task.main_metric == "accuracy":
+        return majority_class(dev["label"], task.label_names)
+    if task.main_metric == "matthews_correlation":
+        return Baseline("matthews_correlation", 0.0, "a constant prediction")
+    return Baseline("pearson", 0.1, "an unrelated score (correlation 0.1)")

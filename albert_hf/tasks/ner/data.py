@@ -20,26 +20,19 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 from datasets import ClassLabel, Dataset, DatasetDict, Sequence
 
-from ..errors import InputError
-from ..hub.model_card import CardDataset, limits, user_data
-from ..metrics.ner import entity_scores
-from ..runtime.input_files import check_not_empty, read_with_datasets
-from .finetuning import SPLIT_FLAGS, limit, save_results
-from .seeds import Baseline
-from .text_classification import labels_without_training, load_hub_or_folder, reconcile_labels
-
-MAIN_METRIC = "f1"  # over entities (seqeval)
-# A model that learned nothing tags every word O (or entities at random): no entity found right.
-BASELINE = Baseline(MAIN_METRIC, 0.0, "no entity found")
+from ...errors import InputError
+from ...hub.model_card import CardDataset, limits, user_data
+from ...runtime.input_files import check_not_empty, read_with_datasets
+from ..finetuning import SPLIT_FLAGS, limit
+from ..own_data.data import load_hub_or_folder
+from ..own_data.features import labels_without_training, reconcile_labels
 
 logger = logging.getLogger(__name__)
 
 CONLL_SUFFIXES = (".conll", ".txt", ".iob", ".bio")
 JSON_SUFFIXES = (".json", ".jsonl")
-PREDICTIONS_FILE = "predictions.txt"  # transformers' run_ner.py: one sentence per line, its tags space-separated
 SPLITS = ("train", "validation", "test")
 IGNORED = -100
 
@@ -163,7 +156,7 @@ def renamed(dataset, text_column: str, label_column: str, where: str):
 
 def load_raw_splits(data_args, needed, cache_dir=None, token=None) -> tuple[DatasetDict, dict]:
     """The splits `needed` asks for and where each came from: --train_file / --validation_file / --test_file when any
-    is given, else --dataset_name (`text_classification.load_hub_or_folder`).
+    is given, else --dataset_name (`own_data.data.load_hub_or_folder`).
 
     Args:
         data_args (`NerDataArguments`): the data arguments (the files, `dataset_name`, `dataset_config_name`,
@@ -203,7 +196,6 @@ def load_raw_splits(data_args, needed, cache_dir=None, token=None) -> tuple[Data
                              f"{data_args.label_column_name!r}, --label_column_name)")
         logger.info("%s: %d sentences from %s", split, len(dataset), sources[split])
     return splits, sources
-
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -248,12 +240,6 @@ def encode_tags(dataset: Dataset, names: tuple[str, ...], where: str) -> Dataset
     return dataset.remove_columns("ner_tags").add_column("ner_tags", encoded)
 
 
-def continuation_ids(names: tuple[str, ...]) -> list[int]:
-    """For --label_all_tokens: the id a word's later pieces get, `I-X` for `B-X` when there is one."""
-    ids = {name: i for i, name in enumerate(names)}
-    return [ids.get("I-" + name[2:], i) if name.startswith("B-") else i for i, name in enumerate(names)]
-
-
 def tags_of(raw_splits: DatasetDict, sources: dict, checkpoint_config, config_name: str,
             ignore_mismatched_sizes: bool) -> tuple[str, ...]:
     """The run's tags in id order: the training data's, reconciled with the checkpoint's labels, or without
@@ -273,146 +259,7 @@ def encoded_splits(raw_splits: DatasetDict, sources: dict, names: tuple[str, ...
                          else dataset, wanted[split]) for split, dataset in raw_splits.items()}
 
 
-MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "labels")
-
-
-def tokenize_splits(splits: dict, tokenizer, data_args: NerDataArguments, names: tuple[str, ...],
-                    main_process_first) -> tuple[dict, dict]:
-    """(features, inputs) per split: the tokenized sentences with their `first_pieces` (for the metrics and the
-    predictions file), and the model's columns only (for Trainer).
-
-    Args:
-        splits (`dict`): split -> dataset with `tokens` and, when tagged, `ner_tags` as ids (`encoded_splits`).
-        tokenizer (`PreTrainedTokenizerFast`): the model's tokenizer; a fast one, for the word ids.
-        data_args (`NerDataArguments`): `max_seq_length`, `pad_to_max_length`, `label_all_tokens`,
-            `preprocessing_num_workers` and `overwrite_cache`.
-        names (`tuple[str, ...]`): the tags in id order.
-        main_process_first (`Callable`): `TrainingArguments.main_process_first`: the main process tokenizes first, the
-            others then read its cache.
-
-    Returns:
-        `tuple(dict, dict)`: split -> features (the split's columns plus those of `tokenize_function`), and split ->
-        inputs (`input_ids`, `attention_mask`, `token_type_ids` and, when tagged, `labels`).
-    """
-    tokenize = tokenize_function(tokenizer, data_args.max_seq_length, data_args.pad_to_max_length,
-                                 data_args.label_all_tokens, names)
-    with main_process_first(desc="tokenizing"):
-        features = {split: dataset.map(tokenize, batched=True, num_proc=data_args.preprocessing_num_workers,
-                                       load_from_cache_file=not data_args.overwrite_cache, desc=f"Tokenizing {split}")
-                    for split, dataset in splits.items()}
-    inputs = {split: dataset.remove_columns([c for c in dataset.column_names if c not in MODEL_INPUTS])
-              for split, dataset in features.items()}
-    return features, inputs
-
-
-def tokenize_function(tokenizer, max_seq_length: int, pad_to_max_length: bool, label_all_tokens: bool,
-                      names: tuple[str, ...]):
-    """Batched map function: pieces of the pre-split words, `labels` aligned to them (see the module's docstring) when
-    the rows have tags, and `first_pieces`, each word's first piece position (-1: not kept).
-
-    Args:
-        tokenizer (`PreTrainedTokenizerFast`): the model's tokenizer; a fast one, for the word ids.
-        max_seq_length (`int`): the most pieces per sentence, specials included; longer sentences are truncated.
-        pad_to_max_length (`bool`): pad every sentence to `max_seq_length`.
-        label_all_tokens (`bool`): label a word's later pieces too, a `B-X` tag as `I-X` when that is among `names`.
-        names (`tuple[str, ...]`): the tags in id order.
-
-    Returns:
-        `Callable`: batch (`tokens` and optional `ner_tags` as ids) -> `input_ids`, `token_type_ids`, `attention_mask`,
-        `labels` (tagged rows: the word's tag id on its first piece, -100 on special tokens, padding and, without
-        `label_all_tokens`, later pieces) and `first_pieces`.
-    """
-    continuation = continuation_ids(names)
-
-    def tokenize(batch):
-        encoded = tokenizer(batch["tokens"], is_split_into_words=True, truncation=True, max_length=max_seq_length,
-                            padding="max_length" if pad_to_max_length else False, return_token_type_ids=True)
-        labels, first_pieces = [], []
-        for row, tokens in enumerate(batch["tokens"]):
-            word_ids = encoded.word_ids(row)
-            firsts = [-1] * len(tokens)
-            row_labels = []
-            previous = None
-            for position, word in enumerate(word_ids):
-                if word is None:
-                    row_labels.append(IGNORED)
-                elif word != previous:
-                    firsts[word] = position
-                    row_labels.append(batch["ner_tags"][row][word] if "ner_tags" in batch else IGNORED)
-                else:
-                    tag = batch["ner_tags"][row][word] if "ner_tags" in batch else None
-                    row_labels.append(continuation[tag] if label_all_tokens and tag is not None else IGNORED)
-                previous = word
-            labels.append(row_labels)
-            first_pieces.append(firsts)
-        if "ner_tags" in batch:
-            encoded["labels"] = labels
-        encoded["first_pieces"] = first_pieces
-        return encoded
-
-    return tokenize
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # Metrics
 
 
-def word_tags(logits, first_pieces, names) -> list[list[str]]:
-    """Each sentence's predicted tag per word, from its first piece (`O` for words cut off by truncation)."""
-    predictions = np.argmax(logits, axis=-1)
-    return [[names[predictions[row][position]] if position >= 0 else "O" for position in firsts]
-            for row, firsts in enumerate(first_pieces)]
-
-
-def compute_metrics_function(features: Dataset, names: tuple[str, ...], per_type: bool):
-    """Trainer `compute_metrics` for `features` (the evaluation loop keeps their order): scores per word."""
-    first_pieces = features["first_pieces"]
-    gold = [[names[tag] for tag in tags] for tags in features["ner_tags"]]
-
-    def compute_metrics(eval_prediction):
-        logits = eval_prediction.predictions
-        logits = logits[0] if isinstance(logits, tuple) else logits
-        return entity_scores(gold, word_tags(logits, first_pieces, names), per_type)
-
-    return compute_metrics
-
-
-def write_predictions(path, logits, first_pieces, names) -> Path:
-    """One line per sentence, its words' predicted tags separated by spaces (transformers' run_ner.py)."""
-    path = Path(path)
-    sentences = word_tags(logits, first_pieces, names)
-    cut = sum(position < 0 for firsts in first_pieces for position in firsts)
-    if cut:
-        logger.warning("%d word(s) beyond --max_seq_length had no piece to tag: written as O in %s", cut, path)
-    path.write_text("".join(" ".join(tags) + "\n" for tags in sentences), encoding="utf-8")
-    return path
-
-
-def predict_and_write(trainer, features: Dataset, inputs: Dataset, names: tuple[str, ...], per_type: bool,
-                      output_dir) -> dict | None:
-    """The test split's predictions file and, when its sentences have tags, its `predict_*` metrics.
-
-    The file is PREDICTIONS_FILE (predictions.txt) in `output_dir`: one line per sentence, its words' predicted tags
-    separated by spaces (`O` for words truncation cut off). Sets `trainer.compute_metrics` to this split's
-    (None without tags). Every process calls it; only the main process writes the file.
-
-    Args:
-        trainer (`trainer.AlbertTrainer`): the run's trainer.
-        features (`datasets.Dataset`): the test split's features (`tokenize_splits`), with `first_pieces`.
-        inputs (`datasets.Dataset`): its model columns (`tokenize_splits`).
-        names (`tuple[str, ...]`): the tags in id order.
-        per_type (`bool`): also the scores of each entity type (--return_entity_level_metrics).
-        output_dir (`str` or `os.PathLike`): the folder for the predictions file.
-
-    Returns:
-        `dict` or `None`: with tags, the `predict_*` metrics and `predict_samples`, as written to predict_results.json
-        and all_results.json in the trainer's output_dir; None without.
-    """
-    labelled = "labels" in features.column_names
-    trainer.compute_metrics = compute_metrics_function(features, names, per_type) if labelled else None
-    output = trainer.predict(inputs, metric_key_prefix="predict")
-    if trainer.is_world_process_zero():
-        path = write_predictions(Path(output_dir) / PREDICTIONS_FILE, output.predictions, features["first_pieces"],
-                                 names)
-        logger.info("test predictions: %s", path)
-    return save_results(trainer, "predict", {**output.metrics, "predict_samples": len(features)}) if labelled else None
