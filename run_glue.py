@@ -6,7 +6,7 @@
     python run_glue.py --model_name_or_path MODEL --train_file train.csv --validation_file dev.csv \
         --do_train --do_eval --output_dir out/mine
 
-Without --task_name the data is yours (albert_hf/tasks/text_classification.py): csv/tsv/json/jsonl/parquet files or a
+Without --task_name the data is yours (albert_hf/tasks/own_data/): csv/tsv/json/jsonl/parquet files or a
 --dataset_name, its label names in the saved config, accuracy and macro-F1 (or Pearson, Spearman and MSE for float
 labels), and test predictions with the label names in predict_results.txt.
 

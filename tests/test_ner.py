@@ -1,4 +1,4 @@
-"""run_ner.py and albert_hf/tasks/ner.py: CoNLL and json reading, word-to-piece alignment, entity
+"""run_ner.py and albert_hf/tasks/ner/: CoNLL and json reading, word-to-piece alignment, entity
 metrics against hand-worked examples, training on a generated sample and on a hand-tagged public-domain CoNLL
 sample, the token-classification pipeline of the saved folder without albert_hf, and one line per bad input."""
 

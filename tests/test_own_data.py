@@ -1,4 +1,4 @@
-"""run_glue.py on a user's own labelled data (no --task_name; albert_hf/tasks/text_classification.py): columns and
+"""run_glue.py on a user's own labelled data (no --task_name; albert_hf/tasks/own_data/): columns and
 labels read as transformers' run_glue.py reads them, label names kept through the saved folder and its pipeline,
 classification and regression metrics, and one line for each kind of bad input."""
 

@@ -6,7 +6,7 @@ A card's content is one `CardContent`, built by each job beside itself (pretrain
 convert/card.py) and rendered here (`write_model_card`). Each fine-tuning script's data arguments say what its card
 needs: `PIPELINE_TAG`, `AUTO_CLASS`, `SCRIPT`,
 `card_tags()` and `card_dataset(wanted)` (what the Data section says, and which Hub dataset it is), beside the
-task's own code (tasks/glue/job.py, tasks/squad/job.py, tasks/race/, tasks/ner.py).
+task's own package (tasks/glue/, tasks/squad/, tasks/race/, tasks/ner/, tasks/own_data/).
 """
 
 import json

@@ -57,7 +57,7 @@ def recipe_arguments(recipe: dict, explicit: set[str], batch_divisor: int, hidde
     schedule the user's, as given.
 
     Args:
-        recipe: the row, e.g. `glue.tasks.paper_recipe(task)[1]`.
+        recipe: the row, e.g. `glue.recipe.paper_recipe(task)[1]`.
         explicit: the arguments the user gave (`runtime.cli.explicit_arguments`).
         batch_divisor: gradient_accumulation_steps x processes, which the total batch is divided by.
         hidden_dropout_prob: the run's --hidden_dropout_prob, which an explicit one gives the attention too.
