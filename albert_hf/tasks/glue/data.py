@@ -1,6 +1,5 @@
 """run_glue.py's data: its arguments (`GlueDataArguments`, transformers' names), where the task comes from (a GLUE
---task_name, or the user's own data: decided once as a `TaskData`), and the splits read and prepared.
-"""
+--task_name, or the user's own data: decided once as a `TaskData`), and the splits read and prepared."""
 
 from __future__ import annotations
 
@@ -100,7 +99,6 @@ class TaskData(Protocol):
 
     def card_dataset(self, data_args: GlueDataArguments, wanted, task) -> CardDataset:
         """The card's Data section, for the splits `wanted` and the `task` that `read` returned."""
-
 
 @dataclass(frozen=True)
 class GlueTaskData:

@@ -1,6 +1,5 @@
 """run_glue.py's features: one text or a pair of texts tokenized into the model's inputs, for a GLUE task or the user's
-own data.
-"""
+own data."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""run_glue.py's steps: the data arguments, where the task comes from (a GLUE --task_name, or the user's own data,
-decided once as a `TaskData`), the splits read and prepared, tokenizing, the test sets' predictions and the baseline
-a --seeds run compares with.
-"""
+"""run_glue.py's own steps: the test sets' predictions, the GLUE submission files and the metrics of a test set with
+labels. The data arguments and the splits are in data.py, the tokenizing in features.py, the tasks and their
+recipes, metrics and baselines in recipe.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Token classification features: words split into pieces, each word's tag on its first piece (or on every piece with
---label_all_tokens), the rest ignored by the loss.
-"""
+--label_all_tokens), the rest ignored by the loss."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """run_ner.py's predictions: each word's tag written one sentence per line (transformers' run_ner.py format), with the
-metrics when the test set has tags.
-"""
+metrics when the test set has tags."""
 
 from __future__ import annotations
 

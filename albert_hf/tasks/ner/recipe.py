@@ -1,5 +1,4 @@
-"""Token classification's metric (entity precision, recall and F1, seqeval's rules) and baseline.
-"""
+"""Token classification's metric (entity precision, recall and F1, seqeval's rules) and baseline."""
 
 from __future__ import annotations
 

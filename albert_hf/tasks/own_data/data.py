@@ -9,9 +9,8 @@ transformers' run_glue.py reads a user's data.
   ClassLabel keeps its names and order); floats mean regression. A checkpoint already fine-tuned on the same classes
   keeps its mapping; other classes are refused unless --ignore_mismatched_sizes.
 
-`OwnTask` answers what run_glue.py asks of a GLUE task (`glue.recipe.GlueTask`): text columns, labels, metrics and the
-predictions file.
-"""
+The text columns and the labels are chosen in features.py; `OwnTask` (recipe.py) answers what run_glue.py asks of a
+GLUE task (`glue.recipe.GlueTask`): text columns, labels, metrics and the predictions file."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Your own data's features: which columns are the texts, and the labels (their names, read from the data or the
-checkpoint, reconciled with the checkpoint's).
-"""
+checkpoint, reconciled with the checkpoint's)."""
 
 from __future__ import annotations
 

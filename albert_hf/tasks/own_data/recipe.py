@@ -1,6 +1,5 @@
 """Your own labelled data's task (`OwnTask`): classification or regression, its labels in the config, its metric and
-its predictions file.
-"""
+its predictions file."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """run_race.py's evaluation and predictions file: the chosen letter of each question, and accuracy overall and per
-subset.
-"""
+subset."""
 
 import json
 from pathlib import Path

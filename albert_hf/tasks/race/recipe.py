@@ -1,6 +1,5 @@
-"""RACE for run_race.py: the paper's recipe, accuracy (overall and per subset) and the predictions file. The
-questions are read in data.py and formatted in features.py (as squad/ keeps its steps)."""
-
+"""RACE's recipe for run_race.py: the paper's rows (--paper_hparams, --race_recipe), accuracy (overall and per subset)
+and the baseline. The questions are read in data.py, formatted in features.py; the predictions file is job.py's."""
 
 import numpy as np
 

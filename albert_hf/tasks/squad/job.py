@@ -1,6 +1,7 @@
-"""SQuAD v1.1 / v2.0 for run_squad.py: the paper's recipe and `SquadTrainer`; the data arguments and the examples
-are in tasks/squad/data.py, their windowed features in features.py, the post-processing into answers, metrics and
-files in tasks/squad/postprocess.py (as transformers' run_qa.py, utils_qa.py and trainer_qa.py).
+"""SQuAD v1.1 / v2.0 for run_squad.py: `SquadTrainer` and the evaluation and prediction files; the data arguments and
+the examples are in data.py, their windowed features in features.py, the paper's rows and F1 in recipe.py, the
+post-processing into answers and metrics in postprocess.py (as transformers' run_qa.py, utils_qa.py and
+trainer_qa.py).
 
 The recipe is the official ALBERT one (google-research/albert's `squad_utils.py`), on a fast tokenizer's offsets
 instead of the official LCS character alignment:
@@ -18,8 +19,7 @@ null-score-difference rule) and the official ALBERT v2 answerability head
 
 `SquadTrainer` runs the model on the windows and post-processes against the questions in its `evaluate` (as
 transformers' QuestionAnsweringTrainer does), so evaluations during training (--eval_strategy), the best-checkpoint
-choice (--metric_for_best_model f1) and the final evaluation and prediction all see the same SQuAD metrics.
-"""
+choice (--metric_for_best_model f1) and the final evaluation and prediction all see the same SQuAD metrics."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """SQuAD's recipe (the paper's row per version for --paper_hparams), its main metric and the baseline a --seeds run
-compares with.
-"""
+compares with."""
 
 from __future__ import annotations
 
