@@ -36,7 +36,7 @@ RECORD_FILE = "checkpoint_files.json"  # written last into a checkpoint-N: every
 
 def checkpoint_damage(folder: Path) -> str | None:
     """What keeps checkpoint-N `folder` from being resumed as data ('FILE: what'), or None: a file that differs from
-    its record, or, in a checkpoint written before the record, one Trainer would load that is not plain data."""
+    its record, or, in a checkpoint without a record, one Trainer would load that is not plain data."""
     record_file = folder / RECORD_FILE
     if not record_file.is_file():
         logger.warning("%s was written before checkpoints recorded their files' sizes and sha256: its files are not "

@@ -8,7 +8,7 @@ OUTPUT_DIR/.model_files (`ModelFiles`), and each checkpoint gets hard links to t
 has none): a few directory entries a checkpoint. Under FSDP the weights are
 sharded (`pytorch_model_fsdp_0/`), so the gathered full weights are written too, as the final folder's are.
 
-A checkpoint written before checkpoints held these files is made loadable by
+A checkpoint that holds accelerate's training state alone is made loadable by
 
     python -m albert_hf.pretraining.output.loadable OUTPUT_DIR/step_N [--model_files FOLDER]
 
@@ -81,8 +81,8 @@ def missing(folder: Path, weights: bool = True) -> list[str]:
 
 
 def model_files_for(checkpoint: Path, given: Path | None) -> Path:
-    """Where the model files of an older checkpoint come from: --model_files, else the run's .model_files, else the
-    run's final folder (the checkpoint's parent, once the run has ended)."""
+    """Where the model files of a checkpoint without them come from: --model_files, else the run's .model_files,
+    else the run's final folder (the checkpoint's parent, once the run has ended)."""
     candidates = [given] if given is not None else [checkpoint.parent / MODEL_FILES_DIR, checkpoint.parent]
     for folder in candidates:
         if folder.is_dir() and not missing(folder, weights=False):
