@@ -47,7 +47,7 @@ from albert_hf.tasks.paper_hparams import apply_paper_hparams
 from albert_hf.tasks.seeds import run_seeds
 from albert_hf.tasks.squad import data, features, job, recipe
 
-logger = logging.getLogger("run_squad")
+logger = logging.getLogger(__name__)
 
 
 def main(argv=None, seed_run: SeedRun | None = None) -> dict:
