@@ -66,7 +66,7 @@ def main(argv=None, seed_run: SeedRun | None = None) -> dict:
                                                     start_n_top=data_args.start_n_top, end_n_top=data_args.end_n_top)
     else:
         tokenizer, model = load_tokenizer_and_model(model_args, AlbertHFForQuestionAnswering)
-    data_args = data.fit_lengths(data_args, model.config)
+    data_args = features.fit_lengths(data_args, model.config)
     splits = data.load_squad_splits(data_args, wanted, model_args.cache_dir, model_args.token)
 
     train_dataset = eval_examples = eval_features = None

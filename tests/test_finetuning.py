@@ -26,7 +26,7 @@ from albert_hf.tasks.finetuning import (
 from albert_hf.tasks.glue.data import GlueDataArguments
 from albert_hf.tasks.race import features as race_features
 from albert_hf.tasks.race.data import RaceDataArguments
-from albert_hf.tasks.squad import data as squad_data
+from albert_hf.tasks.squad import features as squad_features
 from albert_hf.tasks.squad.data import SquadDataArguments
 from albert_hf.tasks.trainer import AlbertTrainer
 
@@ -366,7 +366,7 @@ def test_lengths_are_fitted_to_the_model_in_a_checked_copy_and_the_parsed_argume
     fits = GlueDataArguments(task_name="mrpc", max_seq_length=16)
     assert fit_max_seq_length(fits, config) is fits
     squad_args = SquadDataArguments(train_file="train.json", max_seq_length=384)  # --max_query_length 64
-    fitted = squad_data.fit_lengths(squad_args, config)
+    fitted = squad_features.fit_lengths(squad_args, config)
     assert (squad_args.max_seq_length, squad_args.max_query_length) == (384, 64)
     assert (fitted.max_seq_length, fitted.max_query_length) == (32, 14)  # half of 32 - 3
     race_args = RaceDataArguments(max_seq_length=512, max_qa_length=128)

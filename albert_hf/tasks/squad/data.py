@@ -7,7 +7,7 @@ from __future__ import annotations
 import collections
 import json
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from datasets import Dataset, load_dataset
@@ -15,7 +15,7 @@ from datasets import Dataset, load_dataset
 from ...errors import InputError, datasets_read_errors, input_errors
 from ...hub.model_card import CardDataset, from_sources, hub_dataset_id, limits
 from ...runtime.input_files import check_json_start
-from ..finetuning import check_columns, fit_max_seq_length, limit
+from ..finetuning import check_columns, limit
 
 logger = logging.getLogger(__name__)
 
@@ -363,24 +363,3 @@ def select_evaluable(dataset: Dataset, version_2: bool, where: str, labelled: bo
     return dataset
 
 
-def fit_lengths(data_args: SquadDataArguments, config) -> SquadDataArguments:
-    """The window lengths made to compose: --max_seq_length capped at the model's positions
-    (`finetuning.fit_max_seq_length`), then a --max_query_length that would leave the context no room in a window
-    (the default 64 with --max_seq_length 64) cut to half the window's room, with a warning. Windows advance by
-    min(doc_stride, window), as the official loop, so --doc_stride composes with any window.
-
-    Args:
-        data_args: the parsed SQuAD data arguments; left as they are.
-        config: the model's config.
-
-    Returns:
-        The data arguments the run uses: `data_args` itself when both lengths fit, else a checked copy.
-    """
-    data_args = fit_max_seq_length(data_args, config)
-    room = data_args.max_seq_length - 3  # [CLS] question [SEP] context [SEP]
-    if data_args.max_query_length < room:
-        return data_args
-    capped = room // 2
-    logger.warning("--max_query_length %d would leave no context in a --max_seq_length %d window: questions keep "
-                   "their first %d pieces", data_args.max_query_length, data_args.max_seq_length, capped)
-    return replace(data_args, max_query_length=capped)

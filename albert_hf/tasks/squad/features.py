@@ -5,11 +5,16 @@ post-processing reads (evaluation); see job.py beside it."""
 from __future__ import annotations
 
 import collections
+import logging
+from dataclasses import replace
 
 from datasets import Dataset
 
 from ...errors import InputError
+from ..finetuning import fit_max_seq_length
 from .data import POSTPROCESSING_COLUMNS, SquadDataArguments, has_gold_answers, select_evaluable
+
+logger = logging.getLogger(__name__)
 
 
 def window_starts(num_context_tokens: int, max_context_tokens: int, doc_stride: int) -> list[tuple[int, int]]:
@@ -161,3 +166,26 @@ def prepare_questions(examples: Dataset, tokenizer, data_args: SquadDataArgument
 def model_inputs(features: Dataset) -> Dataset:
     """The windows without the columns only post-processing reads."""
     return features.remove_columns([c for c in POSTPROCESSING_COLUMNS if c in features.column_names])
+
+
+def fit_lengths(data_args: SquadDataArguments, config) -> SquadDataArguments:
+    """The window lengths made to compose: --max_seq_length capped at the model's positions
+    (`finetuning.fit_max_seq_length`), then a --max_query_length that would leave the context no room in a window
+    (the default 64 with --max_seq_length 64) cut to half the window's room, with a warning. Windows advance by
+    min(doc_stride, window), as the official loop, so --doc_stride composes with any window.
+
+    Args:
+        data_args: the parsed SQuAD data arguments; left as they are.
+        config: the model's config.
+
+    Returns:
+        The data arguments the run uses: `data_args` itself when both lengths fit, else a checked copy.
+    """
+    data_args = fit_max_seq_length(data_args, config)
+    room = data_args.max_seq_length - 3  # [CLS] question [SEP] context [SEP]
+    if data_args.max_query_length < room:
+        return data_args
+    capped = room // 2
+    logger.warning("--max_query_length %d would leave no context in a --max_seq_length %d window: questions keep "
+                   "their first %d pieces", data_args.max_query_length, data_args.max_seq_length, capped)
+    return replace(data_args, max_query_length=capped)
