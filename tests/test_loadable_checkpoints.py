@@ -132,3 +132,20 @@ def test_the_command_names_a_folder_that_is_not_a_checkpoint_in_one_line(tmp_pat
     (tmp_path / "step_3").mkdir()
     with pytest.raises(InputError, match=rf"^{tmp_path / 'step_3'}: not a complete checkpoint"):
         make_loadable(tmp_path / "step_3")
+
+
+@pytest.mark.trains
+def test_shards_of_another_model_are_refused_in_one_line(run, tmp_path):
+    import re
+
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    from albert_hf.errors import InputError
+    from albert_hf.pretraining.output.loadable import FSDP_SHARDS, gathered_weights
+
+    dcp.save({"model": {"other.weight": torch.ones(2)}}, checkpoint_id=tmp_path / FSDP_SHARDS, no_dist=True)
+    with pytest.raises(InputError, match=rf"^{re.escape(str(tmp_path / FSDP_SHARDS))}: its tensors \(1\) are not "
+                                         r"those of the model of .*config\.json \(\d+\), e\.g\. \S+$"):
+        gathered_weights(tmp_path, run / ".model_files")
+    assert not (tmp_path / "model.safetensors").exists()

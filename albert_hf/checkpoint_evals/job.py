@@ -29,8 +29,13 @@ from ..errors import InputError, NothingProduced
 from ..pretraining.output.checkpoints import StepCheckpoints
 from ..pretraining.output.loadable import missing
 from ..runtime import output_lock
+from ..tasks.arguments import AlbertTrainingArguments, ModelArguments
+from ..tasks.glue.data import GlueDataArguments
 from ..tasks.glue.recipe import TASKS
+from ..tasks.race import recipe as race_recipe
 from ..tasks.race.data import RaceDataArguments
+from ..tasks.squad import recipe as squad_recipe
+from ..tasks.squad.data import SquadDataArguments
 from . import report
 from .sources import Source, download, hub_sources, local_sources, random_init
 
@@ -39,7 +44,8 @@ logger = logging.getLogger(__name__)
 OWN_DATA = "own_data"  # the task name of --train_file / --validation_file
 # the tasks beside GLUE's: the script that fine-tunes each, and its dev metric (the table's and the plot's)
 TASK_SCRIPTS = {"squad": "run_squad.py", "squad_v2": "run_squad.py", "race": "run_race.py"}
-OTHER_MAIN_METRICS = {"squad": "f1", "squad_v2": "f1", "race": "accuracy"}
+OTHER_MAIN_METRICS = {"squad": squad_recipe.MAIN_METRIC, "squad_v2": squad_recipe.MAIN_METRIC,
+                      "race": race_recipe.MAIN_METRIC}
 # --squad_dir: the official file names of each version's train and dev sets; without it, the Hub's datasets
 SQUAD_FILES = {"squad": ("train-v1.1.json", "dev-v1.1.json"), "squad_v2": ("train-v2.0.json", "dev-v2.0.json")}
 HUB_DATASETS = {"squad": "rajpurkar/squad", "squad_v2": "rajpurkar/squad_v2", "race": "ehovy/race"}
@@ -47,9 +53,10 @@ HUB_DATASETS = {"squad": "rajpurkar/squad", "squad_v2": "rajpurkar/squad_v2", "r
 NOT_METRICS = {"loss", "runtime", "samples_per_second", "steps_per_second", "samples", "model_tflops_per_second",
                "mfu", "features", "total", "HasAns_total", "NoAns_total", "num_high", "num_middle", "null_threshold",
                "best_exact_thresh", "best_f1_thresh"}
-# the flags this job sets for each fine-tuning (its data, folder, model and seed)
-TAKEN = {"--output_dir", "--model_name_or_path", "--seed", "--task_name", "--do_train", "--do_eval", "--data_dir",
-         "--train_file", "--validation_file", "--dataset_name", "--dataset_config_name", "--version_2_with_negative"}
+# the flags this job sets for each fine-tuning (its data, folder, model and seed) beside its own (--data_dir,
+# --train_file, --validation_file), which its parser takes
+TAKEN = {"--output_dir", "--model_name_or_path", "--seed", "--task_name", "--do_train", "--do_eval", "--dataset_name",
+         "--dataset_config_name", "--version_2_with_negative"}
 
 
 @dataclass(frozen=True)
@@ -140,13 +147,7 @@ def script_of(task: str) -> str:
 def flags_by_script(rest: list[str], tasks: list[str]) -> dict[str, list[str]]:
     """The fine-tuning flags each script of `tasks` takes: a flag goes to the scripts whose arguments have it (e.g.
     --doc_stride to run_squad.py only); one that none takes is refused, a bad value too, in one line."""
-    import argparse as argparse_module
-
     from transformers import HfArgumentParser
-
-    from ..tasks.arguments import AlbertTrainingArguments, ModelArguments
-    from ..tasks.glue.data import GlueDataArguments
-    from ..tasks.squad.job import SquadDataArguments
 
     data_classes = {"run_glue.py": GlueDataArguments, "run_squad.py": SquadDataArguments,
                     "run_race.py": RaceDataArguments}
@@ -168,7 +169,7 @@ def flags_by_script(rest: list[str], tasks: list[str]) -> dict[str, list[str]]:
         for group in groups:
             try:
                 _, unknown = parser.parse_known_args([*group, "--model_name_or_path", "-"])  # we set that one
-            except argparse_module.ArgumentError as error:
+            except argparse.ArgumentError as error:
                 raise InputError(f"{group[0]}: {error.message} ({script})") from None
             if not unknown:
                 given[script] += group
@@ -265,8 +266,9 @@ class Evaluations:
             damage = StepCheckpoints.damage(path)
             if damage:
                 return f"{path}: damaged ({damage}): not evaluated"
-        if missing(path):
-            return (f"{path}: no model files ({', '.join(missing(path))}): make it loadable with python -m "
+        absent = missing(path)
+        if absent:
+            return (f"{path}: no model files ({', '.join(absent)}): make it loadable with python -m "
                     f"albert_hf.pretraining.output.loadable {path}")
         return None
 

@@ -104,7 +104,8 @@ def make_loadable(checkpoint: Path, given: Path | None = None) -> list[str]:
     if not (checkpoint / WEIGHTS).is_file() and not (checkpoint / FSDP_SHARDS).is_dir():
         raise InputError(f"{checkpoint}: neither {WEIGHTS} nor {FSDP_SHARDS}/: not a checkpoint of run_pretraining.py")
     source = model_files_for(checkpoint, given)
-    added = [path.name for path in sorted(source.iterdir()) if path.is_file() and path.name in allowed(source)
+    taken = allowed(source)
+    added = [path.name for path in sorted(source.iterdir()) if path.is_file() and path.name in taken
              and not (checkpoint / path.name).exists()]
     for name in added:
         shutil.copyfile(source / name, checkpoint / name)
@@ -131,15 +132,15 @@ def gathered_weights(checkpoint: Path, files: Path) -> None:
     try:
         with checkpoint_files.weights_only_loads():
             saved = {name.removeprefix("model.") for name in shards.read_metadata().state_dict_metadata}
-            if saved != set(weights):
-                raise InputError(f"{checkpoint / FSDP_SHARDS}: its tensors ({len(saved)}) are not those of the "
-                                 f"model of {files / 'config.json'} ({len(weights)}), e.g. "
-                                 f"{sorted(saved ^ set(weights))[0]}")
-            with warnings.catch_warnings():  # that it loads in one process is the point here
-                warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-                dcp.load({"model": weights}, storage_reader=shards, no_dist=True)
+            if saved == set(weights):
+                with warnings.catch_warnings():  # that it loads in one process is the point here
+                    warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+                    dcp.load({"model": weights}, storage_reader=shards, no_dist=True)
     except (OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError, CheckpointException) as error:
         raise InputError(f"{checkpoint / FSDP_SHARDS}: cannot be read ({first_line(error)})") from None
+    if saved != set(weights):
+        raise InputError(f"{checkpoint / FSDP_SHARDS}: its tensors ({len(saved)}) are not those of the model of "
+                         f"{files / 'config.json'} ({len(weights)}), e.g. {sorted(saved ^ set(weights))[0]}")
     tmp = checkpoint / ".tmp-weights"
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
