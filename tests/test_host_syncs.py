@@ -72,7 +72,7 @@ def test_the_skip_check_waits_on_the_step_before_only_when_a_limit_is_set(tmp_pa
     """--max_consecutive_skips reads the count of skipped steps each step (on a GPU: the previous step's, through
     an event); with 0 (no limit) nothing is read and no event is waited on."""
     from albert_hf.pretraining import job as pretraining
-    from albert_hf.pretraining.training.loop import LaggedRead
+    from albert_hf.pretraining.training.state import LaggedRead
 
     args = pretraining.parse_args(["--output_dir", str(tmp_path / "run"), *FAST, "--model_config", "tiny",
                                    "--max_train_steps", "6", "--logging_steps", "1000", "--eval_steps", "0",

@@ -5,7 +5,8 @@
    the plan of memory and time (--dry_run, --auto_find_batch_size) in `plan.py`.
 2. The data, `data/`: text (`corpus.py`, `embedded_corpus.py`, `splits.py`) -> sentences (`sentences.py`) -> pairs
    (`pairs.py`) -> batches (`collator.py`), assembled by `inputs.py`; or pairs prepared once (`prepared_data.py`).
-3. The training, `training/`: `loop.py` (`fit`, and `TrainingState`, where the loop stands) runs one optimizer step
+   Several sources mixed: named in `sources.py`, drawn on the mix's schedule in `mixture.py`.
+3. The training, `training/`: `loop.py` (`fit`; where it stands: `TrainingState` in `state.py`) runs one optimizer step
    at a time (`step.py`; `step_graph.py` captures it as a CUDA graph) on the model of `model.py`; the held-out
    evaluation and the metrics in `evaluation.py`; a run that diverges in `divergence.py`. A step reads job.py ->
    loop.py -> step.py.

@@ -19,6 +19,7 @@ from ..runtime.hardware import MIXED_PRECISION_CHOICES
 from ..runtime.secrets import without_secrets
 from .data.corpus import LAYOUTS
 from .data.pairs import TASKS as PAIR_TASKS
+from .data.sources import Sources
 from .training.step import LOSS_NORMALIZATIONS
 from .training.step_graph import MODE as STEP_GRAPH
 
@@ -61,6 +62,17 @@ class DataArgs:
     train_files: list[str] | None = field(default=None, metadata={
         "help": "text files or folders (.txt), or json/jsonl/parquet/csv files with a text column; default: the "
         "embedded corpus (standard-library docstrings)"})
+    sources: list[str] | None = field(default=None, metadata={
+        "help": "several corpora mixed, one word a source: name=NAME,weight=W,KEY=VALUE,... where W is the source's "
+        "share of the training pairs (normalised), or size (by each source's size) or size^A (by size to the power "
+        "A in [0, 1], as multilingual models sample languages), the same shortcut for all; the KEYs are a single "
+        "corpus's: train_files (repeat it for several), dataset_name, dataset_config_name, split, text_column, "
+        "layout, or prepared_data (a folder of --preprocess_only). E.g. --sources name=books,weight=0.7,"
+        "train_files=books/ name=wiki,weight=0.3,dataset_name=wikitext,dataset_config_name=wikitext-103-raw-v1. "
+        "In a recipe: sources: a list of mappings of those keys"})
+    drop_sources: list[str] | None = field(default=None, metadata={
+        "help": "resuming a mixed run without these sources of its checkpoint (without this flag, a source missing "
+        "from --sources is refused)"})
     dataset_name: str | None = field(default=None, metadata={"help": "a datasets Hub name, e.g. wikitext"})
     dataset_config_name: str | None = field(default=None, metadata={"help": "e.g. wikitext-103-raw-v1"})
     text_column: str = field(default="text", metadata={
@@ -220,6 +232,7 @@ class OutputArgs:
 
 
 ARGUMENT_GROUPS = (ModelArgs, DataArgs, ObjectiveArgs, OptimizationArgs, OutputArgs)
+MAPPING_LISTS = ("sources",)  # an arguments file may give these as lists of mappings (a recipe's `sources:`)
 
 
 def build_parser() -> HfArgumentParser:
@@ -246,6 +259,8 @@ class PretrainingArguments:
     adopted: tuple[str, ...] = ()
     # The launch's processes (its WORLD_SIZE), read once with the flags: the global batch is split for them.
     processes: int = 1
+    # --sources (or a --prepared_data folder of several), checked: a mixed run's sources and their weights' rule.
+    sources: Sources | None = None
 
     def flat(self) -> dict:
         """Every argument by its flag's name, secrets masked (for trackers' run configs and the prepared data's

@@ -65,8 +65,9 @@ from ..runtime.throughput import Throughput, cost_rows
 from .arguments import OutputArgs, PretrainingArguments
 from .data import prepared_data
 from .data.collator import masking_budget
-from .data.inputs import build_data, build_inputs
-from .output.card import card_run
+from .data.inputs import build_data, build_inputs, build_mixed_data
+from .data.mixture import start_lines
+from .output.card import card_run, source_rows
 from .output.checkpoints import FILL_MASK_FILE, StepCheckpoints, clear_earlier_run
 from .output.final_folder import held_out_fill_mask, save_final_model, where_trained
 from .output.hub_push import HubPush
@@ -155,7 +156,9 @@ def prepare(args: PretrainingArguments) -> Run:
     inputs = build_inputs(args.data, args.objective, accelerator, seed=args.optimization.seed,
                           model_name_or_path=args.model.model_name_or_path, adopted=args.adopted,
                           batch_sizes=(args.optimization.per_device_train_batch_size,
-                                       args.output.per_device_eval_batch_size))
+                                       args.output.per_device_eval_batch_size), sources=args.sources,
+                          accumulation=args.optimization.gradient_accumulation_steps,
+                          max_train_steps=args.optimization.max_train_steps)
     at_stage("building the model")
     model, model_notes = build_run_model(args.model, args.config, args.objective.task, inputs.tokenizer, accelerator,
                                          fsdp_request)
@@ -172,7 +175,7 @@ def prepare(args: PretrainingArguments) -> Run:
     # follows the official formula whatever the number of processes.
     scheduler = get_official_schedule(optimizer, args.optimization.num_warmup_steps, args.optimization.max_train_steps)
     train_dataloader, eval_dataloader = inputs.train_dataloader, inputs.eval_dataloader
-    if isinstance(train_dataloader.dataset, datasets.IterableDataset):
+    if isinstance(train_dataloader.dataset, (datasets.IterableDataset, torch.utils.data.IterableDataset)):
         # Each process already streams its own pairs (build_data): accelerate would split them again, or have the
         # first process read for all. Not prepared, the loader is iterated in this process, no batch ahead, so
         # its dataset's state_dict() is the position after the last batch taken (saved with each checkpoint).
@@ -203,9 +206,12 @@ def prepare(args: PretrainingArguments) -> Run:
              if args.model.torch_compile_mode == step_graph.MODE else None)
     hub = (HubPush(args.output, Path(args.output.output_dir), accelerator.is_main_process)
            if args.output.push_to_hub else None)
+    if inputs.mix is not None:
+        logger.info("Mixing %d sources, weights %s: %s", len(inputs.mix.names), inputs.mix.weighting,
+                    "; ".join(start_lines(train_dataloader.dataset, optimization.max_train_steps, global_batch)))
     return Run(args, accelerator, inputs.tokenizer, model, optimizer, scheduler, inputs.collate,
                        train_dataloader, eval_dataloader, inputs.eval_documents, ready.checkpoints, num_parameters,
-                       global_batch, ready.hardware, ready.precision, throughput, graph, hub)
+                       global_batch, ready.hardware, ready.precision, throughput, graph, hub, inputs.mix)
 
 
 def prepare_checkpoints(checkpoints: StepCheckpoints, model, tokenizer, output: OutputArgs) -> None:
@@ -284,15 +290,18 @@ def write_final_folder(run: Run, final, eval_metrics: dict, completed_steps: int
     if not args.output.no_plots:
         rows = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()
                 ] if (output_dir / "metrics.jsonl").is_file() else []
-        curves = pretraining_curves(rows, eval_metrics, output_dir / CURVES_FILE, pair_task)
+        curves = pretraining_curves(rows, eval_metrics, output_dir / CURVES_FILE, pair_task,
+                                    run.mix.names if run.mix is not None else ())
     save_final_model(final, run.tokenizer, output_dir,
-                     card_run(args.model, args.data, args.objective, args.optimization, args.output), eval_metrics,
+                     card_run(args.model, args.data, args.objective, args.optimization, args.output, args.sources),
+                     eval_metrics,
                      run.global_batch, accelerator.num_processes, curves=curves is not None,
                      where=where_trained(run.hardware, run.precision, accelerator.num_processes),
                      cost=cost)
     reloaded = AutoModel.from_pretrained(output_dir, trust_remote_code=True)
     summary = {"output_dir": str(output_dir), "parameters": run.num_parameters, "steps": completed_steps,
                "global_batch": run.global_batch, **cost_rows(cost),
+               **source_rows(cost, run.mix.names if run.mix is not None else ()),
                "reloaded_with": f"AutoModel -> {type(reloaded).__name__}",
                **({"training_curves": str(curves)} if curves else {})}
     # after the save: the examples are a look at the saved model, not part of it (nor of all_results.json)
@@ -327,11 +336,19 @@ def preprocess(args: PretrainingArguments):
     output_dir = Path(args.output.output_dir)
     if args.output.overwrite_output_dir:
         clear_earlier_run(output_dir)
-    data = build_data(args.data, args.objective.task, args.optimization.seed, args.model.model_name_or_path)
+    if args.sources is not None:
+        data = build_mixed_data(args.data, args.sources, args.objective.task, args.optimization.seed,
+                                args.model.model_name_or_path)
+    else:
+        data = build_data(args.data, args.objective.task, args.optimization.seed, args.model.model_name_or_path)
     at_stage(f"writing the prepared pairs to {output_dir}")
-    manifest = prepared_data.save(data, output_dir, args.flat())
+    manifest = prepared_data.save(data, output_dir, args.flat(), args.sources)
+    per_source = "".join(f"\n  {entry['name']}: {entry['train_pairs']:,} training pairs, {entry['train_tokens']:,} "
+                         f"tokens, {entry.get('validation_pairs', 0):,} held-out pairs"
+                         for entry in manifest.get("sources", ()))
     print(f"\nPrepared {manifest['train_pairs']:,} training and {manifest.get('validation_pairs', 0):,} held-out "
-          f"pairs in {output_dir}. Train on them with: run_pretraining.py --prepared_data {output_dir} ...")
+          f"pairs in {output_dir}.{per_source}\nTrain on them with: run_pretraining.py --prepared_data {output_dir} "
+          "...")
 
 
 def pretrain(args: PretrainingArguments) -> dict:
@@ -346,7 +363,7 @@ def pretrain(args: PretrainingArguments) -> dict:
         run = prepare(args)
         result = fit(run, stop)
         if result.stopped_by is None:
-            cost = run.throughput.summary(result.steps, result.run_tokens, result.run_seconds)
+            cost = run.throughput.summary(result.steps, result.run_tokens, result.run_seconds) | result.sources
             finish(run, result.eval_metrics, result.steps, cost)
         elif run.hub is not None:  # the stop's checkpoint goes up before the process ends (--hub_strategy)
             run.hub.wait(f"{result.stopped_by} received: the checkpoint of step {result.steps} first")

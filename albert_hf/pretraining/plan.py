@@ -284,6 +284,33 @@ def dry_run(args: PretrainingArguments) -> dict:
     if unknown:
         lines.insert(2, f"  vocabulary: the config's ({config.vocab_size:,}); the tokenizer's is unknown here: "
                         f"{unknown}")
+    if args.sources is not None and is_first_process():
+        lines += mix_plan(args)
     if is_first_process():
         print("\n".join(lines), flush=True)
     return numbers
+
+
+def mix_plan(args: PretrainingArguments) -> list[str]:
+    """--dry_run of a mixed run: per source its weight, size, the pairs drawn over the run and its epochs. The
+    sizes need the pairs: they are built here (cached `datasets` maps, which the run then reads) or read from
+    prepared folders."""
+    from .data.inputs import build_mixed_data, read_prepared_mix
+    from .data.mixture import MixPlan, plan_lines
+
+    data, optimization = args.data, args.optimization
+    if data.prepared_data:
+        mix = read_prepared_mix(data.prepared_data, args.sources)
+    else:
+        mix = build_mixed_data(data, args.sources, args.objective.task, optimization.seed,
+                               args.model.model_name_or_path).mix
+    batch = optimization.per_device_train_batch_size * optimization.gradient_accumulation_steps * args.processes
+    streamed = any(size is None for size in mix.sizes.values())
+    if streamed:  # each process draws its own micro-batches on the schedule
+        batch //= args.processes
+    plan = MixPlan.start(mix.names, mix.sizes, mix.weights, batch)
+    where = " per process" if streamed and args.processes > 1 else ""
+    return [f"  sources ({len(mix.names)}, weights {mix.weighting}; over {optimization.max_train_steps:,} steps of "
+            f"{batch:,} pairs{where}):"] + [f"    {line}" for line in plan_lines(plan, optimization.max_train_steps
+                                                                                   * batch)]
+

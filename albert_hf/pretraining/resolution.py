@@ -19,6 +19,7 @@ from .arguments import (
     ARGUMENT_GROUPS,
     AUTO,
     EAGER,
+    MAPPING_LISTS,
     DataArgs,
     ModelArgs,
     OptimizationArgs,
@@ -30,6 +31,7 @@ from .arguments import (
 )
 from .data import prepared_data
 from .data.inputs import check_train_files
+from .data.sources import Sources, parse_sources
 from .output.checkpoints import check_output_dir
 from .output.hub_push import hub_source
 from .training import step_graph
@@ -41,7 +43,7 @@ def parse_args(argv=None) -> PretrainingArguments:
     later: with --prepared_data, the arguments that shaped its pairs come from its manifest (`adopted` lists those
     that changed); the model's config; a --torch_compile_mode turns --torch_compile on; the warm-up defaults to
     2.5% of the steps."""
-    groups = parse_into_dataclasses(build_parser(), argv)
+    groups = parse_into_dataclasses(build_parser(), argv, mapping_lists=MAPPING_LISTS)
     values = flat_values(groups)
     explicit = explicit_arguments(argv, ARGUMENT_GROUPS)
     adopted = ()
@@ -54,6 +56,12 @@ def parse_args(argv=None) -> PretrainingArguments:
         adopted = tuple(f"--{name} {value}" for name, value in recorded.items() if values[name] != value)
         groups = with_values(groups, recorded)
     model, data, objective, optimization, output = groups
+    sources = resolve_sources(data, explicit, output)
+    if sources is not None:
+        adopted_too, shaping = prepared_sources(sources, values, explicit)
+        adopted += adopted_too
+        model, data, objective, optimization, output = with_values((model, data, objective, optimization, output),
+                                                                   shaping)
     processes = int(os.environ.get("WORLD_SIZE", "1"))  # the launch's processes, read here only
     optimization = split_global_batch(optimization, explicit, processes)
     check_args(model, data, optimization, output)
@@ -66,7 +74,53 @@ def parse_args(argv=None) -> PretrainingArguments:
         model = dataclasses.replace(model, torch_compile=True)
     if optimization.num_warmup_steps is None:
         optimization = dataclasses.replace(optimization, num_warmup_steps=round(0.025 * optimization.max_train_steps))
-    return PretrainingArguments(model, data, objective, optimization, output, config, adopted, processes)
+    return PretrainingArguments(model, data, objective, optimization, output, config, adopted, processes, sources)
+
+
+def resolve_sources(data: DataArgs, explicit: set[str], output: OutputArgs) -> Sources | None:
+    """--sources checked (data/sources.py), or a --prepared_data folder's own sources (the weights of --sources, when
+    given, replace the folder's); None for a run of one corpus."""
+    if data.drop_sources and not output.resume_from_checkpoint:
+        raise InputError("--drop_sources says which sources of a checkpoint a resumed run goes on without: pass "
+                         "--resume_from_checkpoint too, or drop it")
+    recorded = prepared_data.manifest_sources(data.prepared_data) if data.prepared_data else None
+    if not data.sources:
+        return recorded
+    for name in ("train_files", "dataset_name"):
+        if name in explicit:
+            raise InputError(f"--{name} names one corpus and --sources several: put it in --sources as a source")
+    sources = parse_sources(data.sources, data.layout, data.text_column)
+    if recorded is not None:
+        if [(s.name, s.where()) for s in sources.sources] != [(s.name, s.where()) for s in recorded.sources]:
+            raise InputError(f"--prepared_data {data.prepared_data} was written for the sources "
+                             f"{', '.join(recorded.names)} ({'; '.join(s.where() for s in recorded.sources)}), and "
+                             "--sources names another mix: name the same sources (their weights may change), or "
+                             "prepare the folder again")
+    return sources
+
+
+def prepared_sources(sources: Sources, values: dict, explicit: set[str]) -> tuple[tuple[str, ...], dict]:
+    """Sources that are folders of --preprocess_only (`prepared_data:`) prepared alike: (the shaping arguments taken
+    from them that differ from the command's, for the start line; {name: value} to take). Folders prepared with
+    another tokenizer or other shaping arguments are refused in one line naming both."""
+    folders = [(source.name, source.prepared_data) for source in sources.sources if source.prepared_data]
+    if not folders:
+        return (), {}
+    if values["tokenizer_name"] and "tokenizer_name" in explicit:
+        raise InputError(f"--tokenizer_name with source {folders[0][0]} (prepared_data {folders[0][1]}): a prepared "
+                         "folder's pairs are its own tokenizer's; drop --tokenizer_name")
+    first_name, first_folder = folders[0]
+    first = prepared_data.read_manifest(first_folder, f"source {first_name}: prepared_data")
+    for name, folder in folders[1:]:
+        other = prepared_data.read_manifest(folder, f"source {name}: prepared_data")
+        different = prepared_data.difference(first, first_folder, other, folder)
+        if different:
+            raise InputError(f"source {first_name} (prepared_data {first_folder}) and source {name} (prepared_data "
+                             f"{folder}) were prepared with {different}: prepare them alike")
+    recorded = prepared_data.adopt_manifest({**values, "prepared_data": first_folder}, first, explicit,
+                                            sources_only=True)
+    adopted = tuple(f"--{name} {value}" for name, value in recorded.items() if values[name] != value)
+    return adopted, recorded
 
 
 def split_global_batch(optimization: OptimizationArgs, explicit: set[str], processes: int) -> OptimizationArgs:

@@ -34,8 +34,11 @@ def _series(rows: list[dict], key: str):
     return [step for step, _ in points], [value for _, value in points]
 
 
-def pretraining_curves(rows: list[dict], baselines: dict, path: Path, pair_task: str | None) -> Path | None:
-    """`rows`: metrics.jsonl's rows (train_*, eval_*, lr per step). None when there is nothing to draw."""
+def pretraining_curves(rows: list[dict], baselines: dict, path: Path, pair_task: str | None,
+                       sources=()) -> Path | None:
+    """`rows`: metrics.jsonl's rows (train_*, eval_*, lr per step). A mixed run's `sources` each get a held-out
+    line of their own (eval_<name>_*): which source the model learns and which it forgets. None when there is
+    nothing to draw."""
     metrics = ["mlm_loss", "mlm_accuracy"] + ([f"{pair_task}_accuracy"] if pair_task else [])
     if not any(_series(rows, f"{split}_{metric}")[0] for metric in metrics for split in ("train", "eval")):
         return None
@@ -45,6 +48,10 @@ def pretraining_curves(rows: list[dict], baselines: dict, path: Path, pair_task:
             steps, values = _series(rows, f"{split}_{metric}")
             if steps:
                 axis.plot(steps, values, style, label="held-out" if split == "eval" else split, markersize=3)
+        for name in sources:
+            steps, values = _series(rows, f"eval_{name}_{metric}")
+            if steps:
+                axis.plot(steps, values, "o--", label=f"held-out {name}", markersize=2, linewidth=1)
         baseline = baselines.get(f"eval_{metric}_baseline")
         if baseline is not None:
             axis.axhline(baseline, linestyle="--", color="gray", label="baseline")

@@ -35,10 +35,12 @@ def read_argument_file(path: Path) -> dict:
     return yaml.safe_load(text) if path.suffix in (".yaml", ".yml") else json.loads(text)
 
 
-def parse_into_dataclasses(parser: HfArgumentParser, argv=None, defaults: dict | None = None) -> tuple:
+def parse_into_dataclasses(parser: HfArgumentParser, argv=None, defaults: dict | None = None,
+                           mapping_lists=()) -> tuple:
     """The dataclasses of `parser` from `argv` (default: the command line), or from the .json/.yaml file it starts
     with and the flags after it (which override the file's values); `defaults` (argument name -> value) replace the
-    dataclasses' own defaults, and what argv gives wins."""
+    dataclasses' own defaults, and what argv gives wins. `mapping_lists`: the arguments a file may give as a list of
+    mappings (checked by the job that reads them)."""
     argv = sys.argv[1:] if argv is None else [str(arg) for arg in argv]
     defaults = defaults or {}
     parser.set_defaults(**defaults)
@@ -50,7 +52,7 @@ def parse_into_dataclasses(parser: HfArgumentParser, argv=None, defaults: dict |
             values = read_argument_file(path)
             if not isinstance(values, dict):
                 parser.error(f"{path}: expected a mapping of argument names to values, found {type(values).__name__}")
-            check_value_types(parser, values, path)
+            check_value_types(parser, values, path, mapping_lists)
             known = {field.name for dataclass_type in parser.dataclass_types
                      for field in dataclasses.fields(dataclass_type)}
             unknown = sorted(set(values) - known)
@@ -102,7 +104,7 @@ def _matches(value, expected) -> bool:
     return True  # Any, or a type argparse would not check either
 
 
-def check_value_types(parser: HfArgumentParser, values: dict, path: Path) -> None:
+def check_value_types(parser: HfArgumentParser, values: dict, path: Path, mapping_lists=()) -> None:
     """`parser.error` naming the key whose value has the wrong type or is not one of its choices: parse_dict passes
     values to the dataclasses unchecked, where a list for --output_dir or a string for --max_train_steps would
     fail much later, with a traceback."""
@@ -115,6 +117,9 @@ def check_value_types(parser: HfArgumentParser, values: dict, path: Path) -> Non
             if field.name not in values or field.name not in hints:
                 continue
             value = values[field.name]
+            if field.name in mapping_lists and isinstance(value, list) and all(
+                    isinstance(item, dict) for item in value):
+                continue  # a list of mappings, checked by the job that reads it (pretraining's `sources:`)
             if not _matches(value, hints[field.name]):
                 parser.error(f"{path}: {field.name}: {value!r:.60} is not of type {typing_name(hints[field.name])}")
             choices = field.metadata.get("choices")

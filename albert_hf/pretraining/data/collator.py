@@ -288,7 +288,9 @@ class DataCollatorForAlbertPretraining:
         if self.static_masking:
             masked_ids, labels = self._mask_static(input_ids, token_type_ids, lengths, features)
         else:
-            masked_ids, labels = self._mask_dynamic(input_ids, lengths)
+            # a mixed run's pair carries its epoch in its source (data/mixture.py): its masks follow that epoch
+            epochs = [f.get("mask_epoch") for f in features] if "mask_epoch" in features[0] else None
+            masked_ids, labels = self._mask_dynamic(input_ids, lengths, epochs)
         batch = {
             "input_ids": masked_ids,
             "attention_mask": attention_mask,
@@ -300,6 +302,8 @@ class DataCollatorForAlbertPretraining:
             if not all(has_label):
                 raise ValueError("Some features have a sentence_order_label and some do not")
             batch["sentence_order_label"] = np.array([int(f["sentence_order_label"]) for f in features])
+        if "source" in features[0]:  # a mixed run's: which source each pair came from (its tokens are counted)
+            batch["source"] = np.array([int(f["source"]) for f in features])
         if self.masked_positions:
             width = self.max_predictions_per_seq if self.static_shapes else None
             batch["masked_lm_positions"], weights = fixed_size_positions(labels, width)
@@ -311,7 +315,7 @@ class DataCollatorForAlbertPretraining:
 
     # ------------------------------------------------------------------------------------------------------------
 
-    def _mask_dynamic(self, input_ids: np.ndarray, lengths: np.ndarray):
+    def _mask_dynamic(self, input_ids: np.ndarray, lengths: np.ndarray, epochs: list[int] | None = None):
         """Official span selection for every row at once; returns (masked ids, labels)."""
         batch, width = input_ids.shape
         rows = np.arange(batch)
@@ -333,7 +337,7 @@ class DataCollatorForAlbertPretraining:
 
         remaining = masking_budget(lengths, self.mlm_probability, self.max_predictions_per_seq).astype(np.int64)
         # Each row visits its words in a random order (padding words last) and draws n for each of them.
-        keys, ngram, u, random_ids = self._draws(input_ids, lengths, n_words, max_words)
+        keys, ngram, u, random_ids = self._draws(input_ids, lengths, n_words, max_words, epochs)
         keys[np.arange(max_words)[None, :] >= n_words[:, None]] = 2.0
         order = np.argsort(keys, axis=1)
         sizes = np.arange(1, self.max_ngram + 1)
@@ -362,9 +366,10 @@ class DataCollatorForAlbertPretraining:
         masked = np.where(predicted & (u >= 0.9), random_ids, masked)
         return masked, labels
 
-    def _draws(self, input_ids, lengths, n_words, max_words):
+    def _draws(self, input_ids, lengths, n_words, max_words, epochs=None):
         """All random numbers of a batch: word-order keys, n-gram sizes (1..max_ngram), replacement uniforms and
-        random ids. From the running stream, or after `set_epoch` from one generator per example."""
+        random ids. From the running stream, or after `set_epoch` from one generator per example (keyed on its own
+        epoch where `epochs` gives one)."""
         batch, width = input_ids.shape
         if self._epoch is None:
             rng = self._generator()
@@ -376,7 +381,8 @@ class DataCollatorForAlbertPretraining:
         for i in range(batch):
             n, w = int(lengths[i]), int(n_words[i])
             digest = hashlib.blake2b(input_ids[i, :n].astype(np.int32).tobytes(), digest_size=16).digest()
-            rng = np.random.default_rng([self.seed, self._epoch, int.from_bytes(digest, "little")])
+            epoch = self._epoch if epochs is None else epochs[i]
+            rng = np.random.default_rng([self.seed, epoch, int.from_bytes(digest, "little")])
             keys[i, :w] = rng.random(w)
             ngram[i, :w] = rng.choice(self.max_ngram, size=w, p=self.ngram_p) + 1
             u[i, :n] = rng.random(n)

@@ -42,13 +42,13 @@ class CorpusSplits:
 def corpus_splits(source=None, *, layout: str = "document_per_file", text_column: str = "text",
                   config_name: str | None = None, streaming: bool = False, held_out_percentage: float = 0.0,
                   seed: int = 0, process_index: int = 0, num_processes: int = 1,
-                  name: str = "the corpus") -> CorpusSplits:
+                  name: str = "the corpus", split: str = "train") -> CorpusSplits:
     """The training and held-out documents of a corpus, read whole or streamed.
 
     Args:
         source: text files or folders, json/jsonl/parquet/csv files, a Hub dataset name, or None (the embedded
             corpus, never streamed).
-        layout, text_column, config_name: how to read `source` (`load_corpus`).
+        layout, text_column, config_name, split: how to read `source` (`load_corpus`).
         streaming: read as training goes; each process gets its own endless stream of training documents (its own
             files for plain text, its share of the shards otherwise), pass after pass.
         held_out_percentage: the documents held out for evaluation, in percent; a stream has no length, so it holds
@@ -66,7 +66,7 @@ def corpus_splits(source=None, *, layout: str = "document_per_file", text_column
     if streaming and source is None:
         logger.warning("--streaming: the embedded corpus is not streamed (it is small)")
     documents = load_corpus(source, layout=layout, text_column=text_column, config_name=config_name,
-                            streaming=streaming)  # None: the embedded corpus, whatever the other arguments
+                            streaming=streaming, split=split)  # None: the embedded corpus, whatever the others
     train, held_out = hold_out_documents(documents, held_out_percentage, seed, name)
     if not streaming or source is None:
         return CorpusSplits(train, held_out, train)

@@ -18,6 +18,7 @@ from ...hub.model_card import (
 )
 from ...runtime.throughput import COST_FIELDS, cost_rows
 from ..arguments import DataArgs, ModelArgs, ObjectiveArgs, OptimizationArgs, OutputArgs
+from ..data.sources import Sources
 
 
 @dataclass(frozen=True)
@@ -40,13 +41,15 @@ class CardFacts:
     hub_model_id: str | None
     license: str | None
     output_dir: str
+    sources: tuple[str, ...] = ()  # a mixed run's source names: the training table gives each one's share
 
 
 def card_run(model: ModelArgs, data: DataArgs, objective: ObjectiveArgs, optimization: OptimizationArgs,
-             output: OutputArgs) -> CardFacts:
+             output: OutputArgs, sources: Sources | None = None) -> CardFacts:
     """What the model card says of this run."""
     return CardFacts(
-        dataset=corpus_card_dataset(data), task=objective.task, max_ngram=objective.max_ngram,
+        dataset=corpus_card_dataset(data) if sources is None else sources_card_dataset(data, sources),
+        task=objective.task, max_ngram=objective.max_ngram,
         max_train_steps=optimization.max_train_steps, max_seq_length=data.max_seq_length,
         micro_batch=f"{optimization.per_device_train_batch_size} a process x "
                     f"{optimization.gradient_accumulation_steps} accumulation"
@@ -55,7 +58,29 @@ def card_run(model: ModelArgs, data: DataArgs, objective: ObjectiveArgs, optimiz
         num_warmup_steps=optimization.num_warmup_steps, mixed_precision=optimization.mixed_precision,
         seed=optimization.seed, architecture=model.model_config if not model.config_name else "custom",
         base_model=model.model_name_or_path, hub_model_id=output.hub_model_id, license=output.license,
-        output_dir=output.output_dir)
+        output_dir=output.output_dir, sources=sources.names if sources is not None else ())
+
+
+def sources_card_dataset(data: DataArgs, sources: Sources) -> CardDataset:
+    """A mixed run's sources as the Data section describes them (their shares: the training table)."""
+    held_out = f"{data.validation_split_percentage:g}% of each source's documents held out for evaluation"
+    listed = "; ".join(f"`{source.name}`: {source.where()}" for source in sources.sources)
+    return CardDataset(f"{len(sources.sources)} sources mixed ({held_out})",
+                       f"{len(sources.sources)} sources mixed, weights {sources.weighting()} (the training table "
+                       f"gives each one's realised share): {listed}; {held_out}.", splits={"eval_": "held-out"})
+
+
+def source_rows(results: dict, names) -> dict:
+    """The training table's row of each source of a mixed run, from all_results.json's source_<name>_* fields."""
+    rows = {}
+    for name in names:
+        get = lambda field: results.get(f"source_{name}_{field}")  # noqa: E731
+        if get("pairs") is None:
+            continue
+        epochs = f", ×{get('epochs'):.3g} epochs" if get("epochs") is not None else ""
+        rows[f"source {name}"] = (f"weight {get('weight'):.3g}, share {get('share'):.3g} of the pairs; "
+                                  f"{get('pairs'):,} pairs, {get('tokens'):,.0f} tokens{epochs}")
+    return rows
 
 
 def corpus_card_dataset(data: DataArgs) -> CardDataset:
@@ -109,13 +134,14 @@ def pretraining_card(results: dict, facts: CardFacts, global_batch: int, num_pro
                 "optimizer": facts.optimizer.upper(), "peak learning rate": facts.learning_rate,
                 "warmup steps": facts.num_warmup_steps, "processes": num_processes,
                 "mixed precision": (where or {}).get("precision", facts.mixed_precision), "seed": facts.seed,
-                **({"hardware": where["hardware"]} if where else {}), **cost_rows(results)}
+                **({"hardware": where["hardware"]} if where else {}), **cost_rows(results),
+                **source_rows(results, facts.sources)}
     return CardContent(
         title=f"ALBERT ({facts.architecture}) pretrained with albert_hf", summary=summary, pipeline_tag="fill-mask",
         tags=("pretraining", facts.task), usage_class="AutoModelForPreTraining", data=dataset.description,
         training=training, repo=facts.hub_model_id,
-        metrics={key: value for key, value in results.items()  # not where or at what cost it ran
-                 if not isinstance(value, str) and key not in COST_FIELDS},
+        metrics={key: value for key, value in results.items()  # not where or at what cost it ran, nor the mix
+                 if not isinstance(value, str) and key not in COST_FIELDS and not key.startswith("source_")},
         license=facts.license, base_model=hub_model_name(facts.base_model),
         datasets=[dataset.hub_id] if dataset.hub_id else None, eval_results=found,
         model_name=(facts.hub_model_id or Path(facts.output_dir).absolute().name).split("/")[-1],

@@ -329,6 +329,14 @@ class StepCheckpoints:
                    and state.get(key, 0) >= 0 for key in totals):
             raise InputError(f"--resume_from_checkpoint {path}: {STATE_FILE}: the run's totals ({', '.join(totals)}) "
                              "are not finite numbers >= 0")
+        counts = state.get("sources", {})  # a mixed run's [tokens, pairs] of each source (its plan: "mix")
+        if not (isinstance(counts, dict) and all(
+                isinstance(pair, dict) and all(
+                    isinstance(pair.get(key), list) and len(pair[key]) == 2 and all(
+                        type(v) in (int, float) and math.isfinite(v) and v >= 0 for v in pair[key])
+                    for key in ("window", "run")) for pair in counts.values())):
+            raise InputError(f"--resume_from_checkpoint {path}: {STATE_FILE}: the sources' counts are not [tokens, "
+                             "pairs] of the window and of the run for each source")
         return state
 
     @classmethod

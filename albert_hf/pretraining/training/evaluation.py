@@ -45,12 +45,37 @@ def metrics_from_counts(totals: torch.Tensor, prefix: str = "", pair_task: str =
 
 
 @torch.no_grad()
-def evaluate(model, dataloader, accelerator, task: str) -> dict:
+def evaluate(model, dataloader, accelerator, task: str, mix: tuple | None = None) -> dict:
+    """The held-out metrics (eval_mlm_loss, ...). A mixed run's (`mix`: its source names and their weights) per
+    source too (eval_<name>_mlm_loss, ...), each pair counted for its own source ("source" in its batch); the overall
+    figures are then the sources' weighted as the training mix (`mixed_metrics`)."""
     model.eval()
-    totals = torch.zeros(COUNTS, dtype=torch.float64)
+    totals = torch.zeros(len(mix[0]) if mix else 1, COUNTS, dtype=torch.float64)
     for batch in dataloader:
+        source = batch.pop("source", None)
         with accelerator.autocast():
             outputs = model(**batch)
-        totals += accelerator.gather_for_metrics(example_counts(outputs, batch)).sum(0).cpu()
+        counts = example_counts(outputs, batch)
+        if source is None:
+            totals[0] += accelerator.gather_for_metrics(counts).sum(0).cpu()
+        else:
+            counts, source = accelerator.gather_for_metrics((counts, source))
+            totals.index_add_(0, source.cpu(), counts.cpu())
     model.train()
-    return metrics_from_counts(totals, prefix="eval_", pair_task=task)
+    if not mix:
+        return metrics_from_counts(totals[0], prefix="eval_", pair_task=task)
+    return mixed_metrics(totals, *mix, pair_task=task)
+
+
+def mixed_metrics(totals: torch.Tensor, names, weights: dict, pair_task: str) -> dict:
+    """Per source (eval_<name>_*), and overall each metric as the mix weighs the sources: sum of w_s m_s over the
+    sources with held-out pairs, divided by the sum of their weights."""
+    per_source = {name: metrics_from_counts(totals[i], pair_task=pair_task) for i, name in enumerate(names)}
+    overall = {}
+    for key in dict.fromkeys(key for metrics in per_source.values() for key in metrics):
+        held = [(weights.get(name, 0.0), metrics[key]) for name, metrics in per_source.items() if key in metrics]
+        total = sum(weight for weight, _ in held)
+        if total:
+            overall[f"eval_{key}"] = sum(weight * value for weight, value in held) / total
+    return overall | {f"eval_{name}_{key}": value for name, metrics in per_source.items()
+                      for key, value in metrics.items()}

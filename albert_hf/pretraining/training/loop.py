@@ -1,17 +1,16 @@
 """The pretraining loop: `fit` trains a `Run` (the whole job's object, defined here) one optimizer step at a time
 (step.py), with the log window (output/log.py), the held-out evaluation (evaluation.py), the checkpoints
 (output/checkpoints.py), --on_divergence rollback and the --max_consecutive_skips limit (divergence.py), and a stop
-signal honoured at a step boundary with a checkpoint. Where the loop stands is its `TrainingState` (at the end of
-this module: what a checkpoint saves of it). job.py builds the `Run` it trains (`prepare`) and saves it after
+signal honoured at a step boundary with a checkpoint. Where the loop stands is its `TrainingState` (state.py: what a
+checkpoint saves of it). job.py builds the `Run` it trains (`prepare`) and saves it after
 (`finish`).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import datasets
@@ -22,20 +21,23 @@ from accelerate.utils import send_to_device
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
+from ...errors import InputError
 from ...runtime.distributed import gather_full_model
 from ...runtime.hardware import Hardware, Precision
 from ...runtime.preemption import StopOnSignal, at_stage, deferred
-from ...runtime.throughput import Throughput, peak_memory_gib
+from ...runtime.throughput import Throughput
 from ..arguments import PretrainingArguments
 from ..data.collator import DataCollatorForAlbertPretraining
+from ..data.mixture import Mix, MixedPairs, MixedStream, MixPlan
 from ..output.card import card_run
 from ..output.checkpoints import StepCheckpoints, truncate_metrics_log
 from ..output.final_folder import save_final_model, where_trained
 from ..output.hub_push import HubPush, download_last_checkpoint, hub_source
 from ..output.log import MetricsLog, format_metrics
 from .divergence import Diverged, check_losses, check_weights, newest_finite, stop_line
-from .evaluation import evaluate, metrics_from_counts
-from .step import COUNTS, GRAD_NORM, accumulation_groups, training_step, update_gate
+from .evaluation import evaluate
+from .state import TrainingState
+from .step import COUNTS, accumulation_groups, training_step, update_gate
 from .step_graph import StepGraph
 
 logger = logging.getLogger(__name__)
@@ -63,16 +65,30 @@ class Run:
     throughput: Throughput  # the model FLOPs per token and the peak of the logged rates and MFU
     step_graph: StepGraph | None = None  # --torch_compile_mode whole-step-graph
     hub: HubPush | None = None  # --push_to_hub
+    mix: Mix | None = None  # a mixed run's sources (--sources)
 
     @property
     def output_dir(self) -> Path:
         return Path(self.args.output.output_dir)
 
     @property
-    def stream(self) -> datasets.IterableDataset | None:
+    def stream(self) -> datasets.IterableDataset | MixedStream | None:
         """The process's own endless stream of training pairs under --streaming (its position is checkpointed)."""
         dataset = self.train_dataloader.dataset
-        return dataset if isinstance(dataset, datasets.IterableDataset) else None
+        return dataset if isinstance(dataset, (datasets.IterableDataset, MixedStream)) else None
+
+    @property
+    def mixed(self) -> MixedPairs | MixedStream | None:
+        """A mixed run's training pairs, whose plan (data/mixture.py) a checkpoint saves."""
+        dataset = self.train_dataloader.dataset
+        return dataset if isinstance(dataset, (MixedPairs, MixedStream)) else None
+
+    def pairs_drawn(self, state: TrainingState) -> int:
+        """A mixed run's position: the run's pairs drawn (a stream's: this process's)."""
+        if isinstance(self.mixed, MixedStream):
+            return self.mixed.draws
+        micro = self.args.optimization.per_device_train_batch_size
+        return self.mixed.first + state.batches_in_epoch * micro * self.accelerator.num_processes
 
 
 def optimizer_step(run: Run, micro_batches) -> torch.Tensor:
@@ -131,13 +147,15 @@ def fit(run: Run, stop: StopOnSignal | None = None) -> FitResult:
             for micro_batches, waited in timed(started(accumulation_groups(epoch_batches(run, state), accumulation))):
                 state.batches_in_epoch += len(micro_batches)
                 state.window_data_wait += waited
+                # a mixed run's batches say each pair's source: counted, not given to the model
+                sources = [batch.pop("source") for batch in micro_batches] if run.mix is not None else None
                 began = time.perf_counter()
                 counts = optimizer_step(run, micro_batches)
                 if run.args.model.torch_compile and not compiled:  # the first step compiles
                     compiled = True
                     logger.info("torch.compile: the first step took %.1f s, compiling included",
                                 time.perf_counter() - began)
-                state.add_step(counts, micro_batches, update_gate(run.optimizer, accelerator.device))
+                state.add_step(counts, micro_batches, update_gate(run.optimizer, accelerator.device), sources)
                 if stop is not None:
                     stop.saving()  # a step to save from here on: a signal waits for the step boundary
                 progress.update(1)
@@ -160,7 +178,24 @@ def fit(run: Run, stop: StopOnSignal | None = None) -> FitResult:
         return stopped
     if run.eval_dataloader is not None and (not output.eval_steps or steps % output.eval_steps):
         eval_metrics = evaluate_and_log(run, state, log)
-    return FitResult(eval_metrics, state.step, run_tokens=state.run_tokens, run_seconds=state.run_seconds)
+    sources = mix_summary(run, dict(zip(state.source_names, state.source_run.tolist())), state) if run.mix else {}
+    return FitResult(eval_metrics, state.step, run_tokens=state.run_tokens, run_seconds=state.run_seconds,
+                     sources=sources)
+
+
+def mix_summary(run: Run, counts: dict, state: TrainingState) -> dict:
+    """A mixed run's per-source fields of all_results.json and the card (source_<name>_*): its weight now, pairs
+    and tokens trained on (`counts`: name -> [tokens, pairs]), its share of the pairs and its epochs."""
+    total = sum(pairs for _, pairs in counts.values())
+    weights = run.mixed.plan.segments[-1].weights
+    epochs = run.mixed.plan.epochs(run.pairs_drawn(state))
+    summary = {}
+    for name, (tokens, pairs) in counts.items():
+        summary |= {f"source_{name}_weight": weights.get(name, 0.0), f"source_{name}_pairs": int(pairs),
+                    f"source_{name}_tokens": int(tokens), f"source_{name}_share": pairs / total if total else 0.0}
+        if epochs.get(name) is not None:
+            summary[f"source_{name}_epochs"] = epochs[name]
+    return summary
 
 
 
@@ -171,21 +206,55 @@ def fit(run: Run, stop: StopOnSignal | None = None) -> FitResult:
 def resume(run: Run) -> TrainingState:
     """A fresh state, or the one of the checkpoint --resume_from_checkpoint names (and the stream's position)."""
     args, accelerator = run.args, run.accelerator
-    state = TrainingState.start(accelerator.device)
+    state = TrainingState.start(accelerator.device, run.mixed.plan.names if run.mixed is not None else ())
     value = args.output.resume_from_checkpoint
     if hub_source(value, args.output) is not None:  # the state --hub_strategy checkpoint pushed
         value = str(download_last_checkpoint(value, args.output, accelerator))
     path = run.checkpoints.resolve(value) if value else None
     if path is None:
         return state
-    state.restore(run.checkpoints.load(path, COUNTS), accelerator.is_main_process)
+    saved = run.checkpoints.load(path, COUNTS)
+    stream_state = run.checkpoints.stream_state(path) if run.stream is not None else None
+    if run.mixed is not None:
+        stream_state = continue_mix(run, saved, stream_state, path)
+        state.resize_sources(run.mixed.plan.names)
+    state.restore(saved, accelerator.is_main_process)
     if run.stream is not None:
-        run.stream.load_state_dict(run.checkpoints.stream_state(path))
+        run.stream.load_state_dict(stream_state)
+    if isinstance(run.mixed, MixedPairs):
+        state.epoch, state.batches_in_epoch = 0, 0  # the mixed pairs begin where the checkpoint ended
     if accelerator.is_main_process:
         truncate_metrics_log(run.output_dir / "metrics.jsonl", state.step)
     logger.info("Resumed from %s: step %d, epoch %d, batch %d of the epoch", path, state.step, state.epoch,
                 state.batches_in_epoch)
     return state
+
+
+def continue_mix(run: Run, saved: dict, stream_state: dict | None, path: Path) -> dict | None:
+    """A mixed run resumed: the checkpoint's plan (a stream's: in this process's stream position) continued with
+    this run's sources and weights (`MixPlan.resumed`: a change is said in one line; a source missing without
+    --drop_sources stops the run). Returns the stream position to load, for a stream."""
+    where = f"--resume_from_checkpoint {path}"
+    if "mix" not in saved:
+        raise InputError(f"{where}: it was written by a run of one corpus, and this run mixes --sources: resume it "
+                         "as it was, or start the mix in another --output_dir")
+    mixed = run.mixed
+    if isinstance(mixed, MixedStream):
+        if not isinstance(stream_state, dict) or "plan" not in stream_state or "streams" not in stream_state:
+            raise InputError(f"{where}: its stream positions are not a mixed run's; resume it as it was")
+        plan, pairs = MixPlan.from_state(stream_state["plan"], where)
+    else:
+        plan, pairs = MixPlan.from_state(saved["mix"], where)
+    first = mixed.plan.segments[0]
+    mixed.plan, changed = plan.resumed(pairs, saved["step"], mixed.plan.names, mixed.plan.sizes, first.weights,
+                                       first.batch, run.args.data.drop_sources or (), where)
+    if changed and run.accelerator.is_main_process:
+        logger.warning(changed)
+    mixed.align(first.weights)
+    if isinstance(mixed, MixedStream):
+        return {**stream_state, "draws": pairs}
+    mixed.first = pairs
+    return None
 
 
 def epoch_batches(run: Run, state: TrainingState):
@@ -212,12 +281,32 @@ def log_window(run: Run, state: TrainingState, log, progress):
     """A collective: the training means of the window and the run's rates (runtime/throughput.py), into the
     progress bar and the metrics log; a non-finite loss stops the run (pretraining/training/divergence.py)."""
     metrics = state.window_metrics(run.accelerator, run.args.objective.task, current_lr(run), run.throughput)
+    sources = source_rows(run, state) if run.mixed is not None else {}
     progress.set_postfix({SHORT_NAMES.get(k, k.replace("_accuracy", "_acc")):
-                          "non-finite" if v is None else f"{v:.3g}" for k, v in metrics.items() if k != "lr"})
-    log.write(state.step, {k if k in RUN_FIELDS else f"train_{k}": v for k, v in metrics.items()})
+                          "non-finite" if v is None else f"{v:.3g}" for k, v in metrics.items() if k != "lr"}
+                         | {key.replace("run_tokens_", "run_tok_").replace("tokens_", "tok_"): f"{value:.3g}"
+                            for key, value in sources.items() if "tokens_" in key})
+    log.write(state.step, {k if k in RUN_FIELDS else f"train_{k}": v for k, v in metrics.items()} | sources)
     check_losses(metrics, state.step, metrics["lr"], lambda: newest_checkpoint(run), "training")
     for row in run.hub.sent_rows() if run.hub is not None else ():  # main process: the uploads done meanwhile
         log.write(state.step, row)
+
+
+def source_rows(run: Run, state: TrainingState) -> dict:
+    """A mixed run's per-source fields of a logged row (`state.source_totals`, just read with the window): the
+    window's tokens, the run's tokens and pairs, each source's share of the run's pairs and its epochs."""
+    window, run_totals = state.source_totals
+    pairs = run_totals[:, 1].sum()
+    epochs = run.mixed.plan.epochs(run.pairs_drawn(state))
+    row = {}
+    for i, name in enumerate(state.source_names):
+        row[f"tokens_{name}"] = float(window[i, 0])
+        row[f"run_tokens_{name}"] = float(run_totals[i, 0])
+        row[f"run_pairs_{name}"] = int(run_totals[i, 1])
+        row[f"share_{name}"] = float(run_totals[i, 1] / pairs) if pairs else 0.0
+        if epochs.get(name) is not None:
+            row[f"epochs_{name}"] = epochs[name]
+    return row
 
 
 def after_step(run: Run, state: TrainingState, log, progress) -> dict | None:
@@ -249,7 +338,7 @@ def roll_back(run: Run, state: TrainingState, log, progress, diverged: Diverged,
     if path is None or rollbacks > optimization.max_rollbacks:
         why = "no checkpoint to roll back to" if path is None else f"{optimization.max_rollbacks} rollbacks done"
         raise Diverged(f"{diverged} ({why})") from None
-    back = TrainingState.start(run.accelerator.device)
+    back = TrainingState.start(run.accelerator.device, state.source_names)
     back.restore(run.checkpoints.load(path, COUNTS), run.accelerator.is_main_process)
     back.epoch, back.batches_in_epoch = state.epoch, state.batches_in_epoch  # the data goes on from here
     if run.accelerator.is_main_process:
@@ -284,7 +373,10 @@ def evaluate_and_log(run: Run, state: TrainingState, log) -> dict:
     """A collective: held-out metrics, logged with the run's model FLOPs and mean MFU up to here (training time, not
     this evaluation's); a non-finite loss stops the run (pretraining/training/divergence.py)."""
     totals = run.throughput.totals(*state.run_totals(run.accelerator))
-    metrics = evaluate(run.model, run.eval_dataloader, run.accelerator, run.args.objective.task)
+    mix = None
+    if run.mix is not None:  # the held-out pairs of the run's sources, weighted as its mix
+        mix = (run.mix.names, run.mixed.plan.segments[-1].weights)
+    metrics = evaluate(run.model, run.eval_dataloader, run.accelerator, run.args.objective.task, mix)
     log.write(state.step, {**metrics, **totals})
     if run.hub is not None:
         run.hub.latest_eval = metrics  # the next pushed checkpoint's card shows them
@@ -300,6 +392,8 @@ def save_checkpoint(run: Run, state: TrainingState) -> Path:
     sharded = run.accelerator.distributed_type == DistributedType.FSDP  # a checkpoint's weights are shards then
     model = gather_full_model(run.accelerator, run.model) if pushed or sharded else None  # a collective under FSDP
     saved = state.checkpoint_state(run.accelerator)
+    if run.mixed is not None:  # the plan and each source's position, as data (a stream's: in its own state)
+        saved["mix"] = run.mixed.plan.state(run.pairs_drawn(state))
     path = run.checkpoints.save(state.step, saved, stream_state=None if run.stream is None else run.stream.state_dict(),
                                 full_model=model if sharded else None)
     if pushed:
@@ -307,9 +401,12 @@ def save_checkpoint(run: Run, state: TrainingState) -> Path:
         if model is not None:  # its all_results.json names the step and tokens (run_checkpoint_evals.py reads them)
             cost = run.throughput.summary(state.step, saved["run_tokens"] + saved["window_tokens"],
                                           saved["run_seconds"] + saved["window_seconds"])
+            if run.mix is not None:  # the closed windows' and the open one's
+                cost |= mix_summary(run, {name: [a + b for a, b in zip(counts["run"], counts["window"])]
+                                          for name, counts in saved["sources"].items()}, state)
             run.hub.push_checkpoint(state.step, path, lambda folder: save_final_model(
                 model, run.tokenizer, folder, card_run(run.args.model, run.args.data, run.args.objective,
-                                                       run.args.optimization, run.args.output),
+                                                       run.args.optimization, run.args.output, run.args.sources),
                 run.hub.latest_eval, run.global_batch, run.accelerator.num_processes,
                 where=where_trained(run.hardware, run.precision, run.accelerator.num_processes), cost=cost))
     return path
@@ -329,161 +426,6 @@ def newest_checkpoint(run: Run, before: int | None = None) -> Path | None:
     return newest_finite([path for step, path in run.checkpoints.complete() if before is None or step < before])
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Where the loop stands
-
-class LaggedRead:
-    """A device scalar, read on the host without waiting for the step just queued: each step's value is copied into
-    one of two host slots (pinned, on a GPU) behind an event, and a read takes the slot of the step before, whose
-    event has passed. On a CPU the copy is done at once and the read is the step's own value. Every process reads
-    the same step's value, so their decisions agree without a collective."""
-
-    def __init__(self, device: torch.device):
-        self.lag = int(device.type == "cuda")
-        self.host = torch.zeros(2, dtype=torch.float64, pin_memory=bool(self.lag))
-        self.events = [None, None]
-
-    def record(self, value: torch.Tensor, step: int):
-        self.host[step % 2].copy_(value, non_blocking=bool(self.lag))
-        if self.lag:
-            self.events[step % 2] = torch.cuda.Event()
-            self.events[step % 2].record()
-
-    def read(self, step: int) -> float:
-        """The value recorded at `step` (on a CPU) or at `step - 1` (on a GPU); 0 before any."""
-        slot = (step - self.lag) % 2
-        if self.lag:
-            if self.events[slot] is None:
-                return 0.0
-            self.events[slot].synchronize()
-        return float(self.host.numpy()[slot])  # host memory: no device read
-
-
-@dataclass
-class TrainingState:
-    """The loop's position and its logging window: what a checkpoint saves besides the model, the optimizer, the
-    schedule, the RNGs and the data position.
-
-    The training metrics logged every --logging_steps are means over a window of steps. The window's sums travel
-    with the checkpoint (summed over processes, held by the main process), so that a resumed run logs exactly what
-    the uninterrupted run would have, wherever the checkpoint fell inside a window.
-
-    A skipped step (its gradients not finite: `accumulate_and_update`) adds nothing to the window's sums; `skips`
-    counts it on the device, the same in every process: in the window, in a row up to the last step (read each step
-    through `LaggedRead`, for --max_consecutive_skips), and in all.
-
-    Each step's gradient norm is kept on the device (the window logs its last step's). The run's closed windows add
-    up to its tokens and seconds (for its total model FLOPs and mean MFU), which checkpoints carry too."""
-
-    window: torch.Tensor  # the six counts of `step_counts`, summed over the window's steps
-    window_tokens: torch.Tensor  # this process's real tokens in the window, on the device: read when logged
-    window_start: float  # time.perf_counter() when the window began
-    skips: torch.Tensor  # steps skipped [in the window, in a row up to the last step, in all], on the device
-    consecutive: LaggedRead
-    grad_norm: torch.Tensor  # the last step's gradient norm before clipping, on the device (-1: none known)
-    step: int = 0  # optimizer steps completed
-    epoch: int = 0
-    batches_in_epoch: int = 0
-    window_data_wait: float = 0.0  # seconds this process waited for its batches in the window
-    run_tokens: float = 0.0  # real tokens of all processes in the run's closed windows
-    run_seconds: float = 0.0  # the closed windows' wall time
-
-    @classmethod
-    def start(cls, device: torch.device) -> "TrainingState":
-        return cls(torch.zeros(COUNTS, dtype=torch.float64, device=device),
-                   torch.zeros((), dtype=torch.float64, device=device), time.perf_counter(),
-                   torch.zeros(3, dtype=torch.float64, device=device), LaggedRead(device),
-                   torch.full((), -1.0, dtype=torch.float64, device=device))
-
-    def restore(self, saved: dict, main_process: bool):
-        """The position of a checkpoint's training state (checked by StepCheckpoints.load); its window on the main
-        process, which holds the sums; the skip counts in every process."""
-        self.step, self.epoch, self.batches_in_epoch = saved["step"], saved["epoch"], saved["batches_in_epoch"]
-        self.skips.copy_(torch.tensor([saved.get("window_skipped", 0), saved.get("consecutive_skips", 0),
-                                       saved.get("skipped_steps", 0)], dtype=torch.float64))
-        self.consecutive.record(self.skips[1], self.step)
-        self.run_tokens, self.run_seconds = saved.get("run_tokens", 0.0), saved.get("run_seconds", 0.0)
-        if main_process and "window" in saved:
-            self.window = torch.tensor(saved["window"], dtype=torch.float64, device=self.window.device)
-            self.window_tokens.fill_(saved["window_tokens"])
-            self.window_start = time.perf_counter() - saved["window_seconds"]
-            self.window_data_wait = saved.get("window_data_wait", 0.0)
-
-    def add_step(self, outputs: torch.Tensor, micro_batches, gate: torch.Tensor | None):
-        """One optimizer step done (`outputs`: a training step's counts and gradient norm): its counts (none for a
-        skipped step, `gate` 0) and real tokens into the window, its norm kept."""
-        counts = outputs[:COUNTS]
-        self.grad_norm.copy_(outputs[GRAD_NORM])
-        if gate is not None:
-            skipped = 1.0 - gate.to(torch.float64)
-            self.window += torch.where(skipped > 0, 0.0, counts)  # a skipped step's counts may hold NaN
-            one = torch.ones((), dtype=torch.float64, device=skipped.device)
-            self.skips.mul_(torch.stack((one, skipped, one))).add_(skipped)  # window += s; row = (row + 1) s; all += s
-        else:
-            self.window += counts
-        for batch in micro_batches:
-            self.window_tokens += batch["attention_mask"].sum()
-        self.step += 1
-        self.consecutive.record(self.skips[1], self.step)
-
-    def consecutive_skips(self) -> int:
-        """Steps skipped in a row up to the last one (on a GPU: up to the one before, not to wait for the last)."""
-        return int(self.consecutive.read(self.step))
-
-    def next_epoch(self):
-        self.epoch += 1
-        self.batches_in_epoch = 0
-
-    def window_sums(self, accelerator) -> torch.Tensor:
-        """A collective: the six counts, the real tokens, then the seconds spent waiting for batches, summed over
-        all processes."""
-        wait = torch.full((1,), self.window_data_wait, dtype=torch.float64, device=self.window.device)
-        return accelerator.reduce(torch.cat([self.window, self.window_tokens.view(1), wait]), "sum").cpu()
-
-    def run_totals(self, accelerator) -> tuple[float, float]:
-        """A collective: the run's real tokens (all processes) and wall seconds of training up to now."""
-        tokens = float(self.window_sums(accelerator)[COUNTS])
-        return self.run_tokens + tokens, self.run_seconds + time.perf_counter() - self.window_start
-
-    def window_metrics(self, accelerator, pair_task: str, lr: float, throughput: Throughput) -> dict:
-        """A collective: the window's means, its learning rate, token rate and what `throughput` makes of it (model
-        TFLOP/s, MFU), last gradient norm (None when that step was not finite), share of time spent waiting for
-        batches (the processes' mean), peak memory (the processes' most) and skipped steps; then a new window
-        begins."""
-        elapsed = time.perf_counter() - self.window_start
-        sums = self.window_sums(accelerator)
-        metrics = metrics_from_counts(sums[:COUNTS], pair_task=pair_task)
-        tokens, wait = float(sums[COUNTS]), float(sums[COUNTS + 1])
-        metrics.update(lr=lr, tokens_per_second=tokens / elapsed, **throughput.rates(tokens / elapsed))
-        norm = float(self.grad_norm.cpu())
-        if norm != -1.0:  # -1: no norm known (DeepSpeed)
-            metrics["grad_norm"] = norm if math.isfinite(norm) else None
-        metrics["data_wait"] = wait / accelerator.num_processes / elapsed
-        memory = torch.tensor([peak_memory_gib(accelerator.device)], device=accelerator.device)
-        metrics["peak_memory_gib"] = float(accelerator.gather(memory).max().cpu())
-        skipped = int(self.skips[0].cpu())
-        if skipped:
-            metrics["skipped_steps"] = skipped
-        self.run_tokens += tokens
-        self.run_seconds += elapsed
-        self.window.zero_()
-        self.window_tokens.zero_()
-        self.skips[0].zero_()
-        self.window_data_wait = 0.0
-        self.window_start = time.perf_counter()
-        return metrics
-
-    def checkpoint_state(self, accelerator) -> dict:
-        """A collective: what a checkpoint saves of the state (the window summed over processes)."""
-        *sums, tokens, wait = self.window_sums(accelerator).tolist()
-        window_skipped, consecutive, skipped = self.skips.cpu().tolist()
-        return {"step": self.step, "epoch": self.epoch, "batches_in_epoch": self.batches_in_epoch,
-                "skipped_steps": int(skipped), "window_skipped": int(window_skipped),
-                "consecutive_skips": int(consecutive), "window": sums, "window_tokens": tokens,
-                "window_seconds": time.perf_counter() - self.window_start, "window_data_wait": wait,
-                "run_tokens": self.run_tokens, "run_seconds": self.run_seconds}
-
-
 @dataclass
 class FitResult:
     """How `fit` ended: at --max_train_steps, or early on a stop signal with a checkpoint written."""
@@ -494,3 +436,4 @@ class FitResult:
     checkpoint: Path | None = None  # the step_N written when it stopped
     run_tokens: float = 0.0  # the run's real tokens (all processes) and training seconds, for its summary
     run_seconds: float = 0.0
+    sources: dict = field(default_factory=dict)  # a mixed run's per-source totals (`mix_summary`)
