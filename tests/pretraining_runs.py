@@ -27,6 +27,8 @@ SCRIPT = str(REPO / "run_pretraining.py")
 FAST = ["--vocab_size", "500", "--max_seq_length", "64", "--per_device_train_batch_size", "8", "--dupe_factor", "1",
         "--max_eval_samples", "64", "--logging_steps", "2", "--seed", "7",
         "--mixed_precision", "no"]  # fp32 whatever the CPU: the precision choice has its own tests (test_hardware)
+# FAST without the flags that shape the pairs: a run on a --prepared_data folder takes those from its manifest
+FAST_TRAINING = ["--per_device_train_batch_size", "8", "--logging_steps", "2", "--seed", "7", "--mixed_precision", "no"]
 
 
 def pretrain(out, *extra, launcher=None, check=True, timeout=300, started: Path | None = None, env=None,
@@ -46,13 +48,15 @@ def pretrain(out, *extra, launcher=None, check=True, timeout=300, started: Path 
 
 def pretrain_runs(runs, launcher=None, timeout=300, steps_only=False,
                   process_env=None) -> tuple[list[dict], subprocess.CompletedProcess]:
-    """Several `pretrain` runs, each (output folder, extra arguments[, environment[, steps_only[, hooks]]]), one after
-    the other in one process or one launch (tests/launched_runs.py: a launch costs more than a tiny run). Per run:
+    """Several `pretrain` runs, each (output folder, extra arguments[, environment[, steps_only[, hooks[, fast]]]]),
+    one after the other in one process or one launch (tests/launched_runs.py: a launch costs more than a tiny run),
+    each with FAST's flags (`fast` False: FAST_TRAINING's, for a run on a --prepared_data folder). Per run:
     "status" (0, 2 or "traceback") and "line" (its error line), and the finished process. With `steps_only` (the
     default for runs that do not say), prepare and fit only (no final save). `process_env`: set for the whole
     process, before torch is imported (a run's own environment is set after)."""
-    spec = [{"argv": ["--output_dir", str(out), *FAST, *extra], "env": rest[0] if rest else {},
-             "steps_only": rest[1] if len(rest) > 1 else steps_only, "hooks": rest[2] if len(rest) > 2 else {}}
+    spec = [{"argv": ["--output_dir", str(out), *(FAST if len(rest) < 4 or rest[3] else FAST_TRAINING), *extra],
+             "env": rest[0] if rest else {}, "steps_only": rest[1] if len(rest) > 1 else steps_only,
+             "hooks": rest[2] if len(rest) > 2 else {}}
             for out, extra, *rest in runs]
     folder = Path(runs[0][0]).parent
     path = folder / f"runs-{Path(runs[0][0]).name}.json"

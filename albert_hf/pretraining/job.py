@@ -207,11 +207,16 @@ def prepare(args: PretrainingArguments) -> Run:
     hub = (HubPush(args.output, Path(args.output.output_dir), accelerator.is_main_process)
            if args.output.push_to_hub else None)
     if inputs.mix is not None:
-        logger.info("Mixing %d sources, weights %s: %s", len(inputs.mix.names), inputs.mix.weighting,
-                    "; ".join(start_lines(train_dataloader.dataset, optimization.max_train_steps, global_batch)))
+        log_mix(inputs.mix, train_dataloader.dataset, optimization.max_train_steps, global_batch)
     return Run(args, accelerator, inputs.tokenizer, model, optimizer, scheduler, inputs.collate,
                        train_dataloader, eval_dataloader, inputs.eval_documents, ready.checkpoints, num_parameters,
                        global_batch, ready.hardware, ready.precision, throughput, graph, hub, inputs.mix)
+
+
+def log_mix(mix, dataset, max_train_steps: int, global_batch: int) -> None:
+    """The start line of a mixed run's sources: each one's weight, size, pairs drawn over the run and epochs."""
+    logger.info("Mixing %d sources, weights %s: %s", len(mix.names), mix.weighting,
+                "; ".join(start_lines(dataset, max_train_steps, global_batch)))
 
 
 def prepare_checkpoints(checkpoints: StepCheckpoints, model, tokenizer, output: OutputArgs) -> None:
@@ -347,8 +352,7 @@ def preprocess(args: PretrainingArguments):
                          f"tokens, {entry.get('validation_pairs', 0):,} held-out pairs"
                          for entry in manifest.get("sources", ()))
     print(f"\nPrepared {manifest['train_pairs']:,} training and {manifest.get('validation_pairs', 0):,} held-out "
-          f"pairs in {output_dir}.{per_source}\nTrain on them with: run_pretraining.py --prepared_data {output_dir} "
-          "...")
+          f"pairs in {output_dir}. Train on them with: run_pretraining.py --prepared_data {output_dir} ...{per_source}")
 
 
 def pretrain(args: PretrainingArguments) -> dict:

@@ -214,6 +214,9 @@ def resume(run: Run) -> TrainingState:
     if path is None:
         return state
     saved = run.checkpoints.load(path, COUNTS)
+    if "mix" in saved and run.mixed is None:
+        raise InputError(f"--resume_from_checkpoint {path}: it was written by a run mixing --sources "
+                         f"{', '.join(saved['mix'].get('names', ()))}: resume it with its --sources")
     stream_state = run.checkpoints.stream_state(path) if run.stream is not None else None
     if run.mixed is not None:
         stream_state = continue_mix(run, saved, stream_state, path)
@@ -294,13 +297,14 @@ def log_window(run: Run, state: TrainingState, log, progress):
 
 def source_rows(run: Run, state: TrainingState) -> dict:
     """A mixed run's per-source fields of a logged row (`state.source_totals`, just read with the window): the
-    window's tokens, the run's tokens and pairs, each source's share of the run's pairs and its epochs."""
+    window's tokens and pairs, the run's tokens and pairs, each source's share of the run's pairs and its epochs."""
     window, run_totals = state.source_totals
     pairs = run_totals[:, 1].sum()
     epochs = run.mixed.plan.epochs(run.pairs_drawn(state))
     row = {}
     for i, name in enumerate(state.source_names):
         row[f"tokens_{name}"] = float(window[i, 0])
+        row[f"pairs_{name}"] = int(window[i, 1])
         row[f"run_tokens_{name}"] = float(run_totals[i, 0])
         row[f"run_pairs_{name}"] = int(run_totals[i, 1])
         row[f"share_{name}"] = float(run_totals[i, 1] / pairs) if pairs else 0.0
