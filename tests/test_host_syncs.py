@@ -3,6 +3,7 @@ between logging steps (evaluation and logging off). On a GPU each such read stal
 padding removal (CPUs) a micro-batch reads twice (whether it has padding, and where); without it (as on a GPU) a
 step reads nothing."""
 
+import json
 from collections import Counter
 
 import pytest
@@ -25,23 +26,35 @@ class HostReads(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-@pytest.mark.parametrize("accumulation, padding_removal", [(1, True), (2, True), (2, False)])
+@pytest.mark.parametrize("accumulation, padding_removal, mixed", [(1, True, False), (2, True, False),
+                                                                   (2, False, False), (2, False, True)])
 @pytest.mark.trains
-def test_a_training_step_reads_the_host_only_to_remove_padding(tmp_path, accumulation, padding_removal,
-                                                              fresh_accelerate_state, monkeypatch):
+def test_a_training_step_reads_the_host_only_to_remove_padding(tmp_path, accumulation, padding_removal, mixed,
+                                                              fresh_accelerate_state, monkeypatch, tiny_checkpoint):
     """Padding removal (CPUs only: RealTokens.pays_on; turned off here as on a GPU) reads whether the batch has
     padding (transformers' create_bidirectional_mask) and where (nonzero): one of each per micro-batch. Without it
-    the model builds SDPA's mask itself and reads nothing."""
+    the model builds SDPA's mask itself and reads nothing. A mix of sources (`mixed`) counts each source's tokens
+    and pairs on the device: nothing more is read."""
     from albert_hf.modeling_albert_hf import RealTokens
     from albert_hf.pretraining import job as pretraining
     from albert_hf.pretraining.training import loop
 
     if not padding_removal:
         monkeypatch.setattr(RealTokens, "pays_on", staticmethod(lambda device: False))
+    sources = []
+    if mixed:  # the embedded corpus in two halves, two sources
+        from data_fixtures import embedded
+
+        halves = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
+        for i, half in enumerate(halves):
+            half.write_text("".join(json.dumps({"text": text}) + "\n" for text in embedded()["text"][i:3000:2]))
+        sources = ["--sources", f"name=a,weight=0.7,train_files={halves[0]}", f"name=b,weight=0.3,train_files="
+                   f"{halves[1]}", "--tokenizer_name", str(tiny_checkpoint)]
     args = pretraining.parse_args(["--output_dir", str(tmp_path / "run"), *FAST, "--model_config", "tiny",
                                    "--max_train_steps", "22", "--logging_steps", "1000", "--eval_steps", "0",
                                    "--validation_split_percentage", "0", "--gradient_accumulation_steps",
-                                   str(accumulation), "--no_plots"])
+                                   str(accumulation), "--no_plots", *sources])
+    assert (args.sources is not None) == mixed
     run = pretraining.prepare(args)
     marks, reads = [], HostReads()
     step = loop.training_step

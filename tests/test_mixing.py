@@ -37,6 +37,9 @@ def corpora(tmp_path_factory):
     (root / "tiny").mkdir()
     for i, text in enumerate(TINY_DOCUMENTS):
         (root / "tiny" / f"doc{i}.txt").write_text(text + "\n")
+    (root / "empty").mkdir()
+    (root / "empty" / "nothing.txt").write_text("\n\n")
+    (root / "no_rows.jsonl").write_text("")
     return root
 
 
@@ -80,11 +83,17 @@ def mixed_runs(tmp_path_factory, corpora, tiny_checkpoint):
                                         "--preprocess_only"]),
         "on_prepared": (root / "on_prepared", ["--prepared_data", str(root / "prepared"), "--max_train_steps", "8",
                                                "--checkpointing_steps", "4", "--eval_steps", "4"]),
+        "other_mix": (root / "other_mix", ["--prepared_data", str(root / "prepared"), *sources(corpora)[:2],
+                                           f"name=web,weight=0.5,train_files={corpora / 'tiny'}"]),
+        "plain_from_mix": (root / "plain_from_mix", ["--tokenizer_name", str(tiny_checkpoint),
+                                                     "--resume_from_checkpoint", str(ref / "step_4")]),
+        "empty": (root / "empty", [*args, f"name=empty,weight=1,train_files={corpora / 'empty'}"]),
+        "no_rows": (root / "no_rows", [*args, f"name=none,weight=1,train_files={corpora / 'no_rows.jsonl'}"]),
     }
-    results, done = pretrain_runs([(out, argv, {}, False, {}, name != "on_prepared") for name, (out, argv)
-                                   in runs.items()])
+    results, done = pretrain_runs([(out, argv, {}, False, {}, name not in ("on_prepared", "other_mix"))
+                                   for name, (out, argv) in runs.items()])
     by_name = dict(zip(runs, results))
-    return {"root": root, "results": by_name | {"ddp": ddp_results[0]}, "stderr": done.stderr,
+    return {"root": root, "corpora": corpora, "results": by_name | {"ddp": ddp_results[0]}, "stderr": done.stderr,
             "stdout": done.stdout, **{name: out for name, (out, _) in runs.items()}, "ddp": root / "ddp"}
 
 
@@ -257,7 +266,21 @@ def test_every_run_of_the_mix_ends_as_expected(mixed_runs):
     expected = {name: (0, "") for name in mixed_runs["results"]}
     expected["missing"] = (2, f"error: source tiny is in --resume_from_checkpoint {mixed_runs['ref'] / 'step_4'} but "
                               "not in --sources: give it again, or pass --drop_sources tiny to go on without it")
-    assert {name: status(mixed_runs, name) for name in expected} == expected
+    root, corpora = mixed_runs["root"], mixed_runs["corpora"]
+    expected["other_mix"] = (2, f"error: --prepared_data {root / 'prepared'} was written for the sources big, tiny "
+                                f"(train_files {corpora / 'big.jsonl'}; train_files "
+                                f"{corpora / 'tiny'}), and --sources names another mix: name the same "
+                                "sources (their weights may change), or prepare the folder again")
+    expected["empty"] = (2, f"error: source empty (train_files {corpora / 'empty'}): No text in 1 "
+                            f"file(s) under ['{corpora / 'empty'}']: all are empty or binary")
+    expected["plain_from_mix"] = (2, f"error: --resume_from_checkpoint {mixed_runs['ref'] / 'step_4'}: it was "
+                                     "written by a run mixing --sources big, tiny: resume it with its --sources")
+    got = {name: status(mixed_runs, name) for name in expected}
+    no_rows = got.pop("no_rows")
+    assert no_rows[0] == 2 and no_rows[1].startswith(
+        f"error: source none (train_files {corpora}"), no_rows
+    expected.pop("no_rows")
+    assert got == expected
 
 
 @pytest.mark.trains

@@ -28,7 +28,11 @@ def test_the_paper_recipes_have_the_paper_values(tmp_path, monkeypatch, name):
     path = RECIPES / f"{name}.yaml"
     processes = int(re.search(r"--num_processes (\d+)", path.read_text()).group(1))  # how its header launches it
     monkeypatch.setenv("WORLD_SIZE", str(processes))  # as that launch sets it: the accumulation follows
-    args = parse_args([str(path)]).flat()
+    resolved = parse_args([str(path)])
+    args = resolved.flat()
+    # the paper's two corpora, Wikipedia and books, mixed by size as the paper concatenated them
+    assert resolved.sources.names == ("wikipedia", "books") and resolved.sources.alpha == 1.0
+    assert resolved.sources.sources[0].dataset_name == "wikimedia/wikipedia" and args["streaming"]
     assert args["global_batch_size"] == 4096
     assert args["per_device_train_batch_size"] * processes * args["gradient_accumulation_steps"] == 4096
     assert tuple(args[name] for name in ("model_config", "max_seq_length", "optimizer", "learning_rate",

@@ -90,6 +90,9 @@ def resolve_sources(data: DataArgs, explicit: set[str], output: OutputArgs) -> S
         if name in explicit:
             raise InputError(f"--{name} names one corpus and --sources several: put it in --sources as a source")
     sources = parse_sources(data.sources, data.layout, data.text_column)
+    if data.prepared_data and recorded is None:
+        raise InputError(f"--prepared_data {data.prepared_data} holds one corpus, and --sources mixes several: name "
+                         f"the folder as a source (name=...,weight=...,prepared_data={data.prepared_data}) instead")
     if recorded is not None:
         if [(s.name, s.where()) for s in sources.sources] != [(s.name, s.where()) for s in recorded.sources]:
             raise InputError(f"--prepared_data {data.prepared_data} was written for the sources "

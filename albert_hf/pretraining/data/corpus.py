@@ -254,6 +254,7 @@ def load_text_dataset(
     config_name: str | None = None,
     split: str = "train",
     streaming: bool = False,
+    hub_name: bool = False,
     **load_kwargs,
 ):
     """Load a dataset with a text column and return it with that column named "text".
@@ -265,6 +266,8 @@ def load_text_dataset(
         config_name (`str`, *optional*): the Hub dataset's configuration.
         split (`str`, defaults to `"train"`): the split to load.
         streaming (`bool`, defaults to `False`): stream the rows (for corpora larger than the disk cache).
+        hub_name (`bool`, defaults to `False`): `name_or_files` is a dataset's name for `datasets.load_dataset` (a Hub
+            name, or a local folder laid out as a Hub dataset repository), not files.
         **load_kwargs: passed to `datasets.load_dataset` (.tsv files are read with a tab delimiter unless
             `delimiter` is given).
 
@@ -283,7 +286,11 @@ def load_text_dataset(
     missing = [str(f) for f in files if Path(f).suffix.lower() in DATASET_FILE_BUILDERS and not Path(f).exists()]
     if missing:
         raise InputError(f"Corpus file(s) not found: {', '.join(missing)}")
-    if all(Path(f).exists() for f in files) and suffixes <= set(DATASET_FILE_BUILDERS):
+    if hub_name:
+        where = str(name_or_files)
+        with input_errors(f"Dataset {where}", *datasets_read_errors()):
+            dataset = datasets.load_dataset(where, config_name, split=split, streaming=streaming, **load_kwargs)
+    elif all(Path(f).exists() for f in files) and suffixes <= set(DATASET_FILE_BUILDERS):
         builders = {DATASET_FILE_BUILDERS[s] for s in suffixes}
         if len(builders) > 1:
             raise InputError(f"Mixed file types {sorted(suffixes)}; load one format at a time")
@@ -345,7 +352,8 @@ def load_corpus(source=None, layout: str = "document_per_file", text_column: str
         layout (`str`, defaults to `"document_per_file"`): how plain-text files are cut into documents (`LAYOUTS`).
         text_column (`str`, defaults to `"text"`): the text column of a `datasets` source.
         **kwargs: for a `datasets` source only, passed to `load_text_dataset` (`config_name`, `split`,
-            `streaming`, ...); ignored for plain text and the embedded corpus.
+            `streaming`, `hub_name`: a name for `datasets.load_dataset`, even of a local folder); ignored for plain
+            text and the embedded corpus.
 
     Returns:
         The documents in a column "text": a `datasets.Dataset` (with a "source" column for plain text and the
@@ -353,6 +361,9 @@ def load_corpus(source=None, layout: str = "document_per_file", text_column: str
     """
     if source is None:
         return embedded_corpus()
+    if kwargs.get("hub_name"):
+        return load_text_dataset(source, text_column=text_column, **kwargs)
+    kwargs.pop("hub_name", None)
     if is_plain_text(source):
         return load_text_files(source, layout=layout)
     return load_text_dataset(source, text_column=text_column, **kwargs)

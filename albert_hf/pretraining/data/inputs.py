@@ -102,7 +102,7 @@ def build_data(data: DataArgs, task: str, seed: int, model_name_or_path: str | N
                            config_name=data.dataset_config_name if data.dataset_name else None,
                            streaming=data.streaming, held_out_percentage=data.validation_split_percentage,
                            seed=seed, process_index=process_index, num_processes=num_processes,
-                           name=corpus_argument(data))
+                           name=corpus_argument(data), hub_name=bool(data.dataset_name))
     at_stage("loading the tokenizer" if data.tokenizer_name or model_name_or_path else "training the tokenizer")
     tokenizer = load_tokenizer(data, model_name_or_path, corpus.tokenizer_documents,
                                fingerprint=corpus.tokenizer_fingerprint)
@@ -136,7 +136,7 @@ def build_mixed_data(data: DataArgs, sources: Sources, task: str, seed: int, mod
                 location, layout=source.layout, text_column=source.text_column,
                 config_name=source.dataset_config_name, split=source.split, streaming=data.streaming,
                 held_out_percentage=data.validation_split_percentage, seed=seed, process_index=process_index,
-                num_processes=num_processes, name=f"source {source.name}")
+                num_processes=num_processes, name=f"source {source.name}", hub_name=bool(source.dataset_name))
             check_documents(splits[source.name].train)
     tokenizer = next(iter(prepared.values())).tokenizer if prepared else None
     if tokenizer is None:

@@ -309,18 +309,28 @@ class MixedPairs(torch.utils.data.Dataset):
         self.permutations = SourcePermutations(self.plan.names, [self.plan.sizes.get(n) or 1 for n in self.plan.names],
                                                self.seed)
 
-    def _layout(self, pair: int):
-        segment = self.plan.segment_of(pair)
-        start = pair - (pair - segment.start) % segment.batch
+    def _layout(self, start: int):
+        """The sources and positions of the global batch that begins at pair `start` (the last one kept)."""
         if self._batch[0] != start:
             sources, positions, _ = self.plan.batch(start, self.seed)
             self._batch = (start, sources, positions)
-        return self._batch[1][pair - start], self._batch[2][pair - start]
+        return self._batch[1], self._batch[2]
 
     def __getitems__(self, indices) -> list[dict]:
-        located = [self._layout(self.first + int(i)) for i in indices]
-        sources = np.array([s for s, _ in located])
-        positions = np.array([p for _, p in located], dtype=np.int64)
+        pairs = self.first + np.asarray(indices, dtype=np.int64)
+        sources, positions = np.empty_like(pairs), np.empty_like(pairs)
+        segment = self.plan.segment_of(int(pairs[0]))
+        start = int(pairs[0]) - (int(pairs[0]) - segment.start) % segment.batch
+        within = pairs - start
+        if ((within >= 0) & (within < segment.batch)).all():  # a micro-batch within one global batch: one lookup
+            layout = self._layout(start)
+            sources[:], positions[:] = layout[0][within], layout[1][within]
+        else:
+            for i, pair in enumerate(pairs.tolist()):
+                segment = self.plan.segment_of(pair)
+                start = pair - (pair - segment.start) % segment.batch
+                layout = self._layout(start)
+                sources[i], positions[i] = layout[0][pair - start], layout[1][pair - start]
         rows: list = [None] * len(indices)
         for source in np.unique(sources):
             chosen = np.flatnonzero(sources == source)

@@ -42,13 +42,14 @@ class CorpusSplits:
 def corpus_splits(source=None, *, layout: str = "document_per_file", text_column: str = "text",
                   config_name: str | None = None, streaming: bool = False, held_out_percentage: float = 0.0,
                   seed: int = 0, process_index: int = 0, num_processes: int = 1,
-                  name: str = "the corpus", split: str = "train") -> CorpusSplits:
+                  name: str = "the corpus", split: str = "train", hub_name: bool = False) -> CorpusSplits:
     """The training and held-out documents of a corpus, read whole or streamed.
 
     Args:
         source: text files or folders, json/jsonl/parquet/csv files, a Hub dataset name, or None (the embedded
             corpus, never streamed).
-        layout, text_column, config_name, split: how to read `source` (`load_corpus`).
+        layout, text_column, config_name, split, hub_name: how to read `source` (`load_corpus`; `hub_name`: a
+            dataset's name, such as --dataset_name, even where a folder of that name exists).
         streaming: read as training goes; each process gets its own endless stream of training documents (its own
             files for plain text, its share of the shards otherwise), pass after pass.
         held_out_percentage: the documents held out for evaluation, in percent; a stream has no length, so it holds
@@ -61,12 +62,12 @@ def corpus_splits(source=None, *, layout: str = "document_per_file", text_column
         A `CorpusSplits`. A corpus too small to hold out from, or a process's stream without a document of two
         sentences, stops with one line (InputError).
     """
-    if streaming and source is not None and is_plain_text(source):
+    if streaming and source is not None and not hub_name and is_plain_text(source):
         return _text_file_stream_splits(source, layout, held_out_percentage, seed, process_index, num_processes)
     if streaming and source is None:
         logger.warning("--streaming: the embedded corpus is not streamed (it is small)")
     documents = load_corpus(source, layout=layout, text_column=text_column, config_name=config_name,
-                            streaming=streaming, split=split)  # None: the embedded corpus, whatever the others
+                            streaming=streaming, split=split, hub_name=hub_name)  # None: the embedded corpus
     train, held_out = hold_out_documents(documents, held_out_percentage, seed, name)
     if not streaming or source is None:
         return CorpusSplits(train, held_out, train)

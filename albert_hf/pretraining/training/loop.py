@@ -215,8 +215,9 @@ def resume(run: Run) -> TrainingState:
         return state
     saved = run.checkpoints.load(path, COUNTS)
     if "mix" in saved and run.mixed is None:
+        names = saved["mix"].get("names", ()) if isinstance(saved["mix"], dict) else ()
         raise InputError(f"--resume_from_checkpoint {path}: it was written by a run mixing --sources "
-                         f"{', '.join(saved['mix'].get('names', ()))}: resume it with its --sources")
+                         f"{', '.join(map(str, names))}: resume it with its --sources")
     stream_state = run.checkpoints.stream_state(path) if run.stream is not None else None
     if run.mixed is not None:
         stream_state = continue_mix(run, saved, stream_state, path)
