@@ -87,8 +87,10 @@ def mixed_runs(tmp_path_factory, corpora, tiny_checkpoint):
                                            f"name=web,weight=0.5,train_files={corpora / 'tiny'}"]),
         "plain_from_mix": (root / "plain_from_mix", ["--tokenizer_name", str(tiny_checkpoint),
                                                      "--resume_from_checkpoint", str(ref / "step_4")]),
-        "empty": (root / "empty", [*args, f"name=empty,weight=1,train_files={corpora / 'empty'}"]),
-        "no_rows": (root / "no_rows", [*args, f"name=none,weight=1,train_files={corpora / 'no_rows.jsonl'}"]),
+        "empty": (root / "empty", [*sources(corpora), f"name=empty,weight=1,train_files={corpora / 'empty'}",
+                                   *args[3:]]),
+        "no_rows": (root / "no_rows", [*sources(corpora), f"name=none,weight=1,train_files={corpora / 'no_rows.jsonl'}",
+                                       *args[3:]]),
     }
     results, done = pretrain_runs([(out, argv, {}, False, {}, name not in ("on_prepared", "other_mix"))
                                    for name, (out, argv) in runs.items()])

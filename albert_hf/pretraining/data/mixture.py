@@ -293,10 +293,25 @@ class MixedPairs(torch.utils.data.Dataset):
     from epoch to epoch). `first` is the pairs drawn before this loader (a resume's)."""
 
     def __init__(self, sources: list, plan: MixPlan, seed: int, total_pairs: int):
-        self.sources, self.plan, self.seed = sources, plan, seed
+        self.plan, self.seed = plan, seed
         self.first, self.total = 0, total_pairs
-        self.permutations = SourcePermutations(plan.names, [len(pairs) for pairs in sources], seed)
         self._batch = (None, None, None)
+        self.use(sources)
+
+    def use(self, sources: list) -> None:
+        """The sources' pairs, in the order of the plan's names (None for a source dropped at a resume). Pairs of
+        one shape are read as one table (a micro-batch is then one read, whatever its sources)."""
+        import datasets
+
+        self.sources = sources
+        present = [pairs for pairs in sources if pairs is not None]
+        self.pool, self.offsets = None, np.zeros(len(sources), np.int64)
+        if len({repr(pairs.features) for pairs in present}) == 1:
+            self.pool = datasets.concatenate_datasets(present)
+            sizes = [0 if pairs is None else len(pairs) for pairs in sources]
+            self.offsets = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+        self.permutations = SourcePermutations(self.plan.names, [1 if pairs is None else len(pairs)
+                                                                 for pairs in sources], self.seed)
 
     def __len__(self) -> int:
         return max(0, self.total - self.first)
@@ -305,9 +320,7 @@ class MixedPairs(torch.utils.data.Dataset):
         """After a resume: the sources' pairs in the order of the continued plan's names (`built`: the names
         they were built in; a dropped source has none)."""
         by_name = dict(zip(built, self.sources))
-        self.sources = [by_name.get(name) for name in self.plan.names]
-        self.permutations = SourcePermutations(self.plan.names, [self.plan.sizes.get(n) or 1 for n in self.plan.names],
-                                               self.seed)
+        self.use([by_name.get(name) for name in self.plan.names])
 
     def _layout(self, start: int):
         """The sources and positions of the global batch that begins at pair `start` (the last one kept)."""
@@ -331,14 +344,16 @@ class MixedPairs(torch.utils.data.Dataset):
                 start = pair - (pair - segment.start) % segment.batch
                 layout = self._layout(start)
                 sources[i], positions[i] = layout[0][pair - start], layout[1][pair - start]
-        rows: list = [None] * len(indices)
+        index, epochs = np.empty_like(pairs), np.empty_like(pairs)
         for source in np.unique(sources):
             chosen = np.flatnonzero(sources == source)
-            index, epochs = self.permutations.indices(int(source), positions[chosen])
-            fetched = self.sources[source].__getitems__(index.tolist())
-            for at, row, epoch in zip(chosen, fetched, epochs):
-                rows[at] = {**row, "source": int(source), "mask_epoch": int(epoch)}
-        return rows
+            index[chosen], epochs[chosen] = self.permutations.indices(int(source), positions[chosen])
+        if self.pool is not None:
+            fetched = self.pool.__getitems__((self.offsets[sources] + index).tolist())
+        else:
+            fetched = [self.sources[s].__getitems__([int(i)])[0] for s, i in zip(sources, index)]
+        return [{**row, "source": int(source), "mask_epoch": int(epoch)}
+                for row, source, epoch in zip(fetched, sources, epochs)]
 
     def __getitem__(self, i: int) -> dict:
         return self.__getitems__([i])[0]
