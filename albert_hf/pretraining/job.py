@@ -206,15 +206,17 @@ def prepare(args: PretrainingArguments) -> Run:
              if args.model.torch_compile_mode == step_graph.MODE else None)
     hub = (HubPush(args.output, Path(args.output.output_dir), accelerator.is_main_process)
            if args.output.push_to_hub else None)
-    if inputs.mix is not None:
-        log_mix(inputs.mix, train_dataloader.dataset, optimization.max_train_steps, global_batch)
+    log_mix(inputs.mix, train_dataloader.dataset, optimization.max_train_steps, global_batch)
     return Run(args, accelerator, inputs.tokenizer, model, optimizer, scheduler, inputs.collate,
                        train_dataloader, eval_dataloader, inputs.eval_documents, ready.checkpoints, num_parameters,
                        global_batch, ready.hardware, ready.precision, throughput, graph, hub, inputs.mix)
 
 
 def log_mix(mix, dataset, max_train_steps: int, global_batch: int) -> None:
-    """The start line of a mixed run's sources: each one's weight, size, pairs drawn over the run and epochs."""
+    """The start line of a mixed run's sources (`mix`; None: one corpus, no line): each one's weight, size, pairs
+    drawn over the run and epochs."""
+    if mix is None:
+        return
     logger.info("Mixing %d sources, weights %s: %s", len(mix.names), mix.weighting,
                 "; ".join(start_lines(dataset, max_train_steps, global_batch)))
 

@@ -67,7 +67,7 @@ def pretraining_curves(rows: list[dict], baselines: dict, path: Path, pair_task:
 
 def trainer_curves(log_history: list[dict], path: Path) -> Path | None:
     """Training loss, the evaluation metrics (eval_* but runtime and speed) and the learning rate of Trainer's
-    `TrainerState.log_history`. None when nothing was logged."""
+    state.log_history (its TrainerState). None when nothing was logged."""
     evaluated = sorted({key for row in log_history for key in row if key.startswith("eval_")
                         and not key.endswith(("_runtime", "_per_second", "_samples")) and key != "eval_epoch"})
     panels = [key for key in ["loss", *evaluated, "learning_rate"] if _series(log_history, key)[0]]
