@@ -190,6 +190,13 @@ def test_with_weights_changed_and_a_source_added_at_resume_no_pair_repeats_withi
         # epoch by epoch: a pair of epoch e + 1 comes only once the batch holding epoch e's last pair has begun
         order = [e for _, e in ids]
         assert all(later >= earlier - 1 for earlier, later in zip(order, order[1:]))
+    # b dropped at step 64, given again at step 70: it goes on from its position, in its epoch
+    third, _ = resumed.resumed(64 * batch, 64, ["a", "c"], {"a": sizes["a"], "c": 5}, {"a": 0.5, "c": 0.5}, batch,
+                               dropped=("b",))
+    fourth, line = third.resumed(70 * batch, 70, ["a", "b", "c"], {**sizes, "c": 5}, {"a": 0.4, "b": 0.3, "c": 0.3},
+                                 batch)
+    assert line == "mix changed at step 70: a 0.5 → 0.4, c 0.5 → 0.3, b added at 0.3"
+    assert fourth.segments[-1].offsets["b"] == resumed.drawn(64 * batch)["b"] > 0
     # 64 steps of 8: b gave 12 x 4 + 40 x ~0.4 pairs, a 12 x 4 + 40 x 7.2
     counts = np.bincount([source for source, _, _ in seen], minlength=3)
     assert abs(counts[0] - (96 + 0.9 * 320)) <= 1 and abs(counts[2] - 16) <= 1

@@ -121,6 +121,19 @@ class MixPlan:
         counts = drawn_counts(weights, pairs - segment.start) + offsets
         return dict(zip(names, counts.tolist()))
 
+    def positions(self, pairs: int) -> dict[str, int]:
+        """Every source's position after the run's first `pairs` pairs, those of earlier segments too (a source
+        dropped, then given again, goes on from where it was)."""
+        found, end = {}, pairs
+        for segment in reversed([segment for segment in self.segments if segment.start <= pairs]):
+            names = list(segment.weights)
+            weights, offsets = segment.arrays(names)
+            counts = drawn_counts(weights, end - segment.start) + offsets
+            for name, count in zip(names, counts.tolist()):
+                found.setdefault(name, count)
+            end = segment.start
+        return found
+
     def epochs(self, pairs: int) -> dict[str, float | None]:
         """Each source's epochs after the run's first `pairs` pairs (None: a stream, its size unknown)."""
         return {name: (count / self.sizes[name] if self.sizes.get(name) else None)
@@ -188,7 +201,7 @@ class MixPlan:
         if unknown:
             raise InputError(f"--drop_sources {unknown[0]}: {where} has no such source (it has "
                              f"{', '.join(current.weights)})")
-        position = self.drawn(pairs)
+        position = self.positions(pairs)
         same = (list(current.weights) == list(names) and current.batch == batch
                 and all(math.isclose(current.weights[n], weights[n], rel_tol=1e-12) for n in names))
         all_names = tuple(dict.fromkeys([*self.names, *names]))
