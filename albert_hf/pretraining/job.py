@@ -77,6 +77,7 @@ from .plan import auto_micro_batch, batch_split, dry_run
 from .resolution import choose_step, hardware_and_precision, parse_args
 from .training import step_graph
 from .training.divergence import check_weights
+from .training.evaluation import since_start
 from .training.loop import Run, current_lr, fit, metrics_log, newest_checkpoint
 from .training.model import build_run_model, make_optimizer, planned_weight_bytes
 
@@ -161,7 +162,7 @@ def prepare(args: PretrainingArguments) -> Run:
                           max_train_steps=args.optimization.max_train_steps)
     at_stage("building the model")
     model, model_notes = build_run_model(args.model, args.config, args.objective.task, inputs.tokenizer, accelerator,
-                                         fsdp_request)
+                                         fsdp_request, args.optimization.num_warmup_steps)
     notes = [*ready.notes, *(fsdp_request.notes if fsdp_request is not None else ()), *inputs.notes]
     if args.objective.task == "none":
         notes.append("--task none: the pooler and the sentence-order head are frozen (no loss trains them)")
@@ -293,15 +294,18 @@ def write_final_folder(run: Run, final, eval_metrics: dict, completed_steps: int
         eval_metrics = {**eval_metrics, **heldout_baselines(
             run.eval_dataloader.dataset, run.eval_dataloader.collate_fn, len(run.tokenizer),
             run.tokenizer.all_special_ids, pair_task)}
+    rows = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()
+            ] if (output_dir / "metrics.jsonl").is_file() else []
+    names = run.mix.names if run.mix is not None else ()
+    # a continued run's starting point (its step-0 evaluation), beside the end in all_results.json and the card
+    start = next((row for row in rows if row["step"] == 0 and "eval_mlm_loss" in row), {})
+    started = {f"{key}_step_0": value for key, value in start.items() if key.startswith("eval_")}
     curves = None
     if not args.output.no_plots:
-        rows = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()
-                ] if (output_dir / "metrics.jsonl").is_file() else []
-        curves = pretraining_curves(rows, eval_metrics, output_dir / CURVES_FILE, pair_task,
-                                    run.mix.names if run.mix is not None else ())
+        curves = pretraining_curves(rows, eval_metrics, output_dir / CURVES_FILE, pair_task, names)
     save_final_model(final, run.tokenizer, output_dir,
                      card_run(args.model, args.data, args.objective, args.optimization, args.output, args.sources),
-                     eval_metrics,
+                     {**eval_metrics, **started},
                      run.global_batch, accelerator.num_processes, curves=curves is not None,
                      where=where_trained(run.hardware, run.precision, accelerator.num_processes),
                      cost=cost)
@@ -319,7 +323,18 @@ def write_final_folder(run: Run, final, eval_metrics: dict, completed_steps: int
         (output_dir / FILL_MASK_FILE).write_text(json.dumps(examples, indent=2, ensure_ascii=False) + "\n")
     print("\n".join(["", "Pretraining done."] + [f"  {k}: {format_value(v)}" for k, v in summary.items()]
                     + [f"  {k}: {text}" for k, text in with_baselines(eval_metrics)]
+                    + (since_step_0(start, eval_metrics, names) if start and eval_metrics else [])
                     + format_fill_mask(examples)))
+
+
+def since_step_0(start: dict, end: dict, names) -> list[str]:
+    """The summary's lines of a continued run's change since step 0, overall and per source, and the sources whose
+    held-out MLM accuracy fell (forgetting), named."""
+    changes, forgot = since_start(start, end, names)
+    lines = ["  since step 0 (the loaded model):"] + [f"    {line}" for line in changes]
+    if forgot:
+        lines.append(f"  forgetting: the held-out MLM accuracy of {', '.join(forgot)} fell since step 0")
+    return lines
 
 
 

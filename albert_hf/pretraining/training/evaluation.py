@@ -79,3 +79,24 @@ def mixed_metrics(totals: torch.Tensor, names, weights: dict, pair_task: str) ->
             overall[f"eval_{key}"] = sum(weight * value for weight, value in held) / total
     return overall | {f"eval_{name}_{key}": value for name, metrics in per_source.items()
                       for key, value in metrics.items()}
+
+
+START_METRICS = ("mlm_accuracy", "mlm_loss")  # compared with step 0 at the end of a continued run
+
+
+def since_start(start: dict, end: dict, sources=()) -> tuple[list[str], list[str]]:
+    """A continued run's held-out change since step 0 (the loaded model): (a line overall and one per source, the
+    sources whose MLM accuracy fell: forgetting). `start` and `end`: evaluation rows (eval_*, eval_<name>_*)."""
+    lines, forgot = [], []
+    for name in (None, *sources):
+        prefix = "eval_" if name is None else f"eval_{name}_"
+        parts = [f"{metric} {start[prefix + metric]:.4f} → {end[prefix + metric]:.4f} "
+                 f"({end[prefix + metric] - start[prefix + metric]:+.4f})"
+                 for metric in START_METRICS if prefix + metric in start and prefix + metric in end]
+        if parts:
+            lines.append(f"{name or 'overall'}: {', '.join(parts)}")
+        accuracy = prefix + "mlm_accuracy"
+        if name is not None and accuracy in start and accuracy in end and end[accuracy] < start[accuracy]:
+            forgot.append(name)
+    return lines, forgot
+

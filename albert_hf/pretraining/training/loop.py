@@ -137,6 +137,9 @@ def fit(run: Run, stop: StopOnSignal | None = None) -> FitResult:
     steps, accumulation = run.args.optimization.max_train_steps, run.args.optimization.gradient_accumulation_steps
     state = resume(run)
     log = metrics_log(run)
+    if state.step == 0 and run.args.model.model_name_or_path and run.eval_dataloader is not None:
+        at_stage("evaluating the loaded model (step 0)")  # the starting point: loading against forgetting
+        logger.info("step 0 (the loaded model): %s", format_metrics(evaluate_and_log(run, state, log)))
     progress = tqdm(total=steps, initial=state.step, disable=not accelerator.is_main_process,
                     desc="pretraining", dynamic_ncols=True)
     eval_metrics, stopped, compiled, rollbacks = {}, None, False, 0

@@ -1,9 +1,11 @@
 """The model and optimizer of the pretraining job: built from a preset, a config or earlier weights, checked
 against the tokenizer, loaded once under FSDP's RAM-efficient loading, compiled and sharded when asked."""
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
+from transformers import PretrainedConfig
 
 from ...configuration_albert_hf import AlbertHFConfig
 from ...errors import InputError
@@ -44,13 +46,74 @@ def check_positions(config: AlbertHFConfig, max_seq_length: int) -> None:
 
 def build_model(config: AlbertHFConfig, model_name_or_path: str | None, tokenizer, task: str,
                 gradient_checkpointing: bool = False):
-    """The weights of --model_name_or_path, or a new model of `config` with the tokenizer's vocabulary."""
+    """The weights of --model_name_or_path, or a new model of `config` with the tokenizer's vocabulary. A loaded
+    model carries what it took from the folder (`loaded_from`: `Continued`)."""
+    continued = None
     if model_name_or_path:
         with loading("--model_name_or_path", model_name_or_path):
-            model = AlbertHFForPreTraining.from_pretrained(model_name_or_path)
+            model, info = AlbertHFForPreTraining.from_pretrained(model_name_or_path, output_loading_info=True)
+            saved, _ = PretrainedConfig.get_config_dict(model_name_or_path)  # as written: transformers' or ours
+        continued = Continued.of(model_name_or_path, saved, model.config, info.get("missing_keys", ()))
     else:
         model = AlbertHFForPreTraining(AlbertHFConfig(**{**config.to_diff_dict(), "vocab_size": len(tokenizer)}))
-    return finish_model(model, tokenizer, task, gradient_checkpointing)
+    model = finish_model(model, tokenizer, task, gradient_checkpointing)
+    model.loaded_from = continued
+    return model
+
+
+# The parts of a pretraining model, by the first names of their weights
+PARTS = (("encoder", ("albert.embeddings.", "albert.encoder.")), ("pooler", ("albert.pooler.",)),
+         ("MLM head", ("predictions.",)), ("pair head", ("sop_classifier.",)))
+MASKED_LM_ONLY = ("AlbertForMaskedLM", "AlbertHFForMaskedLM")  # the Hub's transformers ALBERT folders
+
+
+@dataclass(frozen=True)
+class Continued:
+    """What a continued run took from --model_name_or_path: the parts loaded and those initialised fresh (with the
+    reason), and the task its 2-way head was trained for, where the folder says (`pretraining_task`)."""
+
+    source: str
+    saved_as: str
+    loaded: tuple[str, ...]
+    fresh: tuple[str, ...]
+    reason: str
+    head_task: str | None
+
+    @classmethod
+    def of(cls, source: str, saved: dict, config, missing_keys) -> "Continued":
+        """From the folder's config as written (`saved`), the loaded one and the weights the folder lacked."""
+        saved_as = (saved.get("architectures") or ["a model of unknown class"])[0]
+        fresh = tuple(name for name, prefixes in PARTS if any(key.startswith(prefixes) for key in missing_keys))
+        if "encoder" in fresh:
+            raise InputError(f"--model_name_or_path {source}: it holds no ALBERT encoder weights (saved as "
+                             f"{saved_as}); continue from a folder of an ALBERT model")
+        reason = ""
+        if fresh and saved_as in MASKED_LM_ONLY:
+            reason = ("not in this folder: transformers' AlbertForMaskedLM folders carry none; the original TF "
+                      "checkpoints do (python -m albert_hf.convert --from_tf)")
+        elif fresh:
+            reason = f"not in this folder (saved as {saved_as})"
+        head_task = getattr(config, "pretraining_task", None)
+        if head_task is None and "pair head" not in fresh:
+            head_task = "sop"  # transformers' ALBERT and the official checkpoints train the 2-way head for SOP
+        return cls(source, saved_as, tuple(n for n, _ in PARTS if n not in fresh), fresh, reason, head_task)
+
+    def note(self, task: str, num_warmup_steps: int) -> str:
+        """The start line's account: what was loaded, what starts fresh and why, the 2-way head's task against
+        --task, and the optimizer and schedule starting over."""
+        pair = {"sop": "SOP head", "nsp": "NSP head"}.get(task, "pair head")
+        name = lambda part: pair if part == "pair head" else part  # noqa: E731
+        line = (f"continued from {self.source} (saved as {self.saved_as}): {', '.join(map(name, self.loaded))} "
+                "loaded")
+        if self.fresh:
+            line += f"; {' and '.join(map(name, self.fresh))} initialised fresh: {self.reason}"
+        if task == "none":
+            line += "; the pair head is not trained (--task none)"
+        elif self.head_task and self.head_task != task and "pair head" not in self.fresh:
+            line += (f"; its 2-way head was trained for {self.head_task.upper()} and is trained for {task.upper()} "
+                     "from here (--task)")
+        return (line + f"; the optimizer starts fresh and the learning rate warms up again over {num_warmup_steps} "
+                "steps (--num_warmup_steps)")
 
 
 def planned_weight_bytes(config: AlbertHFConfig, vocab_size: int | None) -> int:
@@ -73,6 +136,7 @@ def finish_model(model, tokenizer, task: str, gradient_checkpointing: bool):
     with `task` "none" the pooler and the sentence-order head frozen."""
     if len(tokenizer) > model.config.vocab_size:
         raise InputError(f"The tokenizer has {len(tokenizer)} tokens but the model only {model.config.vocab_size}")
+    model.config.pretraining_task = task  # what the 2-way head learns here: a run that continues it says so
     for name in ("pad_token_id", "cls_token_id", "sep_token_id"):
         setattr(model.config, name.replace("cls", "bos").replace("sep", "eos"), getattr(tokenizer, name))
     if gradient_checkpointing:
@@ -104,10 +168,11 @@ def compile_note(device: torch.device, mode: str | None) -> str:
 
 
 def build_run_model(model_args: "ModelArgs", config: AlbertHFConfig, task: str, tokenizer, accelerator,
-                    fsdp_request) -> tuple[torch.nn.Module, list[str]]:
+                    fsdp_request, warmup_steps: int = 0) -> tuple[torch.nn.Module, list[str]]:
     """The model of the run and what the start line says of it: built or loaded (under FSDP's RAM-efficient loading,
     read by the first process only), compiled with --torch_compile, sharded under FSDP2. Activations are recomputed
-    in backward with --gradient_checkpointing or the FSDP config's activation checkpointing."""
+    in backward with --gradient_checkpointing or the FSDP config's activation checkpointing. A continued run's
+    notes open with what it took from --model_name_or_path (`Continued.note`, `warmup_steps` its re-warming)."""
     checkpointing = model_args.gradient_checkpointing or (fsdp_request is not None
                                                           and fsdp_request.activation_checkpointing)
     source = model_args.model_name_or_path
@@ -124,6 +189,8 @@ def build_run_model(model_args: "ModelArgs", config: AlbertHFConfig, task: str, 
             notes.append("fsdp_cpu_ram_efficient_loading: nothing to load (no --model_name_or_path); every "
                          "process builds the same weights from --seed")
         model = build_model(config, source, tokenizer, task, checkpointing)
+    if getattr(model, "loaded_from", None) is not None:  # the first process's, under RAM-efficient loading
+        notes.insert(0, model.loaded_from.note(task, warmup_steps))
     if model_args.torch_compile:  # whole-step-graph: the blocks in the default mode, inside the step's graph
         mode = model_args.torch_compile_mode
         # one batch shape on CUDA devices (the collator's static_shapes), a new row count every batch elsewhere

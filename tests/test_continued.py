@@ -1,0 +1,130 @@
+"""Continued pretraining (--model_name_or_path): the start line's account of what was loaded from each kind of
+folder (transformers' AlbertForMaskedLM and AlbertForPreTraining, albert_hf's, a TF checkpoint converted), the
+step-0 evaluation of the loaded model (equal to a separate evaluation of it), the change since step 0 at the end,
+forgetting named, and an exact resume."""
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+import transformers
+from safetensors.torch import load_file
+
+from albert_hf.convert import from_tf_checkpoint
+from albert_hf.pretraining.training.evaluation import since_start
+from data_fixtures import embedded
+from helpers import REPO
+from pretraining_runs import metrics, pretrain_runs
+
+TF_FIXTURE = REPO / "tests" / "fixtures" / "tf_albert" / "all_shared"
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory, tiny_checkpoint):
+    """The four kinds of folder a run continues from, and a corpus."""
+    root = tmp_path_factory.mktemp("continued_sources")
+    done = subprocess.run([sys.executable, "-m", "albert_hf.convert", str(tiny_checkpoint), str(root / "pretraining"),
+                           "--to", "transformers"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    transformers.AlbertForMaskedLM.from_pretrained(root / "pretraining").save_pretrained(root / "masked_lm")
+    transformers.AutoTokenizer.from_pretrained(root / "pretraining").save_pretrained(root / "masked_lm")
+    from_tf_checkpoint(TF_FIXTURE, root / "from_tf")
+    with open(root / "corpus.jsonl", "w") as f:
+        for row in embedded().select(range(300)):
+            f.write(json.dumps({"text": row["text"]}) + "\n")
+    return {"albert_hf": tiny_checkpoint, "pretraining": root / "pretraining", "masked_lm": root / "masked_lm",
+            "from_tf": root / "from_tf", "corpus": root / "corpus.jsonl", "root": root}
+
+
+@pytest.fixture(scope="module")
+def continued_runs(folders):
+    """One run a kind of folder (one step), and a continued run with evaluations and checkpoints, then resumed."""
+    root = folders["root"]
+    one_step = ["--train_files", str(folders["corpus"]), "--max_train_steps", "1", "--eval_steps", "0",
+                "--validation_split_percentage", "0"]
+    continued = ["--model_name_or_path", str(folders["albert_hf"]), "--train_files", str(folders["corpus"]),
+                 "--max_train_steps", "6", "--eval_steps", "3", "--checkpointing_steps", "3", "--num_warmup_steps", "2"]
+    runs = [(root / f"run_{kind}", ["--model_name_or_path", str(folders[kind]), *one_step]
+             + (["--max_seq_length", "16"] if kind == "from_tf" else []), {}, True)
+            for kind in ("masked_lm", "pretraining", "albert_hf", "from_tf")]
+    runs += [(root / "continued", continued, {}, False),
+             (root / "resumed", [*continued, "--resume_from_checkpoint", str(root / "continued" / "step_3")], {},
+              False)]
+    results, done = pretrain_runs(runs)
+    assert [r["status"] for r in results] == [0] * len(runs), results
+    return {"stderr": done.stderr, "stdout": done.stdout, "continued": root / "continued",
+            "resumed": root / "resumed"}
+
+
+def accounts(stderr: str, folder) -> list[str]:
+    return re.findall(rf"continued from {re.escape(str(folder))} .*?\(--num_warmup_steps\)", stderr)
+
+
+def account(stderr: str, folder) -> str:
+    found = accounts(stderr, folder)
+    assert found, stderr[-3000:]
+    return found[0]
+
+
+@pytest.mark.trains
+def test_the_start_line_says_what_each_kind_of_folder_gave_and_what_starts_fresh(folders, continued_runs):
+    stderr = continued_runs["stderr"]
+    assert account(stderr, folders["masked_lm"]) == (
+        f"continued from {folders['masked_lm']} (saved as AlbertForMaskedLM): encoder, MLM head loaded; pooler and "
+        "SOP head initialised fresh: not in this folder: transformers' AlbertForMaskedLM folders carry none; the "
+        "original TF checkpoints do (python -m albert_hf.convert --from_tf); the optimizer starts fresh and the "
+        "learning rate warms up again over 0 steps (--num_warmup_steps)")
+    for kind, saved_as in (("pretraining", "AlbertForPreTraining"), ("albert_hf", "AlbertHFForPreTraining"),
+                           ("from_tf", "AlbertHFForPreTraining")):
+        assert account(stderr, folders[kind]) == (
+            f"continued from {folders[kind]} (saved as {saved_as}): encoder, pooler, MLM head, SOP head loaded; the "
+            "optimizer starts fresh and the learning rate warms up again over 0 steps (--num_warmup_steps)"), kind
+    assert any("warms up again over 2 steps" in line for line in accounts(stderr, folders["albert_hf"]))
+
+
+@pytest.mark.trains
+def test_step_0_is_the_loaded_models_own_evaluation_and_the_end_says_the_change(folders, continued_runs,
+                                                                                  tmp_path, fresh_accelerate_state):
+    from albert_hf.pretraining import job
+    from albert_hf.pretraining.training.evaluation import evaluate
+    from pretraining_runs import FAST
+
+    rows = metrics(continued_runs["continued"])
+    start = next(row for row in rows if row["step"] == 0)
+    # the same model and held-out pairs, evaluated here apart from any run
+    args = job.parse_args(["--output_dir", str(tmp_path / "apart"), *FAST, "--model_name_or_path",
+                           str(folders["albert_hf"]), "--train_files", str(folders["corpus"])])
+    run = job.prepare(args)
+    apart = evaluate(run.model, run.eval_dataloader, run.accelerator, "sop")
+    assert {key: start[key] for key in apart} == pytest.approx(apart, rel=1e-12)
+    results = json.loads((continued_runs["continued"] / "all_results.json").read_text())
+    assert results["eval_mlm_accuracy_step_0"] == start["eval_mlm_accuracy"]
+    end = [row for row in rows if "eval_mlm_loss" in row][-1]
+    line = (f"    overall: mlm_accuracy {start['eval_mlm_accuracy']:.4f} → {end['eval_mlm_accuracy']:.4f} "
+            f"({end['eval_mlm_accuracy'] - start['eval_mlm_accuracy']:+.4f})")
+    assert "  since step 0 (the loaded model):" in continued_runs["stdout"] and line in continued_runs["stdout"]
+
+
+@pytest.mark.trains
+def test_a_continued_run_resumes_to_the_uninterrupted_weights(continued_runs):
+    expected, got = (load_file(continued_runs[name] / "model.safetensors") for name in ("continued", "resumed"))
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], rtol=0, atol=1e-6, msg=name)
+    # the step-0 evaluation is the run's start's: a resumed run does not measure it again
+    assert [row["step"] for row in metrics(continued_runs["resumed"]) if "eval_mlm_loss" in row] == [6]
+    assert [row["step"] for row in metrics(continued_runs["continued"]) if "eval_mlm_loss" in row] == [0, 3, 6]
+
+
+@pytest.mark.quick
+def test_forgetting_names_each_source_whose_held_out_accuracy_fell():
+    start = {"eval_mlm_accuracy": 0.40, "eval_books_mlm_accuracy": 0.50, "eval_domain_mlm_accuracy": 0.30,
+             "eval_mlm_loss": 3.0, "eval_books_mlm_loss": 2.5, "eval_domain_mlm_loss": 3.5}
+    end = {"eval_mlm_accuracy": 0.42, "eval_books_mlm_accuracy": 0.45, "eval_domain_mlm_accuracy": 0.39,
+           "eval_mlm_loss": 2.9, "eval_books_mlm_loss": 2.7, "eval_domain_mlm_loss": 3.1}
+    lines, forgot = since_start(start, end, ("books", "domain"))
+    assert forgot == ["books"]
+    assert lines[1] == "books: mlm_accuracy 0.5000 → 0.4500 (-0.0500), mlm_loss 2.5000 → 2.7000 (+0.2000)"
+    assert since_start(start, {**end, "eval_books_mlm_accuracy": 0.5}, ("books", "domain"))[1] == []
