@@ -102,3 +102,13 @@ def embedded_corpus():
         os.replace(tmp, path)  # atomic: a concurrent reader never sees half a file
         logger.info("Built the embedded corpus: %d docstrings -> %s", count, path)
     return datasets.Dataset.from_json(str(path))
+
+
+if __name__ == "__main__":  # the demo's corpus as a file (a source of --sources): python -m ... general.jsonl
+    import shutil
+
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m albert_hf.pretraining.data.embedded_corpus OUT.jsonl")
+    embedded_corpus()
+    shutil.copyfile(embedded_corpus_path(), sys.argv[1])
+    print(f"the embedded corpus -> {sys.argv[1]}")
