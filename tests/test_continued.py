@@ -32,11 +32,17 @@ def folders(tmp_path_factory, tiny_checkpoint):
     transformers.AlbertForMaskedLM.from_pretrained(root / "pretraining").save_pretrained(root / "masked_lm")
     transformers.AutoTokenizer.from_pretrained(root / "pretraining").save_pretrained(root / "masked_lm")
     from_tf_checkpoint(TF_FIXTURE, root / "from_tf")
+    from albert_hf import AlbertHFForPreTraining
+
+    nsp = AlbertHFForPreTraining.from_pretrained(tiny_checkpoint)  # a folder whose 2-way head learned NSP
+    nsp.config.pretraining_task = "nsp"
+    nsp.save_pretrained(root / "nsp")
+    transformers.AutoTokenizer.from_pretrained(tiny_checkpoint).save_pretrained(root / "nsp")
     with open(root / "corpus.jsonl", "w") as f:
         for row in embedded().select(range(300)):
             f.write(json.dumps({"text": row["text"]}) + "\n")
     return {"albert_hf": tiny_checkpoint, "pretraining": root / "pretraining", "masked_lm": root / "masked_lm",
-            "from_tf": root / "from_tf", "corpus": root / "corpus.jsonl", "root": root}
+            "from_tf": root / "from_tf", "nsp": root / "nsp", "corpus": root / "corpus.jsonl", "root": root}
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +55,7 @@ def continued_runs(folders):
                  "--max_train_steps", "6", "--eval_steps", "3", "--checkpointing_steps", "3", "--num_warmup_steps", "2"]
     runs = [(root / f"run_{kind}", ["--model_name_or_path", str(folders[kind]), *one_step]
              + (["--max_seq_length", "16"] if kind == "from_tf" else []), {}, True)
-            for kind in ("masked_lm", "pretraining", "albert_hf", "from_tf")]
+            for kind in ("masked_lm", "pretraining", "albert_hf", "from_tf", "nsp")]
     runs += [(root / "continued", continued, {}, False),
              (root / "resumed", [*continued, "--resume_from_checkpoint", str(root / "continued" / "step_3")], {},
               False)]
@@ -83,6 +89,12 @@ def test_the_start_line_says_what_each_kind_of_folder_gave_and_what_starts_fresh
             f"continued from {folders[kind]} (saved as {saved_as}): encoder, pooler, MLM head, SOP head loaded; the "
             "optimizer starts fresh and the learning rate warms up again over 0 steps (--num_warmup_steps)"), kind
     assert any("warms up again over 2 steps" in line for line in accounts(stderr, folders["albert_hf"]))
+    assert account(stderr, folders["nsp"]) == (
+        f"continued from {folders['nsp']} (saved as AlbertHFForPreTraining): encoder, pooler, MLM head, SOP head "
+        "loaded; its 2-way head was trained for NSP and is trained for SOP from here (--task); the optimizer starts "
+        "fresh and the learning rate warms up again over 0 steps (--num_warmup_steps)")
+    # what this run's own folder records for a run that continues it
+    assert json.loads((continued_runs["continued"] / "config.json").read_text())["pretraining_task"] == "sop"
 
 
 @pytest.mark.trains
@@ -128,3 +140,14 @@ def test_forgetting_names_each_source_whose_held_out_accuracy_fell():
     assert forgot == ["books"]
     assert lines[1] == "books: mlm_accuracy 0.5000 → 0.4500 (-0.0500), mlm_loss 2.5000 → 2.7000 (+0.2000)"
     assert since_start(start, {**end, "eval_books_mlm_accuracy": 0.5}, ("books", "domain"))[1] == []
+
+
+@pytest.mark.trains
+def test_a_continued_folder_fine_tunes_with_run_glue_as_any_other(continued_runs, glue_root, tmp_path):
+    from helpers import glue_args, run_glue
+
+    run_glue(glue_args(continued_runs["continued"], tmp_path, "--task_name", "rte", "--data_dir", glue_root,
+                       "--do_train", "--do_eval", "--max_steps", 2))
+    results = json.loads((tmp_path / "eval_results.json").read_text())
+    assert 0 <= results["eval_accuracy"] <= 1 and results["eval_samples"] == 8
+
