@@ -14,12 +14,28 @@ DEMO_FLAGS = ["--overwrite_output_dir", "--model_config", "small", "--max_seq_le
               "--adam_beta2", "0.98", "--max_train_steps", "700", "--eval_steps", "175"]
 
 
-def test_every_recipe_is_read_by_the_argument_parser(tmp_path, monkeypatch):
+def test_every_recipe_is_read_by_the_argument_parser(tmp_path, monkeypatch, tiny_checkpoint):
     monkeypatch.chdir(tmp_path)  # their output_dir is relative: a fresh folder, no earlier run
     recipes = sorted(RECIPES.glob("*.yaml"))
-    assert {path.stem for path in recipes} == {"demo", *PAPER}
+    assert {path.stem for path in recipes} == {"demo", "continue", *PAPER}
     for path in recipes:
-        parse_args([str(path)])
+        # the continued recipe's model is on the Hub: a local folder of 128 positions stands in (flags after a file win)
+        stand_in = ["--model_name_or_path", str(tiny_checkpoint), "--max_seq_length", "128"]
+        parse_args([str(path), *(stand_in if path.stem == "continue" else [])])
+
+
+def test_the_continued_recipe_replays_general_text_beside_the_domain(tmp_path, monkeypatch, tiny_checkpoint):
+    monkeypatch.chdir(tmp_path)
+    path = RECIPES / "continue.yaml"
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    assert "model_name_or_path: albert/albert-base-v2" in path.read_text()
+    args = parse_args([str(path), "--model_name_or_path", str(tiny_checkpoint), "--max_seq_length", "128"])
+    assert [(s.name, s.weight) for s in args.sources.sources] == [("domain", 0.9), ("general", 0.1)]
+    assert args.sources.sources[1].dataset_name == "wikimedia/wikipedia"
+    flat = args.flat()
+    assert (flat["global_batch_size"], flat["max_train_steps"], flat["num_warmup_steps"], flat["optimizer"]) == (
+        2048, 12_500, 750, "lamb")
+    assert flat["learning_rate"] == pytest.approx(0.00176 * (2048 / 4096) ** 0.5, rel=0.01)
 
 
 @pytest.mark.parametrize("name", PAPER)
