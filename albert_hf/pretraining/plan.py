@@ -295,12 +295,12 @@ def mix_plan(args: PretrainingArguments) -> list[str]:
     """--dry_run of a mixed run: per source its weight, size, the pairs drawn over the run and its epochs. The
     sizes need the pairs: they are built here (cached `datasets` maps, which the run then reads) or read from
     prepared folders."""
-    from .data.inputs import build_mixed_data, read_prepared_mix
+    from .data.inputs import build_mixed_data
     from .data.mixture import MixPlan, plan_lines
 
     data, optimization = args.data, args.optimization
     if data.prepared_data:
-        mix = read_prepared_mix(data.prepared_data, args.sources)
+        mix = prepared_data.load(data.prepared_data, args.sources).mix  # memory-mapped: no pairs read
     else:
         mix = build_mixed_data(data, args.sources, args.objective.task, optimization.seed,
                                args.model.model_name_or_path).mix

@@ -171,11 +171,6 @@ def build_mixed_data(data: DataArgs, sources: Sources, task: str, seed: int, mod
     return PreparedPairs(tokenizer, train, eval_pairs, eval_documents, mix)
 
 
-def read_prepared_mix(folder, sources: Sources) -> Mix:
-    """The mix of a --prepared_data folder of several sources, from its manifest (no pairs read)."""
-    return prepared_data.load(folder, sources).mix
-
-
 @contextlib.contextmanager
 def naming_source(source: Source):
     """An InputError raised while a source is read names the source."""

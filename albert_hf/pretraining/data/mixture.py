@@ -230,7 +230,6 @@ class Mix:
     weights: dict[str, float]
     sizes: dict[str, int | None]
     weighting: str = "as given"
-    tokens: dict[str, int] = field(default_factory=dict)  # each source's training tokens, where counted
 
 
 def normalised(weights: dict[str, float]) -> dict[str, float]:
@@ -335,6 +334,11 @@ class MixedPairs(torch.utils.data.Dataset):
         by_name = dict(zip(built, self.sources))
         self.use([by_name.get(name) for name in self.plan.names])
 
+    def _batch_start(self, pair: int) -> tuple[int, int]:
+        """(the first pair of the global batch that holds `pair`, that batch's size)."""
+        segment = self.plan.segment_of(pair)
+        return pair - (pair - segment.start) % segment.batch, segment.batch
+
     def _layout(self, start: int):
         """The sources and positions of the global batch that begins at pair `start` (the last one kept)."""
         if self._batch[0] != start:
@@ -345,16 +349,14 @@ class MixedPairs(torch.utils.data.Dataset):
     def __getitems__(self, indices) -> list[dict]:
         pairs = self.first + np.asarray(indices, dtype=np.int64)
         sources, positions = np.empty_like(pairs), np.empty_like(pairs)
-        segment = self.plan.segment_of(int(pairs[0]))
-        start = int(pairs[0]) - (int(pairs[0]) - segment.start) % segment.batch
+        start, batch = self._batch_start(int(pairs[0]))
         within = pairs - start
-        if ((within >= 0) & (within < segment.batch)).all():  # a micro-batch within one global batch: one lookup
+        if ((within >= 0) & (within < batch)).all():  # a micro-batch within one global batch: one lookup
             layout = self._layout(start)
             sources[:], positions[:] = layout[0][within], layout[1][within]
         else:
             for i, pair in enumerate(pairs.tolist()):
-                segment = self.plan.segment_of(pair)
-                start = pair - (pair - segment.start) % segment.batch
+                start, _ = self._batch_start(pair)
                 layout = self._layout(start)
                 sources[i], positions[i] = layout[0][pair - start], layout[1][pair - start]
         index, epochs = np.empty_like(pairs), np.empty_like(pairs)
@@ -385,7 +387,7 @@ class MixedStream(torch.utils.data.IterableDataset):
     def __iter__(self):
         iterators = [None if stream is None else iter(stream) for stream in self.streams]
         while True:
-            sources, _, size = self.plan.batch(self.draws, self.seed + self.process_index)
+            sources, _, _ = self.plan.batch(self.draws, self.seed + self.process_index)
             for source in sources:
                 row = next(iterators[source])
                 self.draws += 1

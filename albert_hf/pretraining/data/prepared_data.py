@@ -205,8 +205,7 @@ def load(folder, sources: Sources | None = None) -> PreparedPairs:
         sources = sources or manifest_sources(folder)
         train = {name: datasets.load_from_disk(str(pairs / name / "train")) for name in sources.names}
         sizes = {name: len(pairs) for name, pairs in train.items()}
-        mix = Mix(sources.names, resolve_weights(sources, sizes), sizes, sources.weighting(),
-                  {entry["name"]: entry.get("train_tokens") for entry in manifest["sources"]})
+        mix = Mix(sources.names, resolve_weights(sources, sizes), sizes, sources.weighting())
     return PreparedPairs(
         tokenizer=tokenizer,
         train_pairs=train if mix is not None else datasets.load_from_disk(str(pairs / "train")),

@@ -288,7 +288,7 @@ def log_window(run: Run, state: TrainingState, log, progress):
     """A collective: the training means of the window and the run's rates (runtime/throughput.py), into the
     progress bar and the metrics log; a non-finite loss stops the run (pretraining/training/divergence.py)."""
     metrics = state.window_metrics(run.accelerator, run.args.objective.task, current_lr(run), run.throughput)
-    sources = source_rows(run, state) if run.mixed is not None else {}
+    sources = source_fields(run, state) if run.mixed is not None else {}
     progress.set_postfix({SHORT_NAMES.get(k, k.replace("_accuracy", "_acc")):
                           "non-finite" if v is None else f"{v:.3g}" for k, v in metrics.items() if k != "lr"}
                          | {key.replace("run_tokens_", "run_tok_").replace("tokens_", "tok_"): f"{value:.3g}"
@@ -299,7 +299,7 @@ def log_window(run: Run, state: TrainingState, log, progress):
         log.write(state.step, row)
 
 
-def source_rows(run: Run, state: TrainingState) -> dict:
+def source_fields(run: Run, state: TrainingState) -> dict:
     """A mixed run's per-source fields of a logged row (`state.source_totals`, just read with the window): the
     window's tokens and pairs, the run's tokens and pairs, each source's share of the run's pairs and its epochs."""
     window, run_totals = state.source_totals
