@@ -292,7 +292,11 @@ def signal_job(pid: int, signum: int) -> int:
     import psutil
 
     groups = {os.getpgid(pid)}
-    for child in psutil.Process(pid).children(recursive=True):
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:  # the job ended between the caller's last look and this one: its group only
+        children = []
+    for child in children:
         try:
             groups.add(os.getpgid(child.pid))
         except ProcessLookupError:
