@@ -313,10 +313,12 @@ def _documents(corpus, text_column: str):
         yield item[text_column] if isinstance(item, dict) else item
 
 
-def _train_spm_model(corpus, text_column: str, sentence_per_line: bool, vocab_size: int,
-                     character_coverage: float, input_sentence_size: int, seed: int) -> bytes:
+def train_spm_model(corpus, text_column: str, sentence_per_line: bool, vocab_size: int,
+                    character_coverage: float, input_sentence_size: int, seed: int,
+                    hard_vocab_limit: bool = True) -> bytes:
     """The serialized SentencePiece unigram model trained with ALBERT's spm_train flags on the corpus's sentences
-    (split, then normalized as ALBERT's tokenizer normalizes); a corpus it cannot train on stops the run."""
+    (split, then normalized as ALBERT's tokenizer normalizes); a corpus it cannot train on stops the run. Without
+    `hard_vocab_limit`, `vocab_size` is at most the pieces the corpus supports (spm_train's soft limit)."""
     import sentencepiece as spm
 
     normalizer = _albert_normalizer()
@@ -344,6 +346,7 @@ def _train_spm_model(corpus, text_column: str, sentence_per_line: bool, vocab_si
             input_sentence_size=input_sentence_size,
             shuffle_input_sentence=True,
             num_threads=os.cpu_count() or 1,
+            hard_vocab_limit=hard_vocab_limit,
             minloglevel=2,
         )
     except RuntimeError as error:
@@ -418,7 +421,7 @@ def train_tokenizer(
         cache_dir = cache_root() / "tokenizers" / f"spm-unigram-{vocab_size}-{key}"
 
     if cache_dir is None or not (cache_dir / "tokenizer.json").exists():
-        model = _train_spm_model(corpus, text_column, sentence_per_line, vocab_size, character_coverage,
+        model = train_spm_model(corpus, text_column, sentence_per_line, vocab_size, character_coverage,
                                  input_sentence_size, seed)
         tokenizer = tokenizer_from_spm_proto(model, model_max_length=model_max_length)
         if cache_dir is None:

@@ -146,6 +146,19 @@ def check_tokenizer_loads_without_prompt(folder, fill_mask: bool = False):
     assert "AlbertTokenizer.from_pretrained(" in card
 
 
+def in_hub_cache(repo_id: str, folder) -> str:
+    """`folder`'s files as the Hub repo `repo_id` in the tests' HF_HOME cache, where `from_pretrained(repo_id)` finds
+    them offline (HF_HUB_OFFLINE=1) as it finds any downloaded repo: refs/main naming a snapshot. Returns repo_id."""
+    import shutil
+
+    repo = Path(os.environ["HF_HOME"]) / "hub" / f"models--{repo_id.replace('/', '--')}"
+    commit = "0" * 39 + "1"
+    shutil.copytree(folder, repo / "snapshots" / commit, dirs_exist_ok=True)
+    (repo / "refs").mkdir(parents=True, exist_ok=True)
+    (repo / "refs" / "main").write_text(commit)
+    return repo_id
+
+
 def glue_args(checkpoint, output_dir, *extra):
     """The flags of a tiny run_glue.py run: pieces of 32, batches of 4 (16 to evaluate), nothing saved, no trackers."""
     return ["--model_name_or_path", checkpoint, "--output_dir", output_dir, "--max_seq_length", 32,

@@ -5,6 +5,7 @@ forgetting named, and an exact resume."""
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 
@@ -14,9 +15,10 @@ import transformers
 from safetensors.torch import load_file
 
 from albert_hf.convert import from_tf_checkpoint
+from albert_hf.errors import InputError
 from albert_hf.pretraining.training.evaluation import since_start
 from data_fixtures import embedded
-from helpers import REPO
+from helpers import REPO, in_hub_cache
 from pretraining_runs import metrics, pretrain_runs
 
 TF_FIXTURE = REPO / "tests" / "fixtures" / "tf_albert" / "all_shared"
@@ -56,13 +58,16 @@ def continued_runs(folders):
     runs = [(root / f"run_{kind}", ["--model_name_or_path", str(folders[kind]), *one_step]
              + (["--max_seq_length", "16"] if kind == "from_tf" else []), {}, True)
             for kind in ("masked_lm", "pretraining", "albert_hf", "from_tf", "nsp")]
-    runs += [(root / "continued", continued, {}, False),
+    # the albert_hf folder as a Hub repo (the tests' offline cache), evaluated at step 0 as the local folder is
+    hub = ["--model_name_or_path", in_hub_cache("stand-in/tiny-albert", folders["albert_hf"]),
+           *continued[2:4], "--max_train_steps", "2", "--eval_steps", "3", "--num_warmup_steps", "2"]
+    runs += [(root / "from_hub", hub, {}, True), (root / "continued", continued, {}, False),
              (root / "resumed", [*continued, "--resume_from_checkpoint", str(root / "continued" / "step_3")], {},
               False)]
     results, done = pretrain_runs(runs)
     assert [r["status"] for r in results] == [0] * len(runs), results
     return {"stderr": done.stderr, "stdout": done.stdout, "continued": root / "continued",
-            "resumed": root / "resumed"}
+            "resumed": root / "resumed", "from_hub": root / "from_hub"}
 
 
 def accounts(stderr: str, folder) -> list[str]:
@@ -121,6 +126,18 @@ def test_step_0_is_the_loaded_models_own_evaluation_and_the_end_says_the_change(
 
 
 @pytest.mark.trains
+def test_a_hub_repo_is_continued_and_measured_at_step_0_as_its_folder_is(continued_runs):
+    assert account(continued_runs["stderr"], "stand-in/tiny-albert") == (
+        "continued from stand-in/tiny-albert (saved as AlbertHFForPreTraining): encoder, pooler, MLM head, SOP head "
+        "loaded; the optimizer starts fresh and the learning rate warms up again over 2 steps (--num_warmup_steps)")
+    from_hub, from_folder = (next(row for row in metrics(continued_runs[name]) if row["step"] == 0)
+                             for name in ("from_hub", "continued"))
+    measured = [key for key in from_folder if key.startswith("eval_")]
+    assert "eval_mlm_accuracy" in measured and "eval_sop_accuracy" in measured
+    assert {key: from_hub[key] for key in measured} == {key: from_folder[key] for key in measured}
+
+
+@pytest.mark.trains
 def test_a_continued_run_resumes_to_the_uninterrupted_weights(continued_runs):
     expected, got = (load_file(continued_runs[name] / "model.safetensors") for name in ("continued", "resumed"))
     for name in expected:
@@ -143,11 +160,45 @@ def test_forgetting_names_each_source_whose_held_out_accuracy_fell():
 
 
 @pytest.mark.trains
-def test_a_continued_folder_fine_tunes_with_run_glue_as_any_other(continued_runs, glue_root, tmp_path):
-    from helpers import glue_args, run_glue
+def test_checkpoint_evals_start_from_the_source_model_and_fine_tune_the_continued_folder(folders, continued_runs,
+                                                                                          glue_root, tmp_path):
+    """run_checkpoint_evals.py --source_model: the model the run continued as step 0, then each checkpoint and the
+    continued final folder, fine-tuned by run_glue.py as any other."""
+    from albert_hf.checkpoint_evals import job
+    from helpers import REPO, run_bounded, subprocess_env
 
-    run_glue(glue_args(continued_runs["continued"], tmp_path, "--task_name", "rte", "--data_dir", glue_root,
-                       "--do_train", "--do_eval", "--max_steps", 2))
-    results = json.loads((tmp_path / "eval_results.json").read_text())
-    assert 0 <= results["eval_accuracy"] <= 1 and results["eval_samples"] == 8
+    run = tmp_path / "continued"
+    shutil.copytree(continued_runs["continued"], run)
+    job.main([str(run), "--tasks", "rte", "--data_dir", str(glue_root), "--seeds", "1", "--source_model",
+              str(folders["albert_hf"]), "--max_steps", "2", "--max_seq_length", "32", "--per_device_train_batch_size",
+              "4", "--dataloader_pin_memory", "false"], scripts=REPO,
+             run_process=lambda command, env: run_bounded(command, 300, env=subprocess_env()))
+    rows = [json.loads(line) for line in (run / "downstream" / "results.jsonl").read_text().splitlines()]
+    accuracy = {row["step"]: row["value"] for row in rows if row["metric"] == "accuracy"}
+    assert sorted(accuracy) == [0, 3, 6] and all(0 <= value <= 1 for value in accuracy.values())
+    assert next(row["tokens"] for row in rows if row["step"] == 0) == 0
+    with pytest.raises(InputError, match=r"^--source_model and --baseline random_init are both step 0: pass one"):
+        job.parse_args([str(run), "--tasks", "rte", "--source_model", "x", "--baseline", "random_init"])
 
+
+@pytest.mark.quick
+def test_a_pair_head_of_another_shape_is_refused_in_one_line(tiny_checkpoint, tmp_path):
+    from safetensors.torch import save_file
+
+    from albert_hf import AlbertHFConfig
+    from albert_hf.pretraining.training.model import build_model
+    from data_fixtures import tokenizer
+
+    folder = tmp_path / "three_way"
+    shutil.copytree(tiny_checkpoint, folder)
+    weights = load_file(folder / "model.safetensors")
+    hidden = weights["sop_classifier.classifier.weight"].shape[1]
+    weights.update({"sop_classifier.classifier.weight": torch.zeros(3, hidden),
+                    "sop_classifier.classifier.bias": torch.zeros(3)})
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(InputError) as raised:
+        build_model(AlbertHFConfig.from_pretrained(folder), str(folder), tokenizer(), "sop")
+    assert str(raised.value) == (
+        f"--model_name_or_path {folder}: its pair head has another shape (sop_classifier.classifier.bias: (3,) in the "
+        "folder) than the SOP or NSP head pretraining trains ((2,)); continue from an ALBERT pretraining or masked-LM "
+        "folder")

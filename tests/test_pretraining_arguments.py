@@ -21,7 +21,8 @@ from pretraining_runs import FAST, metrics, pretrain_runs, untimed
 # Flags docs/pretraining.md names that are not run_pretraining.py's fields: accelerate launch's, the fine-tuning
 # scripts', python -m albert_hf.pretraining.output.loadable's and argparse's own --help.
 OTHER_TOOLS_FLAGS = {"--config_file", "--use_cpu", "--bf16", "--fp16", "--help", "--model_files",
-                     "--from_tf"}  # accelerate's, and python -m albert_hf.convert's
+                     "--from_tf",  # accelerate's, and python -m albert_hf.convert's
+                     "--source_model", "--tasks", "--data_dir"}  # run_checkpoint_evals.py's
 
 
 def test_help_prints_each_options_own_text_and_every_flag_the_docs_name_exists():

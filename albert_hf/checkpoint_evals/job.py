@@ -1,17 +1,16 @@
 """The job behind `run_checkpoint_evals.py`: what each checkpoint of a pretraining run is worth downstream.
 
     python run_checkpoint_evals.py RUN --tasks mrpc cola squad race --data_dir glue/ --squad_dir squad/ \
-        --race_dir RACE/ --seeds 1 2 3 [--baseline random_init] [--watch] [fine-tuning flags, e.g. --paper_hparams]
+        --race_dir RACE/ --seeds 1 2 3 [--baseline random_init | --source_model MODEL] [--watch] [fine-tuning flags]
 
 For every model folder of the run (sources.py: each complete step_N, the final folder, or the Hub's step-N
-branches; step 0 with random weights for the baseline), every task and every seed, the task's script
-(`run_glue.py`, `run_squad.py` or `run_race.py`: `TASK_SCRIPTS`) fine-tunes it in a process of its own, with the
-same flags for all (a flag goes to the scripts that take it), and each dev metric becomes one row of
-RUN/downstream/results.jsonl ({step, tokens, task, seed, metric, value}); then the table, the plot and the card
-(report.py). A row already there
-is not computed again, so a killed job continues where it stopped; a second job on the same RUN is refused (the
-lock of RUN/downstream, not of RUN, which the pretraining run holds). `--watch` waits for checkpoints as the run
-writes them and ends once the run's final folder is evaluated.
+branches; as step 0, the run's config with random weights, or for a continued run the model it started from), every
+task and every seed, the task's script (`run_glue.py`, `run_squad.py` or `run_race.py`: `TASK_SCRIPTS`) fine-tunes it
+in a process of its own, with the same flags for all (a flag goes to the scripts that take it), and each dev metric
+becomes one row of RUN/downstream/results.jsonl ({step, tokens, task, seed, metric, value}); then the table, the plot
+and the card (report.py). A row already there is not computed again, so a killed job continues where it stopped; a
+second job on the same RUN is refused (the lock of RUN/downstream, not of RUN, which the pretraining run holds).
+`--watch` waits for checkpoints as the run writes them and ends once the run's final folder is evaluated.
 """
 
 import argparse
@@ -77,6 +76,7 @@ class EvalArguments:
     with_tracking: bool
     hub_token: str | None
     flags: dict[str, list[str]]  # the fine-tuning flags each script takes (`flags_by_script`)
+    source_model: str | None = None  # a continued run's --model_name_or_path, evaluated as step 0
 
 
 def parse_args(argv=None) -> EvalArguments:
@@ -96,6 +96,8 @@ def parse_args(argv=None) -> EvalArguments:
     parser.add_argument("--seeds", nargs="+", type=int, default=[42], help="fine-tuning seeds (default: 42)")
     parser.add_argument("--baseline", choices=("none", "random_init"), default="none",
                         help="random_init: add step 0, the run's config with random weights")
+    parser.add_argument("--source_model", help="a continued run's --model_name_or_path (a folder or a Hub repo): "
+                        "add it as step 0, the starting point the checkpoints are compared with")
     parser.add_argument("--watch", action="store_true", help="wait for the run's checkpoints; end after its final "
                         "folder")
     parser.add_argument("--watch_interval", type=float, default=60.0, help="seconds between looks (--watch)")
@@ -110,19 +112,13 @@ def parse_args(argv=None) -> EvalArguments:
     if unknown:
         raise InputError(f"--tasks {' '.join(unknown)}: not a task here (GLUE's {', '.join(TASKS)}; "
                          f"{', '.join(TASK_SCRIPTS)}); your own data goes in --train_file and --validation_file")
-    for task in tasks:
-        if task in SQUAD_FILES and known.squad_dir:
-            absent = [name for name in SQUAD_FILES[task] if not (Path(known.squad_dir) / name).is_file()]
-            if absent:
-                raise InputError(f"--squad_dir {known.squad_dir}: no {' nor '.join(absent)} (task {task})")
-    if known.race_dir and "race" in tasks and not Path(known.race_dir).is_dir():
-        raise InputError(f"--race_dir {known.race_dir}: no such folder")
-    if bool(known.train_file) != bool(known.validation_file):
-        raise InputError("--train_file and --validation_file go together (the dev scores are the rows)")
+    check_task_data(known, tasks)
     if known.train_file:
         tasks.append(OWN_DATA)
     if not tasks:
         raise InputError("nothing to evaluate: pass --tasks (GLUE names) and/or --train_file/--validation_file")
+    if known.source_model and known.baseline != "none":
+        raise InputError(f"--source_model and --baseline {known.baseline} are both step 0: pass one of them")
     if len(set(known.seeds)) != len(known.seeds):
         raise InputError("--seeds: a seed is given twice")
     if known.watch and known.run.startswith("hub:"):
@@ -137,7 +133,20 @@ def parse_args(argv=None) -> EvalArguments:
     return EvalArguments(known.run, tasks, known.data_dir, known.squad_dir, known.race_dir, known.train_file,
                          known.validation_file, known.seeds,
                          known.baseline, known.watch, known.watch_interval, output_dir, known.device,
-                         known.with_tracking, known.hub_token, flags_by_script(rest, tasks))
+                         known.with_tracking, known.hub_token, flags_by_script(rest, tasks), known.source_model)
+
+
+def check_task_data(known: argparse.Namespace, tasks: list[str]) -> None:
+    """The tasks' data flags: the SQuAD files and the RACE folder named exist; one's own files come in pairs."""
+    for task in tasks:
+        if task in SQUAD_FILES and known.squad_dir:
+            absent = [name for name in SQUAD_FILES[task] if not (Path(known.squad_dir) / name).is_file()]
+            if absent:
+                raise InputError(f"--squad_dir {known.squad_dir}: no {' nor '.join(absent)} (task {task})")
+    if known.race_dir and "race" in tasks and not Path(known.race_dir).is_dir():
+        raise InputError(f"--race_dir {known.race_dir}: no such folder")
+    if bool(known.train_file) != bool(known.validation_file):
+        raise InputError("--train_file and --validation_file go together (the dev scores are the rows)")
 
 
 def script_of(task: str) -> str:
@@ -253,6 +262,8 @@ class Evaluations:
             model_files = Path(self.args.run) if self.hub is None else download(found[-1], self.out / "hub",
                                                                                  self.args.hub_token)
             found.insert(0, random_init(model_files, self.out / "random_init"))
+        if self.args.source_model:  # a folder, or a Hub repo id the fine-tuning scripts load as they load any
+            found.insert(0, Source(0, 0.0, self.args.source_model))
         return found
 
     def unusable(self, source: Source) -> str | None:

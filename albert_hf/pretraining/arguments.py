@@ -96,6 +96,12 @@ class DataArgs:
         "(SentencePiece's input_sentence_size; the official recipe: 10,000,000). The sample is held in memory"})
     trust_remote_code: bool = field(default=False, metadata={
         "help": "allow code from --tokenizer_name's repository (a tokenizer class of its own)"})
+    extend_vocabulary: int | None = field(default=None, metadata={
+        "help": "a continued run (--model_name_or_path): add the N pieces a SentencePiece model trained on the domain "
+        "uses most and the vocabulary lacks, the embeddings grown to match (data/vocabulary.py)"})
+    extend_vocabulary_from: str | None = field(default=None, metadata={
+        "help": "with --extend_vocabulary and several --sources: the source (its name) the new pieces are learned "
+        "from; one corpus is its own domain"})
     max_seq_length: int = field(default=128, metadata={"help": "tokens per pair (official: 512)"})
     short_seq_prob: float = field(default=0.1, metadata={
         "help": "probability of a shorter target length for a pair, as the official pair builder (0.1)"})

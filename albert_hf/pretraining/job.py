@@ -162,7 +162,7 @@ def prepare(args: PretrainingArguments) -> Run:
                           max_train_steps=args.optimization.max_train_steps)
     at_stage("building the model")
     model, model_notes = build_run_model(args.model, args.config, args.objective.task, inputs.tokenizer, accelerator,
-                                         fsdp_request, args.optimization.num_warmup_steps)
+                                         fsdp_request, args.optimization.num_warmup_steps, inputs.vocabulary)
     notes = [*ready.notes, *(fsdp_request.notes if fsdp_request is not None else ()), *inputs.notes]
     if args.objective.task == "none":
         notes.append("--task none: the pooler and the sentence-order head are frozen (no loss trains them)")
@@ -209,8 +209,8 @@ def prepare(args: PretrainingArguments) -> Run:
            if args.output.push_to_hub else None)
     log_mix(inputs.mix, train_dataloader.dataset, optimization.max_train_steps, global_batch)
     return Run(args, accelerator, inputs.tokenizer, model, optimizer, scheduler, inputs.collate,
-                       train_dataloader, eval_dataloader, inputs.eval_documents, ready.checkpoints, num_parameters,
-                       global_batch, ready.hardware, ready.precision, throughput, graph, hub, inputs.mix)
+               train_dataloader, eval_dataloader, inputs.eval_documents, ready.checkpoints, num_parameters,
+               global_batch, ready.hardware, ready.precision, throughput, graph, hub, inputs.mix, inputs.vocabulary)
 
 
 def log_mix(mix, dataset, max_train_steps: int, global_batch: int) -> None:
@@ -305,7 +305,7 @@ def write_final_folder(run: Run, final, eval_metrics: dict, completed_steps: int
         curves = pretraining_curves(rows, eval_metrics, output_dir / CURVES_FILE, pair_task, names)
     save_final_model(final, run.tokenizer, output_dir,
                      card_run(args.model, args.data, args.objective, args.optimization, args.output, args.sources),
-                     {**eval_metrics, **started},
+                     {**eval_metrics, **started, **(run.vocabulary.results() if run.vocabulary else {})},
                      run.global_batch, accelerator.num_processes, curves=curves is not None,
                      where=where_trained(run.hardware, run.precision, accelerator.num_processes),
                      cost=cost)

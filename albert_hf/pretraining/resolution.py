@@ -65,6 +65,7 @@ def parse_args(argv=None) -> PretrainingArguments:
     processes = int(os.environ.get("WORLD_SIZE", "1"))  # the launch's processes, read here only
     optimization = split_global_batch(optimization, explicit, processes)
     check_args(model, data, optimization, output)
+    check_vocabulary(model, data, sources)
     config = resolve_config(model)
     check_positions(config, data.max_seq_length)
     check_output_dir(output.output_dir, output.resume_from_checkpoint, output.overwrite_output_dir)
@@ -199,6 +200,36 @@ def check_args(model: ModelArgs, data: DataArgs, optimization: OptimizationArgs,
         if not output.checkpointing_steps:
             raise InputError(f"--hub_strategy {output.hub_strategy} uploads at each checkpoint, and this run saves "
                              "none: pass --checkpointing_steps N")
+
+
+def check_vocabulary(model: ModelArgs, data: DataArgs, sources: Sources | None) -> None:
+    """--extend_vocabulary's needs: a positive N, a loaded model whose vocabulary it extends, and a domain of text
+    to learn from (one corpus, or the source --extend_vocabulary_from names), not pairs already tokenized."""
+    if data.extend_vocabulary is None:
+        if data.extend_vocabulary_from:
+            raise InputError("--extend_vocabulary_from names the source --extend_vocabulary learns from: pass "
+                             "--extend_vocabulary N too, or drop it")
+        return
+    if data.extend_vocabulary <= 0:
+        raise InputError(f"--extend_vocabulary {data.extend_vocabulary}: give the number of pieces to add (1 or more)")
+    if not model.model_name_or_path:
+        raise InputError("--extend_vocabulary extends a loaded model's vocabulary: pass --model_name_or_path (a new "
+                         "model's tokenizer is trained on its corpus, --vocab_size pieces)")
+    if data.prepared_data or data.preprocess_only:
+        raise InputError(f"--extend_vocabulary with --{'prepared_data' if data.prepared_data else 'preprocess_only'}: "
+                         "prepared pairs are tokenized once, before training; extend the vocabulary in a run that "
+                         "reads its corpus")
+    names = sources.names if sources is not None else []
+    if len(names) > 1 and not data.extend_vocabulary_from:
+        raise InputError(f"--extend_vocabulary with {len(names)} sources: name the domain to learn the pieces from "
+                         f"with --extend_vocabulary_from (one of {', '.join(names)})")
+    if data.extend_vocabulary_from and data.extend_vocabulary_from not in names:
+        raise InputError(f"--extend_vocabulary_from {data.extend_vocabulary_from}: no such source"
+                         + (f" (the sources: {', '.join(names)})" if names else " (this run reads one corpus)"))
+    domain = sources.sources[names.index(data.extend_vocabulary_from or names[0])] if names else None
+    if domain is not None and domain.prepared_data:
+        raise InputError(f"--extend_vocabulary: source {domain.name} is a prepared folder, its pairs tokenized "
+                         "already; learn the pieces from a source of text")
 
 
 def hardware_and_precision(optimization: OptimizationArgs) -> tuple[Hardware, Precision]:

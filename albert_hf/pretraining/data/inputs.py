@@ -31,6 +31,7 @@ from .pairs import NoPairsError, build_pretraining_dataset
 from .prepared_data import PreparedPairs
 from .sources import Source, Sources
 from .splits import corpus_splits
+from .vocabulary import VocabularyExtension, extend_vocabulary
 
 logger = logging.getLogger(__name__)
 
@@ -48,12 +49,17 @@ def check_train_files(train_files) -> None:
 
 
 def load_tokenizer(data: DataArgs, model_name_or_path: str | None, train_documents, fingerprint: str | None = None):
-    """--tokenizer_name's, the one saved with --model_name_or_path, or one trained on the training documents."""
+    """--tokenizer_name's, the one of --model_name_or_path (a folder or a Hub repo), or for a model built from scratch
+    one trained on the training documents."""
     if data.tokenizer_name:
         with loading("--tokenizer_name", data.tokenizer_name):
             tokenizer = AutoTokenizer.from_pretrained(data.tokenizer_name, trust_remote_code=data.trust_remote_code)
         return check_tokenizer(tokenizer, "--tokenizer_name", data.tokenizer_name)
-    if model_name_or_path and Path(model_name_or_path, "tokenizer.json").is_file():
+    if model_name_or_path:  # a folder or a Hub repo: the tokenizer its weights were trained with
+        folder = Path(model_name_or_path)
+        if folder.is_dir() and not any((folder / name).is_file() for name in ("tokenizer.json", "spiece.model")):
+            raise InputError(f"--model_name_or_path {model_name_or_path} holds no tokenizer (tokenizer.json or "
+                             "spiece.model): name the one its weights were trained with as --tokenizer_name")
         with loading("--model_name_or_path", model_name_or_path):
             tokenizer = AutoTokenizer.from_pretrained(model_name_or_path)
         return check_tokenizer(tokenizer, "--model_name_or_path", model_name_or_path)
@@ -106,12 +112,19 @@ def build_data(data: DataArgs, task: str, seed: int, model_name_or_path: str | N
     at_stage("loading the tokenizer" if data.tokenizer_name or model_name_or_path else "training the tokenizer")
     tokenizer = load_tokenizer(data, model_name_or_path, corpus.tokenizer_documents,
                                fingerprint=corpus.tokenizer_fingerprint)
+    vocabulary = None
+    if data.extend_vocabulary:
+        at_stage("learning the domain's vocabulary")
+        tokenizer, vocabulary = extend_vocabulary(
+            tokenizer, data.extend_vocabulary, corpus_argument(data), corpus.tokenizer_documents, data.layout,
+            corpus.held_out, data.tokenizer_sample_sentences, seed)
     if corpus.stream_shares:
         logger.info("--streaming: %s; %s", corpus.stream_shares, STREAM_NOTE)
     at_stage("building the training pairs")
     train_pairs = build_pairs(corpus.train, tokenizer, data, task, data.dupe_factor, seed)
     at_stage("building the held-out pairs")
-    return PreparedPairs(tokenizer, train_pairs, *build_eval_pairs(corpus.held_out, tokenizer, data, task, seed))
+    return PreparedPairs(tokenizer, train_pairs, *build_eval_pairs(corpus.held_out, tokenizer, data, task, seed),
+                         vocabulary=vocabulary)
 
 
 def build_mixed_data(data: DataArgs, sources: Sources, task: str, seed: int, model_name_or_path: str | None = None,
@@ -142,6 +155,13 @@ def build_mixed_data(data: DataArgs, sources: Sources, task: str, seed: int, mod
     if tokenizer is None:
         at_stage("loading the tokenizer" if data.tokenizer_name or model_name_or_path else "training the tokenizer")
         tokenizer = mixed_tokenizer(data, sources, model_name_or_path, splits, seed)
+    vocabulary = None
+    if data.extend_vocabulary:
+        at_stage("learning the domain's vocabulary")
+        domain = sources.sources[names.index(data.extend_vocabulary_from or names[0])]
+        tokenizer, vocabulary = extend_vocabulary(
+            tokenizer, data.extend_vocabulary, f"source {domain.name}", splits[domain.name].tokenizer_documents,
+            domain.layout, splits[domain.name].held_out, data.tokenizer_sample_sentences, seed)
     train, held_out, documents, sizes = {}, [], [], {}
     for index, source in enumerate(sources.sources):
         name = source.name
@@ -168,7 +188,7 @@ def build_mixed_data(data: DataArgs, sources: Sources, task: str, seed: int, mod
     mix = Mix(names, weights, sizes, sources.weighting() + ("" if unit == "pairs" else f" (in {unit})"))
     eval_pairs = datasets.concatenate_datasets(held_out) if held_out else None
     eval_documents = datasets.concatenate_datasets(documents) if documents else None
-    return PreparedPairs(tokenizer, train, eval_pairs, eval_documents, mix)
+    return PreparedPairs(tokenizer, train, eval_pairs, eval_documents, mix, vocabulary)
 
 
 @contextlib.contextmanager
@@ -204,7 +224,7 @@ def stream_bytes(source: Source) -> int | None:
 def mixed_tokenizer(data: DataArgs, sources: Sources, model_name_or_path, splits: dict, seed: int):
     """The named tokenizer, or one trained on a sample of sentences that follows the weights (by size: each
     source's sentences, to the power alpha)."""
-    if data.tokenizer_name or (model_name_or_path and Path(model_name_or_path, "tokenizer.json").is_file()):
+    if data.tokenizer_name or model_name_or_path:
         return load_tokenizer(data, model_name_or_path, None)
     layouts = {source.name: source.layout for source in sources.sources}
     documents = {name: split.tokenizer_documents for name, split in splits.items()}
@@ -250,6 +270,7 @@ class Inputs:
     eval_documents: datasets.Dataset | datasets.IterableDataset | None
     notes: list[str] = field(default_factory=list)
     mix: Mix | None = None  # a mixed run's sources (the training pairs: MixedPairs or MixedStream)
+    vocabulary: VocabularyExtension | None = None  # --extend_vocabulary's new pieces
 
 
 def build_inputs(data: DataArgs, objective: ObjectiveArgs, accelerator, *, seed: int, model_name_or_path: str | None,
@@ -291,7 +312,8 @@ def build_inputs(data: DataArgs, objective: ObjectiveArgs, accelerator, *, seed:
     if static:
         notes.append(f"static shapes ({data.max_seq_length} tokens, {objective.max_predictions_per_seq} masked "
                      "positions a row)")
-    return Inputs(tokenizer, collate, train_dataloader, eval_dataloader, read.eval_documents, notes, read.mix)
+    return Inputs(tokenizer, collate, train_dataloader, eval_dataloader, read.eval_documents, notes, read.mix,
+                  read.vocabulary)
 
 
 def mixed_pairs(read: PreparedPairs, seed: int, process_batch: int, accelerator, max_train_steps: int):

@@ -21,6 +21,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import datasets
 import numpy as np
@@ -31,6 +32,9 @@ from ...runtime.preemption import deferred
 from .mixture import Mix, resolve_weights
 from .pairs import PAIRS_VERSION
 from .sources import KEYS, Sources, parse_sources
+
+if TYPE_CHECKING:
+    from .vocabulary import VocabularyExtension
 
 MANIFEST = "prepared_data.json"
 PAIRS_DIR = "pairs"
@@ -56,6 +60,7 @@ class PreparedPairs:
     eval_pairs: datasets.Dataset | datasets.IterableDataset | None
     eval_documents: datasets.Dataset | datasets.IterableDataset | None  # for the fill-mask examples
     mix: Mix | None = None
+    vocabulary: VocabularyExtension | None = None  # --extend_vocabulary's new pieces (data/vocabulary.py)
 
 
 def save(data: PreparedPairs, folder: Path, arguments: dict, sources: Sources | None = None) -> dict:
@@ -132,6 +137,10 @@ def read_manifest(folder, label: str = "--prepared_data") -> dict:
                          "builder; prepare it again with --preprocess_only")
     if not isinstance(arguments, dict):
         raise InputError(f"{label} {folder}: {MANIFEST} has no arguments")
+    missing = [name for name in SHAPING_ARGUMENTS if name not in arguments]
+    if missing:
+        raise InputError(f"{label} {folder}: {MANIFEST} does not record {', '.join(missing)}; prepare it again with "
+                         "--preprocess_only")
     if label != "--prepared_data" and "sources" in manifest:
         raise InputError(f"{label} {folder} holds a mix of sources itself ({len(manifest['sources'])}): train on it "
                          "with --prepared_data, or name its sources' own folders")

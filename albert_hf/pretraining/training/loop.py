@@ -8,6 +8,7 @@ checkpoint saves of it). job.py builds the `Run` it trains (`prepare`) and saves
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from ...runtime.throughput import Throughput
 from ..arguments import PretrainingArguments
 from ..data.collator import DataCollatorForAlbertPretraining
 from ..data.mixture import Mix, MixedPairs, MixedStream, MixPlan
+from ..data.vocabulary import VocabularyExtension
 from ..output.card import card_run
 from ..output.checkpoints import StepCheckpoints, truncate_metrics_log
 from ..output.final_folder import save_final_model, where_trained
@@ -66,6 +68,7 @@ class Run:
     step_graph: StepGraph | None = None  # --torch_compile_mode whole-step-graph
     hub: HubPush | None = None  # --push_to_hub
     mix: Mix | None = None  # a mixed run's sources (--sources)
+    vocabulary: VocabularyExtension | None = None  # --extend_vocabulary's new pieces
 
     @property
     def output_dir(self) -> Path:
@@ -216,6 +219,7 @@ def resume(run: Run) -> TrainingState:
     path = run.checkpoints.resolve(value) if value else None
     if path is None:
         return state
+    check_vocabulary_size(run, path)
     saved = run.checkpoints.load(path, COUNTS)
     if "mix" in saved and run.mixed is None:
         names = saved["mix"].get("names", ()) if isinstance(saved["mix"], dict) else ()
@@ -235,6 +239,20 @@ def resume(run: Run) -> TrainingState:
     logger.info("Resumed from %s: step %d, epoch %d, batch %d of the epoch", path, state.step, state.epoch,
                 state.batches_in_epoch)
     return state
+
+
+def check_vocabulary_size(run: Run, path: Path) -> None:
+    """A checkpoint whose embeddings have another number of rows than this run's model (--extend_vocabulary given
+    or not, or another N) stops in one line, before its weights are read."""
+    try:
+        saved = json.loads((path / "config.json").read_text()).get("vocab_size")
+    except (OSError, ValueError, AttributeError):  # no readable config: the record check of `load` names the fault
+        return
+    ours = run.accelerator.unwrap_model(run.model).config.vocab_size
+    if isinstance(saved, int) and saved != ours:
+        raise InputError(f"--resume_from_checkpoint {path}: its model has {saved:,} pieces and this run's {ours:,}: "
+                         "resume with the vocabulary it was written with (the same --model_name_or_path and "
+                         "--extend_vocabulary)")
 
 
 def continue_mix(run: Run, saved: dict, stream_state: dict | None, path: Path) -> dict | None:

@@ -17,6 +17,7 @@ from .step_graph import MODE as STEP_GRAPH
 
 if TYPE_CHECKING:  # annotations only: arguments.py imports this module
     from ..arguments import ModelArgs, OptimizationArgs
+    from ..data.vocabulary import VocabularyExtension
 
 def resolve_config(model: "ModelArgs") -> AlbertHFConfig:
     """The model's config, worked out once for the run (`resolution.parse_args`): --model_name_or_path's, or for a
@@ -45,20 +46,53 @@ def check_positions(config: AlbertHFConfig, max_seq_length: int) -> None:
 
 
 def build_model(config: AlbertHFConfig, model_name_or_path: str | None, tokenizer, task: str,
-                gradient_checkpointing: bool = False):
-    """The weights of --model_name_or_path, or a new model of `config` with the tokenizer's vocabulary. A loaded
-    model carries what it took from the folder (`loaded_from`: `Continued`)."""
+                gradient_checkpointing: bool = False, vocabulary: "VocabularyExtension | None" = None):
+    """The weights of --model_name_or_path (with `vocabulary`'s new rows: `extend_embeddings`), or a new model of
+    `config` with the tokenizer's vocabulary. A loaded model carries what it took from the folder (`loaded_from`:
+    `Continued`)."""
     continued = None
     if model_name_or_path:
         with loading("--model_name_or_path", model_name_or_path):
-            model, info = AlbertHFForPreTraining.from_pretrained(model_name_or_path, output_loading_info=True)
+            # mismatched shapes are refused below, naming the part (transformers' own error names none)
+            model, info = AlbertHFForPreTraining.from_pretrained(model_name_or_path, output_loading_info=True,
+                                                                 ignore_mismatched_sizes=True)
             saved, _ = PretrainedConfig.get_config_dict(model_name_or_path)  # as written: transformers' or ours
-        continued = Continued.of(model_name_or_path, saved, model.config, info.get("missing_keys", ()))
+        continued = Continued.of(model_name_or_path, saved, model.config, info.get("missing_keys", ()),
+                                 info.get("mismatched_keys", ()))
+        if vocabulary is not None:
+            extend_embeddings(model, vocabulary, model_name_or_path)
     else:
         model = AlbertHFForPreTraining(AlbertHFConfig(**{**config.to_diff_dict(), "vocab_size": len(tokenizer)}))
     model = finish_model(model, tokenizer, task, gradient_checkpointing)
     model.loaded_from = continued
     return model
+
+
+@torch.no_grad()
+def extend_embeddings(model, vocabulary: "VocabularyExtension", source: str) -> None:
+    """The word embeddings grown by `vocabulary`'s pieces, in place: the loaded rows as they were, each new row the
+    mean of the rows of the pieces the loaded vocabulary split it into, the MLM decoder still tied to them, and each
+    new output bias the mean of those pieces' biases. Text without new pieces then gives the loaded model's outputs
+    (and its logits over the loaded pieces) bit for bit."""
+    embeddings, decoder = model.get_input_embeddings(), model.get_output_embeddings()
+    if decoder.weight is not embeddings.weight:
+        raise InputError(f"--extend_vocabulary: {source} has an MLM decoder not tied to its word embeddings, whose "
+                         "new rows would have no meaning; continue it without --extend_vocabulary")
+    if embeddings.num_embeddings != vocabulary.base_size:
+        raise InputError(f"--extend_vocabulary: {source} has {embeddings.num_embeddings:,} embedding rows and its "
+                         f"tokenizer {vocabulary.base_size:,} pieces; new pieces need the rows to follow the pieces")
+    rows, biases = embeddings.weight, model.predictions.bias
+    new_rows = torch.stack([rows[list(split)].float().mean(0) for split in vocabulary.splits]).to(rows.dtype)
+    new_biases = torch.stack([biases[list(split)].float().mean() for split in vocabulary.splits]).to(biases.dtype)
+    grown = torch.nn.Embedding(vocabulary.base_size + len(vocabulary.pieces), rows.shape[1],
+                               padding_idx=embeddings.padding_idx, device=rows.device, dtype=rows.dtype)
+    grown.weight.copy_(torch.cat([rows, new_rows]))
+    head = torch.nn.Linear(rows.shape[1], grown.num_embeddings, device=rows.device, dtype=rows.dtype)
+    head.weight = grown.weight
+    head.bias = torch.nn.Parameter(torch.cat([biases, new_biases]))
+    model.set_input_embeddings(grown)
+    model.set_output_embeddings(head)
+    model.config.vocab_size = grown.num_embeddings
 
 
 # The parts of a pretraining model, by the first names of their weights
@@ -80,9 +114,17 @@ class Continued:
     head_task: str | None
 
     @classmethod
-    def of(cls, source: str, saved: dict, config, missing_keys) -> "Continued":
-        """From the folder's config as written (`saved`), the loaded one and the weights the folder lacked."""
+    def of(cls, source: str, saved: dict, config, missing_keys, mismatched=()) -> "Continued":
+        """From the folder's config as written (`saved`), the loaded one, the weights the folder lacked, and those
+        of another shape than its config gives ((name, in the folder, here): refused, naming the part)."""
         saved_as = (saved.get("architectures") or ["a model of unknown class"])[0]
+        for key, found, expected in sorted(mismatched):
+            if key.startswith(dict(PARTS)["pair head"]):
+                raise InputError(f"--model_name_or_path {source}: its pair head has another shape ({key}: "
+                                 f"{tuple(found)} in the folder) than the SOP or NSP head pretraining trains "
+                                 f"({tuple(expected)}); continue from an ALBERT pretraining or masked-LM folder")
+            raise InputError(f"--model_name_or_path {source}: {key} is {tuple(found)} in the folder and "
+                             f"{tuple(expected)} by its config.json: its weights and config disagree")
         fresh = tuple(name for name, prefixes in PARTS if any(key.startswith(prefixes) for key in missing_keys))
         if "encoder" in fresh:
             raise InputError(f"--model_name_or_path {source}: it holds no ALBERT encoder weights (saved as "
@@ -168,11 +210,13 @@ def compile_note(device: torch.device, mode: str | None) -> str:
 
 
 def build_run_model(model_args: "ModelArgs", config: AlbertHFConfig, task: str, tokenizer, accelerator,
-                    fsdp_request, warmup_steps: int = 0) -> tuple[torch.nn.Module, list[str]]:
+                    fsdp_request, warmup_steps: int = 0,
+                    vocabulary: "VocabularyExtension | None" = None) -> tuple[torch.nn.Module, list[str]]:
     """The model of the run and what the start line says of it: built or loaded (under FSDP's RAM-efficient loading,
     read by the first process only), compiled with --torch_compile, sharded under FSDP2. Activations are recomputed
     in backward with --gradient_checkpointing or the FSDP config's activation checkpointing. A continued run's
-    notes open with what it took from --model_name_or_path (`Continued.note`, `warmup_steps` its re-warming)."""
+    notes open with what it took from --model_name_or_path (`Continued.note`, `warmup_steps` its re-warming) and the
+    pieces --extend_vocabulary added (`vocabulary`)."""
     checkpointing = model_args.gradient_checkpointing or (fsdp_request is not None
                                                           and fsdp_request.activation_checkpointing)
     source = model_args.model_name_or_path
@@ -180,7 +224,7 @@ def build_run_model(model_args: "ModelArgs", config: AlbertHFConfig, task: str, 
     notes = []
     if first_process_loads:
         model = load_on_first_process(
-            accelerator, lambda: build_model(config, source, tokenizer, task, checkpointing),
+            accelerator, lambda: build_model(config, source, tokenizer, task, checkpointing, vocabulary),
             lambda loaded: finish_model(AlbertHFForPreTraining(loaded), tokenizer, task, checkpointing))
         notes.append("fsdp_cpu_ram_efficient_loading: the first process read --model_name_or_path, the others "
                      "received their shards")
@@ -188,9 +232,11 @@ def build_run_model(model_args: "ModelArgs", config: AlbertHFConfig, task: str, 
         if fsdp_request is not None and fsdp_request.ram_efficient_loading:
             notes.append("fsdp_cpu_ram_efficient_loading: nothing to load (no --model_name_or_path); every "
                          "process builds the same weights from --seed")
-        model = build_model(config, source, tokenizer, task, checkpointing)
+        model = build_model(config, source, tokenizer, task, checkpointing, vocabulary)
     if getattr(model, "loaded_from", None) is not None:  # the first process's, under RAM-efficient loading
         notes.insert(0, model.loaded_from.note(task, warmup_steps))
+    if vocabulary is not None:
+        notes.insert(1, vocabulary.note())
     if model_args.torch_compile:  # whole-step-graph: the blocks in the default mode, inside the step's graph
         mode = model_args.torch_compile_mode
         # one batch shape on CUDA devices (the collator's static_shapes), a new row count every batch elsewhere
