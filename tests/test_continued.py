@@ -40,11 +40,13 @@ def folders(tmp_path_factory, tiny_checkpoint):
     nsp.config.pretraining_task = "nsp"
     nsp.save_pretrained(root / "nsp")
     transformers.AutoTokenizer.from_pretrained(tiny_checkpoint).save_pretrained(root / "nsp")
-    with open(root / "corpus.jsonl", "w") as f:
-        for row in embedded().select(range(300)):
-            f.write(json.dumps({"text": row["text"]}) + "\n")
+    for name, rows in (("corpus", range(300)), ("general", range(300, 500))):
+        with open(root / f"{name}.jsonl", "w") as f:
+            for row in embedded().select(rows):
+                f.write(json.dumps({"text": row["text"]}) + "\n")
     return {"albert_hf": tiny_checkpoint, "pretraining": root / "pretraining", "masked_lm": root / "masked_lm",
-            "from_tf": root / "from_tf", "nsp": root / "nsp", "corpus": root / "corpus.jsonl", "root": root}
+            "from_tf": root / "from_tf", "nsp": root / "nsp", "corpus": root / "corpus.jsonl",
+            "general": root / "general.jsonl", "root": root}
 
 
 @pytest.fixture(scope="module")
@@ -61,13 +63,19 @@ def continued_runs(folders):
     # the albert_hf folder as a Hub repo (the tests' offline cache), evaluated at step 0 as the local folder is
     hub = ["--model_name_or_path", in_hub_cache("stand-in/tiny-albert", folders["albert_hf"]),
            *continued[2:4], "--max_train_steps", "2", "--eval_steps", "3", "--num_warmup_steps", "2"]
+    # no replay: the general corpus held out only (weight 0), evaluated beside the domain and never trained on
+    no_replay = ["--model_name_or_path", str(folders["albert_hf"]), "--sources",
+                 f"name=domain,weight=1,train_files={folders['corpus']}",
+                 f"name=general,weight=0,train_files={folders['general']}", "--max_train_steps", "4",
+                 "--eval_steps", "4"]
+    runs += [(root / "no_replay", no_replay, {}, False)]
     runs += [(root / "from_hub", hub, {}, True), (root / "continued", continued, {}, False),
              (root / "resumed", [*continued, "--resume_from_checkpoint", str(root / "continued" / "step_3")], {},
               False)]
     results, done = pretrain_runs(runs)
     assert [r["status"] for r in results] == [0] * len(runs), results
     return {"stderr": done.stderr, "stdout": done.stdout, "continued": root / "continued",
-            "resumed": root / "resumed", "from_hub": root / "from_hub"}
+            "resumed": root / "resumed", "from_hub": root / "from_hub", "no_replay": root / "no_replay"}
 
 
 def accounts(stderr: str, folder) -> list[str]:
@@ -135,6 +143,30 @@ def test_a_hub_repo_is_continued_and_measured_at_step_0_as_its_folder_is(continu
     measured = [key for key in from_folder if key.startswith("eval_")]
     assert "eval_mlm_accuracy" in measured and "eval_sop_accuracy" in measured
     assert {key: from_hub[key] for key in measured} == {key: from_folder[key] for key in measured}
+
+
+@pytest.mark.trains
+def test_a_source_of_weight_0_is_evaluated_from_step_0_and_never_trained_on(continued_runs):
+    """A run on a domain alone measures what it does to general text: the general source held out only."""
+    rows = metrics(continued_runs["no_replay"])
+    start, end = (row for row in rows if "eval_mlm_loss" in row)
+    assert [start["step"], end["step"]] == [0, 4]
+    for row in (start, end):
+        assert "eval_general_mlm_accuracy" in row and "eval_general_sop_accuracy" in row
+        assert row["eval_mlm_accuracy"] == row["eval_domain_mlm_accuracy"]  # the overall figures: the trained mix
+    trained = [row for row in rows if "train_mlm_loss" in row]
+    assert trained and all("pairs_general" not in row and row["pairs_domain"] > 0 for row in trained)
+    results = json.loads((continued_runs["no_replay"] / "all_results.json").read_text())
+    assert "source_general_pairs" not in results and results["eval_general_mlm_accuracy_step_0"] == pytest.approx(
+        start["eval_general_mlm_accuracy"])
+    stdout, stderr = continued_runs["stdout"], continued_runs["stderr"]
+    assert "Mixing 1 source (and 1 held out only), weights as given: domain: weight 1, " in stderr
+    assert "; general: weight 0, held out only (evaluated, never trained on)" in stderr
+    general = (f"    general: mlm_accuracy {start['eval_general_mlm_accuracy']:.4f} → "
+               f"{end['eval_general_mlm_accuracy']:.4f} ")
+    assert general in stdout
+    fell = end["eval_general_mlm_accuracy"] < start["eval_general_mlm_accuracy"]
+    assert ("forgetting: the held-out MLM accuracy of general fell since step 0" in stdout) == fell
 
 
 @pytest.mark.trains

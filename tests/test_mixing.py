@@ -221,10 +221,11 @@ def test_the_tokenizer_sample_follows_the_weights():
 
 
 BAD = [
-    (["name=a,weight=0,train_files=X"], "--sources: source 'a': weight 0 must be a finite number > 0"),
-    (["name=a,weight=-1,train_files=X"], "--sources: source 'a': weight -1 must be a finite number > 0"),
+    (["name=a,weight=0,train_files=X"], "--sources: every source has weight 0 (held out only, never trained on)"),
+    (["name=a,weight=-1,train_files=X"], "--sources: source 'a': weight -1 must be a finite number >= 0 (0: held "
+                                         "out only"),
     (["name=a,weight=heavy,train_files=X"], "--sources: source 'a': weight 'heavy' is not a number, size or size^A"),
-    (["name=a,weight=nan,train_files=X"], "--sources: source 'a': weight nan must be a finite number > 0"),
+    (["name=a,weight=nan,train_files=X"], "--sources: source 'a': weight nan must be a finite number >= 0"),
     (["name=a,weight=1,train_files=X", "name=a,weight=1,train_files=Y"], "--sources: two sources are named a"),
     (["name=a,weight=size^1.5,train_files=X"], "--sources: source 'a': weight size^1.5: the temperature's exponent "
                                                "must be a number in [0, 1]"),
@@ -245,6 +246,20 @@ def test_a_bad_source_stops_with_one_line_naming_it(words, line):
     with pytest.raises(InputError) as error:
         parse_sources(words)
     assert line in str(error.value) and "\n" not in str(error.value)
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("extra, line", [
+    (["--validation_split_percentage", "0"], "source b has weight 0 (held out only): with "
+     "--validation_split_percentage 0 nothing of it would be evaluated"),
+    (["--preprocess_only"], "source b has weight 0 (held out only): --preprocess_only prepares every source's "
+     "training pairs; give it its weight when training on the folder"),
+])
+def test_a_source_held_out_only_needs_held_out_pairs_and_a_training_run(extra, line, tmp_path):
+    sources = ["--sources", "name=a,weight=1,train_files=X", "name=b,weight=0,train_files=X"]
+    with pytest.raises(InputError) as error:
+        parse_args(["--output_dir", str(tmp_path / "out"), *sources, *extra])
+    assert str(error.value) == line
 
 
 def test_a_recipe_names_its_sources_as_mappings_and_bad_combinations_are_refused(tmp_path, corpora):

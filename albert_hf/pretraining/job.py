@@ -66,7 +66,7 @@ from .arguments import OutputArgs, PretrainingArguments
 from .data import prepared_data
 from .data.collator import masking_budget
 from .data.inputs import build_data, build_inputs, build_mixed_data
-from .data.mixture import start_lines
+from .data.mixture import held_out_lines, start_lines
 from .output.card import card_run, source_rows
 from .output.checkpoints import FILL_MASK_FILE, StepCheckpoints, clear_earlier_run
 from .output.final_folder import held_out_fill_mask, save_final_model, where_trained
@@ -218,8 +218,9 @@ def log_mix(mix, dataset, max_train_steps: int, global_batch: int) -> None:
     drawn over the run and epochs."""
     if mix is None:
         return
-    logger.info("Mixing %d sources, weights %s: %s", len(mix.names), mix.weighting,
-                "; ".join(start_lines(dataset, max_train_steps, global_batch)))
+    apart = f" (and {len(mix.held_out_only)} held out only)" if mix.held_out_only else ""
+    logger.info("Mixing %d source%s%s, weights %s: %s", len(mix.names), "s" * (len(mix.names) > 1), apart,
+                mix.weighting, "; ".join(start_lines(dataset, max_train_steps, global_batch) + held_out_lines(mix)))
 
 
 def prepare_checkpoints(checkpoints: StepCheckpoints, model, tokenizer, output: OutputArgs) -> None:
@@ -296,7 +297,7 @@ def write_final_folder(run: Run, final, eval_metrics: dict, completed_steps: int
             run.tokenizer.all_special_ids, pair_task)}
     rows = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()
             ] if (output_dir / "metrics.jsonl").is_file() else []
-    names = run.mix.names if run.mix is not None else ()
+    names = run.mix.held_out if run.mix is not None else ()  # those held out only too
     # a continued run's starting point (its step-0 evaluation), beside the end in all_results.json and the card
     start = next((row for row in rows if row["step"] == 0 and "eval_mlm_loss" in row), {})
     started = {f"{key}_step_0": value for key, value in start.items() if key.startswith("eval_")}

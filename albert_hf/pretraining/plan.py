@@ -296,7 +296,7 @@ def mix_plan(args: PretrainingArguments) -> list[str]:
     sizes need the pairs: they are built here (cached `datasets` maps, which the run then reads) or read from
     prepared folders."""
     from .data.inputs import build_mixed_data
-    from .data.mixture import MixPlan, plan_lines
+    from .data.mixture import MixPlan, held_out_lines, plan_lines
 
     data, optimization = args.data, args.optimization
     if data.prepared_data:
@@ -312,5 +312,5 @@ def mix_plan(args: PretrainingArguments) -> list[str]:
     where = " per process" if streamed and args.processes > 1 else ""
     return [f"  sources ({len(mix.names)}, weights {mix.weighting}; over {optimization.max_train_steps:,} steps of "
             f"{batch:,} pairs{where}):"] + [f"    {line}" for line in plan_lines(plan, optimization.max_train_steps
-                                                                                   * batch)]
+                                                                                   * batch) + held_out_lines(mix)]
 

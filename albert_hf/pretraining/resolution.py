@@ -91,6 +91,12 @@ def resolve_sources(data: DataArgs, explicit: set[str], output: OutputArgs) -> S
         if name in explicit:
             raise InputError(f"--{name} names one corpus and --sources several: put it in --sources as a source")
     sources = parse_sources(data.sources, data.layout, data.text_column)
+    held_out_only = [name for name in sources.names if name not in sources.trained]
+    if held_out_only and (data.preprocess_only or not data.validation_split_percentage):
+        raise InputError(f"source {held_out_only[0]} has weight 0 (held out only): "
+                         + ("--preprocess_only prepares every source's training pairs; give it its weight when "
+                            "training on the folder" if data.preprocess_only else
+                            "with --validation_split_percentage 0 nothing of it would be evaluated"))
     if data.prepared_data and recorded is None:
         raise InputError(f"--prepared_data {data.prepared_data} holds one corpus, and --sources mixes several: name "
                          f"the folder as a source (name=...,weight=...,prepared_data={data.prepared_data}) instead")

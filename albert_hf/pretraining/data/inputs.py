@@ -171,13 +171,15 @@ def build_mixed_data(data: DataArgs, sources: Sources, task: str, seed: int, mod
         else:
             at_stage(f"building the pairs of source {name}")
             where = f"source {name} ({source.where()})"
-            train[name] = build_pairs(splits[name].train, tokenizer, shaped[name], task, data.dupe_factor, seed,
-                                      where=where)
+            if name in sources.trained:
+                train[name] = build_pairs(splits[name].train, tokenizer, shaped[name], task, data.dupe_factor, seed,
+                                          where=where)
             eval_pairs, eval_documents = build_eval_pairs(splits[name].held_out, tokenizer, shaped[name], task, seed,
                                                           where=where)
-        sizes[name] = len(train[name]) if isinstance(train[name], datasets.Dataset) else None
-        if sizes[name] == 0:
-            raise InputError(f"source {name} ({source.where()}) gives no training pair")
+        if name in sources.trained:
+            sizes[name] = len(train[name]) if isinstance(train[name], datasets.Dataset) else None
+            if sizes[name] == 0:
+                raise InputError(f"source {name} ({source.where()}) gives no training pair")
         if eval_pairs is not None:
             held_out.append(eval_pairs.add_column("source", [index] * len(eval_pairs)))
             documents.append(eval_documents.select_columns(["text"]))
@@ -185,7 +187,8 @@ def build_mixed_data(data: DataArgs, sources: Sources, task: str, seed: int, mod
     if sources.alpha is not None and data.streaming:
         unit, measured = "bytes", {source.name: stream_bytes(source) for source in sources.sources}
     weights = resolve_weights(sources, measured, unit)
-    mix = Mix(names, weights, sizes, sources.weighting() + ("" if unit == "pairs" else f" (in {unit})"))
+    mix = Mix(sources.trained, weights, sizes, sources.weighting() + ("" if unit == "pairs" else f" (in {unit})"),
+              names)
     eval_pairs = datasets.concatenate_datasets(held_out) if held_out else None
     eval_documents = datasets.concatenate_datasets(documents) if documents else None
     return PreparedPairs(tokenizer, train, eval_pairs, eval_documents, mix, vocabulary)
@@ -227,8 +230,8 @@ def mixed_tokenizer(data: DataArgs, sources: Sources, model_name_or_path, splits
     if data.tokenizer_name or model_name_or_path:
         return load_tokenizer(data, model_name_or_path, None)
     layouts = {source.name: source.layout for source in sources.sources}
-    documents = {name: split.tokenizer_documents for name, split in splits.items()}
-    weights = (normalised({source.name: source.weight for source in sources.sources})
+    documents = {name: split.tokenizer_documents for name, split in splits.items() if name in sources.trained}
+    weights = (normalised({source.name: source.weight for source in sources.sources if source.weight})
                if sources.alpha is None else None)
     sample, given = tokenizer_sample(documents, weights, layouts, data.tokenizer_sample_sentences, seed,
                                      alpha=sources.alpha)

@@ -223,13 +223,27 @@ class MixPlan:
 
 @dataclass
 class Mix:
-    """A mixed run's sources as built: names in order, weights (normalised) and sizes (pairs; None for a stream),
-    and the rule the weights followed (for the start line and the card)."""
+    """A mixed run's sources as built: the names of those trained on, in order, their weights (normalised) and sizes
+    (pairs; None for a stream), and the rule the weights followed (for the start line and the card). `held_out`:
+    every source's name, by the index its held-out pairs carry, those of weight 0 (held out only) among them."""
 
     names: tuple[str, ...]
     weights: dict[str, float]
     sizes: dict[str, int | None]
     weighting: str = "as given"
+    held_out: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        self.held_out = self.held_out or self.names
+
+    @property
+    def held_out_only(self) -> tuple[str, ...]:
+        return tuple(name for name in self.held_out if name not in self.names)
+
+
+def held_out_lines(mix: Mix) -> list[str]:
+    """The start line's and the plan's words for each source of weight 0."""
+    return [f"{name}: weight 0, held out only (evaluated, never trained on)" for name in mix.held_out_only]
 
 
 def normalised(weights: dict[str, float]) -> dict[str, float]:
@@ -238,10 +252,10 @@ def normalised(weights: dict[str, float]) -> dict[str, float]:
 
 
 def resolve_weights(sources: Sources, sizes: dict[str, float | None], unit: str = "pairs") -> dict[str, float]:
-    """Each source's share of the training pairs: its own weight, or with a size shortcut size^alpha (sizes in
-    `unit`), normalised to sum to 1."""
-    if sources.alpha is None:
-        return normalised({source.name: source.weight for source in sources.sources})
+    """Each trained source's share of the training pairs: its own weight, or with a size shortcut size^alpha (sizes
+    in `unit`), normalised to sum to 1."""
+    if sources.alpha is None:  # the sources of weight 0 are held out only: not in the schedule
+        return normalised({source.name: source.weight for source in sources.sources if source.weight})
     unknown = [name for name, size in sizes.items() if not size]
     if unknown:
         raise InputError(f"source {unknown[0]}: weight {'size' if sources.alpha == 1 else f'size^{sources.alpha:g}'}"

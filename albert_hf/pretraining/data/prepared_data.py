@@ -212,9 +212,9 @@ def load(folder, sources: Sources | None = None) -> PreparedPairs:
     mix, train = None, None
     if "sources" in manifest:
         sources = sources or manifest_sources(folder)
-        train = {name: datasets.load_from_disk(str(pairs / name / "train")) for name in sources.names}
+        train = {name: datasets.load_from_disk(str(pairs / name / "train")) for name in sources.trained}
         sizes = {name: len(pairs) for name, pairs in train.items()}
-        mix = Mix(sources.names, resolve_weights(sources, sizes), sizes, sources.weighting())
+        mix = Mix(sources.trained, resolve_weights(sources, sizes), sizes, sources.weighting(), sources.names)
     return PreparedPairs(
         tokenizer=tokenizer,
         train_pairs=train if mix is not None else datasets.load_from_disk(str(pairs / "train")),

@@ -16,8 +16,9 @@ Each source is any corpus a one-source run takes (`train_files` with their `layo
 `dataset_config_name`, `split` and `text_column`), or a folder written by --preprocess_only (`prepared_data`).
 `weight` is the source's share of the training pairs (weights are normalised to sum to 1), or one shortcut for all
 sources: `size` (in proportion to each source's size, as the paper's concatenated corpora) or `size^A` (to size to
-the power A, 0 <= A <= 1: temperature sampling, as multilingual models sample languages). The weights themselves are
-resolved, and the run's mix planned, in mixture.py.
+the power A, 0 <= A <= 1: temperature sampling, as multilingual models sample languages). A weight of 0 holds a
+source out: its held-out pairs are evaluated with the others', and it is never trained on (what a run on a domain
+alone forgets of general text). The weights themselves are resolved, and the run's mix planned, in mixture.py.
 """
 
 from __future__ import annotations
@@ -79,6 +80,11 @@ class Sources:
     def names(self) -> tuple[str, ...]:
         return tuple(source.name for source in self.sources)
 
+    @property
+    def trained(self) -> tuple[str, ...]:
+        """The sources trained on: all but those of weight 0 (held out only)."""
+        return tuple(source.name for source in self.sources if source.weight != 0)
+
     def mappings(self) -> list[dict]:
         """The sources in the recipe's form, each weight as it was given."""
         word = None if self.alpha is None else ("size" if self.alpha == 1 else f"size^{self.alpha:g}")
@@ -113,6 +119,9 @@ def parse_sources(items, layout: str = "document_per_file", text_column: str = "
         if source.name in seen:
             raise InputError(f"--sources: two sources are named {source.name}; give each its own name")
         seen.add(source.name)
+    if not any(source.weight != 0 for source in sources):
+        raise InputError("--sources: every source has weight 0 (held out only, never trained on): give the sources to "
+                         "train on a weight above 0")
     if len(shortcuts) > 1:
         kinds = sorted("a number" if kind is None else ("size" if kind == 1 else f"size^{kind:g}")
                        for kind in shortcuts)
@@ -153,7 +162,7 @@ def make_source(values: dict, number: int, layout: str, text_column: str) -> tup
         raise InputError(f"{label}: needs a name of letters, digits, '_', '-' or '.' (at most 40), which names its "
                          "metrics")
     if "weight" not in values:
-        raise InputError(f"{label}: needs a weight (a number > 0, size or size^A)")
+        raise InputError(f"{label}: needs a weight (a number >= 0, size or size^A)")
     weight, alpha = parse_weight(values["weight"], label)
     files = values.get("train_files") or ()
     files = (files,) if isinstance(files, str) else files
@@ -180,7 +189,8 @@ def make_source(values: dict, number: int, layout: str, text_column: str) -> tup
 
 
 def parse_weight(value, label: str) -> tuple[float | None, float | None]:
-    """(weight, None) for a number > 0; (None, alpha) for `size` (alpha 1) or `size^A` (0 <= A <= 1)."""
+    """(weight, None) for a number >= 0 (0: held out only); (None, alpha) for `size` (alpha 1) or `size^A`
+    (0 <= A <= 1)."""
     if isinstance(value, str):
         shortcut = SIZE.fullmatch(value.strip())
         if shortcut:
@@ -200,9 +210,9 @@ def parse_weight(value, label: str) -> tuple[float | None, float | None]:
             raise InputError(f"{label}: weight {value!r:.40} is not a number, size or size^A") from None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InputError(f"{label}: weight {value!r:.40} is not a number, size or size^A")
-    if not math.isfinite(value) or value <= 0:
-        raise InputError(f"{label}: weight {value:g} must be a finite number > 0 (a source is left out by leaving "
-                         "it out)")
+    if not math.isfinite(value) or value < 0:
+        raise InputError(f"{label}: weight {value:g} must be a finite number >= 0 (0: held out only, evaluated and "
+                         "never trained on)")
     return float(value), None
 
 

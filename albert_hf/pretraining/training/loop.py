@@ -401,7 +401,7 @@ def evaluate_and_log(run: Run, state: TrainingState, log) -> dict:
     totals = run.throughput.totals(*state.run_totals(run.accelerator))
     mix = None
     if run.mix is not None:  # the held-out pairs of the run's sources, weighted as its mix
-        mix = (run.mix.names, run.mixed.plan.segments[-1].weights)
+        mix = (run.mix.held_out, run.mixed.plan.segments[-1].weights)  # weight 0: apart from the overall
     metrics = evaluate(run.model, run.eval_dataloader, run.accelerator, run.args.objective.task, mix)
     log.write(state.step, {**metrics, **totals})
     if run.hub is not None:
