@@ -12,8 +12,8 @@ import torch
 from safetensors.torch import load_file
 
 from albert_hf.errors import InputError
-from data_fixtures import embedded
-from helpers import glue_args, run_glue, run_python
+from data_fixtures import SQUAD_V1, embedded, write_json
+from helpers import glue_args, run_glue, run_python, run_squad, squad_args
 from pretraining_runs import metrics, pretrain_runs
 
 TERMS = ["tuberculosis", "streptomycin", "bronchoscopy", "pneumothorax", "haemoptysis", "sputum", "mycobacterium",
@@ -170,7 +170,8 @@ def test_a_run_with_an_extended_vocabulary_resumes_exactly(extended_runs):
 
 
 @pytest.mark.trains
-def test_the_extended_folder_loads_without_albert_hf_and_fine_tunes(extended_runs, glue_root, tmp_path):
+def test_the_extended_folder_loads_without_albert_hf_and_fine_tunes_with_run_glue_and_run_squad(extended_runs,
+                                                                                                glue_root, tmp_path):
     folder = extended_runs["run"]
     done = run_python(
         "from transformers import AutoModel, AutoTokenizer\n"
@@ -182,10 +183,15 @@ def test_the_extended_folder_loads_without_albert_hf_and_fine_tunes(extended_run
     assert done.returncode == 0, done.stderr[-3000:]
     assert "'▁tuberculosis'" in done.stdout and "'▁streptomycin'" in done.stdout
     assert "SHAPE 1040 (1, " in done.stdout
-    run_glue(glue_args(folder, tmp_path, "--task_name", "mrpc", "--data_dir", glue_root, "--do_train", "--do_eval",
-                       "--max_steps", 2))
-    results = json.loads((tmp_path / "eval_results.json").read_text())
+    run_glue(glue_args(folder, tmp_path / "mrpc", "--task_name", "mrpc", "--data_dir", glue_root, "--do_train",
+                       "--do_eval", "--max_steps", 2))
+    results = json.loads((tmp_path / "mrpc" / "eval_results.json").read_text())
     assert 0 <= results["eval_accuracy"] <= 1
+    squad = write_json(tmp_path / "train-v1.1.json", SQUAD_V1)
+    run_squad(["--train_file", squad, "--validation_file", squad, "--do_train", "--do_eval",
+               *squad_args(folder, tmp_path / "squad", steps=2)])
+    results = json.loads((tmp_path / "squad" / "eval_results.json").read_text())
+    assert 0 <= results["eval_f1"] <= 100
 
 
 @pytest.mark.quick

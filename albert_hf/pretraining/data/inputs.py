@@ -114,10 +114,7 @@ def build_data(data: DataArgs, task: str, seed: int, model_name_or_path: str | N
                                fingerprint=corpus.tokenizer_fingerprint)
     vocabulary = None
     if data.extend_vocabulary:
-        at_stage("learning the domain's vocabulary")
-        tokenizer, vocabulary = extend_vocabulary(
-            tokenizer, data.extend_vocabulary, corpus_argument(data), corpus.tokenizer_documents, data.layout,
-            corpus.held_out, data.tokenizer_sample_sentences, seed)
+        tokenizer, vocabulary = with_domain_pieces(tokenizer, data, corpus_argument(data), corpus, data.layout, seed)
     if corpus.stream_shares:
         logger.info("--streaming: %s; %s", corpus.stream_shares, STREAM_NOTE)
     at_stage("building the training pairs")
@@ -157,11 +154,9 @@ def build_mixed_data(data: DataArgs, sources: Sources, task: str, seed: int, mod
         tokenizer = mixed_tokenizer(data, sources, model_name_or_path, splits, seed)
     vocabulary = None
     if data.extend_vocabulary:
-        at_stage("learning the domain's vocabulary")
         domain = sources.sources[names.index(data.extend_vocabulary_from or names[0])]
-        tokenizer, vocabulary = extend_vocabulary(
-            tokenizer, data.extend_vocabulary, f"source {domain.name}", splits[domain.name].tokenizer_documents,
-            domain.layout, splits[domain.name].held_out, data.tokenizer_sample_sentences, seed)
+        tokenizer, vocabulary = with_domain_pieces(tokenizer, data, f"source {domain.name}", splits[domain.name],
+                                                   domain.layout, seed)
     train, held_out, documents, sizes = {}, [], [], {}
     for index, source in enumerate(sources.sources):
         name = source.name
@@ -192,6 +187,14 @@ def build_mixed_data(data: DataArgs, sources: Sources, task: str, seed: int, mod
     eval_pairs = datasets.concatenate_datasets(held_out) if held_out else None
     eval_documents = datasets.concatenate_datasets(documents) if documents else None
     return PreparedPairs(tokenizer, train, eval_pairs, eval_documents, mix, vocabulary)
+
+
+def with_domain_pieces(tokenizer, data: DataArgs, domain: str, corpus, layout: str, seed: int):
+    """--extend_vocabulary: (the tokenizer with the pieces learned from the `domain`'s training documents, what was
+    added), measured on its held-out documents (data/vocabulary.py)."""
+    at_stage("learning the domain's vocabulary")
+    return extend_vocabulary(tokenizer, data.extend_vocabulary, domain, corpus.tokenizer_documents, layout,
+                             corpus.held_out, data.tokenizer_sample_sentences, seed, corpus.tokenizer_fingerprint)
 
 
 @contextlib.contextmanager

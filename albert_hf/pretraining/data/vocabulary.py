@@ -72,20 +72,27 @@ class VocabularyExtension:
 
 
 def extend_vocabulary(tokenizer, n: int, domain: str, documents, layout: str, held_out, sample_sentences: int,
-                      seed: int):
+                      seed: int, fingerprint: str | None = None):
     """(the extended tokenizer, its `VocabularyExtension`): `n` pieces learned from `documents` (the domain's
-    training documents, "text" column) added to `tokenizer`. Built once per (tokenizer, sample, n, seed) and cached
-    beside the trained tokenizers; loaded from there as AutoTokenizer loads it, its spiece.model beside it."""
+    training documents, "text" column) added to `tokenizer`. Built once per (tokenizer, documents, n, seed) and
+    cached beside the trained tokenizers, the documents known by `fingerprint` (a text-file stream's), a dataset's
+    own, or else the sample of their sentences; loaded from there as AutoTokenizer loads it, its spiece.model beside
+    it."""
     from transformers import AutoTokenizer
 
     base = base_model_proto(tokenizer, domain)
-    sample, _ = tokenizer_sample({domain: documents}, {domain: 1.0}, {domain: layout}, sample_sentences, seed)
-    key = hashlib.sha256(json.dumps([tokenizer.backend_tokenizer.to_str(), n, seed, VOCABULARY_CACHE_VERSION])
-                         .encode())
-    for sentence in sample:
-        key.update(sentence.encode("utf-8", "surrogatepass") + b"\x00")
+    fingerprint = fingerprint or getattr(documents, "_fingerprint", None)
+    sample = None
+    key = hashlib.sha256(json.dumps([tokenizer.backend_tokenizer.to_str(), n, seed, sample_sentences, layout,
+                                     fingerprint, VOCABULARY_CACHE_VERSION]).encode())
+    if fingerprint is None:  # the documents are known by their sample alone (read once, here)
+        sample, _ = tokenizer_sample({domain: documents}, {domain: 1.0}, {domain: layout}, sample_sentences, seed)
+        for sentence in sample:
+            key.update(sentence.encode("utf-8", "surrogatepass") + b"\x00")
     folder = cache_root() / "tokenizers" / f"extended-{len(base.pieces)}+{n}-{key.hexdigest()[:16]}"
     if not (folder / "tokenizer.json").is_file():
+        if sample is None:
+            sample, _ = tokenizer_sample({domain: documents}, {domain: 1.0}, {domain: layout}, sample_sentences, seed)
         learned = domain_pieces(sample, tokenizer.backend_tokenizer, n, len(base.pieces), seed)
         for piece, score in learned:
             added = base.pieces.add()
