@@ -331,7 +331,7 @@ def glue_command(checkpoint, data_dir, output_dir, *extra):
 
 @pytest.mark.trains
 def test_a_fine_tuning_checkpoint_records_its_files_written_last(finetuned):
-    from albert_hf.tasks.trainer import RECORD_FILE
+    from albert_hf.runtime.checkpoint_files import RECORD_FILE
 
     run, _ = finetuned
     for step in (2, 4):
@@ -351,7 +351,7 @@ def test_a_planted_or_damaged_file_in_a_fine_tuning_checkpoint_ends_in_one_line_
         tmp_path, tiny_checkpoint, finetuned, written_before_the_record):
     """Trainer loads with weights_only=True, so nothing would run, but its refusal is a traceback (status 1): the
     run checks the checkpoint first and stops with one line naming the file."""
-    from albert_hf.tasks.trainer import RECORD_FILE
+    from albert_hf.runtime.checkpoint_files import RECORD_FILE
 
     run, rte = finetuned
     marker = tmp_path / "code-ran"
@@ -385,14 +385,18 @@ def test_a_planted_or_damaged_file_in_a_fine_tuning_checkpoint_ends_in_one_line_
 
 @pytest.mark.trains
 def test_a_fine_tuning_checkpoint_resumes_in_both_formats(tmp_path, tiny_checkpoint, finetuned):
-    from albert_hf.tasks.trainer import RECORD_FILE
+    """Recorded (under the record's name now, or fine-tuning's earlier checkpoint_files.json), or written before
+    checkpoints held a record."""
+    from albert_hf.runtime.checkpoint_files import RECORD_FILE
 
     run, rte = finetuned
-    for form in ("recorded", "before-the-record"):
+    for form in ("recorded", "earlier-name", "before-the-record"):
         out = tmp_path / form
         shutil.copytree(run / "checkpoint-2", out / "checkpoint-2")
         if form == "before-the-record":
             (out / "checkpoint-2" / RECORD_FILE).unlink()
+        if form == "earlier-name":
+            (out / "checkpoint-2" / RECORD_FILE).rename(out / "checkpoint-2" / "checkpoint_files.json")
         done = run_bounded(glue_command(tiny_checkpoint, rte, out, "--max_steps", "4", "--save_steps", "2",
                                         "--resume_from_checkpoint", str(out / "checkpoint-2")), 300,
                            env=subprocess_env(), cwd=tmp_path)
@@ -403,3 +407,75 @@ def test_a_fine_tuning_checkpoint_resumes_in_both_formats(tmp_path, tiny_checkpo
         expected, got = load_file(run / "model.safetensors"), load_file(out / "model.safetensors")
         for name in expected:
             torch.testing.assert_close(got[name], expected[name], rtol=0, atol=1e-6, msg=name)
+
+
+# A run killed while it writes a checkpoint's record: the part file cut short, then SIGKILL, at the `at`-th record
+KILLED_WHILE_RECORDING = """
+import os, runpy, signal, sys
+from pathlib import Path
+from albert_hf.runtime import checkpoint_files
+
+real, calls = checkpoint_files.write_record, []
+
+def dying(folder, name=checkpoint_files.RECORD_FILE):
+    calls.append(folder)
+    if len(calls) == {at}:
+        (Path(folder) / checkpoint_files.record_part(name)).write_text('{{"files": {{"model.safet')
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(folder, name)
+
+checkpoint_files.write_record = dying
+sys.argv = {argv!r}
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def killed_while_recording(argv, at: int, cwd):
+    """`argv` (a script and its flags) run until the `at`-th record is being written, then killed (SIGKILL)."""
+    done = run_bounded([sys.executable, "-c", KILLED_WHILE_RECORDING.format(at=at, argv=[str(a) for a in argv])],
+                       300, env=subprocess_env(), cwd=cwd)
+    assert done.returncode == -9, done.stderr[-3000:]
+
+
+@pytest.mark.trains
+def test_a_fine_tuning_run_killed_while_recording_keeps_a_checkpoint_to_resume_from(tmp_path, tiny_checkpoint,
+                                                                                    finetuned):
+    """With --save_total_limit 1, checkpoint-2 stays until checkpoint-4's record is in place (Trainer's own rotation
+    would remove it before), and checkpoint-4, complete but unrecorded, resumes (read as data, with a line) to the
+    uninterrupted run's weights."""
+    from albert_hf.runtime.checkpoint_files import RECORD_FILE, record_part
+
+    run, rte = finetuned
+    out = tmp_path / "run"
+    command = glue_command(tiny_checkpoint, rte, out, "--max_steps", "4", "--save_steps", "2",
+                           "--save_total_limit", "1")
+    killed_while_recording(command[1:], at=2, cwd=tmp_path)
+    assert (out / "checkpoint-2" / RECORD_FILE).is_file()  # not rotated away: checkpoint-4 had no record yet
+    assert not (out / "checkpoint-4" / RECORD_FILE).exists() and (out / "checkpoint-4" / record_part()).is_file()
+    done = run_bounded([*command, "--resume_from_checkpoint", str(out / "checkpoint-4")], 300, env=subprocess_env(),
+                       cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (f"{out / 'checkpoint-4'}: its record ({RECORD_FILE}) was never completed (the run stopped while writing "
+            "it): its files are not checked, only read as data") in done.stderr
+    expected, got = load_file(run / "model.safetensors"), load_file(out / "model.safetensors")
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], rtol=0, atol=1e-6, msg=name)
+
+
+@pytest.mark.trains
+def test_a_pretraining_run_killed_while_recording_keeps_a_checkpoint_to_resume_from(tmp_path, reference_run):
+    """With --checkpoints_total_limit 1, step_3 stays until step_6's record is written (not only until step_6 is
+    renamed into place), and step_6 resumes to the reference's end."""
+    from albert_hf.runtime.checkpoint_files import RECORD_FILE, record_part
+    from pretraining_runs import FAST, RESUME_ARGS, SCRIPT
+
+    out = tmp_path / "run"
+    argv = [SCRIPT, "--output_dir", out, *FAST, *RESUME_ARGS, "--checkpoints_total_limit", "1"]
+    killed_while_recording(argv, at=2, cwd=tmp_path)
+    assert (out / "step_3" / RECORD_FILE).is_file()
+    assert not (out / "step_6" / RECORD_FILE).exists() and (out / "step_6" / record_part()).is_file()
+    done = pretrain(out, *RESUME_ARGS, "--checkpoints_total_limit", "1", "--resume_from_checkpoint", "latest")
+    assert (f"{out / 'step_6'}: its record ({RECORD_FILE}) was never written (the run ended while hashing the "
+            "files): its files are not checked") in done.stderr
+    check_same_weights_and_curve(out, reference_run, after_step=6)
+    assert sorted(path.name for path in out.glob("step_*")) == ["step_12"]

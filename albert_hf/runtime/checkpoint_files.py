@@ -1,9 +1,12 @@
 """A checkpoint is data from outside: what a resume reads is never unpickled with code, and is checked against the
-record of what was written.
+record of what was written. Both trainers' checkpoints (pretraining's step_N, fine-tuning's checkpoint-N) keep one
+record, checked here.
 
-- The record: at save, every file of the checkpoint with its size and sha256 (`record`), kept in the file written
-  last. At resume, `damage` names the first file that is missing, larger or smaller than written, changed, or not
-  written by the run at all; nothing is loaded before that check passes.
+- The record: at save, every file of the checkpoint with its size and sha256 (`record`), written last into
+  RECORD_FILE through a part file renamed into place (`write_record`). At resume, `recorded_damage` names the first
+  file that is missing, larger or smaller than written, changed, or not written by the run at all; nothing is loaded
+  before that check passes. A checkpoint without a record (written before records, or by a run stopped while
+  writing it: `unrecorded`) is the trainer's to judge; `newest_intact` names the checkpoint to go back to.
 - Data only: the processes of our scripts load pickles as data (`torch.load(weights_only=True)`, even where a
   library asks otherwise: `weights_only_loads`). A pickle that would run code is refused, and `unreadable` names the
   file when a load fails.
@@ -16,6 +19,11 @@ import os
 import pickle
 import shutil
 from pathlib import Path
+
+from ..errors import first_line
+
+RECORD_FILE = "files.json"  # a checkpoint's record: every other file's size and sha256
+EARLIER_RECORD_FILES = ("checkpoint_files.json",)  # fine-tuning's name for it before, still read
 
 # Files torch.load reads (pickles in a zip, or bare pickles): loaded as data only.
 PICKLED = (".bin", ".pkl", ".pt", ".pth")
@@ -56,14 +64,54 @@ def link_files(source: Path, folder: Path) -> None:
                 shutil.copyfile(path, target)
 
 
-def write_record(folder: Path, name: str) -> None:
+def write_record(folder: Path, name: str = RECORD_FILE) -> None:
     """`record` of `folder` written to the file `name` in it, {"files": ...}: through a part file renamed into
     place, so that a record is never half-written (neither is in the record)."""
     folder = Path(folder)
-    part = folder / f".{name}.part"
+    part = folder / record_part(name)
     files = record(folder, leave_out=(name, part.name))
     part.write_text(json.dumps({"files": files}, indent=1))
     os.replace(part, folder / name)
+
+
+def record_part(name: str = RECORD_FILE) -> str:
+    """The part file `write_record` writes before renaming it to `name`: never a record, nor a stray file."""
+    return f".{name}.part"
+
+
+def record_name(folder: Path) -> str | None:
+    """The record file `folder` holds (RECORD_FILE, or an earlier name), or None."""
+    return next((name for name in (RECORD_FILE, *EARLIER_RECORD_FILES) if (Path(folder) / name).is_file()), None)
+
+
+def recorded_damage(folder: Path) -> str | None:
+    """'FILE: what' for the first file of checkpoint `folder` that differs from its record (the record itself
+    unreadable included), or None when every file matches. The folder holds a record (`record_name`)."""
+    folder = Path(folder)
+    name = record_name(folder)
+    try:
+        files = json.loads((folder / name).read_text()).get("files")
+    except (OSError, ValueError, AttributeError) as error:
+        return f"{name}: {first_line(error)}"
+    if not valid_record(files):
+        return f"{name}: not the sizes and sha256 of files inside the checkpoint"
+    return damage(folder, files, leave_out=(name, record_part(name)))
+
+
+def unrecorded(folder: Path) -> str:
+    """Why checkpoint `folder` holds no record, for a warning line."""
+    if (Path(folder) / record_part()).is_file():
+        return f"{folder}: its record ({RECORD_FILE}) was never completed (the run stopped while writing it)"
+    return f"{folder} was written before checkpoints recorded their files' sizes and sha256"
+
+
+def newest_intact(earlier: list[Path], damage_of) -> str:
+    """'the newest earlier intact checkpoint is P: --resume_from_checkpoint P' for the newest of `earlier` (oldest
+    first) whose `damage_of` is None, or that there is none."""
+    intact = next((path for path in reversed(earlier) if damage_of(path) is None), None)
+    if intact is None:
+        return "no earlier intact checkpoint is beside it"
+    return f"the newest earlier intact checkpoint is {intact}: --resume_from_checkpoint {intact}"
 
 
 def valid_record(files) -> bool:

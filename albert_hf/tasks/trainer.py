@@ -7,7 +7,6 @@ AlbertTrainer overrides three of Trainer's internals, for want of a public hook 
 `_build_accelerator_args`, `create_accelerator_and_postprocess`), and works around `get_eval_dataloader`'s cache:
 tests/test_finetuning.py fails when transformers changes what they rely on."""
 
-import json
 import logging
 import shutil
 import time
@@ -17,9 +16,9 @@ from pathlib import Path
 import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments
 from transformers.trainer import TRAINING_ARGS_NAME
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint, rotate_checkpoints
 
-from ..errors import InputError, first_line
+from ..errors import InputError
 from ..flops import HEADS, finetuning_flops_per_token
 from ..optimization import AdamWeightDecay, get_official_schedule, parameter_groups
 from ..runtime import checkpoint_files
@@ -31,26 +30,22 @@ from ..runtime.throughput import flop_rates
 
 logger = logging.getLogger(__name__)
 
-RECORD_FILE = "checkpoint_files.json"  # written last into a checkpoint-N: every other file's size and sha256
-
-
 def checkpoint_damage(folder: Path) -> str | None:
     """What keeps checkpoint-N `folder` from being resumed as data ('FILE: what'), or None: a file that differs from
-    its record, or, in a checkpoint without a record, one Trainer would load that is not plain data."""
-    record_file = folder / RECORD_FILE
-    if not record_file.is_file():
-        logger.warning("%s was written before checkpoints recorded their files' sizes and sha256: its files are not "
-                       "checked, only read as data", folder)
-        # what Trainer reads; training_args.bin (the arguments as a pickled object) is never read
-        return checkpoint_files.unreadable(folder, [name for name in checkpoint_files.files_in(folder)
-                                                    if name != TRAINING_ARGS_NAME])
-    try:
-        files = json.loads(record_file.read_text()).get("files")
-    except (OSError, ValueError, AttributeError) as error:
-        return f"{RECORD_FILE}: {first_line(error)}"
-    if not checkpoint_files.valid_record(files):
-        return f"{RECORD_FILE}: not the sizes and sha256 of files inside the checkpoint"
-    return checkpoint_files.damage(folder, files, leave_out=(RECORD_FILE,))
+    its record (runtime/checkpoint_files.py), or, in a checkpoint without one, a file Trainer would load that is not
+    plain data."""
+    if checkpoint_files.record_name(folder) is not None:
+        return checkpoint_files.recorded_damage(folder)
+    logger.warning("%s: its files are not checked, only read as data", checkpoint_files.unrecorded(folder))
+    # what Trainer reads; training_args.bin (the arguments as a pickled object) is never read
+    return checkpoint_files.unreadable(folder, [name for name in checkpoint_files.files_in(folder)
+                                                if name not in (TRAINING_ARGS_NAME, checkpoint_files.record_part())])
+
+
+def step_of(path: Path) -> int | None:
+    """N of a checkpoint-N folder, or None for another name."""
+    number = path.name.rpartition("-")[2]
+    return int(number) if path.name.startswith(f"{PREFIX_CHECKPOINT_DIR}-") and number.isdigit() else None
 
 
 def check_checkpoint(folder) -> None:
@@ -62,17 +57,11 @@ def check_checkpoint(folder) -> None:
     damage = checkpoint_damage(folder)
     if damage is None:
         return
-    def step_of(path: Path) -> int | None:
-        number = path.name.rpartition("-")[2]
-        return int(number) if path.name.startswith(f"{PREFIX_CHECKPOINT_DIR}-") and number.isdigit() else None
-
     step = step_of(folder)
     earlier = sorted((step_of(path), path) for path in folder.parent.glob(f"{PREFIX_CHECKPOINT_DIR}-*")
                      if path.is_dir() and path != folder and step_of(path) is not None
                      and (step is None or step_of(path) < step))
-    intact = next((path for _, path in reversed(earlier) if checkpoint_damage(path) is None), None)
-    beside = (f"the newest earlier intact checkpoint is {intact}: --resume_from_checkpoint {intact}" if intact
-              else "no earlier intact checkpoint is beside it")
+    beside = checkpoint_files.newest_intact([path for _, path in earlier], checkpoint_damage)
     raise InputError(f"--resume_from_checkpoint {folder}: {damage}; {beside}")
 
 
@@ -120,12 +109,19 @@ class AlbertTrainer(Trainer):
         its checkpoint's writes (`on_save` comes after them)."""
         run_dir = Path(self._get_output_dir(trial=trial))
         folder = run_dir / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-        fault = agreed(self.accelerator, refused(lambda: super(AlbertTrainer, self)._save_checkpoint(model, trial)))
+        limit, self.args.save_total_limit = self.args.save_total_limit, None  # rotated below, once recorded
+        try:
+            fault = agreed(self.accelerator, refused(lambda: super(AlbertTrainer, self)._save_checkpoint(model,
+                                                                                                         trial)))
+        finally:
+            self.args.save_total_limit = limit
         if fault is None and self.is_world_process_zero():  # every process has written its files: recorded last
-            fault = refused(lambda: (folder / RECORD_FILE).write_text(json.dumps(
-                {"files": checkpoint_files.record(folder, leave_out=(RECORD_FILE,))}, indent=1)))
+            fault = refused(lambda: checkpoint_files.write_record(folder))
         fault = agreed(self.accelerator, fault, main_only=True)
         if fault is None:
+            if self.args.should_save:  # the checkpoints before it go only now that its record is in place
+                rotate_checkpoints(output_dir=str(run_dir), save_total_limit=limit,
+                                   best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=True)
             return
         written = folder_bytes(folder)
         if self.is_world_process_zero():

@@ -23,6 +23,7 @@ from accelerate.utils import broadcast_object_list
 
 from ...errors import InputError, first_line
 from ...runtime import checkpoint_files
+from ...runtime.checkpoint_files import RECORD_FILE
 from ...runtime.output_lock import in_use
 from ...runtime.storage import StorageError, agreed, fault_line, folder_bytes, refused
 from ..training.divergence import newest_finite
@@ -37,11 +38,9 @@ SCHEDULE_FILE = "schedule.json"  # the learning-rate schedule's position (its st
 # `load` reads as data (weights-only) into the schedule.
 LEGACY_SCHEDULE_FILE = "custom_checkpoint_0.pkl"
 RANDOM_STATE_FILE = "random_states_{}.pkl"  # accelerate's: each process's random generators
-# The record of a checkpoint's files: each file's size and sha256 (`checkpoint_files.record`), written last, beside
+# The record of a checkpoint's files (runtime/checkpoint_files.py: RECORD_FILE, both trainers'), written last, beside
 # STATE_FILE, which names it under RECORD. It is hashed in the background, while training goes on (`save`).
 RECORD = "record"
-RECORD_FILE = "files.json"
-RECORD_PART = f".{RECORD_FILE}.part"  # `checkpoint_files.write_record`'s: never read as a record, nor as a stray file
 FILL_MASK_FILE = "fill_mask_examples.json"  # the summary's fill-mask examples (all_results.json: metrics only)
 MODEL_FILES_DIR = ".model_files"  # the config, tokenizer and code every checkpoint links to (loadable.py)
 
@@ -227,8 +226,7 @@ class StepCheckpoints:
             return f"{STATE_FILE}: {first_line(error)}"
         named = state.get(RECORD) if isinstance(state, dict) else None
         if named is None:
-            logger.warning("%s was written before checkpoints recorded their files' sizes and sha256: its files are "
-                           "not checked", path)
+            logger.warning("%s: its files are not checked", checkpoint_files.unrecorded(path))
             return None
         if named != RECORD_FILE:
             return f"{STATE_FILE}: '{RECORD}' names {named!r}, not {RECORD_FILE}"
@@ -236,13 +234,7 @@ class StepCheckpoints:
             logger.warning("%s: its record (%s) was never written (the run ended while hashing the files): its files "
                            "are not checked", path, RECORD_FILE)
             return None
-        try:
-            files = json.loads((path / RECORD_FILE).read_text()).get("files")
-        except (OSError, ValueError, AttributeError) as error:
-            return f"{RECORD_FILE}: {first_line(error)}"
-        if not checkpoint_files.valid_record(files):
-            return f"{RECORD_FILE}: not the sizes and sha256 of files inside the checkpoint"
-        return checkpoint_files.damage(path, files, leave_out=(RECORD_FILE, RECORD_PART))
+        return checkpoint_files.recorded_damage(path)
 
     def wait_for_record(self) -> None:
         """The newest checkpoint's record is written (main process; nothing to wait for elsewhere). Before a
@@ -253,14 +245,17 @@ class StepCheckpoints:
 
     def _record_in_background(self, folder: Path) -> None:
         """Hashes `folder`'s files while training goes on (a save would take twice as long at base size:
-        BENCHMARKS.md, "The checkpoint record") and writes the record last; a failure to write it is a line, and the
-        checkpoint resumes unchecked."""
+        BENCHMARKS.md, "The checkpoint record") and writes the record last; only then are the checkpoints beyond
+        --checkpoints_total_limit removed, so a kill while hashing leaves the one before in place. A failure to
+        write the record is a line, and the checkpoint resumes unchecked (the older ones stay)."""
         def write():
             try:
                 checkpoint_files.write_record(folder, RECORD_FILE)
             except OSError as error:
-                logger.warning("%s: its record of the files could not be written (%s): it resumes unchecked", folder,
-                               first_line(error))
+                logger.warning("%s: its record of the files could not be written (%s): it resumes unchecked, and the "
+                               "checkpoints before it are kept", folder, first_line(error))
+                return
+            self._rotate()
 
         self._recording = threading.Thread(target=write, name="albert_hf checkpoint record", daemon=False)
         self._recording.start()
@@ -346,10 +341,7 @@ class StepCheckpoints:
         step = int(match.group(1)) if match else None
         earlier = [found for n, found in cls.complete_in(Path(path).parent)
                    if found != Path(path) and (step is None or n < step)]
-        intact = next((found for found in reversed(earlier) if cls.damage(found) is None), None)
-        if intact is None:
-            return "; no earlier intact checkpoint is beside it"
-        return f"; the newest earlier intact checkpoint is {intact}: --resume_from_checkpoint {intact}"
+        return f"; {checkpoint_files.newest_intact(earlier, cls.damage)}"
 
     def _random_states(self, path: Path):
         """This process's random states in checkpoint `path`, read as data (as accelerate reads them)."""
@@ -467,7 +459,6 @@ class StepCheckpoints:
             if final.exists():  # an incomplete leftover of the same name
                 shutil.rmtree(final)
             os.replace(tmp, final)
-            self._rotate()  # only now that the new checkpoint is complete
 
         # save_state has every process write its own files (its random states) and returns without waiting for
         # the others: the folder is renamed only once all of them have written, or a slower process would write
