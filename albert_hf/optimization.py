@@ -186,10 +186,16 @@ class _UncorrectedAdam(Optimizer):
             exclude_from_layer_adaptation=exclude_from_layer_adaptation, foreach=foreach,
         )
         super().__init__(params, defaults)
-        # A 0-dim tensor on the params' device, or None: read by each step on the device, 1 applies the step as
-        # above and 0 leaves every weight and moment exactly as it is (a step whose gradients are not finite: the
-        # pretraining loop sets it from the gradients' norm, `pretraining.training.step.accumulate_and_update`).
-        self.update_gate: torch.Tensor | None = None
+        self.update_gate: torch.Tensor | None = None  # `gate_on`
+
+    def gate_on(self, device: torch.device) -> torch.Tensor:
+        """The update gate: a 0-dim tensor on the params' `device`, read by each step on the device. 1 applies the
+        step as above, 0 leaves every weight and moment exactly as it is (a step whose gradients are not finite: the
+        pretraining step writes it from the gradients' norm, `pretraining.training.step.training_step`). Made on
+        first use and kept, so a captured step writes and reads the same one."""
+        if self.update_gate is None:
+            self.update_gate = torch.ones((), dtype=torch.float32, device=device)
+        return self.update_gate
 
     def add_param_group(self, param_group):
         # Validate every group (including the defaults it inherits), not just the constructor arguments.

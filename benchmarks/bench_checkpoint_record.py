@@ -53,8 +53,7 @@ def main():
         optimizer.step()  # the moments exist and hold numbers, as in a checkpoint of a run
         model, optimizer = accelerator.prepare(model, optimizer)
         root = Path(tempfile.mkdtemp(prefix="albert_hf_bench_record_", dir=args.folder))
-        saver = checkpoints.StepCheckpoints(root, accelerator)
-        saver.schedule = get_official_schedule(optimizer, 10, 100)
+        saver = checkpoints.StepCheckpoints(root, accelerator, schedule=get_official_schedule(optimizer, 10, 100))
         ways = ("without the record", "with the record")
         seconds = {way: [] for way in (*ways, "record in the background", "check at resume")}
         step = 0

@@ -264,8 +264,8 @@ def _checkpointing(tiny_checkpoint: Path, output_dir: Path):
         _PREPARED["objects"] = accelerator.prepare(model, optimizer)
     accelerator = _PREPARED["accelerator"]
     output_dir.mkdir(parents=True, exist_ok=True)
-    checkpoints = StepCheckpoints(output_dir, accelerator)
-    checkpoints.schedule = _PREPARED.setdefault("schedule", get_official_schedule(_PREPARED["objects"][1], 10, 100))
+    checkpoints = StepCheckpoints(output_dir, accelerator, schedule=_PREPARED.setdefault(
+        "schedule", get_official_schedule(_PREPARED["objects"][1], 10, 100)))
     return accelerator, checkpoints
 
 

@@ -9,7 +9,7 @@ from unittest import mock
 import pytest
 
 from albert_hf.errors import InputError
-from albert_hf.pretraining.output.checkpoints import STATE_FILE, StepCheckpoints
+from albert_hf.pretraining.output.checkpoints import STATE_FILE, StepCheckpoints, remove_partial
 from albert_hf.pretraining.resolution import parse_args
 from helpers import (
     DDP,
@@ -81,7 +81,7 @@ def test_partial_checkpoints_are_never_resumed_from(tmp_path):
     assert checkpoints.resolve("latest") == tmp_path / "step_6"
     with pytest.raises(InputError, match="not a complete checkpoint"):
         checkpoints.resolve(str(tmp_path / "step_9"))
-    checkpoints.remove_partial()
+    remove_partial(tmp_path, accelerator)
     assert not (tmp_path / ".tmp-step_12").exists() and (tmp_path / "step_6").exists()
     assert StepCheckpoints(tmp_path / "missing", accelerator).resolve("latest") is None
 

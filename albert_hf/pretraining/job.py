@@ -68,8 +68,9 @@ from .data.collator import masking_budget
 from .data.inputs import build_data, build_inputs, build_mixed_data
 from .data.mixture import held_out_lines, start_lines
 from .output.card import card_run, source_rows
-from .output.checkpoints import FILL_MASK_FILE, StepCheckpoints, clear_earlier_run
+from .output.checkpoints import FILL_MASK_FILE, StepCheckpoints, remove_partial
 from .output.final_folder import held_out_fill_mask, save_final_model, where_trained
+from .output.folder import clear_earlier_run
 from .output.hub_push import HubPush
 from .output.loadable import ModelFiles
 from .output.log import format_value, start_logging, start_tracking
@@ -97,7 +98,6 @@ class Setup:
     precision: Precision
     accelerator: Accelerator
     fsdp_request: FsdpRequest | None  # what an FSDP launch asked for, applied when the model is built
-    checkpoints: StepCheckpoints
     notes: list[str]  # for the start line
 
 
@@ -139,14 +139,13 @@ def setup(args: PretrainingArguments) -> Setup:
         clear_earlier_run(output_dir)
     accelerator.wait_for_everyone()
     output_dir.mkdir(parents=True, exist_ok=True)
-    checkpoints = StepCheckpoints(output_dir, accelerator, output.checkpoints_total_limit)
-    checkpoints.remove_partial()
+    remove_partial(output_dir, accelerator)
     # Before the corpus is read: room for one checkpoint (the weights and the optimizer's two moments), or without
     # checkpoints for the final model, estimated from the config the run will build.
     weights = planned_weight_bytes(args.config, None if args.model.model_name_or_path else args.data.vocab_size)
     needed, what = (3 * weights, "one checkpoint") if output.checkpointing_steps else (weights, "the final model")
     check_free_space(output_dir, needed, what, "--output_dir")
-    return Setup(args, hardware, precision, accelerator, fsdp_request, checkpoints, notes)
+    return Setup(args, hardware, precision, accelerator, fsdp_request, notes)
 
 
 def prepare(args: PretrainingArguments) -> Run:
@@ -171,10 +170,11 @@ def prepare(args: PretrainingArguments) -> Run:
     throughput, peak_note = run_throughput(args, config, accelerator, ready.hardware, ready.precision)
     notes += [attention_kernel(config, accelerator.device, dtype, args.data.max_seq_length), peak_note]
     optimizer = make_optimizer(model, args.optimization)
-    prepare_checkpoints(ready.checkpoints, accelerator.unwrap_model(model), inputs.tokenizer, args.output)
     # The schedule counts optimizer steps; it is stepped by hand (not prepared), once per update, so that it
     # follows the official formula whatever the number of processes.
     scheduler = get_official_schedule(optimizer, args.optimization.num_warmup_steps, args.optimization.max_train_steps)
+    checkpoints = step_checkpoints(args.output, accelerator, accelerator.unwrap_model(model), inputs.tokenizer,
+                                   scheduler)
     train_dataloader, eval_dataloader = inputs.train_dataloader, inputs.eval_dataloader
     if isinstance(train_dataloader.dataset, (datasets.IterableDataset, torch.utils.data.IterableDataset)):
         # Each process already streams its own pairs (build_data): accelerate would split them again, or have the
@@ -185,7 +185,6 @@ def prepare(args: PretrainingArguments) -> Run:
         model, optimizer, train_dataloader = accelerator.prepare(model, optimizer, train_dataloader)
     if eval_dataloader is not None:
         eval_dataloader = accelerator.prepare(eval_dataloader)
-    ready.checkpoints.schedule = scheduler  # saved with each checkpoint as JSON, not as accelerate's pickle
 
     num_parameters = sum(p.numel() for p in accelerator.unwrap_model(model).parameters())
     optimization = args.optimization
@@ -209,7 +208,7 @@ def prepare(args: PretrainingArguments) -> Run:
            if args.output.push_to_hub else None)
     log_mix(inputs.mix, train_dataloader.dataset, optimization.max_train_steps, global_batch)
     return Run(args, accelerator, inputs.tokenizer, model, optimizer, scheduler, inputs.collate,
-               train_dataloader, eval_dataloader, inputs.eval_documents, ready.checkpoints, num_parameters,
+               train_dataloader, eval_dataloader, inputs.eval_documents, checkpoints, num_parameters,
                global_batch, ready.hardware, ready.precision, throughput, graph, hub, inputs.mix, inputs.vocabulary)
 
 
@@ -223,13 +222,15 @@ def log_mix(mix, dataset, max_train_steps: int, global_batch: int) -> None:
                 mix.weighting, "; ".join(start_lines(dataset, max_train_steps, global_batch) + held_out_lines(mix)))
 
 
-def prepare_checkpoints(checkpoints: StepCheckpoints, model, tokenizer, output: OutputArgs) -> None:
-    """What the checkpoints need of the model: their size (the weights and the optimizer's two moments, for the
-    line a failed write gives) and, on the main process, the files that make each one loadable as a model
-    (pretraining/output/loadable.py)."""
-    checkpoints.expected_bytes = 3 * sum(p.numel() * p.element_size() for p in model.parameters())
-    if output.checkpointing_steps and checkpoints.accelerator.is_main_process:
-        checkpoints.model_files = ModelFiles(checkpoints.output_dir, model, tokenizer)
+def step_checkpoints(output: OutputArgs, accelerator: Accelerator, model, tokenizer, scheduler) -> StepCheckpoints:
+    """The run's step_N checkpoints: with the schedule they save, their size (the weights and the optimizer's two
+    moments, for the line a failed write gives) and, on the main process, the files that make each one loadable as
+    a model (pretraining/output/loadable.py)."""
+    model_files = (ModelFiles(Path(output.output_dir), model, tokenizer)
+                   if output.checkpointing_steps and accelerator.is_main_process else None)
+    return StepCheckpoints(output.output_dir, accelerator, output.checkpoints_total_limit, schedule=scheduler,
+                           model_files=model_files,
+                           expected_bytes=3 * sum(p.numel() * p.element_size() for p in model.parameters()))
 
 
 def run_throughput(args: PretrainingArguments, config, accelerator: Accelerator, hardware: Hardware,

@@ -32,7 +32,7 @@ from .arguments import (
 from .data import prepared_data
 from .data.inputs import check_train_files
 from .data.sources import Sources, parse_sources
-from .output.checkpoints import check_output_dir
+from .output.folder import check_output_dir
 from .output.hub_push import hub_source
 from .training import step_graph
 from .training.model import check_positions, resolve_config

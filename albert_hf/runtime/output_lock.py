@@ -112,7 +112,7 @@ def acquire(folder, flag: str, take_over: bool = False) -> None:
 
 def in_use(folder, flag: str) -> str | None:
     """The line for a folder whose lock a live run of this host holds (another process), else None: read only, for
-    the checks that run before the lock is taken (`pretraining.output.checkpoints.check_output_dir`). Asked in a
+    the checks that run before the lock is taken (`pretraining.output.folder.check_output_dir`). Asked in a
     launched run's other processes it is None: the lock they see is their own run's (its first process takes it)."""
     if os.environ.get("RANK", "0") != "0":
         return None

@@ -24,7 +24,6 @@ from accelerate.utils import broadcast_object_list
 from ...errors import InputError, first_line
 from ...runtime import checkpoint_files
 from ...runtime.checkpoint_files import RECORD_FILE
-from ...runtime.output_lock import in_use
 from ...runtime.storage import StorageError, agreed, fault_line, folder_bytes, refused
 from ..training.divergence import newest_finite
 
@@ -45,80 +44,6 @@ FILL_MASK_FILE = "fill_mask_examples.json"  # the summary's fill-mask examples (
 MODEL_FILES_DIR = ".model_files"  # the config, tokenizer and code every checkpoint links to (loadable.py)
 
 
-# What a run writes into --output_dir: an earlier run is recognised (and, with --overwrite_output_dir, cleared)
-# by these names only, so unrelated files a user keeps there are neither a reason to refuse nor deleted.
-RUN_OUTPUTS = ("step_*", ".tmp-*", MODEL_FILES_DIR, "runs", "metrics.jsonl", "all_results.json", "README.md",
-               "config.json", "model.safetensors", "model-*.safetensors", "model.safetensors.index.json",
-               "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "spiece.model",
-               "configuration_albert_hf.py", "modeling_albert_hf.py", FILL_MASK_FILE, "pairs", "prepared_data.json",
-               "training_curves.png")
-
-
-def previous_run_files(output_dir) -> list[str]:
-    output_dir = Path(output_dir)
-    if not output_dir.is_dir():
-        return []
-    return sorted({path.name for pattern in RUN_OUTPUTS for path in output_dir.glob(pattern)})
-
-
-def from_hub(resume_from_checkpoint: str | None) -> bool:
-    """Whether --resume_from_checkpoint names a Hub repo's pushed state (`hub`, `hub:REPO[@REVISION]`:
-    pretraining/output/hub_push.py) rather than a local checkpoint."""
-    return resume_from_checkpoint == "hub" or (resume_from_checkpoint or "").startswith("hub:")
-
-
-def check_output_dir(output_dir, resume_from_checkpoint: str | None, overwrite_output_dir: bool) -> None:
-    """Stops with one line, before any work, on a --resume_from_checkpoint folder that cannot be resumed, or on an
-    --output_dir holding an earlier run that the arguments neither continue nor overwrite."""
-    busy = in_use(output_dir, "--output_dir")  # a live run's folder: named as such, whatever else it holds
-    if busy:
-        raise InputError(busy)
-    if resume_from_checkpoint not in (None, "latest") and not from_hub(resume_from_checkpoint):
-        problem = StepCheckpoints.problem(Path(resume_from_checkpoint))
-        if problem:
-            raise InputError(f"--resume_from_checkpoint {resume_from_checkpoint}: {problem}")
-    earlier = previous_run_files(output_dir)
-    if earlier and not overwrite_output_dir:
-        has_checkpoint = bool(StepCheckpoints.complete_in(output_dir))
-        if resume_from_checkpoint is None:
-            resumable = ("pass --resume_from_checkpoint latest to continue it" if has_checkpoint
-                         else "it left no complete step_N checkpoint for --resume_from_checkpoint latest")
-            raise InputError(f"--output_dir {output_dir} holds an earlier run ({', '.join(earlier[:4])}"
-                             f"{', ...' if len(earlier) > 4 else ''}): {resumable}; pass --overwrite_output_dir to "
-                             "start over, or another --output_dir")
-        if resume_from_checkpoint == "latest" and not has_checkpoint:
-            raise InputError(f"--resume_from_checkpoint latest: --output_dir {output_dir} holds an "
-                             "earlier run but no complete step_N checkpoint to continue from; pass "
-                             "--overwrite_output_dir to start over, or another --output_dir")
-
-
-def truncate_metrics_log(path: Path, step: int) -> None:
-    """Keep the rows up to `step`: a resumed run logs the later ones again. A row cut short by a kill is dropped."""
-    if not path.is_file():
-        return
-    kept = []
-    for line in path.read_text().splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if row.get("step", 0) <= step:
-            kept.append(line + "\n")
-    path.write_text("".join(kept))
-
-
-def clear_previous_run(output_dir) -> list[str]:
-    """Delete what an earlier run wrote into output_dir (for --overwrite_output_dir); returns the names."""
-    names = previous_run_files(output_dir)
-    for name in names:
-        path = Path(output_dir) / name
-        if path.is_dir():
-            shutil.rmtree(path)
-        else:
-            path.unlink()
-    return names
-
-
 class StepCheckpoints:
     """`output_dir/step_N` folders holding accelerate's full state plus `training_state.json`.
 
@@ -126,13 +51,16 @@ class StepCheckpoints:
     previous checkpoints untouched and never a half-written `step_N`.
     """
 
-    def __init__(self, output_dir, accelerator, total_limit=None):
+    def __init__(self, output_dir, accelerator, total_limit: int | None = None, schedule=None, model_files=None,
+                 expected_bytes: int | None = None):
+        """`schedule`: the learning-rate schedule, saved and restored with the state (as JSON, not accelerate's
+        pickle); `model_files`: the config, tokenizer and code linked into each (`loadable.ModelFiles`, on the main
+        process); `expected_bytes`: a checkpoint's size before the first is written, for the line a failed write
+        gives."""
         self.output_dir = Path(output_dir)
         self.accelerator = accelerator
         self.total_limit = total_limit
-        self.expected_bytes: int | None = None  # a checkpoint's size before the first is written (prepare sets it)
-        self.schedule = None  # the learning-rate schedule, saved and restored with the state (job.py sets it)
-        self.model_files = None  # `loadable.ModelFiles`: the config, tokenizer and code linked into each (job.py)
+        self.schedule, self.model_files, self.expected_bytes = schedule, model_files, expected_bytes
         self._recording: threading.Thread | None = None  # the newest checkpoint's record being written (main)
         self._checked: Path | None = None  # the checkpoint `latest` found intact (main): not hashed again by `load`
 
@@ -404,12 +332,6 @@ class StepCheckpoints:
         self.schedule.load_state_dict(saved)
         return None
 
-    def remove_partial(self):
-        if self.accelerator.is_main_process and self.output_dir.is_dir():
-            for path in self.output_dir.glob(".tmp-step_*"):
-                shutil.rmtree(path, ignore_errors=True)
-        self.accelerator.wait_for_everyone()
-
     def stream_state(self, path: Path) -> dict:
         """This process's stream position saved in checkpoint `path` (`save(..., stream_state=...)`)."""
         file = path / STREAM_STATE_FILE.format(self.accelerator.process_index)
@@ -494,8 +416,9 @@ class StepCheckpoints:
                 shutil.rmtree(path, ignore_errors=True)
 
 
-def clear_earlier_run(output_dir: Path):
-    """--overwrite_output_dir: what an earlier run wrote into output_dir is deleted, and logged."""
-    cleared = clear_previous_run(output_dir)
-    if cleared:
-        logger.info("--overwrite_output_dir: deleted the earlier run's %s", ", ".join(cleared))
+def remove_partial(output_dir: Path, accelerator) -> None:
+    """What saves killed before their rename left (`.tmp-step_N`), removed before a run starts (a collective)."""
+    if accelerator.is_main_process and Path(output_dir).is_dir():
+        for path in Path(output_dir).glob(".tmp-step_*"):
+            shutil.rmtree(path, ignore_errors=True)
+    accelerator.wait_for_everyone()

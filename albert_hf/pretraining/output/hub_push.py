@@ -32,7 +32,8 @@ from ...errors import InputError, NothingProduced, first_line
 from ...hub.upload import UPLOAD_IGNORE, BackgroundUploads, Upload, push_folder
 from ...runtime.storage import agreed, refused
 from ..arguments import OutputArgs
-from .checkpoints import STATE_FILE, from_hub
+from .checkpoints import STATE_FILE
+from .folder import from_hub
 
 logger = logging.getLogger(__name__)
 

@@ -47,6 +47,21 @@ def start_tracking(accelerator: Accelerator, report_to: str, run_config: dict):
                                                      if isinstance(v, (int, float, str, bool))})
 
 
+def truncate_metrics_log(path: Path, step: int) -> None:
+    """Keep the rows up to `step`: a resumed run logs the later ones again. A row cut short by a kill is dropped."""
+    if not path.is_file():
+        return
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if row.get("step", 0) <= step:
+            kept.append(line + "\n")
+    path.write_text("".join(kept))
+
+
 def format_value(value):
     return f"{value:.4f}" if isinstance(value, float) else value
 

@@ -3,7 +3,16 @@ six counts a step or an evaluation sums (`step.COUNTS`)."""
 
 import torch
 
-from .step import COUNTS, mlm_targets
+from .step import (
+    COUNTS,
+    MLM_CORRECT,
+    MLM_COUNT,
+    MLM_LOSS,
+    PAIR_CORRECT,
+    PAIR_COUNT,
+    PAIR_LOSS,
+    mlm_targets,
+)
 
 
 @torch.no_grad()
@@ -21,20 +30,22 @@ def example_counts(outputs, batch) -> torch.Tensor:
         targets, weights, owner = mlm_targets(batch)
         logits = outputs.prediction_logits.float()
         token_loss = torch.nn.functional.cross_entropy(logits, targets, reduction="none").double() * weights
-        counts[:, 0].index_add_(0, owner, token_loss)
-        counts[:, 1].index_add_(0, owner, (logits.argmax(-1) == targets).double() * weights)
-        counts[:, 2].index_add_(0, owner, weights)
+        counts[:, MLM_LOSS].index_add_(0, owner, token_loss)
+        counts[:, MLM_CORRECT].index_add_(0, owner, (logits.argmax(-1) == targets).double() * weights)
+        counts[:, MLM_COUNT].index_add_(0, owner, weights)
     order = batch.get("sentence_order_label")
     if order is not None and outputs.sop_loss is not None:
-        counts[:, 3] = torch.nn.functional.cross_entropy(sop_logits.float(), order, reduction="none").double()
-        counts[:, 4] = (sop_logits.argmax(-1) == order).double()
-        counts[:, 5] = 1
+        counts[:, PAIR_LOSS] = torch.nn.functional.cross_entropy(sop_logits.float(), order, reduction="none").double()
+        counts[:, PAIR_CORRECT] = (sop_logits.argmax(-1) == order).double()
+        counts[:, PAIR_COUNT] = 1
     return counts
 
 
 def metrics_from_counts(totals: torch.Tensor, prefix: str = "", pair_task: str = "sop") -> dict:
     """Mean losses and accuracies; the 2-way head's metrics are named after the task it is trained on (sop/nsp)."""
-    mlm_loss, mlm_correct, mlm_n, pair_loss, pair_correct, pair_n = totals.tolist()
+    sums = totals.tolist()
+    mlm_loss, mlm_correct, mlm_n = sums[MLM_LOSS], sums[MLM_CORRECT], sums[MLM_COUNT]
+    pair_loss, pair_correct, pair_n = sums[PAIR_LOSS], sums[PAIR_CORRECT], sums[PAIR_COUNT]
     metrics = {}
     if mlm_n:
         metrics.update({f"{prefix}mlm_loss": mlm_loss / mlm_n, f"{prefix}mlm_accuracy": mlm_correct / mlm_n})
@@ -50,20 +61,21 @@ def evaluate(model, dataloader, accelerator, task: str, mix: tuple | None = None
     source too (eval_<name>_mlm_loss, ...), each pair counted for its own source ("source" in its batch); the overall
     figures are then the sources' weighted as the training mix (`mixed_metrics`)."""
     model.eval()
-    totals = torch.zeros(len(mix[0]) if mix else 1, COUNTS, dtype=torch.float64)
+    totals = torch.zeros(len(mix[0]) if mix else 1, COUNTS, dtype=torch.float64)  # a row a source (one: all)
+    everything = 0
     for batch in dataloader:
         source = batch.pop("source", None)
         with accelerator.autocast():
             outputs = model(**batch)
         counts = example_counts(outputs, batch)
         if source is None:
-            totals[0] += accelerator.gather_for_metrics(counts).sum(0).cpu()
+            totals[everything] += accelerator.gather_for_metrics(counts).sum(0).cpu()
         else:
             counts, source = accelerator.gather_for_metrics((counts, source))
             totals.index_add_(0, source.cpu(), counts.cpu())
     model.train()
     if not mix:
-        return metrics_from_counts(totals[0], prefix="eval_", pair_task=task)
+        return metrics_from_counts(totals[everything], prefix="eval_", pair_task=task)
     return mixed_metrics(totals, *mix, pair_task=task)
 
 

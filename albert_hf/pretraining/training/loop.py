@@ -32,13 +32,13 @@ from ..data.collator import DataCollatorForAlbertPretraining
 from ..data.mixture import Mix, MixedPairs, MixedStream, MixPlan
 from ..data.vocabulary import VocabularyExtension
 from ..output.card import card_run
-from ..output.checkpoints import StepCheckpoints, truncate_metrics_log
+from ..output.checkpoints import StepCheckpoints
 from ..output.final_folder import save_final_model, where_trained
 from ..output.hub_push import HubPush, download_last_checkpoint, hub_source
-from ..output.log import MetricsLog, format_metrics
+from ..output.log import MetricsLog, format_metrics, truncate_metrics_log
 from .divergence import Diverged, check_losses, check_weights, newest_finite, stop_line
 from .evaluation import evaluate
-from .state import TrainingState
+from .state import IN_ALL, SOURCE_PAIRS, SOURCE_TOKENS, TrainingState
 from .step import COUNTS, accumulation_groups, training_step, update_gate
 from .step_graph import StepGraph
 
@@ -321,15 +321,15 @@ def source_fields(run: Run, state: TrainingState) -> dict:
     """A mixed run's per-source fields of a logged row (`state.source_totals`, just read with the window): the
     window's tokens and pairs, the run's tokens and pairs, each source's share of the run's pairs and its epochs."""
     window, run_totals = state.source_totals
-    pairs = run_totals[:, 1].sum()
+    pairs = run_totals[:, SOURCE_PAIRS].sum()
     epochs = run.mixed.plan.epochs(run.pairs_drawn(state))
     row = {}
     for i, name in enumerate(state.source_names):
-        row[f"tokens_{name}"] = float(window[i, 0])
-        row[f"pairs_{name}"] = int(window[i, 1])
-        row[f"run_tokens_{name}"] = float(run_totals[i, 0])
-        row[f"run_pairs_{name}"] = int(run_totals[i, 1])
-        row[f"share_{name}"] = float(run_totals[i, 1] / pairs) if pairs else 0.0
+        row[f"tokens_{name}"] = float(window[i, SOURCE_TOKENS])
+        row[f"pairs_{name}"] = int(window[i, SOURCE_PAIRS])
+        row[f"run_tokens_{name}"] = float(run_totals[i, SOURCE_TOKENS])
+        row[f"run_pairs_{name}"] = int(run_totals[i, SOURCE_PAIRS])
+        row[f"share_{name}"] = float(run_totals[i, SOURCE_PAIRS] / pairs) if pairs else 0.0
         if epochs.get(name) is not None:
             row[f"epochs_{name}"] = epochs[name]
     return row
@@ -387,7 +387,7 @@ def check_skips(run: Run, state: TrainingState, log, progress):
     in_a_row = state.consecutive_skips()
     if in_a_row >= limit:
         log_window(run, state, log, progress)
-        skipped = int(state.skips[2].cpu())
+        skipped = int(state.skips[IN_ALL].cpu())
         # a checkpoint written during the skipped steps holds the weights that lead to them: one from before
         first = state.step - state.consecutive.lag - in_a_row + 1
         raise Diverged(stop_line(state.step, f"{in_a_row} steps in a row (from step {first}) were skipped, their "

@@ -14,6 +14,13 @@ from ...runtime.throughput import Throughput, peak_memory_gib
 from .evaluation import metrics_from_counts
 from .step import COUNTS, GRAD_NORM
 
+# `window_sums`, by index after the six counts: the window's real tokens, its seconds spent waiting for batches, then
+# each source's [tokens, pairs] (SOURCE_TOKENS, SOURCE_PAIRS)
+WINDOW_TOKENS, WINDOW_WAIT, WINDOW_SOURCES = COUNTS, COUNTS + 1, COUNTS + 2
+SOURCE_TOKENS, SOURCE_PAIRS = 0, 1
+# `skips`, by index: the steps skipped in the window, in a row up to the last step, and in all
+IN_WINDOW, IN_A_ROW, IN_ALL = 0, 1, 2
+
 
 class LaggedRead:
     """A device scalar, read on the host without waiting for the step just queued: each step's value is copied into
@@ -104,7 +111,7 @@ class TrainingState:
         self.step, self.epoch, self.batches_in_epoch = saved["step"], saved["epoch"], saved["batches_in_epoch"]
         self.skips.copy_(torch.tensor([saved.get("window_skipped", 0), saved.get("consecutive_skips", 0),
                                        saved.get("skipped_steps", 0)], dtype=torch.float64))
-        self.consecutive.record(self.skips[1], self.step)
+        self.consecutive.record(self.skips[IN_A_ROW], self.step)
         self.run_tokens, self.run_seconds = saved.get("run_tokens", 0.0), saved.get("run_seconds", 0.0)
         counts = saved.get("sources", {})
         for i, name in enumerate(self.source_names):
@@ -124,20 +131,21 @@ class TrainingState:
         source (`sources`: each micro-batch's source indices), on the device."""
         for batch, source in zip(micro_batches, sources or ()):
             tokens = batch["attention_mask"].sum(1, dtype=torch.float64)
-            self.source_window.index_add_(0, source, torch.stack((tokens, torch.ones_like(tokens)), 1))
+            self.source_window.index_add_(0, source, torch.stack((tokens, torch.ones_like(tokens)), 1))  # SOURCE_*
         counts = outputs[:COUNTS]
         self.grad_norm.copy_(outputs[GRAD_NORM])
         if gate is not None:
             skipped = 1.0 - gate.to(torch.float64)
             self.window += torch.where(skipped > 0, 0.0, counts)  # a skipped step's counts may hold NaN
             one = torch.ones((), dtype=torch.float64, device=skipped.device)
-            self.skips.mul_(torch.stack((one, skipped, one))).add_(skipped)  # window += s; row = (row + 1) s; all += s
+            # in the window += s; in a row = (in a row + 1) s; in all += s (IN_WINDOW, IN_A_ROW, IN_ALL)
+            self.skips.mul_(torch.stack((one, skipped, one))).add_(skipped)
         else:
             self.window += counts
         for batch in micro_batches:
             self.window_tokens += batch["attention_mask"].sum()
         self.step += 1
-        self.consecutive.record(self.skips[1], self.step)
+        self.consecutive.record(self.skips[IN_A_ROW], self.step)
 
     def consecutive_skips(self) -> int:
         """Steps skipped in a row up to the last one (on a GPU: up to the one before, not to wait for the last)."""
@@ -156,7 +164,7 @@ class TrainingState:
 
     def run_totals(self, accelerator) -> tuple[float, float]:
         """A collective: the run's real tokens (all processes) and wall seconds of training up to now."""
-        tokens = float(self.window_sums(accelerator)[COUNTS])
+        tokens = float(self.window_sums(accelerator)[WINDOW_TOKENS])
         return self.run_tokens + tokens, self.run_seconds + time.perf_counter() - self.window_start
 
     def window_metrics(self, accelerator, pair_task: str, lr: float, throughput: Throughput) -> dict:
@@ -167,7 +175,7 @@ class TrainingState:
         elapsed = time.perf_counter() - self.window_start
         sums = self.window_sums(accelerator)
         metrics = metrics_from_counts(sums[:COUNTS], pair_task=pair_task)
-        tokens, wait = float(sums[COUNTS]), float(sums[COUNTS + 1])
+        tokens, wait = float(sums[WINDOW_TOKENS]), float(sums[WINDOW_WAIT])
         metrics.update(lr=lr, tokens_per_second=tokens / elapsed, **throughput.rates(tokens / elapsed))
         norm = float(self.grad_norm.cpu())
         if norm != -1.0:  # -1: no norm known (DeepSpeed)
@@ -175,18 +183,18 @@ class TrainingState:
         metrics["data_wait"] = wait / accelerator.num_processes / elapsed
         memory = torch.tensor([peak_memory_gib(accelerator.device)], device=accelerator.device)
         metrics["peak_memory_gib"] = float(accelerator.gather(memory).max().cpu())
-        skipped = int(self.skips[0].cpu())
+        skipped = int(self.skips[IN_WINDOW].cpu())
         if skipped:
             metrics["skipped_steps"] = skipped
         self.run_tokens += tokens
         self.run_seconds += elapsed
-        window = sums[COUNTS + 2:].numpy().reshape(-1, 2)
+        window = sums[WINDOW_SOURCES:].numpy().reshape(-1, 2)
         self.source_run += window
         self.source_totals = (window, self.source_run.copy())
         self.source_window.zero_()
         self.window.zero_()
         self.window_tokens.zero_()
-        self.skips[0].zero_()
+        self.skips[IN_WINDOW].zero_()
         self.window_data_wait = 0.0
         self.window_start = time.perf_counter()
         return metrics
@@ -194,7 +202,8 @@ class TrainingState:
     def checkpoint_state(self, accelerator) -> dict:
         """A collective: what a checkpoint saves of the state (the window summed over processes)."""
         totals = self.window_sums(accelerator).tolist()
-        sums, tokens, wait, sources = totals[:COUNTS], totals[COUNTS], totals[COUNTS + 1], totals[COUNTS + 2:]
+        sums, tokens, wait = totals[:COUNTS], totals[WINDOW_TOKENS], totals[WINDOW_WAIT]
+        sources = totals[WINDOW_SOURCES:]
         window_skipped, consecutive, skipped = self.skips.cpu().tolist()
         return {"step": self.step, "epoch": self.epoch, "batches_in_epoch": self.batches_in_epoch,
                 "skipped_steps": int(skipped), "window_skipped": int(window_skipped),

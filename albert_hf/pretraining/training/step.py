@@ -10,7 +10,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 LOSS_NORMALIZATIONS = ("global", "per_device")
 
-# The sums behind every metric: MLM loss, MLM correct, MLM count, pair loss, pair correct, pair count.
+# The sums behind every metric, by index: MLM loss, MLM correct, MLM count, pair loss, pair correct, pair count.
+MLM_LOSS, MLM_CORRECT, MLM_COUNT, PAIR_LOSS, PAIR_CORRECT, PAIR_COUNT = range(6)
 COUNTS = 6
 # A training step returns them and, at index GRAD_NORM, its gradients' global norm before clipping (-1: none known,
 # under DeepSpeed, which clips inside its engine).
@@ -30,14 +31,14 @@ def step_counts(outputs, batch) -> torch.Tensor:
     if labels is not None and outputs.mlm_loss is not None:
         targets, weights, _ = mlm_targets(batch)  # in the head's row order
         masked = weights.sum()
-        counts[0] = outputs.mlm_loss.double() * masked
-        counts[1] = ((outputs.prediction_logits.argmax(-1) == targets).double() * weights).sum()
-        counts[2] = masked
+        counts[MLM_LOSS] = outputs.mlm_loss.double() * masked
+        counts[MLM_CORRECT] = ((outputs.prediction_logits.argmax(-1) == targets).double() * weights).sum()
+        counts[MLM_COUNT] = masked
     order = batch.get("sentence_order_label")
     if order is not None and outputs.sop_loss is not None:
-        counts[3] = outputs.sop_loss.double() * order.numel()
-        counts[4] = (outputs.sop_logits.argmax(-1) == order).sum()
-        counts[5].fill_(order.numel())  # fill_: a kernel (an assignment would copy from the host)
+        counts[PAIR_LOSS] = outputs.sop_loss.double() * order.numel()
+        counts[PAIR_CORRECT] = (outputs.sop_logits.argmax(-1) == order).sum()
+        counts[PAIR_COUNT].fill_(order.numel())  # fill_: a kernel (an assignment would copy from the host)
     return counts
 
 
@@ -94,12 +95,13 @@ def loss_weights(micro_batches, accelerator, normalization: str = "global") -> t
         and the cross-shard optimizer averages the cores' gradients.
     """
     device = micro_batches[0]["input_ids"].device
+    tokens, pairs = 0, 1  # the step's masked tokens and pairs, by index
     counts = torch.zeros(2, dtype=torch.float64, device=device)
     for batch in micro_batches:
         if batch.get("labels") is not None:
-            counts[0] += masked_count(batch)
+            counts[tokens] += masked_count(batch)
         if batch.get("sentence_order_label") is not None:
-            counts[1] += batch["sentence_order_label"].numel()
+            counts[pairs] += batch["sentence_order_label"].numel()
     scale = 1.0
     if normalization == "global":
         counts, scale = accelerator.reduce(counts, "sum"), accelerator.num_processes
@@ -193,11 +195,7 @@ def average_gradients(parameters, group) -> None:
 
 
 def update_gate(optimizer, device: torch.device) -> torch.Tensor | None:
-    """The 0-dim device tensor through which albert_hf's optimizers skip a step (`optimization.Lamb`), made on first
-    use and kept: a captured step writes and reads the same one. None for an optimizer without one."""
+    """The optimizer's update gate (`optimization._UncorrectedAdam.gate_on`), through accelerate's wrapper; None for
+    an optimizer without one."""
     inner = getattr(optimizer, "optimizer", optimizer)  # accelerate's wrapper
-    if not hasattr(inner, "update_gate"):
-        return None
-    if inner.update_gate is None:
-        inner.update_gate = torch.ones((), dtype=torch.float32, device=device)
-    return inner.update_gate
+    return inner.gate_on(device) if hasattr(inner, "gate_on") else None
