@@ -102,7 +102,7 @@ def main(argv=None):
             peaks, stderr = peak_rss_of_workers(command, tmp, out, args.steps, workers)
             start_line = next((line for line in stderr.splitlines() if "parameters; global batch" in line), "")
             results["peak_rss_gib"][name] = peaks
-            print(f"  {name}: {start_line.split('INFO albert_hf.pretraining.job: ')[-1]}")
+            print(f"  {name}: {start_line.split('INFO albert_hf.pretraining.run: ')[-1]}")
     print(f"\nPeak resident memory per process (GiB), {args.preset}, sharing {args.sharing}, batch 1 x 64, fp32, "
           f"LAMB, {args.steps} steps")
     print("(setup: data, tokenizer, model; training: the steps; end: gathering, saving and reloading the model)")

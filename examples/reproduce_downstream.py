@@ -480,7 +480,7 @@ class TrainingStart(logging.Handler):
 
 def gpu_pretrain(args, out: Path) -> dict:
     """Pretrains albert_sop (reused when finished) and makes its random-init twin; returns their timings."""
-    watcher, logger = TrainingStart(), logging.getLogger("albert_hf.pretraining.job")
+    watcher, logger = TrainingStart(), logging.getLogger("albert_hf.pretraining.run")
     level = logger.level
     logger.setLevel(logging.INFO)  # the start line is an INFO record, whatever the caller's logging setup
     logger.addHandler(watcher)

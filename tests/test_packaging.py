@@ -202,13 +202,14 @@ def test_each_job_has_its_folder_and_the_top_level_stays_small():
     assert {name for names in LAYERS for name in names} - {"core"} == folders
 
 
-# The pretraining job's two modules: job.py builds the job's object and saves it, loop.py (which defines it) trains it.
-PRETRAINING_JOB = ("albert_hf/pretraining/job.py", "albert_hf/pretraining/training/loop.py")
+# The pretraining job's modules: run.py defines the job's object and builds it, loop.py trains it, job.py saves it.
+PRETRAINING_JOB = ("albert_hf/pretraining/job.py", "albert_hf/pretraining/run.py",
+                   "albert_hf/pretraining/training/loop.py")
 
 
 def test_only_the_job_and_its_loop_see_the_whole_pretraining_job():
-    """The job's object (`pretraining.loop.Run`) stays in the job's two modules (`PRETRAINING_JOB`): job.py
-    builds it and saves it, loop.py trains it; no other module of albert_hf imports it or has a function taking a
+    """The job's object (`pretraining.run.Run`) stays in the job's modules (`PRETRAINING_JOB`): run.py builds
+    it, loop.py trains it, job.py saves it; no other module of albert_hf imports it or has a function taking a
     `run`; the modules below the job take explicit arguments."""
     found = []
     for path in sorted((REPO / "albert_hf").rglob("*.py")):
@@ -223,7 +224,7 @@ def test_only_the_job_and_its_loop_see_the_whole_pretraining_job():
     assert not found, found
 
 
-# The pretraining entry: the only modules that see the whole run's arguments (loop.py's `Run` holds them).
+# The pretraining entry: the only modules that see the whole run's arguments (run.py's `Run` holds them).
 PRETRAINING_ENTRY = (*PRETRAINING_JOB, "albert_hf/pretraining/arguments.py", "albert_hf/pretraining/resolution.py",
                      "albert_hf/pretraining/plan.py")
 

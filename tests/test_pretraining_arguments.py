@@ -22,7 +22,8 @@ from pretraining_runs import FAST, metrics, pretrain_runs, untimed
 # scripts', python -m albert_hf.pretraining.output.loadable's and argparse's own --help.
 OTHER_TOOLS_FLAGS = {"--config_file", "--use_cpu", "--bf16", "--fp16", "--help", "--model_files",
                      "--from_tf",  # accelerate's, and python -m albert_hf.convert's
-                     "--source_model", "--tasks", "--data_dir"}  # run_checkpoint_evals.py's
+                     "--source_model", "--tasks", "--data_dir",  # run_checkpoint_evals.py's
+                     "--save_total_limit"}  # the fine-tuning scripts' (Trainer's)
 
 
 def test_help_prints_each_options_own_text_and_every_flag_the_docs_name_exists():

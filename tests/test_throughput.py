@@ -259,8 +259,8 @@ def test_the_start_line_says_when_the_rows_have_no_gradient_norm(tmp_path, distr
 
     from accelerate.utils import DistributedType
 
-    from albert_hf.pretraining.job import run_throughput
     from albert_hf.pretraining.resolution import parse_args
+    from albert_hf.pretraining.run import run_throughput
     from helpers import tiny_config
 
     args = parse_args(["--output_dir", str(tmp_path / "run"), "--max_seq_length", "64", "--peak_tflops", "2"])

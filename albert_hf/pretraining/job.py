@@ -4,12 +4,13 @@
     python run_pretraining.py            # a tiny ALBERT on the embedded corpus, a few minutes on a laptop CPU
     python run_pretraining.py recipes/demo.yaml  # the arguments from a file (.json or .yaml; recipes/ has some)
 
-`main` = `parse_args` (the flags resolved and checked: resolution.py) -> `prepare` (`setup`: accelerator and
-output folder; the inputs: data/inputs.py; the model and optimizer: training/model.py) -> `fit` (training/loop.py:
-the loop over a `TrainingState`, one optimizer step at a time in training/step.py) -> `finish` (the final folder:
-output/final_folder.py; the summary, the push). This module builds the whole job (`Run`) and saves it, loop.py
-trains it; only these two see it, the modules below take explicit arguments. --preprocess_only is `preprocess`
-here; --dry_run and --auto_find_batch_size's search are in plan.py.
+`main` = `parse_args` (the flags resolved and checked, once: resolution.py) -> `prepare` (run.py: `setup`, the
+machine's plan, accelerator and output folder; the inputs: data/inputs.py; the model and optimizer:
+training/model.py) -> `fit` (training/loop.py: the loop over a `TrainingState`, one optimizer step at a time in
+training/step.py) -> `finish` (here: the final folder, output/final_folder.py; the summary, the push). run.py builds
+the whole job (`Run`), loop.py trains it and this module saves it; only these three see it, the modules below take
+explicit arguments. --preprocess_only is `preprocess` here; --dry_run and --auto_find_batch_size's search are in
+plan.py.
 
 Loop (training/loop.py): MLM + SOP loss (their plain sum), LAMB with the official poly-decay schedule, global
 clipping at 1.0, gradient accumulation, bf16/fp16 through accelerate. Every `--checkpointing_steps` the full state
@@ -21,231 +22,40 @@ off.
 import json
 import logging
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
-import datasets
-import torch
-from accelerate import Accelerator
-from accelerate.utils import (
-    AutocastKwargs,
-    DataLoaderConfiguration,
-    DistributedType,
-    ProjectConfiguration,
-    set_seed,
-)
+from accelerate.utils import set_seed
 from transformers import AutoModel
 
 from ..errors import InputError, NothingProduced
-from ..flops import training_flops_per_token
-from ..optimization import get_official_schedule
 from ..reports.baselines import heldout_baselines, with_baselines
 from ..reports.curves import CURVES_FILE, pretraining_curves
 from ..reports.fill_mask import format_fill_mask
 from ..runtime import output_lock
 from ..runtime.cli import is_first_process, run_entry_point
 from ..runtime.distributed import (
-    FsdpRequest,
-    check_deepspeed,
-    describe,
     end_distributed,
     gather_full_model,
-    make_accelerator,
-)
-from ..runtime.hardware import (
-    Hardware,
-    Precision,
-    attention_kernel,
-    enable_cpu_fp16,
-    mfu_peak,
 )
 from ..runtime.preemption import PREEMPTED, StopOnSignal, at_stage
-from ..runtime.storage import StorageError, agreed, check_free_space, fault_line, refused
-from ..runtime.throughput import Throughput, cost_rows
-from .arguments import OutputArgs, PretrainingArguments
+from ..runtime.storage import StorageError, agreed, fault_line, refused
+from ..runtime.throughput import cost_rows
+from .arguments import PretrainingArguments
 from .data import prepared_data
-from .data.collator import masking_budget
-from .data.inputs import build_data, build_inputs, build_mixed_data
-from .data.mixture import held_out_lines, start_lines
-from .output.card import card_run, source_rows
-from .output.checkpoints import FILL_MASK_FILE, StepCheckpoints, remove_partial
+from .data.inputs import build_data, build_mixed_data
+from .output.card import source_rows
+from .output.checkpoints import FILL_MASK_FILE
 from .output.final_folder import held_out_fill_mask, save_final_model, where_trained
 from .output.folder import clear_earlier_run
-from .output.hub_push import HubPush
-from .output.loadable import ModelFiles
-from .output.log import format_value, start_logging, start_tracking
-from .plan import auto_micro_batch, batch_split, dry_run
-from .resolution import choose_step, hardware_and_precision, parse_args
-from .training import step_graph
+from .output.log import format_value, start_logging
+from .plan import dry_run
+from .resolution import parse_args
+from .run import Run, prepare
 from .training.divergence import check_weights
 from .training.evaluation import since_start
-from .training.loop import Run, current_lr, fit, metrics_log, newest_checkpoint
-from .training.model import build_run_model, make_optimizer, planned_weight_bytes
+from .training.loop import current_lr, fit, metrics_log, newest_checkpoint
 
 logger = logging.getLogger(__name__)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# The job: setup -> prepare (here) -> fit (loop.py) -> finish (here)
-
-
-@dataclass
-class Setup:
-    """What `setup` decides before the inputs are built."""
-
-    args: PretrainingArguments  # with the step and the micro-batch chosen for this machine
-    hardware: Hardware
-    precision: Precision
-    accelerator: Accelerator
-    fsdp_request: FsdpRequest | None  # what an FSDP launch asked for, applied when the model is built
-    notes: list[str]  # for the start line
-
-
-def setup(args: PretrainingArguments) -> Setup:
-    """The hardware, the precision, the accelerator (in the mode the launcher asked for) and its FSDP request, the
-    output folder (an earlier run cleared with --overwrite_output_dir, partial checkpoints removed), and with
-    --auto_find_batch_size the micro-batch found."""
-    optimization, output = args.optimization, args.output
-    hardware, precision = hardware_and_precision(optimization)
-    args, notes = choose_step(args, hardware, precision)  # before the accelerator: a captured step changes autocast
-    graphed = args.model.torch_compile_mode == step_graph.MODE
-    accelerator, fsdp_request = make_accelerator(
-        mixed_precision=precision.mixed_precision,  # accumulation is ours (fit, training_step), not accelerate's
-        log_with=output.report_to if output.with_tracking else None,
-        project_config=ProjectConfiguration(project_dir=output.output_dir, logging_dir=f"{output.output_dir}/runs"),
-        # batches are copied to a GPU from pinned memory without waiting (DataLoader's pin_memory)
-        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, non_blocking=torch.cuda.is_available()),
-        # a captured step must not reuse weights cast during the capture (torch.cuda.graphs' rule for autocast)
-        kwargs_handlers=[AutocastKwargs(cache_enabled=False)] if graphed else None,
-    )
-    start_logging(accelerator.is_main_process)
-    if graphed:
-        reason = step_graph.refusal(accelerator, args.model.gradient_checkpointing or (
-            fsdp_request is not None and fsdp_request.activation_checkpointing))
-        if reason:
-            raise InputError(reason)
-    if precision.warning and accelerator.is_main_process:  # first, before the data is built: stop a slow run early
-        logger.warning(precision.warning)
-    if accelerator.distributed_type == DistributedType.DEEPSPEED:
-        check_deepspeed(optimization.gradient_accumulation_steps, optimization.optimizer)
-    if accelerator.mixed_precision == "fp16" and accelerator.scaler is None:
-        enable_cpu_fp16(accelerator)
-    if optimization.auto_find_batch_size:  # before the seed: its trial steps draw random numbers
-        args, batch_notes = auto_micro_batch(args, accelerator, precision)
-        notes += batch_notes
-    set_seed(optimization.seed)
-    output_dir = Path(output.output_dir)
-    if output.overwrite_output_dir and accelerator.is_main_process:
-        clear_earlier_run(output_dir)
-    accelerator.wait_for_everyone()
-    output_dir.mkdir(parents=True, exist_ok=True)
-    remove_partial(output_dir, accelerator)
-    # Before the corpus is read: room for one checkpoint (the weights and the optimizer's two moments), or without
-    # checkpoints for the final model, estimated from the config the run will build.
-    weights = planned_weight_bytes(args.config, None if args.model.model_name_or_path else args.data.vocab_size)
-    needed, what = (3 * weights, "one checkpoint") if output.checkpointing_steps else (weights, "the final model")
-    check_free_space(output_dir, needed, what, "--output_dir")
-    return Setup(args, hardware, precision, accelerator, fsdp_request, notes)
-
-
-def prepare(args: PretrainingArguments) -> Run:
-    """`setup`, the inputs (pretraining/data/inputs.py), the model (sharded under FSDP), the optimizer and the schedule,
-    all prepared by accelerate; logs the start line."""
-    ready = setup(args)
-    args, accelerator, fsdp_request = ready.args, ready.accelerator, ready.fsdp_request
-    inputs = build_inputs(args.data, args.objective, accelerator, seed=args.optimization.seed,
-                          model_name_or_path=args.model.model_name_or_path, adopted=args.adopted,
-                          batch_sizes=(args.optimization.per_device_train_batch_size,
-                                       args.output.per_device_eval_batch_size), sources=args.sources,
-                          accumulation=args.optimization.gradient_accumulation_steps,
-                          max_train_steps=args.optimization.max_train_steps)
-    at_stage("building the model")
-    model, model_notes = build_run_model(args.model, args.config, args.objective.task, inputs.tokenizer, accelerator,
-                                         fsdp_request, args.optimization.num_warmup_steps, inputs.vocabulary)
-    notes = [*ready.notes, *(fsdp_request.notes if fsdp_request is not None else ()), *inputs.notes]
-    if args.objective.task == "none":
-        notes.append("--task none: the pooler and the sentence-order head are frozen (no loss trains them)")
-    notes += model_notes
-    config, dtype = accelerator.unwrap_model(model).config, ready.precision.autocast_dtype or torch.float32
-    throughput, peak_note = run_throughput(args, config, accelerator, ready.hardware, ready.precision)
-    notes += [attention_kernel(config, accelerator.device, dtype, args.data.max_seq_length), peak_note]
-    optimizer = make_optimizer(model, args.optimization)
-    # The schedule counts optimizer steps; it is stepped by hand (not prepared), once per update, so that it
-    # follows the official formula whatever the number of processes.
-    scheduler = get_official_schedule(optimizer, args.optimization.num_warmup_steps, args.optimization.max_train_steps)
-    checkpoints = step_checkpoints(args.output, accelerator, accelerator.unwrap_model(model), inputs.tokenizer,
-                                   scheduler)
-    train_dataloader, eval_dataloader = inputs.train_dataloader, inputs.eval_dataloader
-    if isinstance(train_dataloader.dataset, (datasets.IterableDataset, torch.utils.data.IterableDataset)):
-        # Each process already streams its own pairs (build_data): accelerate would split them again, or have the
-        # first process read for all. Not prepared, the loader is iterated in this process, no batch ahead, so
-        # its dataset's state_dict() is the position after the last batch taken (saved with each checkpoint).
-        model, optimizer = accelerator.prepare(model, optimizer)
-    else:
-        model, optimizer, train_dataloader = accelerator.prepare(model, optimizer, train_dataloader)
-    if eval_dataloader is not None:
-        eval_dataloader = accelerator.prepare(eval_dataloader)
-
-    num_parameters = sum(p.numel() for p in accelerator.unwrap_model(model).parameters())
-    optimization = args.optimization
-    global_batch = (optimization.per_device_train_batch_size * optimization.gradient_accumulation_steps
-                    * accelerator.num_processes)
-    if optimization.global_batch_size not in (None, global_batch):  # split for the launch's WORLD_SIZE
-        raise InputError(f"--global_batch_size {optimization.global_batch_size} was split for {args.processes} "
-                         f"processes, but the run has {accelerator.num_processes}")
-    if args.output.with_tracking:
-        start_tracking(accelerator, args.output.report_to, args.flat())
-    logger.info("%s parameters; %s, %d tokens each; %d steps; %s; %s%s", f"{num_parameters:,}",
-                batch_split(global_batch, accelerator.num_processes, optimization.per_device_train_batch_size,
-                            optimization.gradient_accumulation_steps),
-                args.data.max_seq_length, optimization.max_train_steps,
-                describe(accelerator, model, ready.hardware), ready.precision.describe(),
-                "".join(f"; {note}" for note in notes))
-    graph = (step_graph.StepGraph(model, optimizer, accelerator, optimization.max_grad_norm,
-                                         optimization.loss_normalization)
-             if args.model.torch_compile_mode == step_graph.MODE else None)
-    hub = (HubPush(args.output, Path(args.output.output_dir), accelerator.is_main_process)
-           if args.output.push_to_hub else None)
-    log_mix(inputs.mix, train_dataloader.dataset, optimization.max_train_steps, global_batch)
-    return Run(args, accelerator, inputs.tokenizer, model, optimizer, scheduler, inputs.collate,
-               train_dataloader, eval_dataloader, inputs.eval_documents, checkpoints, num_parameters,
-               global_batch, ready.hardware, ready.precision, throughput, graph, hub, inputs.mix, inputs.vocabulary)
-
-
-def log_mix(mix, dataset, max_train_steps: int, global_batch: int) -> None:
-    """The start line of a mixed run's sources (`mix`; None: one corpus, no line): each one's weight, size, pairs
-    drawn over the run and epochs."""
-    if mix is None:
-        return
-    apart = f" (and {len(mix.held_out_only)} held out only)" if mix.held_out_only else ""
-    logger.info("Mixing %d source%s%s, weights %s: %s", len(mix.names), "s" * (len(mix.names) > 1), apart,
-                mix.weighting, "; ".join(start_lines(dataset, max_train_steps, global_batch) + held_out_lines(mix)))
-
-
-def step_checkpoints(output: OutputArgs, accelerator: Accelerator, model, tokenizer, scheduler) -> StepCheckpoints:
-    """The run's step_N checkpoints: with the schedule they save, their size (the weights and the optimizer's two
-    moments, for the line a failed write gives) and, on the main process, the files that make each one loadable as
-    a model (pretraining/output/loadable.py)."""
-    model_files = (ModelFiles(Path(output.output_dir), model, tokenizer)
-                   if output.checkpointing_steps and accelerator.is_main_process else None)
-    return StepCheckpoints(output.output_dir, accelerator, output.checkpoints_total_limit, schedule=scheduler,
-                           model_files=model_files,
-                           expected_bytes=3 * sum(p.numel() * p.element_size() for p in model.parameters()))
-
-
-def run_throughput(args: PretrainingArguments, config, accelerator: Accelerator, hardware: Hardware,
-                   precision: Precision) -> tuple[Throughput, str]:
-    """The model FLOPs per token of this run's step (a full-length sequence with its masking budget of predicted
-    positions) and the peak its MFU is measured against, with the start line's note naming both (and, under
-    DeepSpeed, that the rows have no gradient norm)."""
-    length, objective = args.data.max_seq_length, args.objective
-    predicted = int(masking_budget(length, objective.mlm_probability, objective.max_predictions_per_seq))
-    flops = training_flops_per_token(config, length, predicted)
-    peak, note = mfu_peak(hardware, precision, args.output.peak_tflops)
-    if accelerator.distributed_type == DistributedType.DEEPSPEED:
-        note += "; no grad_norm in the logged rows: DeepSpeed clips inside its engine and does not return the norm"
-    return Throughput(flops, accelerator.num_processes, peak), (
-        f"{flops / 1e6:.4g} model MFLOPs a token ({predicted} of {length} predicted); {note}")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -289,8 +99,8 @@ def write_final_folder(run: Run, final, eval_metrics: dict, completed_steps: int
     """On the main process, at the end (`finish`): the held-out baselines, the curves, the final folder
     (`save_final_model`, with the run's `cost`: `Throughput.totals`), reloaded with AutoModel as a check, and the
     summary with fill-mask examples."""
-    accelerator, args, output_dir = run.accelerator, run.args, run.output_dir
-    pair_task = args.objective.task if args.objective.task != "none" else None
+    accelerator, parsed, output_dir = run.accelerator, run.args, run.output_dir
+    pair_task = parsed.objective.task if parsed.objective.task != "none" else None
     if run.eval_dataloader is not None and eval_metrics:
         # on the evaluation's own pairs and static masks (the unprepared dataset and collator)
         eval_metrics = {**eval_metrics, **heldout_baselines(
@@ -303,13 +113,13 @@ def write_final_folder(run: Run, final, eval_metrics: dict, completed_steps: int
     start = next((row for row in rows if row["step"] == 0 and "eval_mlm_loss" in row), {})
     started = {f"{key}_step_0": value for key, value in start.items() if key.startswith("eval_")}
     curves = None
-    if not args.output.no_plots:
+    if not parsed.output.no_plots:
         curves = pretraining_curves(rows, eval_metrics, output_dir / CURVES_FILE, pair_task, names)
     save_final_model(final, run.tokenizer, output_dir,
-                     card_run(args.model, args.data, args.objective, args.optimization, args.output, args.sources),
+                     run.card(),
                      {**eval_metrics, **started, **(run.vocabulary.results() if run.vocabulary else {})},
                      run.global_batch, accelerator.num_processes, curves=curves is not None,
-                     where=where_trained(run.hardware, run.precision, accelerator.num_processes),
+                     where=where_trained(run.plan.hardware, run.plan.precision, accelerator.num_processes),
                      cost=cost)
     reloaded = AutoModel.from_pretrained(output_dir, trust_remote_code=True)
     summary = {"output_dir": str(output_dir), "parameters": run.num_parameters, "steps": completed_steps,
@@ -318,9 +128,9 @@ def write_final_folder(run: Run, final, eval_metrics: dict, completed_steps: int
                "reloaded_with": f"AutoModel -> {type(reloaded).__name__}",
                **({"training_curves": str(curves)} if curves else {})}
     # after the save: the examples are a look at the saved model, not part of it (nor of all_results.json)
-    examples = held_out_fill_mask(final, run.tokenizer, run.eval_documents, seed=args.optimization.seed,
-                                  max_length=args.data.max_seq_length,
-                                  sentence_per_line=args.data.layout == "sentence_per_line")
+    examples = held_out_fill_mask(final, run.tokenizer, run.eval_documents, seed=parsed.optimization.seed,
+                                  max_length=parsed.data.max_seq_length,
+                                  sentence_per_line=parsed.data.layout == "sentence_per_line")
     if examples:
         (output_dir / FILL_MASK_FILE).write_text(json.dumps(examples, indent=2, ensure_ascii=False) + "\n")
     print("\n".join(["", "Pretraining done."] + [f"  {k}: {format_value(v)}" for k, v in summary.items()]

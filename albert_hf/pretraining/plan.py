@@ -13,7 +13,6 @@ positions, precision and optimizer) on the device, on synthetic batches of the r
 What a run adds beside the step (reading and tokenizing the corpus, the data loader's workers) is not in it.
 """
 
-import dataclasses
 import os
 import statistics
 import threading
@@ -241,9 +240,9 @@ def planned_config(args: PretrainingArguments) -> AlbertHFConfig:
     return AlbertHFConfig(**{**args.config.to_diff_dict(), "vocab_size": vocab})
 
 
-def auto_micro_batch(args: PretrainingArguments, accelerator, precision) -> tuple[PretrainingArguments, list[str]]:
-    """--auto_find_batch_size: the micro-batch every process can run (`find_micro_batch`, the smallest
-    process's answer), with the accumulation that keeps the global batch; the start line's note."""
+def auto_micro_batch(args: PretrainingArguments, accelerator, precision) -> tuple[int, int, list[str]]:
+    """--auto_find_batch_size: (the micro-batch every process can run (`find_micro_batch`, the smallest process's
+    answer), the accumulation that keeps the global batch, the start line's note)."""
     optimization = args.optimization
     if accelerator.is_fsdp2 or accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED):
         raise InputError("--auto_find_batch_size measures the unsharded model's step, not an FSDP or DeepSpeed "
@@ -257,11 +256,10 @@ def auto_micro_batch(args: PretrainingArguments, accelerator, precision) -> tupl
         args.data.max_seq_length, args.objective.max_predictions_per_seq, optimization, accelerator.device,
         precision.autocast_dtype, args.model.gradient_checkpointing)
     size = int(accelerator.gather(torch.tensor([size], device=accelerator.device)).min())
-    found = dataclasses.replace(optimization, per_device_train_batch_size=size,
-                                gradient_accumulation_steps=total // (processes * size))
-    note = (f"--auto_find_batch_size: micro-batch {size} x {found.gradient_accumulation_steps} accumulation"
+    accumulation = total // (processes * size)
+    note = (f"--auto_find_batch_size: micro-batch {size} x {accumulation} accumulation"
             + (f" ({', '.join(refused)} did not fit)" if refused else ""))
-    return dataclasses.replace(args, optimization=found), [note]
+    return size, accumulation, [note]
 
 
 def dry_run(args: PretrainingArguments) -> dict:

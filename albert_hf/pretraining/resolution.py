@@ -247,15 +247,15 @@ def hardware_and_precision(optimization: OptimizationArgs) -> tuple[Hardware, Pr
     return hardware, precision
 
 
-def choose_step(args: PretrainingArguments, hardware: Hardware, precision: Precision) -> tuple[PretrainingArguments,
+def choose_step(args: PretrainingArguments, hardware: Hardware, precision: Precision) -> tuple[bool, str | None,
                                                                                                  list[str]]:
-    """--torch_compile_mode auto resolved for this run's device, processes and precision (`step_graph.default_mode`):
-    the arguments with the step it gets, and the start line's note when that is not the default's fastest."""
+    """The step the run takes: (compiled, torch.compile's mode or the whole-step graph, the start line's note).
+    --torch_compile_mode auto is resolved for this run's device, processes and precision (`step_graph.default_mode`),
+    with a note when that is not the default's fastest; any other mode is the arguments'."""
     model = args.model
     if model.torch_compile_mode != AUTO:
-        return args, []
+        return model.torch_compile, model.torch_compile_mode, []
     mode, note = step_graph.default_mode(hardware.device, args.processes, requested_sharding(),
-                                                precision.mixed_precision, model.gradient_checkpointing,
-                                                rollback=args.optimization.on_divergence == "rollback")
-    model = dataclasses.replace(model, torch_compile_mode=mode, torch_compile=mode is not None)
-    return dataclasses.replace(args, model=model), [note] if note else []
+                                         precision.mixed_precision, model.gradient_checkpointing,
+                                         rollback=args.optimization.on_divergence == "rollback")
+    return mode is not None, mode, [note] if note else []

@@ -19,6 +19,7 @@ from ...hub.model_card import (
 from ...runtime.throughput import COST_FIELDS, cost_rows
 from ..arguments import DataArgs, ModelArgs, ObjectiveArgs, OptimizationArgs, OutputArgs
 from ..data.sources import Sources
+from ..machine import MachinePlan
 
 
 @dataclass(frozen=True)
@@ -45,14 +46,13 @@ class CardFacts:
 
 
 def card_run(model: ModelArgs, data: DataArgs, objective: ObjectiveArgs, optimization: OptimizationArgs,
-             output: OutputArgs, sources: Sources | None = None) -> CardFacts:
-    """What the model card says of this run."""
+             output: OutputArgs, sources: Sources | None, plan: MachinePlan) -> CardFacts:
+    """What the model card says of this run (its micro-batch: the one the machine took, `plan`'s)."""
     return CardFacts(
         dataset=corpus_card_dataset(data) if sources is None else sources_card_dataset(data, sources),
         task=objective.task, max_ngram=objective.max_ngram,
         max_train_steps=optimization.max_train_steps, max_seq_length=data.max_seq_length,
-        micro_batch=f"{optimization.per_device_train_batch_size} a process x "
-                    f"{optimization.gradient_accumulation_steps} accumulation"
+        micro_batch=f"{plan.micro_batch} a process x {plan.accumulation} accumulation"
                     + (" (found by --auto_find_batch_size)" if optimization.auto_find_batch_size else ""),
         optimizer=optimization.optimizer, learning_rate=optimization.learning_rate,
         num_warmup_steps=optimization.num_warmup_steps, mixed_precision=optimization.mixed_precision,

@@ -1,9 +1,8 @@
-"""The pretraining loop: `fit` trains a `Run` (the whole job's object, defined here) one optimizer step at a time
-(step.py), with the log window (output/log.py), the held-out evaluation (evaluation.py), the checkpoints
-(output/checkpoints.py), --on_divergence rollback and the --max_consecutive_skips limit (divergence.py), and a stop
-signal honoured at a step boundary with a checkpoint. Where the loop stands is its `TrainingState` (state.py: what a
-checkpoint saves of it). job.py builds the `Run` it trains (`prepare`) and saves it after
-(`finish`).
+"""The pretraining loop: `fit` trains a `Run` (the whole job's object, which run.py defines and builds) one
+optimizer step at a time (step.py), with the log window (output/log.py), the held-out evaluation (evaluation.py),
+the checkpoints (output/checkpoints.py), --on_divergence rollback and the --max_consecutive_skips limit
+(divergence.py), and a stop signal honoured at a step boundary with a checkpoint. Where the loop stands is its
+`TrainingState` (state.py: what a checkpoint saves of it); job.py saves the run after (`finish`).
 """
 
 from __future__ import annotations
@@ -13,85 +12,29 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import datasets
 import torch
-import transformers
-from accelerate import Accelerator, DistributedType
+from accelerate import DistributedType
 from accelerate.utils import send_to_device
-from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
 from ...errors import InputError
 from ...runtime.distributed import gather_full_model
-from ...runtime.hardware import Hardware, Precision
 from ...runtime.preemption import StopOnSignal, at_stage, deferred
-from ...runtime.throughput import Throughput
-from ..arguments import PretrainingArguments
-from ..data.collator import DataCollatorForAlbertPretraining
-from ..data.mixture import Mix, MixedPairs, MixedStream, MixPlan
-from ..data.vocabulary import VocabularyExtension
-from ..output.card import card_run
-from ..output.checkpoints import StepCheckpoints
+from ..data.mixture import MixedPairs, MixedStream, MixPlan
 from ..output.final_folder import save_final_model, where_trained
-from ..output.hub_push import HubPush, download_last_checkpoint, hub_source
+from ..output.hub_push import download_last_checkpoint, hub_source
 from ..output.log import MetricsLog, format_metrics, truncate_metrics_log
 from .divergence import Diverged, check_losses, check_weights, newest_finite, stop_line
 from .evaluation import evaluate
 from .state import IN_ALL, SOURCE_PAIRS, SOURCE_TOKENS, TrainingState
 from .step import COUNTS, accumulation_groups, training_step, update_gate
-from .step_graph import StepGraph
+
+if TYPE_CHECKING:  # defined and built in run.py
+    from ..run import Run
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class Run:
-    """Everything `prepare` builds, which `fit` trains and `finish` saves."""
-
-    args: PretrainingArguments
-    accelerator: Accelerator
-    tokenizer: transformers.PreTrainedTokenizerBase
-    model: torch.nn.Module
-    optimizer: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.LRScheduler
-    collate: DataCollatorForAlbertPretraining
-    train_dataloader: DataLoader
-    eval_dataloader: DataLoader | None
-    eval_documents: datasets.Dataset | datasets.IterableDataset | None  # for the fill-mask examples
-    checkpoints: StepCheckpoints
-    num_parameters: int
-    global_batch: int
-    hardware: Hardware
-    precision: Precision
-    throughput: Throughput  # the model FLOPs per token and the peak of the logged rates and MFU
-    step_graph: StepGraph | None = None  # --torch_compile_mode whole-step-graph
-    hub: HubPush | None = None  # --push_to_hub
-    mix: Mix | None = None  # a mixed run's sources (--sources)
-    vocabulary: VocabularyExtension | None = None  # --extend_vocabulary's new pieces
-
-    @property
-    def output_dir(self) -> Path:
-        return Path(self.args.output.output_dir)
-
-    @property
-    def stream(self) -> datasets.IterableDataset | MixedStream | None:
-        """The process's own endless stream of training pairs under --streaming (its position is checkpointed)."""
-        dataset = self.train_dataloader.dataset
-        return dataset if isinstance(dataset, (datasets.IterableDataset, MixedStream)) else None
-
-    @property
-    def mixed(self) -> MixedPairs | MixedStream | None:
-        """A mixed run's training pairs, whose plan (data/mixture.py) a checkpoint saves."""
-        dataset = self.train_dataloader.dataset
-        return dataset if isinstance(dataset, (MixedPairs, MixedStream)) else None
-
-    def pairs_drawn(self, state: TrainingState) -> int:
-        """A mixed run's position: the run's pairs drawn (a stream's: this process's)."""
-        if isinstance(self.mixed, MixedStream):
-            return self.mixed.draws
-        micro = self.args.optimization.per_device_train_batch_size
-        return self.mixed.first + state.batches_in_epoch * micro * self.accelerator.num_processes
 
 
 def optimizer_step(run: Run, micro_batches) -> torch.Tensor:
@@ -129,7 +72,7 @@ def first_step_stage(run: Run) -> str:
     """What the first optimizer step does besides the step, for the stop line."""
     if run.step_graph is not None:
         return "capturing the whole-step graph (the first step)"
-    return "compiling the model (the first step)" if run.args.model.torch_compile else "taking the first step"
+    return "compiling the model (the first step)" if run.plan.compile else "taking the first step"
 
 
 def fit(run: Run, stop: StopOnSignal | None = None) -> FitResult:
@@ -137,7 +80,7 @@ def fit(run: Run, stop: StopOnSignal | None = None) -> FitResult:
     logging, evaluation and checkpoints. When `stop` reports a signal (in any process) at a step boundary, every
     process saves the checkpoint of that step and the loop ends there."""
     output, accelerator = run.args.output, run.accelerator
-    steps, accumulation = run.args.optimization.max_train_steps, run.args.optimization.gradient_accumulation_steps
+    steps, accumulation = run.args.optimization.max_train_steps, run.plan.accumulation
     state = resume(run)
     log = metrics_log(run)
     if state.step == 0 and run.args.model.model_name_or_path and run.eval_dataloader is not None:
@@ -157,7 +100,7 @@ def fit(run: Run, stop: StopOnSignal | None = None) -> FitResult:
                 sources = [batch.pop("source") for batch in micro_batches] if run.mix is not None else None
                 began = time.perf_counter()
                 counts = optimizer_step(run, micro_batches)
-                if run.args.model.torch_compile and not compiled:  # the first step compiles
+                if run.plan.compile and not compiled:  # the first step compiles
                     compiled = True
                     logger.info("torch.compile: the first step took %.1f s, compiling included",
                                 time.perf_counter() - began)
@@ -211,11 +154,11 @@ def mix_summary(run: Run, counts: dict, state: TrainingState) -> dict:
 
 def resume(run: Run) -> TrainingState:
     """A fresh state, or the one of the checkpoint --resume_from_checkpoint names (and the stream's position)."""
-    args, accelerator = run.args, run.accelerator
+    output, accelerator = run.args.output, run.accelerator
     state = TrainingState.start(accelerator.device, run.mixed.plan.names if run.mixed is not None else ())
-    value = args.output.resume_from_checkpoint
-    if hub_source(value, args.output) is not None:  # the state --hub_strategy checkpoint pushed
-        value = str(download_last_checkpoint(value, args.output, accelerator))
+    value = output.resume_from_checkpoint
+    if hub_source(value, output) is not None:  # the state --hub_strategy checkpoint pushed
+        value = str(download_last_checkpoint(value, output, accelerator))
     path = run.checkpoints.resolve(value) if value else None
     if path is None:
         return state
@@ -431,10 +374,9 @@ def save_checkpoint(run: Run, state: TrainingState) -> Path:
                 cost |= mix_summary(run, {name: [a + b for a, b in zip(counts["run"], counts["window"])]
                                           for name, counts in saved["sources"].items()}, state)
             run.hub.push_checkpoint(state.step, path, lambda folder: save_final_model(
-                model, run.tokenizer, folder, card_run(run.args.model, run.args.data, run.args.objective,
-                                                       run.args.optimization, run.args.output, run.args.sources),
-                run.hub.latest_eval, run.global_batch, run.accelerator.num_processes,
-                where=where_trained(run.hardware, run.precision, run.accelerator.num_processes), cost=cost))
+                model, run.tokenizer, folder, run.card(), run.hub.latest_eval, run.global_batch,
+                run.accelerator.num_processes,
+                where=where_trained(run.plan.hardware, run.plan.precision, run.accelerator.num_processes), cost=cost))
     return path
 
 

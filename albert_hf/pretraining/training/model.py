@@ -210,10 +210,11 @@ def compile_note(device: torch.device, mode: str | None) -> str:
 
 
 def build_run_model(model_args: "ModelArgs", config: AlbertHFConfig, task: str, tokenizer, accelerator,
-                    fsdp_request, warmup_steps: int = 0,
-                    vocabulary: "VocabularyExtension | None" = None) -> tuple[torch.nn.Module, list[str]]:
+                    fsdp_request, warmup_steps: int = 0, vocabulary: "VocabularyExtension | None" = None,
+                    compile: bool = False, compile_mode: str | None = None) -> tuple[torch.nn.Module, list[str]]:
     """The model of the run and what the start line says of it: built or loaded (under FSDP's RAM-efficient loading,
-    read by the first process only), compiled with --torch_compile, sharded under FSDP2. Activations are recomputed
+    read by the first process only), its blocks compiled with `compile` (in `compile_mode`: the step the machine
+    takes, `machine.MachinePlan`), sharded under FSDP2. Activations are recomputed
     in backward with --gradient_checkpointing or the FSDP config's activation checkpointing. A continued run's
     notes open with what it took from --model_name_or_path (`Continued.note`, `warmup_steps` its re-warming) and the
     pieces --extend_vocabulary added (`vocabulary`)."""
@@ -237,8 +238,8 @@ def build_run_model(model_args: "ModelArgs", config: AlbertHFConfig, task: str, 
         notes.insert(0, model.loaded_from.note(task, warmup_steps))
     if vocabulary is not None:
         notes.insert(1, vocabulary.note())
-    if model_args.torch_compile:  # whole-step-graph: the blocks in the default mode, inside the step's graph
-        mode = model_args.torch_compile_mode
+    if compile:  # whole-step-graph: the blocks in the default mode, inside the step's graph
+        mode = compile_mode
         # one batch shape on CUDA devices (the collator's static_shapes), a new row count every batch elsewhere
         model.compile_blocks(dynamic=accelerator.device.type != "cuda",
                              **({"mode": mode} if mode not in (None, STEP_GRAPH) else {}))
