@@ -50,6 +50,7 @@ AVX2_CAPS = ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCT
 
 # pyflakes, pycodestyle and import order ([tool.ruff] in pyproject.toml), before every test run: a second or two.
 lint: setup
+	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 
 test: lint

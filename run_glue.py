@@ -34,20 +34,16 @@ from transformers import DataCollatorWithPadding
 
 from albert_hf import AlbertHFForSequenceClassification
 from albert_hf.tasks.arguments import SeedRun
-from albert_hf.tasks.finetuning import (
+from albert_hf.tasks.finetuning import parse_arguments, run_script, setup
+from albert_hf.tasks.glue import data, features, job, recipe
+from albert_hf.tasks.inputs import (
     best_by_task_metric,
-    evaluate_splits,
-    finish,
     fit_max_seq_length,
     load_tokenizer_and_model,
     padding_collator,
-    parse_arguments,
-    run_script,
-    setup,
-    train_evaluate_predict,
     wanted_samples,
 )
-from albert_hf.tasks.glue import data, features, job, recipe
+from albert_hf.tasks.outputs import evaluate_splits, finish, train_evaluate_predict
 from albert_hf.tasks.paper_hparams import apply_paper_hparams
 from albert_hf.tasks.seeds import run_seeds
 from albert_hf.tasks.trainer import AlbertTrainer
@@ -63,7 +59,8 @@ def main(argv=None, seed_run: SeedRun | None = None) -> dict:
     applied = None  # the recipe row --paper_hparams applied
     if training_args.paper_hparams:
         model_args, data_args, training_args, applied = apply_paper_hparams(
-            *data_args.task_data.paper_recipe(), model_args, data_args, training_args, argv, seed_run)
+            *data_args.task_data.paper_recipe(), model_args, data_args, training_args, argv, seed_run
+        )
     task, raw_splits, sources, splits = data.task_and_splits(data_args, model_args, wanted)
 
     tokenizer, model = load_tokenizer_and_model(model_args, AlbertHFForSequenceClassification, **task.label_config())
@@ -78,17 +75,25 @@ def main(argv=None, seed_run: SeedRun | None = None) -> dict:
         # The first dev set (MNLI: matched) is the one --eval_strategy / --load_best_model_at_end use.
         eval_dataset=inputs[validation_splits[0]] if validation_splits else None,
         processing_class=tokenizer,
-        data_collator=padding_collator(DataCollatorWithPadding, tokenizer, data_args.pad_to_max_length,
-                                       training_args.fp16 or training_args.bf16),
+        data_collator=padding_collator(
+            DataCollatorWithPadding, tokenizer, data_args.pad_to_max_length, training_args.fp16 or training_args.bf16
+        ),
         compute_metrics=task.compute_metrics_function(),
     )
     results = train_evaluate_predict(
-        trainer, training_args, last_checkpoint, len(inputs.get("train", ())),
-        evaluate=lambda: evaluate_splits(trainer, {split: inputs[split] for split in validation_splits},
-                                         suffixes=job.SUFFIXES),
-        predict=lambda _: job.predict_and_write(trainer, task, inputs, raw_splits, splits, sources,
-                                                 training_args.output_dir),
-        baseline=lambda: recipe.baseline(task, inputs[validation_splits[0]]), seed_run=seed_run)
+        trainer,
+        training_args,
+        last_checkpoint,
+        len(inputs.get("train", ())),
+        evaluate=lambda: evaluate_splits(
+            trainer, {split: inputs[split] for split in validation_splits}, suffixes=job.SUFFIXES
+        ),
+        predict=lambda _: job.predict_and_write(
+            trainer, task, inputs, raw_splits, splits, sources, training_args.output_dir
+        ),
+        baseline=lambda: recipe.baseline(task, inputs[validation_splits[0]]),
+        seed_run=seed_run,
+    )
     if training_args.do_train or training_args.push_to_hub:
         finish(trainer, model_args, training_args, data_args, applied, data_args.card_dataset(wanted, task))
     return results

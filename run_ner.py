@@ -25,21 +25,17 @@ from transformers import DataCollatorForTokenClassification
 from albert_hf import AlbertHFForTokenClassification
 from albert_hf.errors import InputError
 from albert_hf.tasks.arguments import SeedRun
-from albert_hf.tasks.finetuning import (
+from albert_hf.tasks.finetuning import parse_arguments, run_script, setup
+from albert_hf.tasks.inputs import (
     best_by_task_metric,
-    evaluate_splits,
-    finish,
     fit_max_seq_length,
     load_checkpoint_config,
     load_tokenizer_and_model,
     padding_collator,
-    parse_arguments,
-    run_script,
-    setup,
-    train_evaluate_predict,
     wanted_samples,
 )
 from albert_hf.tasks.ner import data, features, job, recipe
+from albert_hf.tasks.outputs import evaluate_splits, finish, train_evaluate_predict
 from albert_hf.tasks.seeds import run_seeds
 from albert_hf.tasks.trainer import AlbertTrainer
 
@@ -49,21 +45,30 @@ def main(argv=None, seed_run: SeedRun | None = None) -> dict:
     if training_args.seed_list is not None:  # --seeds / --num_seeds: this main once per seed, then the summary
         return run_seeds(main, argv, training_args)
     if training_args.paper_hparams:
-        raise InputError("--paper_hparams: ALBERT's paper has no token-classification recipe; give the "
-                         "hyper-parameters explicitly")
+        raise InputError(
+            "--paper_hparams: ALBERT's paper has no token-classification recipe; give the hyper-parameters explicitly"
+        )
     wanted = wanted_samples(training_args, data_args)
     last_checkpoint = setup(training_args)
     raw_splits, sources = data.load_raw_splits(data_args, wanted, model_args.cache_dir, model_args.token)
-    names = data.tags_of(raw_splits, sources, load_checkpoint_config(model_args), model_args.source("config")[1],
-                        model_args.ignore_mismatched_sizes)
+    names = data.tags_of(
+        raw_splits,
+        sources,
+        load_checkpoint_config(model_args),
+        model_args.source("config")[1],
+        model_args.ignore_mismatched_sizes,
+    )
     splits = data.encoded_splits(raw_splits, sources, names, wanted)
-
     tokenizer, model = load_tokenizer_and_model(
-        model_args, AlbertHFForTokenClassification, num_labels=len(names), id2label=dict(enumerate(names)),
-        label2id={name: i for i, name in enumerate(names)}, finetuning_task="ner")
+        model_args,
+        AlbertHFForTokenClassification,
+        num_labels=len(names),
+        id2label=dict(enumerate(names)),
+        label2id={name: i for i, name in enumerate(names)},
+        finetuning_task="ner",
+    )
     data_args = fit_max_seq_length(data_args, model.config)
     words, inputs = features.tokenize_splits(splits, tokenizer, data_args, names, training_args.main_process_first)
-
     per_type = data_args.return_entity_level_metrics
     trainer = AlbertTrainer(
         model=model,
@@ -71,17 +76,28 @@ def main(argv=None, seed_run: SeedRun | None = None) -> dict:
         train_dataset=inputs.get("train"),
         eval_dataset=inputs.get("validation"),
         processing_class=tokenizer,
-        data_collator=padding_collator(DataCollatorForTokenClassification, tokenizer, data_args.pad_to_max_length,
-                                       training_args.fp16 or training_args.bf16),
+        data_collator=padding_collator(
+            DataCollatorForTokenClassification,
+            tokenizer,
+            data_args.pad_to_max_length,
+            training_args.fp16 or training_args.bf16,
+        ),
         compute_metrics=recipe.compute_metrics_function(words["validation"], names, per_type)
-        if "validation" in words else None,
+        if "validation" in words
+        else None,
     )
     results = train_evaluate_predict(
-        trainer, training_args, last_checkpoint, len(inputs.get("train", ())),
+        trainer,
+        training_args,
+        last_checkpoint,
+        len(inputs.get("train", ())),
         evaluate=lambda: evaluate_splits(trainer, {"validation": inputs["validation"]}),
-        predict=lambda _: job.predict_and_write(trainer, words["test"], inputs["test"], names, per_type,
-                                                training_args.output_dir),
-        baseline=lambda: recipe.BASELINE, seed_run=seed_run)
+        predict=lambda _: job.predict_and_write(
+            trainer, words["test"], inputs["test"], names, per_type, training_args.output_dir
+        ),
+        baseline=lambda: recipe.BASELINE,
+        seed_run=seed_run,
+    )
     finish(trainer, model_args, training_args, data_args)
     return results
 

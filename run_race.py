@@ -26,18 +26,9 @@ if __name__ == "__main__":
 from albert_hf import AlbertHFForMultipleChoice
 from albert_hf.errors import InputError
 from albert_hf.tasks.arguments import SeedRun
-from albert_hf.tasks.finetuning import (
-    best_by_task_metric,
-    evaluate_splits,
-    finish,
-    limit,
-    load_tokenizer_and_model,
-    parse_arguments,
-    run_script,
-    setup,
-    train_evaluate_predict,
-    wanted_samples,
-)
+from albert_hf.tasks.finetuning import parse_arguments, run_script, setup
+from albert_hf.tasks.inputs import best_by_task_metric, limit, load_tokenizer_and_model, wanted_samples
+from albert_hf.tasks.outputs import evaluate_splits, finish, train_evaluate_predict
 from albert_hf.tasks.paper_hparams import apply_paper_hparams
 from albert_hf.tasks.race import data, features, job, recipe
 from albert_hf.tasks.seeds import run_seeds
@@ -49,22 +40,28 @@ def main(argv=None, seed_run: SeedRun | None = None) -> dict:
     if training_args.seed_list is not None:  # --seeds / --num_seeds: this main once per seed, then the summary
         return run_seeds(main, argv, training_args)
     if data_args.race_recipe != "v2" and not training_args.paper_hparams:
-        raise InputError(f"--race_recipe {data_args.race_recipe} chooses the row --paper_hparams applies: "
-                         "pass --paper_hparams too")
+        raise InputError(
+            f"--race_recipe {data_args.race_recipe} chooses the row --paper_hparams applies: pass --paper_hparams too"
+        )
     last_checkpoint = setup(training_args)
     applied = None  # the recipe row --paper_hparams applied
     if training_args.paper_hparams:
         model_args, data_args, training_args, applied = apply_paper_hparams(
-            *recipe.paper_recipe(data_args), model_args, data_args, training_args, argv, seed_run)
+            *recipe.paper_recipe(data_args), model_args, data_args, training_args, argv, seed_run
+        )
 
-    questions = {split: limit(data.load_race_split(data_args, split, model_args.cache_dir, model_args.token), cap)
-                 for split, cap in wanted_samples(training_args, data_args).items()}
+    questions = {
+        split: limit(data.load_race_split(data_args, split, model_args.cache_dir, model_args.token), cap)
+        for split, cap in wanted_samples(training_args, data_args).items()
+    }
 
     tokenizer, model = load_tokenizer_and_model(model_args, AlbertHFForMultipleChoice)
     data_args = features.fit_lengths(data_args, model.config)
     with training_args.main_process_first(desc="RACE tokenization"):
-        inputs = {split: features.encode_questions(rows, tokenizer, data_args, f"RACE {split}")
-                    for split, rows in questions.items()}
+        inputs = {
+            split: features.encode_questions(rows, tokenizer, data_args, f"RACE {split}")
+            for split, rows in questions.items()
+        }
 
     trainer = AlbertTrainer(
         model=model,
@@ -75,14 +72,22 @@ def main(argv=None, seed_run: SeedRun | None = None) -> dict:
         data_collator=features.data_collator(tokenizer, data_args, training_args.fp16 or training_args.bf16),
         compute_metrics=recipe.compute_accuracy,
     )
-    def evaluate(split: str, prefix: str) -> dict:  # also writes the chosen letters, predictions_<split>.json
-        return evaluate_splits(trainer, {split: inputs[split]}, evaluate=job.evaluate_and_write_predictions,
-                               prefix=prefix)
 
-    results = train_evaluate_predict(trainer, training_args, last_checkpoint, len(inputs.get("train", ())),
-                                     evaluate=lambda: evaluate("validation", "eval"),
-                                     predict=lambda _: evaluate("test", "predict"), baseline=lambda: recipe.BASELINE,
-                                     seed_run=seed_run)
+    def evaluate(split: str, prefix: str) -> dict:  # also writes the chosen letters, predictions_<split>.json
+        return evaluate_splits(
+            trainer, {split: inputs[split]}, evaluate=job.evaluate_and_write_predictions, prefix=prefix
+        )
+
+    results = train_evaluate_predict(
+        trainer,
+        training_args,
+        last_checkpoint,
+        len(inputs.get("train", ())),
+        evaluate=lambda: evaluate("validation", "eval"),
+        predict=lambda _: evaluate("test", "predict"),
+        baseline=lambda: recipe.BASELINE,
+        seed_run=seed_run,
+    )
     finish(trainer, model_args, training_args, data_args, applied)
     return results
 

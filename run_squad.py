@@ -31,18 +31,10 @@ import logging
 
 from transformers import default_data_collator
 
-from albert_hf import AlbertHFForQuestionAnswering, AlbertHFForQuestionAnsweringWithAnswerability
 from albert_hf.tasks.arguments import SeedRun
-from albert_hf.tasks.finetuning import (
-    best_by_task_metric,
-    finish,
-    load_tokenizer_and_model,
-    parse_arguments,
-    run_script,
-    setup,
-    train_evaluate_predict,
-    wanted_samples,
-)
+from albert_hf.tasks.finetuning import parse_arguments, run_script, setup
+from albert_hf.tasks.inputs import best_by_task_metric, wanted_samples
+from albert_hf.tasks.outputs import finish, train_evaluate_predict
 from albert_hf.tasks.paper_hparams import apply_paper_hparams
 from albert_hf.tasks.seeds import run_seeds
 from albert_hf.tasks.squad import data, features, job, recipe
@@ -60,45 +52,48 @@ def main(argv=None, seed_run: SeedRun | None = None) -> dict:
     applied = None  # the recipe row --paper_hparams applied
     if training_args.paper_hparams:
         model_args, data_args, training_args, applied = apply_paper_hparams(
-            *recipe.paper_recipe(data_args), model_args, data_args, training_args, argv, seed_run)
-    if data_args.answerability_head:
-        tokenizer, model = load_tokenizer_and_model(model_args, AlbertHFForQuestionAnsweringWithAnswerability,
-                                                    start_n_top=data_args.start_n_top, end_n_top=data_args.end_n_top)
-    else:
-        tokenizer, model = load_tokenizer_and_model(model_args, AlbertHFForQuestionAnswering)
+            *recipe.paper_recipe(data_args), model_args, data_args, training_args, argv, seed_run
+        )
+    tokenizer, model = job.load_tokenizer_and_model(model_args, data_args)
     data_args = features.fit_lengths(data_args, model.config)
     splits = data.load_squad_splits(data_args, wanted, model_args.cache_dir, model_args.token)
 
-    train_dataset = eval_examples = eval_features = None
-    train_examples = ()
-    if "train" in splits:
-        train_examples = data.select_trainable(splits["train"], data_args.version_2_with_negative,
-                                               data_args.train_file or "train")
-        with training_args.main_process_first(desc="training features"):
-            train_dataset = features.features_dataset(train_examples, tokenizer, data_args, training=True)
-        logger.info("%d training questions -> %d windows", len(train_examples), len(train_dataset))
+    train_examples, train_dataset = features.training_features(splits, tokenizer, data_args, training_args)
+    eval_examples = eval_features = None
     if "validation" in splits:  # also asked for by --eval_strategy steps/epoch: evaluations during training use it
         with training_args.main_process_first(desc="evaluation features"):
-            eval_examples, eval_features = features.prepare_questions(splits["validation"], tokenizer, data_args,
-                                                                      data_args.validation_file or "validation")
-    trainer = job.SquadTrainer(model=model, args=best_by_task_metric(training_args, recipe.MAIN_METRIC),
-                               train_dataset=train_dataset, processing_class=tokenizer,
-                               data_collator=default_data_collator, data_args=data_args, eval_examples=eval_examples,
-                               eval_features=eval_features)
+            eval_examples, eval_features = features.prepare_questions(
+                splits["validation"], tokenizer, data_args, data_args.validation_file or "validation"
+            )
+    trainer = job.SquadTrainer(
+        model=model,
+        args=best_by_task_metric(training_args, recipe.MAIN_METRIC),
+        train_dataset=train_dataset,
+        processing_class=tokenizer,
+        data_collator=default_data_collator,
+        data_args=data_args,
+        eval_examples=eval_examples,
+        eval_features=eval_features,
+    )
 
     def predict(validation_metrics: dict | None) -> dict | None:
         with training_args.main_process_first(desc="test features"):
-            test_examples, test_features = features.prepare_questions(splits["test"], tokenizer, data_args,
-                                                                      data_args.test_file or "test")
+            test_examples, test_features = features.prepare_questions(
+                splits["test"], tokenizer, data_args, data_args.test_file or "test"
+            )
         tuned = (validation_metrics or {}).get("eval_null_threshold")
-        return job.predict_and_write(trainer, data_args, test_examples, test_features, tuned,
-                                     training_args.output_dir)
+        return job.predict_and_write(trainer, data_args, test_examples, test_features, tuned, training_args.output_dir)
 
     results = train_evaluate_predict(
-        trainer, training_args, last_checkpoint, len(train_examples),
+        trainer,
+        training_args,
+        last_checkpoint,
+        len(train_examples),
         evaluate=lambda: job.evaluate_and_write(trainer, eval_examples, eval_features, training_args.output_dir),
-        predict=predict, baseline=lambda: recipe.baseline(eval_examples, data_args.version_2_with_negative),
-        seed_run=seed_run)
+        predict=predict,
+        baseline=lambda: recipe.baseline(eval_examples, data_args.version_2_with_negative),
+        seed_run=seed_run,
+    )
     finish(trainer, model_args, training_args, data_args, applied)
     return results
 

@@ -16,8 +16,14 @@ PRESETS = {
     "xxlarge": dict(hidden_size=4096, num_hidden_layers=12, num_attention_heads=64, intermediate_size=16384),
     # The small ALBERT of the small-scale reproductions (examples/): E=128 as the paper, all layers shared, 1.5M
     # parameters with a 4000-piece vocabulary.
-    "small": dict(embedding_size=128, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
-                  intermediate_size=1024, max_position_embeddings=512),
+    "small": dict(
+        embedding_size=128,
+        hidden_size=256,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        intermediate_size=1024,
+        max_position_embeddings=512,
+    ),
     # For tests: seconds on a laptop CPU.
     "tiny": dict(
         vocab_size=1000,
@@ -210,9 +216,11 @@ class AlbertHFConfig(PreTrainedConfig):
             config_dict = cls.from_albert_config(config_dict).to_dict()
         elif config_dict.get("model_type") != cls.model_type:
             # else every missing field would silently take its default (ALBERT base's sizes)
-            raise ValueError(f"{pretrained_model_name_or_path}: config.json has model_type "
-                             f"{config_dict.get('model_type')!r:.40}, neither {cls.model_type!r} nor transformers' "
-                             "'albert'")
+            raise ValueError(
+                f"{pretrained_model_name_or_path}: config.json has model_type "
+                f"{config_dict.get('model_type')!r:.40}, neither {cls.model_type!r} nor transformers' "
+                "'albert'"
+            )
         return config_dict, kwargs
 
     def to_albert_config(self):
@@ -222,8 +230,10 @@ class AlbertHFConfig(PreTrainedConfig):
         if self.sharing in ("attention", "ffn"):
             raise ValueError(f"sharing={self.sharing!r} has no transformers AlbertConfig equivalent")
         if self.embedding_hidden_mapping_skipped:
-            raise ValueError("project_when_equal=False with embedding_size == hidden_size: transformers' ALBERT "
-                             "always has the E->H projection")
+            raise ValueError(
+                "project_when_equal=False with embedding_size == hidden_size: transformers' ALBERT "
+                "always has the E->H projection"
+            )
         hf_order = [int(i / (self.num_hidden_layers / self.num_hidden_groups)) for i in range(self.num_hidden_layers)]
         if hf_order != self.layer_group_order():
             raise ValueError(

@@ -48,5 +48,12 @@ def datasets_read_errors() -> tuple[type[BaseException], ...]:
     import datasets
     import pyarrow
 
-    return (datasets.exceptions.DatasetGenerationError, pyarrow.ArrowException, OSError, ValueError, TypeError,
-            KeyError, StopIteration)
+    return (
+        datasets.exceptions.DatasetGenerationError,
+        pyarrow.ArrowException,
+        OSError,
+        ValueError,
+        TypeError,
+        KeyError,
+        StopIteration,
+    )

@@ -50,8 +50,13 @@ def encoder_forward_flops(config, seq_length: int, last_layer_queries: int | Non
     return forward + (layers - 1) * layer(s) + layer(last_layer_queries if last_layer_queries is not None else s)
 
 
-def training_flops_per_token(config, seq_length: int, predicted_per_sequence: float,
-                             last_layer_queries: int | None = None, mlm_rows: float | None = None) -> float:
+def training_flops_per_token(
+    config,
+    seq_length: int,
+    predicted_per_sequence: float,
+    last_layer_queries: int | None = None,
+    mlm_rows: float | None = None,
+) -> float:
     """FLOPs of one pretraining step (forward and backward) per token, for sequences of `seq_length` tokens with
     `predicted_per_sequence` masked positions on average (see the module docstring).
 
@@ -70,14 +75,19 @@ def training_flops_per_token(config, seq_length: int, predicted_per_sequence: fl
     return 3 * forward / seq_length
 
 
-def finetuning_flops_per_token(config, seq_length: int, head: str, num_labels: int = 2,
-                               last_layer_queries: int | None = None) -> float:
+def finetuning_flops_per_token(
+    config, seq_length: int, head: str, num_labels: int = 2, last_layer_queries: int | None = None
+) -> float:
     """FLOPs of one fine-tuning step (forward and backward) per token, for sequences of `seq_length` tokens through
     the encoder and `head` (one of HEADS, with `num_labels` classes where it has them; see the module docstring).
     `last_layer_queries` as in `training_flops_per_token` (albert_hf's pooled heads compute [CLS] only: 1)."""
     if head not in HEADS:
         raise ValueError(f"head must be one of {', '.join(HEADS)}, not {head!r}")
     h, s = config.hidden_size, seq_length
-    head_flops = {"sequence_classification": 2 * h * h + 2 * h * num_labels, "multiple_choice": 2 * h * h + 2 * h,
-                  "question_answering": 2 * s * h * 2, "token_classification": 2 * s * h * num_labels}[head]
+    head_flops = {
+        "sequence_classification": 2 * h * h + 2 * h * num_labels,
+        "multiple_choice": 2 * h * h + 2 * h,
+        "question_answering": 2 * s * h * 2,
+        "token_classification": 2 * s * h * num_labels,
+    }[head]
     return 3 * (encoder_forward_flops(config, s, last_layer_queries) + head_flops) / s

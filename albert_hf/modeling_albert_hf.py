@@ -55,6 +55,7 @@ def _document_inputs(forward):
     forward.__doc__ = forward.__doc__.replace("{inputs}", INPUTS_DOCSTRING.replace("\n", "\n" + " " * 12))
     return forward
 
+
 # Every Auto class a saved checkpoint should answer to, written into config.json on save, so that a fresh process
 # without albert_hf installed can load any head with trust_remote_code=True.
 AUTO_MAP = {
@@ -151,8 +152,12 @@ MATMUL_ATTENTION_MAX_LENGTH = 256
 
 def use_matmul_attention(config, key: torch.Tensor, training: bool) -> bool:
     # the module's training mode, not grad mode: the same inputs in the same mode take the same path (tracing)
-    return (config._attn_implementation == "sdpa" and key.device.type == "cpu" and training
-            and key.shape[-2] <= MATMUL_ATTENTION_MAX_LENGTH)
+    return (
+        config._attn_implementation == "sdpa"
+        and key.device.type == "cpu"
+        and training
+        and key.shape[-2] <= MATMUL_ATTENTION_MAX_LENGTH
+    )
 
 
 class RealTokens:
@@ -244,9 +249,14 @@ def ready_linears(linears: list[nn.Linear], dtype: torch.dtype) -> tuple[torch.T
 
 def plain_linear(module) -> bool:
     """An nn.Linear as torch defines it: no adapter (PEFT), hook or replaced forward, no sharded (FSDP) weight."""
-    return (type(module) is nn.Linear and module.bias is not None and not module._forward_hooks
-            and not module._forward_pre_hooks and "forward" not in module.__dict__
-            and type(module.weight) is nn.Parameter)
+    return (
+        type(module) is nn.Linear
+        and module.bias is not None
+        and not module._forward_hooks
+        and not module._forward_pre_hooks
+        and "forward" not in module.__dict__
+        and type(module.weight) is nn.Parameter
+    )
 
 
 # Devices whose training forward under bf16 autocast keeps the residual stream in bf16 (`residual_dtype`).
@@ -261,8 +271,12 @@ def residual_dtype(hidden_states: torch.Tensor) -> torch.dtype | None:
     transformers' ALBERT; on CPUs autocast already keeps LayerNorm in bf16). Not in fp16, whose range is too narrow
     for the residual sums."""
     device = hidden_states.device.type
-    if (device in LOW_PRECISION_RESIDUAL_DEVICES and torch.is_grad_enabled() and torch.is_autocast_enabled(device)
-            and torch.get_autocast_dtype(device) == torch.bfloat16):
+    if (
+        device in LOW_PRECISION_RESIDUAL_DEVICES
+        and torch.is_grad_enabled()
+        and torch.is_autocast_enabled(device)
+        and torch.get_autocast_dtype(device) == torch.bfloat16
+    ):
         return torch.bfloat16
     return None
 
@@ -293,18 +307,27 @@ class AlbertHFAttention(nn.Module):
         self.output_dropout = nn.Dropout(config.hidden_dropout_prob)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
-    def forward(self, hidden_states, attention_mask=None, real_tokens: RealTokens | None = None,
-                query_positions: torch.Tensor | None = None, ready=None, **kwargs):
+    def forward(
+        self,
+        hidden_states,
+        attention_mask=None,
+        real_tokens: RealTokens | None = None,
+        query_positions: torch.Tensor | None = None,
+        ready=None,
+        **kwargs,
+    ):
         """`ready`: this attention's weights made ready for the forward (`AlbertHFTransformer.ready_weights`), as
         ((Q|K|V weight, bias), (output weight, bias)): Q, K and V are then one GEMM, or K and V one when
         `query_positions` keeps only some queries."""
         qkv, dense = ready if ready is not None else (None, None)
         if query_positions is None:
-            query, key, value = self.project(hidden_states, qkv, slice(None), real_tokens,
-                                             self.query, self.key, self.value)
+            query, key, value = self.project(
+                hidden_states, qkv, slice(None), real_tokens, self.query, self.key, self.value
+            )
         else:
-            key, value = self.project(hidden_states, qkv, slice(self.config.hidden_size, None), real_tokens,
-                                      self.key, self.value)
+            key, value = self.project(
+                hidden_states, qkv, slice(self.config.hidden_size, None), real_tokens, self.key, self.value
+            )
             # Only these positions of each row go on (see AlbertHFModel's `last_layer_positions`).
             if real_tokens is not None:
                 hidden_states, real_tokens = real_tokens.scatter(hidden_states), None
@@ -377,13 +400,13 @@ class AlbertHFLayer(GradientCheckpointingLayer):
         # transformers defines this dropout but never applies it; the official code does.
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(self, hidden_states, attention_mask=None, real_tokens=None, query_positions=None, ready=None,
-                **kwargs):
+    def forward(self, hidden_states, attention_mask=None, real_tokens=None, query_positions=None, ready=None, **kwargs):
         """`ready`: (the attention's, the FFN's) weights made ready for the forward
         (`AlbertHFTransformer.ready_weights`), or None: each Linear then runs as a module."""
         attention_ready, ffn_ready = ready if ready is not None else (None, None)
-        attention_output, _ = self.attention(hidden_states, attention_mask, real_tokens, query_positions,
-                                             attention_ready, **kwargs)
+        attention_output, _ = self.attention(
+            hidden_states, attention_mask, real_tokens, query_positions, attention_ready, **kwargs
+        )
         if ffn_ready is None:
             ffn_output = self.ffn_output(self.activation(self.ffn(attention_output)))
         else:
@@ -412,8 +435,7 @@ class AlbertHFLayerGroup(nn.Module):
         super().__init__()
         self.albert_layers = nn.ModuleList(layers or [AlbertHFLayer(config) for _ in range(config.inner_group_num)])
 
-    def forward(self, hidden_states, attention_mask=None, real_tokens=None, query_positions=None, ready=None,
-                **kwargs):
+    def forward(self, hidden_states, attention_mask=None, real_tokens=None, query_positions=None, ready=None, **kwargs):
         """`ready`: each block's ready weights, or None (`AlbertHFTransformer.ready_weights`)."""
         last = len(self.albert_layers) - 1
         for i, layer in enumerate(self.albert_layers):
@@ -491,14 +513,15 @@ class AlbertHFTransformer(nn.Module):
         if not self.ready_weights_pay_on(hidden_states.device) or not torch.is_grad_enabled() or not plain:
             return None  # (a block of another class: FSDP's unit)
         device = hidden_states.device.type
-        dtype = (torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device)
-                 else blocks[0].ffn.weight.dtype)
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else blocks[0].ffn.weight.dtype
         attention, ffn = {}, {}  # one per distinct module (a borrowed attention or FFN is the same object)
         for layer in blocks:
             attention.setdefault(id(layer.attention), layer.ready_attention(dtype))
             ffn.setdefault(id(layer.ffn), layer.ready_ffn(dtype))
-        return [[(attention[id(layer.attention)], ffn[id(layer.ffn)]) for layer in group.albert_layers]
-                for group in self.albert_layer_groups]
+        return [
+            [(attention[id(layer.attention)], ffn[id(layer.ffn)]) for layer in group.albert_layers]
+            for group in self.albert_layer_groups
+        ]
 
 
 class AlbertHFPreTrainedModel(PreTrainedModel):
@@ -624,20 +647,30 @@ class AlbertHFModel(AlbertHFPreTrainedModel):
         """A plain forward, whose unread work may be skipped (padding removal, `last_layer_positions`): no
         per-layer outputs requested (their (batch, seq) shape is the API), a plain (batch, seq) mask or none, and
         an attention kernel we slice and re-pad for."""
-        recording = any(kwargs.get(f"output_{name}", getattr(self.config, f"output_{name}", False))
-                        for name in ("hidden_states", "attentions"))
-        return (not recording and (attention_mask is None or attention_mask.dim() == 2)
-                and self.config._attn_implementation in ("sdpa", "eager"))
+        recording = any(
+            kwargs.get(f"output_{name}", getattr(self.config, f"output_{name}", False))
+            for name in ("hidden_states", "attentions")
+        )
+        return (
+            not recording
+            and (attention_mask is None or attention_mask.dim() == 2)
+            and self.config._attn_implementation in ("sdpa", "eager")
+        )
 
     def bidirectional_mask(self, embeddings, attention_mask, read_padding: bool):
         """The attention kernel's mask. transformers' reads from the device whether anything is padded (None when
         not, so SDPA can run its unmasked kernel): a host sync, free on a CPU and needed there to pack the real
         tokens, but one wait for the GPU per micro-batch elsewhere. Without `read_padding`, SDPA gets the boolean
         (batch, 1, 1, seq) mask as it is, without that read."""
-        if (read_padding or attention_mask is None or attention_mask.dim() != 2
-                or self.config._attn_implementation != "sdpa"):
-            return create_bidirectional_mask(config=self.config, inputs_embeds=embeddings,
-                                             attention_mask=attention_mask)
+        if (
+            read_padding
+            or attention_mask is None
+            or attention_mask.dim() != 2
+            or self.config._attn_implementation != "sdpa"
+        ):
+            return create_bidirectional_mask(
+                config=self.config, inputs_embeds=embeddings, attention_mask=attention_mask
+            )
         return attention_mask.bool()[:, None, None, :]
 
     @merge_with_config_defaults
@@ -684,13 +717,20 @@ class AlbertHFModel(AlbertHFPreTrainedModel):
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of input_ids or inputs_embeds")
         if last_layer_positions is not None and not self.is_plain_forward(attention_mask, kwargs):
-            raise ValueError("last_layer_positions needs a (batch, seq) attention_mask, sdpa or eager attention and "
-                             "no output_hidden_states / output_attentions")
+            raise ValueError(
+                "last_layer_positions needs a (batch, seq) attention_mask, sdpa or eager attention and "
+                "no output_hidden_states / output_attentions"
+            )
         embeddings = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
         # Padding removal (`unpad_inputs`); not when this forward itself is compiled, where the pack's
         # data-dependent size would break the graph (`compile_blocks` compiles only the blocks, and keeps it).
-        unpad = (self.config.unpad_inputs and not keep_padding and RealTokens.pays_on(embeddings.device)
-                 and self.is_plain_forward(attention_mask, kwargs) and not torch.compiler.is_compiling())
+        unpad = (
+            self.config.unpad_inputs
+            and not keep_padding
+            and RealTokens.pays_on(embeddings.device)
+            and self.is_plain_forward(attention_mask, kwargs)
+            and not torch.compiler.is_compiling()
+        )
         mask = self.bidirectional_mask(embeddings, attention_mask, read_padding=unpad)
         real_tokens = RealTokens.pack_if_smaller(attention_mask) if unpad and mask is not None else None
         if real_tokens is not None:
@@ -834,8 +874,9 @@ class AlbertHFForPreTraining(AlbertHFPreTrainedModel):
                 states = sequence_output[:, 1:]
             # padding rows (weight 0) may point at a position without a target: any id serves there
             targets = labels.gather(1, masked_lm_positions).clamp(min=0)
-            return self.mlm_logits_and_loss(self.predictions, states.flatten(0, 1), targets.flatten(),
-                                            masked_lm_weights.flatten().float())
+            return self.mlm_logits_and_loss(
+                self.predictions, states.flatten(0, 1), targets.flatten(), masked_lm_weights.flatten().float()
+            )
         # row-major order of `masked` either way: the positions are ascending within each row
         masked_states = sequence_output[:, 1:][valid] if positions is not None else sequence_output[masked]
         return self.mlm_logits_and_loss(self.predictions, masked_states, labels[masked])
@@ -890,16 +931,14 @@ class AlbertHFForPreTraining(AlbertHFPreTrainedModel):
             return_dict=True,
             **kwargs,
         )
-        sequence_output, pooled_output = outputs.last_hidden_state, outputs.pooler_output
-        sop_logits = self.sop_classifier(pooled_output)
-
-        prediction_logits, mlm_loss = self._mlm(sequence_output, labels, masked, positions, valid, masked_lm_positions,
-                                                masked_lm_weights)
+        sop_logits = self.sop_classifier(outputs.pooler_output)
+        prediction_logits, mlm_loss = self._mlm(
+            outputs.last_hidden_state, labels, masked, positions, valid, masked_lm_positions, masked_lm_weights
+        )
         loss, sop_loss = mlm_loss, None
         if sentence_order_label is not None:
             sop_loss = F.cross_entropy(sop_logits.float(), sentence_order_label.view(-1))
             loss = sop_loss if loss is None else loss + sop_loss
-
         return AlbertHFForPreTrainingOutput(
             loss=loss,
             prediction_logits=prediction_logits,
@@ -1329,13 +1368,26 @@ class AlbertHFAnswerClassHead(nn.Module):
         return self.dense_1(self.dropout(x)).squeeze(-1)
 
 
+def answerability_loss(start_log_probs, end_log_probs, cls_logits, start_positions, end_positions, is_impossible):
+    """The official SQuAD v2.0 head's loss: (start NLL + end NLL) / 2, plus BCE(cls_logits, is_impossible) / 2 when
+    the windows' answerability is given."""
+    start_loss = -start_log_probs.gather(1, start_positions.view(-1, 1)).mean()
+    end_loss = -end_log_probs.gather(1, end_positions.view(-1, 1)).mean()
+    loss = (start_loss + end_loss) / 2
+    if is_impossible is not None:
+        loss = loss + F.binary_cross_entropy_with_logits(cls_logits.float(), is_impossible.view(-1).float()) / 2
+    return loss
+
+
 class AlbertHFForQuestionAnsweringWithAnswerability(AlbertHFPreTrainedModel):
     """ALBERT with the official SQuAD v2.0 head. `config.start_n_top` / `config.end_n_top` (default 5) size the
     inference beam. Inputs as AlbertHFForQuestionAnswering plus `p_mask` (1 = not a possible answer position)
     and, for training, `is_impossible` (1.0 when the window does not contain the answer)."""
 
-    _auto_map_entry = ("AutoModelForQuestionAnswering",
-                       "modeling_albert_hf.AlbertHFForQuestionAnsweringWithAnswerability")
+    _auto_map_entry = (
+        "AutoModelForQuestionAnswering",
+        "modeling_albert_hf.AlbertHFForQuestionAnsweringWithAnswerability",
+    )
 
     def __init__(self, config: AlbertHFConfig):
         super().__init__(config)
@@ -1386,8 +1438,15 @@ class AlbertHFForQuestionAnsweringWithAnswerability(AlbertHFPreTrainedModel):
             `end_top_index` `(batch_size, start_n_top * end_n_top)`, and `cls_logits`. Both: `hidden_states` /
             `attentions` when asked for.
         """
-        outputs = self.albert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-                              position_ids=position_ids, inputs_embeds=inputs_embeds, return_dict=True, **kwargs)
+        outputs = self.albert(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        )
         hidden = outputs.last_hidden_state
         batch, length, width = hidden.shape
         p_mask = torch.zeros(batch, length, device=hidden.device) if p_mask is None else p_mask.float()
@@ -1402,21 +1461,18 @@ class AlbertHFForQuestionAnsweringWithAnswerability(AlbertHFPreTrainedModel):
             end_log_probs = masked_log_softmax(end_logits, p_mask)
             loss = None
             if end_positions is not None:
-                start_loss = -start_log_probs.gather(1, start_positions[:, None]).mean()
-                end_loss = -end_log_probs.gather(1, end_positions.view(-1, 1)).mean()
-                loss = (start_loss + end_loss) / 2
-                if is_impossible is not None:
-                    loss = loss + F.binary_cross_entropy_with_logits(
-                        cls_logits.float(), is_impossible.view(-1).float()) / 2
-            return AlbertHFAnswerabilityOutput(loss=loss, start_log_probs=start_log_probs,
-                                               end_log_probs=end_log_probs, **result)
+                loss = answerability_loss(
+                    start_log_probs, end_log_probs, cls_logits, start_positions, end_positions, is_impossible
+                )
+            return AlbertHFAnswerabilityOutput(
+                loss=loss, start_log_probs=start_log_probs, end_log_probs=end_log_probs, **result
+            )
 
         # Inference: the beam. (batch, k) starts; for each, ends over all positions.
         start_top_log_probs, start_top_index = start_log_probs.topk(self.start_n_top, dim=-1)
         start_states = hidden.gather(1, start_top_index[:, :, None].expand(-1, -1, width))  # (batch, k, H)
         end_logits = self.end_logits(
-            hidden[:, None].expand(-1, self.start_n_top, -1, -1),
-            start_states[:, :, None].expand(-1, -1, length, -1),
+            hidden[:, None].expand(-1, self.start_n_top, -1, -1), start_states[:, :, None].expand(-1, -1, length, -1)
         )  # (batch, k, length)
         end_log_probs = masked_log_softmax(end_logits, p_mask[:, None])
         end_top_log_probs, end_top_index = end_log_probs.topk(self.end_n_top, dim=-1)  # (batch, k, end_n_top)

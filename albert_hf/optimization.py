@@ -85,12 +85,19 @@ def _gated(gate: torch.Tensor, betas, lr, dtype) -> tuple:
     keep = gate.to(dtype) > 0
     beta1, beta2 = betas
     one, zero = torch.ones((), dtype=dtype, device=gate.device), torch.zeros((), dtype=dtype, device=gate.device)
-    return (torch.where(keep, beta1, one), torch.where(keep, 1.0 - beta1, zero), torch.where(keep, beta2, one),
-            torch.where(keep, 1.0 - beta2, zero), torch.where(keep, lr, zero), keep)
+    return (
+        torch.where(keep, beta1, one),
+        torch.where(keep, 1.0 - beta1, zero),
+        torch.where(keep, beta2, one),
+        torch.where(keep, 1.0 - beta2, zero),
+        torch.where(keep, lr, zero),
+        keep,
+    )
 
 
-def _single_tensor_update(params, grads, exp_avgs, exp_avg_sqs, *, dtype, lr, betas, eps, weight_decay, trust_ratio,
-                          gate=None):
+def _single_tensor_update(
+    params, grads, exp_avgs, exp_avg_sqs, *, dtype, lr, betas, eps, weight_decay, trust_ratio, gate=None
+):
     """One parameter at a time, in place where possible (one temporary per param). The default on CPU."""
     beta1, beta2 = betas
     if gate is not None:
@@ -125,8 +132,9 @@ def _single_tensor_update(params, grads, exp_avgs, exp_avg_sqs, *, dtype, lr, be
             param.copy_(w)
 
 
-def _foreach_update(params, grads, exp_avgs, exp_avg_sqs, *, dtype, lr, betas, eps, weight_decay, trust_ratio,
-                    gate=None):
+def _foreach_update(
+    params, grads, exp_avgs, exp_avg_sqs, *, dtype, lr, betas, eps, weight_decay, trust_ratio, gate=None
+):
     """The same arithmetic as `_single_tensor_update` on whole lists of tensors. The default on GPU."""
     beta1, beta2 = betas
     weights = [p.to(dtype) for p in params]
@@ -182,8 +190,12 @@ class _UncorrectedAdam(Optimizer):
 
     def __init__(self, params, lr, betas, eps, weight_decay, exclude_from_layer_adaptation=False, foreach=None):
         defaults = dict(
-            lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
-            exclude_from_layer_adaptation=exclude_from_layer_adaptation, foreach=foreach,
+            lr=lr,
+            betas=betas,
+            eps=eps,
+            weight_decay=weight_decay,
+            exclude_from_layer_adaptation=exclude_from_layer_adaptation,
+            foreach=foreach,
         )
         super().__init__(params, defaults)
         self.update_gate: torch.Tensor | None = None  # `gate_on`
@@ -244,8 +256,16 @@ class _UncorrectedAdam(Optimizer):
                 # faster (albert-base, 2 cores: ~19 vs ~25-57 ms/step) and keeps only one param's temporaries alive.
                 foreach = group["foreach"] if group["foreach"] is not None else device.type != "cpu"
                 update = _foreach_update if foreach else _single_tensor_update
-                update(*tensors, dtype=dtype, lr=group["lr"], betas=group["betas"], eps=group["eps"],
-                       weight_decay=group["weight_decay"], trust_ratio=trust_ratio, gate=self.update_gate)
+                update(
+                    *tensors,
+                    dtype=dtype,
+                    lr=group["lr"],
+                    betas=group["betas"],
+                    eps=group["eps"],
+                    weight_decay=group["weight_decay"],
+                    trust_ratio=trust_ratio,
+                    gate=self.update_gate,
+                )
         return loss
 
     def load_state_dict(self, state_dict):
@@ -289,8 +309,16 @@ class Lamb(_UncorrectedAdam):
 
     use_trust_ratio = True
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01,
-                 exclude_from_layer_adaptation=False, foreach=None):
+    def __init__(
+        self,
+        params,
+        lr=1e-3,
+        betas=(0.9, 0.999),
+        eps=1e-6,
+        weight_decay=0.01,
+        exclude_from_layer_adaptation=False,
+        foreach=None,
+    ):
         super().__init__(params, lr, betas, eps, weight_decay, exclude_from_layer_adaptation, foreach)
 
 
@@ -331,8 +359,9 @@ def _official_lr_factor(step: int, num_warmup_steps: int, num_training_steps: in
     return (1.0 - min(step, num_training_steps) / num_training_steps) ** power
 
 
-def get_official_schedule(optimizer: Optimizer, num_warmup_steps: int, num_training_steps: int,
-                          power: float = 1.0, last_epoch: int = -1) -> LambdaLR:
+def get_official_schedule(
+    optimizer: Optimizer, num_warmup_steps: int, num_training_steps: int, power: float = 1.0, last_epoch: int = -1
+) -> LambdaLR:
     """The official ALBERT/BERT learning-rate schedule (`create_optimizer` in the official `optimization.py`).
 
     At step t (the number of optimizer steps taken so far, starting at 0, like TF's global_step):
@@ -372,6 +401,8 @@ def get_official_schedule(optimizer: Optimizer, num_warmup_steps: int, num_train
         raise ValueError(f"power must be > 0, got {power!r}")
     lr_lambda = functools.partial(
         _official_lr_factor,
-        num_warmup_steps=num_warmup_steps, num_training_steps=num_training_steps, power=float(power),
+        num_warmup_steps=num_warmup_steps,
+        num_training_steps=num_training_steps,
+        power=float(power),
     )
     return LambdaLR(optimizer, lr_lambda, last_epoch=last_epoch)

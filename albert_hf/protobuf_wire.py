@@ -24,12 +24,12 @@ def proto_fields(data):
         if wire_type == 0:
             value, position = varint(data, position)
         elif wire_type == 1:
-            value, position = bytes(data[position:position + 8]), position + 8
+            value, position = bytes(data[position : position + 8]), position + 8
         elif wire_type == 2:
             length, position = varint(data, position)
-            value, position = bytes(data[position:position + length]), position + length
+            value, position = bytes(data[position : position + length]), position + length
         elif wire_type == 5:
-            value, position = bytes(data[position:position + 4]), position + 4
+            value, position = bytes(data[position : position + 4]), position + 4
         else:
             raise ValueError(f"unsupported protobuf wire type {wire_type}")
         if position > len(data):

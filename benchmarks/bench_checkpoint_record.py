@@ -78,10 +78,13 @@ def main():
         shutil.rmtree(root)
         median = {way: statistics.median(values) for way, values in seconds.items()}
         results[size] = {way: [round(s, 3) for s in values] for way, values in seconds.items()}
-        print(f"{size} ({written / 1e9:.2f} GB a checkpoint): a save blocks training {median[ways[0]]:.2f} s without "
-              f"the record, {median[ways[1]]:.2f} s with it ({median[ways[1]] / median[ways[0]]:.2f}x); the record "
-              f"takes {median['record in the background']:.2f} s in the background; the check at resume "
-              f"{median['check at resume']:.2f} s", flush=True)
+        print(
+            f"{size} ({written / 1e9:.2f} GB a checkpoint): a save blocks training {median[ways[0]]:.2f} s without "
+            f"the record, {median[ways[1]]:.2f} s with it ({median[ways[1]] / median[ways[0]]:.2f}x); the record "
+            f"takes {median['record in the background']:.2f} s in the background; the check at resume "
+            f"{median['check at resume']:.2f} s",
+            flush=True,
+        )
         del model, optimizer, saver
         accelerator.free_memory()
     print(json.dumps(results))

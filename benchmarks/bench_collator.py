@@ -55,9 +55,12 @@ def main():
     parser.add_argument("--num_batches", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--vocab_size", type=int, default=5000)
-    parser.add_argument("--train_files", nargs="+", default=None,
-                        help="text files or folders of them, one long document per file, e.g. books (default: the "
-                        "embedded corpus)")
+    parser.add_argument(
+        "--train_files",
+        nargs="+",
+        default=None,
+        help="text files or folders of them, one long document per file, e.g. books (default: the embedded corpus)",
+    )
     args = parser.parse_args()
     datasets.disable_progress_bars()
 
@@ -90,8 +93,10 @@ def main():
     print(f"DataCollatorForAlbertPretraining (n-gram + SOP):        {ours_rate:9.0f} sequences/s")
     print(f"  same, masks keyed per example after set_epoch():      {epoch_rate:9.0f} sequences/s")
     print(f"  static_masking=True (the official per-example loop):  {static_rate:9.0f} sequences/s")
-    print(f"ratio (ours / DataCollatorForLanguageModeling): {ours_rate / theirs_rate:.2f}x "
-          f"(per-example keyed: {epoch_rate / theirs_rate:.2f}x)")
+    print(
+        f"ratio (ours / DataCollatorForLanguageModeling): {ours_rate / theirs_rate:.2f}x "
+        f"(per-example keyed: {epoch_rate / theirs_rate:.2f}x)"
+    )
 
 
 if __name__ == "__main__":

@@ -42,8 +42,10 @@ def run(command, env_extra, log: Path, cwd=REPO) -> tuple[float, str]:
     seconds = time.perf_counter() - start
     log.write_text(done.stdout)
     if done.returncode != 0:
-        raise SystemExit(f"error: {shlex.join(map(str, command))} ({env_extra or 'as it is'}) exited with "
-                         f"{done.returncode}; its output is in {log}")
+        raise SystemExit(
+            f"error: {shlex.join(map(str, command))} ({env_extra or 'as it is'}) exited with "
+            f"{done.returncode}; its output is in {log}"
+        )
     return seconds, done.stdout
 
 
@@ -58,8 +60,11 @@ def demo_command(output_dir: Path) -> list[str]:
 def bench_demo(env_extra, workdir: Path, name: str) -> dict:
     cache = Path(tempfile.mkdtemp(dir=workdir))  # nothing cached: the embedded corpus and tokenizer are built
     out = workdir / f"demo-{name}"
-    seconds, output = run(demo_command(out), {**env_extra, "ALBERT_HF_CACHE": str(cache),
-                                              "HF_HOME": str(cache / "hf")}, workdir / f"demo-{name}.log")
+    seconds, output = run(
+        demo_command(out),
+        {**env_extra, "ALBERT_HF_CACHE": str(cache), "HF_HOME": str(cache / "hf")},
+        workdir / f"demo-{name}.log",
+    )
     start = next(line for line in output.splitlines() if "parameters; global batch" in line)
     results = json.loads((out / "all_results.json").read_text())
     return {"wall_s": seconds, "start_line": start.split(": ", 1)[1], **results}
@@ -75,8 +80,9 @@ def main(argv=None):
     parser.add_argument("--json", default=None, help="also write the results here")
     args = parser.parse_args(argv)
     if "data" in args.parts and not args.train_files:
-        raise SystemExit("error: the data part needs --train_files (a folder of .txt files); or leave it out with "
-                         "--parts model demo")
+        raise SystemExit(
+            "error: the data part needs --train_files (a folder of .txt files); or leave it out with --parts model demo"
+        )
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="bench_cpu_kinds_"))
     workdir.mkdir(parents=True, exist_ok=True)
     print(f"outputs and logs in {workdir}", flush=True)
@@ -90,9 +96,28 @@ def main(argv=None):
             print(f"\n=== {part}, this CPU {name} {caps}", flush=True)
             if part == "model":
                 json_path = workdir / f"model-{slug}.json"
-                _, output = run([sys.executable, "benchmarks/bench_model.py", "--only", "training", "--no-memory",
-                                 "--modes", "auto", "fp32", "--seqs", *args.seqs, "--steps", args.steps,
-                                 "--warmup", "1", "--json", str(json_path)], env_extra, workdir / f"model-{slug}.log")
+                _, output = run(
+                    [
+                        sys.executable,
+                        "benchmarks/bench_model.py",
+                        "--only",
+                        "training",
+                        "--no-memory",
+                        "--modes",
+                        "auto",
+                        "fp32",
+                        "--seqs",
+                        *args.seqs,
+                        "--steps",
+                        args.steps,
+                        "--warmup",
+                        "1",
+                        "--json",
+                        str(json_path),
+                    ],
+                    env_extra,
+                    workdir / f"model-{slug}.log",
+                )
                 print(output, flush=True)
                 results[f"model, {name}"] = json.loads(json_path.read_text())
             elif part == "demo":
@@ -102,9 +127,23 @@ def main(argv=None):
                 results[f"demo, {name}"] = demo
             else:
                 json_path = workdir / f"data-{slug}.json"
-                _, output = run([sys.executable, "benchmarks/bench_data.py", "--train_files", args.train_files,
-                                 "--copies", "1", "4", "--workdir", str(workdir / f"data-{slug}"),
-                                 "--json", str(json_path)], env_extra, workdir / f"data-{slug}.log")
+                _, output = run(
+                    [
+                        sys.executable,
+                        "benchmarks/bench_data.py",
+                        "--train_files",
+                        args.train_files,
+                        "--copies",
+                        "1",
+                        "4",
+                        "--workdir",
+                        str(workdir / f"data-{slug}"),
+                        "--json",
+                        str(json_path),
+                    ],
+                    env_extra,
+                    workdir / f"data-{slug}.log",
+                )
                 print(output, flush=True)
                 results[f"data, {name}"] = json.loads(json_path.read_text())
     if args.json:

@@ -92,8 +92,7 @@ def run_once(command: list[str], env: dict, first_row: Path | None = None) -> di
         text = log.read()
     if process.returncode != 0:
         raise SystemExit(f"{' '.join(command[:3])} ... failed:\n{text[-3000:]}")
-    result = {"wall_s": wall, "peak_pss_anon_gb": peak_anon / 2**30, "peak_pss_file_gb": peak_file / 2**30,
-              "log": text}
+    result = {"wall_s": wall, "peak_pss_anon_gb": peak_anon / 2**30, "peak_pss_file_gb": peak_file / 2**30, "log": text}
     if first_row is not None:
         result["first_step_s"] = first_step
     return result
@@ -125,42 +124,68 @@ def main():
     parser.add_argument("--preprocessing_num_workers", type=int, default=2)
     parser.add_argument("--workdir", default=None, help="where the copies and outputs go (default: a temp dir)")
     parser.add_argument("--json", default=None, help="also write the rows here")
-    parser.add_argument("--streaming", action="store_true", help="measure `run_pretraining.py --streaming` instead: "
-                        "seconds to the first step and peak memory over --steps steps of the tiny model (needs "
-                        "--tokenizer_name)")
+    parser.add_argument(
+        "--streaming",
+        action="store_true",
+        help="measure `run_pretraining.py --streaming` instead: "
+        "seconds to the first step and peak memory over --steps steps of the tiny model (needs "
+        "--tokenizer_name)",
+    )
     parser.add_argument("--steps", type=int, default=50, help="with --streaming: training steps per run")
     args = parser.parse_args()
     if args.streaming and not args.tokenizer_name:
-        raise SystemExit("error: --streaming needs --tokenizer_name (a streaming run that trains its tokenizer "
-                         "reads the whole corpus first)")
+        raise SystemExit(
+            "error: --streaming needs --tokenizer_name (a streaming run that trains its tokenizer "
+            "reads the whole corpus first)"
+        )
 
     files = sorted(p for p in Path(args.train_files).rglob("*") if p.is_file() and p.suffix == ".txt")
     if not files:
         raise SystemExit(f"error: --train_files {args.train_files}: no .txt files")
     size_mb = sum(f.stat().st_size for f in files) / 1e6
     print(cpu_description())
-    print(f"corpus: {len(files)} files, {size_mb:.1f} MB; max_seq_length {args.max_seq_length}, dupe_factor "
-          f"{args.dupe_factor}, {args.preprocessing_num_workers} workers")
+    print(
+        f"corpus: {len(files)} files, {size_mb:.1f} MB; max_seq_length {args.max_seq_length}, dupe_factor "
+        f"{args.dupe_factor}, {args.preprocessing_num_workers} workers"
+    )
     work = Path(args.workdir or tempfile.mkdtemp(prefix="bench_data_"))
     work.mkdir(parents=True, exist_ok=True)
     tokenizer = args.tokenizer_name
     if args.streaming:
         return stream(args, files, size_mb, work)
     rows = []
-    print("| copies | MB | wall s | reading, tokenizer, tokenizing s | pairs s | rest s | pairs | pairs/s | "
-          "peak Pss_Anon GB | peak Pss_File GB |")
+    print(
+        "| copies | MB | wall s | reading, tokenizer, tokenizing s | pairs s | rest s | pairs | pairs/s | "
+        "peak Pss_Anon GB | peak Pss_File GB |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for copies in args.copies:
         folder = copies_folder(Path(args.train_files), files, copies, work / "corpora")
         output = work / f"prepared_x{copies}"
         shutil.rmtree(output, ignore_errors=True)
         home = Path(tempfile.mkdtemp(prefix="hf_home_", dir=work))  # an empty datasets cache for every run
-        env = {**os.environ, "HF_HOME": str(home), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-               "TOKENIZERS_PARALLELISM": "false"}
-        command = [sys.executable, str(REPO / "run_pretraining.py"), "--preprocess_only", "--train_files",
-                   str(folder), "--output_dir", str(output), "--max_seq_length", str(args.max_seq_length),
-                   "--dupe_factor", str(args.dupe_factor), "--preprocessing_num_workers",
-                   str(args.preprocessing_num_workers)]
+        env = {
+            **os.environ,
+            "HF_HOME": str(home),
+            "HF_HUB_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+        }
+        command = [
+            sys.executable,
+            str(REPO / "run_pretraining.py"),
+            "--preprocess_only",
+            "--train_files",
+            str(folder),
+            "--output_dir",
+            str(output),
+            "--max_seq_length",
+            str(args.max_seq_length),
+            "--dupe_factor",
+            str(args.dupe_factor),
+            "--preprocessing_num_workers",
+            str(args.preprocessing_num_workers),
+        ]
         if tokenizer and not args.train_tokenizer:
             command += ["--tokenizer_name", tokenizer]
         else:
@@ -176,20 +201,30 @@ def main():
                     shutil.copy(output / name, tokenizer)
         times = stage_times(result.pop("log"), result["wall_s"])
         pairs = manifest["train_pairs"] + manifest.get("validation_pairs", 0)
-        row = {"copies": copies, "mb": size_mb * copies, **result, "stages_s": times, "pairs": pairs,
-               "pairs_per_s": pairs / result["wall_s"]}
+        row = {
+            "copies": copies,
+            "mb": size_mb * copies,
+            **result,
+            "stages_s": times,
+            "pairs": pairs,
+            "pairs_per_s": pairs / result["wall_s"],
+        }
         rows.append(row)
-        print(f"| {copies} | {row['mb']:.0f} | {row['wall_s']:.0f} | {times.get('to_pairs', 0):.0f} | "
-              f"{times.get('pairs', 0):.0f} | {times.get('rest', 0):.0f} | {pairs:,} | "
-              f"{row['pairs_per_s']:,.0f} | {row['peak_pss_anon_gb']:.2f} | {row['peak_pss_file_gb']:.2f} |",
-              flush=True)
+        print(
+            f"| {copies} | {row['mb']:.0f} | {row['wall_s']:.0f} | {times.get('to_pairs', 0):.0f} | "
+            f"{times.get('pairs', 0):.0f} | {times.get('rest', 0):.0f} | {pairs:,} | "
+            f"{row['pairs_per_s']:,.0f} | {row['peak_pss_anon_gb']:.2f} | {row['peak_pss_file_gb']:.2f} |",
+            flush=True,
+        )
         shutil.rmtree(output, ignore_errors=True)
         shutil.rmtree(home, ignore_errors=True)
     if len(rows) > 1:
         first, last = rows[0], rows[-1]
         growth = (last["peak_pss_anon_gb"] - first["peak_pss_anon_gb"]) / ((last["mb"] - first["mb"]) / 100)
-        print(f"\npeak Pss_Anon grows by {growth:.3f} GB per 100 MB of text between {first['mb']:.0f} and "
-              f"{last['mb']:.0f} MB")
+        print(
+            f"\npeak Pss_Anon grows by {growth:.3f} GB per 100 MB of text between {first['mb']:.0f} and "
+            f"{last['mb']:.0f} MB"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
 
@@ -197,10 +232,13 @@ def main():
 def stream(args, files: list[Path], size_mb: float, work: Path):
     """--streaming rows: each size trains the tiny model for --steps steps, 32 pairs a step, logging every step;
     the first step's time includes reading the held-out documents (5% x 20 = the first 100) and their pairs."""
-    print(f"run_pretraining.py --streaming --model_config tiny --per_device_train_batch_size 32 --max_train_steps "
-          f"{args.steps} --tokenizer_name {args.tokenizer_name}")
-    print("| copies | MB | s to the first step | wall s | steps/s after the first | peak Pss_Anon GB | "
-          "peak Pss_File GB |")
+    print(
+        f"run_pretraining.py --streaming --model_config tiny --per_device_train_batch_size 32 --max_train_steps "
+        f"{args.steps} --tokenizer_name {args.tokenizer_name}"
+    )
+    print(
+        "| copies | MB | s to the first step | wall s | steps/s after the first | peak Pss_Anon GB | peak Pss_File GB |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|")
     rows = []
     for copies in args.copies:
@@ -208,20 +246,50 @@ def stream(args, files: list[Path], size_mb: float, work: Path):
         output = work / f"streamed_x{copies}"
         shutil.rmtree(output, ignore_errors=True)
         home = Path(tempfile.mkdtemp(prefix="hf_home_", dir=work))
-        env = {**os.environ, "HF_HOME": str(home), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-               "TOKENIZERS_PARALLELISM": "false"}
-        command = [sys.executable, str(REPO / "run_pretraining.py"), "--streaming", "--train_files", str(folder),
-                   "--output_dir", str(output), "--tokenizer_name", args.tokenizer_name, "--model_config", "tiny",
-                   "--max_seq_length", str(args.max_seq_length), "--dupe_factor", str(args.dupe_factor),
-                   "--per_device_train_batch_size", "32", "--max_train_steps", str(args.steps), "--logging_steps",
-                   "1", "--eval_steps", "0", "--mixed_precision", "no"]
+        env = {
+            **os.environ,
+            "HF_HOME": str(home),
+            "HF_HUB_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+        }
+        command = [
+            sys.executable,
+            str(REPO / "run_pretraining.py"),
+            "--streaming",
+            "--train_files",
+            str(folder),
+            "--output_dir",
+            str(output),
+            "--tokenizer_name",
+            args.tokenizer_name,
+            "--model_config",
+            "tiny",
+            "--max_seq_length",
+            str(args.max_seq_length),
+            "--dupe_factor",
+            str(args.dupe_factor),
+            "--per_device_train_batch_size",
+            "32",
+            "--max_train_steps",
+            str(args.steps),
+            "--logging_steps",
+            "1",
+            "--eval_steps",
+            "0",
+            "--mixed_precision",
+            "no",
+        ]
         result = run_once(command, env, first_row=output / "metrics.jsonl")
         result.pop("log")
         steps_per_s = (args.steps - 1) / (result["wall_s"] - result["first_step_s"])  # includes the final save
         row = {"copies": copies, "mb": size_mb * copies, "streaming": True, **result, "steps_per_s": steps_per_s}
         rows.append(row)
-        print(f"| {copies} | {row['mb']:.0f} | {row['first_step_s']:.0f} | {row['wall_s']:.0f} | "
-              f"{steps_per_s:.2f} | {row['peak_pss_anon_gb']:.2f} | {row['peak_pss_file_gb']:.2f} |", flush=True)
+        print(
+            f"| {copies} | {row['mb']:.0f} | {row['first_step_s']:.0f} | {row['wall_s']:.0f} | "
+            f"{steps_per_s:.2f} | {row['peak_pss_anon_gb']:.2f} | {row['peak_pss_file_gb']:.2f} |",
+            flush=True,
+        )
         shutil.rmtree(output, ignore_errors=True)
         shutil.rmtree(home, ignore_errors=True)
     if args.json:

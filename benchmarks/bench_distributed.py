@@ -30,11 +30,18 @@ SETTINGS = {
     "1 process": [sys.executable],
     "DDP, 2 processes": [*LAUNCH, "--multi_gpu", "--num_processes", "2", "--num_machines", "1"],
     "FSDP2, 2 processes": [*LAUNCH, "--config_file", str(CONFIGS / "fsdp_cpu.yaml")],  # reshard_after_forward false
-    "FSDP2, 2 processes, reshard_after_forward": [*LAUNCH, "--config_file", str(CONFIGS / "fsdp_cpu.yaml"),
-                                                  "--fsdp_reshard_after_forward", "true"],
+    "FSDP2, 2 processes, reshard_after_forward": [
+        *LAUNCH,
+        "--config_file",
+        str(CONFIGS / "fsdp_cpu.yaml"),
+        "--fsdp_reshard_after_forward",
+        "true",
+    ],
 }
-IDLE = ("import torch, transformers, accelerate, datasets, tokenizers, albert_hf.pretraining.job, psutil; "
-        "print(psutil.Process().memory_info().rss / 2**30)")
+IDLE = (
+    "import torch, transformers, accelerate, datasets, tokenizers, albert_hf.pretraining.job, psutil; "
+    "print(psutil.Process().memory_info().rss / 2**30)"
+)
 
 
 def cpu_model() -> str:
@@ -54,8 +61,14 @@ def peak_rss_of_workers(command, cwd, out: Path, steps: int, workers: int) -> tu
     the last step; the workers are the largest processes (not the launcher and torchrun's agent)."""
     peaks = {phase: {} for phase in PHASES}
     with tempfile.NamedTemporaryFile("w+") as err:
-        process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err, text=True,
-                                   env={**os.environ, "OMP_NUM_THREADS": "1"})
+        process = subprocess.Popen(
+            command,
+            cwd=cwd,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            text=True,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )
         root = psutil.Process(process.pid)
         phase = "setup"
         while process.poll() is None:
@@ -85,32 +98,63 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     print(f"CPU: {cpu_model()}; {psutil.cpu_count()} cores; {psutil.virtual_memory().total / 2**30:.0f} GiB")
-    results = {"cpu": cpu_model(), "preset": args.preset, "sharing": args.sharing, "steps": args.steps,
-               "peak_rss_gib": {}}
+    results = {
+        "cpu": cpu_model(),
+        "preset": args.preset,
+        "sharing": args.sharing,
+        "steps": args.steps,
+        "peak_rss_gib": {},
+    }
     with tempfile.TemporaryDirectory() as tmp:
         idle = float(subprocess.run([sys.executable, "-c", IDLE], capture_output=True, text=True, check=True).stdout)
         results["idle_rss_gib"] = idle
         print(f"  a process that has imported everything and built nothing: {idle:.2f} GiB")
         for name, launcher in SETTINGS.items():
             out = Path(tmp) / f"run_{len(results['peak_rss_gib'])}"
-            command = [*launcher, str(REPO / "run_pretraining.py"), "--output_dir", str(out),
-                       "--model_config", args.preset, "--sharing", args.sharing, "--vocab_size", "3000",
-                       "--max_seq_length", "64", "--per_device_train_batch_size", "1",
-                       "--max_train_steps", str(args.steps), "--validation_split_percentage", "0",
-                       "--eval_steps", "0", "--dupe_factor", "1", "--mixed_precision", "no", "--logging_steps", "1"]
+            command = [
+                *launcher,
+                str(REPO / "run_pretraining.py"),
+                "--output_dir",
+                str(out),
+                "--model_config",
+                args.preset,
+                "--sharing",
+                args.sharing,
+                "--vocab_size",
+                "3000",
+                "--max_seq_length",
+                "64",
+                "--per_device_train_batch_size",
+                "1",
+                "--max_train_steps",
+                str(args.steps),
+                "--validation_split_percentage",
+                "0",
+                "--eval_steps",
+                "0",
+                "--dupe_factor",
+                "1",
+                "--mixed_precision",
+                "no",
+                "--logging_steps",
+                "1",
+            ]
             workers = 1 if launcher == [sys.executable] else 2
             peaks, stderr = peak_rss_of_workers(command, tmp, out, args.steps, workers)
             start_line = next((line for line in stderr.splitlines() if "parameters; global batch" in line), "")
             results["peak_rss_gib"][name] = peaks
             print(f"  {name}: {start_line.split('INFO albert_hf.pretraining.run: ')[-1]}")
-    print(f"\nPeak resident memory per process (GiB), {args.preset}, sharing {args.sharing}, batch 1 x 64, fp32, "
-          f"LAMB, {args.steps} steps")
+    print(
+        f"\nPeak resident memory per process (GiB), {args.preset}, sharing {args.sharing}, batch 1 x 64, fp32, "
+        f"LAMB, {args.steps} steps"
+    )
     print("(setup: data, tokenizer, model; training: the steps; end: gathering, saving and reloading the model)")
     print("| setting | " + " | ".join(PHASES) + " |\n|---|" + "---|" * len(PHASES))
     for name, peaks in results["peak_rss_gib"].items():
         print(f"| {name} | " + " | ".join(" / ".join(f"{p:.2f}" for p in peaks[phase]) for phase in PHASES) + " |")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+
 
 if __name__ == "__main__":
     main()

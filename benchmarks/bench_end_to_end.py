@@ -28,12 +28,37 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def run_arguments(args, output_dir, steps):
-    return ["--output_dir", str(output_dir), "--train_files", *args.train_files, "--model_config", args.model_config,
-            "--vocab_size", str(args.vocab_size), "--max_seq_length", str(args.max_seq_length),
-            "--per_device_train_batch_size", str(args.batch_size), "--mixed_precision", args.mixed_precision,
-            "--max_train_steps", str(steps), "--logging_steps", str(args.logging_steps), "--eval_steps", "0",
-            "--checkpointing_steps", "0", "--validation_split_percentage", "0", "--dupe_factor", "1",
-            "--seed", "1", *(["--torch_compile"] if args.torch_compile else [])]
+    return [
+        "--output_dir",
+        str(output_dir),
+        "--train_files",
+        *args.train_files,
+        "--model_config",
+        args.model_config,
+        "--vocab_size",
+        str(args.vocab_size),
+        "--max_seq_length",
+        str(args.max_seq_length),
+        "--per_device_train_batch_size",
+        str(args.batch_size),
+        "--mixed_precision",
+        args.mixed_precision,
+        "--max_train_steps",
+        str(steps),
+        "--logging_steps",
+        str(args.logging_steps),
+        "--eval_steps",
+        "0",
+        "--checkpointing_steps",
+        "0",
+        "--validation_split_percentage",
+        "0",
+        "--dupe_factor",
+        "1",
+        "--seed",
+        "1",
+        *(["--torch_compile"] if args.torch_compile else []),
+    ]
 
 
 def end_to_end(args, workdir) -> list[float]:
@@ -63,8 +88,9 @@ def model_only(args, workdir) -> list[float]:
     rates = []
     for i, batch in enumerate(batches):
         start = time.perf_counter()
-        training_step(run.model, batch, run.optimizer, run.scheduler, run.accelerator,
-                      run_args.optimization.max_grad_norm)
+        training_step(
+            run.model, batch, run.optimizer, run.scheduler, run.accelerator, run_args.optimization.max_grad_norm
+        )
         seconds = time.perf_counter() - start
         if i >= args.warmup_steps:
             rates.append(int(batch["attention_mask"].sum()) / seconds)
@@ -78,8 +104,12 @@ def main(argv=None):
     parser.add_argument("--vocab_size", type=int, default=30000)
     parser.add_argument("--max_seq_length", type=int, default=512)
     parser.add_argument("--batch_size", type=int, default=8)
-    parser.add_argument("--mixed_precision", default="auto", choices=["auto", "no", "bf16"],
-                        help="as run_pretraining.py: auto picks bf16 where the CPU has bf16 units, else fp32")
+    parser.add_argument(
+        "--mixed_precision",
+        default="auto",
+        choices=["auto", "no", "bf16"],
+        help="as run_pretraining.py: auto picks bf16 where the CPU has bf16 units, else fp32",
+    )
     parser.add_argument("--torch_compile", action="store_true")
     parser.add_argument("--steps", type=int, default=24)
     parser.add_argument("--warmup_steps", type=int, default=4)
@@ -89,16 +119,21 @@ def main(argv=None):
     if missing:
         raise SystemExit(f"error: --train_files: no such file or folder: {', '.join(missing)}")
     print(cpu_description())
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {args.model_config}, seq "
-          f"{args.max_seq_length}, batch {args.batch_size}, {args.mixed_precision}, "
-          f"{'compile_blocks' if args.torch_compile else 'eager'}, {args.steps} steps ({args.warmup_steps} warm-up)")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; {args.model_config}, seq "
+        f"{args.max_seq_length}, batch {args.batch_size}, {args.mixed_precision}, "
+        f"{'compile_blocks' if args.torch_compile else 'eager'}, {args.steps} steps ({args.warmup_steps} warm-up)"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         e2e = end_to_end(args, workdir)  # first: it trains and caches the tokenizer the second part reuses
         alone = model_only(args, workdir)
     e2e_rate, alone_rate = statistics.median(e2e), statistics.median(alone)
-    print(f"run_pretraining.py end to end: {e2e_rate:.0f} tokens/s (median of {len(e2e)} logging windows: "
-          + ", ".join(f"{r:.0f}" for r in e2e) + ")")
+    print(
+        f"run_pretraining.py end to end: {e2e_rate:.0f} tokens/s (median of {len(e2e)} logging windows: "
+        + ", ".join(f"{r:.0f}" for r in e2e)
+        + ")"
+    )
     print(f"model-only step, same batches: {alone_rate:.0f} tokens/s (median of {len(alone)} steps)")
     print(f"end to end / model-only: {e2e_rate / alone_rate:.2f} (goal >= 0.9)")
 

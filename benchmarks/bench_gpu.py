@@ -120,8 +120,9 @@ def build(preset: str, seq: int, device: torch.device):
     for name, model in (("transformers", theirs), ("albert_hf", ours)):
         model.set_attn_implementation("sdpa")  # pinned: the default could change with transformers' version
         model.train()
-        runners[name] = Runner(model, Lamb(parameter_groups(model), lr=1e-4),
-                               drop=OURS_ONLY if name == "transformers" else ())
+        runners[name] = Runner(
+            model, Lamb(parameter_groups(model), lr=1e-4), drop=OURS_ONLY if name == "transformers" else ()
+        )
     return config, runners
 
 
@@ -238,8 +239,12 @@ def persistent_bytes(model, optimizer) -> int:
     """Parameters and the optimizer's state: what stays allocated between steps (gradients are freed by
     zero_grad(set_to_none=True) and allocated again inside the step, so the step's own peak counts them)."""
     params = sum(p.numel() * p.element_size() for p in model.parameters())
-    state = sum(v.numel() * v.element_size() for s in optimizer.state.values() for v in s.values()
-                if isinstance(v, torch.Tensor))
+    state = sum(
+        v.numel() * v.element_size()
+        for s in optimizer.state.values()
+        for v in s.values()
+        if isinstance(v, torch.Tensor)
+    )
     return params + state
 
 
@@ -281,12 +286,14 @@ def host_syncs(step, device: torch.device, planted=None) -> dict:
 
 
 # SDPA's kernels as the aten ops that launch them (their forward; the backward op is named after it)
-SDPA_KERNELS = {"aten::_scaled_dot_product_flash_attention": "flash",
-                "aten::_scaled_dot_product_flash_attention_for_cpu": "flash (CPU)",
-                "aten::_scaled_dot_product_efficient_attention": "efficient",
-                "aten::_scaled_dot_product_cudnn_attention": "cuDNN",
-                "aten::_scaled_dot_product_attention_math": "math",
-                "aten::_scaled_dot_product_fused_attention_overrideable": "overrideable"}
+SDPA_KERNELS = {
+    "aten::_scaled_dot_product_flash_attention": "flash",
+    "aten::_scaled_dot_product_flash_attention_for_cpu": "flash (CPU)",
+    "aten::_scaled_dot_product_efficient_attention": "efficient",
+    "aten::_scaled_dot_product_cudnn_attention": "cuDNN",
+    "aten::_scaled_dot_product_attention_math": "math",
+    "aten::_scaled_dot_product_fused_attention_overrideable": "overrideable",
+}
 
 
 def attention_kernels(runner: Runner, batch, dtype) -> list[str]:
@@ -443,8 +450,13 @@ def add_variants(runners: dict, shape: Shape, batch: int, batches, dtype, args, 
 def bench_shape(shape: Shape, batch: int, device, dtype, args, compile_modes: list[str], graphed=False) -> dict:
     config, runners = build(shape.preset, shape.seq, device)
     batches = batches_for(config, batch, shape.seq, device)
-    result = {"preset": shape.preset, "batch": batch, "seq": shape.seq, "tokens_per_step": batch * shape.seq,
-              "parameters": sum(p.numel() for p in runners["albert_hf"].model.parameters())}
+    result = {
+        "preset": shape.preset,
+        "batch": batch,
+        "seq": shape.seq,
+        "tokens_per_step": batch * shape.seq,
+        "parameters": sum(p.numel() for p in runners["albert_hf"].model.parameters()),
+    }
     add_variants(runners, shape, batch, batches, dtype, args, result, compile_modes, graphed)
     step_seconds = time_runners(runners, batches, dtype, device, args, result)
     flops = albert_flops(config, batch, shape.seq, MASKED_PER_SEQ)
@@ -453,13 +465,21 @@ def bench_shape(shape: Shape, batch: int, device, dtype, args, compile_modes: li
     for name, runner in runners.items():
         step_s = step_seconds[name]
         tflops, executed = flops / step_s / 1e12, executed_flops(config, batch, shape.seq, name) / step_s / 1e12
-        result[name] = {"tokens_per_s": batch * shape.seq / step_s, "step_ms": step_s * 1000, "tflops": tflops,
-                        "tflops_executed": executed, "mfu_spec": tflops / peak if peak else None,
-                        "mfu_spec_executed": executed / peak if peak else None, "mfu_gemm": tflops / gemm["mixed"],
-                        "peak_gib": step_peak_gib(runner, batches[0], dtype, device),
-                        "attention": [f"{kernel} (as eager: a CUDA graph hides its ops)" for kernel in
-                                      result["albert_hf"]["attention"]] if runner.replays_graphs else
-                        attention_kernels(runner, batches[0], dtype)}
+        result[name] = {
+            "tokens_per_s": batch * shape.seq / step_s,
+            "step_ms": step_s * 1000,
+            "tflops": tflops,
+            "tflops_executed": executed,
+            "mfu_spec": tflops / peak if peak else None,
+            "mfu_spec_executed": executed / peak if peak else None,
+            "mfu_gemm": tflops / gemm["mixed"],
+            "peak_gib": step_peak_gib(runner, batches[0], dtype, device),
+            "attention": [
+                f"{kernel} (as eager: a CUDA graph hides its ops)" for kernel in result["albert_hf"]["attention"]
+            ]
+            if runner.replays_graphs
+            else attention_kernels(runner, batches[0], dtype),
+        }
     if "albert_hf" in runners:
         ours, first = runners["albert_hf"], batches[0]
         result["albert_hf"].update(host_syncs(lambda: ours.step(first, dtype), device))
@@ -479,32 +499,42 @@ def percent(value) -> str:
 
 
 def print_table(report: dict):
-    print(f"\n{report['device_name']}, {report['mode']}, LAMB; MFU against the spec peak "
-          f"({report['spec_peak_tflops'] or 'unknown'} TFLOP/s) by the model's FLOPs and by the FLOPs each side "
-          "executes, and against the same-run F.linear rate at the model's shapes")
-    shares = [f"{row['preset']} {row['batch']} x {row['seq']} {percent(row['albert_hf']['update_share'])}"
-              for row in report["shapes"] if "update_share" in row.get("albert_hf", {})]
+    print(
+        f"\n{report['device_name']}, {report['mode']}, LAMB; MFU against the spec peak "
+        f"({report['spec_peak_tflops'] or 'unknown'} TFLOP/s) by the model's FLOPs and by the FLOPs each side "
+        "executes, and against the same-run F.linear rate at the model's shapes"
+    )
+    shares = [
+        f"{row['preset']} {row['batch']} x {row['seq']} {percent(row['albert_hf']['update_share'])}"
+        for row in report["shapes"]
+        if "update_share" in row.get("albert_hf", {})
+    ]
     print(f"albert_hf's clipping and LAMB update, share of the step: {', '.join(shares) or '-'}")
-    print("| shape | implementation | tokens/s | step ms | TFLOP/s executed | MFU spec | MFU spec executed | "
-          "MFU GEMM | attention | peak GiB | ours/theirs |")
+    print(
+        "| shape | implementation | tokens/s | step ms | TFLOP/s executed | MFU spec | MFU spec executed | "
+        "MFU GEMM | attention | peak GiB | ours/theirs |"
+    )
     print("|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|")
     for row in report["shapes"]:
         if "error" in row:
             print(f"| {row['shape']} | - | {row['error']} | | | | | | | | |")
             continue
         theirs = row.get("transformers", {}).get("tokens_per_s")
-        for name in [k for k, v in row.items() if isinstance(v, dict) and not k.endswith("check")
-                     and k != "gemm_rates_tflops"]:
+        for name in [
+            k for k, v in row.items() if isinstance(v, dict) and not k.endswith("check") and k != "gemm_rates_tflops"
+        ]:
             cell = row[name]
             if "error" in cell:
                 print(f"| {row['preset']} {row['batch']} x {row['seq']} | {name} | {cell['error']} | | | | | | | | |")
                 continue
             memory = f"{cell['peak_gib']:.2f}" if cell["peak_gib"] is not None else "-"
             ratio = f"{cell['tokens_per_s'] / theirs:.2f}x" if name != "transformers" and theirs else ""
-            print(f"| {row['preset']} {row['batch']} x {row['seq']} | {name} | {cell['tokens_per_s']:,.0f} | "
-                  f"{cell['step_ms']:.1f} | {cell['tflops_executed']:.1f} | {percent(cell['mfu_spec'])} | "
-                  f"{percent(cell['mfu_spec_executed'])} | {percent(cell['mfu_gemm'])} | "
-                  f"{', '.join(cell['attention'])} | {memory} | {ratio} |")
+            print(
+                f"| {row['preset']} {row['batch']} x {row['seq']} | {name} | {cell['tokens_per_s']:,.0f} | "
+                f"{cell['step_ms']:.1f} | {cell['tflops_executed']:.1f} | {percent(cell['mfu_spec'])} | "
+                f"{percent(cell['mfu_spec_executed'])} | {percent(cell['mfu_gemm'])} | "
+                f"{', '.join(cell['attention'])} | {memory} | {ratio} |"
+            )
 
 
 def main(argv=None):
@@ -516,15 +546,27 @@ def main(argv=None):
     parser.add_argument("--windows", type=int, default=6, help="timed windows per implementation")
     parser.add_argument("--window_steps", type=int, default=5)
     parser.add_argument("--max_auto_batch", type=int, default=256, help="where PRESET:auto:SEQ stops doubling")
-    parser.add_argument("--compile_modes", nargs="*", default=[],
-                        help="also albert_hf under torch.compile in these modes (default, reduce-overhead, ...)")
+    parser.add_argument(
+        "--compile_modes",
+        nargs="*",
+        default=[],
+        help="also albert_hf under torch.compile in these modes (default, reduce-overhead, ...)",
+    )
     parser.add_argument("--compile_shapes", nargs="*", default=[], help="the shapes (as in --shapes) to compile at")
-    parser.add_argument("--graph_shapes", nargs="*", default=[],
-                        help="the shapes (as in --shapes) where albert_hf also runs as one CUDA graph a step")
-    parser.add_argument("--unmasked", action="store_true",
-                        help="also albert_hf without the attention mask (the rows are full), as SDPA's flash kernel")
-    parser.add_argument("--time_limit", type=float, default=None,
-                        help="seconds; shapes not started by then are skipped")
+    parser.add_argument(
+        "--graph_shapes",
+        nargs="*",
+        default=[],
+        help="the shapes (as in --shapes) where albert_hf also runs as one CUDA graph a step",
+    )
+    parser.add_argument(
+        "--unmasked",
+        action="store_true",
+        help="also albert_hf without the attention mask (the rows are full), as SDPA's flash kernel",
+    )
+    parser.add_argument(
+        "--time_limit", type=float, default=None, help="seconds; shapes not started by then are skipped"
+    )
     parser.add_argument("--out", default="bench_gpu.json")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
@@ -537,8 +579,14 @@ def main(argv=None):
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     if args.graph_shapes and device.type != "cuda":
         sys.exit("bench_gpu.py: --graph_shapes captures CUDA graphs, which need --device cuda")
-    report = {"device_name": name, "mode": args.mode, "spec_peak_tflops": spec_peak(device, args.mode),
-              "torch": torch.__version__, "args": vars(args), "shapes": []}
+    report = {
+        "device_name": name,
+        "mode": args.mode,
+        "spec_peak_tflops": spec_peak(device, args.mode),
+        "torch": torch.__version__,
+        "args": vars(args),
+        "shapes": [],
+    }
     print(f"bench_gpu on {name} ({args.mode})", flush=True)
     began = time.perf_counter()
     for text in args.shapes:
@@ -551,8 +599,15 @@ def main(argv=None):
             batch = shape.batch or largest_batch(shape, device, dtype, args.max_auto_batch)
             if not batch:
                 raise RuntimeError("batch 8 does not fit")
-            row = bench_shape(shape, batch, device, dtype, args, args.compile_modes if text in args.compile_shapes
-                              else [], graphed=text in args.graph_shapes)
+            row = bench_shape(
+                shape,
+                batch,
+                device,
+                dtype,
+                args,
+                args.compile_modes if text in args.compile_shapes else [],
+                graphed=text in args.graph_shapes,
+            )
             row["largest_batch_searched"] = shape.batch is None
         except Exception as error:  # noqa: BLE001 - recorded; the other shapes still run
             row = {"shape": text, "error": f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"}

@@ -89,31 +89,53 @@ def speed(args, workdir: Path):
     from albert_hf.tokenization import train_tokenizer
 
     train_tokenizer(embedded_corpus(), vocab_size=4000).save_pretrained(tokenizer)
-    common = [str(REPO / "recipes" / "demo.yaml"), "--tokenizer_name", str(tokenizer), "--max_train_steps",
-              str(args.steps), "--logging_steps", "25", "--eval_steps", "0", "--validation_split_percentage", "0",
-              "--no_plots"]
+    common = [
+        str(REPO / "recipes" / "demo.yaml"),
+        "--tokenizer_name",
+        str(tokenizer),
+        "--max_train_steps",
+        str(args.steps),
+        "--logging_steps",
+        "25",
+        "--eval_steps",
+        "0",
+        "--validation_split_percentage",
+        "0",
+        "--no_plots",
+    ]
     runs = {"one source": ["--train_files", str(whole[0])], "two sources by size": sources_args(halves)}
     found = {name: [] for name in runs}
     for round_number in range(args.rounds):
         for name, extra in runs.items():
             out = workdir / f"run-{round_number}-{name.split()[0]}"
-            done = subprocess.run([sys.executable, SCRIPT, *common, "--output_dir", str(out), *extra],
-                                  capture_output=True, text=True)
+            done = subprocess.run(
+                [sys.executable, SCRIPT, *common, "--output_dir", str(out), *extra], capture_output=True, text=True
+            )
             if done.returncode:
                 raise SystemExit(f"{name}: run_pretraining.py failed:\n{done.stderr[-3000:]}")
             rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
             windows = [row for row in rows if "tokens_per_second" in row][1:]
-            found[name].append((statistics.median(row["tokens_per_second"] for row in windows),
-                                statistics.median(row["data_wait"] for row in windows)))
-            print(f"  round {round_number + 1}, {name}: {found[name][-1][0]:,.0f} tokens/s, data_wait "
-                  f"{found[name][-1][1]:.4f}", flush=True)
+            found[name].append(
+                (
+                    statistics.median(row["tokens_per_second"] for row in windows),
+                    statistics.median(row["data_wait"] for row in windows),
+                )
+            )
+            print(
+                f"  round {round_number + 1}, {name}: {found[name][-1][0]:,.0f} tokens/s, data_wait "
+                f"{found[name][-1][1]:.4f}",
+                flush=True,
+            )
     one, two = found["one source"], found["two sources by size"]
     ratios = [b[0] / a[0] for a, b in zip(one, two)]
     print(f"speed, {args.steps} steps of the demo recipe, {args.rounds} rounds A B:")
     for name, values in found.items():
-        print(f"  {name}: median {statistics.median(v[0] for v in values):,.0f} tokens/s (runs "
-              + ", ".join(f"{v[0]:,.0f}" for v in values) + f"); data_wait median "
-              f"{statistics.median(v[1] for v in values):.4f}")
+        print(
+            f"  {name}: median {statistics.median(v[0] for v in values):,.0f} tokens/s (runs "
+            + ", ".join(f"{v[0]:,.0f}" for v in values)
+            + f"); data_wait median "
+            f"{statistics.median(v[1] for v in values):.4f}"
+        )
     print(f"  two / one, pair by pair: {', '.join(f'{r:.3f}' for r in ratios)}; median {statistics.median(ratios):.3f}")
 
 
@@ -139,14 +161,28 @@ def memory(args, workdir: Path):
         else:
             files = write_corpus(workdir, parts)
         extra = ["--train_files", str(files[0])] if parts == 1 else sources_args(files)
-        command = [sys.executable, SCRIPT, "--preprocess_only", "--output_dir", str(workdir / f"prepared{parts}"),
-                   "--max_seq_length", "64", "--vocab_size", "4000", "--validation_split_percentage", "0", *extra]
+        command = [
+            sys.executable,
+            SCRIPT,
+            "--preprocess_only",
+            "--output_dir",
+            str(workdir / f"prepared{parts}"),
+            "--max_seq_length",
+            "64",
+            "--vocab_size",
+            "4000",
+            "--validation_split_percentage",
+            "0",
+            *extra,
+        ]
         peak, seconds, done = peak_of_tree(command)
         if done.returncode:
             raise SystemExit(f"--preprocess_only with {parts} source(s) failed:\n{done.stderr[-3000:]}")
         results[parts] = peak
-        print(f"  --preprocess_only, {parts} source(s): peak Pss_Anon {peak / 2**20:,.0f} MiB, {seconds:.1f} s",
-              flush=True)
+        print(
+            f"  --preprocess_only, {parts} source(s): peak Pss_Anon {peak / 2**20:,.0f} MiB, {seconds:.1f} s",
+            flush=True,
+        )
     print(f"  4 sources / 1: {results[4] / results[1]:.3f}")
 
 
@@ -156,8 +192,11 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--skip_speed", action="store_true")
     parser.add_argument("--skip_memory", action="store_true")
-    parser.add_argument("--memory_corpus", help="a folder of .txt files for the memory part (default: the embedded "
-                        "corpus), split into 4 sources of about equal bytes")
+    parser.add_argument(
+        "--memory_corpus",
+        help="a folder of .txt files for the memory part (default: the embedded "
+        "corpus), split into 4 sources of about equal bytes",
+    )
     args = parser.parse_args(argv)
     import torch
 

@@ -45,9 +45,11 @@ def cpu_description() -> str:
     found, flags = detect(), cpu_flags()
     listed = [f for f in ("amx_bf16", "amx_tile", "avx512_bf16", "avx512f", "avx2") if f in flags]
     cap = os.environ.get("ONEDNN_MAX_CPU_ISA")
-    return (f"CPU: {found.cpu_model}, {os.cpu_count()} logical cores, torch capability {found.cpu_capability}, "
-            f"bf16 units: {found.cpu_bf16_units or 'none'} (flags: {' '.join(listed) or 'none of interest'}"
-            f"{f'; ONEDNN_MAX_CPU_ISA={cap}' if cap else ''})")
+    return (
+        f"CPU: {found.cpu_model}, {os.cpu_count()} logical cores, torch capability {found.cpu_capability}, "
+        f"bf16 units: {found.cpu_bf16_units or 'none'} (flags: {' '.join(listed) or 'none of interest'}"
+        f"{f'; ONEDNN_MAX_CPU_ISA={cap}' if cap else ''})"
+    )
 
 
 def auto_mode() -> str:
@@ -88,16 +90,22 @@ def matmul_peak(dtype, size=2048, repeat=10) -> float:
     return max(_rates(lambda: a @ b, 2 * size**3, repeat))
 
 
-def albert_flops(config, batch, seq, masked_per_seq=MASKED_PER_SEQ, last_layer_queries=None,
-                 mlm_rows_per_seq=None) -> float:
+def albert_flops(
+    config, batch, seq, masked_per_seq=MASKED_PER_SEQ, last_layer_queries=None, mlm_rows_per_seq=None
+) -> float:
     """FLOPs of one training step of `batch` sequences: albert_hf's count (albert_hf/flops.py). MFU counts the
     model's FLOPs (`last_layer_queries` and `mlm_rows_per_seq` None); what an implementation executes differs:
     albert_hf's `last_layer_queries=masked_per_seq + 1`, transformers' MLM head at every position
     (`mlm_rows_per_seq=seq`)."""
     from albert_hf.flops import training_flops_per_token
 
-    return training_flops_per_token(config, seq, masked_per_seq, last_layer_queries=last_layer_queries,
-                                    mlm_rows=mlm_rows_per_seq) * batch * seq
+    return (
+        training_flops_per_token(
+            config, seq, masked_per_seq, last_layer_queries=last_layer_queries, mlm_rows=mlm_rows_per_seq
+        )
+        * batch
+        * seq
+    )
 
 
 def make_models(preset, seq, with_transformers=True):
@@ -165,8 +173,9 @@ def contenders(theirs, ours, compile_ours):
     return models
 
 
-def bench_training(preset, seq, mode, steps, warmup, compile_ours, batch_size=None, masked_per_seq=MASKED_PER_SEQ,
-                   optimizer="lamb"):
+def bench_training(
+    preset, seq, mode, steps, warmup, compile_ours, batch_size=None, masked_per_seq=MASKED_PER_SEQ, optimizer="lamb"
+):
     """Training steps of both implementations, alternating who goes first: tokens/s, step seconds and TFLOP/s
     from the median step. Default: BATCH_TOKENS per step, 20 masked tokens per sequence, LAMB."""
     from albert_hf.optimization import Lamb, parameter_groups
@@ -190,8 +199,10 @@ def bench_training(preset, seq, mode, steps, warmup, compile_ours, batch_size=No
                 times[name].append(seconds)
     medians = {name: statistics.median(t) for name, t in times.items()}
     flops = albert_flops(config, batch_size, seq, masked_per_seq)
-    return {name: {"tokens_per_s": batch_size * seq / s, "step_s": s, "tflops": flops / s / 1e12}
-            for name, s in medians.items()}
+    return {
+        name: {"tokens_per_s": batch_size * seq / s, "step_s": s, "tflops": flops / s / 1e12}
+        for name, s in medians.items()
+    }
 
 
 # The smaller step users run on one machine: batch 8 at seq 128, batch 4 at seq 512, 15% of the positions labelled
@@ -202,8 +213,17 @@ SMALL_MASKED_SHARE = 0.15
 
 def bench_small_training(preset, seq, mode, steps, warmup, compile_ours):
     batch_size = SMALL_BATCH.get(seq, max(1, 1024 // seq))
-    return batch_size, bench_training(preset, seq, mode, steps, warmup, compile_ours, batch_size=batch_size,
-                                      masked_per_seq=round(SMALL_MASKED_SHARE * seq), optimizer="adamw")
+    return batch_size, bench_training(
+        preset,
+        seq,
+        mode,
+        steps,
+        warmup,
+        compile_ours,
+        batch_size=batch_size,
+        masked_per_seq=round(SMALL_MASKED_SHARE * seq),
+        optimizer="adamw",
+    )
 
 
 def bench_classification_inference(preset, mode, batches, steps, warmup, compile_ours=None, **config_overrides):
@@ -237,8 +257,9 @@ def bench_inference(preset, seq, mode, steps, warmup, compile_ours=None):
     config = albert_hf.AlbertHFConfig.from_preset(preset)
     inputs = make_batch(config, BATCH_TOKENS // seq, seq, torch.Generator().manual_seed(1))
     inputs = {k: inputs[k] for k in ("input_ids", "token_type_ids", "attention_mask")}
-    return bench_classification_inference(preset, mode, [inputs], steps, warmup, compile_ours,
-                                          max_position_embeddings=max(512, seq))
+    return bench_classification_inference(
+        preset, mode, [inputs], steps, warmup, compile_ours, max_position_embeddings=max(512, seq)
+    )
 
 
 GLUE_EVAL_TASKS = ("sst2", "mrpc", "rte", "qnli")
@@ -259,8 +280,10 @@ def glue_eval_batches(glue_dir, tokenizer_path, batch_size=32, max_seq_length=12
 
     datasets.disable_progress_bars()
     tasks = {name: get_task(name) for name in GLUE_EVAL_TASKS}
-    dev = {name: read_glue_tsv(Path(glue_dir) / task.folder / task.tsv_files["validation"], task)
-           for name, task in tasks.items()}
+    dev = {
+        name: read_glue_tsv(Path(glue_dir) / task.folder / task.tsv_files["validation"], task)
+        for name, task in tasks.items()
+    }
     if tokenizer_path:
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
     else:
@@ -270,8 +293,9 @@ def glue_eval_batches(glue_dir, tokenizer_path, batch_size=32, max_seq_length=12
     batches = []
     for name, task in tasks.items():
         rows = dev[name].select(range(min(len(dev[name]), batch_size * batches_per_task)))
-        encoded = rows.map(tokenize_function(tokenizer, task, max_seq_length, False), batched=True,
-                           remove_columns=rows.column_names)
+        encoded = rows.map(
+            tokenize_function(tokenizer, task, max_seq_length, False), batched=True, remove_columns=rows.column_names
+        )
         for start in range(0, len(encoded), batch_size):
             batch = pad([encoded[i] for i in range(start, min(start + batch_size, len(encoded)))])
             batches.append({k: batch[k] for k in ("input_ids", "token_type_ids", "attention_mask")})
@@ -285,11 +309,14 @@ def bench_padded_inference(preset, mode, batches, steps, warmup, compile_ours=No
     real = sum(int(b["attention_mask"].sum()) for b in batches)
     positions = sum(b["attention_mask"].numel() for b in batches)
     # the tokenizer may have more pieces than a small preset's vocabulary (tiny: 1000)
-    vocab_size = max(albert_hf.AlbertHFConfig.from_preset(preset).vocab_size,
-                     1 + max(int(b["input_ids"].max()) for b in batches))
-    return {"padding_share": 1 - real / positions, "batches": len(batches),
-            **bench_classification_inference(preset, mode, batches, steps, warmup, compile_ours,
-                                             vocab_size=vocab_size)}
+    vocab_size = max(
+        albert_hf.AlbertHFConfig.from_preset(preset).vocab_size, 1 + max(int(b["input_ids"].max()) for b in batches)
+    )
+    return {
+        "padding_share": 1 - real / positions,
+        "batches": len(batches),
+        **bench_classification_inference(preset, mode, batches, steps, warmup, compile_ours, vocab_size=vocab_size),
+    }
 
 
 def step_tensor_memory(model, batch, mode) -> dict:
@@ -319,40 +346,60 @@ def step_tensor_memory(model, batch, mode) -> dict:
 def bench_memory(preset, seq, mode):
     config, ours, theirs = make_models(preset, seq)
     batch = make_batch(config, BATCH_TOKENS // seq, seq, torch.Generator().manual_seed(0))
-    return {"transformers": step_tensor_memory(theirs.train(), batch, mode),
-            "albert_hf": step_tensor_memory(ours.train(), batch, mode)}
+    return {
+        "transformers": step_tensor_memory(theirs.train(), batch, mode),
+        "albert_hf": step_tensor_memory(ours.train(), batch, mode),
+    }
 
 
 def print_eager_line(what, result, unit):
     """Under --compile, the eager albert_hf timed in the same run: its ratio, and what compiling bought."""
     if result and "albert_hf eager" in result:
         hf, eager, fast = (result[k][unit] for k in ("transformers", "albert_hf eager", "albert_hf"))
-        print(f"{'':17}(same run, {what}, albert_hf eager: {eager:.1f}, ratio {eager / hf:.2f}; "
-              f"compiled / eager {fast / eager:.2f})", flush=True)
+        print(
+            f"{'':17}(same run, {what}, albert_hf eager: {eager:.1f}, ratio {eager / hf:.2f}; "
+            f"compiled / eager {fast / eager:.2f})",
+            flush=True,
+        )
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--presets", nargs="+", default=["base"])
     parser.add_argument("--seqs", nargs="+", type=int, default=[128, 512])
-    parser.add_argument("--modes", nargs="+", default=["auto"], choices=["auto", "fp32", "bf16"],
-                        help="auto: the precision run_pretraining.py picks here (bf16 with bf16 units, else fp32)")
+    parser.add_argument(
+        "--modes",
+        nargs="+",
+        default=["auto"],
+        choices=["auto", "fp32", "bf16"],
+        help="auto: the precision run_pretraining.py picks here (bf16 with bf16 units, else fp32)",
+    )
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--compile", choices=["model", "blocks"], default=None,
-                        help="torch.compile albert_hf (not transformers): the whole model, or each block "
-                        "(compile_blocks, which keeps padding removal and the last-block selection)")
-    parser.add_argument("--no-eager", action="store_true",
-                        help="under --compile, do not also time the eager albert_hf: only two models in the "
-                        "process (a third one slowed transformers' step, see BENCHMARKS.md)")
+    parser.add_argument(
+        "--compile",
+        choices=["model", "blocks"],
+        default=None,
+        help="torch.compile albert_hf (not transformers): the whole model, or each block "
+        "(compile_blocks, which keeps padding removal and the last-block selection)",
+    )
+    parser.add_argument(
+        "--no-eager",
+        action="store_true",
+        help="under --compile, do not also time the eager albert_hf: only two models in the "
+        "process (a third one slowed transformers' step, see BENCHMARKS.md)",
+    )
     parser.add_argument("--no-memory", action="store_true")
     parser.add_argument("--json", default=None, help="also write the results here")
-    parser.add_argument("--glue_dir", default=None,
-                        help="GLUE download (the original glue_data folder) for the padded-inference rows "
-                        "(skipped without it)")
+    parser.add_argument(
+        "--glue_dir",
+        default=None,
+        help="GLUE download (the original glue_data folder) for the padded-inference rows (skipped without it)",
+    )
     parser.add_argument("--glue_tokenizer", default=None, help="tokenizer for those rows (default: trained on them)")
-    parser.add_argument("--only", choices=["training", "inference", "small", "glue"], default=None,
-                        help="run one part only")
+    parser.add_argument(
+        "--only", choices=["training", "inference", "small", "glue"], default=None, help="run one part only"
+    )
     args = parser.parse_args(argv)
     args.modes = list(dict.fromkeys(auto_mode() if mode == "auto" else mode for mode in args.modes))
     global EAGER_BASELINE
@@ -369,14 +416,19 @@ def main(argv=None):
         for mode in args.modes:
             gemm[preset, mode] = gemm_peak(config, BATCH_TOKENS, DTYPES[mode])
             square = matmul_peak(DTYPES[mode])
-            print(f"measured peak, {preset} {mode}: F.linear at its GEMM shapes, median "
-                  f"{gemm[preset, mode]['median']:.2f} TFLOP/s ("
-                  + ", ".join(f"{k} {v:.2f}" for k, v in gemm[preset, mode].items() if k != "median")
-                  + f"); 2048^3 matmul, best of 10: {square:.2f}", flush=True)
+            print(
+                f"measured peak, {preset} {mode}: F.linear at its GEMM shapes, median "
+                f"{gemm[preset, mode]['median']:.2f} TFLOP/s ("
+                + ", ".join(f"{k} {v:.2f}" for k, v in gemm[preset, mode].items() if k != "median")
+                + f"); 2048^3 matmul, best of 10: {square:.2f}",
+                flush=True,
+            )
     rows = []
-    header = (f"{'preset':7} {'seq':>4} {'mode':5} | {'train tok/s HF':>14} {'ours':>8} {'ratio':>6} | "
-              f"{'MFU HF':>6} {'ours':>6} | {'mem MB HF':>9} {'ours':>7} {'ratio':>6} | "
-              f"{'infer seq/s HF':>14} {'ours':>8} {'ratio':>6}")
+    header = (
+        f"{'preset':7} {'seq':>4} {'mode':5} | {'train tok/s HF':>14} {'ours':>8} {'ratio':>6} | "
+        f"{'MFU HF':>6} {'ours':>6} | {'mem MB HF':>9} {'ours':>7} {'ratio':>6} | "
+        f"{'infer seq/s HF':>14} {'ours':>8} {'ratio':>6}"
+    )
     print(header)
     print("-" * len(header))
     dash = f"{'-':>6}"
@@ -390,13 +442,18 @@ def main(argv=None):
                 if args.only in (None, "inference"):
                     infer = bench_inference(preset, seq, mode, args.steps, args.warmup, args.compile)
                 peak = gemm[preset, mode]["median"]
-                rows.append(dict(preset=preset, seq=seq, mode=mode, train=train, inference=infer, memory=memory,
-                                 peak_tflops=peak))
+                rows.append(
+                    dict(
+                        preset=preset, seq=seq, mode=mode, train=train, inference=infer, memory=memory, peak_tflops=peak
+                    )
+                )
                 cells = [f"{preset:7} {seq:>4} {mode:5}"]
                 if train:
                     hf, us = train["transformers"], train["albert_hf"]
-                    cells.append(f"{hf['tokens_per_s']:14.0f} {us['tokens_per_s']:8.0f} "
-                                 f"{us['tokens_per_s'] / hf['tokens_per_s']:6.2f}")
+                    cells.append(
+                        f"{hf['tokens_per_s']:14.0f} {us['tokens_per_s']:8.0f} "
+                        f"{us['tokens_per_s'] / hf['tokens_per_s']:6.2f}"
+                    )
                     cells.append(f"{hf['tflops'] / peak:6.1%} {us['tflops'] / peak:6.1%}")
                 else:
                     cells += [f"{'-':>14} {'-':>8} {dash}", f"{dash} {dash}"]
@@ -415,40 +472,54 @@ def main(argv=None):
                 print_eager_line("inference", infer, "sequences_per_s")
 
     if args.only in (None, "small"):
-        print(f"\nThe smaller step: batch {SMALL_BATCH[128]} at seq 128, {SMALL_BATCH[512]} at seq 512, "
-              f"{SMALL_MASKED_SHARE:.0%} of positions labelled, AdamW")
+        print(
+            f"\nThe smaller step: batch {SMALL_BATCH[128]} at seq 128, {SMALL_BATCH[512]} at seq 512, "
+            f"{SMALL_MASKED_SHARE:.0%} of positions labelled, AdamW"
+        )
         for preset in args.presets:
             for seq in args.seqs:
                 for mode in args.modes:
                     batch_size, small = bench_small_training(preset, seq, mode, args.steps, args.warmup, args.compile)
                     peak = gemm[preset, mode]["median"]
-                    rows.append(dict(preset=preset, seq=seq, mode=mode, batch=batch_size, small_train=small,
-                                     peak_tflops=peak))
+                    rows.append(
+                        dict(preset=preset, seq=seq, mode=mode, batch=batch_size, small_train=small, peak_tflops=peak)
+                    )
                     hf, us = small["transformers"], small["albert_hf"]
-                    print(f"{preset:7} {seq:>4} {mode:5} batch {batch_size:2} | tok/s HF {hf['tokens_per_s']:.0f}, "
-                          f"ours "
-                          f"{us['tokens_per_s']:.0f}, ratio {us['tokens_per_s'] / hf['tokens_per_s']:.2f} | MFU HF "
-                          f"{hf['tflops'] / peak:.1%}, ours {us['tflops'] / peak:.1%}", flush=True)
+                    print(
+                        f"{preset:7} {seq:>4} {mode:5} batch {batch_size:2} | tok/s HF {hf['tokens_per_s']:.0f}, "
+                        f"ours "
+                        f"{us['tokens_per_s']:.0f}, ratio {us['tokens_per_s'] / hf['tokens_per_s']:.2f} | MFU HF "
+                        f"{hf['tflops'] / peak:.1%}, ours {us['tflops'] / peak:.1%}",
+                        flush=True,
+                    )
                     print_eager_line("smaller step", small, "tokens_per_s")
 
     if args.only in (None, "glue") and args.glue_dir and Path(args.glue_dir).is_dir():
         batches = glue_eval_batches(args.glue_dir, args.glue_tokenizer)
-        print(f"\nSequence-classification inference on GLUE dev batches as Trainer pads them ({len(batches)} "
-              f"batches of 32 from {', '.join(GLUE_EVAL_TASKS)}, max_seq_length 128)")
+        print(
+            f"\nSequence-classification inference on GLUE dev batches as Trainer pads them ({len(batches)} "
+            f"batches of 32 from {', '.join(GLUE_EVAL_TASKS)}, max_seq_length 128)"
+        )
         for preset in args.presets:
             for mode in args.modes:
                 glue = bench_padded_inference(preset, mode, batches, args.steps, args.warmup, args.compile)
                 rows.append(dict(preset=preset, mode=mode, glue_inference=glue))
                 ihf, ius = glue["transformers"]["sequences_per_s"], glue["albert_hf"]["sequences_per_s"]
-                print(f"{preset:7} {mode:5} | padding {glue['padding_share']:.0%} of positions | seq/s HF {ihf:.1f}, "
-                      f"ours {ius:.1f}, ratio {ius / ihf:.2f}", flush=True)
+                print(
+                    f"{preset:7} {mode:5} | padding {glue['padding_share']:.0%} of positions | seq/s HF {ihf:.1f}, "
+                    f"ours {ius:.1f}, ratio {ius / ihf:.2f}",
+                    flush=True,
+                )
                 print_eager_line("inference", glue, "sequences_per_s")
     elif args.only == "glue":
         raise SystemExit(f"error: --only glue needs --glue_dir naming a GLUE download (got {args.glue_dir})")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"cpu": cpu_description(), "gemm_peaks": {f"{k[0]} {k[1]}": v for k, v in gemm.items()},
-                       "rows": rows}, f, indent=2)
+            json.dump(
+                {"cpu": cpu_description(), "gemm_peaks": {f"{k[0]} {k[1]}": v for k, v in gemm.items()}, "rows": rows},
+                f,
+                indent=2,
+            )
 
 
 if __name__ == "__main__":

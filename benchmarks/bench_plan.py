@@ -33,10 +33,16 @@ COMMON = ["--eval_steps", "0", "--validation_split_percentage", "0", "--no_plots
 
 
 def planned(case: list[str], out: Path) -> dict:
-    code = ("import json, sys; from albert_hf.pretraining.job import main; "
-            "print('PLAN ' + json.dumps(main(sys.argv[1:])))")
-    done = subprocess.run([sys.executable, "-c", code, "--output_dir", str(out), *case, *COMMON, "--dry_run"],
-                          capture_output=True, text=True, cwd=REPO, check=True)
+    code = (
+        "import json, sys; from albert_hf.pretraining.job import main; print('PLAN ' + json.dumps(main(sys.argv[1:])))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, "--output_dir", str(out), *case, *COMMON, "--dry_run"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=True,
+    )
     return json.loads(next(line[5:] for line in done.stdout.splitlines() if line.startswith("PLAN ")))
 
 
@@ -44,9 +50,21 @@ def measured(case: list[str], out: Path, steps: int) -> dict:
     """The real run's peak Pss_Anon from its start line on, and its median tokens/s."""
     log = out.with_suffix(".stderr")
     with open(log, "w") as stderr:
-        process = subprocess.Popen([sys.executable, "run_pretraining.py", "--output_dir", str(out), *case, *COMMON,
-                                    "--max_train_steps", str(steps)], cwd=REPO, stdout=subprocess.DEVNULL,
-                                   stderr=stderr)
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "run_pretraining.py",
+                "--output_dir",
+                str(out),
+                *case,
+                *COMMON,
+                "--max_train_steps",
+                str(steps),
+            ],
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
         peak, training = 0, False
         while process.poll() is None:
             training = training or "parameters; global batch" in log.read_text()
@@ -72,10 +90,12 @@ def main():
         for name in args.cases:
             plan = planned(CASES[name], Path(folder) / f"{name}-plan")
             run = measured(CASES[name], Path(folder) / f"{name}-run", args.steps)
-            print(f"| {name} | {plan['peak_bytes'] / 2**20:,.0f} MiB | {run['peak_bytes'] / 2**20:,.0f} MiB | "
-                  f"{plan['peak_bytes'] / run['peak_bytes']:.2f} | {plan['tokens_per_second']:,.0f} | "
-                  f"{run['tokens_per_second']:,.0f} | {plan['tokens_per_second'] / run['tokens_per_second']:.2f} |",
-                  flush=True)
+            print(
+                f"| {name} | {plan['peak_bytes'] / 2**20:,.0f} MiB | {run['peak_bytes'] / 2**20:,.0f} MiB | "
+                f"{plan['peak_bytes'] / run['peak_bytes']:.2f} | {plan['tokens_per_second']:,.0f} | "
+                f"{run['tokens_per_second']:,.0f} | {plan['tokens_per_second'] / run['tokens_per_second']:.2f} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -37,8 +37,10 @@ def main(argv=None):
     batch = dict(input_ids=ids, attention_mask=mask, labels=labels, sentence_order_label=torch.randint(0, 2, (8,)))
     ready = {"ready": True}
     modeling.AlbertHFTransformer.ready_weights_pay_on = staticmethod(lambda device: ready["ready"])
-    print(f"{cpu_model()}, torch {torch.__version__}, capability {torch.backends.cpu.get_cpu_capability()}, "
-          f"{args.threads} threads, {args.preset} 8 x 128")
+    print(
+        f"{cpu_model()}, torch {torch.__version__}, capability {torch.backends.cpu.get_cpu_capability()}, "
+        f"{args.threads} threads, {args.preset} 8 x 128"
+    )
     for bf16 in (True, False):
         times = {"ready": [], "module": []}
         for step in range(args.steps):
@@ -51,8 +53,10 @@ def main(argv=None):
                 loss.backward()
                 times[name].append(time.perf_counter() - began)
         median = {name: statistics.median(values[1:]) for name, values in times.items()}
-        print(f"{'bf16' if bf16 else 'fp32'}: ready {median['ready']:.3f} s, module {median['module']:.3f} s, "
-              f"ready / module {median['ready'] / median['module']:.3f}")
+        print(
+            f"{'bf16' if bf16 else 'fp32'}: ready {median['ready']:.3f} s, module {median['module']:.3f} s, "
+            f"ready / module {median['ready'] / median['module']:.3f}"
+        )
 
 
 if __name__ == "__main__":

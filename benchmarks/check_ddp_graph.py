@@ -53,14 +53,16 @@ def main(argv=None):
     parser.add_argument("--out", default="ddp_graph.json")
     args = parser.parse_args(argv)
     cuda = args.device == "cuda"
-    accelerator = Accelerator(cpu=not cuda, mixed_precision="bf16" if cuda else "no",
-                              kwargs_handlers=[AutocastKwargs(cache_enabled=False)])
+    accelerator = Accelerator(
+        cpu=not cuda, mixed_precision="bf16" if cuda else "no", kwargs_handlers=[AutocastKwargs(cache_enabled=False)]
+    )
     if not torch.distributed.is_initialized():  # one process: accelerate sets up no group
         torch.distributed.init_process_group("nccl" if cuda else "gloo")
     device, rank = accelerator.device, torch.distributed.get_rank()
     batch, seq = (int(n) for n in args.shape.split("x"))
-    config = albert_hf.AlbertHFConfig.from_preset(args.preset, max_position_embeddings=max(512, seq),
-                                                  hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    config = albert_hf.AlbertHFConfig.from_preset(
+        args.preset, max_position_embeddings=max(512, seq), hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0
+    )
     torch.manual_seed(0)
     reference = albert_hf.AlbertHFForPreTraining(config).to(device).train()
     forms = {}
@@ -69,11 +71,18 @@ def main(argv=None):
         if cuda:
             model.compile_blocks(dynamic=False)
         optimizer = Lamb(parameter_groups(model), lr=1e-4)
-        wrapped = (DistributedDataParallel(model, device_ids=[device.index] if cuda else None)
-                   if name.startswith("ddp") else model)
-        step = (StepGraph(wrapped, optimizer, accelerator, 1.0, "global",
-                          **({} if cuda else {"graph_factory": RunsEagerly}))
-                if name.endswith("graph") else None)
+        wrapped = (
+            DistributedDataParallel(model, device_ids=[device.index] if cuda else None)
+            if name.startswith("ddp")
+            else model
+        )
+        step = (
+            StepGraph(
+                wrapped, optimizer, accelerator, 1.0, "global", **({} if cuda else {"graph_factory": RunsEagerly})
+            )
+            if name.endswith("graph")
+            else None
+        )
         forms[name] = (wrapped, optimizer, step)
     batches = [[b] for b in batches_for(config, batch, seq, device)]  # the same in every process
     scheduler = SimpleNamespace(step=lambda: None)  # a constant learning rate
@@ -84,17 +93,25 @@ def main(argv=None):
             return training_step(model, micro_batches, optimizer, scheduler, accelerator, 1.0)
         return step(micro_batches)
 
-    report = {"device": torch.cuda.get_device_name() if cuda else "cpu", "torch": torch.__version__,
-              "world_size": torch.distributed.get_world_size(), "args": vars(args), "losses": {}, "step_ms": {}}
+    report = {
+        "device": torch.cuda.get_device_name() if cuda else "cpu",
+        "torch": torch.__version__,
+        "world_size": torch.distributed.get_world_size(),
+        "args": vars(args),
+        "losses": {},
+        "step_ms": {},
+    }
     for name in forms:  # the same batches in the same order: the losses compare step by step
         began = time.perf_counter()
         report["losses"][name] = [mlm_loss(run(name, batches[i % 2])) for i in range(args.steps)]
-        print(f"{name}: {args.steps} steps in {time.perf_counter() - began:.1f} s (capture and compile included)",
-              flush=True)
+        print(
+            f"{name}: {args.steps} steps in {time.perf_counter() - began:.1f} s (capture and compile included)",
+            flush=True,
+        )
     eager = report["losses"]["ddp eager"]
     report["largest_relative_difference"] = {
-        name: max(abs(a - b) / abs(b) for a, b in zip(report["losses"][name], eager))
-        for name in ("ddp graph", "graph")}
+        name: max(abs(a - b) / abs(b) for a, b in zip(report["losses"][name], eager)) for name in ("ddp graph", "graph")
+    }
     for name in forms:
         times = []
         for _ in range(args.windows):

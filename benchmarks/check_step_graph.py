@@ -22,34 +22,58 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 # the whole-step graph as a run gets it with no flag (--torch_compile_mode auto on a CUDA device)
-FORMS = {"eager": ["--torch_compile_mode", "none"], "compiled": ["--torch_compile_mode", "default"],
-         "default step": []}
+FORMS = {"eager": ["--torch_compile_mode", "none"], "compiled": ["--torch_compile_mode", "default"], "default step": []}
 
 
 def run(name: str, extra: list[str], shape: str, args) -> dict:
     batch, seq = shape.split("x")
     out = Path(args.work_dir) / f"{shape}_{name.replace(' ', '_')}"
-    command = [sys.executable, str(REPO / "run_pretraining.py"), "--output_dir", str(out), "--overwrite_output_dir",
-               "--model_config", args.preset, "--max_seq_length", seq, "--per_device_train_batch_size",
-               batch, "--max_train_steps", str(args.steps), "--logging_steps", str(args.logging_steps),
-               "--eval_steps", "0", "--validation_split_percentage", "0", "--seed", "0",
-               *(["--train_files", *args.train_files] if args.train_files else []), *extra]
+    command = [
+        sys.executable,
+        str(REPO / "run_pretraining.py"),
+        "--output_dir",
+        str(out),
+        "--overwrite_output_dir",
+        "--model_config",
+        args.preset,
+        "--max_seq_length",
+        seq,
+        "--per_device_train_batch_size",
+        batch,
+        "--max_train_steps",
+        str(args.steps),
+        "--logging_steps",
+        str(args.logging_steps),
+        "--eval_steps",
+        "0",
+        "--validation_split_percentage",
+        "0",
+        "--seed",
+        "0",
+        *(["--train_files", *args.train_files] if args.train_files else []),
+        *extra,
+    ]
     began = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
     seconds = time.perf_counter() - began
     lines = done.stderr.splitlines()
-    result = {"command": " ".join(command[1:]), "returncode": done.returncode, "seconds": round(seconds, 1),
-              "start_line": next((line for line in lines if " parameters; global batch " in line), None),
-              "first_step": next((line for line in lines if "the first step took" in line), None),
-              "eager_steps_line": next((line for line in lines if "runs eagerly" in line), None)}
+    result = {
+        "command": " ".join(command[1:]),
+        "returncode": done.returncode,
+        "seconds": round(seconds, 1),
+        "start_line": next((line for line in lines if " parameters; global batch " in line), None),
+        "first_step": next((line for line in lines if "the first step took" in line), None),
+        "eager_steps_line": next((line for line in lines if "runs eagerly" in line), None),
+    }
     if done.returncode != 0:
         result["stderr_tail"] = done.stderr[-3000:]
         return result
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     rows = [row for row in rows if "train_mlm_loss" in row]
-    result.update(losses=[(row["step"], row["train_mlm_loss"], row.get("train_sop_loss")) for row in rows],
-                  tokens_per_second=statistics.median(row["tokens_per_second"] for row in rows[1:]) if len(rows) > 1
-                  else None)
+    result.update(
+        losses=[(row["step"], row["train_mlm_loss"], row.get("train_sop_loss")) for row in rows],
+        tokens_per_second=statistics.median(row["tokens_per_second"] for row in rows[1:]) if len(rows) > 1 else None,
+    )
     return result
 
 
@@ -91,8 +115,10 @@ def main(argv=None):
                 print(f"| {shape} | {name} | failed | {result.get('seconds', '-')} | | |")
                 continue
             losses = result["losses"]
-            print(f"| {shape} | {name} | {result['tokens_per_second'] or 0:,.0f} | {result['seconds']} | "
-                  f"{losses[0][1]:.4f} | {losses[-1][1]:.4f} |")
+            print(
+                f"| {shape} | {name} | {result['tokens_per_second'] or 0:,.0f} | {result['seconds']} | "
+                f"{losses[0][1]:.4f} | {losses[-1][1]:.4f} |"
+            )
     differences = report["largest_relative_difference"]
     print(f"default step against {reference}, largest relative difference of a window's MLM loss: {differences}")
     compared = not compare or len(differences) == len(args.shapes)

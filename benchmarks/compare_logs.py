@@ -32,11 +32,17 @@ def main(argv=None):
     steps = sorted(step for step in run if step > args.after)
     missing = [step for step in steps if step not in resumed]
     compared = [step for step in steps if step in resumed]
-    differences = {step: max(abs(a - b) / abs(a) for a, b in zip(run[step], resumed[step]) if a is not None)
-                   for step in compared}
+    differences = {
+        step: max(abs(a - b) / abs(a) for a, b in zip(run[step], resumed[step]) if a is not None) for step in compared
+    }
     largest = max(differences.values(), default=None)
-    result = {"run": {str(k): v for k, v in run.items()}, "resumed": {str(k): v for k, v in resumed.items()},
-              "steps_compared": compared, "missing": missing, "largest_relative_difference": largest}
+    result = {
+        "run": {str(k): v for k, v in run.items()},
+        "resumed": {str(k): v for k, v in resumed.items()},
+        "steps_compared": compared,
+        "missing": missing,
+        "largest_relative_difference": largest,
+    }
     if args.out:
         args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"steps compared {compared}, missing {missing}, largest relative difference {largest}")

@@ -57,8 +57,10 @@ def main():
     torch.set_num_threads(1)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="albert_hf_fuzz_"))
     resources = Resources(tiny_checkpoint(workdir / "tiny"), workdir)
-    print(f"{cpu_model()}; {len(args.kinds)} kinds x {args.cases_per_kind} cases, "
-          f"seeds from {args.first_seed}; cases in {workdir}")
+    print(
+        f"{cpu_model()}; {len(args.kinds)} kinds x {args.cases_per_kind} cases, "
+        f"seeds from {args.first_seed}; cases in {workdir}"
+    )
     seeds = range(args.first_seed, args.first_seed + args.cases_per_kind)
     header = f"| kind | {' | '.join(OUTCOMES)} | s |"
     print(header + "\n|---" + "|---:" * (len(OUTCOMES) + 1) + "|")
@@ -70,8 +72,10 @@ def main():
         failures += failed
         for outcome in OUTCOMES:
             totals[outcome] += counts[kind, outcome]
-        print(f"| {kind} | {' | '.join(f'{counts[kind, o]:,}' for o in OUTCOMES)} | "
-              f"{time.perf_counter() - start:.0f} |", flush=True)
+        print(
+            f"| {kind} | {' | '.join(f'{counts[kind, o]:,}' for o in OUTCOMES)} | {time.perf_counter() - start:.0f} |",
+            flush=True,
+        )
     print(f"| all | {' | '.join(f'{totals[o]:,}' for o in OUTCOMES)} | {time.perf_counter() - start_all:.0f} |")
     for case in failures[:10]:
         print(f"\n{case.kind} seed {case.seed}: {case.outcome}\n{case.detail}")

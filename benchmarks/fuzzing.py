@@ -41,8 +41,28 @@ FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
 
 
 def _random_bytes(rng: random.Random, count: int) -> bytes:
-    pool = [b"\x00", b"\xff", b"\xc3", b"\t", b"\n", b"\r\n", b",", b'"', b"{", b"}", b"[", b"]", b":", b"\xef\xbb\xbf",
-            b"\xe2\x96\x81", b"\\", b"null", b"-1", b"1e999", b"NaN"]
+    pool = [
+        b"\x00",
+        b"\xff",
+        b"\xc3",
+        b"\t",
+        b"\n",
+        b"\r\n",
+        b",",
+        b'"',
+        b"{",
+        b"}",
+        b"[",
+        b"]",
+        b":",
+        b"\xef\xbb\xbf",
+        b"\xe2\x96\x81",
+        b"\\",
+        b"null",
+        b"-1",
+        b"1e999",
+        b"NaN",
+    ]
     out = b""
     while len(out) < count:
         out += rng.choice(pool) if rng.random() < 0.5 else bytes([rng.randrange(256)])
@@ -55,17 +75,17 @@ def mutate_bytes(data: bytes, rng: random.Random) -> bytes:
         n = len(data)
         op = rng.choice(["truncate", "delete", "insert", "overwrite", "duplicate", "lines", "empty_or_blank"])
         if op == "truncate":
-            data = data[:rng.randrange(n + 1)]
+            data = data[: rng.randrange(n + 1)]
         elif op == "delete" and n:
             start = rng.randrange(n)
-            data = data[:start] + data[start + rng.randint(1, max(1, n // 4)):]
+            data = data[:start] + data[start + rng.randint(1, max(1, n // 4)) :]
         elif op == "insert":
             at = rng.randrange(n + 1)
             data = data[:at] + _random_bytes(rng, rng.randint(1, 16)) + data[at:]
         elif op == "overwrite" and n:
             at = rng.randrange(n)
             patch = _random_bytes(rng, rng.randint(1, 8))
-            data = data[:at] + patch + data[at + len(patch):]
+            data = data[:at] + patch + data[at + len(patch) :]
         elif op == "duplicate" and n:
             start = rng.randrange(n)
             end = min(n, start + rng.randint(1, 64))
@@ -89,8 +109,31 @@ def mutate_bytes(data: bytes, rng: random.Random) -> bytes:
     return data
 
 
-_STRANGE_VALUES = [None, "", " ", 0, -1, 1, 2, 7, 3.5, float("inf"), True, [], {}, [1, 2], {"a": 1}, "x" * 3000,
-                   "\u2581", "<unk>", "[MASK]", "A", "entailment", "\x00", "😀" * 5]
+_STRANGE_VALUES = [
+    None,
+    "",
+    " ",
+    0,
+    -1,
+    1,
+    2,
+    7,
+    3.5,
+    float("inf"),
+    True,
+    [],
+    {},
+    [1, 2],
+    {"a": 1},
+    "x" * 3000,
+    "\u2581",
+    "<unk>",
+    "[MASK]",
+    "A",
+    "entailment",
+    "\x00",
+    "😀" * 5,
+]
 
 
 def _strange(rng: random.Random):
@@ -152,8 +195,11 @@ def mutate_file(path: Path, rng: random.Random, structural: bool) -> None:
             if path.suffix == ".jsonl":
                 rows = [json.loads(line) for line in data.decode("utf-8").splitlines() if line.strip()]
                 rows = mutate_json(rows, rng)
-                lines = [json.dumps(row, ensure_ascii=rng.random() < 0.5) for row in rows] if isinstance(rows, list) \
+                lines = (
+                    [json.dumps(row, ensure_ascii=rng.random() < 0.5) for row in rows]
+                    if isinstance(rows, list)
                     else [json.dumps(rows)]
+                )
                 path.write_text("\n".join(lines) + "\n", encoding="utf-8")
             else:
                 path.write_text(json.dumps(mutate_json(json.loads(data), rng)), encoding="utf-8")
@@ -167,34 +213,72 @@ def mutate_file(path: Path, rng: random.Random, structural: bool) -> None:
 # Seed inputs
 
 
-MRPC_TSV = ("\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
-            "1\t1\t2\tThe cat sat on the mat.\tA cat was sitting on the mat.\n"
-            "0\t3\t4\tStocks fell sharply on Monday.\tThe weather was warm in Paris.\n"
-            "1\t5\t6\tHe bought a new car.\tHe purchased a new automobile.\n"
-            "0\t7\t8\tThe meeting was cancelled.\tShe plays the violin well.\n")
+MRPC_TSV = (
+    "\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
+    "1\t1\t2\tThe cat sat on the mat.\tA cat was sitting on the mat.\n"
+    "0\t3\t4\tStocks fell sharply on Monday.\tThe weather was warm in Paris.\n"
+    "1\t5\t6\tHe bought a new car.\tHe purchased a new automobile.\n"
+    "0\t7\t8\tThe meeting was cancelled.\tShe plays the violin well.\n"
+)
 SST2_CSV = 'sentence,label\n"a gripping, moving film",1\ndull and far too long,0\n"wonderful cast, weak plot",1\n'
-RTE_JSONL = "".join(json.dumps(row) + "\n" for row in [
-    {"sentence1": "A man is playing a guitar.", "sentence2": "A man plays music.", "label": "entailment"},
-    {"sentence1": "The sun rises in the west.", "sentence2": "The sun rises in the east.", "label": 1},
-    {"sentence1": "Dogs are animals.", "sentence2": "Dogs are living beings.", "label": "not_entailment"},
-])
-SQUAD = {"version": "v2.0", "data": [{"title": "Sky", "paragraphs": [
-    {"context": "The sky is blue because air scatters blue light more than red light.",
-     "qas": [{"id": "q1", "question": "Why is the sky blue?",
-              "answers": [{"text": "air scatters blue light", "answer_start": 24}]},
-             {"id": "q2", "question": "What colour is the sky?", "answers": [{"text": "blue", "answer_start": 11}]}]},
-    {"context": "Paris is the capital of France. It lies on the Seine.",
-     "qas": [{"id": "q3", "question": "Which river runs through Paris?",
-              "answers": [{"text": "the Seine", "answer_start": 44}]}]}]}]}
+RTE_JSONL = "".join(
+    json.dumps(row) + "\n"
+    for row in [
+        {"sentence1": "A man is playing a guitar.", "sentence2": "A man plays music.", "label": "entailment"},
+        {"sentence1": "The sun rises in the west.", "sentence2": "The sun rises in the east.", "label": 1},
+        {"sentence1": "Dogs are animals.", "sentence2": "Dogs are living beings.", "label": "not_entailment"},
+    ]
+)
+SQUAD = {
+    "version": "v2.0",
+    "data": [
+        {
+            "title": "Sky",
+            "paragraphs": [
+                {
+                    "context": "The sky is blue because air scatters blue light more than red light.",
+                    "qas": [
+                        {
+                            "id": "q1",
+                            "question": "Why is the sky blue?",
+                            "answers": [{"text": "air scatters blue light", "answer_start": 24}],
+                        },
+                        {
+                            "id": "q2",
+                            "question": "What colour is the sky?",
+                            "answers": [{"text": "blue", "answer_start": 11}],
+                        },
+                    ],
+                },
+                {
+                    "context": "Paris is the capital of France. It lies on the Seine.",
+                    "qas": [
+                        {
+                            "id": "q3",
+                            "question": "Which river runs through Paris?",
+                            "answers": [{"text": "the Seine", "answer_start": 44}],
+                        }
+                    ],
+                },
+            ],
+        }
+    ],
+}
 RACE_ARTICLES = {
-    "high/1.txt": {"id": "high1.txt", "article": "Tom walked to school. He was late because it rained.",
-                   "questions": ["Why was Tom late?", "Tom went to _ ."],
-                   "options": [["it rained", "he slept", "the bus broke", "he was ill"],
-                               ["school", "work", "the park", "a shop"]],
-                   "answers": ["A", "A"]},
-    "middle/2.txt": {"id": "middle2.txt", "article": "Mary likes apples. She eats one every day.",
-                     "questions": ["What does Mary like?"],
-                     "options": [["pears", "apples", "grapes", "plums"]], "answers": ["B"]},
+    "high/1.txt": {
+        "id": "high1.txt",
+        "article": "Tom walked to school. He was late because it rained.",
+        "questions": ["Why was Tom late?", "Tom went to _ ."],
+        "options": [["it rained", "he slept", "the bus broke", "he was ill"], ["school", "work", "the park", "a shop"]],
+        "answers": ["A", "A"],
+    },
+    "middle/2.txt": {
+        "id": "middle2.txt",
+        "article": "Mary likes apples. She eats one every day.",
+        "questions": ["What does Mary like?"],
+        "options": [["pears", "apples", "grapes", "plums"]],
+        "answers": ["B"],
+    },
 }
 CORPUS_DOCUMENTS = [
     "The first document has a few sentences. Each one is short. They follow each other in order. The end is near.",
@@ -264,8 +348,11 @@ def _checkpointing(tiny_checkpoint: Path, output_dir: Path):
         _PREPARED["objects"] = accelerator.prepare(model, optimizer)
     accelerator = _PREPARED["accelerator"]
     output_dir.mkdir(parents=True, exist_ok=True)
-    checkpoints = StepCheckpoints(output_dir, accelerator, schedule=_PREPARED.setdefault(
-        "schedule", get_official_schedule(_PREPARED["objects"][1], 10, 100)))
+    checkpoints = StepCheckpoints(
+        output_dir,
+        accelerator,
+        schedule=_PREPARED.setdefault("schedule", get_official_schedule(_PREPARED["objects"][1], 10, 100)),
+    )
     return accelerator, checkpoints
 
 
@@ -284,6 +371,7 @@ def _glue(task_name: str, file_name: str):
         raw, sources = load_raw_splits(args, task, {"train"})
         splits = prepare_splits(raw, sources, task)
         splits["train"].map(tokenize_function(res.tokenizer, task, 32, False), batched=True)
+
     return target
 
 
@@ -293,14 +381,16 @@ def _squad(training: bool):
         from albert_hf.tasks.squad import features as squad_features
 
         path = str(folder / "squad.json")
-        args = squad_data.SquadDataArguments(train_file=path, version_2_with_negative=True, max_seq_length=48,
-                                             max_query_length=16, doc_stride=16)
+        args = squad_data.SquadDataArguments(
+            train_file=path, version_2_with_negative=True, max_seq_length=48, max_query_length=16, doc_stride=16
+        )
         splits = squad_data.load_squad_splits(args)
         if training:
             examples = squad_data.select_trainable(splits["train"], True, path)
             squad_features.features_dataset(examples, res.tokenizer, args, training=True)
         else:
             squad_features.prepare_questions(splits["train"], res.tokenizer, args, path)
+
     return target
 
 
@@ -315,14 +405,31 @@ def _race(folder: Path, res: Resources):
 
 def _corpus(source_name: str, layout: str = "document_per_file"):
     """run_pretraining.py's data path (`build_data`): corpus, held-out split, tokenizer, training and held-out pairs."""
+
     def target(folder: Path, res: Resources):
         from albert_hf.pretraining.data.inputs import build_data
         from albert_hf.pretraining.job import parse_args
 
-        args = parse_args(["--train_files", str(folder / source_name), "--layout", layout, "--tokenizer_name",
-                           str(res.tiny_checkpoint), "--max_seq_length", "32", "--dupe_factor", "1",
-                           "--validation_split_percentage", "34", "--output_dir", str(folder / "out")])
+        args = parse_args(
+            [
+                "--train_files",
+                str(folder / source_name),
+                "--layout",
+                layout,
+                "--tokenizer_name",
+                str(res.tiny_checkpoint),
+                "--max_seq_length",
+                "32",
+                "--dupe_factor",
+                "1",
+                "--validation_split_percentage",
+                "34",
+                "--output_dir",
+                str(folder / "out"),
+            ]
+        )
         build_data(args.data, args.objective.task, args.optimization.seed)
+
     return target
 
 
@@ -332,10 +439,11 @@ def _model_folder(folder: Path, res: Resources):
 
     from albert_hf import AlbertHFForSequenceClassification
     from albert_hf.tasks.arguments import ModelArguments
-    from albert_hf.tasks.finetuning import load_tokenizer_and_model
+    from albert_hf.tasks.inputs import load_tokenizer_and_model
 
-    tokenizer, model = load_tokenizer_and_model(ModelArguments(model_name_or_path=str(folder / "model")),
-                                                AlbertHFForSequenceClassification)
+    tokenizer, model = load_tokenizer_and_model(
+        ModelArguments(model_name_or_path=str(folder / "model")), AlbertHFForSequenceClassification
+    )
     batch = tokenizer(["a short sentence to encode"], return_tensors="pt", return_token_type_ids=True)
     with torch.no_grad():
         model(**batch)
@@ -367,6 +475,7 @@ def _argument_file(suffix: str):
             if stop.code != 2 or ": error: " not in stderr.getvalue().strip().splitlines()[-1]:
                 raise
             raise InputError(stderr.getvalue().strip().splitlines()[-1]) from None
+
     return target
 
 
@@ -426,13 +535,24 @@ def _seed_tf(folder, res):
     if not source.is_dir():
         raise FileNotFoundError(f"{source}: the tf_checkpoint kind needs a checkout of albert_hf's repository")
     (folder / "tf").mkdir()
-    for name in ("model.ckpt-best.index", "model.ckpt-best.data-00000-of-00001", "albert_config.json",
-                 "30k-clean.model"):
+    for name in (
+        "model.ckpt-best.index",
+        "model.ckpt-best.data-00000-of-00001",
+        "albert_config.json",
+        "30k-clean.model",
+    ):
         shutil.copy(source / name, folder / "tf" / name)
 
 
-ARGUMENTS = {"max_train_steps": 2, "per_device_train_batch_size": 4, "max_seq_length": 64, "learning_rate": 1e-3,
-             "model_config": "tiny", "task": "sop", "output_dir": "out"}
+ARGUMENTS = {
+    "max_train_steps": 2,
+    "per_device_train_batch_size": 4,
+    "max_seq_length": 64,
+    "learning_rate": 1e-3,
+    "model_config": "tiny",
+    "task": "sop",
+    "output_dir": "out",
+}
 
 
 def _seed_arguments(suffix):
@@ -441,6 +561,7 @@ def _seed_arguments(suffix):
             _write_text(folder / "args.json", json.dumps(ARGUMENTS))
         else:
             _write_text(folder / "args.yaml", "".join(f"{key}: {value}\n" for key, value in ARGUMENTS.items()))
+
     return seed
 
 
@@ -460,18 +581,24 @@ KINDS = {
     "squad_eval": Kind(_seed_squad, ("squad.json",), True, _squad(training=False)),
     "race": Kind(_seed_race, ("race/*/*.txt",), True, _race),
     "text_corpus": Kind(_seed_text_corpus, ("corpus/*.txt",), False, _corpus("corpus")),
-    "sentence_per_line": Kind(_seed_sentence_per_line, ("corpus.txt",), False,
-                              _corpus("corpus.txt", "sentence_per_line")),
+    "sentence_per_line": Kind(
+        _seed_sentence_per_line, ("corpus.txt",), False, _corpus("corpus.txt", "sentence_per_line")
+    ),
     "jsonl_corpus": Kind(_seed_jsonl_corpus, ("corpus.jsonl",), True, _corpus("corpus.jsonl")),
     "parquet_corpus": Kind(_seed_parquet_corpus, ("corpus.parquet",), False, _corpus("corpus.parquet")),
     "tokenizer_json": Kind(_seed_model, ("model/tokenizer.json",), True, _model_folder),
-    "tokenizer_config": Kind(_seed_model, ("model/tokenizer_config.json", "model/special_tokens_map.json"), True,
-                             _model_folder),
+    "tokenizer_config": Kind(
+        _seed_model, ("model/tokenizer_config.json", "model/special_tokens_map.json"), True, _model_folder
+    ),
     "config_json": Kind(_seed_model, ("model/config.json",), True, _model_folder),
     "safetensors": Kind(_seed_model, ("model/model.safetensors",), False, _model_folder),
     "step_checkpoint": Kind(_seed_step, ("step_1/*",), True, _step_checkpoint),
-    "tf_checkpoint": Kind(_seed_tf, ("tf/model.ckpt-best.index", "tf/model.ckpt-best.data-00000-of-00001",
-                                     "tf/albert_config.json"), True, _tf_checkpoint),
+    "tf_checkpoint": Kind(
+        _seed_tf,
+        ("tf/model.ckpt-best.index", "tf/model.ckpt-best.data-00000-of-00001", "tf/albert_config.json"),
+        True,
+        _tf_checkpoint,
+    ),
     "arguments_json": Kind(_seed_arguments(".json"), ("args.json",), True, _argument_file(".json")),
     "arguments_yaml": Kind(_seed_arguments(".yaml"), ("args.yaml",), False, _argument_file(".yaml")),
 }

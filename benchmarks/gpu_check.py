@@ -40,17 +40,31 @@ def describe_device(device: torch.device) -> dict:
     from albert_hf.runtime.hardware import detect
 
     found = detect()
-    return {"device": str(device), "hardware": found.describe(), "fast_precisions": list(found.fast_precisions),
-            "torch": torch.__version__, "cuda": torch.version.cuda}
+    return {
+        "device": str(device),
+        "hardware": found.describe(),
+        "fast_precisions": list(found.fast_precisions),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+    }
 
 
 def head_classes():
     import albert_hf
 
-    return [getattr(albert_hf, name) for name in (
-        "AlbertHFModel", "AlbertHFForPreTraining", "AlbertHFForMaskedLM", "AlbertHFForSequenceClassification",
-        "AlbertHFForTokenClassification", "AlbertHFForQuestionAnswering",
-        "AlbertHFForQuestionAnsweringWithAnswerability", "AlbertHFForMultipleChoice")]
+    return [
+        getattr(albert_hf, name)
+        for name in (
+            "AlbertHFModel",
+            "AlbertHFForPreTraining",
+            "AlbertHFForMaskedLM",
+            "AlbertHFForSequenceClassification",
+            "AlbertHFForTokenClassification",
+            "AlbertHFForQuestionAnswering",
+            "AlbertHFForQuestionAnsweringWithAnswerability",
+            "AlbertHFForMultipleChoice",
+        )
+    ]
 
 
 def first_tensor(output) -> torch.Tensor:
@@ -62,8 +76,9 @@ def parity(device: torch.device, preset: str) -> dict:
     from albert_hf import AlbertHFConfig, AlbertHFForMultipleChoice, AlbertHFForPreTraining
 
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    config = AlbertHFConfig.from_preset(preset, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-                                        classifier_dropout_prob=0.0, num_labels=3)
+    config = AlbertHFConfig.from_preset(
+        preset, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, classifier_dropout_prob=0.0, num_labels=3
+    )
     generator = torch.Generator().manual_seed(0)
     batch = make_batch(config, 4, 64, generator, masked_per_seq=8)
     batch["attention_mask"][1, 40:] = 0  # one padded row: the masked path
@@ -91,18 +106,24 @@ def parity(device: torch.device, preset: str) -> dict:
     device_loss.backward()
     grads = dict(on_device.named_parameters())
     result["pretraining_loss"] = float((device_loss.detach().cpu() - cpu_loss.detach()).abs())
-    result["pretraining_gradients"] = max(float((grads[name].grad.cpu() - param.grad).abs().max())
-                                          for name, param in cpu_model.named_parameters() if param.grad is not None)
+    result["pretraining_gradients"] = max(
+        float((grads[name].grad.cpu() - param.grad).abs().max())
+        for name, param in cpu_model.named_parameters()
+        if param.grad is not None
+    )
     result["passed"] = all(value < 1e-4 for name, value in result.items() if name != "passed")
     return result
 
 
 def run(command, env=None, timeout=3600) -> subprocess.CompletedProcess:
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+    done = subprocess.run(
+        command, cwd=REPO, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
+    )
     if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(map(str, command[:3]))} ... exited {done.returncode}: "
-                           f"{done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ''}")
+        raise RuntimeError(
+            f"{' '.join(map(str, command[:3]))} ... exited {done.returncode}: "
+            f"{done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ''}"
+        )
     return done
 
 
@@ -115,25 +136,58 @@ def pretraining(device, preset, seq, steps, out: Path, env) -> dict:
     batch = max(1, 4096 // seq) if device.type == "cuda" else 8
     logging_steps = max(1, steps // 4)
     start = time.perf_counter()
-    run([sys.executable, "run_pretraining.py", "--output_dir", str(out), "--overwrite_output_dir",
-         "--model_config", preset, "--max_seq_length", str(seq), "--per_device_train_batch_size", str(batch),
-         "--max_train_steps", str(steps), "--logging_steps", str(logging_steps), "--eval_steps", str(steps),
-         "--max_eval_samples", "64", "--no_plots", "--vocab_size", "1000"], env=env)
+    run(
+        [
+            sys.executable,
+            "run_pretraining.py",
+            "--output_dir",
+            str(out),
+            "--overwrite_output_dir",
+            "--model_config",
+            preset,
+            "--max_seq_length",
+            str(seq),
+            "--per_device_train_batch_size",
+            str(batch),
+            "--max_train_steps",
+            str(steps),
+            "--logging_steps",
+            str(logging_steps),
+            "--eval_steps",
+            str(steps),
+            "--max_eval_samples",
+            "64",
+            "--no_plots",
+            "--vocab_size",
+            "1000",
+        ],
+        env=env,
+    )
     wall = time.perf_counter() - start
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    rates = [row["tokens_per_second"] for row in rows if "tokens_per_second" in row][1:] or \
-        [row["tokens_per_second"] for row in rows if "tokens_per_second" in row]
+    rates = [row["tokens_per_second"] for row in rows if "tokens_per_second" in row][1:] or [
+        row["tokens_per_second"] for row in rows if "tokens_per_second" in row
+    ]
     results = json.loads((out / "all_results.json").read_text())
     config = AlbertHFConfig.from_pretrained(out)
     tokens_per_s = statistics.median(rates)
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16 if precision == "fp16" else torch.float32
     peak = gemm_peak(config, dtype=dtype, device=device)["median"]  # the MFU denominator, on the device
     achieved = albert_flops(config, batch, seq) / (batch * seq) * tokens_per_s / 1e12
-    return {"precision": results.get("precision"), "steps": steps, "batch": batch, "seq": seq,
-            "tokens_per_s": tokens_per_s, "tflops": achieved, "gemm_peak_tflops": peak, "mfu": achieved / peak,
-            "wall_s": wall, "eval_mlm_loss": results.get("eval_mlm_loss"),
-            "eval_mlm_accuracy": results.get("eval_mlm_accuracy"),
-            "eval_sop_accuracy": results.get("eval_sop_accuracy")}
+    return {
+        "precision": results.get("precision"),
+        "steps": steps,
+        "batch": batch,
+        "seq": seq,
+        "tokens_per_s": tokens_per_s,
+        "tflops": achieved,
+        "gemm_peak_tflops": peak,
+        "mfu": achieved / peak,
+        "wall_s": wall,
+        "eval_mlm_loss": results.get("eval_mlm_loss"),
+        "eval_mlm_accuracy": results.get("eval_mlm_accuracy"),
+        "eval_sop_accuracy": results.get("eval_sop_accuracy"),
+    }
 
 
 def against_transformers(device, preset, seq, steps) -> dict:
@@ -169,13 +223,18 @@ def against_transformers(device, preset, seq, steps) -> dict:
     times = {name: [] for name in runners}
     warmup = 2
     for i in range(warmup + steps):
-        for name in (list(runners) if i % 2 == 0 else list(reversed(runners))):
+        for name in list(runners) if i % 2 == 0 else list(reversed(runners)):
             seconds = timed(lambda: step(*runners[name]), device)
             if i >= warmup:
                 times[name].append(seconds)
     rates = {name: batch_size * seq / statistics.median(t) for name, t in times.items()}
-    return {"precision": precision, "batch": batch_size, "seq": seq, "tokens_per_s": rates,
-            "ratio": rates["albert_hf"] / rates["transformers"]}
+    return {
+        "precision": precision,
+        "batch": batch_size,
+        "seq": seq,
+        "tokens_per_s": rates,
+        "ratio": rates["albert_hf"] / rates["transformers"],
+    }
 
 
 def write_rte(folder: Path, rows: int = 64):
@@ -206,13 +265,41 @@ def fine_tuning(device, model_dir: Path, out: Path, steps: int, env) -> dict:
     write_rte(data)
     flags = {"bf16": ["--bf16"], "fp16": ["--fp16"]}.get(precision, []) if device.type == "cuda" else []
     start = time.perf_counter()
-    run([sys.executable, "run_glue.py", "--model_name_or_path", str(model_dir), "--task_name", "rte",
-         "--data_dir", str(data), "--do_train", "--do_eval", "--max_steps", str(steps), "--learning_rate", "3e-5",
-         "--per_device_train_batch_size", "16", "--output_dir", str(out), "--report_to", "none",
-         "--save_strategy", "no", *flags], env=env)
+    run(
+        [
+            sys.executable,
+            "run_glue.py",
+            "--model_name_or_path",
+            str(model_dir),
+            "--task_name",
+            "rte",
+            "--data_dir",
+            str(data),
+            "--do_train",
+            "--do_eval",
+            "--max_steps",
+            str(steps),
+            "--learning_rate",
+            "3e-5",
+            "--per_device_train_batch_size",
+            "16",
+            "--output_dir",
+            str(out),
+            "--report_to",
+            "none",
+            "--save_strategy",
+            "no",
+            *flags,
+        ],
+        env=env,
+    )
     results = json.loads((out / "all_results.json").read_text())
-    return {"precision_flags": flags, "steps": steps, "wall_s": time.perf_counter() - start,
-            **{k: v for k, v in results.items() if k.startswith("eval_")}}
+    return {
+        "precision_flags": flags,
+        "steps": steps,
+        "wall_s": time.perf_counter() - start,
+        **{k: v for k, v in results.items() if k.startswith("eval_")},
+    }
 
 
 def fsdp2_one_process(device, preset, steps) -> dict:
@@ -273,10 +360,12 @@ def main(argv=None):
     parts = {
         "parity": lambda: parity(device, args.preset if args.preset == "tiny" else "small"),
         "pretraining": lambda: pretraining(device, args.preset, args.seq, args.steps, work / "pretrained", env),
-        "against_transformers": lambda: against_transformers(device, args.preset, args.seq, 10 if args.steps >= 20
-                                                              else 2),
-        "fine_tuning": lambda: fine_tuning(device, work / "pretrained", work / "rte_out",
-                                           args.finetune_steps or max(2, args.steps // 4), env),
+        "against_transformers": lambda: against_transformers(
+            device, args.preset, args.seq, 10 if args.steps >= 20 else 2
+        ),
+        "fine_tuning": lambda: fine_tuning(
+            device, work / "pretrained", work / "rte_out", args.finetune_steps or max(2, args.steps // 4), env
+        ),
         "fsdp2_one_process": lambda: fsdp2_one_process(device, args.preset, args.fsdp_steps),
     }
     failed = []

@@ -27,14 +27,34 @@ import torch
 from bench_gpu import Clock, Shape, batches_for, build, compiled_runner  # noqa: E402
 
 # (group, words in the kernel's lower-cased name), the first match wins: attention's kernels carry "cutlass" too
-GROUPS = [("attention", ("flash", "fmha", "attention", "attn", "cudnn")),
-          ("GEMM", ("gemm", "xmma", "cutlass", "cublas", "nvjet", "splitk", "sm90_", "sm80_", "ampere_")),
-          ("optimizer and clipping", ("multi_tensor", "foreach", "lpnorm")),
-          ("loss", ("log_softmax", "softmax", "nll_loss", "cross_entropy")),
-          ("copies and memsets", ("memcpy", "memset", "copy", "catarray", "fill")),
-          ("elementwise / LayerNorm / GELU", ("layer_norm", "layernorm", "gammabeta", "gelu", "elementwise",
-                                              "vectorized", "unrolled", "reduce", "triton", "dropout", "index",
-                                              "embedding", "gather", "scatter", "where", "tanh"))]
+GROUPS = [
+    ("attention", ("flash", "fmha", "attention", "attn", "cudnn")),
+    ("GEMM", ("gemm", "xmma", "cutlass", "cublas", "nvjet", "splitk", "sm90_", "sm80_", "ampere_")),
+    ("optimizer and clipping", ("multi_tensor", "foreach", "lpnorm")),
+    ("loss", ("log_softmax", "softmax", "nll_loss", "cross_entropy")),
+    ("copies and memsets", ("memcpy", "memset", "copy", "catarray", "fill")),
+    (
+        "elementwise / LayerNorm / GELU",
+        (
+            "layer_norm",
+            "layernorm",
+            "gammabeta",
+            "gelu",
+            "elementwise",
+            "vectorized",
+            "unrolled",
+            "reduce",
+            "triton",
+            "dropout",
+            "index",
+            "embedding",
+            "gather",
+            "scatter",
+            "where",
+            "tanh",
+        ),
+    ),
+]
 
 
 def group_of(kernel: str) -> str:
@@ -61,8 +81,9 @@ def gpu_events(profile) -> list:
     GPU's timeline around them (`Optimizer.step#Lamb.step`), which would count their kernels twice."""
     from torch.autograd import DeviceType
 
-    return [event for event in profile.events() if event.device_type == DeviceType.CUDA
-            and not GPU_RANGE.match(event.name)]
+    return [
+        event for event in profile.events() if event.device_type == DeviceType.CUDA and not GPU_RANGE.match(event.name)
+    ]
 
 
 DEFAULT = "albert_hf default"
@@ -106,10 +127,15 @@ def profile_runner(runner, batches, dtype, args) -> dict:
         groups[group_of(name)] += ms
     groups["idle (gaps between kernels)"] = (span - busy_union(intervals)) / 1000 / args.steps
     top = sorted(kernels.items(), key=lambda item: -item[1][0])[: args.top]
-    return {"step_ms_unprofiled": step_ms, "gpu_span_ms_per_step": span / 1000 / args.steps,
-            "groups_ms_per_step": dict(sorted(groups.items(), key=lambda item: -item[1])),
-            "top_kernels": [{"name": name, "group": group_of(name), "ms_per_step": ms, "calls_per_step": calls /
-                             args.steps} for name, (ms, calls) in top]}
+    return {
+        "step_ms_unprofiled": step_ms,
+        "gpu_span_ms_per_step": span / 1000 / args.steps,
+        "groups_ms_per_step": dict(sorted(groups.items(), key=lambda item: -item[1])),
+        "top_kernels": [
+            {"name": name, "group": group_of(name), "ms_per_step": ms, "calls_per_step": calls / args.steps}
+            for name, (ms, calls) in top
+        ],
+    }
 
 
 def print_profile(title: str, row: dict, top: int):
@@ -123,15 +149,21 @@ def print_profile(title: str, row: dict, top: int):
         print(f"| {group} | {ms:.3f} | {100 * ms / span:.1f}% |")
     print(f"| kernel (top {top}) | group | calls/step | ms/step | share |\n|---|---|---:|---:|---:|")
     for kernel in row["top_kernels"]:
-        print(f"| {kernel['name'][:90]} | {kernel['group']} | {kernel['calls_per_step']:.0f} | "
-              f"{kernel['ms_per_step']:.3f} | {100 * kernel['ms_per_step'] / span:.1f}% |")
+        print(
+            f"| {kernel['name'][:90]} | {kernel['group']} | {kernel['calls_per_step']:.0f} | "
+            f"{kernel['ms_per_step']:.3f} | {100 * kernel['ms_per_step'] / span:.1f}% |"
+        )
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shapes", nargs="+", default=["base:128x128", "base:32x128"])
-    parser.add_argument("--implementations", nargs="+", default=[DEFAULT, "albert_hf", "transformers"],
-                        choices=[DEFAULT, "albert_hf", "transformers"])
+    parser.add_argument(
+        "--implementations",
+        nargs="+",
+        default=[DEFAULT, "albert_hf", "transformers"],
+        choices=[DEFAULT, "albert_hf", "transformers"],
+    )
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--top", type=int, default=15)
@@ -140,8 +172,10 @@ def main(argv=None):
     if not torch.cuda.is_available():
         sys.exit("profile_gpu.py: torch sees no CUDA device; the CPU's profile is benchmarks/profile_step.py")
     torch.backends.cuda.matmul.allow_tf32 = True
-    device, report = torch.device("cuda"), {"device_name": torch.cuda.get_device_name(), "torch": torch.__version__,
-                                            "args": vars(args), "profiles": {}}
+    device, report = (
+        torch.device("cuda"),
+        {"device_name": torch.cuda.get_device_name(), "torch": torch.__version__, "args": vars(args), "profiles": {}},
+    )
     for text in args.shapes:
         shape = Shape.parse(text)
         config, runners = build(shape.preset, shape.seq, device)

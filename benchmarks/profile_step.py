@@ -26,8 +26,16 @@ import torch
 
 from bench_model import MASKED_PER_SEQ, albert_flops, cpu_description, gemm_peak, make_batch, make_models
 
-MATMUL_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm", "aten::_addmm_activation",
-              "mkldnn::_linear_pointwise", "aten::mkldnn_linear"}
+MATMUL_OPS = {
+    "aten::mm",
+    "aten::addmm",
+    "aten::bmm",
+    "aten::baddbmm",
+    "aten::addbmm",
+    "aten::_addmm_activation",
+    "mkldnn::_linear_pointwise",
+    "aten::mkldnn_linear",
+}
 ATTENTION_PREFIX = "aten::_scaled_dot_product"  # the flash kernel forward and its backward
 PHASES = ("forward", "backward", "optimizer")
 
@@ -110,15 +118,20 @@ def profile(preset, seq, batch_size, compile_blocks, steps, warmup, optimizer_na
 def report(config, seq, batch_size, unprofiled, parts, peak, top):
     total = sum(unprofiled.values())
     flops = albert_flops(config, batch_size, seq, MASKED_PER_SEQ)
-    print(f"\nbatch {batch_size} x seq {seq}: step {total:.0f} ms unprofiled "
-          f"({', '.join(f'{p} {unprofiled[p]:.0f}' for p in PHASES)}), {batch_size * seq / total * 1e3:.0f} tokens/s, "
-          f"MFU {flops / (total / 1e3) / 1e12 / peak:.1%} of the same-run GEMM peak {peak:.2f} TFLOP/s")
+    print(
+        f"\nbatch {batch_size} x seq {seq}: step {total:.0f} ms unprofiled "
+        f"({', '.join(f'{p} {unprofiled[p]:.0f}' for p in PHASES)}), {batch_size * seq / total * 1e3:.0f} tokens/s, "
+        f"MFU {flops / (total / 1e3) / 1e12 / peak:.1%} of the same-run GEMM peak {peak:.2f} TFLOP/s"
+    )
     profiled_total = sum(parts[p]["wall"] for p in PHASES)
     print(f"  profiled: {profiled_total:.0f} ms per step (the profiler's own cost included)")
     print(f"  {'ms per step':26} " + " ".join(f"{p:>10}" for p in PHASES) + f" {'total':>10}")
-    rows = [("matmul", lambda part: part["matmul"]), ("attention (SDPA)", lambda part: part["attention"]),
-            ("other ops", lambda part: sum(part["other"].values())),
-            ("glue (Python, autograd)", lambda part: part["glue"])]
+    rows = [
+        ("matmul", lambda part: part["matmul"]),
+        ("attention (SDPA)", lambda part: part["attention"]),
+        ("other ops", lambda part: sum(part["other"].values())),
+        ("glue (Python, autograd)", lambda part: part["glue"]),
+    ]
     for label, get in rows:
         values = [get(parts[p]) for p in PHASES]
         print(f"  {label:26} " + " ".join(f"{v:10.1f}" for v in values) + f" {sum(values):10.1f}")
@@ -146,12 +159,15 @@ def main(argv=None):
     args = parser.parse_args(argv)
     torch.manual_seed(0)
     print(cpu_description())
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, Python {platform.python_version()}, "
-          f"{'compile_blocks' if args.compile else 'eager'}, {args.optimizer}")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, Python {platform.python_version()}, "
+        f"{'compile_blocks' if args.compile else 'eager'}, {args.optimizer}"
+    )
     for seq in args.seqs:
         batch_size = args.tokens // seq
-        config, unprofiled, parts = profile(args.preset, seq, batch_size, args.compile, args.steps, args.warmup,
-                                            args.optimizer)
+        config, unprofiled, parts = profile(
+            args.preset, seq, batch_size, args.compile, args.steps, args.warmup, args.optimizer
+        )
         peak = gemm_peak(config, tokens=args.tokens)["median"]
         report(config, seq, batch_size, unprofiled, parts, peak, args.top)
 

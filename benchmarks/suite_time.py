@@ -33,8 +33,12 @@ def durations(path: Path) -> dict:
 
 
 def marked(marker: str) -> set:
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only", "-m",
-                           marker, "tests"], cwd=REPO, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only", "-m", marker, "tests"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     return {line.strip() for line in done.stdout.splitlines() if "::" in line}
 
 
@@ -49,8 +53,7 @@ def source_kinds() -> dict:
                 found = set()
                 if re.search(r"SHARED|shared_corpus|real_|_real\b|GLUE_DATA|SHARED_RACE", body + node.name):
                     found.add("real data")
-                if re.search(r"pretrain\(|pretrain_runs|run_bounded|start_process|LAUNCH|subprocess|_command\(",
-                             body):
+                if re.search(r"pretrain\(|pretrain_runs|run_bounded|start_process|LAUNCH|subprocess|_command\(", body):
                     found.add("subprocess")
                 kinds[f"tests/{path.name}::{node.name}"] = found
     return kinds

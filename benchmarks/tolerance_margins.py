@@ -27,12 +27,17 @@ _RECORDING = {"test": None}
 def _record(actual, expected, rtol, atol) -> None:
     import torch
 
-    if not (isinstance(actual, torch.Tensor) and isinstance(expected, torch.Tensor) and actual.is_floating_point()
-            and actual.numel()):
+    if not (
+        isinstance(actual, torch.Tensor)
+        and isinstance(expected, torch.Tensor)
+        and actual.is_floating_point()
+        and actual.numel()
+    ):
         return
     if rtol is None or atol is None:  # torch's defaults for the dtype
-        rtol, atol = {torch.float16: (1e-3, 1e-5), torch.bfloat16: (1.6e-2, 1e-5),
-                      torch.float64: (1e-7, 1e-7)}.get(actual.dtype, (1.3e-6, 1e-5))
+        rtol, atol = {torch.float16: (1e-3, 1e-5), torch.bfloat16: (1.6e-2, 1e-5), torch.float64: (1e-7, 1e-7)}.get(
+            actual.dtype, (1.3e-6, 1e-5)
+        )
     got, want = actual.detach().double().cpu(), expected.detach().double().cpu()
     ratio = ((got - want).abs() / (atol + rtol * want.abs())).max().item()
     with open(os.environ["MARGINS_OUT"], "a") as out:

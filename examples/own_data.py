@@ -86,10 +86,14 @@ def main(argv=None):
     from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
 
     features = Features({"text": Value("string"), "label": ClassLabel(names=["negative", "positive"])})
-    DatasetDict({name: Dataset.from_list([{"text": r["sentence"], "label": r["label"]} for r in reviews[split]],
-                                         features=features)
-                 for name, split in (("train", "train"), ("validation", "dev"))}).save_to_disk(
-        str(folder / "reviews_dataset"))
+    DatasetDict(
+        {
+            name: Dataset.from_list(
+                [{"text": r["sentence"], "label": r["label"]} for r in reviews[split]], features=features
+            )
+            for name, split in (("train", "train"), ("validation", "dev"))
+        }
+    ).save_to_disk(str(folder / "reviews_dataset"))
     print(f"wrote {', '.join(sorted(p.name for p in folder.iterdir()))} in {folder}")
 
 

@@ -17,8 +17,7 @@ from pathlib import Path
 
 def squad_passages(path: Path) -> list[str]:
     data = json.loads(path.read_text(encoding="utf-8"))["data"]
-    return list(dict.fromkeys(paragraph["context"].strip() for article in data
-                              for paragraph in article["paragraphs"]))
+    return list(dict.fromkeys(paragraph["context"].strip() for article in data for paragraph in article["paragraphs"]))
 
 
 def race_passages(folder: Path) -> list[str]:

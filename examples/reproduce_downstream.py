@@ -71,29 +71,63 @@ from reproduce_sop_vs_nsp import common_arguments, fresh_accelerate_state, prepa
 REPO = Path(__file__).resolve().parents[1]
 
 # model -> (inter-sentence task, sharing) of its pretraining; None: not pretrained
-MODELS = {"albert_sop": ("sop", "all"), "bert_sop": ("sop", "none"), "albert_nsp": ("nsp", "all"),
-          "no_pretraining": None, "albert_mlm_only": ("none", "all")}
+MODELS = {
+    "albert_sop": ("sop", "all"),
+    "bert_sop": ("sop", "none"),
+    "albert_nsp": ("nsp", "all"),
+    "no_pretraining": None,
+    "albert_mlm_only": ("none", "all"),
+}
 # The default run (about 1 hour on 2 cores with AMX, 2 without): pretrained vs not. Each of bert_sop / albert_nsp /
 # albert_mlm_only adds a pretraining run and its fine-tuning (about 35 minutes each with AMX: 21 + 14 measured).
 DEFAULT_MODELS = ["albert_sop", "no_pretraining"]
 # GLUE task -> its metrics in eval_results.json (without the "eval_" prefix); the first one is the task's score.
-GLUE_TASKS = {"sst2": ("accuracy",), "cola": ("matthews_correlation",), "mrpc": ("accuracy", "f1"),
-              "stsb": ("pearson", "spearmanr"), "rte": ("accuracy",)}
+GLUE_TASKS = {
+    "sst2": ("accuracy",),
+    "cola": ("matthews_correlation",),
+    "mrpc": ("accuracy", "f1"),
+    "stsb": ("pearson", "spearmanr"),
+    "rte": ("accuracy",),
+}
 HEADERS = {"sst2": "SST-2 acc", "cola": "CoLA MCC", "mrpc": "MRPC acc", "stsb": "STS-B r", "rte": "RTE acc"}
 # --smoke defaults (flags given explicitly still win): 2 models, 1 seed, 1 learning rate, 1 epoch, 64 rows per set.
-SMOKE = dict(models=["albert_sop", "no_pretraining"], budgets=[0, 10, 20], finetune_learning_rates=[1e-3],
-             finetune_seeds=[1], num_train_epochs=1, finetune_max_train_samples=64, finetune_max_eval_samples=64,
-             sst2_max_train_samples=64, sst2_train_sizes=[32, 64], curve_tasks=["sst2", "mrpc", "stsb"])
+SMOKE = dict(
+    models=["albert_sop", "no_pretraining"],
+    budgets=[0, 10, 20],
+    finetune_learning_rates=[1e-3],
+    finetune_seeds=[1],
+    num_train_epochs=1,
+    finetune_max_train_samples=64,
+    finetune_max_eval_samples=64,
+    sst2_max_train_samples=64,
+    sst2_train_sizes=[32, 64],
+    curve_tasks=["sst2", "mrpc", "stsb"],
+)
 # --gpu defaults (flags given explicitly still win; --smoke shrinks the model and the budgets on top). LAMB at 2e-3
 # with a 10% warm-up: an 8-layer shared H=512 model collapsed at 5e-3 and trained at 2e-3 to 3e-3 with a longer
 # warm-up on the CPU (docs/analysis.md). 2000 steps x 256 x 128 (65.5M token slots) took 80 s on an H200 (900k
 # tokens/s, docs/downstream.md); the run prints its tokens/s, from which --max_train_steps for another budget follows.
-GPU = {"max_train_steps": 2000, "batch_size": 256, "learning_rate": 2e-3, "max_eval_samples": 2000,
-       "finetune_learning_rates": [1e-4], "finetune_seeds": [1, 2, 3], "num_train_epochs": 3,
-       "finetune_max_train_samples": 2000, "sst2_max_train_samples": 2000, "deadline_minutes": 6.5}
+GPU = {
+    "max_train_steps": 2000,
+    "batch_size": 256,
+    "learning_rate": 2e-3,
+    "max_eval_samples": 2000,
+    "finetune_learning_rates": [1e-4],
+    "finetune_seeds": [1, 2, 3],
+    "num_train_epochs": 3,
+    "finetune_max_train_samples": 2000,
+    "sst2_max_train_samples": 2000,
+    "deadline_minutes": 6.5,
+}
 # BERT-medium's shape (Turc et al. 2019) as an ALBERT: E=128, every layer shares one block.
-MEDIUM_MODEL = {"embedding_size": 128, "hidden_size": 512, "num_hidden_layers": 8, "num_attention_heads": 8,
-                "intermediate_size": 2048, "max_position_embeddings": 512}
+MEDIUM_MODEL = {
+    "embedding_size": 128,
+    "hidden_size": 512,
+    "num_hidden_layers": 8,
+    "num_attention_heads": 8,
+    "intermediate_size": 2048,
+    "max_position_embeddings": 512,
+}
 
 
 def parse_arguments(argv=None):
@@ -101,32 +135,61 @@ def parse_arguments(argv=None):
     common_arguments(parser, steps=5000, output_dir="outputs/downstream")
     parser.add_argument("--glue_dir", default=None, help="the original GLUE download (holding SST-2, CoLA, ...)")
     parser.add_argument("--models", nargs="+", default=DEFAULT_MODELS, choices=list(MODELS))
-    parser.add_argument("--budgets", nargs="*", type=int, default=[0, 1000, 5000],
-                        help="pretraining steps of the dose-response curve (0: no_pretraining; --max_train_steps: "
-                        "albert_sop itself)")
+    parser.add_argument(
+        "--budgets",
+        nargs="*",
+        type=int,
+        default=[0, 1000, 5000],
+        help="pretraining steps of the dose-response curve (0: no_pretraining; --max_train_steps: albert_sop itself)",
+    )
     parser.add_argument("--curve_tasks", nargs="+", default=list(GLUE_TASKS), choices=list(GLUE_TASKS))
-    parser.add_argument("--sst2_train_sizes", nargs="*", type=int, default=[1000, 5000],
-                        help="the low-data rows: SST-2 fine-tuned on its first N training rows")
-    parser.add_argument("--sst2_max_train_samples", type=int, default=5000,
-                        help="SST-2 rows of the GLUE-average run (0: all 67k)")
+    parser.add_argument(
+        "--sst2_train_sizes",
+        nargs="*",
+        type=int,
+        default=[1000, 5000],
+        help="the low-data rows: SST-2 fine-tuned on its first N training rows",
+    )
+    parser.add_argument(
+        "--sst2_max_train_samples", type=int, default=5000, help="SST-2 rows of the GLUE-average run (0: all 67k)"
+    )
     parser.add_argument("--finetune_learning_rates", nargs="+", type=float, default=[1e-4, 3e-4])
     parser.add_argument("--finetune_seeds", nargs="+", type=int, default=[1, 2, 3])
     parser.add_argument("--num_train_epochs", type=float, default=2)
     parser.add_argument("--finetune_batch_size", type=int, default=32)
     parser.add_argument("--finetune_max_seq_length", type=int, default=128)
-    parser.add_argument("--finetune_max_train_samples", type=int, default=None,
-                        help="training rows of the tasks other than SST-2 (default: all)")
+    parser.add_argument(
+        "--finetune_max_train_samples",
+        type=int,
+        default=None,
+        help="training rows of the tasks other than SST-2 (default: all)",
+    )
     parser.add_argument("--finetune_max_eval_samples", type=int, default=None, help="dev rows (default: all)")
-    parser.add_argument("--gpu", action="store_true",
-                        help="the GPU mode (see above): a BERT-medium-sized ALBERT, one learning rate, ~7 minutes")
-    parser.add_argument("--glue_tasks", nargs="+", default=list(GLUE_TASKS), choices=list(GLUE_TASKS),
-                        help="--gpu: the tasks fine-tuned (default: all five)")
-    parser.add_argument("--eval_points", type=int, default=4,
-                        help="--gpu: held-out MLM / SOP evaluations during pretraining, evenly spaced (sets "
-                        "--eval_steps)")
-    parser.add_argument("--deadline_minutes", type=float, default=None,
-                        help="--gpu: fine-tuning runs that would end after this many minutes from the start are "
-                        "skipped (and named); the table is printed anyway (--gpu default: 6.5)")
+    parser.add_argument(
+        "--gpu",
+        action="store_true",
+        help="the GPU mode (see above): a BERT-medium-sized ALBERT, one learning rate, ~7 minutes",
+    )
+    parser.add_argument(
+        "--glue_tasks",
+        nargs="+",
+        default=list(GLUE_TASKS),
+        choices=list(GLUE_TASKS),
+        help="--gpu: the tasks fine-tuned (default: all five)",
+    )
+    parser.add_argument(
+        "--eval_points",
+        type=int,
+        default=4,
+        help="--gpu: held-out MLM / SOP evaluations during pretraining, evenly spaced (sets --eval_steps)",
+    )
+    parser.add_argument(
+        "--deadline_minutes",
+        type=float,
+        default=None,
+        help="--gpu: fine-tuning runs that would end after this many minutes from the start are "
+        "skipped (and named); the table is printed anyway (--gpu default: 6.5)",
+    )
     args = parser.parse_args(argv)
     if args.gpu:
         parser.set_defaults(**GPU)
@@ -137,8 +200,10 @@ def parse_arguments(argv=None):
     if any(steps < 0 for steps in args.budgets) or any(n < 1 for n in args.sst2_train_sizes):
         raise SystemExit("error: --budgets must be >= 0 and --sst2_train_sizes >= 1")
     if args.gpu and (len(args.finetune_learning_rates) != 1 or args.eval_points < 1):
-        raise SystemExit("error: --gpu fine-tunes with one learning rate (no sweep): give one "
-                         "--finetune_learning_rates; --eval_points must be >= 1")
+        raise SystemExit(
+            "error: --gpu fine-tunes with one learning rate (no sweep): give one "
+            "--finetune_learning_rates; --eval_points must be >= 1"
+        )
     return args
 
 
@@ -156,8 +221,9 @@ def glue_folder(args) -> Path:
         from albert_hf.testing.glue_folders import write_glue_folders
 
         return write_glue_folders(Path(args.output_dir) / "glue_fixture")
-    raise SystemExit("error: --glue_dir is required: the folder of the original GLUE download (SST-2, CoLA, MRPC, "
-                     "STS-B, RTE)")
+    raise SystemExit(
+        "error: --glue_dir is required: the folder of the original GLUE download (SST-2, CoLA, MRPC, STS-B, RTE)"
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -216,10 +282,12 @@ def random_init(args, source: Path, run_dir: Path):
 
 
 # Fill-mask probes (sentence, index of the masked word): has a model learned more than word frequencies?
-PROBES = [("She opened the door and walked into the room.", 3),
-          ("He drank a glass of wine before going to bed.", 5),
-          ("The president will speak to the nation tonight about the war.", 6),
-          ("The ship sailed across the sea to a distant island.", 5)]
+PROBES = [
+    ("She opened the door and walked into the room.", 3),
+    ("He drank a glass of wine before going to bed.", 5),
+    ("The president will speak to the nation tonight about the war.", 6),
+    ("The ship sailed across the sea to a distant island.", 5),
+]
 
 
 def fill_mask_probes(out: Path, runs) -> dict:
@@ -240,8 +308,12 @@ def pretraining_budget(args, run_dir: Path, steps: int) -> dict:
 
     seconds = run_dir / "wall_seconds.txt"
     minutes = float(seconds.read_text()) / 60 if seconds.is_file() else 0.0 if steps == 0 else None
-    return {"steps": steps, "tokens": tokens(args, steps), "minutes": None if minutes is None else round(minutes, 1),
-            "parameters": count_parameters(AlbertHFConfig.from_pretrained(run_dir))}  # embeddings + encoder, no heads
+    return {
+        "steps": steps,
+        "tokens": tokens(args, steps),
+        "minutes": None if minutes is None else round(minutes, 1),
+        "parameters": count_parameters(AlbertHFConfig.from_pretrained(run_dir)),
+    }  # embeddings + encoder, no heads
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -264,15 +336,46 @@ def finetune_argv(args, model_dir: Path, task: str, train_rows, learning_rate: f
     from albert_hf.tasks.glue.recipe import TASKS
 
     data_dir = Path(args.glue_dir) / TASKS[task].folder
-    argv = ["--model_name_or_path", model_dir, "--task_name", task, "--data_dir", data_dir, "--do_train", "--do_eval",
-            "--max_seq_length", args.finetune_max_seq_length,
-            "--per_device_train_batch_size", args.finetune_batch_size, "--per_device_eval_batch_size", 64,
-            "--num_train_epochs", f"{args.num_train_epochs:g}", "--learning_rate", learning_rate, "--seed", seed,
-            "--warmup_steps", 0.1,  # a float: the fraction of the steps, as BERT/ALBERT fine-tuning warms up
-            # Padded per batch rather than to 128 (padding is masked either way): ~20% faster on short sentences.
-            "--pad_to_max_length", "false",
-            "--output_dir", output_dir, "--save_strategy", "no", "--report_to", "none", "--overwrite_output_dir",
-            "--disable_tqdm", "true", "--dataloader_pin_memory", "false", "--logging_steps", 100]
+    argv = [
+        "--model_name_or_path",
+        model_dir,
+        "--task_name",
+        task,
+        "--data_dir",
+        data_dir,
+        "--do_train",
+        "--do_eval",
+        "--max_seq_length",
+        args.finetune_max_seq_length,
+        "--per_device_train_batch_size",
+        args.finetune_batch_size,
+        "--per_device_eval_batch_size",
+        64,
+        "--num_train_epochs",
+        f"{args.num_train_epochs:g}",
+        "--learning_rate",
+        learning_rate,
+        "--seed",
+        seed,
+        "--warmup_steps",
+        0.1,  # a float: the fraction of the steps, as BERT/ALBERT fine-tuning warms up
+        # Padded per batch rather than to 128 (padding is masked either way): ~20% faster on short sentences.
+        "--pad_to_max_length",
+        "false",
+        "--output_dir",
+        output_dir,
+        "--save_strategy",
+        "no",
+        "--report_to",
+        "none",
+        "--overwrite_output_dir",
+        "--disable_tqdm",
+        "true",
+        "--dataloader_pin_memory",
+        "false",
+        "--logging_steps",
+        100,
+    ]
     if getattr(args, "gpu", False):
         # bf16 where pretraining used it; no training_curves.png per run (matplotlib costs seconds a run)
         argv += ["--no_plots", *(["--bf16"] if args.mixed_precision == "bf16" else [])]
@@ -355,16 +458,21 @@ def finetune_task(args, out: Path, run: str, label: str, spec) -> dict:
     sweep = {rate: [run_once(rate, first)] for rate in args.finetune_learning_rates}
     rate = select_learning_rate(sweep, metric)
     row = summarise(sweep[rate] + [run_once(rate, seed) for seed in others], GLUE_TASKS[task], rate)
-    print(f"[fine-tuned] {run} {label}: {metric} {cell(row, metric)} at learning rate {rate:g} "
-          f"({row['seeds']} seed(s))")
+    print(
+        f"[fine-tuned] {run} {label}: {metric} {cell(row, metric)} at learning rate {rate:g} ({row['seeds']} seed(s))"
+    )
     return row
 
 
 def evaluate_model(args, out: Path, model: str, steps: int) -> dict:
     rows = {label: finetune_task(args, out, model, label, spec) for label, spec in task_specs(args).items()}
     glue_avg, glue_avg_se = average({task: rows[task] for task in GLUE_TASKS})
-    return {**rows, "glue_avg": glue_avg, "glue_avg_se": glue_avg_se,
-            "pretraining": pretraining_budget(args, out / model, steps)}
+    return {
+        **rows,
+        "glue_avg": glue_avg,
+        "glue_avg_se": glue_avg_se,
+        "pretraining": pretraining_budget(args, out / model, steps),
+    }
 
 
 def curve(args, out: Path) -> list[dict]:
@@ -375,8 +483,16 @@ def curve(args, out: Path) -> list[dict]:
         run = budget_run(args, steps)
         rows = {task: finetune_task(args, out, run, task, specs[task]) for task in args.curve_tasks}
         score, score_se = average(rows)
-        points.append({"steps": steps, "tokens": tokens(args, steps), "run": run, "score": score,
-                       "score_se": score_se, "tasks": rows})
+        points.append(
+            {
+                "steps": steps,
+                "tokens": tokens(args, steps),
+                "run": run,
+                "score": score,
+                "score_se": score_se,
+                "tasks": rows,
+            }
+        )
     return points
 
 
@@ -389,38 +505,52 @@ def cell(row: dict, metric: str) -> str:
 
 
 def budget_cell(budget: dict, wall: str) -> str:
-    return (f"{budget['steps']} steps, {millions(budget['tokens'])} tokens, {wall}, "
-            f"{millions(budget['parameters'])} params")
+    return (
+        f"{budget['steps']} steps, {millions(budget['tokens'])} tokens, {wall}, {millions(budget['parameters'])} params"
+    )
 
 
 def print_table(args, results: dict, out: Path):
     rates = ", ".join(f"{rate:g}" for rate in args.finetune_learning_rates)
     sst2_rows = f"its first {args.sst2_max_train_samples:,}" if args.sst2_max_train_samples else "all its"
-    print(f"\nGLUE dev scores x 100: mean ± sd over {len(args.finetune_seeds)} seed(s) at the best of learning rates "
-          f"{rates} per (model, task), {args.num_train_epochs:g} epochs; SST-2 trained on {sst2_rows} rows (full "
-          "SST-2, 67k, is too slow on 2 cores); GLUE avg ± its standard error")
+    print(
+        f"\nGLUE dev scores x 100: mean ± sd over {len(args.finetune_seeds)} seed(s) at the best of learning rates "
+        f"{rates} per (model, task), {args.num_train_epochs:g} epochs; SST-2 trained on {sst2_rows} rows (full "
+        "SST-2, 67k, is too slow on 2 cores); GLUE avg ± its standard error"
+    )
     print("| model | " + " | ".join(HEADERS[task] for task in GLUE_TASKS) + " | GLUE avg | pretraining |")
     print("|---" * (len(GLUE_TASKS) + 3) + "|")
     for model, row in results.items():
         wall = wall_time(out / model) if model != "no_pretraining" else "0 min"
-        print(f"| {model} | " + " | ".join(cell(row[task], GLUE_TASKS[task][0]) for task in GLUE_TASKS)
-              + f" | {row['glue_avg']:.1f} ± {row['glue_avg_se']:.1f} | {budget_cell(row['pretraining'], wall)} |")
-    print("chosen learning rates: " + "; ".join(
-        f"{model} " + " ".join(f"{task} {row[task]['learning_rate']:g}" for task in GLUE_TASKS)
-        for model, row in results.items()))
+        print(
+            f"| {model} | "
+            + " | ".join(cell(row[task], GLUE_TASKS[task][0]) for task in GLUE_TASKS)
+            + f" | {row['glue_avg']:.1f} ± {row['glue_avg_se']:.1f} | {budget_cell(row['pretraining'], wall)} |"
+        )
+    print(
+        "chosen learning rates: "
+        + "; ".join(
+            f"{model} " + " ".join(f"{task} {row[task]['learning_rate']:g}" for task in GLUE_TASKS)
+            for model, row in results.items()
+        )
+    )
 
 
 def print_curve(args, points: list[dict]):
     if not points:  # --budgets with no steps: no curve asked for
         return
-    print(f"\nDose-response: albert_sop pretrained for each budget, fine-tuned on {' '.join(args.curve_tasks)} "
-          "(score: their mean main metric x 100)")
+    print(
+        f"\nDose-response: albert_sop pretrained for each budget, fine-tuned on {' '.join(args.curve_tasks)} "
+        "(score: their mean main metric x 100)"
+    )
     print("| steps | tokens | " + " | ".join(HEADERS[task] for task in args.curve_tasks) + " | score |")
     print("|---" * (len(args.curve_tasks) + 3) + "|")
     for p in points:
-        print(f"| {p['steps']} | {millions(p['tokens'])} | "
-              + " | ".join(cell(p["tasks"][task], GLUE_TASKS[task][0]) for task in args.curve_tasks)
-              + f" | {p['score']:.1f} ± {p['score_se']:.1f} |")
+        print(
+            f"| {p['steps']} | {millions(p['tokens'])} | "
+            + " | ".join(cell(p["tasks"][task], GLUE_TASKS[task][0]) for task in args.curve_tasks)
+            + f" | {p['score']:.1f} ± {p['score_se']:.1f} |"
+        )
 
 
 def print_low_data(args, results: dict):
@@ -428,8 +558,9 @@ def print_low_data(args, results: dict):
     if not labels:
         return
     print("\nLow-data SST-2: dev accuracy x 100 after fine-tuning on the first N training rows")
-    print("| model | " + " | ".join(f"{label} (N={rows:,})" for label, rows in zip(labels, args.sst2_train_sizes))
-          + " |")
+    print(
+        "| model | " + " | ".join(f"{label} (N={rows:,})" for label, rows in zip(labels, args.sst2_train_sizes)) + " |"
+    )
     print("|---" * (len(labels) + 1) + "|")
     for model, row in results.items():
         print(f"| {model} | " + " | ".join(cell(row[label], "accuracy") for label in labels) + " |")
@@ -437,25 +568,30 @@ def print_low_data(args, results: dict):
 
 def difference(results: dict, a: str, b: str) -> tuple[float, float]:
     """GLUE avg of a minus b, and the standard error of that difference."""
-    return (results[a]["glue_avg"] - results[b]["glue_avg"],
-            math.hypot(results[a]["glue_avg_se"], results[b]["glue_avg_se"]))
+    return (
+        results[a]["glue_avg"] - results[b]["glue_avg"],
+        math.hypot(results[a]["glue_avg_se"], results[b]["glue_avg_se"]),
+    )
 
 
 def print_claims(args, results: dict):
     print()
-    for a, b, claim in [("albert_sop", "no_pretraining", "pretrained vs random weights"),
-                        ("albert_sop", "albert_nsp", "SOP vs NSP: SOP ahead in the paper's Table 5"),
-                        ("albert_sop", "bert_sop", "all-shared vs not-shared: 80.1 vs 81.6 in Table 4, E=128"),
-                        ("albert_sop", "albert_mlm_only", "SOP vs MLM alone: SOP ahead in Table 5")]:
+    for a, b, claim in [
+        ("albert_sop", "no_pretraining", "pretrained vs random weights"),
+        ("albert_sop", "albert_nsp", "SOP vs NSP: SOP ahead in the paper's Table 5"),
+        ("albert_sop", "bert_sop", "all-shared vs not-shared: 80.1 vs 81.6 in Table 4, E=128"),
+        ("albert_sop", "albert_mlm_only", "SOP vs MLM alone: SOP ahead in Table 5"),
+    ]:
         if a in results and b in results:
             diff, se = difference(results, a, b)
             print(f"{a} - {b}: {diff:+.1f} ± {se:.1f} GLUE avg  ({claim})")
     if "albert_sop" in results and "no_pretraining" in results:
         diff, se = difference(results, "albert_sop", "no_pretraining")
         note = " (1 seed: no standard error)" if len(args.finetune_seeds) == 1 else ""
-        print(f"goal (albert_sop beats no_pretraining on the GLUE average by more than 2 standard errors of the "
-              f"difference): {'MET' if diff > 2 * se else 'not met'} (difference {diff:+.1f}, 2 se = {2 * se:.1f})"
-              + note)
+        print(
+            f"goal (albert_sop beats no_pretraining on the GLUE average by more than 2 standard errors of the "
+            f"difference): {'MET' if diff > 2 * se else 'not met'} (difference {diff:+.1f}, 2 se = {2 * se:.1f})" + note
+        )
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -493,10 +629,12 @@ def gpu_pretrain(args, out: Path) -> dict:
         logger.setLevel(level)
     end = time.perf_counter()
     reused = math.isnan(seconds)
-    timings = {"pretraining_reused": reused,
-               "tokenizer_and_pairs_seconds": None if reused or watcher.at is None else watcher.at - start,
-               "pretraining_loop_seconds": None if reused or watcher.at is None else end - watcher.at,
-               "pretraining_phase_seconds": None if reused else end - start}
+    timings = {
+        "pretraining_reused": reused,
+        "tokenizer_and_pairs_seconds": None if reused or watcher.at is None else watcher.at - start,
+        "pretraining_loop_seconds": None if reused or watcher.at is None else end - watcher.at,
+        "pretraining_phase_seconds": None if reused else end - start,
+    }
     start = time.perf_counter()
     random_init(args, out / "albert_sop", out / "no_pretraining")
     timings["random_init_seconds"] = time.perf_counter() - start
@@ -508,8 +646,16 @@ def pretraining_log(args, run_dir: Path) -> dict:
     rate, the median of the logged windows' real (non-padding) tokens/s, the first window (warm-up) left out."""
     path = run_dir / "metrics.jsonl"
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
-    curve = [{"step": r["step"], "tokens": tokens(args, r["step"]), "mlm_accuracy": r.get("eval_mlm_accuracy"),
-              "sop_accuracy": r.get("eval_sop_accuracy")} for r in rows if "eval_mlm_accuracy" in r]
+    curve = [
+        {
+            "step": r["step"],
+            "tokens": tokens(args, r["step"]),
+            "mlm_accuracy": r.get("eval_mlm_accuracy"),
+            "sop_accuracy": r.get("eval_sop_accuracy"),
+        }
+        for r in rows
+        if "eval_mlm_accuracy" in r
+    ]
     rates = [r["tokens_per_second"] for r in rows if "tokens_per_second" in r]
     return {"curve": curve, "tokens_per_second": median(rates[1:] or rates) if rates else None}
 
@@ -528,8 +674,7 @@ def gpu_summary(args, runs: dict[str, dict[str, list[dict]]]) -> dict:
     """Per task and model: mean, sd and standard error over the finished seeds; per task the gap (albert_sop minus
     no_pretraining, x 100) and its standard error; the GLUE-style average over the tasks both models finished."""
     rate = args.finetune_learning_rates[0]
-    tasks = {task: {model: summarise_runs(runs[model][task], task, rate) for model in PAIR}
-             for task in args.glue_tasks}
+    tasks = {task: {model: summarise_runs(runs[model][task], task, rate) for model in PAIR} for task in args.glue_tasks}
     for task, row in tasks.items():
         metric = GLUE_TASKS[task][0]
         if all(row[model] for model in PAIR):
@@ -566,13 +711,17 @@ def gpu_finetune(args, out: Path, results: dict, deadline: float | None):
                     continue
                 output_dir = out / "finetune" / model / task / f"lr{rate:g}_seed{seed}"
                 start = time.perf_counter()
-                scores = read_scores(finetune(finetune_argv(args, out / model, task, rows or None, rate, seed,
-                                                            output_dir), output_dir), task)
+                scores = read_scores(
+                    finetune(finetune_argv(args, out / model, task, rows or None, rate, seed, output_dir), output_dir),
+                    task,
+                )
                 seconds = time.perf_counter() - start
                 longest[task] = max(longest.get(task, 0.0), seconds)
                 runs[model][task].append({"seed": seed, **scores, "seconds": round(seconds, 1)})
-                print(f"[fine-tuned] {model} {task} seed {seed}: {GLUE_TASKS[task][0]} "
-                      f"{100 * scores[GLUE_TASKS[task][0]]:.1f} in {seconds:.1f} s")
+                print(
+                    f"[fine-tuned] {model} {task} seed {seed}: {GLUE_TASKS[task][0]} "
+                    f"{100 * scores[GLUE_TASKS[task][0]]:.1f} in {seconds:.1f} s"
+                )
                 results["timings"]["finetuning_seconds"] = time.perf_counter() - started
                 results.update(gpu_summary(args, runs))
                 write_json(out / "gpu_results.json", results)
@@ -591,22 +740,30 @@ def seconds_text(value) -> str:
 def print_gpu_table(args, results: dict):
     m, pre, timings = args.model_fields, results["pretraining"], results["timings"]
     print("\n=== GPU mode: albert_sop (pretrained) vs no_pretraining (random init), GLUE dev ===")
-    print(f"model: ALBERT E={m['embedding_size']} H={m['hidden_size']} L={m['num_hidden_layers']} (all layers "
-          f"shared), {m['num_attention_heads']} heads, FFN {m['intermediate_size']}, vocabulary {args.vocab_size}: "
-          f"{millions(pre['parameters'])} parameters (embeddings + encoder)")
+    print(
+        f"model: ALBERT E={m['embedding_size']} H={m['hidden_size']} L={m['num_hidden_layers']} (all layers "
+        f"shared), {m['num_attention_heads']} heads, FFN {m['intermediate_size']}, vocabulary {args.vocab_size}: "
+        f"{millions(pre['parameters'])} parameters (embeddings + encoder)"
+    )
     rate = "?" if pre["tokens_per_second"] is None else f"{pre['tokens_per_second']:,.0f}"
-    print(f"pretraining: {pre['steps']} steps x {args.batch_size} x {args.max_seq_length} = "
-          f"{millions(pre['tokens'])} token slots, SOP, LAMB {args.learning_rate:g}, {args.mixed_precision}; "
-          f"{rate} real tokens/s (median of the logged windows)")
+    print(
+        f"pretraining: {pre['steps']} steps x {args.batch_size} x {args.max_seq_length} = "
+        f"{millions(pre['tokens'])} token slots, SOP, LAMB {args.learning_rate:g}, {args.mixed_precision}; "
+        f"{rate} real tokens/s (median of the logged windows)"
+    )
     print("| step | tokens | held-out MLM acc | held-out SOP acc |\n|---|---|---|---|")
     for p in pre["curve"]:
-        print(f"| {p['step']} | {millions(p['tokens'])} | {100 * p['mlm_accuracy']:.1f} | "
-              + (f"{100 * p['sop_accuracy']:.1f} |" if p["sop_accuracy"] is not None else "– |"))
+        print(
+            f"| {p['step']} | {millions(p['tokens'])} | {100 * p['mlm_accuracy']:.1f} | "
+            + (f"{100 * p['sop_accuracy']:.1f} |" if p["sop_accuracy"] is not None else "– |")
+        )
     sst2 = args.sst2_max_train_samples
-    print(f"\nfine-tuning: learning rate {args.finetune_learning_rates[0]:g} for both, {args.num_train_epochs:g} "
-          f"epochs, batch {args.finetune_batch_size}, at most {args.finetune_max_train_samples or 'all'} training "
-          f"rows per task (SST-2: its first {sst2 or 'all'}), seeds {' '.join(map(str, args.finetune_seeds))}; dev "
-          "score x 100, mean ± standard error (seeds)")
+    print(
+        f"\nfine-tuning: learning rate {args.finetune_learning_rates[0]:g} for both, {args.num_train_epochs:g} "
+        f"epochs, batch {args.finetune_batch_size}, at most {args.finetune_max_train_samples or 'all'} training "
+        f"rows per task (SST-2: its first {sst2 or 'all'}), seeds {' '.join(map(str, args.finetune_seeds))}; dev "
+        "score x 100, mean ± standard error (seeds)"
+    )
     print(f"| task | {PAIR[0]} | {PAIR[1]} | gap |\n|---|---|---|---|")
     for task, row in results["tasks"].items():
         metric = GLUE_TASKS[task][0]
@@ -614,25 +771,38 @@ def print_gpu_table(args, results: dict):
         print(f"| {HEADERS[task]} | {se_cell(row[PAIR[0]], metric)} | {se_cell(row[PAIR[1]], metric)} | {gap} |")
     avg = results["average"]
     if avg:
-        print(f"| GLUE avg ({' '.join(avg['tasks'])}) | {avg[PAIR[0]]['glue_avg']:.1f} ± "
-              f"{avg[PAIR[0]]['glue_avg_se']:.1f} | {avg[PAIR[1]]['glue_avg']:.1f} ± {avg[PAIR[1]]['glue_avg_se']:.1f}"
-              f" | {avg['gap']:+.1f} ± {avg['gap_se']:.1f} |")
+        print(
+            f"| GLUE avg ({' '.join(avg['tasks'])}) | {avg[PAIR[0]]['glue_avg']:.1f} ± "
+            f"{avg[PAIR[0]]['glue_avg_se']:.1f} | {avg[PAIR[1]]['glue_avg']:.1f} ± {avg[PAIR[1]]['glue_avg_se']:.1f}"
+            f" | {avg['gap']:+.1f} ± {avg['gap_se']:.1f} |"
+        )
     finished = sum(len(r) for model in PAIR for r in results["runs"][model].values())
-    print(f"wall times: tokenizer + pairs {seconds_text(timings['tokenizer_and_pairs_seconds'])}, pretraining loop "
-          f"(with its evaluations and save) {seconds_text(timings['pretraining_loop_seconds'])}, random init "
-          f"{timings['random_init_seconds']:.0f} s, fine-tuning {timings['finetuning_seconds']:.0f} s "
-          f"({finished} runs), total {timings['total_seconds']:.0f} s")
-    print(f"skipped runs (deadline {args.deadline_minutes:g} min): "
-          + (", ".join(results["skipped"]) if results["skipped"] else "none"))
+    print(
+        f"wall times: tokenizer + pairs {seconds_text(timings['tokenizer_and_pairs_seconds'])}, pretraining loop "
+        f"(with its evaluations and save) {seconds_text(timings['pretraining_loop_seconds'])}, random init "
+        f"{timings['random_init_seconds']:.0f} s, fine-tuning {timings['finetuning_seconds']:.0f} s "
+        f"({finished} runs), total {timings['total_seconds']:.0f} s"
+    )
+    print(
+        f"skipped runs (deadline {args.deadline_minutes:g} min): "
+        + (", ".join(results["skipped"]) if results["skipped"] else "none")
+    )
     if not avg:
-        print("goal (albert_sop beats no_pretraining on the GLUE average by more than 2 standard errors of the "
-              "difference): not evaluated (no task finished for both models)")
+        print(
+            "goal (albert_sop beats no_pretraining on the GLUE average by more than 2 standard errors of the "
+            "difference): not evaluated (no task finished for both models)"
+        )
         return
-    note = " (1 seed: no standard error)" if max(row[PAIR[0]]["seeds"] for row in results["tasks"].values()
-                                               if row[PAIR[0]]) == 1 else ""
-    print(f"goal (albert_sop beats no_pretraining on the GLUE average by more than 2 standard errors of the "
-          f"difference): {'MET' if avg['exceeds_2se'] else 'not met'} (difference {avg['gap']:+.1f}, "
-          f"2 se = {2 * avg['gap_se']:.1f})" + note)
+    note = (
+        " (1 seed: no standard error)"
+        if max(row[PAIR[0]]["seeds"] for row in results["tasks"].values() if row[PAIR[0]]) == 1
+        else ""
+    )
+    print(
+        f"goal (albert_sop beats no_pretraining on the GLUE average by more than 2 standard errors of the "
+        f"difference): {'MET' if avg['exceeds_2se'] else 'not met'} (difference {avg['gap']:+.1f}, "
+        f"2 se = {2 * avg['gap_se']:.1f})" + note
+    )
 
 
 def gpu_main(args) -> dict:
@@ -658,18 +828,29 @@ def gpu_main(args) -> dict:
 
     timings = gpu_pretrain(args, out)
     budget = pretraining_budget(args, out / "albert_sop", args.max_train_steps)
-    results = {"settings": {"model": args.model_fields, "max_train_steps": args.max_train_steps,
-                            "batch_size": args.batch_size, "max_seq_length": args.max_seq_length,
-                            "learning_rate": args.learning_rate, "num_warmup_steps": args.num_warmup_steps,
-                            "mixed_precision": args.mixed_precision, "vocab_size": args.vocab_size,
-                            "finetune_learning_rate": args.finetune_learning_rates[0],
-                            "num_train_epochs": args.num_train_epochs, "finetune_batch_size": args.finetune_batch_size,
-                            "finetune_max_train_samples": args.finetune_max_train_samples,
-                            "sst2_max_train_samples": args.sst2_max_train_samples,
-                            "finetune_seeds": args.finetune_seeds, "deadline_minutes": args.deadline_minutes},
-               "pretraining": {**budget, **pretraining_log(args, out / "albert_sop")},
-               "runs": {model: {task: [] for task in args.glue_tasks} for model in PAIR},
-               "skipped": [], "timings": {**timings, "finetuning_seconds": 0.0}}
+    results = {
+        "settings": {
+            "model": args.model_fields,
+            "max_train_steps": args.max_train_steps,
+            "batch_size": args.batch_size,
+            "max_seq_length": args.max_seq_length,
+            "learning_rate": args.learning_rate,
+            "num_warmup_steps": args.num_warmup_steps,
+            "mixed_precision": args.mixed_precision,
+            "vocab_size": args.vocab_size,
+            "finetune_learning_rate": args.finetune_learning_rates[0],
+            "num_train_epochs": args.num_train_epochs,
+            "finetune_batch_size": args.finetune_batch_size,
+            "finetune_max_train_samples": args.finetune_max_train_samples,
+            "sst2_max_train_samples": args.sst2_max_train_samples,
+            "finetune_seeds": args.finetune_seeds,
+            "deadline_minutes": args.deadline_minutes,
+        },
+        "pretraining": {**budget, **pretraining_log(args, out / "albert_sop")},
+        "runs": {model: {task: [] for task in args.glue_tasks} for model in PAIR},
+        "skipped": [],
+        "timings": {**timings, "finetuning_seconds": 0.0},
+    }
     results.update(gpu_summary(args, results["runs"]))
     write_json(out / "gpu_results.json", results)
     gpu_finetune(args, out, results, deadline)

@@ -62,13 +62,17 @@ def main(argv=None):
     (out / "sharing.json").write_text(json.dumps(rows, indent=2))
 
     m = args.model_fields
-    print(f"\nSharing ablation: {args.max_train_steps} steps x {args.batch_size} x {args.max_seq_length} tokens per "
-          f"model, L={m['num_hidden_layers']} H={m['hidden_size']} E={m['embedding_size']}, {args.mixed_precision}, "
-          f"SOP; accuracies (%) on {len(held_out)} held-out documents")
+    print(
+        f"\nSharing ablation: {args.max_train_steps} steps x {args.batch_size} x {args.max_seq_length} tokens per "
+        f"model, L={m['num_hidden_layers']} H={m['hidden_size']} E={m['embedding_size']}, {args.mixed_precision}, "
+        f"SOP; accuracies (%) on {len(held_out)} held-out documents"
+    )
     print(f"{'sharing':<10} {'params':>11} {'MLM':>6} {'SOP':>6} {'time':>9}   paper (E=128, base)")
     for sharing, r in rows.items():
-        print(f"{sharing:<10} {r['parameters']:>11,} {100 * r['mlm']:>6.1f} {100 * r['sop']:>6.1f} "
-              f"{wall_time(out / sharing):>9}   {PAPER[sharing]}")
+        print(
+            f"{sharing:<10} {r['parameters']:>11,} {100 * r['mlm']:>6.1f} {100 * r['sop']:>6.1f} "
+            f"{wall_time(out / sharing):>9}   {PAPER[sharing]}"
+        )
 
     pair = [s for s in ("all", "none") if s in args.strategies]
     if pair:

@@ -9,8 +9,14 @@ from accelerate.utils.launch import prepare_multi_gpu_env
 
 # The answers of a user who wants FSDP over 2 processes on one machine; every question not listed here gets the
 # default `accelerate config` offers (Enter).
-FSDP_ANSWERS = {"type of machine": "multi-GPU", "How many different machines": "1", "How many GPU(s)": "2",
-                "FullyShardedDataParallel": "yes", "FSDP version": "2", "mixed precision": "no"}
+FSDP_ANSWERS = {
+    "type of machine": "multi-GPU",
+    "How many different machines": "1",
+    "How many GPU(s)": "2",
+    "FullyShardedDataParallel": "yes",
+    "FSDP version": "2",
+    "mixed precision": "no",
+}
 
 
 def write_config(path, answers: dict) -> dict:

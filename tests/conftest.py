@@ -31,10 +31,24 @@ from helpers import THREADS, reset_accelerate_state, signals_left_as_found  # no
 
 # The files that take longest, longest first (seconds per file: BENCHMARKS.md, "The test suite"). pytest-xdist hands
 # each worker whole files in collection order, so starting with these lets the workers finish together.
-SLOWEST_FILES = ["test_preemption.py", "test_compile.py", "test_distributed.py", "test_combinations.py",
-                 "test_hub_push.py", "test_streaming.py", "test_ner.py", "test_pretraining.py", "test_squad.py",
-                 "test_interop.py", "test_tokenization.py", "test_bad_input.py", "test_resume.py", "test_divergence.py",
-                 "test_mixing.py", "test_continued.py"]
+SLOWEST_FILES = [
+    "test_preemption.py",
+    "test_compile.py",
+    "test_distributed.py",
+    "test_combinations.py",
+    "test_hub_push.py",
+    "test_streaming.py",
+    "test_ner.py",
+    "test_pretraining.py",
+    "test_squad.py",
+    "test_interop.py",
+    "test_tokenization.py",
+    "test_bad_input.py",
+    "test_resume.py",
+    "test_divergence.py",
+    "test_mixing.py",
+    "test_continued.py",
+]
 
 
 def pytest_collection_modifyitems(config, items):

@@ -91,16 +91,27 @@ def article(article_id: str, right_positions: str, gold: str | None = None) -> d
         choices.insert("ABCD".index(letter), RIGHT)
         options.append(choices)
     questions = ["The children went to the _ .", "What did the children do?", "Where is the old school?"]
-    return {"id": article_id, "article": f"Story {article_id}. The children walked to the old school and read "
-            "books together in the morning. " * 2, "questions": questions[:len(right_positions)],
-            "options": options, "answers": list(gold or right_positions)}
+    return {
+        "id": article_id,
+        "article": f"Story {article_id}. The children walked to the old school and read "
+        "books together in the morning. " * 2,
+        "questions": questions[: len(right_positions)],
+        "options": options,
+        "answers": list(gold or right_positions),
+    }
 
 
 # dev: high all consistent (4/4 right), middle with 2 of 4 gold answers not on RIGHT (2/4 right) -> overall 6/8.
-DEV = {"high": {"5.txt": article("high5.txt", "ABC"), "6.txt": article("high6.txt", "D")},
-       "middle": {"7.txt": article("middle7.txt", "CA", gold="CB"), "8.txt": article("middle8.txt", "BD", gold="AD")}}
-TRAIN = {level: {f"{n}.txt": article(f"{level}{n}.txt", positions) for n, positions in
-                 enumerate(["ABC", "DCB", "BAD", "CDA"])} for level in ("high", "middle")}
+DEV = {
+    "high": {"5.txt": article("high5.txt", "ABC"), "6.txt": article("high6.txt", "D")},
+    "middle": {"7.txt": article("middle7.txt", "CA", gold="CB"), "8.txt": article("middle8.txt", "BD", gold="AD")},
+}
+TRAIN = {
+    level: {
+        f"{n}.txt": article(f"{level}{n}.txt", positions) for n, positions in enumerate(["ABC", "DCB", "BAD", "CDA"])
+    }
+    for level in ("high", "middle")
+}
 
 
 def write_official_layout(root: Path) -> Path:
@@ -116,26 +127,81 @@ def write_official_layout(root: Path) -> Path:
 # unanswerable).
 FOX = "The quick brown fox jumps over the lazy dog near the river bank in Paris."
 CURIE = "Marie Curie won the Nobel Prize in 1903 and again in 1911 for chemistry."
-SQUAD_V1 = {"version": "1.1", "data": [{"title": "Fixture", "paragraphs": [
-    {"context": FOX, "qas": [
-        {"id": "q1", "question": "Who jumps over the dog?",
-         "answers": [{"text": "quick brown fox", "answer_start": 4}]},
-        {"id": "q2", "question": "Where is the river bank?", "answers": [{"text": "Paris", "answer_start": 67}]}]},
-    {"context": CURIE, "qas": [
-        {"id": "q3", "question": "When did Curie win for chemistry?",
-         "answers": [{"text": "1911", "answer_start": 53}]}]},
-]}]}
-SQUAD_V2 = {"version": "v2.0", "data": [{"title": "Fixture", "paragraphs": [
-    {"context": FOX, "qas": [
-        {"id": "p1", "question": "Who jumps over the dog?", "is_impossible": False,
-         "answers": [{"text": "quick brown fox", "answer_start": 4}]},
-        {"id": "p2", "question": "What colour is the cat?", "is_impossible": True, "answers": [],
-         "plausible_answers": [{"text": "brown", "answer_start": 10}]}]},
-    {"context": CURIE, "qas": [
-        {"id": "p3", "question": "When did Curie win for chemistry?", "is_impossible": False,
-         "answers": [{"text": "1911", "answer_start": 53}]},
-        {"id": "p4", "question": "Who won the Turing Award?", "is_impossible": True, "answers": []}]},
-]}]}
+SQUAD_V1 = {
+    "version": "1.1",
+    "data": [
+        {
+            "title": "Fixture",
+            "paragraphs": [
+                {
+                    "context": FOX,
+                    "qas": [
+                        {
+                            "id": "q1",
+                            "question": "Who jumps over the dog?",
+                            "answers": [{"text": "quick brown fox", "answer_start": 4}],
+                        },
+                        {
+                            "id": "q2",
+                            "question": "Where is the river bank?",
+                            "answers": [{"text": "Paris", "answer_start": 67}],
+                        },
+                    ],
+                },
+                {
+                    "context": CURIE,
+                    "qas": [
+                        {
+                            "id": "q3",
+                            "question": "When did Curie win for chemistry?",
+                            "answers": [{"text": "1911", "answer_start": 53}],
+                        }
+                    ],
+                },
+            ],
+        }
+    ],
+}
+SQUAD_V2 = {
+    "version": "v2.0",
+    "data": [
+        {
+            "title": "Fixture",
+            "paragraphs": [
+                {
+                    "context": FOX,
+                    "qas": [
+                        {
+                            "id": "p1",
+                            "question": "Who jumps over the dog?",
+                            "is_impossible": False,
+                            "answers": [{"text": "quick brown fox", "answer_start": 4}],
+                        },
+                        {
+                            "id": "p2",
+                            "question": "What colour is the cat?",
+                            "is_impossible": True,
+                            "answers": [],
+                            "plausible_answers": [{"text": "brown", "answer_start": 10}],
+                        },
+                    ],
+                },
+                {
+                    "context": CURIE,
+                    "qas": [
+                        {
+                            "id": "p3",
+                            "question": "When did Curie win for chemistry?",
+                            "is_impossible": False,
+                            "answers": [{"text": "1911", "answer_start": 53}],
+                        },
+                        {"id": "p4", "question": "Who won the Turing Award?", "is_impossible": True, "answers": []},
+                    ],
+                },
+            ],
+        }
+    ],
+}
 
 
 def write_json(path, content):

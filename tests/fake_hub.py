@@ -61,14 +61,33 @@ class FakeHub:
             hub.main(repo_id).mkdir(parents=True, exist_ok=True)
             return RepoUrl(f"https://huggingface.co/{repo_id}")
 
-        def upload_folder(api, *, repo_id, folder_path, path_in_repo=None, commit_message=None, revision=None,
-                          ignore_patterns=None, delete_patterns=None, run_as_future=False, **kwargs):
+        def upload_folder(
+            api,
+            *,
+            repo_id,
+            folder_path,
+            path_in_repo=None,
+            commit_message=None,
+            revision=None,
+            ignore_patterns=None,
+            delete_patterns=None,
+            run_as_future=False,
+            **kwargs,
+        ):
             if run_as_future:  # Trainer's pushes during training: done at once here, handed back as done
                 future = Future()
-                future.set_result(upload_folder(api, repo_id=repo_id, folder_path=folder_path,
-                                                path_in_repo=path_in_repo, commit_message=commit_message,
-                                                revision=revision, ignore_patterns=ignore_patterns,
-                                                delete_patterns=delete_patterns))
+                future.set_result(
+                    upload_folder(
+                        api,
+                        repo_id=repo_id,
+                        folder_path=folder_path,
+                        path_in_repo=path_in_repo,
+                        commit_message=commit_message,
+                        revision=revision,
+                        ignore_patterns=ignore_patterns,
+                        delete_patterns=delete_patterns,
+                    )
+                )
                 return future
             assert revision in (None, "main"), revision  # branches are made by create_branch only
             hub.attempts.append(commit_message)
@@ -92,14 +111,28 @@ class FakeHub:
                 tree = hub.root / repo_id / "commits" / str(len(hub.commits))
                 shutil.copytree(main, tree)
                 lock = (folder / LOCK_FILE).read_text() if (folder / LOCK_FILE).exists() else None
-                hub.commits.append(Commit(repo_id, commit_message, [f"{prefix}/{n}" if prefix else n for n in names],
-                                          tree, lock))
+                hub.commits.append(
+                    Commit(repo_id, commit_message, [f"{prefix}/{n}" if prefix else n for n in names], tree, lock)
+                )
                 with open(hub.root / "commits.jsonl", "a") as log:  # for a test whose runs are other processes
-                    log.write(json.dumps({"repo": repo_id, "message": commit_message, "tree": str(tree),
-                                          "rank": os.environ.get("RANK", "0")}) + "\n")
+                    log.write(
+                        json.dumps(
+                            {
+                                "repo": repo_id,
+                                "message": commit_message,
+                                "tree": str(tree),
+                                "rank": os.environ.get("RANK", "0"),
+                            }
+                        )
+                        + "\n"
+                    )
                 oid = f"{len(hub.commits):040x}"
-            return CommitInfo(commit_url=f"https://huggingface.co/{repo_id}/commit/{oid}",
-                              commit_message=commit_message, commit_description="", oid=oid)
+            return CommitInfo(
+                commit_url=f"https://huggingface.co/{repo_id}/commit/{oid}",
+                commit_message=commit_message,
+                commit_description="",
+                oid=oid,
+            )
 
         def create_branch(api, repo_id, *, branch, revision=None, exist_ok=False, **kwargs):
             with hub._lock:
@@ -124,8 +157,12 @@ class FakeHub:
                 names = sorted(branch for repo, branch in hub.branches if repo == repo_id)
             return SimpleNamespace(branches=[SimpleNamespace(name=name) for name in ["main", *names]], tags=[])
 
-        for name, function in (("create_repo", create_repo), ("upload_folder", upload_folder),
-                               ("create_branch", create_branch), ("snapshot_download", snapshot_download),
-                               ("list_repo_refs", list_repo_refs)):
+        for name, function in (
+            ("create_repo", create_repo),
+            ("upload_folder", upload_folder),
+            ("create_branch", create_branch),
+            ("snapshot_download", snapshot_download),
+            ("list_repo_refs", list_repo_refs),
+        ):
             stack.enter_context(mock.patch.object(HfApi, name, function))
         return stack

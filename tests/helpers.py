@@ -26,8 +26,16 @@ def shared_data(*parts: str) -> Path:
 # pytest workers would race for that one (both find it free, one ends in EADDRINUSE).
 ANY_PORT = ["--main_process_port", "0"]
 # The tests' launches: fp32, no dynamo, and DDP over 2 processes on this machine.
-LAUNCH = [sys.executable, "-m", "accelerate.commands.launch", "--mixed_precision", "no", "--dynamo_backend", "no",
-          *ANY_PORT]  # the two-machines test names its own port after it
+LAUNCH = [
+    sys.executable,
+    "-m",
+    "accelerate.commands.launch",
+    "--mixed_precision",
+    "no",
+    "--dynamo_backend",
+    "no",
+    *ANY_PORT,
+]  # the two-machines test names its own port after it
 DDP = [*LAUNCH, "--multi_gpu", "--num_processes", "2", "--num_machines", "1"]
 FSDP = [*LAUNCH, "--config_file", str(REPO / "examples" / "accelerate_configs" / "fsdp_cpu.yaml")]  # 2 processes
 
@@ -110,8 +118,13 @@ def run_python(code: str, cwd, env_extra=None, timeout=300):
     env = subprocess_env(**(env_extra or {}))
     env.pop("PYTHONPATH", None)
     return subprocess.run(  # stdin closed, as in a notebook kernel or a job: a prompt cannot be answered
-        [sys.executable, "-c", BLOCK_ALBERT_HF + code], cwd=cwd, env=env, capture_output=True, text=True,
-        timeout=timeout, stdin=subprocess.DEVNULL,
+        [sys.executable, "-c", BLOCK_ALBERT_HF + code],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
     )
 
 
@@ -161,27 +174,93 @@ def in_hub_cache(repo_id: str, folder) -> str:
 
 def glue_args(checkpoint, output_dir, *extra):
     """The flags of a tiny run_glue.py run: pieces of 32, batches of 4 (16 to evaluate), nothing saved, no trackers."""
-    return ["--model_name_or_path", checkpoint, "--output_dir", output_dir, "--max_seq_length", 32,
-            "--per_device_train_batch_size", 4, "--per_device_eval_batch_size", 16,
-            "--learning_rate", 1e-3, "--report_to", "none", "--save_strategy", "no", "--seed", 0,
-            "--dataloader_pin_memory", "false", "--disable_tqdm", "true", *extra]
+    return [
+        "--model_name_or_path",
+        checkpoint,
+        "--output_dir",
+        output_dir,
+        "--max_seq_length",
+        32,
+        "--per_device_train_batch_size",
+        4,
+        "--per_device_eval_batch_size",
+        16,
+        "--learning_rate",
+        1e-3,
+        "--report_to",
+        "none",
+        "--save_strategy",
+        "no",
+        "--seed",
+        0,
+        "--dataloader_pin_memory",
+        "false",
+        "--disable_tqdm",
+        "true",
+        *extra,
+    ]
 
 
 def squad_args(checkpoint, output_dir, steps, seq=48, query=16, stride=16):
     """The flags of a tiny run_squad.py run of `steps` steps: windows of `seq` pieces, nothing saved, no trackers."""
-    return ["--model_name_or_path", checkpoint, "--output_dir", output_dir, "--max_seq_length", seq,
-            "--max_query_length", query, "--doc_stride", stride, "--per_device_train_batch_size", 8,
-            "--max_steps", steps, "--learning_rate", "5e-3", "--warmup_steps", "0.1", "--use_cpu",
-            "--save_strategy", "no", "--disable_tqdm", "true", "--seed", 0, "--report_to", "none"]
+    return [
+        "--model_name_or_path",
+        checkpoint,
+        "--output_dir",
+        output_dir,
+        "--max_seq_length",
+        seq,
+        "--max_query_length",
+        query,
+        "--doc_stride",
+        stride,
+        "--per_device_train_batch_size",
+        8,
+        "--max_steps",
+        steps,
+        "--learning_rate",
+        "5e-3",
+        "--warmup_steps",
+        "0.1",
+        "--use_cpu",
+        "--save_strategy",
+        "no",
+        "--disable_tqdm",
+        "true",
+        "--seed",
+        0,
+        "--report_to",
+        "none",
+    ]
 
 
 def finetuning_args(checkpoint, output_dir, *extra, learning_rate: float) -> list:
     """The flags of a tiny fine-tuning run (run_ner.py, run_glue.py on your own data): pieces of 32, batches of 16,
     nothing saved before the end, no trackers, no progress bars."""
-    return ["--model_name_or_path", checkpoint, "--output_dir", output_dir, "--overwrite_output_dir",
-            "--max_seq_length", 32, "--per_device_train_batch_size", 16, "--learning_rate", learning_rate,
-            "--report_to", "none", "--save_strategy", "no", "--seed", 0, "--dataloader_pin_memory", "false",
-            "--disable_tqdm", "true", *extra]
+    return [
+        "--model_name_or_path",
+        checkpoint,
+        "--output_dir",
+        output_dir,
+        "--overwrite_output_dir",
+        "--max_seq_length",
+        32,
+        "--per_device_train_batch_size",
+        16,
+        "--learning_rate",
+        learning_rate,
+        "--report_to",
+        "none",
+        "--save_strategy",
+        "no",
+        "--seed",
+        0,
+        "--dataloader_pin_memory",
+        "false",
+        "--disable_tqdm",
+        "true",
+        *extra,
+    ]
 
 
 @contextlib.contextmanager
@@ -194,8 +273,10 @@ def signals_left_as_found():
     from preloaded import JOB_SIGNALS
 
     def state():
-        return {"blocked": signal.pthread_sigmask(signal.SIG_BLOCK, ()),
-                **{signal.Signals(signum).name: signal.getsignal(signum) for signum in JOB_SIGNALS}}
+        return {
+            "blocked": signal.pthread_sigmask(signal.SIG_BLOCK, ()),
+            **{signal.Signals(signum).name: signal.getsignal(signum) for signum in JOB_SIGNALS},
+        }
 
     before = state()
     yield
@@ -243,6 +324,7 @@ def run_squad(args):
     AcceleratorState._reset_state(True)
     PartialState._reset_state()
     import run_squad as script
+
     return script.main([str(a) for a in args])
 
 
@@ -275,8 +357,10 @@ def run_bounded(command, timeout: float, **kwargs):
                 except ProcessLookupError:
                     pass
             process.wait()
-            pytest.fail(f"{' '.join(map(str, command[:4]))} ... still running after {timeout:.0f} s (hung?); killed "
-                        f"{len(tree)} processes; stderr tail:\n{err.read_text()[-3000:]}")
+            pytest.fail(
+                f"{' '.join(map(str, command[:4]))} ... still running after {timeout:.0f} s (hung?); killed "
+                f"{len(tree)} processes; stderr tail:\n{err.read_text()[-3000:]}"
+            )
         return subprocess.CompletedProcess(command, process.returncode, out.read_text(), err.read_text())
 
 
@@ -291,11 +375,19 @@ def start_process(command, *, stdout: Path, stderr: Path, env=None, cwd=None, ne
     env = dict(os.environ if env is None else env)
     stdout.write_text(""), stderr.write_text("")
     if preloaded.servable(command, env, PRELOADED_ENV):
-        return preloaded.start(command, env=env, cwd=cwd, stdout=str(stdout), stderr=str(stderr),
-                               server_env=PRELOADED_ENV, new_session=new_session)
+        return preloaded.start(
+            command,
+            env=env,
+            cwd=cwd,
+            stdout=str(stdout),
+            stderr=str(stderr),
+            server_env=PRELOADED_ENV,
+            new_session=new_session,
+        )
     with open(stdout, "w") as out, open(stderr, "w") as err:
-        return subprocess.Popen([str(part) for part in command], stdout=out, stderr=err, env=env, cwd=cwd,
-                                start_new_session=new_session)
+        return subprocess.Popen(
+            [str(part) for part in command], stdout=out, stderr=err, env=env, cwd=cwd, start_new_session=new_session
+        )
 
 
 def signal_job(pid: int, signum: int) -> int:
@@ -323,8 +415,6 @@ def signal_job(pid: int, signum: int) -> int:
     return len(groups)
 
 
-
-
 def check_seed_summary(output_dir, seeds, metric: str, auto_class) -> dict:
     """What every script's --seeds run writes (tasks/seeds.py), checked against the seeds' own results files:
     one folder per seed, all_seeds_results.json with the median, mean, standard error, minimum and maximum of
@@ -337,8 +427,9 @@ def check_seed_summary(output_dir, seeds, metric: str, auto_class) -> dict:
     output_dir = Path(output_dir)
     summary = json.loads((output_dir / "all_seeds_results.json").read_text())
     assert summary["seeds"] == list(seeds)
-    scores = {seed: json.loads((output_dir / f"seed_{seed}" / "eval_results.json").read_text())[metric]
-              for seed in seeds}
+    scores = {
+        seed: json.loads((output_dir / f"seed_{seed}" / "eval_results.json").read_text())[metric] for seed in seeds
+    }
     learned = [seed for seed in seeds if seed not in summary["did_not_learn"]]
     assert summary["learned"] == len(learned)
     values = np.array([scores[seed] for seed in learned])
@@ -353,8 +444,9 @@ def check_seed_summary(output_dir, seeds, metric: str, auto_class) -> dict:
     assert best in learned and scores[best] == values.max() and summary["best_by"] == metric
     # The top folder is the best seed's: its results, its weights, a card that says so.
     assert json.loads((output_dir / "eval_results.json").read_text())[metric] == scores[best]
-    assert (output_dir / "model.safetensors").read_bytes() == \
-        (output_dir / f"seed_{best}" / "model.safetensors").read_bytes()
+    assert (output_dir / "model.safetensors").read_bytes() == (
+        output_dir / f"seed_{best}" / "model.safetensors"
+    ).read_bytes()
     assert "## Seeds" in (output_dir / "README.md").read_text()
     auto_class.from_pretrained(output_dir, trust_remote_code=True)
     return summary

@@ -44,14 +44,44 @@ import time
 # Read by a library or the interpreter when it starts, so the server's values would win over the command's. (KMP_*
 # belong to Intel's OpenMP, which neither torch's nor scikit-learn's Linux wheels load; scikit-learn sets two on
 # import.)
-STARTUP_VARIABLES = ("OMP_", "MKL_", "GOMP_", "ATEN_", "ONEDNN_", "DNNL_", "PYTHON", "LD_", "MALLOC", "HF_",
-                     "TRANSFORMERS_", "TOKENIZERS_", "TORCH", "CUDA", "NCCL", "TRITON", "XDG_")
+STARTUP_VARIABLES = (
+    "OMP_",
+    "MKL_",
+    "GOMP_",
+    "ATEN_",
+    "ONEDNN_",
+    "DNNL_",
+    "PYTHON",
+    "LD_",
+    "MALLOC",
+    "HF_",
+    "TRANSFORMERS_",
+    "TOKENIZERS_",
+    "TORCH",
+    "CUDA",
+    "NCCL",
+    "TRITON",
+    "XDG_",
+)
 # ... except these, read when used (torch sets the second in the tests' own process on its first compile).
 READ_WHEN_USED = {"PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR"}
 
-PRELOAD = ["torch", "numpy", "transformers", "transformers.trainer", "accelerate", "accelerate.commands.launch",
-           "torch.distributed.run", "datasets", "evaluate", "safetensors.torch", "scipy.stats", "sklearn.metrics",
-           "seqeval.metrics", "albert_hf"]
+PRELOAD = [
+    "torch",
+    "numpy",
+    "transformers",
+    "transformers.trainer",
+    "accelerate",
+    "accelerate.commands.launch",
+    "torch.distributed.run",
+    "datasets",
+    "evaluate",
+    "safetensors.torch",
+    "scipy.stats",
+    "sklearn.metrics",
+    "seqeval.metrics",
+    "albert_hf",
+]
 
 LAUNCHERS = ("accelerate.commands.launch", "torch.distributed.run")
 # Set by torch's elastic agent for its workers and read when used (by torch.distributed), not at start-up.
@@ -69,16 +99,24 @@ def _albert_hf_modules() -> list[str]:
 
     import albert_hf
 
-    return [f"albert_hf.{info.name}" for info in pkgutil.walk_packages(albert_hf.__path__)
-            if not info.name.startswith("metrics")]
+    return [
+        f"albert_hf.{info.name}"
+        for info in pkgutil.walk_packages(albert_hf.__path__)
+        if not info.name.startswith("metrics")
+    ]
 
 
 def _ensure_server(env: dict) -> None:
     """Start the forkserver with `env` (the tests' subprocess environment) and the preloaded modules."""
     if _server:
         return
-    fresh_path = subprocess.run([sys.executable, "-c", "import json, sys; print(json.dumps(sys.path[1:]))"],
-                                env=env, capture_output=True, text=True, check=True).stdout
+    fresh_path = subprocess.run(
+        [sys.executable, "-c", "import json, sys; print(json.dumps(sys.path[1:]))"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     multiprocessing.set_forkserver_preload(PRELOAD + _albert_hf_modules())
     from multiprocessing import forkserver, resource_tracker
 
@@ -125,8 +163,10 @@ def _runs_a_script(command) -> bool:
 
 def _differs_at_start_up(env: dict, server_env: dict, read_when_used: tuple = ()) -> bool:
     differing = {name for name in set(env) | set(server_env) if env.get(name) != server_env.get(name)}
-    return any(name.startswith(STARTUP_VARIABLES) and not name.startswith(read_when_used)
-               for name in differing - READ_WHEN_USED)
+    return any(
+        name.startswith(STARTUP_VARIABLES) and not name.startswith(read_when_used)
+        for name in differing - READ_WHEN_USED
+    )
 
 
 def launched_rank(process) -> str | None:
@@ -134,7 +174,7 @@ def launched_rank(process) -> str | None:
     forked by `_serve_workers` (whose /proc/PID/environ is the server's); None for any other process."""
     name = process.name()
     if name.startswith(WORKER_NAME):
-        return name[len(WORKER_NAME):]
+        return name[len(WORKER_NAME) :]
     return process.environ().get("RANK")
 
 
@@ -164,16 +204,27 @@ class ForkedProcess:
         self._process.kill()
 
 
-def start(command, *, env: dict, cwd, stdout: str, stderr: str, server_env: dict,
-          new_session: bool = False) -> ForkedProcess:
+def start(
+    command, *, env: dict, cwd, stdout: str, stderr: str, server_env: dict, new_session: bool = False
+) -> ForkedProcess:
     """`command` (servable) in a forked process writing to the files `stdout` and `stderr`, in a session (and process
     group) of its own with `new_session`. The server is started on first use with `server_env`."""
     _ensure_server(server_env)
     context = multiprocessing.get_context("forkserver")
-    process = context.Process(target=_run, args=([str(part) for part in command[1:]], str(cwd or os.getcwd()),
-                                                 dict(env), stdout, stderr, _server["path"], new_session,
-                                                 _popen_signals()),
-                              daemon=False)
+    process = context.Process(
+        target=_run,
+        args=(
+            [str(part) for part in command[1:]],
+            str(cwd or os.getcwd()),
+            dict(env),
+            stdout,
+            stderr,
+            _server["path"],
+            new_session,
+            _popen_signals(),
+        ),
+        daemon=False,
+    )
     process.start()
     return ForkedProcess(process)
 
@@ -181,8 +232,10 @@ def start(command, *, env: dict, cwd, stdout: str, stderr: str, server_env: dict
 def _popen_signals() -> tuple[set, set]:
     """What a child started now by subprocess.Popen from this thread inherits of signals: the blocked ones, and the
     job signals ignored (exec keeps SIG_IGN and resets the handled ones)."""
-    return (signal.pthread_sigmask(signal.SIG_BLOCK, ()),
-            {signum for signum in JOB_SIGNALS if signal.getsignal(signum) == signal.SIG_IGN})
+    return (
+        signal.pthread_sigmask(signal.SIG_BLOCK, ()),
+        {signum for signum in JOB_SIGNALS if signal.getsignal(signum) == signal.SIG_IGN},
+    )
 
 
 def _as_started_by_popen(signals: tuple[set, set]) -> None:
@@ -195,8 +248,16 @@ def _as_started_by_popen(signals: tuple[set, set]) -> None:
     signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
-def _run(argv: list[str], cwd: str, env: dict, stdout: str, stderr: str, fresh_path: list[str],
-         new_session: bool, signals: tuple[set, set]) -> None:
+def _run(
+    argv: list[str],
+    cwd: str,
+    env: dict,
+    stdout: str,
+    stderr: str,
+    fresh_path: list[str],
+    new_session: bool,
+    signals: tuple[set, set],
+) -> None:
     """In the forked process: become `python *argv` started in `cwd` with `env` and `signals`."""
     if new_session:
         os.setsid()  # as subprocess.Popen(start_new_session=True)
@@ -278,8 +339,12 @@ def _serve_workers(fresh_path: list[str], server_env: dict) -> None:
         argv = [str(part) for part in args]
         if argv[1:2] == ["-u"] and server_env.get("PYTHONUNBUFFERED"):  # the server's streams are unbuffered
             argv = [argv[0], *argv[2:]]
-        if (handler._stdout is not None or handler._stderr is not None or not _runs_a_script(argv)
-                or _differs_at_start_up(env, server_env, LAUNCH_VARIABLES)):
+        if (
+            handler._stdout is not None
+            or handler._stderr is not None
+            or not _runs_a_script(argv)
+            or _differs_at_start_up(env, server_env, LAUNCH_VARIABLES)
+        ):
             return popen(handler, args, env)
         with lock:
             pickle.dump((argv[1:], dict(env), _popen_signals()), requests)
@@ -322,8 +387,7 @@ def _fork_workers(requests_fd: int, replies_fd: int, launcher: int, fresh_path: 
         os.write(replies_fd, b"%d\n" % worker)
 
 
-def _worker(argv: list[str], env: dict, signals: tuple[set, set], launcher: int, fresh_path: list[str],
-            libc) -> None:
+def _worker(argv: list[str], env: dict, signals: tuple[set, set], launcher: int, fresh_path: list[str], libc) -> None:
     """In a forked worker: become `python *argv` as torch's agent starts it (its own session, `env`, the signals of
     the agent's Popen child); never returns."""
     while os.getppid() != launcher:  # adopted once the process that forked it has ended (a moment)

@@ -13,51 +13,74 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from helpers import (
-    REPO,
-    run_bounded,
-    start_process,
-    subprocess_env,
-)
+from helpers import REPO, run_bounded, start_process, subprocess_env
 
 SCRIPT = str(REPO / "run_pretraining.py")
 
 
 # Tiny and fast: the embedded corpus, a 500-piece tokenizer (trained once, cached in the test HF_HOME).
-FAST = ["--vocab_size", "500", "--max_seq_length", "64", "--per_device_train_batch_size", "8", "--dupe_factor", "1",
-        "--max_eval_samples", "64", "--logging_steps", "2", "--seed", "7",
-        "--mixed_precision", "no"]  # fp32 whatever the CPU: the precision choice has its own tests (test_hardware)
+FAST = [
+    "--vocab_size",
+    "500",
+    "--max_seq_length",
+    "64",
+    "--per_device_train_batch_size",
+    "8",
+    "--dupe_factor",
+    "1",
+    "--max_eval_samples",
+    "64",
+    "--logging_steps",
+    "2",
+    "--seed",
+    "7",
+    "--mixed_precision",
+    "no",
+]  # fp32 whatever the CPU: the precision choice has its own tests (test_hardware)
 # FAST without the flags that shape the pairs: a run on a --prepared_data folder takes those from its manifest
 FAST_TRAINING = ["--per_device_train_batch_size", "8", "--logging_steps", "2", "--seed", "7", "--mixed_precision", "no"]
 
 
-def pretrain(out, *extra, launcher=None, check=True, timeout=300, started: Path | None = None, env=None,
-             new_session=False):
+def pretrain(
+    out, *extra, launcher=None, check=True, timeout=300, started: Path | None = None, env=None, new_session=False
+):
     """The script run to its end (the finished process), or with `started` (a folder for its stdout.txt and
     stderr.txt) only started (the running process; with `new_session`, as a scheduler's job: `signal_job`)."""
     command = (launcher or [sys.executable]) + [SCRIPT, "--output_dir", str(out), *FAST, *extra]
     env = subprocess_env(**(env or {}))
     if started:
-        return start_process(command, env=env, cwd=out.parent, stdout=started / "stdout.txt",
-                             stderr=started / "stderr.txt", new_session=new_session)
+        return start_process(
+            command,
+            env=env,
+            cwd=out.parent,
+            stdout=started / "stdout.txt",
+            stderr=started / "stderr.txt",
+            new_session=new_session,
+        )
     done = run_bounded(command, timeout, env=env, cwd=out.parent)
     if check:
         assert done.returncode == 0, done.stderr[-4000:]
     return done
 
 
-def pretrain_runs(runs, launcher=None, timeout=300, steps_only=False,
-                  process_env=None) -> tuple[list[dict], subprocess.CompletedProcess]:
+def pretrain_runs(
+    runs, launcher=None, timeout=300, steps_only=False, process_env=None
+) -> tuple[list[dict], subprocess.CompletedProcess]:
     """Several `pretrain` runs, each (output folder, extra arguments[, environment[, steps_only[, hooks[, fast]]]]),
     one after the other in one process or one launch (tests/launched_runs.py: a launch costs more than a tiny run),
     each with FAST's flags (`fast` False: FAST_TRAINING's, for a run on a --prepared_data folder). Per run:
     "status" (0, 2 or "traceback") and "line" (its error line), and the finished process. With `steps_only` (the
     default for runs that do not say), prepare and fit only (no final save). `process_env`: set for the whole
     process, before torch is imported (a run's own environment is set after)."""
-    spec = [{"argv": ["--output_dir", str(out), *(FAST if len(rest) < 4 or rest[3] else FAST_TRAINING), *extra],
-             "env": rest[0] if rest else {}, "steps_only": rest[1] if len(rest) > 1 else steps_only,
-             "hooks": rest[2] if len(rest) > 2 else {}}
-            for out, extra, *rest in runs]
+    spec = [
+        {
+            "argv": ["--output_dir", str(out), *(FAST if len(rest) < 4 or rest[3] else FAST_TRAINING), *extra],
+            "env": rest[0] if rest else {},
+            "steps_only": rest[1] if len(rest) > 1 else steps_only,
+            "hooks": rest[2] if len(rest) > 2 else {},
+        }
+        for out, extra, *rest in runs
+    ]
     folder = Path(runs[0][0]).parent
     path = folder / f"runs-{Path(runs[0][0]).name}.json"
     path.write_text(json.dumps(spec))
@@ -74,8 +97,15 @@ def metrics(out):
 
 
 # the logged fields measured in time or memory: equal runs differ there
-TIMED = ("tokens_per_second", "model_tflops_per_second", "mfu", "data_wait", "peak_memory_gib",
-         "mean_model_tflops_per_second", "mean_mfu")
+TIMED = (
+    "tokens_per_second",
+    "model_tflops_per_second",
+    "mfu",
+    "data_wait",
+    "peak_memory_gib",
+    "mean_model_tflops_per_second",
+    "mean_mfu",
+)
 
 
 def untimed(rows):
@@ -83,8 +113,16 @@ def untimed(rows):
     return [{k: v for k, v in row.items() if k not in TIMED} for row in rows]
 
 
-RESUME_ARGS = ["--max_train_steps", "12", "--checkpointing_steps", "3", "--eval_steps", "0",
-               "--validation_split_percentage", "0"]  # checkpoints at 3, 6, 9, 12; logging every 2 steps (FAST)
+RESUME_ARGS = [
+    "--max_train_steps",
+    "12",
+    "--checkpointing_steps",
+    "3",
+    "--eval_steps",
+    "0",
+    "--validation_split_percentage",
+    "0",
+]  # checkpoints at 3, 6, 9, 12; logging every 2 steps (FAST)
 
 
 def check_same_weights_and_curve(run, reference, after_step):
@@ -133,6 +171,7 @@ def signal_once_training(run, process, targets, signum, repeat_until_exit=False)
 
 def stopped_step(stderr: str) -> int:
     last = stderr.strip().splitlines()[-1]
-    assert last.startswith("Stopped by ") and last.endswith("run the same command with --resume_from_checkpoint "
-                                                             "latest"), stderr[-3000:]
+    assert last.startswith("Stopped by ") and last.endswith(
+        "run the same command with --resume_from_checkpoint latest"
+    ), stderr[-3000:]
     return int(last.split(" after step ")[1].split(" ")[0])

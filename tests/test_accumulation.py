@@ -1,7 +1,6 @@
 """Gradient accumulation and data parallelism give the gradient of the batch they stand for: a step's loss is the
 MLM loss averaged over every masked token of the global batch plus the pair loss averaged over its sequences."""
 
-
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -12,8 +11,19 @@ from pretraining_runs import metrics, pretrain_runs
 
 pytestmark = pytest.mark.trains
 
-STEPS = ["--max_train_steps", "10", "--eval_steps", "0", "--validation_split_percentage", "0", "--no_plots",
-         "--mixed_precision", "no", "--logging_steps", "1"]
+STEPS = [
+    "--max_train_steps",
+    "10",
+    "--eval_steps",
+    "0",
+    "--validation_split_percentage",
+    "0",
+    "--no_plots",
+    "--mixed_precision",
+    "no",
+    "--logging_steps",
+    "1",
+]
 
 
 def unequal_batch(vocab_size: int, seed: int = 0):
@@ -31,8 +41,13 @@ def unequal_batch(vocab_size: int, seed: int = 0):
         positions = torch.randperm(int(lengths[row]) - 2, generator=generator)[:count] + 1
         labels[row, positions] = input_ids[row, positions]
     order = torch.randint(0, 2, (32,), generator=generator)
-    return dict(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, labels=labels,
-                sentence_order_label=order)
+    return dict(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        token_type_ids=token_type_ids,
+        labels=labels,
+        sentence_order_label=order,
+    )
 
 
 def gradients(model):
@@ -54,7 +69,7 @@ def test_weighted_micro_batch_losses_sum_to_the_gradient_of_the_whole_batch(micr
     whole = gradients(model)
     model.zero_grad()
 
-    micro_batches = [{k: v[i:i + micro_batch] for k, v in batch.items()} for i in range(0, 32, micro_batch)]
+    micro_batches = [{k: v[i : i + micro_batch] for k, v in batch.items()} for i in range(0, 32, micro_batch)]
     accelerator = Accelerator(cpu=True)
     weights = loss_weights(micro_batches, accelerator, "global")
     for micro in micro_batches:
@@ -76,7 +91,7 @@ def test_per_device_normalization_weights_each_processes_own_tokens(monkeypatch)
     from albert_hf.pretraining.training.step import loss_weights
 
     batch = unequal_batch(300)
-    micro_batches = [{k: v[i:i + 8] for k, v in batch.items()} for i in range(0, 32, 8)]
+    micro_batches = [{k: v[i : i + 8] for k, v in batch.items()} for i in range(0, 32, 8)]
     accelerator = Accelerator(cpu=True)
     masked = sum(int((m["labels"] != -100).sum()) for m in micro_batches)
     assert masked == 8 * (2 + 6 + 12 + 20)
@@ -92,11 +107,28 @@ def test_per_device_normalization_weights_each_processes_own_tokens(monkeypatch)
 def one_process_runs(tmp_path_factory):
     """32 x 1 (the references) and 8 x 4 on one process, with LAMB and with AdamW: one process for the four."""
     root = tmp_path_factory.mktemp("accumulation")
-    runs = {(batch, optimizer): root / f"{batch}x{32 // batch}-{optimizer}" for batch in (32, 8)
-            for optimizer in ("lamb", "adamw")}
-    results, _ = pretrain_runs([(out, [*STEPS, "--optimizer", optimizer, "--per_device_train_batch_size", str(batch),
-                                       "--gradient_accumulation_steps", str(32 // batch)])
-                                for (batch, optimizer), out in runs.items()])
+    runs = {
+        (batch, optimizer): root / f"{batch}x{32 // batch}-{optimizer}"
+        for batch in (32, 8)
+        for optimizer in ("lamb", "adamw")
+    }
+    results, _ = pretrain_runs(
+        [
+            (
+                out,
+                [
+                    *STEPS,
+                    "--optimizer",
+                    optimizer,
+                    "--per_device_train_batch_size",
+                    str(batch),
+                    "--gradient_accumulation_steps",
+                    str(32 // batch),
+                ],
+            )
+            for (batch, optimizer), out in runs.items()
+        ]
+    )
     assert [result["status"] for result in results] == [0] * 4, results
     return runs
 
@@ -134,9 +166,24 @@ def two_process_runs(tmp_path_factory):
     """The three two-process runs in one launch."""
     root = tmp_path_factory.mktemp("two_processes")
     runs = {case: root / "{}x{}x2-{}".format(*case) for case in TWO_PROCESSES}
-    results, _ = pretrain_runs([(out, [*STEPS, "--optimizer", optimizer, "--per_device_train_batch_size",
-                                       str(per_device), "--gradient_accumulation_steps", str(accumulation)])
-                                for (per_device, accumulation, optimizer), out in runs.items()], launcher=DDP)
+    results, _ = pretrain_runs(
+        [
+            (
+                out,
+                [
+                    *STEPS,
+                    "--optimizer",
+                    optimizer,
+                    "--per_device_train_batch_size",
+                    str(per_device),
+                    "--gradient_accumulation_steps",
+                    str(accumulation),
+                ],
+            )
+            for (per_device, accumulation, optimizer), out in runs.items()
+        ],
+        launcher=DDP,
+    )
     assert [result["status"] for result in results] == [0] * 3, results
     return runs
 
@@ -144,10 +191,12 @@ def two_process_runs(tmp_path_factory):
 @pytest.mark.parametrize("per_device, accumulation, optimizer", TWO_PROCESSES)
 @pytest.mark.launched
 @pytest.mark.rounding
-def test_two_processes_end_with_the_weights_of_32x1(one_process_runs, two_process_runs, per_device, accumulation,
-                                                    optimizer):
-    check_same_weights(two_process_runs[per_device, accumulation, optimizer], one_process_runs[32, optimizer],
-                       optimizer)
+def test_two_processes_end_with_the_weights_of_32x1(
+    one_process_runs, two_process_runs, per_device, accumulation, optimizer
+):
+    check_same_weights(
+        two_process_runs[per_device, accumulation, optimizer], one_process_runs[32, optimizer], optimizer
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -179,9 +228,12 @@ def head_examples(head: str, count: int = 8):
     return examples
 
 
-HEADS = {"sequence_classification": "AlbertHFForSequenceClassification",
-         "token_classification": "AlbertHFForTokenClassification",
-         "multiple_choice": "AlbertHFForMultipleChoice", "question_answering": "AlbertHFForQuestionAnswering"}
+HEADS = {
+    "sequence_classification": "AlbertHFForSequenceClassification",
+    "token_classification": "AlbertHFForTokenClassification",
+    "multiple_choice": "AlbertHFForMultipleChoice",
+    "question_answering": "AlbertHFForQuestionAnswering",
+}
 
 
 @pytest.mark.parametrize("head", sorted(HEADS))
@@ -202,11 +254,22 @@ def test_trainer_accumulation_gives_the_whole_batch_step(tmp_path, head):
         torch.manual_seed(0)
         model = model_class(tiny_config(vocab_size=300, num_labels=3, classifier_dropout_prob=0.0))
         initial = {name: p.detach().clone() for name, p in model.named_parameters()}
-        args = TrainingArguments(output_dir=str(tmp_path / f"{batch}x{accumulation}"),
-                                 per_device_train_batch_size=batch,
-                                 gradient_accumulation_steps=accumulation, max_steps=3, learning_rate=0.5,
-                                 optim="sgd", lr_scheduler_type="constant", use_cpu=True, report_to="none",
-                                 save_strategy="no", seed=0, data_seed=0, disable_tqdm=True, max_grad_norm=0.0)
+        args = TrainingArguments(
+            output_dir=str(tmp_path / f"{batch}x{accumulation}"),
+            per_device_train_batch_size=batch,
+            gradient_accumulation_steps=accumulation,
+            max_steps=3,
+            learning_rate=0.5,
+            optim="sgd",
+            lr_scheduler_type="constant",
+            use_cpu=True,
+            report_to="none",
+            save_strategy="no",
+            seed=0,
+            data_seed=0,
+            disable_tqdm=True,
+            max_grad_norm=0.0,
+        )
         Trainer(model=model, args=args, train_dataset=examples).train()
         weights[batch] = {name: p.detach().clone() for name, p in model.named_parameters()}
     assert max((weights[8][name] - initial[name]).abs().max() for name in initial) > 1e-3  # the steps moved them

@@ -121,11 +121,20 @@ def test_transitions_cli_clear_errors(tmp_path, tiny_checkpoint):
     texts = tmp_path / "t.txt"
     texts.write_text("hello world\n")
     with pytest.raises(InputError, match="no_such_model"):
-        transitions_cli.main(["--model", str(tmp_path / "no_such_model"), "--texts", str(texts),
-                              "--out", str(tmp_path / "a.png")])
+        transitions_cli.main(
+            ["--model", str(tmp_path / "no_such_model"), "--texts", str(texts), "--out", str(tmp_path / "a.png")]
+        )
     with pytest.raises(InputError, match="missing.txt"):
-        transitions_cli.main(["--model", str(tiny_checkpoint), "--texts", str(tmp_path / "missing.txt"),
-                              "--out", str(tmp_path / "a.png")])
+        transitions_cli.main(
+            [
+                "--model",
+                str(tiny_checkpoint),
+                "--texts",
+                str(tmp_path / "missing.txt"),
+                "--out",
+                str(tmp_path / "a.png"),
+            ]
+        )
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -190,14 +199,16 @@ def test_sop_by_document_scores_each_document_on_its_own_pairs(caplog):
         model.sop_classifier.classifier.weight.zero_()
         model.sop_classifier.classifier.bias.copy_(torch.tensor([0.0, 5.0]))
     docs = [" ".join(_documents(60)[i::3]) for i in range(3)]
-    result = sop_by_document(model, tok, docs + ["Just one sentence here."], ["a", "b", "c", "short"],
-                             max_seq_length=64, max_examples=30)
+    result = sop_by_document(
+        model, tok, docs + ["Just one sentence here."], ["a", "b", "c", "short"], max_seq_length=64, max_examples=30
+    )
     assert list(result) == ["a", "b", "c"]  # the one-sentence document gives no pair: skipped, and logged
     assert "skipped 1 documents" in caplog.text and "short" in caplog.text
     shares = []
     for name, doc in zip("abc", docs):
         labels = build_intrinsic_sets([doc], tok, max_seq_length=64, max_examples=30, tasks=("sop",))["sop"][
-            "sentence_order_label"]
+            "sentence_order_label"
+        ]
         assert result[name] == {"sop": pytest.approx(sum(labels) / len(labels)), "sop_examples": len(labels)}
         shares.append(sum(labels) / len(labels))
     assert len(set(shares)) > 1  # the documents really are scored apart
@@ -213,8 +224,9 @@ def test_document_names_are_file_names_numbered_within_a_file():
 
     from albert_hf.analysis.intrinsic import document_names
 
-    docs = datasets.Dataset.from_dict({"text": ["a", "b", "c", "d"],
-                                       "source": ["/x/emma.txt", "/y/speeches.txt", "/y/speeches.txt", "/z/a.txt"]})
+    docs = datasets.Dataset.from_dict(
+        {"text": ["a", "b", "c", "d"], "source": ["/x/emma.txt", "/y/speeches.txt", "/y/speeches.txt", "/z/a.txt"]}
+    )
     assert document_names(docs) == ["emma.txt", "speeches.txt#0", "speeches.txt#1", "a.txt"]
     assert document_names(docs.remove_columns("source")) == ["0", "1", "2", "3"]
 
@@ -232,12 +244,36 @@ def test_intrinsic_cli(tmp_path, tiny_checkpoint, capsys):
     docs.mkdir()
     for i, text in enumerate(_documents(20)):
         (docs / f"{i}.txt").write_text(text)
-    rows = intrinsic_main(["--model", str(tiny_checkpoint), "--documents", str(docs), "--max_examples", "16",
-                           "--max_seq_length", "64", "--json", str(tmp_path / "r.json")])
+    rows = intrinsic_main(
+        [
+            "--model",
+            str(tiny_checkpoint),
+            "--documents",
+            str(docs),
+            "--max_examples",
+            "16",
+            "--max_seq_length",
+            "64",
+            "--json",
+            str(tmp_path / "r.json"),
+        ]
+    )
     assert rows[str(tiny_checkpoint)]["sop_examples"] == 16
     assert "MLM" in capsys.readouterr().out and (tmp_path / "r.json").is_file()
-    rows = intrinsic_main(["--model", str(tiny_checkpoint), "--documents", str(docs / "0.txt"), str(docs / "1.txt"),
-                           "--max_examples", "8", "--max_seq_length", "64", "--per_document"])
+    rows = intrinsic_main(
+        [
+            "--model",
+            str(tiny_checkpoint),
+            "--documents",
+            str(docs / "0.txt"),
+            str(docs / "1.txt"),
+            "--max_examples",
+            "8",
+            "--max_seq_length",
+            "64",
+            "--per_document",
+        ]
+    )
     by_document = rows[str(tiny_checkpoint)]["sop_by_document"]
     assert set(by_document) == {"0.txt", "1.txt"}
     assert all(0 < r["sop_examples"] <= 8 for r in by_document.values())

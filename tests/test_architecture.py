@@ -40,23 +40,37 @@ def rebound_arguments(source: str) -> list[str]:
     a name but `args = parse_args(...)`, a parameter of that kind rebound in its function among them."""
     found = []
     for node in ast.walk(ast.parse(source)):
-        if not isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) or \
-                isinstance(node, ast.AnnAssign) and node.value is None:  # a field declared, nothing bound
+        if (
+            not isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+            or isinstance(node, ast.AnnAssign)
+            and node.value is None
+        ):  # a field declared, nothing bound
             continue
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and \
-                ast.unparse(node.value.func).endswith("parse_args"):
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call)
+            and ast.unparse(node.value.func).endswith("parse_args")
+        ):
             continue
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-        names = [part.id for target in targets for part in ast.walk(target)
-                 if isinstance(part, ast.Name) and isinstance(part.ctx, ast.Store) and part.id.endswith("args")
-                 and not part.id.endswith("kwargs")]
+        names = [
+            part.id
+            for target in targets
+            for part in ast.walk(target)
+            if isinstance(part, ast.Name)
+            and isinstance(part.ctx, ast.Store)
+            and part.id.endswith("args")
+            and not part.id.endswith("kwargs")
+        ]
         found += [f"{node.lineno}: {name}" for name in names]
     return found
 
 
 def test_the_rebinding_check_catches_arguments_replaced_by_a_function():
-    planted = ("def setup(args):\n    args, notes = choose_step(args)\n    return args\n\n"
-               "def main(argv):\n    args = parse_args(argv)\n    model_args = args.model\n    kwargs = {}\n")
+    planted = (
+        "def setup(args):\n    args, notes = choose_step(args)\n    return args\n\n"
+        "def main(argv):\n    args = parse_args(argv)\n    model_args = args.model\n    kwargs = {}\n"
+    )
     assert rebound_arguments(planted) == ["2: args", "7: model_args"]
 
 
@@ -64,6 +78,10 @@ def test_pretraining_reads_its_arguments_as_parsed():
     """The pretraining job's arguments are resolved once, in `resolution.parse_args`; what the machine decides (the
     step, the micro-batch, the precision) is `machine.MachinePlan`, beside them, so `args` means one thing
     everywhere."""
-    found = [f"{path.relative_to(REPO)}:{where}" for path in sorted((REPO / "albert_hf" / "pretraining").rglob("*.py"))
-             if path.name != "resolution.py" for where in rebound_arguments(path.read_text())]
+    found = [
+        f"{path.relative_to(REPO)}:{where}"
+        for path in sorted((REPO / "albert_hf" / "pretraining").rglob("*.py"))
+        if path.name != "resolution.py"
+        for where in rebound_arguments(path.read_text())
+    ]
     assert not found, found

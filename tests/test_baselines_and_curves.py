@@ -18,12 +18,24 @@ def stacked(features):
 def test_baselines_are_the_majority_label_the_most_frequent_piece_and_the_unigram_cross_entropy():
     # a vocabulary of 6; 0 is padding and 5 the mask, both special
     pairs = [
-        {"input_ids": [2, 2, 5, 3, 0], "labels": [-100, -100, 3, -100, -100], "attention_mask": [1, 1, 1, 1, 0],
-         "sentence_order_label": 1},
-        {"input_ids": [2, 5, 2, 4, 3], "labels": [-100, 2, -100, -100, -100], "attention_mask": [1, 1, 1, 1, 1],
-         "sentence_order_label": 0},
-        {"input_ids": [2, 2, 0, 0, 0], "labels": [-100, -100, -100, -100, -100], "attention_mask": [1, 1, 0, 0, 0],
-         "sentence_order_label": 0},
+        {
+            "input_ids": [2, 2, 5, 3, 0],
+            "labels": [-100, -100, 3, -100, -100],
+            "attention_mask": [1, 1, 1, 1, 0],
+            "sentence_order_label": 1,
+        },
+        {
+            "input_ids": [2, 5, 2, 4, 3],
+            "labels": [-100, 2, -100, -100, -100],
+            "attention_mask": [1, 1, 1, 1, 1],
+            "sentence_order_label": 0,
+        },
+        {
+            "input_ids": [2, 2, 0, 0, 0],
+            "labels": [-100, -100, -100, -100, -100],
+            "attention_mask": [1, 1, 0, 0, 0],
+            "sentence_order_label": 0,
+        },
     ]
     # a masked position holds the mask id 5 in input_ids; its piece comes from the labels
     got = heldout_baselines(pairs, stacked, vocab_size=6, special_ids=[0, 5], pair_task="sop")
@@ -38,10 +50,22 @@ def test_baselines_are_the_majority_label_the_most_frequent_piece_and_the_unigra
 
 
 def test_the_summary_puts_each_baseline_beside_its_number():
-    rows = dict(with_baselines({"eval_mlm_accuracy": 0.25, "eval_mlm_accuracy_baseline": 0.0625,
-                                "eval_sop_loss": 0.5, "eval_sop_accuracy": 0.75, "eval_sop_accuracy_baseline": 0.5}))
-    assert rows == {"eval_mlm_accuracy": "0.2500 (always the most frequent piece: 0.0625)", "eval_sop_loss": "0.5000",
-                    "eval_sop_accuracy": "0.7500 (majority label: 0.5000)"}
+    rows = dict(
+        with_baselines(
+            {
+                "eval_mlm_accuracy": 0.25,
+                "eval_mlm_accuracy_baseline": 0.0625,
+                "eval_sop_loss": 0.5,
+                "eval_sop_accuracy": 0.75,
+                "eval_sop_accuracy_baseline": 0.5,
+            }
+        )
+    )
+    assert rows == {
+        "eval_mlm_accuracy": "0.2500 (always the most frequent piece: 0.0625)",
+        "eval_sop_loss": "0.5000",
+        "eval_sop_accuracy": "0.7500 (majority label: 0.5000)",
+    }
 
 
 def check_png(path, width, height):
@@ -54,10 +78,20 @@ def check_png(path, width, height):
 
 
 def test_curves_are_drawn_from_the_logs(tmp_path):
-    rows = [{"step": s, "train_mlm_loss": 8 - s / 10, "train_mlm_accuracy": s / 100, "train_sop_accuracy": 0.5,
-             "lr": 1e-3 * (1 - s / 40)} for s in range(2, 41, 2)]
-    rows += [{"step": s, "eval_mlm_loss": 7 - s / 20, "eval_mlm_accuracy": s / 80, "eval_sop_accuracy": 0.6}
-             for s in (20, 40)]
+    rows = [
+        {
+            "step": s,
+            "train_mlm_loss": 8 - s / 10,
+            "train_mlm_accuracy": s / 100,
+            "train_sop_accuracy": 0.5,
+            "lr": 1e-3 * (1 - s / 40),
+        }
+        for s in range(2, 41, 2)
+    ]
+    rows += [
+        {"step": s, "eval_mlm_loss": 7 - s / 20, "eval_mlm_accuracy": s / 80, "eval_sop_accuracy": 0.6}
+        for s in (20, 40)
+    ]
     path = pretraining_curves(rows, {"eval_mlm_accuracy_baseline": 0.05}, tmp_path / "p.png", "sop")
     check_png(path, 1680, 340)  # four panels of 4.2 x 3.4 inches at 100 dpi
     assert pretraining_curves([{"step": 1, "lr": 0.1}], {}, tmp_path / "none.png", "sop") is None
@@ -69,9 +103,13 @@ def test_curves_are_drawn_from_the_logs(tmp_path):
 @pytest.mark.trains
 def test_a_run_ends_with_baselines_in_its_summary_results_and_card_and_draws_its_curves(tmp_path):
     out, quiet = tmp_path / "run", tmp_path / "quiet"
-    results, done = pretrain_runs([(out, ["--max_train_steps", "4", "--eval_steps", "2"]),
-                                   (quiet, ["--max_train_steps", "2", "--eval_steps", "2", "--no_plots"])],
-                                  steps_only=False)  # one process: its start-up costs more than these runs
+    results, done = pretrain_runs(
+        [
+            (out, ["--max_train_steps", "4", "--eval_steps", "2"]),
+            (quiet, ["--max_train_steps", "2", "--eval_steps", "2", "--no_plots"]),
+        ],
+        steps_only=False,
+    )  # one process: its start-up costs more than these runs
     assert [result["status"] for result in results] == [0, 0], results
     assert "(always the most frequent piece: " in done.stdout and "(majority label: " in done.stdout
     assert "(unigram cross-entropy: " in done.stdout
@@ -95,12 +133,44 @@ def test_fine_tuning_draws_its_curves_and_the_card_shows_them(tmp_path, tiny_che
 
     folder = write_glue_folders(tmp_path / "glue") / "RTE"
     out = tmp_path / "out"
-    run_glue(glue_args(tiny_checkpoint, out, "--task_name", "rte", "--data_dir", folder, "--do_train", "--do_eval",
-                         "--max_steps", 6, "--logging_steps", 1, "--eval_strategy", "steps", "--eval_steps", 3))
+    run_glue(
+        glue_args(
+            tiny_checkpoint,
+            out,
+            "--task_name",
+            "rte",
+            "--data_dir",
+            folder,
+            "--do_train",
+            "--do_eval",
+            "--max_steps",
+            6,
+            "--logging_steps",
+            1,
+            "--eval_strategy",
+            "steps",
+            "--eval_steps",
+            3,
+        )
+    )
     check_png(out / "training_curves.png", 4 * 420, 340)  # training loss, eval accuracy and loss, learning rate
     assert "![Training curves](training_curves.png)" in (out / "README.md").read_text()
 
     quiet = tmp_path / "quiet"
-    run_glue(glue_args(tiny_checkpoint, quiet, "--task_name", "rte", "--data_dir", folder, "--do_train",
-                         "--max_steps", 2, "--logging_steps", 1, "--no_plots"))
+    run_glue(
+        glue_args(
+            tiny_checkpoint,
+            quiet,
+            "--task_name",
+            "rte",
+            "--data_dir",
+            folder,
+            "--do_train",
+            "--max_steps",
+            2,
+            "--logging_steps",
+            1,
+            "--no_plots",
+        )
+    )
     assert not (quiet / "training_curves.png").exists()

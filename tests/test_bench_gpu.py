@@ -34,10 +34,12 @@ def test_executed_flops_are_what_torch_counts_for_transformers_albert():
     theirs = transformers.AlbertForPreTraining(config.to_albert_config()).train()
     theirs.set_attn_implementation("eager")  # FlopCounterMode does not count SDPA's CPU kernel; eager's matmuls it does
     batch, seq, masked = 3, 16, 4
-    assert bench_gpu.executed_flops(config, batch, seq, "transformers") == \
-        albert_flops(config, batch, seq, masked_per_seq=20, mlm_rows_per_seq=seq)
-    assert albert_flops(config, batch, seq, masked, mlm_rows_per_seq=seq) == \
-        counted_step_flops(theirs, batch, seq, masked)
+    assert bench_gpu.executed_flops(config, batch, seq, "transformers") == albert_flops(
+        config, batch, seq, masked_per_seq=20, mlm_rows_per_seq=seq
+    )
+    assert albert_flops(config, batch, seq, masked, mlm_rows_per_seq=seq) == counted_step_flops(
+        theirs, batch, seq, masked
+    )
 
 
 @pytest.mark.parametrize("groups", [{}, {"num_hidden_groups": 2, "inner_group_num": 2, "num_hidden_layers": 4}])
@@ -47,20 +49,33 @@ def test_flop_count_is_what_torch_counts_for_the_positions_albert_hf_computes(gr
     model = AlbertHFForPreTraining(config).train()
     batch, seq = 3, 16
     # The last layer computes the masked positions and the first (the pooler's): masked + 1 query rows.
-    assert albert_flops(config, batch, seq, masked, last_layer_queries=masked + 1) == \
-        counted_step_flops(model, batch, seq, masked)
+    assert albert_flops(config, batch, seq, masked, last_layer_queries=masked + 1) == counted_step_flops(
+        model, batch, seq, masked
+    )
     # The model's count (what MFU divides) has the last layer at every position: more whenever positions are skipped.
     skipped = seq - (masked + 1)
-    assert (albert_flops(config, batch, seq, masked) > albert_flops(config, batch, seq, masked, masked + 1)) == \
-        (skipped > 0)
+    assert (albert_flops(config, batch, seq, masked) > albert_flops(config, batch, seq, masked, masked + 1)) == (
+        skipped > 0
+    )
 
 
-@pytest.mark.parametrize("name, peak, tf32", [
-    ("NVIDIA H100 80GB HBM3", 989.0, 494.5), ("NVIDIA H100 PCIe", 756.0, 378.0), ("NVIDIA H100 NVL", 835.0, 417.5),
-    ("NVIDIA H200", 989.0, 494.5), ("NVIDIA H200 NVL", 835.0, 417.5), ("NVIDIA A100-SXM4-80GB", 312.0, 156.0),
-    ("NVIDIA L4", 121.0, 60.0), ("NVIDIA L40S", 362.0, 183.0), ("Tesla T4", 65.0, 8.1),
-    ("Tesla V100-SXM2-32GB", 125.0, 15.7), ("Tesla V100-PCIE-32GB", 112.0, 14.0),
-    ("NVIDIA GeForce RTX 4090", None, None)])
+@pytest.mark.parametrize(
+    "name, peak, tf32",
+    [
+        ("NVIDIA H100 80GB HBM3", 989.0, 494.5),
+        ("NVIDIA H100 PCIe", 756.0, 378.0),
+        ("NVIDIA H100 NVL", 835.0, 417.5),
+        ("NVIDIA H200", 989.0, 494.5),
+        ("NVIDIA H200 NVL", 835.0, 417.5),
+        ("NVIDIA A100-SXM4-80GB", 312.0, 156.0),
+        ("NVIDIA L4", 121.0, 60.0),
+        ("NVIDIA L40S", 362.0, 183.0),
+        ("Tesla T4", 65.0, 8.1),
+        ("Tesla V100-SXM2-32GB", 125.0, 15.7),
+        ("Tesla V100-PCIE-32GB", 112.0, 14.0),
+        ("NVIDIA GeForce RTX 4090", None, None),
+    ],
+)
 def test_spec_peak_is_read_by_device_name_and_mode(monkeypatch, name, peak, tf32):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
     assert bench_gpu.spec_peak(torch.device("cuda")) == peak
@@ -72,6 +87,7 @@ def warns_of_syncs(times: int):
     def run():
         for _ in range(times):
             warnings.warn("called a synchronizing CUDA operation")
+
     return run
 
 
@@ -82,26 +98,39 @@ def test_host_syncs_are_reported_only_once_a_planted_item_read_one(monkeypatch, 
     assert counted == {"host_syncs_per_step": reported, "planted_item_counted": planted}
 
 
-@pytest.mark.parametrize("kernel, group", [
-    ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_bias_TNT", "GEMM"), ("sm90_xmma_gemm_bf16bf16_bf16f32", "GEMM"),
-    ("cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16", "attention"),
-    ("fmha_cutlassF_bf16_aligned_64x64_rf_sm80", "attention"), ("void pytorch_flash::flash_fwd_kernel", "attention"),
-    ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<LpNormFunctor>", "optimizer and clipping"),
-    ("void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda", "copies and memsets"),
-    ("Memset (Device)", "copies and memsets"),
-    ("void at::native::(anonymous namespace)::GammaBetaBackwardCUDAKernelTemplate<float>",
-     "elementwise / LayerNorm / GELU"),
-    ("void at::native::vectorized_elementwise_kernel<8, at::native::GeluBackwardCUDAKernelImpl",
-     "elementwise / LayerNorm / GELU"),
-    ("void at::native::cunn_SoftMaxForward<8, float>", "loss"), ("some_other_kernel", "other")])
+@pytest.mark.parametrize(
+    "kernel, group",
+    [
+        ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_bias_TNT", "GEMM"),
+        ("sm90_xmma_gemm_bf16bf16_bf16f32", "GEMM"),
+        ("cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16", "attention"),
+        ("fmha_cutlassF_bf16_aligned_64x64_rf_sm80", "attention"),
+        ("void pytorch_flash::flash_fwd_kernel", "attention"),
+        ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<LpNormFunctor>", "optimizer and clipping"),
+        ("void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda", "copies and memsets"),
+        ("Memset (Device)", "copies and memsets"),
+        (
+            "void at::native::(anonymous namespace)::GammaBetaBackwardCUDAKernelTemplate<float>",
+            "elementwise / LayerNorm / GELU",
+        ),
+        (
+            "void at::native::vectorized_elementwise_kernel<8, at::native::GeluBackwardCUDAKernelImpl",
+            "elementwise / LayerNorm / GELU",
+        ),
+        ("void at::native::cunn_SoftMaxForward<8, float>", "loss"),
+        ("some_other_kernel", "other"),
+    ],
+)
 def test_profile_groups_kernels_by_name(kernel, group):
     assert profile_gpu.group_of(kernel) == group
 
 
 def test_profile_leaves_out_the_ranges_torch_marks_on_the_gpu_but_keeps_kernels_with_lambdas():
     assert profile_gpu.GPU_RANGE.match("Optimizer.step#Lamb.step") and profile_gpu.GPU_RANGE.match("ProfilerStep#3")
-    assert not profile_gpu.GPU_RANGE.match("void at::native::unrolled_elementwise_kernel<at::native::direct_copy_"
-                                           "kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()()")
+    assert not profile_gpu.GPU_RANGE.match(
+        "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_"
+        "kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()()"
+    )
     assert not profile_gpu.GPU_RANGE.match("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT")
 
 
@@ -128,9 +157,29 @@ def test_profile_of_the_default_step_is_the_compiled_model_captured_whole(monkey
 def test_the_ddp_graph_check_runs_its_three_forms_alike_on_cpus(tmp_path):
     # its GPU run is gpu_extra.sh's; here 2 processes over gloo, the graph a stand-in: the script's plumbing
     out = tmp_path / "ddp_graph.json"
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-               str(REPO / "benchmarks" / "check_ddp_graph.py"), "--device", "cpu", "--preset", "tiny", "--shape",
-               "4x32", "--steps", "3", "--windows", "1", "--window_steps", "2", "--out", str(out)]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(REPO / "benchmarks" / "check_ddp_graph.py"),
+        "--device",
+        "cpu",
+        "--preset",
+        "tiny",
+        "--shape",
+        "4x32",
+        "--steps",
+        "3",
+        "--windows",
+        "1",
+        "--window_steps",
+        "2",
+        "--out",
+        str(out),
+    ]
     done = run_bounded(command, 240, env=subprocess_env(), cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text())
@@ -148,8 +197,27 @@ def test_shapes_parse():
 def test_bench_gpu_runs_on_the_cpu_and_writes_every_shape(tmp_path, capsys):
     out = tmp_path / "bench.json"
     with pytest.raises(SystemExit) as done:
-        bench_gpu.main(["--device", "cpu", "--mode", "fp32", "--shapes", "tiny:4x32", "tiny:auto:32", "--warmup", "1",
-                        "--windows", "2", "--window_steps", "1", "--max_auto_batch", "16", "--out", str(out)])
+        bench_gpu.main(
+            [
+                "--device",
+                "cpu",
+                "--mode",
+                "fp32",
+                "--shapes",
+                "tiny:4x32",
+                "tiny:auto:32",
+                "--warmup",
+                "1",
+                "--windows",
+                "2",
+                "--window_steps",
+                "1",
+                "--max_auto_batch",
+                "16",
+                "--out",
+                str(out),
+            ]
+        )
     assert done.value.code == 0
     report = json.loads(out.read_text())
     fixed, searched = report["shapes"]
@@ -182,12 +250,29 @@ def test_bench_gpu_without_a_gpu_says_so_in_one_line(monkeypatch):
 
 def test_bench_input_times_the_gpu_loader_at_each_shape_against_bench_gpu(tmp_path, capsys):
     import bench_input
+
     gpu = tmp_path / "gpu.json"  # what bench_gpu.py writes, cut to the fields read
-    gpu.write_text(json.dumps({"shapes": [{"preset": "tiny", "batch": 4, "seq": 32,
-                                           "albert_hf": {"tokens_per_s": 1000.0}}]}))
+    gpu.write_text(
+        json.dumps({"shapes": [{"preset": "tiny", "batch": 4, "seq": 32, "albert_hf": {"tokens_per_s": 1000.0}}]})
+    )
     out = tmp_path / "input.json"
-    bench_input.main(["--shapes", "tiny:4x32", "tiny:8x64", "--workers", "0", "--batches", "3", "--vocab_size", "800",
-                      "--gpu_json", str(gpu), "--out", str(out)])
+    bench_input.main(
+        [
+            "--shapes",
+            "tiny:4x32",
+            "tiny:8x64",
+            "--workers",
+            "0",
+            "--batches",
+            "3",
+            "--vocab_size",
+            "800",
+            "--gpu_json",
+            str(gpu),
+            "--out",
+            str(out),
+        ]
+    )
     first, second = json.loads(out.read_text())["shapes"]
     assert (first["batch"], first["seq"], second["batch"], second["seq"]) == (4, 32, 8, 64)
     assert first["loader_tokens_per_s"] > 0 and first["ratio"] == pytest.approx(first["loader_tokens_per_s"] / 1000)

@@ -24,8 +24,16 @@ from albert_hf.pretraining.output.checkpoints import (
 from helpers import REPO, run_bounded, start_process, subprocess_env
 from pretraining_runs import check_same_weights_and_curve, pretrain, pretrain_runs
 
-STEPS = ["--max_train_steps", "4", "--checkpointing_steps", "2", "--eval_steps", "0",
-         "--validation_split_percentage", "0"]
+STEPS = [
+    "--max_train_steps",
+    "4",
+    "--checkpointing_steps",
+    "2",
+    "--eval_steps",
+    "0",
+    "--validation_split_percentage",
+    "0",
+]
 
 
 class RunsCode:
@@ -132,7 +140,8 @@ def test_a_sharded_checkpoints_metadata_is_read_as_data_and_a_planted_one_runs_n
 @pytest.mark.trains
 @pytest.mark.parametrize("written_before_the_record", [False, True], ids=["recorded", "before-the-record"])
 def test_a_planted_pickle_in_a_step_checkpoint_runs_nothing_and_ends_in_one_line_naming_the_file(
-        tmp_path, pretrained, written_before_the_record):
+    tmp_path, pretrained, written_before_the_record
+):
     marker = tmp_path / "code-ran"
     names = ["model.safetensors", "optimizer.bin", "random_states_0.pkl", LEGACY_SCHEDULE_FILE, STATE_FILE]
     if not written_before_the_record:
@@ -153,7 +162,8 @@ def test_a_planted_pickle_in_a_step_checkpoint_runs_nothing_and_ends_in_one_line
 
 @pytest.mark.trains
 def test_a_checkpoint_records_its_files_last_and_one_whose_record_was_never_written_resumes_with_a_line(
-        tmp_path, pretrained):
+    tmp_path, pretrained
+):
     """The record names every file of the checkpoint, training_state.json included, and is written after them (in
     the background, while training goes on); a run killed before it was written leaves a checkpoint that resumes
     unchecked, saying so."""
@@ -168,17 +178,24 @@ def test_a_checkpoint_records_its_files_last_and_one_whose_record_was_never_writ
     (out / "step_2" / RECORD_FILE).unlink()
     results, done = pretrain_runs([(out, [*STEPS, "--resume_from_checkpoint", str(out / "step_2")])])
     assert results[0]["status"] == 0, (results, done.stderr[-3000:])
-    assert (f"{out / 'step_2'}: its record ({RECORD_FILE}) was never written (the run ended while hashing the files): "
-            "its files are not checked") in done.stderr
+    assert (
+        f"{out / 'step_2'}: its record ({RECORD_FILE}) was never written (the run ended while hashing the files): "
+        "its files are not checked"
+    ) in done.stderr
 
 
 @pytest.mark.trains
 def test_a_changed_or_cut_short_file_is_refused_naming_it_and_the_intact_checkpoint_beside_it(tmp_path, pretrained):
-    damages = {"flipped": ("model.safetensors", flip_a_byte, "changed since it was written"),
-               "truncated": ("optimizer.bin", lambda path: path.write_bytes(path.read_bytes()[:1000]), "cut short"),
-               "larger": ("random_states_0.pkl", lambda path: path.write_bytes(path.read_bytes() + b"\0"),
-                          "larger than written"),
-               "missing": ("optimizer.bin", lambda path: path.unlink(), "missing")}
+    damages = {
+        "flipped": ("model.safetensors", flip_a_byte, "changed since it was written"),
+        "truncated": ("optimizer.bin", lambda path: path.write_bytes(path.read_bytes()[:1000]), "cut short"),
+        "larger": (
+            "random_states_0.pkl",
+            lambda path: path.write_bytes(path.read_bytes() + b"\0"),
+            "larger than written",
+        ),
+        "missing": ("optimizer.bin", lambda path: path.unlink(), "missing"),
+    }
     runs = []
     for kind, (name, damage, _) in damages.items():
         out = copy_of(pretrained, tmp_path / kind, steps=("step_2", "step_4"))
@@ -189,13 +206,15 @@ def test_a_changed_or_cut_short_file_is_refused_naming_it_and_the_intact_checkpo
         assert result["status"] == 2, (kind, result, done.stderr[-3000:])
         assert result["line"].startswith(f"error: --resume_from_checkpoint {out / 'step_4'}: {name}: "), result
         assert what in result["line"], result
-        assert result["line"].endswith(f"the newest earlier intact checkpoint is {out / 'step_2'}: "
-                                       f"--resume_from_checkpoint {out / 'step_2'}"), result
+        assert result["line"].endswith(
+            f"the newest earlier intact checkpoint is {out / 'step_2'}: --resume_from_checkpoint {out / 'step_2'}"
+        ), result
 
 
 @pytest.mark.trains
 def test_latest_passes_over_a_damaged_checkpoint_and_both_formats_resume_to_the_uninterrupted_weights(
-        tmp_path, pretrained):
+    tmp_path, pretrained
+):
     """`latest` with a changed step_4 resumes from step_2 (step_4 renamed aside, so the run writes its own); a
     checkpoint written before the record resumes, unchecked, with a line; each ends with the uninterrupted run's
     weights and curve (exact resume: the schedule and the random states restored from data)."""
@@ -203,16 +222,22 @@ def test_latest_passes_over_a_damaged_checkpoint_and_both_formats_resume_to_the_
     flip_a_byte(damaged / "step_4" / "optimizer.bin")
     before = copy_of(pretrained, tmp_path / "before", written_before_the_record=True)
     recorded = copy_of(pretrained, tmp_path / "recorded")
-    runs = [(damaged, [*STEPS, "--resume_from_checkpoint", "latest"]),
-            (before, [*STEPS, "--resume_from_checkpoint", str(before / "step_2")]),
-            (recorded, [*STEPS, "--resume_from_checkpoint", str(recorded / "step_2")])]
+    runs = [
+        (damaged, [*STEPS, "--resume_from_checkpoint", "latest"]),
+        (before, [*STEPS, "--resume_from_checkpoint", str(before / "step_2")]),
+        (recorded, [*STEPS, "--resume_from_checkpoint", str(recorded / "step_2")]),
+    ]
     results, done = pretrain_runs(runs, steps_only=False)
     assert [result["status"] for result in results] == [0, 0, 0], (results, done.stderr[-3000:])
-    assert ("--resume_from_checkpoint latest: passed over step_4 (optimizer.bin: changed since it was written "
-            "(its sha256 differs from the record)), renamed step_4.damaged") in done.stderr
+    assert (
+        "--resume_from_checkpoint latest: passed over step_4 (optimizer.bin: changed since it was written "
+        "(its sha256 differs from the record)), renamed step_4.damaged"
+    ) in done.stderr
     assert (damaged / "step_4.damaged").is_dir() and (damaged / "step_4" / RECORD_FILE).is_file()
-    assert (f"{before / 'step_2'} was written before checkpoints recorded their files' sizes and sha256: its files "
-            "are not checked") in done.stderr
+    assert (
+        f"{before / 'step_2'} was written before checkpoints recorded their files' sizes and sha256: its files "
+        "are not checked"
+    ) in done.stderr
     assert done.stderr.count("was written before checkpoints recorded") == 1
     # `latest` checks the checkpoint it picks once: load does not hash it again (nor say it twice)
     only_before = copy_of(pretrained, tmp_path / "latest-before", written_before_the_record=True)
@@ -228,12 +253,19 @@ def test_latest_passes_over_a_damaged_checkpoint_and_both_formats_resume_to_the_
 @pytest.mark.trains
 def test_a_random_state_or_schedule_that_cannot_be_restored_stops_the_run(tmp_path, pretrained):
     """accelerate skips random states it cannot read with a debug line: the run would go on, no longer exact."""
-    cases = {"random-states-not-a-dict": ("random_states_0.pkl", lambda path: torch.save([1, 2], path),
-                                          "random_states_0.pkl: not the random states accelerate writes"),
-             "random-states-gone": ("random_states_0.pkl", lambda path: path.unlink(),
-                                    "random_states_0.pkl: missing"),
-             "schedule-text": (SCHEDULE_FILE, lambda path: path.write_text('{"last_epoch": "two"}'),
-                               f"{SCHEDULE_FILE}: not the state of this run's learning-rate schedule")}
+    cases = {
+        "random-states-not-a-dict": (
+            "random_states_0.pkl",
+            lambda path: torch.save([1, 2], path),
+            "random_states_0.pkl: not the random states accelerate writes",
+        ),
+        "random-states-gone": ("random_states_0.pkl", lambda path: path.unlink(), "random_states_0.pkl: missing"),
+        "schedule-text": (
+            SCHEDULE_FILE,
+            lambda path: path.write_text('{"last_epoch": "two"}'),
+            f"{SCHEDULE_FILE}: not the state of this run's learning-rate schedule",
+        ),
+    }
     runs = []
     for kind, (name, damage, _) in cases.items():
         out = copy_of(pretrained, tmp_path / kind, written_before_the_record=False)
@@ -276,8 +308,7 @@ def test_a_planted_pickle_from_the_hub_runs_nothing(tmp_path, pretrained):
         if name is not None:
             plant(last / name, marker)
         out = tmp_path / f"out-{name}"
-        runs.append((out, [*STEPS, "--resume_from_checkpoint", "hub:someone/albert"], {}, True,
-                     {"fake_hub": str(hub)}))
+        runs.append((out, [*STEPS, "--resume_from_checkpoint", "hub:someone/albert"], {}, True, {"fake_hub": str(hub)}))
     results, done = pretrain_runs(runs)
     assert not marker.exists(), "a planted pickle ran"
     for (out, *_), result, name in zip(runs, results, ("optimizer.bin", LEGACY_SCHEDULE_FILE, None)):
@@ -285,8 +316,10 @@ def test_a_planted_pickle_from_the_hub_runs_nothing(tmp_path, pretrained):
             assert result["status"] == 0, (result, done.stderr[-3000:])
             continue
         assert result["status"] == 2, (name, result, done.stderr[-3000:])
-        assert re.match(re.escape(f"error: --resume_from_checkpoint {out / 'step_2'}: ") + f"(cannot load )?{name}: ",
-                        result["line"]), result
+        assert re.match(
+            re.escape(f"error: --resume_from_checkpoint {out / 'step_2'}: ") + f"(cannot load )?{name}: ",
+            result["line"],
+        ), result
 
 
 @pytest.mark.trains
@@ -298,10 +331,14 @@ def test_a_hub_state_whose_step_is_not_a_number_is_refused(tmp_path, pretrained)
     state = json.loads((last / STATE_FILE).read_text())
     (last / STATE_FILE).write_text(json.dumps({**state, "step": "2/../../../elsewhere"}))
     out = tmp_path / "out"
-    results, done = pretrain_runs([(out, [*STEPS, "--resume_from_checkpoint", "hub:someone/albert"], {}, True,
-                                    {"fake_hub": str(hub)})])
-    assert results[0] == {"status": 2, "line": "error: --resume_from_checkpoint hub:someone/albert: someone/albert: "
-                                               f"last-checkpoint/{STATE_FILE} holds no step (an integer >= 0)"}, results
+    results, done = pretrain_runs(
+        [(out, [*STEPS, "--resume_from_checkpoint", "hub:someone/albert"], {}, True, {"fake_hub": str(hub)})]
+    )
+    assert results[0] == {
+        "status": 2,
+        "line": "error: --resume_from_checkpoint hub:someone/albert: someone/albert: "
+        f"last-checkpoint/{STATE_FILE} holds no step (an integer >= 0)",
+    }, results
     assert not (tmp_path / "elsewhere").exists()
 
 
@@ -323,10 +360,36 @@ def finetuned(tmp_path_factory, tiny_checkpoint):
 
 
 def glue_command(checkpoint, data_dir, output_dir, *extra):
-    return [sys.executable, str(REPO / "run_glue.py"), "--model_name_or_path", str(checkpoint), "--task_name", "rte",
-            "--data_dir", str(data_dir), "--do_train", "--max_seq_length", "32", "--per_device_train_batch_size", "4",
-            "--learning_rate", "1e-3", "--report_to", "none", "--save_strategy", "steps", "--seed", "0",
-            "--dataloader_pin_memory", "false", "--disable_tqdm", "true", "--output_dir", str(output_dir), *extra]
+    return [
+        sys.executable,
+        str(REPO / "run_glue.py"),
+        "--model_name_or_path",
+        str(checkpoint),
+        "--task_name",
+        "rte",
+        "--data_dir",
+        str(data_dir),
+        "--do_train",
+        "--max_seq_length",
+        "32",
+        "--per_device_train_batch_size",
+        "4",
+        "--learning_rate",
+        "1e-3",
+        "--report_to",
+        "none",
+        "--save_strategy",
+        "steps",
+        "--seed",
+        "0",
+        "--dataloader_pin_memory",
+        "false",
+        "--disable_tqdm",
+        "true",
+        "--output_dir",
+        str(output_dir),
+        *extra,
+    ]
 
 
 @pytest.mark.trains
@@ -348,15 +411,18 @@ def test_a_fine_tuning_checkpoint_records_its_files_written_last(finetuned):
 @pytest.mark.trains
 @pytest.mark.parametrize("written_before_the_record", [False, True], ids=["recorded", "before-the-record"])
 def test_a_planted_or_damaged_file_in_a_fine_tuning_checkpoint_ends_in_one_line_naming_it(
-        tmp_path, tiny_checkpoint, finetuned, written_before_the_record):
+    tmp_path, tiny_checkpoint, finetuned, written_before_the_record
+):
     """Trainer loads with weights_only=True, so nothing would run, but its refusal is a traceback (status 1): the
     run checks the checkpoint first and stops with one line naming the file."""
     from albert_hf.runtime.checkpoint_files import RECORD_FILE
 
     run, rte = finetuned
     marker = tmp_path / "code-ran"
-    cases = {name: lambda path: plant(path, marker)
-             for name in ("optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json")}
+    cases = {
+        name: lambda path: plant(path, marker)
+        for name in ("optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json")
+    }
     if not written_before_the_record:  # one changed byte there is found by the record only
         cases["model.safetensors"] = flip_a_byte
     processes = {}
@@ -367,18 +433,33 @@ def test_a_planted_or_damaged_file_in_a_fine_tuning_checkpoint_ends_in_one_line_
             if written_before_the_record:
                 (out / f"checkpoint-{step}" / RECORD_FILE).unlink()
         damage(out / "checkpoint-4" / name)
-        command = glue_command(tiny_checkpoint, rte, out, "--max_steps", "6", "--save_steps", "2",
-                               "--resume_from_checkpoint", str(out / "checkpoint-4"))
-        processes[name] = (out, start_process(command, env=subprocess_env(), cwd=tmp_path,
-                                              stdout=out / "stdout.txt", stderr=out / "stderr.txt"))
+        command = glue_command(
+            tiny_checkpoint,
+            rte,
+            out,
+            "--max_steps",
+            "6",
+            "--save_steps",
+            "2",
+            "--resume_from_checkpoint",
+            str(out / "checkpoint-4"),
+        )
+        processes[name] = (
+            out,
+            start_process(
+                command, env=subprocess_env(), cwd=tmp_path, stdout=out / "stdout.txt", stderr=out / "stderr.txt"
+            ),
+        )
     for name, (out, process) in processes.items():
         assert process.wait(timeout=300) == 2, (name, (out / "stderr.txt").read_text()[-3000:])
         stderr = (out / "stderr.txt").read_text()
         assert "Traceback" not in stderr, stderr[-3000:]
         line = stderr.strip().splitlines()[-1]
         assert line.startswith(f"error: --resume_from_checkpoint {out / 'checkpoint-4'}: {name}: "), line
-        assert line.endswith(f"; the newest earlier intact checkpoint is {out / 'checkpoint-2'}: "
-                             f"--resume_from_checkpoint {out / 'checkpoint-2'}"), line
+        assert line.endswith(
+            f"; the newest earlier intact checkpoint is {out / 'checkpoint-2'}: "
+            f"--resume_from_checkpoint {out / 'checkpoint-2'}"
+        ), line
         assert not (out / "model.safetensors").exists()
     assert not marker.exists(), "a planted pickle ran"
 
@@ -397,12 +478,27 @@ def test_a_fine_tuning_checkpoint_resumes_in_both_formats(tmp_path, tiny_checkpo
             (out / "checkpoint-2" / RECORD_FILE).unlink()
         if form == "earlier-name":
             (out / "checkpoint-2" / RECORD_FILE).rename(out / "checkpoint-2" / "checkpoint_files.json")
-        done = run_bounded(glue_command(tiny_checkpoint, rte, out, "--max_steps", "4", "--save_steps", "2",
-                                        "--resume_from_checkpoint", str(out / "checkpoint-2")), 300,
-                           env=subprocess_env(), cwd=tmp_path)
+        done = run_bounded(
+            glue_command(
+                tiny_checkpoint,
+                rte,
+                out,
+                "--max_steps",
+                "4",
+                "--save_steps",
+                "2",
+                "--resume_from_checkpoint",
+                str(out / "checkpoint-2"),
+            ),
+            300,
+            env=subprocess_env(),
+            cwd=tmp_path,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
-        said = (f"{out / 'checkpoint-2'} was written before checkpoints recorded their files' sizes and sha256" in
-                done.stderr)
+        said = (
+            f"{out / 'checkpoint-2'} was written before checkpoints recorded their files' sizes and sha256"
+            in done.stderr
+        )
         assert said == (form == "before-the-record"), done.stderr[-3000:]
         expected, got = load_file(run / "model.safetensors"), load_file(out / "model.safetensors")
         for name in expected:
@@ -432,14 +528,19 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 
 def killed_while_recording(argv, at: int, cwd):
     """`argv` (a script and its flags) run until the `at`-th record is being written, then killed (SIGKILL)."""
-    done = run_bounded([sys.executable, "-c", KILLED_WHILE_RECORDING.format(at=at, argv=[str(a) for a in argv])],
-                       300, env=subprocess_env(), cwd=cwd)
+    done = run_bounded(
+        [sys.executable, "-c", KILLED_WHILE_RECORDING.format(at=at, argv=[str(a) for a in argv])],
+        300,
+        env=subprocess_env(),
+        cwd=cwd,
+    )
     assert done.returncode == -9, done.stderr[-3000:]
 
 
 @pytest.mark.trains
-def test_a_fine_tuning_run_killed_while_recording_keeps_a_checkpoint_to_resume_from(tmp_path, tiny_checkpoint,
-                                                                                    finetuned):
+def test_a_fine_tuning_run_killed_while_recording_keeps_a_checkpoint_to_resume_from(
+    tmp_path, tiny_checkpoint, finetuned
+):
     """With --save_total_limit 1, checkpoint-2 stays until checkpoint-4's record is in place (Trainer's own rotation
     would remove it before), and checkpoint-4, complete but unrecorded, resumes (read as data, with a line) to the
     uninterrupted run's weights."""
@@ -447,16 +548,20 @@ def test_a_fine_tuning_run_killed_while_recording_keeps_a_checkpoint_to_resume_f
 
     run, rte = finetuned
     out = tmp_path / "run"
-    command = glue_command(tiny_checkpoint, rte, out, "--max_steps", "4", "--save_steps", "2",
-                           "--save_total_limit", "1")
+    command = glue_command(
+        tiny_checkpoint, rte, out, "--max_steps", "4", "--save_steps", "2", "--save_total_limit", "1"
+    )
     killed_while_recording(command[1:], at=2, cwd=tmp_path)
     assert (out / "checkpoint-2" / RECORD_FILE).is_file()  # not rotated away: checkpoint-4 had no record yet
     assert not (out / "checkpoint-4" / RECORD_FILE).exists() and (out / "checkpoint-4" / record_part()).is_file()
-    done = run_bounded([*command, "--resume_from_checkpoint", str(out / "checkpoint-4")], 300, env=subprocess_env(),
-                       cwd=tmp_path)
+    done = run_bounded(
+        [*command, "--resume_from_checkpoint", str(out / "checkpoint-4")], 300, env=subprocess_env(), cwd=tmp_path
+    )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert (f"{out / 'checkpoint-4'}: its record ({RECORD_FILE}) was never completed (the run stopped while writing "
-            "it): its files are not checked, only read as data") in done.stderr
+    assert (
+        f"{out / 'checkpoint-4'}: its record ({RECORD_FILE}) was never completed (the run stopped while writing "
+        "it): its files are not checked, only read as data"
+    ) in done.stderr
     expected, got = load_file(run / "model.safetensors"), load_file(out / "model.safetensors")
     for name in expected:
         torch.testing.assert_close(got[name], expected[name], rtol=0, atol=1e-6, msg=name)
@@ -475,7 +580,9 @@ def test_a_pretraining_run_killed_while_recording_keeps_a_checkpoint_to_resume_f
     assert (out / "step_3" / RECORD_FILE).is_file()
     assert not (out / "step_6" / RECORD_FILE).exists() and (out / "step_6" / record_part()).is_file()
     done = pretrain(out, *RESUME_ARGS, "--checkpoints_total_limit", "1", "--resume_from_checkpoint", "latest")
-    assert (f"{out / 'step_6'}: its record ({RECORD_FILE}) was never written (the run ended while hashing the "
-            "files): its files are not checked") in done.stderr
+    assert (
+        f"{out / 'step_6'}: its record ({RECORD_FILE}) was never written (the run ended while hashing the "
+        "files): its files are not checked"
+    ) in done.stderr
     check_same_weights_and_curve(out, reference_run, after_step=6)
     assert sorted(path.name for path in out.glob("step_*")) == ["step_12"]

@@ -24,7 +24,6 @@ STEPS = ["--max_train_steps", "2", "--eval_steps", "0", "--validation_split_perc
 BORROWING = ["attention", "ffn"]
 
 
-
 @pytest.mark.quick
 def test_the_switches_crossed_are_every_choice_the_script_offers():
     """A --sharing or --task value added to run_pretraining.py without joining SWITCHES would go untested here."""
@@ -32,11 +31,16 @@ def test_the_switches_crossed_are_every_choice_the_script_offers():
 
     from albert_hf.pretraining.arguments import ModelArgs, ObjectiveArgs
 
-    choices = {field.name: field.metadata["choices"] for args in (ModelArgs, ObjectiveArgs)
-               for field in dataclasses.fields(args) if field.name in ("sharing", "task")}
+    choices = {
+        field.name: field.metadata["choices"]
+        for args in (ModelArgs, ObjectiveArgs)
+        for field in dataclasses.fields(args)
+        if field.name in ("sharing", "task")
+    }
     assert sorted({sharing for sharing, _, _ in SWITCHES}) == sorted(choices["sharing"])
     assert sorted({task for _, task, _ in SWITCHES}) == sorted(choices["task"])
     assert {accumulation for _, _, accumulation in SWITCHES} == {1, 2}  # one micro-batch a step, and several
+
 
 @pytest.fixture(scope="module")
 def tiny_two_layers(tmp_path_factory):
@@ -51,9 +55,25 @@ def tiny_two_layers(tmp_path_factory):
 def borrowing_runs(root, model, reshards) -> list:
     """BORROWING trained 4 steps to the end (DDP, or FSDP2 resharded after forward)."""
     env = {"FSDP_RESHARD_AFTER_FORWARD": "true"} if reshards[0] else {}
-    return [(root / f"full-{sharing}", ["--config_name", str(model), "--sharing", sharing, *STEPS, "--max_train_steps",
-                                         "4", "--per_device_train_batch_size", "4"], env, False)
-            for sharing in BORROWING]
+    return [
+        (
+            root / f"full-{sharing}",
+            [
+                "--config_name",
+                str(model),
+                "--sharing",
+                sharing,
+                *STEPS,
+                "--max_train_steps",
+                "4",
+                "--per_device_train_batch_size",
+                "4",
+            ],
+            env,
+            False,
+        )
+        for sharing in BORROWING
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -74,9 +94,23 @@ def setups(tmp_path_factory, tiny_two_layers, launches):
             runs, cases = [], []
             for reshard, (sharing, task, accumulation) in itertools.product(reshards, SWITCHES):
                 env = {"FSDP_RESHARD_AFTER_FORWARD": reshard} if reshard else {}
-                runs.append((root / f"{sharing}-{task}-{accumulation}-{reshard}",
-                             ["--config_name", str(tiny_two_layers), "--sharing", sharing, "--task", task,
-                              "--gradient_accumulation_steps", str(accumulation), *STEPS], env))
+                runs.append(
+                    (
+                        root / f"{sharing}-{task}-{accumulation}-{reshard}",
+                        [
+                            "--config_name",
+                            str(tiny_two_layers),
+                            "--sharing",
+                            sharing,
+                            "--task",
+                            task,
+                            "--gradient_accumulation_steps",
+                            str(accumulation),
+                            *STEPS,
+                        ],
+                        env,
+                    )
+                )
                 cases.append((sharing, task, accumulation, reshard))
             if launcher is not None:
                 runs += borrowing_runs(root, tiny_two_layers, reshards)
@@ -95,7 +129,7 @@ def borrowed(tmp_path_factory, tiny_two_layers, launches):
     for setup in ("DDP", "FSDP2"):
         if setup in launches:
             _, outs, results, done = launches[setup]
-            outs, results = outs[-len(BORROWING):], results[-len(BORROWING):]
+            outs, results = outs[-len(BORROWING) :], results[-len(BORROWING) :]
         else:
             launcher, reshards = SETUPS[setup]
             runs = borrowing_runs(tmp_path_factory.mktemp(f"{setup}-borrowing"), tiny_two_layers, reshards)

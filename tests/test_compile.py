@@ -56,18 +56,29 @@ def test_compiled_blocks_match_eager_in_every_layout_and_never_fall_back_to_eage
     and more graphs than torch's default limit of 8, past which dynamo would silently run the rest eager (it
     raises here instead). Dropout is 0 so that training-mode values can be compared."""
     torch.manual_seed(0)
-    config = tiny_config(num_hidden_groups=2, inner_group_num=2, hidden_dropout_prob=0.0,
-                         attention_probs_dropout_prob=0.0, classifier_dropout_prob=0.0)
+    config = tiny_config(
+        num_hidden_groups=2,
+        inner_group_num=2,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        classifier_dropout_prob=0.0,
+    )
     # aot_eager: dynamo's graphs, guards and recompiles and AOT autograd's joint graphs as inductor gets them, without
     # inductor's code generation (2.5 minutes of this test's 3 on 2 cores); inductor's values on changing packs are
     # test_torch_compile_compiles_the_blocks_and_follows_the_eager_loss_curve's
     eager, compiled = eager_and_compiled(config, backend="aot_eager")
     seen = []  # what the (eager) encoder hands the compiled blocks: the rows of its input, whether positions
     compiled.albert.encoder.register_forward_pre_hook(
-        lambda module, args: seen.append((args[0].shape[:-1].numel(), args[3] is not None)))
+        lambda module, args: seen.append((args[0].shape[:-1].numel(), args[3] is not None))
+    )
     # (real lengths of 8 x 32, the packed rows the blocks get or None where the batch is not packed)
-    layouts = [((32, 9, 5, 3, 1, 1, 1, 1), 64), ((32, 32, 20, 2, 10, 10, 2, 2), 128),
-               ((32, 32, 32, 32, 10, 6, 3, 3), 192), ((32,) * 7 + (31,), None), ((32,) * 8, None)]
+    layouts = [
+        ((32, 9, 5, 3, 1, 1, 1, 1), 64),
+        ((32, 32, 20, 2, 10, 10, 2, 2), 128),
+        ((32, 32, 32, 32, 10, 6, 3, 3), 192),
+        ((32,) * 7 + (31,), None),
+        ((32,) * 8, None),
+    ]
     with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):  # falling back to eager raises here
         for training, grad in ((True, True), (False, False)):
             compiled.train(training), eager.train(training)
@@ -105,23 +116,34 @@ def test_compiled_blocks_in_the_gpu_form_compile_each_region_once_without_breaks
     monkeypatch.setattr(modeling.AlbertHFTransformer, "ready_weights_pay_on", staticmethod(lambda device: True))
     monkeypatch.setattr(modeling, "LOW_PRECISION_RESIDUAL_DEVICES", ("cuda", "cpu"))
 
-    config = tiny_config(num_hidden_groups=2, unpad_inputs=False, hidden_dropout_prob=0.0,
-                         attention_probs_dropout_prob=0.0, classifier_dropout_prob=0.0)
+    config = tiny_config(
+        num_hidden_groups=2,
+        unpad_inputs=False,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        classifier_dropout_prob=0.0,
+    )
     # aot_eager, as the layouts test: on a GPU inductor generates Triton kernels, which a CPU cannot run; its C++
     # kernels for static shapes (50 s here) are a form no CPU run takes (CPUs compile with dynamic shapes)
     eager, compiled = eager_and_compiled(config, dynamic=False, backend="aot_eager")
     eager.train(), compiled.train()
     regions = [name for name, module in compiled.named_modules() if module._compiled_call_impl is not None]
-    assert regions == ["albert.encoder.albert_layer_groups.0.albert_layers.0",
-                       "albert.encoder.albert_layer_groups.1.albert_layers.0"]
+    assert regions == [
+        "albert.encoder.albert_layer_groups.0.albert_layers.0",
+        "albert.encoder.albert_layer_groups.1.albert_layers.0",
+    ]
     assert compiled.mlm_logits_and_loss is not eager.mlm_logits_and_loss  # the head and its loss: a region too
     graphs = []
     for step in range(3):
         inputs = padded_batch(batch=4, length=24, real_lengths=(24, 9 + step, 17, 3))
         labels = mlm_labels(inputs["input_ids"], every=3 + step).masked_fill(~inputs["attention_mask"].bool(), -100)
         positions, weights = (torch.from_numpy(a) for a in fixed_size_positions(labels.numpy(), 8))
-        extra = dict(labels=labels, sentence_order_label=torch.arange(4) % 2, masked_lm_positions=positions,
-                     masked_lm_weights=weights)
+        extra = dict(
+            labels=labels,
+            sentence_order_label=torch.arange(4) % 2,
+            masked_lm_positions=positions,
+            masked_lm_weights=weights,
+        )
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             a, b = compiled(**inputs, **extra), eager(**inputs, **extra)
         if bf16:  # the traced graph rounds to bf16 in places of its own: within bf16's precision
@@ -199,8 +221,9 @@ def test_torch_compile_compiles_the_blocks_and_follows_the_eager_loss_curve(tmp_
     log = done.stdout + done.stderr
     assert log.count("torch.compile (mode default, dynamic shapes) of each distinct block and the MLM head") == 1
     assert log.count("torch.compile: the first step took ") == 1
-    eager, compiled = ([row for row in metrics(tmp_path / name) if "train_mlm_loss" in row]
-                       for name in ("eager", "compiled"))
+    eager, compiled = (
+        [row for row in metrics(tmp_path / name) if "train_mlm_loss" in row] for name in ("eager", "compiled")
+    )
     assert [row["step"] for row in compiled] == [row["step"] for row in eager] == [2, 4]
     for a, b in zip(eager, compiled):
         assert abs(a["train_mlm_loss"] - b["train_mlm_loss"]) < 1e-3 * a["train_mlm_loss"]

@@ -96,8 +96,14 @@ def test_official_albert_config_json_fields_are_accepted(tmp_path):
 
 
 def test_transformers_albert_config_is_read_as_albert_hf(tmp_path):
-    AlbertConfig(hidden_act="gelu", num_hidden_layers=6, num_hidden_groups=6, hidden_size=64,
-                 num_attention_heads=4, architectures=["AlbertForMaskedLM"]).save_pretrained(tmp_path)
+    AlbertConfig(
+        hidden_act="gelu",
+        num_hidden_layers=6,
+        num_hidden_groups=6,
+        hidden_size=64,
+        num_attention_heads=4,
+        architectures=["AlbertForMaskedLM"],
+    ).save_pretrained(tmp_path)
     assert json.loads((tmp_path / "config.json").read_text())["model_type"] == "albert"
     config = AlbertHFConfig.from_pretrained(tmp_path)
     assert config.model_type == "albert_hf"

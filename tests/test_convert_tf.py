@@ -90,8 +90,11 @@ def official_block(h, w, scope, heads, mask):
 def official_forward(w, config, input_ids=INPUT_IDS, token_types=TOKEN_TYPES, mask=MASK):
     """(sequence output, pooled output, MLM logits or None, SOP logits or None)."""
     length = input_ids.shape[1]
-    embedded = (w["bert/embeddings/word_embeddings"][input_ids] + w["bert/embeddings/position_embeddings"][:length]
-                + w["bert/embeddings/token_type_embeddings"][token_types])
+    embedded = (
+        w["bert/embeddings/word_embeddings"][input_ids]
+        + w["bert/embeddings/position_embeddings"][:length]
+        + w["bert/embeddings/token_type_embeddings"][token_types]
+    )
     h = dense(layer_norm(embedded, w, "bert/embeddings/LayerNorm"), w, "bert/encoder/embedding_hidden_mapping_in")
     layers, groups = config["num_hidden_layers"], config["num_hidden_groups"]
     for layer in range(layers):
@@ -102,16 +105,18 @@ def official_forward(w, config, input_ids=INPUT_IDS, token_types=TOKEN_TYPES, ma
     pooled = np.tanh(dense(h[:, 0], w, "bert/pooler/dense"))
     mlm = sop = None
     if "cls/predictions/output_bias" in w:
-        transformed = layer_norm(gelu_tanh(dense(h, w, "cls/predictions/transform/dense")), w,
-                                 "cls/predictions/transform/LayerNorm")
+        transformed = layer_norm(
+            gelu_tanh(dense(h, w, "cls/predictions/transform/dense")), w, "cls/predictions/transform/LayerNorm"
+        )
         mlm = transformed @ w["bert/embeddings/word_embeddings"].T + w["cls/predictions/output_bias"]
         sop = pooled @ w["cls/seq_relationship/output_weights"].T + w["cls/seq_relationship/output_bias"]
     return h, pooled, mlm, sop
 
 
 def torch_inputs(mask=MASK):
-    return dict(input_ids=torch.tensor(INPUT_IDS), token_type_ids=torch.tensor(TOKEN_TYPES),
-                attention_mask=torch.tensor(mask))
+    return dict(
+        input_ids=torch.tensor(INPUT_IDS), token_type_ids=torch.tensor(TOKEN_TYPES), attention_mask=torch.tensor(mask)
+    )
 
 
 def assert_close(actual: torch.Tensor, expected: np.ndarray):
@@ -193,8 +198,9 @@ def test_converted_folder_loads_in_a_fresh_process_without_albert_hf(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.split("RESULT ")[1])
     assert result["class"] == "AlbertHFForPreTraining"
-    _, _, _, sop = official_forward(weights("all_shared"), fixture_config("all_shared"), INPUT_IDS[1:],
-                                    TOKEN_TYPES[1:], MASK[1:])  # the second row alone, which has no padding
+    _, _, _, sop = official_forward(
+        weights("all_shared"), fixture_config("all_shared"), INPUT_IDS[1:], TOKEN_TYPES[1:], MASK[1:]
+    )  # the second row alone, which has no padding
     np.testing.assert_allclose(result["sop"], sop[0], rtol=0, atol=ATOL)
     processor = spm.SentencePieceProcessor(model_file=str(FIXTURES / "all_shared" / "30k-clean.model"))
     assert result["pieces"] == processor.encode(text) and result["size"] == 64
@@ -236,7 +242,7 @@ def test_squad_v2_head(tmp_path):
     answer = np.tanh(dense(np.concatenate([start_feature, hidden[:, 0]], -1), w, "answer_class/dense_0"))
     cls_logits = (answer @ w["answer_class/dense_1/kernel"])[:, 0]
     start = 3  # the end head, given a start: official end_logits scope
-    joined = np.concatenate([hidden, np.repeat(hidden[:, start:start + 1], hidden.shape[1], 1)], -1)
+    joined = np.concatenate([hidden, np.repeat(hidden[:, start : start + 1], hidden.shape[1], 1)], -1)
     end = layer_norm(np.tanh(dense(joined, w, "end_logits/dense_0")), w, "end_logits/LayerNorm")
     end_logits = dense(end, w, "end_logits/dense_1")[..., 0]
     converted = AlbertHFForQuestionAnsweringWithAnswerability.from_pretrained(tmp_path / "out").eval()
@@ -329,10 +335,12 @@ def test_corrupted_shard_and_index_are_clear_errors(tmp_path):
 
 def test_bad_paths_name_the_flag(tmp_path):
     assert cli_error("--from_tf", tmp_path / "nothing", tmp_path / "out").startswith(f"error: --from_tf {tmp_path}")
-    assert cli_error("--from_tf", FIXTURES / "two_groups", tmp_path / "out", "--config",
-                     tmp_path / "none.json").startswith("error: --config ")
-    assert cli_error("--from_tf", FIXTURES / "two_groups", tmp_path / "out", "--spm_model",
-                     tmp_path / "none.model").startswith("error: --spm_model ")
+    assert cli_error(
+        "--from_tf", FIXTURES / "two_groups", tmp_path / "out", "--config", tmp_path / "none.json"
+    ).startswith("error: --config ")
+    assert cli_error(
+        "--from_tf", FIXTURES / "two_groups", tmp_path / "out", "--spm_model", tmp_path / "none.model"
+    ).startswith("error: --spm_model ")
     bare = tmp_path / "bare"
     shutil.copytree(FIXTURES / "two_groups", bare)
     (bare / "albert_config.json").unlink()
@@ -344,8 +352,10 @@ def test_config_that_does_not_fit_the_weights_is_named_with_both_shapes(tmp_path
     (tmp_path / "wrong.json").write_text(json.dumps(config))
     message = cli_error("--from_tf", FIXTURES / "two_groups", tmp_path / "out", "--config", tmp_path / "wrong.json")
     assert "shapes that do not fit wrong.json: " in message
-    assert "bert/encoder/transformer/group_0/inner_group_0/ffn_1/intermediate/dense/kernel [8, 16] (expected [8, 12])" \
+    assert (
+        "bert/encoder/transformer/group_0/inner_group_0/ffn_1/intermediate/dense/kernel [8, 16] (expected [8, 12])"
         in message
+    )
 
 
 def test_albert_zh_google_zh_vocab_txt_becomes_a_bert_tokenizer(tmp_path):

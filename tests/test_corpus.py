@@ -63,8 +63,10 @@ def test_text_files_bad_input_is_skipped_and_counted(tmp_path, caplog):
     assert ds["text"][1] == "Caf\ufffd society. It was \ufffdfine\ufffd."
     log = caplog.text
     assert "skipped 2 empty and 1 binary files" in log
-    assert f"1 file(s) hold byte sequences that are not valid UTF-8 (cp1252?), 3 in all, replaced by U+FFFD: " \
-           f"{tmp_path / 'd_cp1252.txt'} (3)" in log
+    assert (
+        f"1 file(s) hold byte sequences that are not valid UTF-8 (cp1252?), 3 in all, replaced by U+FFFD: "
+        f"{tmp_path / 'd_cp1252.txt'} (3)" in log
+    )
     assert f"Skipped 1 file(s) with NUL bytes (not text): {tmp_path / 'e_binary.txt'}" in log
 
 
@@ -77,11 +79,15 @@ def test_problems_repeated_per_file_are_one_line_with_a_count_and_the_first_name
     assert len(ds) == 40
     warnings = [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING]
     assert len(warnings) == 2, warnings
-    assert warnings[0] == ("40 file(s) hold byte sequences that are not valid UTF-8 (cp1252?), 40 in all, replaced "
-                           f"by U+FFFD: {tmp_path / 'cp1252_00.txt'} (1), {tmp_path / 'cp1252_01.txt'} (1), "
-                           f"{tmp_path / 'cp1252_02.txt'} (1) and 37 more")
-    assert warnings[1] == (f"Skipped 40 empty file(s): {tmp_path / 'empty_00.txt'}, {tmp_path / 'empty_01.txt'}, "
-                           f"{tmp_path / 'empty_02.txt'} and 37 more")
+    assert warnings[0] == (
+        "40 file(s) hold byte sequences that are not valid UTF-8 (cp1252?), 40 in all, replaced "
+        f"by U+FFFD: {tmp_path / 'cp1252_00.txt'} (1), {tmp_path / 'cp1252_01.txt'} (1), "
+        f"{tmp_path / 'cp1252_02.txt'} (1) and 37 more"
+    )
+    assert warnings[1] == (
+        f"Skipped 40 empty file(s): {tmp_path / 'empty_00.txt'}, {tmp_path / 'empty_01.txt'}, "
+        f"{tmp_path / 'empty_02.txt'} and 37 more"
+    )
     with caplog.at_level(logging.DEBUG, logger="albert_hf"):  # every file, at debug level
         caplog.clear()
         load_text_files(tmp_path, cache_dir=str(tmp_path / "cache2"))
@@ -96,8 +102,10 @@ def test_text_file_layouts(tmp_path):
     blank = load_text_files(tmp_path, layout="blank_line_separated", cache_dir=str(tmp_path / "c2"))
     assert blank["text"] == ["Doc one, sentence one.\nDoc one, sentence two.", "Doc two only line.", "Doc three."]
     lines = load_text_files(tmp_path, layout="sentence_per_line", cache_dir=str(tmp_path / "c3"))
-    assert split_sentences(lines["text"][0], sentence_per_line=True) == ["Doc one, sentence one.",
-                                                                         "Doc one, sentence two."]
+    assert split_sentences(lines["text"][0], sentence_per_line=True) == [
+        "Doc one, sentence one.",
+        "Doc one, sentence two.",
+    ]
 
 
 def test_text_files_cache_follows_file_changes(tmp_path):
@@ -124,17 +132,30 @@ def _one_text_file(root):
     return root / "x.txt"
 
 
-@pytest.mark.parametrize("make_source, read, error, message", [
-    pytest.param(lambda root: root / "nowhere.txt", find_text_files, InputError, "nowhere.txt", id="missing-file"),
-    pytest.param(_empty_folder, find_text_files, InputError, "empty_dir", id="empty-folder"),
-    pytest.param(_folder_of_an_empty_file, lambda path: load_text_files(path, cache_dir=str(path.parent / "c")),
-                 ValueError, "No text in 1 file", id="only-empty-files"),
-    pytest.param(_one_text_file, lambda path: load_text_files(path, layout="one_per_line",
-                                                              cache_dir=str(path.parent / "c")),
-                 ValueError, "layout", id="unknown-layout"),
-    pytest.param(lambda root: root / "typo.jsonl", load_corpus, InputError, "typo.jsonl",
-                 id="missing-file-not-a-hub-name"),  # not mistaken for a Hub dataset name
-])
+@pytest.mark.parametrize(
+    "make_source, read, error, message",
+    [
+        pytest.param(lambda root: root / "nowhere.txt", find_text_files, InputError, "nowhere.txt", id="missing-file"),
+        pytest.param(_empty_folder, find_text_files, InputError, "empty_dir", id="empty-folder"),
+        pytest.param(
+            _folder_of_an_empty_file,
+            lambda path: load_text_files(path, cache_dir=str(path.parent / "c")),
+            ValueError,
+            "No text in 1 file",
+            id="only-empty-files",
+        ),
+        pytest.param(
+            _one_text_file,
+            lambda path: load_text_files(path, layout="one_per_line", cache_dir=str(path.parent / "c")),
+            ValueError,
+            "layout",
+            id="unknown-layout",
+        ),
+        pytest.param(
+            lambda root: root / "typo.jsonl", load_corpus, InputError, "typo.jsonl", id="missing-file-not-a-hub-name"
+        ),  # not mistaken for a Hub dataset name
+    ],
+)
 def test_missing_paths_and_unknown_layouts_are_clear_errors(tmp_path, make_source, read, error, message):
     with pytest.raises(error, match=message):
         read(make_source(tmp_path))
@@ -181,8 +202,12 @@ def test_embedded_corpus_is_stdlib_docstrings_in_source_order():
     # json.decoder: the module docstring, then JSONDecoder, then its methods in the order they are defined.
     order = [s for s in sources if s.startswith("json.decoder")]
     assert order[0] == "json.decoder"
-    assert order.index("json.decoder:JSONDecoder") < order.index("json.decoder:JSONDecoder.__init__") \
-        < order.index("json.decoder:JSONDecoder.decode") < order.index("json.decoder:JSONDecoder.raw_decode")
+    assert (
+        order.index("json.decoder:JSONDecoder")
+        < order.index("json.decoder:JSONDecoder.__init__")
+        < order.index("json.decoder:JSONDecoder.decode")
+        < order.index("json.decoder:JSONDecoder.raw_decode")
+    )
     # Each module's docstrings form one block (module by module), and no test-suite module is in it.
     modules = [s.split(":")[0] for s in sources]
     blocks = [module for module, _ in itertools.groupby(modules)]

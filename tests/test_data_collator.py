@@ -19,14 +19,19 @@ ENGLISH_CHARS = set(list("abcdefghijklmnopqrstuvwxyz"))
 
 
 def official_is_start_piece(piece):
-    return (piece.startswith("▁") or piece.startswith("<") or piece in OFFICIAL_SPECIAL_PIECES
-            or not all(str(i).lower() in ENGLISH_CHARS.union(OFFICIAL_SPECIAL_PIECES) for i in piece))
+    return (
+        piece.startswith("▁")
+        or piece.startswith("<")
+        or piece in OFFICIAL_SPECIAL_PIECES
+        or not all(str(i).lower() in ENGLISH_CHARS.union(OFFICIAL_SPECIAL_PIECES) for i in piece)
+    )
 
 
-def official_create_masked_lm_predictions(tokens, masked_lm_prob, max_predictions_per_seq, vocab_words, rng,
-                                          np_rng, ngram=3):
+def official_create_masked_lm_predictions(
+    tokens, masked_lm_prob, max_predictions_per_seq, vocab_words, rng, np_rng, ngram=3
+):
     cand_indexes = []
-    for (i, tok) in enumerate(tokens):
+    for i, tok in enumerate(tokens):
         if tok == "[CLS]" or tok == "[SEP]":
             continue
         if len(cand_indexes) >= 1 and not official_is_start_piece(tok):
@@ -36,13 +41,13 @@ def official_create_masked_lm_predictions(tokens, masked_lm_prob, max_prediction
     output_tokens = list(tokens)
     num_to_predict = min(max_predictions_per_seq, max(1, int(round(len(tokens) * masked_lm_prob))))
     ngrams = np.arange(1, ngram + 1, dtype=np.int64)
-    pvals = 1. / np.arange(1, ngram + 1)
+    pvals = 1.0 / np.arange(1, ngram + 1)
     pvals /= pvals.sum(keepdims=True)
     ngram_indexes = []
     for idx in range(len(cand_indexes)):
         ngram_index = []
         for n in ngrams:
-            ngram_index.append(cand_indexes[idx:idx + n])
+            ngram_index.append(cand_indexes[idx : idx + n])
         ngram_indexes.append(ngram_index)
     rng.shuffle(ngram_indexes)
     masked_lms = []
@@ -52,8 +57,10 @@ def official_create_masked_lm_predictions(tokens, masked_lm_prob, max_prediction
             break
         if not cand_index_set:
             continue
-        n = np_rng.choice(ngrams[:len(cand_index_set)],
-                          p=pvals[:len(cand_index_set)] / pvals[:len(cand_index_set)].sum(keepdims=True))
+        n = np_rng.choice(
+            ngrams[: len(cand_index_set)],
+            p=pvals[: len(cand_index_set)] / pvals[: len(cand_index_set)].sum(keepdims=True),
+        )
         index_set = sum(cand_index_set[n - 1], [])
         n -= 1
         while len(masked_lms) + len(index_set) > num_to_predict:
@@ -112,8 +119,14 @@ def collate_all(collator, features, batch_size=64):
         batch = collator(list(chunk))
         for i, f in enumerate(chunk):
             n = len(f["input_ids"])
-            results.append((np.array(f["input_ids"]), batch["input_ids"][i, :n].numpy(),
-                            batch["labels"][i].numpy(), batch["attention_mask"][i].numpy()))
+            results.append(
+                (
+                    np.array(f["input_ids"]),
+                    batch["input_ids"][i, :n].numpy(),
+                    batch["labels"][i].numpy(),
+                    batch["attention_mask"][i].numpy(),
+                )
+            )
     return results
 
 
@@ -202,7 +215,7 @@ def test_whole_words_and_no_special_tokens(results):
     for original, _, labels, attention in rows:
         pieces = tok.convert_ids_to_tokens(original.tolist())
         predicted = labels != -100
-        assert not predicted[len(original):].any() and not attention[len(original):].any()  # padding
+        assert not predicted[len(original) :].any() and not attention[len(original) :].any()  # padding
         assert not any(predicted[i] for i, p in enumerate(pieces) if p in never)
         for word in words_of(pieces, never):
             states = {bool(predicted[i]) for i in word}
@@ -220,16 +233,21 @@ NGRAM_PATTERNS = {  # with single-piece words and a budget of 3, from p(n) = (6/
 @pytest.mark.parametrize("mode,count", [("dynamic", 4000), ("epoch", 4000), ("static", 1500)])
 def test_ngram_lengths_follow_one_over_n(mode, count):
     tok = tokenizer()
-    words = [i for p, i in tok.get_vocab().items()
-             if p.startswith("▁") and len(p) > 2 and p[1:].isalpha() and p[1:].isascii()]
+    words = [
+        i
+        for p, i in tok.get_vocab().items()
+        if p.startswith("▁") and len(p) > 2 and p[1:].isalpha() and p[1:].isascii()
+    ]
     rng = np.random.default_rng(0)
     features = []
     for _ in range(count):
         body = rng.choice(words, size=509).tolist()  # every piece is a whole word: spans are visible
-        features.append({"input_ids": [tok.cls_token_id] + body[:254] + [tok.sep_token_id] + body[254:]
-                         + [tok.sep_token_id]})
-    collator = DataCollatorForAlbertPretraining(tokenizer=tok, seed=3, max_predictions_per_seq=3,
-                                                static_masking=mode == "static")
+        features.append(
+            {"input_ids": [tok.cls_token_id] + body[:254] + [tok.sep_token_id] + body[254:] + [tok.sep_token_id]}
+        )
+    collator = DataCollatorForAlbertPretraining(
+        tokenizer=tok, seed=3, max_predictions_per_seq=3, static_masking=mode == "static"
+    )
     if mode == "epoch":
         collator.set_epoch(0)
     patterns = {}
@@ -254,10 +272,17 @@ def test_static_masking_is_the_official_loop():
         ids = list(feature["input_ids"])
         tokens = tok.convert_ids_to_tokens(ids)
         expected_tokens, expected_positions = official_create_masked_lm_predictions(
-            tokens, 0.15, 20, vocab_words, random.Random(seed), np.random.RandomState(seed))
+            tokens, 0.15, 20, vocab_words, random.Random(seed), np.random.RandomState(seed)
+        )
         output, positions = official_masked_lm_predictions(
-            ids, word_start, {tok.cls_token_id, tok.sep_token_id}, tok.mask_token_id, len(tok),
-            random.Random(seed), np.random.RandomState(seed))
+            ids,
+            word_start,
+            {tok.cls_token_id, tok.sep_token_id},
+            tok.mask_token_id,
+            len(tok),
+            random.Random(seed),
+            np.random.RandomState(seed),
+        )
         assert positions == expected_positions
         assert tok.convert_ids_to_tokens(output) == expected_tokens
 
@@ -305,10 +330,10 @@ def test_static_shapes_give_every_batch_one_shape_with_the_same_masks(real_featu
     from albert_hf import AlbertHFConfig, AlbertHFForPreTraining
 
     tok = tokenizer()
-    static = DataCollatorForAlbertPretraining(tokenizer=tok, seed=0, masked_positions=True, static_shapes=True,
-                                              max_length=160, max_predictions_per_seq=20)
-    dynamic = DataCollatorForAlbertPretraining(tokenizer=tok, seed=0, masked_positions=True,
-                                               max_predictions_per_seq=20)
+    static = DataCollatorForAlbertPretraining(
+        tokenizer=tok, seed=0, masked_positions=True, static_shapes=True, max_length=160, max_predictions_per_seq=20
+    )
+    dynamic = DataCollatorForAlbertPretraining(tokenizer=tok, seed=0, masked_positions=True, max_predictions_per_seq=20)
     for collator in (static, dynamic):
         collator.set_epoch(0)  # masks keyed on the example, whatever the batch's width
     short = [f for f in real_features if len(f["input_ids"]) < 40][:5]
@@ -324,8 +349,9 @@ def test_static_shapes_give_every_batch_one_shape_with_the_same_masks(real_featu
         assert torch.equal(batch["masked_lm_positions"][:, :count], plain["masked_lm_positions"])
         assert not batch["masked_lm_weights"][:, count:].any()
     # The model's losses do not depend on the extra padding and the unused positions.
-    model = AlbertHFForPreTraining(AlbertHFConfig.from_preset("tiny", vocab_size=len(tok), unpad_inputs=False,
-                                                           max_position_embeddings=160)).eval()
+    model = AlbertHFForPreTraining(
+        AlbertHFConfig.from_preset("tiny", vocab_size=len(tok), unpad_inputs=False, max_position_embeddings=160)
+    ).eval()
     with torch.no_grad():
         a, b = model(**static(short)), model(**dynamic(short))
     torch.testing.assert_close(a.mlm_loss, b.mlm_loss, rtol=1e-5, atol=1e-6)
@@ -409,13 +435,22 @@ def test_dataloader_workers_draw_different_masks():
     assert all(torch.equal(x, y) for x, y in zip(batches, run()))  # and torch's seed makes it repeatable
 
 
-@pytest.mark.parametrize("make_batch, message", [
-    (lambda tok, features: [dict(features[0]), {"input_ids": [tok.cls_token_id] + [10] * 600 + [tok.sep_token_id]}],
-     "602 tokens, more than max_length=512"),
-    (lambda tok, features: [{**features[0], "labels": [1, 2]}], "labels"),
-    (lambda tok, features: [dict(features[0]), {"input_ids": features[1]["input_ids"]}], "sentence_order_label"),
-    (lambda tok, features: [], "empty batch"),
-], ids=["too long", "labels given", "no sentence_order_label", "empty"])
+@pytest.mark.parametrize(
+    "make_batch, message",
+    [
+        (
+            lambda tok, features: [
+                dict(features[0]),
+                {"input_ids": [tok.cls_token_id] + [10] * 600 + [tok.sep_token_id]},
+            ],
+            "602 tokens, more than max_length=512",
+        ),
+        (lambda tok, features: [{**features[0], "labels": [1, 2]}], "labels"),
+        (lambda tok, features: [dict(features[0]), {"input_ids": features[1]["input_ids"]}], "sentence_order_label"),
+        (lambda tok, features: [], "empty batch"),
+    ],
+    ids=["too long", "labels given", "no sentence_order_label", "empty"],
+)
 def test_a_bad_batch_is_a_clear_error(real_features, make_batch, message):
     tok = tokenizer()
     with pytest.raises(ValueError, match=message):

@@ -38,8 +38,11 @@ def free_port() -> int:
 def ddp_run(tmp_path_factory):
     run = tmp_path_factory.mktemp("ddp") / "run"
     done = pretrain(run, *ARGS, "--per_device_train_batch_size", "4", launcher=DDP)
-    assert re.search(rf"DDP over 2 processes on 1 machine \(gloo, cpu: [^)]+, {THREADS_SAID}\); fp32: asked for by "
-                     r"--mixed_precision no", done.stderr)
+    assert re.search(
+        rf"DDP over 2 processes on 1 machine \(gloo, cpu: [^)]+, {THREADS_SAID}\); fp32: asked for by "
+        r"--mixed_precision no",
+        done.stderr,
+    )
     assert "process group is still alive at exit" not in done.stderr  # both processes freed it (end_distributed)
     return run
 
@@ -57,8 +60,11 @@ def fsdp_run(tmp_path_factory):
 @pytest.mark.launched
 def test_fsdp_really_shards_and_ends_with_the_ddp_weights(fsdp_run, ddp_run):
     run, done = fsdp_run
-    assert re.search(r"FSDP2 over 2 processes on 1 machine \(gloo, cpu: [^)]+\): this process holds 50.0% of the "
-                     r"parameters", done.stderr)
+    assert re.search(
+        r"FSDP2 over 2 processes on 1 machine \(gloo, cpu: [^)]+\): this process holds 50.0% of the "
+        r"parameters",
+        done.stderr,
+    )
     # each process wrote its own shard of the model and of the optimizer state into the checkpoint
     for part in ("pytorch_model_fsdp_0", "optimizer_0"):
         assert {"__0_0.distcp", "__1_0.distcp"} <= {p.name for p in (run / "step_6" / part).iterdir()}
@@ -77,16 +83,24 @@ def test_fsdp_really_shards_and_ends_with_the_ddp_weights(fsdp_run, ddp_run):
 @pytest.mark.launched
 def test_a_checkpoint_of_a_ddp_or_fsdp2_run_loads_as_the_model_without_albert_hf(tmp_path, ddp_run, fsdp_run):
     """Under FSDP2 the checkpoint's weights are shards: the gathered full weights are written beside them."""
-    code = ("import torch, transformers\n"
-            "transformers.logging.set_verbosity_error()\n"
-            "for run in {runs!r}:\n"
-            "    model = transformers.AutoModelForPreTraining.from_pretrained(run + '/step_6',\n"
-            "                                                                 trust_remote_code=True)\n"
-            "    torch.save(model.state_dict(), run + '.step_6.pt')\n"
-            "    print('LOADED', type(model).__name__)\n")
+    code = (
+        "import torch, transformers\n"
+        "transformers.logging.set_verbosity_error()\n"
+        "for run in {runs!r}:\n"
+        "    model = transformers.AutoModelForPreTraining.from_pretrained(run + '/step_6',\n"
+        "                                                                 trust_remote_code=True)\n"
+        "    torch.save(model.state_dict(), run + '.step_6.pt')\n"
+        "    print('LOADED', type(model).__name__)\n"
+    )
     runs = [str(ddp_run), str(fsdp_run[0])]
-    done = subprocess.run([sys.executable, "-c", BLOCK_ALBERT_HF + code.format(runs=runs)], cwd=tmp_path,
-                          env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", BLOCK_ALBERT_HF + code.format(runs=runs)],
+        cwd=tmp_path,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0 and done.stdout.count("LOADED AlbertHFForPreTraining") == 2, done.stderr[-3000:]
     assert (fsdp_run[0] / "step_6" / "pytorch_model_fsdp_0").is_dir()  # the shards, for a resume
     ddp, fsdp = (torch.load(run + ".step_6.pt", weights_only=True) for run in runs)
@@ -136,8 +150,9 @@ def test_fsdp_killed_mid_run_resumes_from_latest_to_the_uninterrupted_weights(tm
     assert not psutil.wait_procs(processes, timeout=30)[1]
     assert not (interrupted / "model.safetensors").exists()  # it really died before the end
     resumed_from = max(int(path.name[5:]) for path in interrupted.glob("step_*") if (path / STATE_FILE).exists())
-    done = pretrain(interrupted, *ARGS, "--per_device_train_batch_size", "4", "--resume_from_checkpoint", "latest",
-                    launcher=FSDP)
+    done = pretrain(
+        interrupted, *ARGS, "--per_device_train_batch_size", "4", "--resume_from_checkpoint", "latest", launcher=FSDP
+    )
     assert f"Resumed from {interrupted / f'step_{resumed_from}'}" in done.stderr
     assert [row["step"] for row in metrics(interrupted)] == [2, 4, 6, 8, 10, 12]
     check_same_weights_and_curve(interrupted, reference, after_step=0)
@@ -147,10 +162,21 @@ def test_fsdp_killed_mid_run_resumes_from_latest_to_the_uninterrupted_weights(tm
 @pytest.mark.launched
 def test_two_machines_on_localhost_end_with_the_two_process_weights(tmp_path, ddp_run):
     run = tmp_path / "run"
-    machines = [*LAUNCH, "--multi_gpu", "--num_processes", "2", "--num_machines", "2",
-                "--main_process_ip", "127.0.0.1", "--main_process_port", str(free_port())]
-    other = pretrain(run, *ARGS, "--per_device_train_batch_size", "4", launcher=[*machines, "--machine_rank", "1"],
-                     started=tmp_path)
+    machines = [
+        *LAUNCH,
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "2",
+        "--main_process_ip",
+        "127.0.0.1",
+        "--main_process_port",
+        str(free_port()),
+    ]
+    other = pretrain(
+        run, *ARGS, "--per_device_train_batch_size", "4", launcher=[*machines, "--machine_rank", "1"], started=tmp_path
+    )
     try:
         done = pretrain(run, *ARGS, "--per_device_train_batch_size", "4", launcher=[*machines, "--machine_rank", "0"])
         assert other.wait(timeout=60) == 0
@@ -163,13 +189,19 @@ def test_two_machines_on_localhost_end_with_the_two_process_weights(tmp_path, dd
 
 IMPOSSIBLE_MODES = [
     ({"ACCELERATE_USE_DEEPSPEED": "true"}, "error: the accelerate config asks for DeepSpeed, which needs CUDA GPUs"),
-    ({"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2"},
-     "error: the accelerate config asks for FSDP, but this run is one process: start it with `accelerate launch"),
+    (
+        {"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2"},
+        "error: the accelerate config asks for FSDP, but this run is one process: start it with `accelerate launch",
+    ),
     # version 1 with sync_module_states makes accelerate itself fail on a machine without GPUs, before our check
-    ({"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "1", "FSDP_SYNC_MODULE_STATES": "true"},
-     "error: the accelerate config asks for FSDP, but this run is one process: start it with `accelerate launch"),
-    ({"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "1", "FSDP_RESHARD_AFTER_FORWARD": "no_shard"},
-     "error: the accelerate config asks for FSDP version 1 with NO_SHARD, which replicates the model as DDP does"),
+    (
+        {"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "1", "FSDP_SYNC_MODULE_STATES": "true"},
+        "error: the accelerate config asks for FSDP, but this run is one process: start it with `accelerate launch",
+    ),
+    (
+        {"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "1", "FSDP_RESHARD_AFTER_FORWARD": "no_shard"},
+        "error: the accelerate config asks for FSDP version 1 with NO_SHARD, which replicates the model as DDP does",
+    ),
 ]
 
 
@@ -192,28 +224,52 @@ def test_a_mode_that_cannot_be_had_stops_with_one_line_before_any_work(impossibl
 
 # What `accelerate config` writes when the FSDP questions are answered so (other questions: its defaults, which include
 # fsdp_cpu_ram_efficient_loading true and, for version 2, fsdp_reshard_after_forward true); what the run then does.
-TRANSFORMER_CLASS = {"auto wrap policy": "TRANSFORMER_BASED_WRAP", "_no_split_modules": "no",
-                     "transformer layer class names": "AlbertHFLayer"}
+TRANSFORMER_CLASS = {
+    "auto wrap policy": "TRANSFORMER_BASED_WRAP",
+    "_no_split_modules": "no",
+    "transformer layer class names": "AlbertHFLayer",
+}
 REPLACED = "is replaced by ALBERT's units: each distinct AlbertHFLayer, the word table with the MLM head, the root"
 GENERATED_CONFIGS = [
-    (TRANSFORMER_CLASS, ["FSDP2", "reshard True", f"auto-wrap policy TRANSFORMER_BASED_WRAP (AlbertHFLayer) {REPLACED}",
-                         "fsdp_cpu_ram_efficient_loading: nothing to load (no --model_name_or_path)"]),
-    ({"auto wrap policy": "TRANSFORMER_BASED_WRAP", "_no_split_modules": "yes"},
-     [f"auto-wrap policy TRANSFORMER_BASED_WRAP (_no_split_modules) {REPLACED}"]),
-    ({"auto wrap policy": "SIZE_BASED_WRAP"},
-     [f"auto-wrap policy SIZE_BASED_WRAP (min_num_params 100000000) {REPLACED}"]),
+    (
+        TRANSFORMER_CLASS,
+        [
+            "FSDP2",
+            "reshard True",
+            f"auto-wrap policy TRANSFORMER_BASED_WRAP (AlbertHFLayer) {REPLACED}",
+            "fsdp_cpu_ram_efficient_loading: nothing to load (no --model_name_or_path)",
+        ],
+    ),
+    (
+        {"auto wrap policy": "TRANSFORMER_BASED_WRAP", "_no_split_modules": "yes"},
+        [f"auto-wrap policy TRANSFORMER_BASED_WRAP (_no_split_modules) {REPLACED}"],
+    ),
+    (
+        {"auto wrap policy": "SIZE_BASED_WRAP"},
+        [f"auto-wrap policy SIZE_BASED_WRAP (min_num_params 100000000) {REPLACED}"],
+    ),
     ({"auto wrap policy": "NO_WRAP", "CPU RAM efficient": "no"}, ["no notes"]),
     ({"activation checkpointing": "yes"}, ["fsdp_activation_checkpointing: the model's gradient checkpointing is on"]),
     ({"offload parameters": "yes"}, ["fsdp_offload_params: nothing to offload on a machine without GPUs"]),
     ({"FSDP version": "1"}, ["the config's FSDP version 1 (FULL_SHARD) runs as FSDP2 with reshard_after_forward true"]),
-    ({"FSDP version": "1", "sharding strategy": "SHARD_GRAD_OP"},
-     ["reshard False", "the config's FSDP version 1 (SHARD_GRAD_OP) runs as FSDP2 with reshard_after_forward false"]),
-    ({"FSDP version": "1", "sharding strategy": "NO_SHARD"},
-     ["the accelerate config asks for FSDP version 1 with NO_SHARD, which replicates the model as DDP does: "
-      "use a DDP config (distributed_type: MULTI_GPU) instead"]),
-    ({"FSDP version": "1", "sharding strategy": "HYBRID_SHARD"},
-     ["the accelerate config asks for FSDP version 1 with HYBRID_SHARD, which shards within a machine and "
-      "replicates across machines"]),
+    (
+        {"FSDP version": "1", "sharding strategy": "SHARD_GRAD_OP"},
+        ["reshard False", "the config's FSDP version 1 (SHARD_GRAD_OP) runs as FSDP2 with reshard_after_forward false"],
+    ),
+    (
+        {"FSDP version": "1", "sharding strategy": "NO_SHARD"},
+        [
+            "the accelerate config asks for FSDP version 1 with NO_SHARD, which replicates the model as DDP does: "
+            "use a DDP config (distributed_type: MULTI_GPU) instead"
+        ],
+    ),
+    (
+        {"FSDP version": "1", "sharding strategy": "HYBRID_SHARD"},
+        [
+            "the accelerate config asks for FSDP version 1 with HYBRID_SHARD, which shards within a machine and "
+            "replicates across machines"
+        ],
+    ),
 ]
 
 
@@ -257,12 +313,22 @@ def test_a_generated_fsdp_config_with_policy_and_activation_checkpointing_ends_w
 
     config = fsdp_config(tmp_path / "fsdp.yaml", **TRANSFORMER_CLASS, **{"activation checkpointing": "yes"})
     run = tmp_path / "run"
-    done = pretrain(run, *ARGS, "--global_batch_size", "8", "--per_device_train_batch_size", "4",
-                    launcher=[*LAUNCH, "--config_file", config])
+    done = pretrain(
+        run,
+        *ARGS,
+        "--global_batch_size",
+        "8",
+        "--per_device_train_batch_size",
+        "4",
+        launcher=[*LAUNCH, "--config_file", config],
+    )
     start = next(line for line in done.stderr.splitlines() if "parameters; global batch" in line)
     assert "global batch 8 = 2 processes x 4 x 1 accumulation" in start  # --global_batch_size split for the launch
-    assert re.search(r"FSDP2 over 2 processes on 1 machine \(gloo, cpu: [^)]+\): this process holds 50.0% of the "
-                     r"parameters", start)
+    assert re.search(
+        r"FSDP2 over 2 processes on 1 machine \(gloo, cpu: [^)]+\): this process holds 50.0% of the "
+        r"parameters",
+        start,
+    )
     assert f"auto-wrap policy TRANSFORMER_BASED_WRAP (AlbertHFLayer) {REPLACED}" in start
     assert "fsdp_activation_checkpointing: the model's gradient checkpointing is on" in start
     assert "fsdp_cpu_ram_efficient_loading: nothing to load (no --model_name_or_path)" in start
@@ -281,13 +347,25 @@ def test_fsdp_version_1_with_ram_efficient_loading_reads_on_the_first_process_an
 
     config = fsdp_config(tmp_path / "fsdp1.yaml", **{"FSDP version": "1"})
     run = tmp_path / "run"
-    done = pretrain(run, *ARGS, "--per_device_train_batch_size", "4", "--model_name_or_path", str(ddp_run),
-                    "--max_train_steps", "3", "--learning_rate", "0", launcher=[*LAUNCH, "--config_file", config])
+    done = pretrain(
+        run,
+        *ARGS,
+        "--per_device_train_batch_size",
+        "4",
+        "--model_name_or_path",
+        str(ddp_run),
+        "--max_train_steps",
+        "3",
+        "--learning_rate",
+        "0",
+        launcher=[*LAUNCH, "--config_file", config],
+    )
     start = next(line for line in done.stderr.splitlines() if "parameters; global batch" in line)
     assert "FSDP2 over 2 processes" in start
     assert "the config's FSDP version 1 (FULL_SHARD) runs as FSDP2 with reshard_after_forward true" in start
-    assert ("fsdp_cpu_ram_efficient_loading: the first process read --model_name_or_path, the others received their "
-            "shards") in start
+    assert (
+        "fsdp_cpu_ram_efficient_loading: the first process read --model_name_or_path, the others received their shards"
+    ) in start
     assert (run / "step_3" / STATE_FILE).is_file()  # a full-state-dict checkpoint, as the config asks
     expected, got = load_file(ddp_run / "model.safetensors"), load_file(run / "model.safetensors")
     assert expected.keys() == got.keys()
@@ -372,9 +450,22 @@ def test_fsdp2_units_and_lamb_full_norms_under_sharding(tmp_path):
     script = tmp_path / "sharding.py"
     script.write_text(SHARDING)
     for sharing in ("all", "none"):
-        done = run_bounded([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                            str(script), str(tmp_path), sharing], timeout=180, cwd=tmp_path,
-                           env=subprocess_env())
+        done = run_bounded(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc_per_node",
+                "2",
+                str(script),
+                str(tmp_path),
+                sharing,
+            ],
+            timeout=180,
+            cwd=tmp_path,
+            env=subprocess_env(),
+        )
         assert done.returncode == 0, done.stderr[-3000:]
     for rank in (0, 1):
         for sharing, layers in (("all", 1), ("none", 4)):
@@ -395,9 +486,14 @@ def test_every_shipped_accelerate_config_loads_and_is_in_the_docs_table():
     from accelerate.commands.config.config_args import load_config_from_file
 
     page = (REPO / "docs" / "distributed.md").read_text()
-    table = page[page.index("## Beyond one machine"):]
-    expected = {"cpu_two_processes.yaml": "MULTI_GPU", "fsdp_cpu.yaml": "FSDP", "fsdp.yaml": "FSDP",
-                "multi_node.yaml": "MULTI_GPU", "deepspeed_zero2.yaml": "DEEPSPEED"}
+    table = page[page.index("## Beyond one machine") :]
+    expected = {
+        "cpu_two_processes.yaml": "MULTI_GPU",
+        "fsdp_cpu.yaml": "FSDP",
+        "fsdp.yaml": "FSDP",
+        "multi_node.yaml": "MULTI_GPU",
+        "deepspeed_zero2.yaml": "DEEPSPEED",
+    }
     configs = sorted((REPO / "examples" / "accelerate_configs").glob("*.yaml"))
     assert sorted(path.name for path in configs) == sorted(expected)
     for path in configs:
@@ -408,11 +504,20 @@ def test_every_shipped_accelerate_config_loads_and_is_in_the_docs_table():
             assert config.fsdp_config["fsdp_version"] == 2 and not config.fsdp_config["fsdp_cpu_ram_efficient_loading"]
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--gradient_accumulation_steps", "2", "--optimizer", "adamw"], "--gradient_accumulation_steps under DeepSpeed"),
-    ([], "--optimizer lamb under DeepSpeed: ZeRO and DeepSpeed's mixed-precision optimizers hand the optimizer one "
-         "flat partition per parameter group"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (
+            ["--gradient_accumulation_steps", "2", "--optimizer", "adamw"],
+            "--gradient_accumulation_steps under DeepSpeed",
+        ),
+        (
+            [],
+            "--optimizer lamb under DeepSpeed: ZeRO and DeepSpeed's mixed-precision optimizers hand the optimizer one "
+            "flat partition per parameter group",
+        ),
+    ],
+)
 def test_what_deepspeed_would_change_is_refused_in_one_line(flags, message):
     from albert_hf.runtime.distributed import check_deepspeed
 
@@ -432,26 +537,49 @@ def test_the_shipped_deepspeed_config_agrees_with_what_the_script_accepts():
     path = REPO / "examples" / "accelerate_configs" / "deepspeed_zero2.yaml"
     config = load_config_from_file(str(path)).deepspeed_config
     usage = path.read_text().split("run_pretraining.py \\\n#", 1)[1].split("...")[0].split()
-    args = parse_args(["--output_dir", "unused", *usage,
-                       "--gradient_accumulation_steps", str(config["gradient_accumulation_steps"])])
+    args = parse_args(
+        ["--output_dir", "unused", *usage, "--gradient_accumulation_steps", str(config["gradient_accumulation_steps"])]
+    )
     optimization = args.optimization
     check_deepspeed(optimization.gradient_accumulation_steps, optimization.optimizer)  # raises on a refusal
     assert config["gradient_clipping"] == optimization.max_grad_norm and optimization.optimizer == "adamw"
 
 
-@pytest.mark.parametrize("env, message", [
-    ({"ACCELERATE_USE_DEEPSPEED": "true"}, "error: the accelerate config asks for DeepSpeed, which needs CUDA GPUs"),
-    ({"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2"},
-     "error: the accelerate config asks for FSDP, but this run is one process: start it with `accelerate launch"),
-])
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        (
+            {"ACCELERATE_USE_DEEPSPEED": "true"},
+            "error: the accelerate config asks for DeepSpeed, which needs CUDA GPUs",
+        ),
+        (
+            {"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2"},
+            "error: the accelerate config asks for FSDP, but this run is one process: start it with `accelerate launch",
+        ),
+    ],
+)
 def test_fine_tuning_refuses_a_mode_that_cannot_be_had_with_one_line(tmp_path, tiny_checkpoint, env, message):
     from albert_hf.testing.glue_folders import write_glue_folders
 
     rte = write_glue_folders(tmp_path / "glue") / "RTE"
     out = tmp_path / "out"
-    command = [sys.executable, str(REPO / "run_glue.py"), "--model_name_or_path", str(tiny_checkpoint),
-               "--task_name", "rte", "--data_dir", str(rte), "--do_train", "--max_steps", "2", "--report_to", "none",
-               "--output_dir", str(out)]
+    command = [
+        sys.executable,
+        str(REPO / "run_glue.py"),
+        "--model_name_or_path",
+        str(tiny_checkpoint),
+        "--task_name",
+        "rte",
+        "--data_dir",
+        str(rte),
+        "--do_train",
+        "--max_steps",
+        "2",
+        "--report_to",
+        "none",
+        "--output_dir",
+        str(out),
+    ]
     done = run_bounded(command, timeout=120, cwd=tmp_path, env=subprocess_env(**env))
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert done.stderr.strip().splitlines()[-1].startswith(message)
@@ -469,12 +597,15 @@ def test_the_slurm_example_is_valid_bash_and_uses_only_real_flags():
     assert "examples/slurm_pretraining.sh" in (REPO / "README.md").read_text()
 
 
-@pytest.mark.parametrize("ending, requeued", [
-    ("signal to the script", True),  # --signal=B:TERM: the script passes it on, the run saves and stops
-    ("signal to every process", True),  # a preemption or --signal without B:, the script not signalled
-    ("finished", False),
-    ("failed without progress", False),  # a run that fails again at once is not queued forever
-])
+@pytest.mark.parametrize(
+    "ending, requeued",
+    [
+        ("signal to the script", True),  # --signal=B:TERM: the script passes it on, the run saves and stops
+        ("signal to every process", True),  # a preemption or --signal without B:, the script not signalled
+        ("finished", False),
+        ("failed without progress", False),  # a run that fails again at once is not queued forever
+    ],
+)
 def test_the_slurm_example_queues_itself_again_after_a_stop_however_the_signal_arrives(tmp_path, ending, requeued):
     """examples/slurm_pretraining.sh with stand-ins for srun, scontrol and accelerate: the run (accelerate's
     stand-in) leaves the folder as a stop, a finished run or a failure would; the job asks for a requeue exactly
@@ -488,20 +619,35 @@ def test_the_slurm_example_queues_itself_again_after_a_stop_however_the_signal_a
         # the run: a stop writes step_2000 and exits 1, as the launcher does after its processes exit with 75
         "accelerate": {
             "signal to the script": 'trap \'mkdir "$OUTPUT_DIR/step_2000"; exit 1\' TERM; touch "$READY"; '
-                                    'while :; do sleep 0.05; done',
+            "while :; do sleep 0.05; done",
             "signal to every process": 'mkdir "$OUTPUT_DIR/step_2000"; exit 1',
             "finished": 'mkdir "$OUTPUT_DIR/step_2000"; touch "$OUTPUT_DIR/model.safetensors"; exit 0',
-            "failed without progress": 'exit 1',
+            "failed without progress": "exit 1",
         }[ending],
     }
     for name, body in stubs.items():
         (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
         (bin_dir / name).chmod(0o755)
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "OUTPUT_DIR": str(out),
-           "LOG": str(tmp_path / "log"), "READY": str(tmp_path / "ready"), "SLURM_JOB_ID": "42",
-           "SLURM_JOB_NODELIST": "node1", "SLURM_NNODES": "1", "SLURM_NODEID": "0"}
-    job = subprocess.Popen(["bash", str(REPO / "examples" / "slurm_pretraining.sh")], cwd=REPO, env=env,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "OUTPUT_DIR": str(out),
+        "LOG": str(tmp_path / "log"),
+        "READY": str(tmp_path / "ready"),
+        "SLURM_JOB_ID": "42",
+        "SLURM_JOB_NODELIST": "node1",
+        "SLURM_NNODES": "1",
+        "SLURM_NODEID": "0",
+    }
+    job = subprocess.Popen(
+        ["bash", str(REPO / "examples" / "slurm_pretraining.sh")],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
     def script_ready():  # the run started and the script's trap set (SLURM signals long after the start)
         status = Path(f"/proc/{job.pid}/status").read_text()

@@ -20,17 +20,20 @@ def user_facing_files():
         if path.is_file():
             yield path
         else:
-            yield from sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in TEXT_SUFFIXES
-                              and "__pycache__" not in p.parts)
+            yield from sorted(
+                p for p in path.rglob("*") if p.is_file() and p.suffix in TEXT_SUFFIXES and "__pycache__" not in p.parts
+            )
 
 
 def test_nothing_user_facing_cites_unshipped_notes_or_data():
     files = list(user_facing_files())
     assert any(path.name == "modeling_albert_hf.py" for path in files)  # the walk reaches the package
-    hits = [f"{path.relative_to(REPO)}:{number}: {line.strip()}"
-            for path in files
-            for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1)
-            if UNSHIPPED.search(line)]
+    hits = [
+        f"{path.relative_to(REPO)}:{number}: {line.strip()}"
+        for path in files
+        for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1)
+        if UNSHIPPED.search(line)
+    ]
     assert not hits, "references users cannot follow:\n" + "\n".join(hits)
 
 

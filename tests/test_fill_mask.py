@@ -1,12 +1,9 @@
 """The fill-mask examples of a pretraining run's summary: the masked word picked, the top guesses read at its
 position, each sentence at its own mask in a padded batch."""
 
-
 import torch
 
-from helpers import (
-    tiny_config,
-)
+from helpers import tiny_config
 
 # One maskable word: "value" (one piece, 5 letters); "which" and "then" are function words, "xylophonequartz" is
 # many pieces, "got." has punctuation, the rest are short.
@@ -20,9 +17,13 @@ def test_fill_mask_picks_a_one_piece_content_word_of_a_mid_length_sentence():
     tok = tokenizer()
     assert tok.tokenize("value") == ["▁value"] and len(tok.tokenize("xylophonequartz")) > 1
     assert [word for word in FILL_MASK_SENTENCE.split() if maskable(word, tok)] == ["value"]
-    document = "\n\n".join(["Return the value.",  # too short
-                             " ".join(["value"] * 31) + ".",  # too long
-                             FILL_MASK_SENTENCE])
+    document = "\n\n".join(
+        [
+            "Return the value.",  # too short
+            " ".join(["value"] * 31) + ".",  # too long
+            FILL_MASK_SENTENCE,
+        ]
+    )
     assert pick_fill_mask_sentences([document], tok, seed=3) == [(FILL_MASK_SENTENCE, 6)]
     assert pick_fill_mask_sentences([document], tok, max_length=10) == []  # longer than the model reads
     many = [FILL_MASK_SENTENCE.replace("value", word) for word in ("file", "object", "module", "string", "number")]

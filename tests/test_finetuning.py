@@ -13,17 +13,10 @@ from albert_hf import AlbertHFForSequenceClassification
 from albert_hf.errors import InputError
 from albert_hf.optimization import AdamWeightDecay
 from albert_hf.tasks.arguments import AlbertTrainingArguments, ModelArguments
-from albert_hf.tasks.finetuning import (
-    check_columns,
-    evaluate_splits,
-    fit_max_seq_length,
-    load_tokenizer_and_model,
-    parse_arguments,
-    save_results,
-    setup,
-    train,
-)
+from albert_hf.tasks.finetuning import parse_arguments, setup
 from albert_hf.tasks.glue.data import GlueDataArguments
+from albert_hf.tasks.inputs import check_columns, fit_max_seq_length, load_tokenizer_and_model
+from albert_hf.tasks.outputs import evaluate_splits, save_results, train
 from albert_hf.tasks.race import features as race_features
 from albert_hf.tasks.race.data import RaceDataArguments
 from albert_hf.tasks.squad import features as squad_features
@@ -58,9 +51,17 @@ class Rows(torch.utils.data.Dataset):
 
 
 def test_official_optimizer_and_schedule(tmp_path, tiny_checkpoint):
-    args = AlbertTrainingArguments(output_dir=str(tmp_path), official_optimizer=True, learning_rate=1e-3,
-                                   warmup_steps=2, max_steps=8, per_device_train_batch_size=4, report_to="none",
-                                   logging_steps=100, save_strategy="no")
+    args = AlbertTrainingArguments(
+        output_dir=str(tmp_path),
+        official_optimizer=True,
+        learning_rate=1e-3,
+        warmup_steps=2,
+        max_steps=8,
+        per_device_train_batch_size=4,
+        report_to="none",
+        logging_steps=100,
+        save_strategy="no",
+    )
     _, model = load_tokenizer_and_model(ModelArguments(str(tiny_checkpoint)), AlbertHFForSequenceClassification)
     record = RecordLearningRate()
     trainer = AlbertTrainer(model=model, args=args, train_dataset=Rows(), callbacks=[record])
@@ -87,8 +88,9 @@ def test_compile_blocks_compiles_each_block_in_place_and_refuses_a_double_compil
     _, model = load_tokenizer_and_model(ModelArguments(str(tiny_checkpoint)), AlbertHFForSequenceClassification)
     blocks = [m for m in model.modules() if isinstance(m, AlbertHFLayer)]
     assert blocks and all(block._compiled_call_impl is None for block in blocks)
-    args = AlbertTrainingArguments(output_dir=str(tmp_path), max_steps=1, report_to="none", save_strategy="no",
-                                   compile_blocks=True)
+    args = AlbertTrainingArguments(
+        output_dir=str(tmp_path), max_steps=1, report_to="none", save_strategy="no", compile_blocks=True
+    )
     trainer = AlbertTrainer(model=model, args=args, train_dataset=Rows())
     assert trainer.model is model and all(block._compiled_call_impl is not None for block in blocks)
     with pytest.raises(ValueError, match="--compile_blocks and --torch_compile"):
@@ -96,9 +98,17 @@ def test_compile_blocks_compiles_each_block_in_place_and_refuses_a_double_compil
 
 
 def test_transformers_checkpoint_converts_and_tokenizer_returns_token_types(tmp_path, tiny_checkpoint):
-    hf = AlbertForSequenceClassification(AlbertConfig(vocab_size=1000, embedding_size=16, hidden_size=32,
-                                                      num_hidden_layers=2, num_attention_heads=4,
-                                                      intermediate_size=37, num_labels=3))
+    hf = AlbertForSequenceClassification(
+        AlbertConfig(
+            vocab_size=1000,
+            embedding_size=16,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=37,
+            num_labels=3,
+        )
+    )
     hf.save_pretrained(tmp_path)
     tokenizer, model = load_tokenizer_and_model(
         ModelArguments(str(tmp_path), tokenizer_name=str(tiny_checkpoint), classifier_dropout_prob=0.3),
@@ -119,14 +129,26 @@ def test_output_dir_with_a_trained_model_is_not_overwritten(tmp_path):
         setup(training_args)
     _, _, training_args = parse_arguments(
         NoDataArguments,
-        ["--model_name_or_path", "m", "--output_dir", str(tmp_path), "--do_train", "--overwrite_output_dir"])
+        ["--model_name_or_path", "m", "--output_dir", str(tmp_path), "--do_train", "--overwrite_output_dir"],
+    )
     assert setup(training_args) is None
 
 
 def test_trainers_own_argument_checks_stop_in_one_line():
     """TrainingArguments' own checks (a paragraph each) reach the user as one line, from flags as from a file."""
-    flags = ["--model_name_or_path", "m", "--output_dir", "out", "--do_train", "--do_eval", "--eval_strategy", "steps",
-             "--load_best_model_at_end", "--save_strategy", "no"]
+    flags = [
+        "--model_name_or_path",
+        "m",
+        "--output_dir",
+        "out",
+        "--do_train",
+        "--do_eval",
+        "--eval_strategy",
+        "steps",
+        "--load_best_model_at_end",
+        "--save_strategy",
+        "no",
+    ]
     with pytest.raises(InputError) as refused:
         parse_arguments(NoDataArguments, flags)
     said = str(refused.value)
@@ -147,8 +169,9 @@ def test_results_files_are_flat_and_all_results_merges_train_eval_and_predict(tm
     import json
 
     (tmp_path / "all_results.json").write_text('{"eval_accuracy": 0.99, "predict_f1": 1.0}')  # an earlier run's
-    args = AlbertTrainingArguments(output_dir=str(tmp_path), max_steps=1, report_to="none", save_strategy="no",
-                                   per_device_eval_batch_size=4)
+    args = AlbertTrainingArguments(
+        output_dir=str(tmp_path), max_steps=1, report_to="none", save_strategy="no", per_device_eval_batch_size=4
+    )
     _, model = load_tokenizer_and_model(ModelArguments(str(tiny_checkpoint)), AlbertHFForSequenceClassification)
     trainer = AlbertTrainer(model=model, args=args, train_dataset=Rows())
     train(trainer, args, None, num_examples=16)
@@ -160,8 +183,11 @@ def test_results_files_are_flat_and_all_results_merges_train_eval_and_predict(tm
     files = {kind: json.loads((tmp_path / f"{kind}_results.json").read_text()) for kind in ("train", "eval", "predict")}
     assert files["eval"] == results and files["train"]["train_samples"] == 16
     # the earlier run's results are gone: a new model was trained
-    assert json.loads((tmp_path / "all_results.json").read_text()) == {**files["train"], **results,
-                                                                       "predict_accuracy": 0.5}
+    assert json.loads((tmp_path / "all_results.json").read_text()) == {
+        **files["train"],
+        **results,
+        "predict_accuracy": 0.5,
+    }
     with pytest.raises(ValueError, match="split 'b' would overwrite"):
         evaluate_splits(trainer, {"a": Rows(4), "b": Rows(4)})
 
@@ -172,8 +198,13 @@ def test_a_second_evaluation_set_is_scored_on_itself_with_persistent_workers(tmp
     to evaluate(), which would score MNLI's mismatched dev set on the matched one. Each set must get its own loader."""
     from helpers import tiny_config
 
-    args = AlbertTrainingArguments(output_dir=str(tmp_path), report_to="none", per_device_eval_batch_size=4,
-                                   dataloader_num_workers=1, dataloader_persistent_workers=True)
+    args = AlbertTrainingArguments(
+        output_dir=str(tmp_path),
+        report_to="none",
+        per_device_eval_batch_size=4,
+        dataloader_num_workers=1,
+        dataloader_persistent_workers=True,
+    )
     matched, mismatched = Rows(8), Rows(12)
     trainer = AlbertTrainer(model=AlbertHFForSequenceClassification(tiny_config()), args=args, eval_dataset=matched)
     assert len(trainer.get_eval_dataloader().dataset) == 8
@@ -187,8 +218,12 @@ def test_a_second_evaluation_set_is_scored_on_itself_with_persistent_workers(tmp
 
 
 def test_the_trainer_internals_albert_trainer_overrides_keep_their_signatures():
-    expected = {"_save_checkpoint": ["self", "model", "trial"], "_get_output_dir": ["self", "trial"],
-                "_build_accelerator_args": ["self", "kwargs"], "create_accelerator_and_postprocess": ["self"]}
+    expected = {
+        "_save_checkpoint": ["self", "model", "trial"],
+        "_get_output_dir": ["self", "trial"],
+        "_build_accelerator_args": ["self", "kwargs"],
+        "create_accelerator_and_postprocess": ["self"],
+    }
     assert {name: list(inspect.signature(getattr(Trainer, name)).parameters) for name in expected} == expected
 
 
@@ -234,8 +269,14 @@ def test_trainer_still_hands_the_evaluation_loader_it_cached_to_any_dataset(tmp_
     workaround can go."""
     from helpers import tiny_config
 
-    args = TrainingArguments(output_dir=str(tmp_path), report_to="none", per_device_eval_batch_size=4,
-                             dataloader_num_workers=1, dataloader_persistent_workers=True, use_cpu=True)
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        report_to="none",
+        per_device_eval_batch_size=4,
+        dataloader_num_workers=1,
+        dataloader_persistent_workers=True,
+        use_cpu=True,
+    )
     trainer = Trainer(model=AlbertHFForSequenceClassification(tiny_config()), args=args)
     first = trainer.get_eval_dataloader(Rows(8))
     assert trainer.get_eval_dataloader(Rows(12)) is first
@@ -250,9 +291,19 @@ class LengthArguments:
     max_seq_length: int = 128
 
 
-RECIPE = dict(learning_rate=3e-5, batch_size=32, max_steps=100, warmup_steps=10, albert_dropout=0.1,
-              max_seq_length=512, classifier_dropout_prob=0.1, official_optimizer=True, adam_epsilon=1e-6,
-              weight_decay=0.01, max_grad_norm=1.0)
+RECIPE = dict(
+    learning_rate=3e-5,
+    batch_size=32,
+    max_steps=100,
+    warmup_steps=10,
+    albert_dropout=0.1,
+    max_seq_length=512,
+    classifier_dropout_prob=0.1,
+    official_optimizer=True,
+    adam_epsilon=1e-6,
+    weight_decay=0.01,
+    max_grad_norm=1.0,
+)
 
 
 def resolve(tmp_path, *flags):
@@ -260,8 +311,9 @@ def resolve(tmp_path, *flags):
 
     argv = ["--model_name_or_path", "m", "--output_dir", str(tmp_path), "--paper_hparams", *flags]
     model_args, data_args, training_args = parse_arguments(LengthArguments, argv)
-    model_args, data_args, training_args, recipe = apply_paper_hparams("toy", RECIPE, model_args, data_args,
-                                                                       training_args, argv)
+    model_args, data_args, training_args, recipe = apply_paper_hparams(
+        "toy", RECIPE, model_args, data_args, training_args, argv
+    )
     return recipe, model_args, data_args, training_args
 
 
@@ -270,26 +322,49 @@ def test_paper_hparams_set_the_recipe_both_dropouts_and_write_what_was_used(tmp_
 
     recipe, model_args, data_args, args = resolve(tmp_path, "--gradient_accumulation_steps", "2")
     # the total batch 32 over 2 accumulation steps; ALBERT DR 0.1 is the hidden AND the attention dropout
-    assert (args.per_device_train_batch_size, args.learning_rate, args.max_steps, args.warmup_steps) == \
-        (16, 3e-5, 100, 10)
-    assert (model_args.hidden_dropout_prob, model_args.attention_probs_dropout_prob,
-            model_args.classifier_dropout_prob) == (0.1, 0.1, 0.1)
-    assert (args.official_optimizer, args.adam_epsilon, args.weight_decay, args.max_grad_norm) == \
-        (True, 1e-6, 0.01, 1.0)
+    assert (args.per_device_train_batch_size, args.learning_rate, args.max_steps, args.warmup_steps) == (
+        16,
+        3e-5,
+        100,
+        10,
+    )
+    assert (
+        model_args.hidden_dropout_prob,
+        model_args.attention_probs_dropout_prob,
+        model_args.classifier_dropout_prob,
+    ) == (0.1, 0.1, 0.1)
+    assert (args.official_optimizer, args.adam_epsilon, args.weight_decay, args.max_grad_norm) == (
+        True,
+        1e-6,
+        0.01,
+        1.0,
+    )
     assert data_args.max_seq_length == 512
     written = json.loads((tmp_path / "paper_hparams.json").read_text())
-    assert written == {"learning_rate": 3e-5, "per_device_train_batch_size": 16, "gradient_accumulation_steps": 2,
-                       "max_steps": 100, "warmup_steps": 10, "hidden_dropout_prob": 0.1,
-                       "attention_probs_dropout_prob": 0.1, "max_seq_length": 512, "classifier_dropout_prob": 0.1,
-                       "official_optimizer": True, "adam_epsilon": 1e-6, "weight_decay": 0.01, "max_grad_norm": 1.0}
+    assert written == {
+        "learning_rate": 3e-5,
+        "per_device_train_batch_size": 16,
+        "gradient_accumulation_steps": 2,
+        "max_steps": 100,
+        "warmup_steps": 10,
+        "hidden_dropout_prob": 0.1,
+        "attention_probs_dropout_prob": 0.1,
+        "max_seq_length": 512,
+        "classifier_dropout_prob": 0.1,
+        "official_optimizer": True,
+        "adam_epsilon": 1e-6,
+        "weight_decay": 0.01,
+        "max_grad_norm": 1.0,
+    }
     assert recipe.values == written and recipe.explicit == ["gradient_accumulation_steps"]
 
 
 def test_paper_hparams_keep_explicit_flags_and_write_them_as_used(tmp_path):
     import json
 
-    recipe, model_args, data_args, args = resolve(tmp_path, "--learning-rate=1e-4", "--max_seq", "64",
-                                                  "--hidden_dropout_prob", "0.3", "--num_train_epochs", "2")
+    recipe, model_args, data_args, args = resolve(
+        tmp_path, "--learning-rate=1e-4", "--max_seq", "64", "--hidden_dropout_prob", "0.3", "--num_train_epochs", "2"
+    )
     assert (args.learning_rate, data_args.max_seq_length) == (1e-4, 64)  # '=', dashes and abbreviations
     # an explicit --hidden_dropout_prob is the one ALBERT dropout: the attention dropout follows it
     assert (model_args.hidden_dropout_prob, model_args.attention_probs_dropout_prob) == (0.3, 0.3)
@@ -304,9 +379,12 @@ def test_paper_hparams_keep_explicit_flags_and_write_them_as_used(tmp_path):
 
 
 def test_paper_hparams_total_batch_that_does_not_split_names_the_flags(tmp_path):
-    with pytest.raises(ValueError, match=r"^--paper_hparams: the total batch 32 is not divisible by "
-                                         r"gradient_accumulation_steps x processes = 3; give "
-                                         r"--per_device_train_batch_size$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^--paper_hparams: the total batch 32 is not divisible by "
+        r"gradient_accumulation_steps x processes = 3; give "
+        r"--per_device_train_batch_size$",
+    ):
         resolve(tmp_path, "--gradient_accumulation_steps", "3")
     # with the per-device batch given, the total batch is the user's business
     _, _, _, args = resolve(tmp_path, "--gradient_accumulation_steps", "3", "--per_device_train_batch_size", "5")
@@ -319,12 +397,24 @@ def test_paper_hparams_from_an_arguments_file_keep_its_values_and_leave_the_pars
     from albert_hf.tasks.paper_hparams import apply_paper_hparams
 
     argv = [tmp_path / "args.json"]
-    argv[0].write_text(json.dumps({"model_name_or_path": "m", "output_dir": str(tmp_path / "out"),
-                                   "paper_hparams": True, "learning_rate": 1e-4}))
+    argv[0].write_text(
+        json.dumps(
+            {
+                "model_name_or_path": "m",
+                "output_dir": str(tmp_path / "out"),
+                "paper_hparams": True,
+                "learning_rate": 1e-4,
+            }
+        )
+    )
     parsed = parse_arguments(LengthArguments, argv)
     model_args, data_args, args, recipe = apply_paper_hparams("toy", RECIPE, *parsed, argv)
-    assert (args.learning_rate, args.max_steps, data_args.max_seq_length, model_args.hidden_dropout_prob) == \
-        (1e-4, 100, 512, 0.1)
+    assert (args.learning_rate, args.max_steps, data_args.max_seq_length, model_args.hidden_dropout_prob) == (
+        1e-4,
+        100,
+        512,
+        0.1,
+    )
     assert recipe.explicit == ["learning_rate"]
     assert (parsed[2].max_steps, parsed[1].max_seq_length, parsed[0].hidden_dropout_prob) == (-1, 128, None)
 
@@ -335,8 +425,7 @@ def test_flags_after_an_arguments_file_override_it_and_its_required_values_count
     import json
 
     path = tmp_path / "args.json"
-    path.write_text(json.dumps({"model_name_or_path": "m", "output_dir": str(tmp_path / "out"),
-                                "learning_rate": 1e-4}))
+    path.write_text(json.dumps({"model_name_or_path": "m", "output_dir": str(tmp_path / "out"), "learning_rate": 1e-4}))
     model_args, _, args = parse_arguments(LengthArguments, [path, "--learning_rate", "3e-5"])
     assert (model_args.model_name_or_path, args.learning_rate) == ("m", 3e-5)
 
@@ -353,7 +442,8 @@ def test_paper_hparams_values_meet_the_checks_a_flag_meets(tmp_path):
 def test_attention_dropout_flag_reaches_the_config(tiny_checkpoint):
     _, model = load_tokenizer_and_model(
         ModelArguments(str(tiny_checkpoint), hidden_dropout_prob=0.2, attention_probs_dropout_prob=0.15),
-        AlbertHFForSequenceClassification)
+        AlbertHFForSequenceClassification,
+    )
     assert (model.config.hidden_dropout_prob, model.config.attention_probs_dropout_prob) == (0.2, 0.15)
 
 

@@ -11,9 +11,13 @@ from albert_hf import AlbertHFForPreTraining
 from albert_hf.flops import finetuning_flops_per_token, training_flops_per_token
 from helpers import tiny_config
 
-SHARING = {"all": {}, "attention": {"sharing": "attention"}, "ffn": {"sharing": "ffn"},
-           "none": {"sharing": "none", "num_hidden_groups": 4},
-           "groups": {"num_hidden_groups": 2, "inner_group_num": 2, "num_hidden_layers": 4}}
+SHARING = {
+    "all": {},
+    "attention": {"sharing": "attention"},
+    "ffn": {"sharing": "ffn"},
+    "none": {"sharing": "none", "num_hidden_groups": 4},
+    "groups": {"num_hidden_groups": 2, "inner_group_num": 2, "num_hidden_layers": 4},
+}
 
 
 def counted(model, batch: int, seq: int, predicted: int) -> int:
@@ -21,7 +25,7 @@ def counted(model, batch: int, seq: int, predicted: int) -> int:
     torch.manual_seed(0)
     ids = torch.randint(5, model.config.vocab_size, (batch, seq))
     labels = torch.full_like(ids, -100)
-    labels[:, 1:1 + predicted] = ids[:, 1:1 + predicted]
+    labels[:, 1 : 1 + predicted] = ids[:, 1 : 1 + predicted]
     with FlopCounterMode(display=False) as counter:
         loss = model(input_ids=ids, labels=labels, sentence_order_label=torch.zeros(batch, dtype=torch.long)).loss
         loss.backward()
@@ -48,8 +52,9 @@ def test_the_dense_head_count_is_what_torch_counts_for_transformers_albert(seq):
     theirs = transformers.AlbertForPreTraining(config.to_albert_config()).train()
     theirs.set_attn_implementation("eager")  # FlopCounterMode does not count SDPA's CPU kernel
     batch, predicted = 3, 5
-    assert training_flops_per_token(config, seq, predicted, mlm_rows=seq) * batch * seq == \
-        counted(theirs, batch, seq, predicted)
+    assert training_flops_per_token(config, seq, predicted, mlm_rows=seq) * batch * seq == counted(
+        theirs, batch, seq, predicted
+    )
 
 
 def test_the_count_by_hand_at_base():
@@ -59,8 +64,9 @@ def test_the_count_by_hand_at_base():
 
     config = AlbertHFConfig.from_preset("base")
     h, e, i, v, s = 768, 128, 3072, 30000, 512
-    per_sequence = (2 * s * e * h + 12 * s * (8 * h * h + 4 * h * i + 4 * s * h) + 2 * h * h + 4 * h
-                    + 2 * 20 * (h * e + e * v))
+    per_sequence = (
+        2 * s * e * h + 12 * s * (8 * h * h + 4 * h * i + 4 * s * h) + 2 * h * h + 4 * h + 2 * 20 * (h * e + e * v)
+    )
     assert training_flops_per_token(config, s, 20) == pytest.approx(3 * per_sequence / s, rel=1e-12)
 
 
@@ -70,22 +76,30 @@ def counted_head(model, head: str, batch: int, seq: int) -> int:
     torch.manual_seed(0)
     shape = (batch, 2, seq) if head == "multiple_choice" else (batch, seq)
     inputs = {"input_ids": torch.randint(5, model.config.vocab_size, shape)}
-    labels = {"sequence_classification": {"labels": torch.zeros(batch, dtype=torch.long)},
-              "multiple_choice": {"labels": torch.zeros(batch, dtype=torch.long)},
-              "question_answering": {"start_positions": torch.ones(batch, dtype=torch.long),
-                                     "end_positions": torch.full((batch,), 2)},
-              "token_classification": {"labels": torch.zeros(shape, dtype=torch.long)}}[head]
+    labels = {
+        "sequence_classification": {"labels": torch.zeros(batch, dtype=torch.long)},
+        "multiple_choice": {"labels": torch.zeros(batch, dtype=torch.long)},
+        "question_answering": {
+            "start_positions": torch.ones(batch, dtype=torch.long),
+            "end_positions": torch.full((batch,), 2),
+        },
+        "token_classification": {"labels": torch.zeros(shape, dtype=torch.long)},
+    }[head]
     with FlopCounterMode(display=False) as counter:
         model(**inputs, **labels).loss.backward()
     return counter.get_total_flops()
 
 
 @pytest.mark.parametrize("seq", [16, 48])
-@pytest.mark.parametrize("head, model_class, pooled", [
-    ("sequence_classification", "AlbertHFForSequenceClassification", True),
-    ("multiple_choice", "AlbertHFForMultipleChoice", True),
-    ("question_answering", "AlbertHFForQuestionAnswering", False),
-    ("token_classification", "AlbertHFForTokenClassification", False)])
+@pytest.mark.parametrize(
+    "head, model_class, pooled",
+    [
+        ("sequence_classification", "AlbertHFForSequenceClassification", True),
+        ("multiple_choice", "AlbertHFForMultipleChoice", True),
+        ("question_answering", "AlbertHFForQuestionAnswering", False),
+        ("token_classification", "AlbertHFForTokenClassification", False),
+    ],
+)
 def test_the_fine_tuning_count_is_what_torch_counts_for_each_task_head(head, model_class, pooled, seq):
     import albert_hf
 
@@ -94,8 +108,11 @@ def test_the_fine_tuning_count_is_what_torch_counts_for_each_task_head(head, mod
     batch = 3
     sequences = batch * 2 if head == "multiple_choice" else batch
     # the pooled heads' last layer computes [CLS] only: what albert_hf executes
-    executed = finetuning_flops_per_token(config, seq, head, num_labels=3,
-                                          last_layer_queries=1 if pooled else None) * sequences * seq
+    executed = (
+        finetuning_flops_per_token(config, seq, head, num_labels=3, last_layer_queries=1 if pooled else None)
+        * sequences
+        * seq
+    )
     assert executed == counted_head(model, head, batch, seq)
     assert finetuning_flops_per_token(config, seq, head, num_labels=3) >= executed / (sequences * seq)
 

@@ -13,9 +13,23 @@ from helpers import REPO, run_bounded, subprocess_env
 @pytest.mark.rounding
 def test_gpu_check_runs_every_part_on_the_cpu_and_writes_its_report(tmp_path):
     out = tmp_path / "check.json"
-    done = run_bounded([sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--device", "cpu", "--preset",
-                        "tiny", "--steps", "4", "--out", str(out)], 600, cwd=tmp_path,
-                       env=subprocess_env())
+    done = run_bounded(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "gpu_check.py"),
+            "--device",
+            "cpu",
+            "--preset",
+            "tiny",
+            "--steps",
+            "4",
+            "--out",
+            str(out),
+        ],
+        600,
+        cwd=tmp_path,
+        env=subprocess_env(),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["failed"] == [] and "Traceback" not in done.stderr
@@ -39,6 +53,7 @@ def test_gpu_check_runs_every_part_on_the_cpu_and_writes_its_report(tmp_path):
 
 def test_gpu_check_without_a_gpu_says_so_in_one_line(monkeypatch):
     import gpu_check
+
     monkeypatch.setattr(gpu_check.torch.cuda, "is_available", lambda: False)
     with pytest.raises(SystemExit) as stop:
         gpu_check.main(["--device", "cuda"])

@@ -23,13 +23,21 @@ AVX512 = Hardware("Intel Xeon Gold 6148", "AVX512", None, 2)  # Skylake: AVX-512
 AVX512_BF16 = Hardware("AMD EPYC 9B14", "AVX512", "AVX512_BF16", 2)
 AMX = Hardware("Intel Xeon Platinum 8481C", "AVX512", "AMX", 2)
 GRAVITON3 = Hardware("ARM Neoverse V1", "SVE256", "Arm BF16", 2)
-V100 = Hardware("Intel Xeon", "AVX512", None, 8, gpu_name="Tesla V100-SXM2-16GB", gpu_capability=(7, 0),
-                gpu_count=1)
+V100 = Hardware("Intel Xeon", "AVX512", None, 8, gpu_name="Tesla V100-SXM2-16GB", gpu_capability=(7, 0), gpu_count=1)
 T4 = Hardware("Intel Xeon", "AVX2", None, 4, gpu_name="Tesla T4", gpu_capability=(7, 5), gpu_count=1)
-A100 = Hardware("AMD EPYC", "AVX2", None, 8, gpu_name="NVIDIA A100-SXM4-40GB", gpu_capability=(8, 0),
-                gpu_bf16=True, gpu_count=8)
-H100 = Hardware("Intel Xeon", "AVX512", "AMX", 16, gpu_name="NVIDIA H100 80GB HBM3", gpu_capability=(9, 0),
-                gpu_bf16=True, gpu_count=1)
+A100 = Hardware(
+    "AMD EPYC", "AVX2", None, 8, gpu_name="NVIDIA A100-SXM4-40GB", gpu_capability=(8, 0), gpu_bf16=True, gpu_count=8
+)
+H100 = Hardware(
+    "Intel Xeon",
+    "AVX512",
+    "AMX",
+    16,
+    gpu_name="NVIDIA H100 80GB HBM3",
+    gpu_capability=(9, 0),
+    gpu_bf16=True,
+    gpu_count=1,
+)
 
 # hardware, --mixed_precision, the launcher's mixed_precision -> mode, reason (a piece of it), warns, TF32
 CHOICES = [
@@ -75,9 +83,13 @@ def test_the_precision_follows_the_request_then_the_hardware(machine, flag, laun
 def test_an_explicit_bf16_without_bf16_units_warns_in_one_line_naming_the_slowdown_and_the_way_out():
     # the flag that avoids it: auto for a flag; for a config's request (which wins over auto) an explicit flag
     for source, precision, fix in (
-            ("--mixed_precision bf16", choose_precision(AVX2, "bf16"), "--mixed_precision auto (or no) trains in fp32"),
-            ("the accelerate config's mixed_precision bf16", choose_precision(AVX2, "auto", "bf16"),
-             "--mixed_precision no trains in fp32")):
+        ("--mixed_precision bf16", choose_precision(AVX2, "bf16"), "--mixed_precision auto (or no) trains in fp32"),
+        (
+            "the accelerate config's mixed_precision bf16",
+            choose_precision(AVX2, "auto", "bf16"),
+            "--mixed_precision no trains in fp32",
+        ),
+    ):
         warning = precision.warning
         assert "\n" not in warning and warning.startswith(source) and warning.endswith(fix)
         assert "CPU without bf16 units (AVX2)" in warning and "slower than fp32" in warning
@@ -108,8 +120,9 @@ def test_the_start_line_pieces_name_the_device_the_kind_the_threads_and_the_reas
     assert Hardware("x", "AVX2", None, 1).describe() == "cpu: x, AVX2, 1 thread"
     assert H100.describe() == "cuda: NVIDIA H100 80GB HBM3, compute capability 9.0"
     assert choose_precision(AVX2).describe() == "fp32: this CPU has no bf16 units (AVX2)"
-    assert choose_precision(V100).describe() == ("fp16 autocast with loss scaling: the Tesla V100-SXM2-16GB (compute "
-                                                 "capability 7.0) has no bf16 units")
+    assert choose_precision(V100).describe() == (
+        "fp16 autocast with loss scaling: the Tesla V100-SXM2-16GB (compute capability 7.0) has no bf16 units"
+    )
     assert AVX2.fast_precisions == ("fp32",) and AMX.fast_precisions == ("bf16", "fp32")
     assert V100.fast_precisions == ("fp16", "fp32") and H100.fast_precisions == ("bf16", "fp16", "tf32", "fp32")
 
@@ -117,15 +130,18 @@ def test_the_start_line_pieces_name_the_device_the_kind_the_threads_and_the_reas
 def test_torch_compile_start_line_names_the_mode_and_what_the_gpu_measured():
     from albert_hf.pretraining.training.model import compile_note
 
-    assert compile_note(torch.device("cpu"), None) == ("torch.compile (mode default, dynamic shapes) of each "
-                                                       "distinct block and the MLM head with its loss")
+    assert compile_note(torch.device("cpu"), None) == (
+        "torch.compile (mode default, dynamic shapes) of each distinct block and the MLM head with its loss"
+    )
     # the default mode on a GPU: no faster than eager where the host limits the step, and where to go instead
     note = compile_note(torch.device("cuda", 0), None)
     assert note.startswith("torch.compile (mode default, static shapes)")
-    assert "no faster than eager" in note and note.endswith("--torch_compile_mode whole-step-graph removes the "
-                                                             "host's share")
+    assert "no faster than eager" in note and note.endswith(
+        "--torch_compile_mode whole-step-graph removes the host's share"
+    )
     assert compile_note(torch.device("cuda", 0), "reduce-overhead") == (
-        "torch.compile (mode reduce-overhead, static shapes) of each distinct block and the MLM head with its loss")
+        "torch.compile (mode reduce-overhead, static shapes) of each distinct block and the MLM head with its loss"
+    )
     note = compile_note(torch.device("cuda", 0), "whole-step-graph")
     assert note.startswith("torch.compile (mode default, static shapes)")
     assert "the whole training step (forward, backward, clipping, the update) captured as one CUDA graph" in note
@@ -149,8 +165,9 @@ def cpuinfo_flags() -> set:
     return set(re.search(r"^flags\s*:(.*)$", text, re.M).group(1).split())
 
 
-@pytest.mark.skipif(platform.machine() != "x86_64" or not Path("/proc/cpuinfo").is_file(),
-                    reason="reads the x86 flags of /proc/cpuinfo")
+@pytest.mark.skipif(
+    platform.machine() != "x86_64" or not Path("/proc/cpuinfo").is_file(), reason="reads the x86 flags of /proc/cpuinfo"
+)
 def test_detection_agrees_with_the_cpu_flags_and_an_isa_cap_removes_the_bf16_units():
     flags = cpuinfo_flags()
     expected = "AMX" if "amx_bf16" in flags else "AVX512_BF16" if "avx512_bf16" in flags else None
@@ -167,22 +184,33 @@ def test_detection_agrees_with_the_cpu_flags_and_an_isa_cap_removes_the_bf16_uni
 
 
 def test_detection_of_a_cuda_device_and_of_arm_bf16_units():
-    with mock.patch.object(torch.cuda, "is_available", return_value=True), \
-            mock.patch.object(torch.cuda, "current_device", return_value=0), \
-            mock.patch.object(torch.cuda, "device_count", return_value=4), \
-            mock.patch.object(torch.cuda, "get_device_name", return_value="Tesla T4"), \
-            mock.patch.object(torch.cuda, "get_device_capability", return_value=(7, 5)), \
-            mock.patch.object(torch.cuda, "is_bf16_supported", return_value=False):
+    with (
+        mock.patch.object(torch.cuda, "is_available", return_value=True),
+        mock.patch.object(torch.cuda, "current_device", return_value=0),
+        mock.patch.object(torch.cuda, "device_count", return_value=4),
+        mock.patch.object(torch.cuda, "get_device_name", return_value="Tesla T4"),
+        mock.patch.object(torch.cuda, "get_device_capability", return_value=(7, 5)),
+        mock.patch.object(torch.cuda, "is_bf16_supported", return_value=False),
+    ):
         found = hardware.detect()
-    assert (found.device, found.gpu_name, found.gpu_capability, found.gpu_bf16, found.gpu_count) == \
-        ("cuda", "Tesla T4", (7, 5), False, 4)
+    assert (found.device, found.gpu_name, found.gpu_capability, found.gpu_bf16, found.gpu_count) == (
+        "cuda",
+        "Tesla T4",
+        (7, 5),
+        False,
+        4,
+    )
     assert choose_precision(found).mixed_precision == "fp16"
-    with mock.patch.object(platform, "machine", return_value="aarch64"), \
-            mock.patch.object(hardware, "cpu_flags", return_value={"fp", "asimd", "sve", "bf16"}), \
-            mock.patch.object(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", return_value=True):
+    with (
+        mock.patch.object(platform, "machine", return_value="aarch64"),
+        mock.patch.object(hardware, "cpu_flags", return_value={"fp", "asimd", "sve", "bf16"}),
+        mock.patch.object(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", return_value=True),
+    ):
         assert hardware.cpu_bf16_units({}) == "Arm BF16"
-    with mock.patch.object(platform, "machine", return_value="aarch64"), \
-            mock.patch.object(hardware, "cpu_flags", return_value={"fp", "asimd"}):
+    with (
+        mock.patch.object(platform, "machine", return_value="aarch64"),
+        mock.patch.object(hardware, "cpu_flags", return_value={"fp", "asimd"}),
+    ):
         assert hardware.cpu_bf16_units({}) is None
 
 
@@ -212,14 +240,21 @@ def test_run_pretraining_on_a_cpu_without_bf16_units_says_what_it_chose_and_warn
     tiny = ["--max_train_steps", "2", "--eval_steps", "0", "--max_eval_samples", "16", "--no_plots"]
     auto, explicit = tmp_path / "auto", tmp_path / "bf16"
     results, done = pretrain_runs(
-        [(auto, [*tiny, "--mixed_precision", "auto"]),
-         (explicit, [*tiny, "--max_train_steps", "1", "--mixed_precision", "bf16"])], steps_only=False,
-        process_env={**NO_BF16_UNITS, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")})
+        [
+            (auto, [*tiny, "--mixed_precision", "auto"]),
+            (explicit, [*tiny, "--max_train_steps", "1", "--mixed_precision", "bf16"]),
+        ],
+        steps_only=False,
+        process_env={**NO_BF16_UNITS, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")},
+    )
     assert [result["status"] for result in results] == [0, 0], results
     auto_start, explicit_start = [line for line in done.stderr.splitlines() if "parameters; global batch" in line]
-    assert re.search(rf"; one process \(cpu: [^,]+, AVX2, {THREADS_SAID}\); fp32: this CPU has no bf16 units \(AVX2\); "
-                     r"attention: [^;]+; [0-9.]+ model MFLOPs a token \(10 of 64 predicted\); no MFU: a CPU has no "
-                     r"peak in albert_hf's table \(--peak_tflops sets one\)$", auto_start), auto_start
+    assert re.search(
+        rf"; one process \(cpu: [^,]+, AVX2, {THREADS_SAID}\); fp32: this CPU has no bf16 units \(AVX2\); "
+        r"attention: [^;]+; [0-9.]+ model MFLOPs a token \(10 of 64 predicted\); no MFU: a CPU has no "
+        r"peak in albert_hf's table \(--peak_tflops sets one\)$",
+        auto_start,
+    ), auto_start
     results = json.loads((auto / "all_results.json").read_text())
     assert results["mixed_precision"] == "no" and results["precision"] == "fp32: this CPU has no bf16 units (AVX2)"
     assert results["hardware"].endswith(f", AVX2, {THREADS_SAID}") and results["fast_precisions"] == "fp32"
@@ -243,21 +278,52 @@ def test_a_launched_run_whose_config_asks_for_bf16_without_bf16_units_warns_once
     from pretraining_runs import FAST, SCRIPT
 
     config = tmp_path / "ddp_bf16.yaml"
-    write_config(config, {"type of machine": "multi-GPU", "How many different machines": "1", "How many GPU(s)": "2",
-                          "FullyShardedDataParallel": "no", "mixed precision": "bf16"})
+    write_config(
+        config,
+        {
+            "type of machine": "multi-GPU",
+            "How many different machines": "1",
+            "How many GPU(s)": "2",
+            "FullyShardedDataParallel": "no",
+            "mixed precision": "bf16",
+        },
+    )
     env = subprocess_env(**NO_BF16_UNITS, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "ind"))
     fast = [arg for arg in FAST if arg not in ("--mixed_precision", "no")]  # the config decides
-    done = run_bounded([sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config), *ANY_PORT,
-                        SCRIPT, "--output_dir", str(tmp_path / "out"), *fast, "--max_train_steps", "1",
-                        "--eval_steps", "0", "--validation_split_percentage", "0", "--no_plots"], 300, env=env,
-                       cwd=tmp_path)
+    done = run_bounded(
+        [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--config_file",
+            str(config),
+            *ANY_PORT,
+            SCRIPT,
+            "--output_dir",
+            str(tmp_path / "out"),
+            *fast,
+            "--max_train_steps",
+            "1",
+            "--eval_steps",
+            "0",
+            "--validation_split_percentage",
+            "0",
+            "--no_plots",
+        ],
+        300,
+        env=env,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     warnings = [line for line in done.stderr.splitlines() if " WARNING albert_hf" in line]
     assert len(warnings) == 1, warnings
     assert "the accelerate config's mixed_precision bf16 on a CPU without bf16 units (AVX2)" in warnings[0]
     assert warnings[0].endswith("--mixed_precision no trains in fp32")
-    assert re.search(rf"DDP over 2 processes on 1 machine \(gloo, cpu: [^)]+, AVX2, {THREADS_SAID}\); bf16 autocast: "
-                     r"asked for by the accelerate config's mixed_precision bf16", done.stderr)
+    assert re.search(
+        rf"DDP over 2 processes on 1 machine \(gloo, cpu: [^)]+, AVX2, {THREADS_SAID}\); bf16 autocast: "
+        r"asked for by the accelerate config's mixed_precision bf16",
+        done.stderr,
+    )
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="about a machine without CUDA")
@@ -289,7 +355,8 @@ def test_the_start_line_names_the_attention_kernel_torch_picks():
     cpu = torch.device("cpu")
     config = model_config(attention_probs_dropout_prob=0.0)
     assert attention_kernel(config, cpu, torch.bfloat16, 128) == (
-        "attention: matmul + softmax (SDPA's stand-in when training on a CPU at up to 256 tokens)")
+        "attention: matmul + softmax (SDPA's stand-in when training on a CPU at up to 256 tokens)"
+    )
     # past 256 tokens, and in evaluation, SDPA itself: torch's CPU flash kernel takes a padding mask, no dropout
     assert attention_kernel(config, cpu, torch.bfloat16, 512) == "attention: SDPA's flash kernel"
     assert attention_kernel(config, cpu, torch.float32, 128, training=False) == "attention: SDPA's flash kernel"

@@ -26,11 +26,13 @@ class HostReads(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-@pytest.mark.parametrize("accumulation, padding_removal, mixed", [(1, True, False), (2, True, False),
-                                                                   (2, False, False), (2, False, True)])
+@pytest.mark.parametrize(
+    "accumulation, padding_removal, mixed", [(1, True, False), (2, True, False), (2, False, False), (2, False, True)]
+)
 @pytest.mark.trains
-def test_a_training_step_reads_the_host_only_to_remove_padding(tmp_path, accumulation, padding_removal, mixed,
-                                                              fresh_accelerate_state, monkeypatch, tiny_checkpoint):
+def test_a_training_step_reads_the_host_only_to_remove_padding(
+    tmp_path, accumulation, padding_removal, mixed, fresh_accelerate_state, monkeypatch, tiny_checkpoint
+):
     """Padding removal (CPUs only: RealTokens.pays_on; turned off here as on a GPU) reads whether the batch has
     padding (transformers' create_bidirectional_mask) and where (nonzero): one of each per micro-batch. Without it
     the model builds SDPA's mask itself and reads nothing. A mix of sources (`mixed`) counts each source's tokens
@@ -48,12 +50,34 @@ def test_a_training_step_reads_the_host_only_to_remove_padding(tmp_path, accumul
         halves = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
         for i, half in enumerate(halves):
             half.write_text("".join(json.dumps({"text": text}) + "\n" for text in embedded()["text"][i:3000:2]))
-        sources = ["--sources", f"name=a,weight=0.7,train_files={halves[0]}", f"name=b,weight=0.3,train_files="
-                   f"{halves[1]}", "--tokenizer_name", str(tiny_checkpoint)]
-    args = pretraining.parse_args(["--output_dir", str(tmp_path / "run"), *FAST, "--model_config", "tiny",
-                                   "--max_train_steps", "22", "--logging_steps", "1000", "--eval_steps", "0",
-                                   "--validation_split_percentage", "0", "--gradient_accumulation_steps",
-                                   str(accumulation), "--no_plots", *sources])
+        sources = [
+            "--sources",
+            f"name=a,weight=0.7,train_files={halves[0]}",
+            f"name=b,weight=0.3,train_files={halves[1]}",
+            "--tokenizer_name",
+            str(tiny_checkpoint),
+        ]
+    args = pretraining.parse_args(
+        [
+            "--output_dir",
+            str(tmp_path / "run"),
+            *FAST,
+            "--model_config",
+            "tiny",
+            "--max_train_steps",
+            "22",
+            "--logging_steps",
+            "1000",
+            "--eval_steps",
+            "0",
+            "--validation_split_percentage",
+            "0",
+            "--gradient_accumulation_steps",
+            str(accumulation),
+            "--no_plots",
+            *sources,
+        ]
+    )
     assert (args.sources is not None) == mixed
     run = pretraining.prepare(args)
     marks, reads = [], HostReads()
@@ -73,24 +97,42 @@ def test_a_training_step_reads_the_host_only_to_remove_padding(tmp_path, accumul
     # fixed-size masked positions. (A micro-batch without padding skips padding removal and its nonzero.)
     assert all(set(count) <= {"aten._local_scalar_dense.default", "aten.nonzero.default"} for count in per_step)
     reads_per_micro_batch = 1 if padding_removal else 0
-    assert all(count["aten._local_scalar_dense.default"] == accumulation * reads_per_micro_batch
-               for count in per_step), per_step
+    assert all(
+        count["aten._local_scalar_dense.default"] == accumulation * reads_per_micro_batch for count in per_step
+    ), per_step
     nonzero = max(count["aten.nonzero.default"] for count in per_step)
     assert nonzero == accumulation * reads_per_micro_batch, per_step
 
 
 @pytest.mark.parametrize("limit, reads_per_step", [("25", 1), ("0", 0)])
-def test_the_skip_check_waits_on_the_step_before_only_when_a_limit_is_set(tmp_path, fresh_accelerate_state,
-                                                                         monkeypatch, limit, reads_per_step):
+def test_the_skip_check_waits_on_the_step_before_only_when_a_limit_is_set(
+    tmp_path, fresh_accelerate_state, monkeypatch, limit, reads_per_step
+):
     """--max_consecutive_skips reads the count of skipped steps each step (on a GPU: the previous step's, through
     an event); with 0 (no limit) nothing is read and no event is waited on."""
     from albert_hf.pretraining import job as pretraining
     from albert_hf.pretraining.training.state import LaggedRead
 
-    args = pretraining.parse_args(["--output_dir", str(tmp_path / "run"), *FAST, "--model_config", "tiny",
-                                   "--max_train_steps", "6", "--logging_steps", "1000", "--eval_steps", "0",
-                                   "--validation_split_percentage", "0", "--no_plots",
-                                   "--max_consecutive_skips", limit])
+    args = pretraining.parse_args(
+        [
+            "--output_dir",
+            str(tmp_path / "run"),
+            *FAST,
+            "--model_config",
+            "tiny",
+            "--max_train_steps",
+            "6",
+            "--logging_steps",
+            "1000",
+            "--eval_steps",
+            "0",
+            "--validation_split_percentage",
+            "0",
+            "--no_plots",
+            "--max_consecutive_skips",
+            limit,
+        ]
+    )
     run = pretraining.prepare(args)
     read, steps = LaggedRead.read, []
     monkeypatch.setattr(LaggedRead, "read", lambda self, step: steps.append(step) or read(self, step))

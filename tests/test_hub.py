@@ -65,8 +65,10 @@ def test_save_pretrained_writes_safetensors_code_and_full_auto_map(tmp_path):
     # the shipped files import only torch, transformers and each other
     for name in REMOTE_FILES:
         imports = [line for line in (tmp_path / name).read_text().splitlines() if line.startswith(("import ", "from "))]
-        assert all(line.split()[1].split(".")[0] in {"torch", "transformers", "", "collections", "dataclasses"}
-                   for line in imports), imports
+        assert all(
+            line.split()[1].split(".")[0] in {"torch", "transformers", "", "collections", "dataclasses"}
+            for line in imports
+        ), imports
 
 
 def test_fresh_process_without_albert_hf_loads_every_head(tmp_path):
@@ -107,8 +109,9 @@ def test_push_to_hub_uploads_a_loadable_repo(tmp_path):
         return RepoUrl(f"https://huggingface.co/{repo_id}")
 
     def create_commit(self, repo_id, operations, commit_message=None, **kwargs):
-        commits.append({"repo_id": repo_id, "message": commit_message,
-                        "files": sorted(o.path_in_repo for o in operations)})
+        commits.append(
+            {"repo_id": repo_id, "message": commit_message, "files": sorted(o.path_in_repo for o in operations)}
+        )
         for operation in operations:
             target = fake_hub / repo_id / operation.path_in_repo
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -120,9 +123,11 @@ def test_push_to_hub_uploads_a_loadable_repo(tmp_path):
         return mock.MagicMock(commit_url="fake", oid="0" * 40)
 
     model = albert_hf.AlbertHFForPreTraining(tiny_config())
-    with mock.patch.object(HfApi, "create_repo", create_repo), mock.patch.object(
-        HfApi, "create_commit", create_commit
-    ), mock.patch("huggingface_hub.ModelCard.load", side_effect=EntryNotFoundError("no card")):
+    with (
+        mock.patch.object(HfApi, "create_repo", create_repo),
+        mock.patch.object(HfApi, "create_commit", create_commit),
+        mock.patch("huggingface_hub.ModelCard.load", side_effect=EntryNotFoundError("no card")),
+    ):
         model.push_to_hub("someone/tiny-albert", token="fake-token")
 
     assert len(commits) == 1 and commits[0]["repo_id"] == "someone/tiny-albert"
@@ -162,8 +167,9 @@ def test_answerability_head_checkpoint_loads_back_as_that_head(tmp_path):
         tmp_path, {"input_ids": ids.tolist(), "heads": {"AutoModelForQuestionAnswering": "cls_logits"}}, tmp_path
     )
     assert report["AutoModelForQuestionAnswering"]["class"] == "AlbertHFForQuestionAnsweringWithAnswerability"
-    torch.testing.assert_close(torch.tensor(report["AutoModelForQuestionAnswering"]["values"]), expected.flatten(),
-                               rtol=0, atol=1e-5)
+    torch.testing.assert_close(
+        torch.tensor(report["AutoModelForQuestionAnswering"]["values"]), expected.flatten(), rtol=0, atol=1e-5
+    )
     # the plain head's checkpoints are unaffected
     albert_hf.AlbertHFForQuestionAnswering(tiny_config()).save_pretrained(tmp_path / "plain")
     plain = AutoModelForQuestionAnswering.from_pretrained(tmp_path / "plain")
@@ -180,24 +186,33 @@ def test_a_model_or_tokenizer_that_cannot_be_loaded_stops_with_the_argument_name
     from albert_hf.pretraining.data.inputs import load_tokenizer
     from albert_hf.pretraining.training.model import resolve_config
     from albert_hf.tasks.arguments import ModelArguments
-    from albert_hf.tasks.finetuning import load_tokenizer_and_model
+    from albert_hf.tasks.inputs import load_tokenizer_and_model
 
-    with pytest.raises(InputError, match=r"^--tokenizer_name someone/no-such-albert: cannot load it \(no local "
-                                         r"folder by that name, so it was looked up on the Hub\)") as stopped:
+    with pytest.raises(
+        InputError,
+        match=r"^--tokenizer_name someone/no-such-albert: cannot load it \(no local "
+        r"folder by that name, so it was looked up on the Hub\)",
+    ) as stopped:
         load_tokenizer(DataArgs(tokenizer_name="someone/no-such-albert"), None, None)
     assert ("HF_HUB_OFFLINE" in str(stopped.value)) == constants.HF_HUB_OFFLINE
     empty = tmp_path / "empty"
     empty.mkdir()
     # transformers alone would read the empty folder as a default config (hidden size 4096), silently
-    with pytest.raises(InputError, match=r"--config_name .*empty: cannot load it \(a local folder, but .*holds no "
-                                         r"config\.json"):
+    with pytest.raises(
+        InputError,
+        match=r"--config_name .*empty: cannot load it \(a local folder, but .*holds no "
+        r"config\.json",
+    ):
         resolve_config(ModelArgs(config_name=str(empty)))
     given = ModelArguments(model_name_or_path="m", tokenizer_name="t")
-    assert (given.source("tokenizer"), given.source("config")) == (("--tokenizer_name", "t"),
-                                                                   ("--model_name_or_path", "m"))
+    assert (given.source("tokenizer"), given.source("config")) == (
+        ("--tokenizer_name", "t"),
+        ("--model_name_or_path", "m"),
+    )
     with pytest.raises(InputError, match=r"--model_name_or_path albert/albert-base-v2: cannot load it"):
-        load_tokenizer_and_model(ModelArguments(model_name_or_path="albert/albert-base-v2"),
-                                 albert_hf.AlbertHFForSequenceClassification)
+        load_tokenizer_and_model(
+            ModelArguments(model_name_or_path="albert/albert-base-v2"), albert_hf.AlbertHFForSequenceClassification
+        )
     with pytest.raises(ValueError, match="not an OSError"), loading("--x", "y"):
         raise ValueError("not an OSError")  # anything else passes through untouched
 
@@ -214,8 +229,10 @@ def load_card(folder: Path):
 
 def card_metrics(card) -> dict:
     """{(task type, dataset type, config, split, metric name): value} of the card's model-index."""
-    return {(r.task_type, r.dataset_type, r.dataset_config, r.dataset_split, r.metric_name): r.metric_value
-            for r in card.data.eval_results or []}
+    return {
+        (r.task_type, r.dataset_type, r.dataset_config, r.dataset_split, r.metric_name): r.metric_value
+        for r in card.data.eval_results or []
+    }
 
 
 def check_usage(card, auto_class: str, remote_code: bool = True):
@@ -260,9 +277,28 @@ def test_pretraining_card_metadata_and_model_index_come_from_all_results(tmp_pat
     from albert_hf.pretraining.job import main
 
     out = tmp_path / "run"
-    main(["--output_dir", str(out), "--vocab_size", "500", "--max_seq_length", "64", "--per_device_train_batch_size",
-          "8", "--dupe_factor", "1", "--max_eval_samples", "64", "--seed", "7", "--max_train_steps", "2",
-          "--eval_steps", "0"])
+    main(
+        [
+            "--output_dir",
+            str(out),
+            "--vocab_size",
+            "500",
+            "--max_seq_length",
+            "64",
+            "--per_device_train_batch_size",
+            "8",
+            "--dupe_factor",
+            "1",
+            "--max_eval_samples",
+            "64",
+            "--seed",
+            "7",
+            "--max_train_steps",
+            "2",
+            "--eval_steps",
+            "0",
+        ]
+    )
     results = json.loads((out / "all_results.json").read_text())
     card = load_card(out)
     assert card.data.library_name == "transformers" and card.data.pipeline_tag == "fill-mask"
@@ -289,15 +325,29 @@ def test_pretraining_card_lists_a_hub_dataset_license_and_base_model_without_goi
     from data_fixtures import tokenizer
 
     data = DataArgs(dataset_name="Salesforce/wikitext", dataset_config_name="wikitext-2-raw-v1")
-    facts = CardFacts(dataset=corpus_card_dataset(data), task="nsp", max_ngram=3, max_train_steps=1500,
-                           max_seq_length=128, micro_batch="32 a process x 1 accumulation", optimizer="lamb",
-                           learning_rate=0.01, num_warmup_steps=0,
-                           mixed_precision="auto", seed=12345, architecture="tiny", base_model="albert/albert-base-v2",
-                           hub_model_id=None, license="apache-2.0", output_dir=str(tmp_path))
+    facts = CardFacts(
+        dataset=corpus_card_dataset(data),
+        task="nsp",
+        max_ngram=3,
+        max_train_steps=1500,
+        max_seq_length=128,
+        micro_batch="32 a process x 1 accumulation",
+        optimizer="lamb",
+        learning_rate=0.01,
+        num_warmup_steps=0,
+        mixed_precision="auto",
+        seed=12345,
+        architecture="tiny",
+        base_model="albert/albert-base-v2",
+        hub_model_id=None,
+        license="apache-2.0",
+        output_dir=str(tmp_path),
+    )
     metrics = {"eval_mlm_accuracy": 0.25, "eval_mlm_loss": 4.5, "eval_nsp_accuracy": 0.75, "eval_nsp_loss": 0.5}
     tok = tokenizer()
-    save_final_model(albert_hf.AlbertHFForPreTraining(tiny_config(vocab_size=len(tok))), tok, tmp_path, facts,
-                     metrics, 32, 1)
+    save_final_model(
+        albert_hf.AlbertHFForPreTraining(tiny_config(vocab_size=len(tok))), tok, tmp_path, facts, metrics, 32, 1
+    )
     assert json.loads((tmp_path / "all_results.json").read_text()) == metrics
     card = load_card(tmp_path)
     assert card.data.datasets == ["Salesforce/wikitext"] and card.data.license == "apache-2.0"
@@ -334,9 +384,26 @@ def test_glue_card_pushed_is_ours_with_the_mnli_results_of_both_dev_sets(tiny_ch
     root = write_glue_folders(tmp_path / "glue")
     out = tmp_path / "out"
     with mock.patch.object(HfApi, "create_repo", create_repo), mock.patch.object(HfApi, "upload_folder", upload_folder):
-        run_script("run_glue", glue_args(tiny_checkpoint, out, "--task_name", "mnli", "--data_dir", root,
-                                           "--do_train", "--do_eval", "--max_steps", 2, "--push_to_hub",
-                                           "--hub_model_id", "someone/albert-mnli", "--hub_token", "x"))
+        run_script(
+            "run_glue",
+            glue_args(
+                tiny_checkpoint,
+                out,
+                "--task_name",
+                "mnli",
+                "--data_dir",
+                root,
+                "--do_train",
+                "--do_eval",
+                "--max_steps",
+                2,
+                "--push_to_hub",
+                "--hub_model_id",
+                "someone/albert-mnli",
+                "--hub_token",
+                "x",
+            ),
+        )
     assert uploads and uploads[-1] == ("someone/albert-mnli", (out / "README.md").read_text())
     results = json.loads((out / "all_results.json").read_text())
     card = load_card(out)
@@ -346,13 +413,16 @@ def test_glue_card_pushed_is_ours_with_the_mnli_results_of_both_dev_sets(tiny_ch
     assert card.data.base_model is None and "a local checkpoint, the folder `tiny_albert" in card.text
     assert card_metrics(card) == {
         ("text-classification", "nyu-mll/glue", "mnli", "validation_matched", "accuracy"): results["eval_accuracy"],
-        ("text-classification", "nyu-mll/glue", "mnli", "validation_mismatched", "accuracy"):
-            results["eval_accuracy_mm"],
+        ("text-classification", "nyu-mll/glue", "mnli", "validation_mismatched", "accuracy"): results[
+            "eval_accuracy_mm"
+        ],
     }
     assert card.data.eval_results[0].dataset_name == "GLUE MNLI"
     assert card.data.model_name == "albert-mnli"
-    assert 'AutoModelForSequenceClassification.from_pretrained("someone/albert-mnli", trust_remote_code=True)' in \
-        card.text and 'AlbertTokenizer.from_pretrained("someone/albert-mnli")' in card.text
+    assert (
+        'AutoModelForSequenceClassification.from_pretrained("someone/albert-mnli", trust_remote_code=True)' in card.text
+        and 'AlbertTokenizer.from_pretrained("someone/albert-mnli")' in card.text
+    )
     for section in ("## Configuration", "## Data", "## Training", "## Results", "original GLUE TSV files"):
         assert section in card.text
 
@@ -366,8 +436,18 @@ def test_squad_card_names_its_data_and_holds_the_exact_match_and_f1(tiny_checkpo
 
     path = write_json(tmp_path / "train-v1.1.json", SQUAD_V1)
     out = tmp_path / "out"
-    run_script("run_squad", ["--train_file", path, "--validation_file", path, "--do_train", "--do_eval",
-                             *squad_args(tiny_checkpoint, out, steps=4)])
+    run_script(
+        "run_squad",
+        [
+            "--train_file",
+            path,
+            "--validation_file",
+            path,
+            "--do_train",
+            "--do_eval",
+            *squad_args(tiny_checkpoint, out, steps=4),
+        ],
+    )
     results = json.loads((out / "all_results.json").read_text())
     card = load_card(out)
     assert "None dataset" not in card.text and "`train-v1.1.json`" in card.text
@@ -382,21 +462,33 @@ def test_squad_card_names_its_data_and_holds_the_exact_match_and_f1(tiny_checkpo
 
 
 def test_finish_writes_a_race_card_with_license_base_model_and_test_results_without_going_online(
-        tmp_path, hub_unreachable):
+    tmp_path, hub_unreachable
+):
     """finish() on a trainer whose base is a Hub name (never loaded here): base_model, the license argument, the
     Hub dataset by its current id, and eval_/predict_ results as the validation/test splits of the subset."""
     from albert_hf.tasks.arguments import AlbertTrainingArguments
-    from albert_hf.tasks.finetuning import finish, parse_arguments
+    from albert_hf.tasks.finetuning import parse_arguments
+    from albert_hf.tasks.outputs import finish
     from albert_hf.tasks.race.data import RaceDataArguments
     from albert_hf.tasks.trainer import AlbertTrainer
 
-    model_args = parse_arguments(RaceDataArguments, ["--model_name_or_path", "albert/albert-base-v2", "--license",
-                                                     "apache-2.0", "--output_dir", str(tmp_path)])[0]
-    training_args = AlbertTrainingArguments(output_dir=str(tmp_path), do_eval=True, do_predict=True,
-                                            report_to="none")
+    model_args = parse_arguments(
+        RaceDataArguments,
+        ["--model_name_or_path", "albert/albert-base-v2", "--license", "apache-2.0", "--output_dir", str(tmp_path)],
+    )[0]
+    training_args = AlbertTrainingArguments(output_dir=str(tmp_path), do_eval=True, do_predict=True, report_to="none")
     data_args = RaceDataArguments(dataset_name="race", subset="middle")
-    results = {"eval_accuracy": 0.625, "eval_accuracy_middle": 0.625, "eval_num_middle": 8, "eval_loss": 1.25,
-               "eval_runtime": 0.5, "eval_samples": 8, "predict_accuracy": 0.5, "predict_samples": 8, "epoch": 1.0}
+    results = {
+        "eval_accuracy": 0.625,
+        "eval_accuracy_middle": 0.625,
+        "eval_num_middle": 8,
+        "eval_loss": 1.25,
+        "eval_runtime": 0.5,
+        "eval_samples": 8,
+        "predict_accuracy": 0.5,
+        "predict_samples": 8,
+        "epoch": 1.0,
+    }
     (tmp_path / "all_results.json").write_text(json.dumps(results))
     trainer = AlbertTrainer(model=albert_hf.AlbertHFForMultipleChoice(tiny_config()), args=training_args)
     finish(trainer, model_args, training_args, data_args)
@@ -416,8 +508,8 @@ def test_card_datasets_are_hub_data_or_its_official_files_only(tmp_path):
     """`datasets` lists a Hub dataset when the data came from the Hub or is that dataset's own files in their
     official format; other local files are described in the text instead."""
     from albert_hf.tasks.arguments import AlbertTrainingArguments
-    from albert_hf.tasks.finetuning import wanted_splits
     from albert_hf.tasks.glue.data import GlueDataArguments
+    from albert_hf.tasks.inputs import wanted_splits
     from albert_hf.tasks.race.data import RaceDataArguments
     from albert_hf.tasks.squad.job import SquadDataArguments
     from data_fixtures import SQUAD_V1, write_json
@@ -434,11 +526,14 @@ def test_card_datasets_are_hub_data_or_its_official_files_only(tmp_path):
     assert dataset(GlueDataArguments(task_name="mrpc")) == ("nyu-mll/glue", "mrpc")  # the Hub, by task name
     assert dataset(GlueDataArguments(task_name="rte", dataset_name="glue")) == ("nyu-mll/glue", "rte")
     assert dataset(GlueDataArguments(task_name="cola", data_dir=str(tmp_path))) == ("nyu-mll/glue", "cola")
-    local = finetuning_card_dataset(GlueDataArguments(task_name="mrpc", train_file="a.csv",
-                                                      validation_file="b.jsonl"), train_eval)
+    local = finetuning_card_dataset(
+        GlueDataArguments(task_name="mrpc", train_file="a.csv", validation_file="b.jsonl"), train_eval
+    )
     assert (local.hub_id, local.config) == (None, None) and "`a.csv`" in local.description
-    assert dataset(SquadDataArguments(dataset_name="squad_v2", version_2_with_negative=True)) == \
-        ("rajpurkar/squad_v2", None)
+    assert dataset(SquadDataArguments(dataset_name="squad_v2", version_2_with_negative=True)) == (
+        "rajpurkar/squad_v2",
+        None,
+    )
     small = write_json(tmp_path / "dev-v1.1.json", SQUAD_V1)  # the official format, but 3 questions
     assert dataset(SquadDataArguments(train_file=str(small), validation_file=str(small))) == (None, None)
     assert dataset(RaceDataArguments(data_dir=str(tmp_path))) == ("ehovy/race", "all")
@@ -447,15 +542,17 @@ def test_card_datasets_are_hub_data_or_its_official_files_only(tmp_path):
 
 def test_the_card_lists_squad_for_its_complete_official_dev_set_only(tmp_path):
     from albert_hf.tasks.arguments import AlbertTrainingArguments
-    from albert_hf.tasks.finetuning import wanted_splits
+    from albert_hf.tasks.inputs import wanted_splits
     from albert_hf.tasks.squad.job import SquadDataArguments
 
     dev = shared_data("squad", "v1.1_dev", "dev-v1.1.json")  # the complete official dev set
     half = shared_data("squad", "v2.0_dev_half", "dev-v2.0.json")  # version "v2.0", but 16 of 35 articles
     eval_only = wanted_splits(AlbertTrainingArguments(output_dir=str(tmp_path), do_eval=True, report_to="none"))
     assert SquadDataArguments(validation_file=str(dev)).card_dataset(eval_only).hub_id == "rajpurkar/squad"
-    assert SquadDataArguments(validation_file=str(half), version_2_with_negative=True).card_dataset(
-        eval_only).hub_id is None
+    assert (
+        SquadDataArguments(validation_file=str(half), version_2_with_negative=True).card_dataset(eval_only).hub_id
+        is None
+    )
 
 
 def test_convert_writes_a_card_carrying_the_source_card_and_a_license(tmp_path, hub_unreachable):
@@ -466,12 +563,26 @@ def test_convert_writes_a_card_carrying_the_source_card_and_a_license(tmp_path, 
     from albert_hf.convert.card import write_converted_card
 
     source = tmp_path / "theirs"
-    AlbertForSequenceClassification(AlbertConfig(vocab_size=100, embedding_size=8, hidden_size=16,
-                                                 num_hidden_layers=2, num_attention_heads=2,
-                                                 intermediate_size=32)).save_pretrained(source)
+    AlbertForSequenceClassification(
+        AlbertConfig(
+            vocab_size=100,
+            embedding_size=8,
+            hidden_size=16,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=32,
+        )
+    ).save_pretrained(source)
     (source / "tokenizer_config.json").write_text("{}")
-    result = EvalResult(task_type="text-classification", dataset_type="nyu-mll/glue", dataset_name="GLUE MRPC",
-                        dataset_config="mrpc", dataset_split="validation", metric_type="accuracy", metric_value=0.8)
+    result = EvalResult(
+        task_type="text-classification",
+        dataset_type="nyu-mll/glue",
+        dataset_name="GLUE MRPC",
+        dataset_config="mrpc",
+        dataset_split="validation",
+        metric_type="accuracy",
+        metric_value=0.8,
+    )
     data = ModelCardData(license="mit", datasets=["nyu-mll/glue"], model_name="theirs", eval_results=[result])
     ModelCard(f"---\n{data.to_yaml()}\n---\n# theirs\n").save(source / "README.md")
 
@@ -491,8 +602,9 @@ def test_convert_writes_a_card_carrying_the_source_card_and_a_license(tmp_path, 
     # a Hub source is the base model; without tokenizer files beside the weights, its tokenizer is the one to load
     model = albert_hf.AlbertHFForPreTraining(tiny_config())
     (tmp_path / "from_hub").mkdir()
-    write_converted_card(tmp_path / "from_hub", source="albert/albert-base-v2", target="albert_hf", model=model,
-                         tokenizer_copied=False)
+    write_converted_card(
+        tmp_path / "from_hub", source="albert/albert-base-v2", target="albert_hf", model=model, tokenizer_copied=False
+    )
     card = load_card(tmp_path / "from_hub")
     assert card.data.base_model == "albert/albert-base-v2" and card.data.pipeline_tag == "fill-mask"
     assert 'AlbertTokenizer.from_pretrained("albert/albert-base-v2")' in card.text

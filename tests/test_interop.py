@@ -90,8 +90,9 @@ def test_base_model_gives_identical_hidden_states_and_pooled_output(tmp_path, la
     ours = albert_hf.AlbertHFModel.from_pretrained(tmp_path).eval()
     with torch.no_grad():
         a, b = theirs(**BATCH), ours(**BATCH)
-    torch.testing.assert_close(at_real_tokens(b.last_hidden_state), at_real_tokens(a.last_hidden_state), rtol=0,
-                               atol=ATOL)
+    torch.testing.assert_close(
+        at_real_tokens(b.last_hidden_state), at_real_tokens(a.last_hidden_state), rtol=0, atol=ATOL
+    )
     torch.testing.assert_close(b.pooler_output, a.pooler_output, rtol=0, atol=ATOL)
 
 
@@ -144,8 +145,12 @@ def test_v1_gelu_checkpoint_keeps_its_activation(tmp_path):
     ours = albert_hf.AlbertHFModel.from_pretrained(tmp_path).eval()
     assert ours.config.hidden_act == "gelu"
     with torch.no_grad():
-        torch.testing.assert_close(at_real_tokens(ours(**BATCH).last_hidden_state),
-                                   at_real_tokens(theirs(**BATCH).last_hidden_state), rtol=0, atol=ATOL)
+        torch.testing.assert_close(
+            at_real_tokens(ours(**BATCH).last_hidden_state),
+            at_real_tokens(theirs(**BATCH).last_hidden_state),
+            rtol=0,
+            atol=ATOL,
+        )
 
 
 def test_convert_cli_round_trip(tmp_path):
@@ -170,12 +175,25 @@ def test_convert_cli_round_trip(tmp_path):
 def test_convert_refuses_partial_sharing_and_non_empty_output(tmp_path):
     model = albert_hf.AlbertHFForPreTraining(albert_hf.AlbertHFConfig.from_preset("tiny", sharing="attention"))
     model.save_pretrained(tmp_path / "ours")
-    with pytest.raises(InputError, match="ours: sharing='attention' has no transformers AlbertConfig equivalent; it "
-                                         "stays an albert_hf checkpoint"):
+    with pytest.raises(
+        InputError,
+        match="ours: sharing='attention' has no transformers AlbertConfig equivalent; it stays an albert_hf checkpoint",
+    ):
         convert(str(tmp_path / "ours"), str(tmp_path / "out"))
     assert not (tmp_path / "out").exists()  # refused before anything is written
-    done = subprocess.run([sys.executable, "-m", "albert_hf.convert", str(tmp_path / "ours"), str(tmp_path / "out2"),
-                           "--to", "transformers"], capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "albert_hf.convert",
+            str(tmp_path / "ours"),
+            str(tmp_path / "out2"),
+            "--to",
+            "transformers",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr and not (tmp_path / "out2").exists()
     assert done.stderr.strip().splitlines()[-1].startswith("error: ") and "sharing='attention'" in done.stderr
     (tmp_path / "full").mkdir()
@@ -195,8 +213,11 @@ def test_a_converted_folder_loads_its_tokenizer_without_a_prompt(tmp_path):
     config.vocab_size = len(tok)
     save_theirs("AlbertForMaskedLM", config, tmp_path / "hf")
     tok.save_pretrained(tmp_path / "hf")
-    done = subprocess.run([sys.executable, "-m", "albert_hf.convert", str(tmp_path / "hf"), str(tmp_path / "ours")],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "albert_hf.convert", str(tmp_path / "hf"), str(tmp_path / "ours")],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
     check_tokenizer_loads_without_prompt(tmp_path / "ours")
 
@@ -216,8 +237,9 @@ def test_a_folder_saved_before_the_subpackages_loads_with_albert_hf(tmp_path):
     model = AutoModelForPreTraining.from_pretrained(folder).eval()
     assert type(model) is albert_hf.AlbertHFForPreTraining
     with torch.no_grad():
-        out = model(input_ids=torch.tensor(expected["input_ids"]),
-                    token_type_ids=torch.tensor(expected["token_type_ids"]))
+        out = model(
+            input_ids=torch.tensor(expected["input_ids"]), token_type_ids=torch.tensor(expected["token_type_ids"])
+        )
     assert out.prediction_logits[0, 1, :8].tolist() == pytest.approx(expected["mlm_logits_first_row"], abs=1e-5)
     assert out.sop_logits[0].tolist() == pytest.approx(expected["sop_logits"], abs=1e-5)
 

@@ -51,15 +51,22 @@ def test_every_checkpoint_loads_as_a_model_without_albert_hf(run, tmp_path):
 def test_a_checkpoints_model_files_are_links_to_the_runs_one_copy(run):
     shared = run / ".model_files"
     names = sorted(path.name for path in shared.iterdir())
-    assert {"config.json", "configuration_albert_hf.py", "modeling_albert_hf.py", "tokenizer.json",
-            "tokenizer_config.json"} <= set(names)
+    assert {
+        "config.json",
+        "configuration_albert_hf.py",
+        "modeling_albert_hf.py",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    } <= set(names)
     for step in (2, 4):
         for name in names:
             assert os.path.samefile(shared / name, run / f"step_{step}" / name), name  # no bytes added
     config = json.loads((shared / "config.json").read_text())
     assert config["architectures"] == ["AlbertHFForPreTraining"]
-    assert config["auto_map"]["AutoModelForSequenceClassification"] == \
-        "modeling_albert_hf.AlbertHFForSequenceClassification"
+    assert (
+        config["auto_map"]["AutoModelForSequenceClassification"]
+        == "modeling_albert_hf.AlbertHFForSequenceClassification"
+    )
 
 
 @pytest.mark.trains
@@ -68,10 +75,35 @@ def test_glue_fine_tunes_a_checkpoint(run, tmp_path):
 
     glue = write_glue_folders(tmp_path / "glue")
     out = tmp_path / "mrpc"
-    run_script("run_glue", ["--model_name_or_path", run / "step_2", "--output_dir", out, "--task_name", "mrpc",
-                            "--data_dir", glue, "--do_train", "--do_eval", "--max_steps", 2, "--max_seq_length", 32,
-                            "--per_device_train_batch_size", 4, "--report_to", "none", "--save_strategy", "no",
-                            "--disable_tqdm", "true", "--dataloader_pin_memory", "false"])
+    run_script(
+        "run_glue",
+        [
+            "--model_name_or_path",
+            run / "step_2",
+            "--output_dir",
+            out,
+            "--task_name",
+            "mrpc",
+            "--data_dir",
+            glue,
+            "--do_train",
+            "--do_eval",
+            "--max_steps",
+            2,
+            "--max_seq_length",
+            32,
+            "--per_device_train_batch_size",
+            4,
+            "--report_to",
+            "none",
+            "--save_strategy",
+            "no",
+            "--disable_tqdm",
+            "true",
+            "--dataloader_pin_memory",
+            "false",
+        ],
+    )
     assert "eval_accuracy" in json.loads((out / "all_results.json").read_text())
 
 
@@ -88,15 +120,36 @@ def test_a_checkpoint_without_model_files_is_refused_in_one_line_and_the_command
     for name in os.listdir(run / ".model_files"):
         (old / name).unlink()
     checkpoint_files.write_record(old, "files.json")
-    with pytest.raises(InputError, match=rf"^--model_name_or_path {old}: a run_pretraining.py checkpoint written "
-                                         rf"without the model's files \(config, tokenizer, code\); make it loadable "
-                                         rf"with: python -m albert_hf.pretraining.output.loadable {old}$"):
-        run_script("run_glue", ["--model_name_or_path", old, "--output_dir", tmp_path / "mrpc", "--task_name",
-                                "mrpc", "--data_dir", write_glue_folders(tmp_path / "glue"), "--do_eval",
-                                "--report_to", "none"])
+    with pytest.raises(
+        InputError,
+        match=rf"^--model_name_or_path {old}: a run_pretraining.py checkpoint written "
+        rf"without the model's files \(config, tokenizer, code\); make it loadable "
+        rf"with: python -m albert_hf.pretraining.output.loadable {old}$",
+    ):
+        run_script(
+            "run_glue",
+            [
+                "--model_name_or_path",
+                old,
+                "--output_dir",
+                tmp_path / "mrpc",
+                "--task_name",
+                "mrpc",
+                "--data_dir",
+                write_glue_folders(tmp_path / "glue"),
+                "--do_eval",
+                "--report_to",
+                "none",
+            ],
+        )
     # the run's final folder is beside it (no .model_files there): the command takes the files from it
-    for name in ("config.json", "configuration_albert_hf.py", "modeling_albert_hf.py", "tokenizer.json",
-                 "tokenizer_config.json"):
+    for name in (
+        "config.json",
+        "configuration_albert_hf.py",
+        "modeling_albert_hf.py",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ):
         shutil.copy(run / name, tmp_path / "run" / name)
     assert make_loadable([str(old)]) == 0
     assert StepCheckpoints.damage(old) is None  # recorded again, still checked when resumed
@@ -118,8 +171,11 @@ def test_the_command_refuses_a_changed_checkpoint_and_one_without_files_to_take(
     with pytest.raises(InputError, match=rf"^{old}: config.json: missing$"):  # the record names files now gone
         make_loadable(old)
     checkpoint_files.write_record(old, "files.json")  # intact again, and no model files beside it
-    with pytest.raises(InputError, match=rf"^{old}: neither {old.parent / '.model_files'} nor {old.parent} \(the "
-                                         r"run's final folder\) holds the model's files"):
+    with pytest.raises(
+        InputError,
+        match=rf"^{old}: neither {old.parent / '.model_files'} nor {old.parent} \(the "
+        r"run's final folder\) holds the model's files",
+    ):
         make_loadable(old)
 
 
@@ -145,7 +201,10 @@ def test_shards_of_another_model_are_refused_in_one_line(run, tmp_path):
     from albert_hf.pretraining.output.loadable import FSDP_SHARDS, gathered_weights
 
     dcp.save({"model": {"other.weight": torch.ones(2)}}, checkpoint_id=tmp_path / FSDP_SHARDS, no_dist=True)
-    with pytest.raises(InputError, match=rf"^{re.escape(str(tmp_path / FSDP_SHARDS))}: its tensors \(1\) are not "
-                                         r"those of the model of .*config\.json \(\d+\), e\.g\. \S+$"):
+    with pytest.raises(
+        InputError,
+        match=rf"^{re.escape(str(tmp_path / FSDP_SHARDS))}: its tensors \(1\) are not "
+        r"those of the model of .*config\.json \(\d+\), e\.g\. \S+$",
+    ):
         gathered_weights(tmp_path, run / ".model_files")
     assert not (tmp_path / "model.safetensors").exists()

@@ -13,7 +13,8 @@ import torch
 from safetensors.torch import load_file
 
 from albert_hf.errors import InputError
-from albert_hf.pretraining.data.mixture import MixedPairs, MixPlan, drawn_counts, tokenizer_sample
+from albert_hf.pretraining.data.mixed_pairs import MixedPairs
+from albert_hf.pretraining.data.mixture import MixPlan, drawn_counts, tokenizer_sample
 from albert_hf.pretraining.data.sources import parse_sources
 from albert_hf.pretraining.resolution import parse_args
 from data_fixtures import embedded
@@ -21,8 +22,10 @@ from helpers import DDP
 from pretraining_runs import metrics, pretrain_runs, untimed
 
 TINY_DOCUMENTS = [  # four documents: one held out, three to train on (a few pairs: repeated at weight 0.5)
-    " ".join(f"The {word} of the harbour was counted at dawn number {i}. Each {word} was a sentence of its own."
-             for i in range(3))
+    " ".join(
+        f"The {word} of the harbour was counted at dawn number {i}. Each {word} was a sentence of its own."
+        for i in range(3)
+    )
     for word in ("lantern", "anchor", "sailor", "gull")
 ]
 
@@ -51,8 +54,18 @@ def sources(corpora, big=0.5, tiny=0.5, with_tiny=True):
 
 
 def mix_args(corpora, tokenizer, *extra, **weights):
-    return [*sources(corpora, **weights), "--tokenizer_name", str(tokenizer), "--max_train_steps", "8",
-            "--checkpointing_steps", "4", "--eval_steps", "4", *extra]
+    return [
+        *sources(corpora, **weights),
+        "--tokenizer_name",
+        str(tokenizer),
+        "--max_train_steps",
+        "8",
+        "--checkpointing_steps",
+        "4",
+        "--eval_steps",
+        "4",
+        *extra,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -62,41 +75,90 @@ def mixed_runs(tmp_path_factory, corpora, tiny_checkpoint):
     two-process run's checkpoint), streamed and resumed, prepared and trained on."""
     root = tmp_path_factory.mktemp("mixed")
     args = mix_args(corpora, tiny_checkpoint)
-    ddp_results, _ = pretrain_runs([(root / "ddp", [*args, "--per_device_train_batch_size", "4"], {}, False)],
-                                   launcher=DDP)
+    ddp_results, _ = pretrain_runs(
+        [(root / "ddp", [*args, "--per_device_train_batch_size", "4"], {}, False)], launcher=DDP
+    )
     stream = mix_args(corpora, tiny_checkpoint, "--streaming", "--validation_split_percentage", "0.05")
     ref = root / "ref"
     runs = {
         "ref": (ref, args),
         "resumed": (root / "resumed", [*args, "--resume_from_checkpoint", str(ref / "step_4")]),
-        "changed": (root / "changed", [*mix_args(corpora, tiny_checkpoint, big=0.8, tiny=0.2),
-                                       "--resume_from_checkpoint", str(ref / "step_4")]),
-        "missing": (root / "missing", [*mix_args(corpora, tiny_checkpoint, with_tiny=False),
-                                       "--resume_from_checkpoint", str(ref / "step_4")]),
-        "dropped": (root / "dropped", [*mix_args(corpora, tiny_checkpoint, with_tiny=False), "--drop_sources", "tiny",
-                                       "--resume_from_checkpoint", str(ref / "step_4")]),
+        "changed": (
+            root / "changed",
+            [*mix_args(corpora, tiny_checkpoint, big=0.8, tiny=0.2), "--resume_from_checkpoint", str(ref / "step_4")],
+        ),
+        "missing": (
+            root / "missing",
+            [*mix_args(corpora, tiny_checkpoint, with_tiny=False), "--resume_from_checkpoint", str(ref / "step_4")],
+        ),
+        "dropped": (
+            root / "dropped",
+            [
+                *mix_args(corpora, tiny_checkpoint, with_tiny=False),
+                "--drop_sources",
+                "tiny",
+                "--resume_from_checkpoint",
+                str(ref / "step_4"),
+            ],
+        ),
         "from_ddp": (root / "from_ddp", [*args, "--resume_from_checkpoint", str(root / "ddp" / "step_4")]),
         "stream": (root / "stream", stream),
-        "stream_resumed": (root / "stream_resumed", [*stream, "--resume_from_checkpoint",
-                                                     str(root / "stream" / "step_4")]),
-        "prepare": (root / "prepared", [*sources(corpora), "--tokenizer_name", str(tiny_checkpoint),
-                                        "--preprocess_only"]),
-        "on_prepared": (root / "on_prepared", ["--prepared_data", str(root / "prepared"), "--max_train_steps", "8",
-                                               "--checkpointing_steps", "4", "--eval_steps", "4"]),
-        "other_mix": (root / "other_mix", ["--prepared_data", str(root / "prepared"), *sources(corpora)[:2],
-                                           f"name=web,weight=0.5,train_files={corpora / 'tiny'}"]),
-        "plain_from_mix": (root / "plain_from_mix", ["--tokenizer_name", str(tiny_checkpoint),
-                                                     "--resume_from_checkpoint", str(ref / "step_4")]),
-        "empty": (root / "empty", [*sources(corpora), f"name=empty,weight=1,train_files={corpora / 'empty'}",
-                                   *args[3:]]),
-        "no_rows": (root / "no_rows", [*sources(corpora), f"name=none,weight=1,train_files={corpora / 'no_rows.jsonl'}",
-                                       *args[3:]]),
+        "stream_resumed": (
+            root / "stream_resumed",
+            [*stream, "--resume_from_checkpoint", str(root / "stream" / "step_4")],
+        ),
+        "prepare": (
+            root / "prepared",
+            [*sources(corpora), "--tokenizer_name", str(tiny_checkpoint), "--preprocess_only"],
+        ),
+        "on_prepared": (
+            root / "on_prepared",
+            [
+                "--prepared_data",
+                str(root / "prepared"),
+                "--max_train_steps",
+                "8",
+                "--checkpointing_steps",
+                "4",
+                "--eval_steps",
+                "4",
+            ],
+        ),
+        "other_mix": (
+            root / "other_mix",
+            [
+                "--prepared_data",
+                str(root / "prepared"),
+                *sources(corpora)[:2],
+                f"name=web,weight=0.5,train_files={corpora / 'tiny'}",
+            ],
+        ),
+        "plain_from_mix": (
+            root / "plain_from_mix",
+            ["--tokenizer_name", str(tiny_checkpoint), "--resume_from_checkpoint", str(ref / "step_4")],
+        ),
+        "empty": (
+            root / "empty",
+            [*sources(corpora), f"name=empty,weight=1,train_files={corpora / 'empty'}", *args[3:]],
+        ),
+        "no_rows": (
+            root / "no_rows",
+            [*sources(corpora), f"name=none,weight=1,train_files={corpora / 'no_rows.jsonl'}", *args[3:]],
+        ),
     }
-    results, done = pretrain_runs([(out, argv, {}, False, {}, name not in ("on_prepared", "other_mix"))
-                                   for name, (out, argv) in runs.items()])
+    results, done = pretrain_runs(
+        [(out, argv, {}, False, {}, name not in ("on_prepared", "other_mix")) for name, (out, argv) in runs.items()]
+    )
     by_name = dict(zip(runs, results))
-    return {"root": root, "corpora": corpora, "results": by_name | {"ddp": ddp_results[0]}, "stderr": done.stderr,
-            "stdout": done.stdout, **{name: out for name, (out, _) in runs.items()}, "ddp": root / "ddp"}
+    return {
+        "root": root,
+        "corpora": corpora,
+        "results": by_name | {"ddp": ddp_results[0]},
+        "stderr": done.stderr,
+        "stdout": done.stdout,
+        **{name: out for name, (out, _) in runs.items()},
+        "ddp": root / "ddp",
+    }
 
 
 def check_same_run(run, reference, after_step, atol=1e-6):
@@ -105,8 +167,9 @@ def check_same_run(run, reference, after_step, atol=1e-6):
     expected, got = load_file(reference / "model.safetensors"), load_file(run / "model.safetensors")
     for name in expected:
         torch.testing.assert_close(got[name], expected[name], rtol=0, atol=atol, msg=name)
-    rows, reference_rows = ([row for row in untimed(metrics(folder)) if row["step"] > after_step]
-                            for folder in (run, reference))
+    rows, reference_rows = (
+        [row for row in untimed(metrics(folder)) if row["step"] > after_step] for folder in (run, reference)
+    )
     assert [row["step"] for row in rows] == [row["step"] for row in reference_rows] and rows
     for row, expected_row in zip(rows, reference_rows):
         assert row.keys() == expected_row.keys()
@@ -120,8 +183,11 @@ def status(mixed_runs, name):
 
 def source_rows(folder):
     """The logged training rows' per-source counts (integers: the data's position, exact)."""
-    return [{key: row[key] for key in row if key.startswith(("run_pairs_", "pairs_"))}
-            for row in metrics(folder) if "train_mlm_loss" in row]
+    return [
+        {key: row[key] for key in row if key.startswith(("run_pairs_", "pairs_"))}
+        for row in metrics(folder)
+        if "train_mlm_loss" in row
+    ]
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -137,7 +203,7 @@ def test_every_100_steps_each_share_is_within_half_a_point_of_its_weight(weights
     per_step = np.array([np.bincount(plan.batch(k * batch, seed=3)[0], minlength=len(names)) for k in range(600)])
     assert (per_step.sum(1) == batch).all()
     for start in range(0, 500):  # every window of 100 consecutive optimizer steps
-        share = per_step[start:start + 100].sum(0) / (100 * batch)
+        share = per_step[start : start + 100].sum(0) / (100 * batch)
         assert np.abs(share - np.array(weights)).max() < 0.005, (start, share)
     orders = [plan.batch(k * batch, seed=3)[0] for k in range(20)]  # the order within a batch is random
     assert sum(bool((np.diff(order) >= 0).all()) for order in orders) < 3
@@ -173,8 +239,9 @@ def test_with_weights_changed_and_a_source_added_at_resume_no_pair_repeats_withi
     plan = MixPlan.start(["a", "b"], sizes, {"a": 0.5, "b": 0.5}, batch)
     first = MixedPairs(data, plan, seed=5, total_pairs=10**6)
     seen = drawn_ids(first, 0, 24 * batch)
-    resumed, line = plan.resumed(24 * batch, 24, ["a", "b", "c"], {**sizes, "c": 5},
-                                 {"a": 0.9, "b": 0.05, "c": 0.05}, batch)
+    resumed, line = plan.resumed(
+        24 * batch, 24, ["a", "b", "c"], {**sizes, "c": 5}, {"a": 0.9, "b": 0.05, "c": 0.05}, batch
+    )
     assert line == "mix changed at step 24: a 0.5 → 0.9, b 0.5 → 0.05, c added at 0.05"
     second = MixedPairs([*data, pairs_of(5, 2)], resumed, seed=5, total_pairs=10**6)
     second.first = 24 * batch
@@ -191,10 +258,12 @@ def test_with_weights_changed_and_a_source_added_at_resume_no_pair_repeats_withi
         order = [e for _, e in ids]
         assert all(later >= earlier - 1 for earlier, later in zip(order, order[1:]))
     # b dropped at step 64, given again at step 70: it goes on from its position, in its epoch
-    third, _ = resumed.resumed(64 * batch, 64, ["a", "c"], {"a": sizes["a"], "c": 5}, {"a": 0.5, "c": 0.5}, batch,
-                               dropped=("b",))
-    fourth, line = third.resumed(70 * batch, 70, ["a", "b", "c"], {**sizes, "c": 5}, {"a": 0.4, "b": 0.3, "c": 0.3},
-                                 batch)
+    third, _ = resumed.resumed(
+        64 * batch, 64, ["a", "c"], {"a": sizes["a"], "c": 5}, {"a": 0.5, "c": 0.5}, batch, dropped=("b",)
+    )
+    fourth, line = third.resumed(
+        70 * batch, 70, ["a", "b", "c"], {**sizes, "c": 5}, {"a": 0.4, "b": 0.3, "c": 0.3}, batch
+    )
     assert line == "mix changed at step 70: a 0.5 → 0.4, c 0.5 → 0.3, b added at 0.3"
     assert fourth.segments[-1].offsets["b"] == resumed.drawn(64 * batch)["b"] > 0
     # 64 steps of 8: b gave 12 x 4 + 40 x ~0.4 pairs, a 12 x 4 + 40 x 7.2
@@ -204,15 +273,18 @@ def test_with_weights_changed_and_a_source_added_at_resume_no_pair_repeats_withi
 
 @pytest.mark.quick
 def test_the_tokenizer_sample_follows_the_weights():
-    documents = {name: [{"text": f"{name} sentence number {i} is here. And {name} again {i} there."}
-                        for i in range(400)] for name in ("small", "large")}
+    documents = {
+        name: [{"text": f"{name} sentence number {i} is here. And {name} again {i} there."} for i in range(400)]
+        for name in ("small", "large")
+    }
     layouts = dict.fromkeys(documents, "document_per_file")
     sample, given = tokenizer_sample(documents, {"small": 0.05, "large": 0.95}, layouts, 600, seed=1)
     assert len(sample) == 600 and given == {"small": 30, "large": 570}
     assert sum("small" in s for s in sample) == 30
     assert len(set(sample)) == 600  # a uniform sample, no sentence twice while a source has enough
-    _, by_size = tokenizer_sample({"small": documents["small"][:100], "large": documents["large"]}, None, layouts,
-                                  10_000, seed=1, alpha=1.0)
+    _, by_size = tokenizer_sample(
+        {"small": documents["small"][:100], "large": documents["large"]}, None, layouts, 10_000, seed=1, alpha=1.0
+    )
     assert by_size == {"small": 200, "large": 800}  # 200 and 800 sentences, in proportion: the whole of each
 
 
@@ -222,19 +294,27 @@ def test_the_tokenizer_sample_follows_the_weights():
 
 BAD = [
     (["name=a,weight=0,train_files=X"], "--sources: every source has weight 0 (held out only, never trained on)"),
-    (["name=a,weight=-1,train_files=X"], "--sources: source 'a': weight -1 must be a finite number >= 0 (0: held "
-                                         "out only"),
+    (
+        ["name=a,weight=-1,train_files=X"],
+        "--sources: source 'a': weight -1 must be a finite number >= 0 (0: held out only",
+    ),
     (["name=a,weight=heavy,train_files=X"], "--sources: source 'a': weight 'heavy' is not a number, size or size^A"),
     (["name=a,weight=nan,train_files=X"], "--sources: source 'a': weight nan must be a finite number >= 0"),
     (["name=a,weight=1,train_files=X", "name=a,weight=1,train_files=Y"], "--sources: two sources are named a"),
-    (["name=a,weight=size^1.5,train_files=X"], "--sources: source 'a': weight size^1.5: the temperature's exponent "
-                                               "must be a number in [0, 1]"),
-    (["name=a,weight=size,train_files=X", "name=b,weight=1,train_files=Y"], "--sources: the weights mix a number "
-                                                                           "and size"),
+    (
+        ["name=a,weight=size^1.5,train_files=X"],
+        "--sources: source 'a': weight size^1.5: the temperature's exponent must be a number in [0, 1]",
+    ),
+    (
+        ["name=a,weight=size,train_files=X", "name=b,weight=1,train_files=Y"],
+        "--sources: the weights mix a number and size",
+    ),
     (["name=a,weight=1,files=X"], "--sources: source 'a': unknown key(s) files"),
     (["name=a,weight=1"], "--sources: source 'a': give one of train_files, dataset_name or prepared_data"),
-    (["name=a,weight=1,train_files=X,dataset_name=Y"], "give one of train_files, dataset_name or prepared_data, not "
-                                                       "train_files and dataset_name"),
+    (
+        ["name=a,weight=1,train_files=X,dataset_name=Y"],
+        "give one of train_files, dataset_name or prepared_data, not train_files and dataset_name",
+    ),
     (["name=a b,weight=1,train_files=X"], "--sources: source 'a b': needs a name of letters"),
     (["weight=1,train_files=X"], "--sources: source 1: needs a name"),
 ]
@@ -249,12 +329,21 @@ def test_a_bad_source_stops_with_one_line_naming_it(words, line):
 
 
 @pytest.mark.quick
-@pytest.mark.parametrize("extra, line", [
-    (["--validation_split_percentage", "0"], "source b has weight 0 (held out only): with "
-     "--validation_split_percentage 0 nothing of it would be evaluated"),
-    (["--preprocess_only"], "source b has weight 0 (held out only): --preprocess_only prepares every source's "
-     "training pairs; give it its weight when training on the folder"),
-])
+@pytest.mark.parametrize(
+    "extra, line",
+    [
+        (
+            ["--validation_split_percentage", "0"],
+            "source b has weight 0 (held out only): with "
+            "--validation_split_percentage 0 nothing of it would be evaluated",
+        ),
+        (
+            ["--preprocess_only"],
+            "source b has weight 0 (held out only): --preprocess_only prepares every source's "
+            "training pairs; give it its weight when training on the folder",
+        ),
+    ],
+)
 def test_a_source_held_out_only_needs_held_out_pairs_and_a_training_run(extra, line, tmp_path):
     sources = ["--sources", "name=a,weight=1,train_files=X", "name=b,weight=0,train_files=X"]
     with pytest.raises(InputError) as error:
@@ -264,13 +353,16 @@ def test_a_source_held_out_only_needs_held_out_pairs_and_a_training_run(extra, l
 
 def test_a_recipe_names_its_sources_as_mappings_and_bad_combinations_are_refused(tmp_path, corpora):
     recipe = tmp_path / "mix.yaml"
-    recipe.write_text(f"sources:\n  - name: books\n    weight: size\n    train_files: [{corpora / 'tiny'}]\n"
-                      f"  - name: web\n    weight: size\n    train_files: {corpora / 'big.jsonl'}\n"
-                      f"    text_column: body\noutput_dir: {tmp_path / 'out'}\n")
+    recipe.write_text(
+        f"sources:\n  - name: books\n    weight: size\n    train_files: [{corpora / 'tiny'}]\n"
+        f"  - name: web\n    weight: size\n    train_files: {corpora / 'big.jsonl'}\n"
+        f"    text_column: body\noutput_dir: {tmp_path / 'out'}\n"
+    )
     args = parse_args([str(recipe)])
     assert args.sources.names == ("books", "web") and args.sources.alpha == 1.0
     assert args.sources.sources[1].text_column == "body" and args.sources.sources[0].train_files == (
-        str(corpora / "tiny"),)
+        str(corpora / "tiny"),
+    )
     out = ["--output_dir", str(tmp_path / "o")]
     for extra, line in [
         (["--train_files", str(corpora / "tiny")], "--train_files names one corpus and --sources several"),
@@ -288,21 +380,32 @@ def test_a_recipe_names_its_sources_as_mappings_and_bad_combinations_are_refused
 @pytest.mark.launched
 def test_every_run_of_the_mix_ends_as_expected(mixed_runs):
     expected = {name: (0, "") for name in mixed_runs["results"]}
-    expected["missing"] = (2, f"error: source tiny is in --resume_from_checkpoint {mixed_runs['ref'] / 'step_4'} but "
-                              "not in --sources: give it again, or pass --drop_sources tiny to go on without it")
+    expected["missing"] = (
+        2,
+        f"error: source tiny is in --resume_from_checkpoint {mixed_runs['ref'] / 'step_4'} but "
+        "not in --sources: give it again, or pass --drop_sources tiny to go on without it",
+    )
     root, corpora = mixed_runs["root"], mixed_runs["corpora"]
-    expected["other_mix"] = (2, f"error: --prepared_data {root / 'prepared'} was written for the sources big, tiny "
-                                f"(train_files {corpora / 'big.jsonl'}; train_files "
-                                f"{corpora / 'tiny'}), and --sources names another mix: name the same "
-                                "sources (their weights may change), or prepare the folder again")
-    expected["empty"] = (2, f"error: source empty (train_files {corpora / 'empty'}): No text in 1 "
-                            f"file(s) under ['{corpora / 'empty'}']: all are empty or binary")
-    expected["plain_from_mix"] = (2, f"error: --resume_from_checkpoint {mixed_runs['ref'] / 'step_4'}: it was "
-                                     "written by a run mixing --sources big, tiny: resume it with its --sources")
+    expected["other_mix"] = (
+        2,
+        f"error: --prepared_data {root / 'prepared'} was written for the sources big, tiny "
+        f"(train_files {corpora / 'big.jsonl'}; train_files "
+        f"{corpora / 'tiny'}), and --sources names another mix: name the same "
+        "sources (their weights may change), or prepare the folder again",
+    )
+    expected["empty"] = (
+        2,
+        f"error: source empty (train_files {corpora / 'empty'}): No text in 1 "
+        f"file(s) under ['{corpora / 'empty'}']: all are empty or binary",
+    )
+    expected["plain_from_mix"] = (
+        2,
+        f"error: --resume_from_checkpoint {mixed_runs['ref'] / 'step_4'}: it was "
+        "written by a run mixing --sources big, tiny: resume it with its --sources",
+    )
     got = {name: status(mixed_runs, name) for name in expected}
     no_rows = got.pop("no_rows")
-    assert no_rows[0] == 2 and no_rows[1].startswith(
-        f"error: source none (train_files {corpora}"), no_rows
+    assert no_rows[0] == 2 and no_rows[1].startswith(f"error: source none (train_files {corpora}"), no_rows
     expected.pop("no_rows")
     assert got == expected
 
@@ -347,8 +450,9 @@ def test_each_row_carries_each_sources_tokens_and_the_evaluation_each_sources_me
             assert row[f"eval_{metric}"] == pytest.approx(mean, rel=1e-12)
     assert results["eval_tiny_mlm_accuracy"] == evaluated[-1]["eval_tiny_mlm_accuracy"]
     card = (ref / "README.md").read_text()
-    assert re.search(r"source tiny \| weight 0\.5, share 0\.5 of the pairs; 32 pairs, [\d,]+ tokens, ×[\d.]+ epochs",
-                     card), card
+    assert re.search(
+        r"source tiny \| weight 0\.5, share 0\.5 of the pairs; 32 pairs, [\d,]+ tokens, ×[\d.]+ epochs", card
+    ), card
     assert "eval_big_mlm_accuracy" in card and "2 sources mixed" in card
     assert (ref / "training_curves.png").stat().st_size > 10_000
 
@@ -360,8 +464,10 @@ def test_resumed_two_source_runs_end_with_the_uninterrupted_weights_on_one_proce
     assert source_rows(mixed_runs["resumed"]) == source_rows(mixed_runs["ref"])[2:]
     # 2 processes x 4 pairs and 1 x 8: the same global batches, so the same draws
     assert source_rows(mixed_runs["ddp"]) == source_rows(mixed_runs["ref"])
-    expected, got = load_file(mixed_runs["ddp"] / "model.safetensors"), load_file(
-        mixed_runs["from_ddp"] / "model.safetensors")
+    expected, got = (
+        load_file(mixed_runs["ddp"] / "model.safetensors"),
+        load_file(mixed_runs["from_ddp"] / "model.safetensors"),
+    )
     for name in expected:  # fp32; DDP's reduction order differs from one process's by an ulp or two
         torch.testing.assert_close(got[name], expected[name], rtol=0, atol=1e-5, msg=name)
     assert source_rows(mixed_runs["from_ddp"]) == source_rows(mixed_runs["ddp"])[2:]
@@ -394,8 +500,10 @@ def test_a_streamed_mix_resumes_exactly_and_prepared_pairs_train_as_the_built_on
         assert entry["train_pairs"] > 0 and entry["train_tokens"] > 10 * entry["train_pairs"]
         assert entry["validation_pairs"] > 0
     # the pairs the folder holds are the ones the reference built: the same run, to the bit
-    expected, got = load_file(mixed_runs["ref"] / "model.safetensors"), load_file(
-        mixed_runs["on_prepared"] / "model.safetensors")
+    expected, got = (
+        load_file(mixed_runs["ref"] / "model.safetensors"),
+        load_file(mixed_runs["on_prepared"] / "model.safetensors"),
+    )
     assert all(torch.equal(got[name], expected[name]) for name in expected)
     assert source_rows(mixed_runs["on_prepared"]) == source_rows(mixed_runs["ref"])
 
@@ -404,8 +512,22 @@ def test_a_streamed_mix_resumes_exactly_and_prepared_pairs_train_as_the_built_on
 def test_dry_run_prints_the_plan_of_each_source(tmp_path, corpora, tiny_checkpoint, capsys):
     from albert_hf.pretraining.job import main
 
-    main(["--output_dir", str(tmp_path / "out"), *mix_args(corpora, tiny_checkpoint), "--max_seq_length", "64",
-          "--dupe_factor", "1", "--per_device_train_batch_size", "8", "--max_train_steps", "100", "--dry_run"])
+    main(
+        [
+            "--output_dir",
+            str(tmp_path / "out"),
+            *mix_args(corpora, tiny_checkpoint),
+            "--max_seq_length",
+            "64",
+            "--dupe_factor",
+            "1",
+            "--per_device_train_batch_size",
+            "8",
+            "--max_train_steps",
+            "100",
+            "--dry_run",
+        ]
+    )
     printed = capsys.readouterr().out
     assert "sources (2, weights as given; over 100 steps of 8 pairs):" in printed
     big = re.search(r"big: weight 0\.5, ([\d,]+) pairs, 400 pairs drawn, ×([\d.]+) epochs", printed)
@@ -413,4 +535,3 @@ def test_dry_run_prints_the_plan_of_each_source(tmp_path, corpora, tiny_checkpoi
     assert big and tiny, printed
     assert float(tiny.group(2)) == pytest.approx(400 / int(tiny.group(1)), rel=1e-2)
     assert not (tmp_path / "out").exists()
-

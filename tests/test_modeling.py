@@ -67,8 +67,7 @@ def test_sparse_mlm_head_predicts_only_masked_positions():
 
 
 @pytest.mark.parametrize("with_padding_removal", [True, False])
-def test_fixed_size_masked_positions_give_the_sparse_heads_logits_loss_and_gradients(with_padding_removal,
-                                                                                     monkeypatch):
+def test_fixed_size_masked_positions_give_the_sparse_heads_logits_loss_and_gradients(with_padding_removal, monkeypatch):
     """The official masked_lm_positions / masked_lm_weights form (rows of weight 0 padding a short row): the
     valid rows are the sparse head's rows, the loss and every gradient are the same."""
     from albert_hf.modeling_albert_hf import RealTokens
@@ -89,8 +88,9 @@ def test_fixed_size_masked_positions_give_the_sparse_heads_logits_loss_and_gradi
     sparse.loss.backward()
     expected = {name: param.grad.clone() for name, param in model.named_parameters() if param.grad is not None}
     model.zero_grad()
-    fixed = model(**inputs, labels=labels, sentence_order_label=order, masked_lm_positions=positions,
-                  masked_lm_weights=weights)
+    fixed = model(
+        **inputs, labels=labels, sentence_order_label=order, masked_lm_positions=positions, masked_lm_weights=weights
+    )
     fixed.loss.backward()
     assert fixed.prediction_logits.shape == (3 * 8, model.config.vocab_size)
     valid = weights.flatten().bool()
@@ -173,9 +173,14 @@ def test_unpadded_path_gives_the_padded_results_at_real_tokens(head):
     inputs = padded_batch()
     real = inputs["attention_mask"].bool()
     config = tiny_config(num_hidden_groups=2, num_labels=3)
-    classes = dict(model=AlbertHFModel, pretraining=AlbertHFForPreTraining, sequence=AlbertHFForSequenceClassification,
-                   token=AlbertHFForTokenClassification, qa=AlbertHFForQuestionAnswering,
-                   choice=AlbertHFForMultipleChoice)
+    classes = dict(
+        model=AlbertHFModel,
+        pretraining=AlbertHFForPreTraining,
+        sequence=AlbertHFForSequenceClassification,
+        token=AlbertHFForTokenClassification,
+        qa=AlbertHFForQuestionAnswering,
+        choice=AlbertHFForMultipleChoice,
+    )
     unpadded = classes[head](config).eval()  # no dropout; gradients still flow
     padded = classes[head](tiny_config(num_hidden_groups=2, num_labels=3, unpad_inputs=False)).eval()
     padded.load_state_dict(unpadded.state_dict())
@@ -237,8 +242,9 @@ def test_last_block_computes_only_the_positions_the_head_reads(head):
     torch.manual_seed(0)
     config = tiny_config(num_hidden_groups=2, inner_group_num=2, num_labels=3)  # last block: group 1, layer 1
     inputs = padded_batch()
-    model = dict(pretraining=AlbertHFForPreTraining, sequence=AlbertHFForSequenceClassification,
-                 choice=AlbertHFForMultipleChoice)[head](config).eval()
+    model = dict(
+        pretraining=AlbertHFForPreTraining, sequence=AlbertHFForSequenceClassification, choice=AlbertHFForMultipleChoice
+    )[head](config).eval()
     extra = dict(labels=torch.tensor([0, 2, 1, 1]))
     if head == "pretraining":
         labels = torch.full_like(inputs["input_ids"], -100)
@@ -315,8 +321,9 @@ def test_cpu_training_computes_short_sdpa_attention_as_matmuls_with_the_same_res
 
     calls = []
     original = modeling.eager_attention_forward
-    monkeypatch.setattr(modeling, "eager_attention_forward",
-                        lambda *args, **kwargs: calls.append(args[4]) or original(*args, **kwargs))
+    monkeypatch.setattr(
+        modeling, "eager_attention_forward", lambda *args, **kwargs: calls.append(args[4]) or original(*args, **kwargs)
+    )
     inputs = make_inputs(pad_from=10)
     with torch.no_grad():
         kernel = model.eval()(**inputs).last_hidden_state
@@ -327,9 +334,16 @@ def test_cpu_training_computes_short_sdpa_attention_as_matmuls_with_the_same_res
     torch.testing.assert_close(trained[real], kernel[real], rtol=0, atol=1e-5)
 
 
-HEADS = [AlbertHFModel, AlbertHFForPreTraining, AlbertHFForMaskedLM, AlbertHFForSequenceClassification,
-         AlbertHFForTokenClassification, AlbertHFForQuestionAnswering, AlbertHFForQuestionAnsweringWithAnswerability,
-         AlbertHFForMultipleChoice]
+HEADS = [
+    AlbertHFModel,
+    AlbertHFForPreTraining,
+    AlbertHFForMaskedLM,
+    AlbertHFForSequenceClassification,
+    AlbertHFForTokenClassification,
+    AlbertHFForQuestionAnswering,
+    AlbertHFForQuestionAnsweringWithAnswerability,
+    AlbertHFForMultipleChoice,
+]
 
 
 @pytest.mark.parametrize("head", HEADS, ids=lambda head: head.__name__)
@@ -370,8 +384,9 @@ def test_inputs_embeds_equals_input_ids():
     embeds = model.embeddings.word_embeddings(inputs["input_ids"])
     with torch.no_grad():
         a = model(**inputs).last_hidden_state
-        b = model(inputs_embeds=embeds, attention_mask=inputs["attention_mask"],
-                  token_type_ids=inputs["token_type_ids"]).last_hidden_state
+        b = model(
+            inputs_embeds=embeds, attention_mask=inputs["attention_mask"], token_type_ids=inputs["token_type_ids"]
+        ).last_hidden_state
     torch.testing.assert_close(a, b)
     with pytest.raises(ValueError, match="exactly one"):
         model(**inputs, inputs_embeds=embeds)
@@ -519,8 +534,10 @@ def test_multiple_choice_scores_each_choice_independently():
     batched = {k: v.unsqueeze(0) for k, v in choices.items()}  # (1, 4 choices, length)
     with torch.no_grad():
         logits = model(**batched, labels=torch.tensor([2])).logits
-        single = [model.classifier(model.albert(**{k: v[i : i + 1] for k, v in choices.items()}).pooler_output)
-                  for i in range(4)]
+        single = [
+            model.classifier(model.albert(**{k: v[i : i + 1] for k, v in choices.items()}).pooler_output)
+            for i in range(4)
+        ]
     torch.testing.assert_close(logits[0], torch.cat(single).view(-1))
 
 
@@ -575,8 +592,13 @@ def gradients_of_a_training_forward(model, inputs, switch, bf16=False, ready=Tru
 @pytest.mark.parametrize("sharing", ["all", "none", "attention", "ffn"])
 def test_ready_weights_give_the_module_paths_loss_and_gradients(sharing, ready_weights_on_cpus):
     torch.manual_seed(0)
-    config = tiny_config(sharing=sharing, num_hidden_layers=4, inner_group_num=2 if sharing == "all" else 1,
-                         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    config = tiny_config(
+        sharing=sharing,
+        num_hidden_layers=4,
+        inner_group_num=2 if sharing == "all" else 1,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     model = AlbertHFForPreTraining(config).train()
     inputs = make_inputs(pad_from=9)  # padded: the packed rows (CPU) and the last block's positions both taken
     inputs.update(labels=mlm_labels(inputs["input_ids"]), sentence_order_label=torch.tensor([0, 1, 1]))
@@ -586,8 +608,7 @@ def test_ready_weights_give_the_module_paths_loss_and_gradients(sharing, ready_w
     torch.testing.assert_close(loss, reference_loss, rtol=1e-6, atol=0)
     for name, grad in reference.items():
         # atol on the tensor's scale: a key bias's gradient is 0 up to rounding (softmax ignores it)
-        torch.testing.assert_close(grads[name], grad, rtol=1e-4, atol=1e-5 * float(grad.abs().max()) + 1e-9,
-                                   msg=name)
+        torch.testing.assert_close(grads[name], grad, rtol=1e-4, atol=1e-5 * float(grad.abs().max()) + 1e-9, msg=name)
     # bf16: both paths round the activations alike, so each is as far from the fp32 gradient as the other
     bf16_loss, bf16 = gradients_of_a_training_forward(model, inputs, ready_weights_on_cpus, bf16=True)
     module_loss, module = gradients_of_a_training_forward(model, inputs, ready_weights_on_cpus, bf16=True, ready=False)
@@ -628,8 +649,14 @@ def test_residual_layer_norm_sums_and_normalises_in_fp32_and_rounds_once(bf16_re
 
 def layer_outputs(model, inputs, bf16: bool) -> set:
     """The dtypes of the blocks' outputs in a training forward."""
-    dtypes, hooks = set(), [layer.register_forward_hook(lambda module, args, output: dtypes.add(output.dtype))
-                            for layer in model.modules() if isinstance(layer, modeling.AlbertHFLayer)]
+    dtypes, hooks = (
+        set(),
+        [
+            layer.register_forward_hook(lambda module, args, output: dtypes.add(output.dtype))
+            for layer in model.modules()
+            if isinstance(layer, modeling.AlbertHFLayer)
+        ],
+    )
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
         model(**inputs)
     for hook in hooks:
@@ -656,13 +683,18 @@ def test_the_residual_stream_is_bf16_only_in_a_gpus_bf16_training_forward(monkey
 
 
 @pytest.mark.parametrize("preset, sharing", [("tiny", "all"), ("tiny", "none"), ("small", "all")])
-def test_bf16_residual_stream_is_as_close_to_fp32_as_autocasts_own(preset, sharing, ready_weights_on_cpus,
-                                                                    monkeypatch):
+def test_bf16_residual_stream_is_as_close_to_fp32_as_autocasts_own(preset, sharing, ready_weights_on_cpus, monkeypatch):
     """As on a GPU (the ready weights, the stream's fp32 sums), against fp32 and against this CPU's autocast, which
     keeps LayerNorm in bf16 (a bf16 stream summed in bf16; on a GPU autocast's is fp32); 3 seeds, padded rows."""
     torch.manual_seed(0)
-    config = AlbertHFConfig.from_preset(preset, vocab_size=1000, num_hidden_layers=6, sharing=sharing,
-                                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    config = AlbertHFConfig.from_preset(
+        preset,
+        vocab_size=1000,
+        num_hidden_layers=6,
+        sharing=sharing,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     for seed in range(3):
         torch.manual_seed(seed)
         model = AlbertHFForPreTraining(config).train()
@@ -695,8 +727,9 @@ def test_a_shared_weights_gradient_adds_its_applications_in_fp32():
     cast = cast_linear.weight.to(torch.bfloat16)
     torch.autograd.backward([F.linear(x.bfloat16(), cast) for x in inputs], [g.bfloat16() for g in output_grads])
     assert ready_linear.weight.grad.dtype == torch.float32
-    ready_error, cast_error = (float((linear.weight.grad.double() - exact).norm() / exact.norm())
-                               for linear in (ready_linear, cast_linear))
+    ready_error, cast_error = (
+        float((linear.weight.grad.double() - exact).norm() / exact.norm()) for linear in (ready_linear, cast_linear)
+    )
     assert ready_error < 0.5 * cast_error, (ready_error, cast_error)
     assert ready_linear.bias.grad.dtype == torch.float32
     exact_bias = sum(g.bfloat16().double().sum(0) for g in output_grads)
@@ -706,8 +739,9 @@ def test_a_shared_weights_gradient_adds_its_applications_in_fp32():
 def test_ready_weights_are_made_once_per_forward_and_only_where_they_apply(monkeypatch, ready_weights_on_cpus):
     made = []
     original = modeling.ready_linears
-    monkeypatch.setattr(modeling, "ready_linears",
-                        lambda linears, dtype: made.append(dtype) or original(linears, dtype))
+    monkeypatch.setattr(
+        modeling, "ready_linears", lambda linears, dtype: made.append(dtype) or original(linears, dtype)
+    )
     model = AlbertHFForPreTraining(tiny_config(num_hidden_layers=6)).train()  # one block applied 6 times
     inputs = make_inputs()
     inputs["labels"] = mlm_labels(inputs["input_ids"])

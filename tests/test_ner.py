@@ -46,8 +46,9 @@ def generated(count, seed):
 
 
 def write_conll(path, rows):
-    path.write_text("".join("".join(f"{t} {g}\n" for t, g in zip(tokens, tags)) + "\n" for tokens, tags in rows),
-                    encoding="utf-8")
+    path.write_text(
+        "".join("".join(f"{t} {g}\n" for t, g in zip(tokens, tags)) + "\n" for tokens, tags in rows), encoding="utf-8"
+    )
     return path
 
 
@@ -81,8 +82,12 @@ def test_conll_with_more_columns_and_without_tags(tmp_path):
 
 
 def test_tag_order_is_classlabel_names_or_o_first_then_sorted():
-    labelled = Dataset.from_dict({"tokens": [["a"]], "ner_tags": [[1]]}, features=Features(
-        {"tokens": Sequence(Value("string")), "ner_tags": Sequence(ClassLabel(names=["O", "B-X", "I-X"]))}))
+    labelled = Dataset.from_dict(
+        {"tokens": [["a"]], "ner_tags": [[1]]},
+        features=Features(
+            {"tokens": Sequence(Value("string")), "ner_tags": Sequence(ClassLabel(names=["O", "B-X", "I-X"]))}
+        ),
+    )
     assert tag_names(labelled, "f") == ("O", "B-X", "I-X")
     assert tag_names(Dataset.from_dict({"tokens": [["a", "b"]], "ner_tags": [["I-X", "O"]]}), "f") == ("O", "I-X")
     assert continuation_ids(("O", "B-PER", "I-PER", "B-X")) == [0, 2, 2, 3]  # B-X has no I-X: it stays
@@ -114,12 +119,15 @@ def test_each_word_is_labelled_on_its_first_piece_and_later_pieces_are_ignored_o
 # Metrics
 
 
-@pytest.mark.parametrize("tags, same_entities", [
-    (["I-PER", "I-PER", "I-LOC"], ["B-PER", "I-PER", "B-LOC"]),  # IOB1: I- opens after another type
-    (["S-PER", "B-LOC", "E-LOC", "I-ORG"], ["B-PER", "B-LOC", "I-LOC", "B-ORG"]),  # IOBES
-    (["O", "I-MISC", "I-MISC", "O"], ["O", "B-MISC", "I-MISC", "O"]),
-    (["PER", "PER", "O", "NN"], ["B-PER", "I-PER", "O", "B-NN"]),  # no prefix: the inside of its own type
-])
+@pytest.mark.parametrize(
+    "tags, same_entities",
+    [
+        (["I-PER", "I-PER", "I-LOC"], ["B-PER", "I-PER", "B-LOC"]),  # IOB1: I- opens after another type
+        (["S-PER", "B-LOC", "E-LOC", "I-ORG"], ["B-PER", "B-LOC", "I-LOC", "B-ORG"]),  # IOBES
+        (["O", "I-MISC", "I-MISC", "O"], ["O", "B-MISC", "I-MISC", "O"]),
+        (["PER", "PER", "O", "NN"], ["B-PER", "I-PER", "O", "B-NN"]),  # no prefix: the inside of its own type
+    ],
+)
 def test_entities_are_counted_as_conlleval_counts_them(tags, same_entities):
     found = entity_scores([tags], [same_entities], per_type=True)
     assert (found["precision"], found["recall"], found["f1"]) == (1.0, 1.0, 1.0), found
@@ -150,17 +158,39 @@ def test_scores_of_seqevals_readme_example_and_a_hand_count():
 @pytest.mark.trains
 @pytest.mark.rounding
 def test_a_conll_file_trains_to_entity_f1_and_the_saved_folder_tags_in_a_pipeline_without_albert_hf(
-        tiny_checkpoint, tmp_path):
-    train, dev = write_conll(tmp_path / "train.conll", generated(300, 0)), write_conll(tmp_path / "dev.conll",
-                                                                                        generated(60, 1))
+    tiny_checkpoint, tmp_path
+):
+    train, dev = (
+        write_conll(tmp_path / "train.conll", generated(300, 0)),
+        write_conll(tmp_path / "dev.conll", generated(60, 1)),
+    )
     sentence = "Grace Taylor moved to Vienna ."  # 25 pieces: no truncation at --max_seq_length 32
     test_rows = generated(20, 2)
     test = tmp_path / "test.conll"
-    test.write_text("".join("".join(f"{t}\n" for t in tokens) + "\n" for tokens, _ in test_rows)
-                    + "".join(f"{t}\n" for t in sentence.split()))
+    test.write_text(
+        "".join("".join(f"{t}\n" for t in tokens) + "\n" for tokens, _ in test_rows)
+        + "".join(f"{t}\n" for t in sentence.split())
+    )
     out = tmp_path / "out"
-    run_ner(args(tiny_checkpoint, out, "--train_file", train, "--validation_file", dev, "--test_file", test,
-                 "--do_train", "--do_eval", "--do_predict", "--num_train_epochs", 20, "--label_all_tokens", "true"))
+    run_ner(
+        args(
+            tiny_checkpoint,
+            out,
+            "--train_file",
+            train,
+            "--validation_file",
+            dev,
+            "--test_file",
+            test,
+            "--do_train",
+            "--do_eval",
+            "--do_predict",
+            "--num_train_epochs",
+            20,
+            "--label_all_tokens",
+            "true",
+        )
+    )
     results = json.loads((out / "all_results.json").read_text())
     assert {"eval_precision", "eval_recall", "eval_f1", "eval_accuracy", "train_loss"} <= set(results)
     assert results["eval_f1"] >= 0.9, results  # 1.0 on AMX and on AVX2 kernels
@@ -178,13 +208,15 @@ def test_a_conll_file_trains_to_entity_f1_and_the_saved_folder_tags_in_a_pipelin
     # near a tie may change its tag. The pipeline's word aggregation is not used: transformers' fallback heuristic
     # for SentencePiece pieces splits a word at a lone "▁" piece.)
     words = sentence.split()
-    code = ("import json\n"
-            "from transformers import pipeline\n"
-            f"tag = pipeline('token-classification', model={str(out)!r}, trust_remote_code=True)\n"
-            f"[found] = tag([{words!r}], is_split_into_words=True, ignore_labels=[])\n"
-            f"word_ids = tag.tokenizer({words!r}, is_split_into_words=True).word_ids()\n"
-            "print('PIECES', json.dumps([[e['index'], e['entity'], round(float(e['score']), 4)] for e in found]))\n"
-            "print('WORDS', json.dumps(word_ids))\n")
+    code = (
+        "import json\n"
+        "from transformers import pipeline\n"
+        f"tag = pipeline('token-classification', model={str(out)!r}, trust_remote_code=True)\n"
+        f"[found] = tag([{words!r}], is_split_into_words=True, ignore_labels=[])\n"
+        f"word_ids = tag.tokenizer({words!r}, is_split_into_words=True).word_ids()\n"
+        "print('PIECES', json.dumps([[e['index'], e['entity'], round(float(e['score']), 4)] for e in found]))\n"
+        "print('WORDS', json.dumps(word_ids))\n"
+    )
     done = run_python(code, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     printed = dict(line.split(" ", 1) for line in done.stdout.splitlines() if line.startswith(("PIECES", "WORDS")))
@@ -198,15 +230,27 @@ def test_a_conll_file_trains_to_entity_f1_and_the_saved_folder_tags_in_a_pipelin
 
 
 @pytest.mark.trains
-def test_the_public_domain_conll_sample_and_json_with_named_columns_and_a_classlabel_dataset(
-        tiny_checkpoint, tmp_path):
+def test_the_public_domain_conll_sample_and_json_with_named_columns_and_a_classlabel_dataset(tiny_checkpoint, tmp_path):
     sentences = read_conll(PUBLIC_DOMAIN)
     write_conll(tmp_path / "train.conll", zip(sentences[:24]["tokens"], sentences[:24]["ner_tags"]))
     write_conll(tmp_path / "dev.conll", zip(sentences[24:]["tokens"], sentences[24:]["ner_tags"]))
     out = tmp_path / "conll"
-    results = run_ner(args(tiny_checkpoint, out, "--train_file", tmp_path / "train.conll", "--validation_file",
-                           tmp_path / "dev.conll", "--do_train", "--do_eval", "--max_steps", 4,
-                           "--return_entity_level_metrics", "true"))
+    results = run_ner(
+        args(
+            tiny_checkpoint,
+            out,
+            "--train_file",
+            tmp_path / "train.conll",
+            "--validation_file",
+            tmp_path / "dev.conll",
+            "--do_train",
+            "--do_eval",
+            "--max_steps",
+            4,
+            "--return_entity_level_metrics",
+            "true",
+        )
+    )
     found = results["validation"]
     assert all(0.0 <= found[f"eval_{k}"] <= 1.0 for k in ("precision", "recall", "f1", "accuracy"))
     assert "eval_PER_f1" in found and found["eval_samples"] == 6
@@ -214,19 +258,37 @@ def test_the_public_domain_conll_sample_and_json_with_named_columns_and_a_classl
     rows = [{"words": tokens, "tags": tags} for tokens, tags in generated(40, 3)]
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     out = tmp_path / "json"
-    run_ner(args(tiny_checkpoint, out, "--train_file", tmp_path / "train.jsonl", "--validation_file",
-                 tmp_path / "train.jsonl", "--text_column_name", "words", "--label_column_name", "tags",
-                 "--do_train", "--do_eval", "--max_steps", 2))
+    run_ner(
+        args(
+            tiny_checkpoint,
+            out,
+            "--train_file",
+            tmp_path / "train.jsonl",
+            "--validation_file",
+            tmp_path / "train.jsonl",
+            "--text_column_name",
+            "words",
+            "--label_column_name",
+            "tags",
+            "--do_train",
+            "--do_eval",
+            "--max_steps",
+            2,
+        )
+    )
     assert "eval_f1" in json.loads((out / "all_results.json").read_text())
 
     names = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
     features = Features({"tokens": Sequence(Value("string")), "ner_tags": Sequence(ClassLabel(names=names))})
     encoded = [{"tokens": tokens, "ner_tags": [names.index(t) for t in tags]} for tokens, tags in generated(40, 4)]
-    DatasetDict({"train": Dataset.from_list(encoded, features=features),
-                 "validation": Dataset.from_list(encoded[:8], features=features)}).save_to_disk(tmp_path / "ds")
+    DatasetDict(
+        {
+            "train": Dataset.from_list(encoded, features=features),
+            "validation": Dataset.from_list(encoded[:8], features=features),
+        }
+    ).save_to_disk(tmp_path / "ds")
     out = tmp_path / "hub"
-    run_ner(args(tiny_checkpoint, out, "--dataset_name", tmp_path / "ds", "--do_train", "--do_eval",
-                 "--max_steps", 2))
+    run_ner(args(tiny_checkpoint, out, "--dataset_name", tmp_path / "ds", "--do_train", "--do_eval", "--max_steps", 2))
     assert json.loads((out / "config.json").read_text())["id2label"] == {str(i): n for i, n in enumerate(names)}
 
 
@@ -240,14 +302,16 @@ def bad(tiny_checkpoint, tmp_path, *extra):
 def test_bad_input_stops_with_one_line(tiny_checkpoint, tmp_path):
     train = write_conll(tmp_path / "train.conll", generated(10, 0))
     dev = write_conll(tmp_path / "dev.conll", [(["Ann", "went"], ["B-PERSON", "O"])])
-    assert bad(tiny_checkpoint, tmp_path, "--train_file", train, "--validation_file", dev, "--do_train",
-               "--do_eval") == (f"{dev}: sentence 0: tag 'B-PERSON' is not among the training tags "
-                                "['O', 'B-LOC', 'B-PER', 'I-LOC', 'I-PER']")
+    assert bad(
+        tiny_checkpoint, tmp_path, "--train_file", train, "--validation_file", dev, "--do_train", "--do_eval"
+    ) == (f"{dev}: sentence 0: tag 'B-PERSON' is not among the training tags ['O', 'B-LOC', 'B-PER', 'I-LOC', 'I-PER']")
     ragged = tmp_path / "ragged.conll"
     ragged.write_text("Ann B-PER\nwent\n")
-    assert bad(tiny_checkpoint, tmp_path, "--train_file", ragged, "--do_train") == \
-        f"{ragged}: line 2: 'went' has no tag, where the lines before have one (a token and its tag, separated by " \
+    assert (
+        bad(tiny_checkpoint, tmp_path, "--train_file", ragged, "--do_train")
+        == f"{ragged}: line 2: 'went' has no tag, where the lines before have one (a token and its tag, separated by "
         "whitespace)"
+    )
     late_tag = tmp_path / "late_tag.conll"
     late_tag.write_text("Ann\nwent B-PER\n")
     with pytest.raises(InputError, match=r"line 2: 'went B-PER' has a tag, where the lines before have none"):
@@ -257,15 +321,19 @@ def test_bad_input_stops_with_one_line(tiny_checkpoint, tmp_path):
     assert bad(tiny_checkpoint, tmp_path, "--train_file", untagged, "--do_train").startswith(f"{untagged}: no tags")
     uneven = tmp_path / "uneven.jsonl"
     uneven.write_text(json.dumps({"tokens": ["a", "b"], "ner_tags": ["O"]}) + "\n")
-    assert bad(tiny_checkpoint, tmp_path, "--train_file", uneven, "--do_train") == \
-        f"{uneven}: sentence 0: 2 tokens but 1 tags"
-    assert "no token column 'words'" in bad(tiny_checkpoint, tmp_path, "--train_file", uneven, "--do_train",
-                                            "--text_column_name", "words")
+    assert (
+        bad(tiny_checkpoint, tmp_path, "--train_file", uneven, "--do_train")
+        == f"{uneven}: sentence 0: 2 tokens but 1 tags"
+    )
+    assert "no token column 'words'" in bad(
+        tiny_checkpoint, tmp_path, "--train_file", uneven, "--do_train", "--text_column_name", "words"
+    )
     empty = tmp_path / "empty.conll"
     empty.write_text("\n\n")
     assert bad(tiny_checkpoint, tmp_path, "--train_file", empty, "--do_train") == f"{empty}: the file is empty"
-    assert "needs validation data: pass --validation_file" in bad(tiny_checkpoint, tmp_path, "--train_file", train,
-                                                                  "--do_train", "--do_eval")
+    assert "needs validation data: pass --validation_file" in bad(
+        tiny_checkpoint, tmp_path, "--train_file", train, "--do_train", "--do_eval"
+    )
     assert "unsupported extension" in bad(tiny_checkpoint, tmp_path, "--train_file", tmp_path / "x.csv", "--do_train")
     assert bad(tiny_checkpoint, tmp_path, "--do_train").startswith("no data:")
     assert "has no tags of its own" in bad(tiny_checkpoint, tmp_path, "--validation_file", train, "--do_eval")
@@ -275,7 +343,8 @@ def test_bad_input_stops_with_one_line(tiny_checkpoint, tmp_path):
 @pytest.mark.launched
 @pytest.mark.rounding
 def test_under_fsdp2_over_two_processes_the_gathered_evaluation_scores_every_sentence_in_order(
-        tiny_checkpoint, tmp_path):
+    tiny_checkpoint, tmp_path
+):
     """run_ner.py launched with an FSDP config from `accelerate config` shards the token-classification model with
     ALBERT's units, and its evaluation, gathered from two processes whose sentences have different lengths, scores
     the same as one process evaluating the saved model."""
@@ -283,13 +352,36 @@ def test_under_fsdp2_over_two_processes_the_gathered_evaluation_scores_every_sen
     from accelerate_configs import fsdp_config
     from helpers import LAUNCH, REPO, run_bounded
 
-    train, dev = write_conll(tmp_path / "train.conll", generated(120, 0)), write_conll(tmp_path / "dev.conll",
-                                                                                        generated(37, 1))
+    train, dev = (
+        write_conll(tmp_path / "train.conll", generated(120, 0)),
+        write_conll(tmp_path / "dev.conll", generated(37, 1)),
+    )
     out = tmp_path / "fsdp"
-    command = [*LAUNCH, "--config_file", fsdp_config(tmp_path / "fsdp.yaml"), str(REPO / "run_ner.py"),
-               *map(str, args(tiny_checkpoint, out, "--train_file", train, "--validation_file", dev, "--do_train",
-                              "--do_eval", "--max_steps", 30, "--per_device_train_batch_size", 8,
-                              "--per_device_eval_batch_size", 4))]
+    command = [
+        *LAUNCH,
+        "--config_file",
+        fsdp_config(tmp_path / "fsdp.yaml"),
+        str(REPO / "run_ner.py"),
+        *map(
+            str,
+            args(
+                tiny_checkpoint,
+                out,
+                "--train_file",
+                train,
+                "--validation_file",
+                dev,
+                "--do_train",
+                "--do_eval",
+                "--max_steps",
+                30,
+                "--per_device_train_batch_size",
+                8,
+                "--per_device_eval_batch_size",
+                4,
+            ),
+        ),
+    ]
     done = run_bounded(command, 300, env=subprocess_env(), cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Fine-tuning: FSDP2 over 2 processes on 1 machine" in done.stderr
@@ -310,13 +402,37 @@ def test_two_seeds_summarise_entity_f1_and_keep_the_best_checkpoint_by_it(tiny_c
     found) as the baseline, and --load_best_model_at_end choosing by F1 without --metric_for_best_model."""
     from transformers import AutoModelForTokenClassification
 
-    train, dev = write_conll(tmp_path / "train.conll", generated(120, 0)), write_conll(tmp_path / "dev.conll",
-                                                                                        generated(30, 1))
+    train, dev = (
+        write_conll(tmp_path / "train.conll", generated(120, 0)),
+        write_conll(tmp_path / "dev.conll", generated(30, 1)),
+    )
     out = tmp_path / "out"
-    summary = run_ner(args(tiny_checkpoint, out, "--train_file", train, "--validation_file", dev, "--do_train",
-                           "--do_eval", "--num_train_epochs", 8, "--eval_strategy", "steps", "--eval_steps", 20,
-                           "--save_strategy", "steps", "--save_steps", 20, "--load_best_model_at_end",
-                           "--seeds", 1, 2))
+    summary = run_ner(
+        args(
+            tiny_checkpoint,
+            out,
+            "--train_file",
+            train,
+            "--validation_file",
+            dev,
+            "--do_train",
+            "--do_eval",
+            "--num_train_epochs",
+            8,
+            "--eval_strategy",
+            "steps",
+            "--eval_steps",
+            20,
+            "--save_strategy",
+            "steps",
+            "--save_steps",
+            20,
+            "--load_best_model_at_end",
+            "--seeds",
+            1,
+            2,
+        )
+    )
     check_seed_summary(out, [1, 2], "eval_f1", AutoModelForTokenClassification)
     assert summary["baseline"] == {"metric": "f1", "value": 0.0, "name": "no entity found"}
     assert {"eval_precision", "eval_recall", "eval_f1", "eval_accuracy"} <= set(summary["metrics"])

@@ -101,16 +101,21 @@ def test_an_update_gate_of_0_leaves_everything_as_it_was_and_1_takes_the_referen
     init, grads = make_problem(seed=2)
     expected = reference_run(init, grads[:2] + grads[3:], LRS[:2] + LRS[3:], lamb=lamb)
     params = {k: torch.nn.Parameter(torch.tensor(x, dtype=torch.float64)) for k, x in init.items()}
-    groups = [{"params": [params["matrix"], params["zeros"], params["no_grad"]]},
-              {"params": [params["bias"]], "weight_decay": 0.0, "exclude_from_layer_adaptation": True}]
+    groups = [
+        {"params": [params["matrix"], params["zeros"], params["no_grad"]]},
+        {"params": [params["bias"]], "weight_decay": 0.0, "exclude_from_layer_adaptation": True},
+    ]
     opt = optimizer_cls(groups, lr=LRS[0], betas=(B1, B2), eps=EPS, weight_decay=WD, foreach=foreach)
     opt.update_gate = torch.ones(())
     for step, (lr, step_grads) in enumerate(zip(LRS, grads)):
         for group in opt.param_groups:
             group["lr"] = lr
         for name, g in step_grads.items():
-            params[name].grad = torch.full(g.shape, float("nan"), dtype=torch.float64) if step == 2 else \
-                torch.tensor(g, dtype=torch.float64)
+            params[name].grad = (
+                torch.full(g.shape, float("nan"), dtype=torch.float64)
+                if step == 2
+                else torch.tensor(g, dtype=torch.float64)
+            )
         opt.update_gate.fill_(0.0 if step == 2 else 1.0)
         before = copy.deepcopy((params, opt.state_dict()["state"]))
         opt.step()
@@ -120,8 +125,7 @@ def test_an_update_gate_of_0_leaves_everything_as_it_was_and_1_takes_the_referen
             for index, state in opt.state_dict()["state"].items():
                 assert all(torch.equal(state[key], before[1][index][key]) for key in ("exp_avg", "exp_avg_sq"))
     for name in init:
-        np.testing.assert_allclose(params[name].detach().numpy(), expected[name], rtol=1e-12, atol=1e-14,
-                                   err_msg=name)
+        np.testing.assert_allclose(params[name].detach().numpy(), expected[name], rtol=1e-12, atol=1e-14, err_msg=name)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -168,8 +172,12 @@ def test_no_bias_correction_first_step():
     w = torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))
     w.grad = torch.tensor([2.0, -5.0, 0.5], dtype=torch.float64)
     AdamWeightDecay([w], lr=0.01, weight_decay=0.0).step()
-    expected = -0.01 * np.sign(w.grad.numpy()) * 0.1 * np.abs(w.grad.numpy()) / (
-        np.sqrt(0.001) * np.abs(w.grad.numpy()) + 1e-6
+    expected = (
+        -0.01
+        * np.sign(w.grad.numpy())
+        * 0.1
+        * np.abs(w.grad.numpy())
+        / (np.sqrt(0.001) * np.abs(w.grad.numpy()) + 1e-6)
     )
     np.testing.assert_allclose(w.detach().numpy(), expected, rtol=1e-12)
     assert abs(w[0].item()) == pytest.approx(0.031623, rel=1e-4)

@@ -1,7 +1,6 @@
 """run_pretraining.py's output folder: an earlier run refused, then cleared with --overwrite_output_dir; the
 folder checked before any work."""
 
-
 import pytest
 
 from albert_hf.errors import InputError
@@ -42,16 +41,21 @@ def test_output_dir_checks_before_any_work(tmp_path):
     (out / "notes.txt").write_text("a user's file")
     parse_args(["--output_dir", str(out)])  # unrelated files are no earlier run
     (out / "metrics.jsonl").write_text('{"step": 2}\n')
-    with pytest.raises(InputError, match="holds an earlier run .*no complete step_N checkpoint for "
-                                         "--resume_from_checkpoint latest; pass --overwrite_output_dir"):
+    with pytest.raises(
+        InputError,
+        match="holds an earlier run .*no complete step_N checkpoint for "
+        "--resume_from_checkpoint latest; pass --overwrite_output_dir",
+    ):
         parse_args(["--output_dir", str(out)])
     # `latest` with nothing to continue from would silently start over on top of the earlier run
     with pytest.raises(InputError, match="no complete step_N checkpoint"):
         parse_args(["--output_dir", str(out), "--resume_from_checkpoint", "latest"])
     (out / "step_2").mkdir()
     (out / "step_2" / STATE_FILE).write_text("{}")
-    with pytest.raises(InputError, match="pass --resume_from_checkpoint latest to continue it; pass "
-                                         "--overwrite_output_dir to start over"):
+    with pytest.raises(
+        InputError,
+        match="pass --resume_from_checkpoint latest to continue it; pass --overwrite_output_dir to start over",
+    ):
         parse_args(["--output_dir", str(out)])
     assert parse_args(["--output_dir", str(out), "--resume_from_checkpoint", "latest"]).output.resume_from_checkpoint
     with pytest.raises(InputError, match="not both"):

@@ -19,16 +19,19 @@ from albert_hf.testing.glue_folders import write_glue_folders
 from helpers import run_script, subprocess_env
 from pretraining_runs import metrics, pretrain
 
-HOLD = ("import sys, time\nfrom albert_hf.runtime import output_lock\n"
-        "output_lock.acquire(sys.argv[1], '--output_dir')\nprint('held', flush=True)\ntime.sleep(120)\n")
+HOLD = (
+    "import sys, time\nfrom albert_hf.runtime import output_lock\n"
+    "output_lock.acquire(sys.argv[1], '--output_dir')\nprint('held', flush=True)\ntime.sleep(120)\n"
+)
 
 
 @pytest.fixture
 def holder(tmp_path):
     """Another process of this host holding the lock of tmp_path/run."""
     folder = tmp_path / "run"
-    process = subprocess.Popen([sys.executable, "-c", HOLD, str(folder)], stdout=subprocess.PIPE, text=True,
-                               env=subprocess_env())
+    process = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(folder)], stdout=subprocess.PIPE, text=True, env=subprocess_env()
+    )
     assert process.stdout.readline().strip() == "held"
     yield folder, process
     process.kill()
@@ -43,8 +46,14 @@ def ended_pid() -> int:
 
 def write_lock(folder, **record):
     folder.mkdir(parents=True, exist_ok=True)
-    lock = {"host": socket.gethostname(), "pid": os.getpid(), "process_start": output_lock.process_start(os.getpid()),
-            "started": "2026-01-01 00:00:00 UTC", "command": "run_pretraining.py --output_dir x", **record}
+    lock = {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "process_start": output_lock.process_start(os.getpid()),
+        "started": "2026-01-01 00:00:00 UTC",
+        "command": "run_pretraining.py --output_dir x",
+        **record,
+    }
     (folder / LOCK_FILE).write_text(json.dumps(lock))
     return lock
 
@@ -98,7 +107,8 @@ def test_a_lock_of_another_host_is_honoured_unless_taken_over(tmp_path, caplog):
     assert str(refused.value) == (
         f"--output_dir {folder} is locked by run_pretraining.py --output_dir x (host node-17, PID 4242, since "
         "2026-01-01 00:00:00 UTC), on another host, which cannot be checked from here; if that run has ended, pass "
-        "--take_over_lock")
+        "--take_over_lock"
+    )
     with caplog.at_level(logging.WARNING, logger="albert_hf"):
         output_lock.acquire(folder, "--output_dir", take_over=True)
     assert "on another host, taken over as asked" in caplog.text
@@ -108,8 +118,18 @@ def test_a_lock_of_another_host_is_honoured_unless_taken_over(tmp_path, caplog):
 def test_a_second_pretraining_run_on_a_folder_in_use_is_refused_and_the_first_goes_on(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    first = pretrain(run, "--max_train_steps", "400", "--logging_steps", "2", "--eval_steps", "0",
-                     "--validation_split_percentage", "0", started=tmp_path)
+    first = pretrain(
+        run,
+        "--max_train_steps",
+        "400",
+        "--logging_steps",
+        "2",
+        "--eval_steps",
+        "0",
+        "--validation_split_percentage",
+        "0",
+        started=tmp_path,
+    )
     deadline = time.time() + 300
     while not (run / "metrics.jsonl").exists():  # training: the lock is held
         assert first.poll() is None and time.time() < deadline, (tmp_path / "stderr.txt").read_text()[-3000:]
@@ -129,8 +149,16 @@ def test_a_second_pretraining_run_on_a_folder_in_use_is_refused_and_the_first_go
 def test_after_kill_9_the_next_start_takes_the_lock_over_and_resumes(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    args = ["--max_train_steps", "400", "--checkpointing_steps", "4", "--eval_steps", "0",
-            "--validation_split_percentage", "0"]
+    args = [
+        "--max_train_steps",
+        "400",
+        "--checkpointing_steps",
+        "4",
+        "--eval_steps",
+        "0",
+        "--validation_split_percentage",
+        "0",
+    ]
     first = pretrain(run, *args, started=tmp_path)
     deadline = time.time() + 300
     while not list(run.glob("step_*")):
@@ -139,8 +167,20 @@ def test_after_kill_9_the_next_start_takes_the_lock_over_and_resumes(tmp_path):
     first.kill()
     first.wait(timeout=60)
     assert (run / LOCK_FILE).exists()
-    done = pretrain(run, "--resume_from_checkpoint", "latest", "--max_train_steps", "8", "--checkpointing_steps",
-                    "4", "--eval_steps", "0", "--validation_split_percentage", "0", check=False)
+    done = pretrain(
+        run,
+        "--resume_from_checkpoint",
+        "latest",
+        "--max_train_steps",
+        "8",
+        "--checkpointing_steps",
+        "4",
+        "--eval_steps",
+        "0",
+        "--validation_split_percentage",
+        "0",
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"--output_dir {run}: took over the lock of " in done.stderr and "which has ended" in done.stderr
     assert f"Resumed from {run / 'step_'}" in done.stderr
@@ -152,9 +192,26 @@ def test_a_fine_tuning_run_on_a_folder_in_use_is_refused_in_one_line(holder, tin
     folder, process = holder
     glue = write_glue_folders(folder.parent / "glue")
     with pytest.raises(InputError) as refused:
-        run_script("run_glue", ["--model_name_or_path", tiny_checkpoint, "--task_name", "rte", "--data_dir",
-                                glue / "RTE", "--do_train", "--max_steps", "2", "--output_dir", folder,
-                                "--report_to", "none", "--save_strategy", "no"])
+        run_script(
+            "run_glue",
+            [
+                "--model_name_or_path",
+                tiny_checkpoint,
+                "--task_name",
+                "rte",
+                "--data_dir",
+                glue / "RTE",
+                "--do_train",
+                "--max_steps",
+                "2",
+                "--output_dir",
+                folder,
+                "--report_to",
+                "none",
+                "--save_strategy",
+                "no",
+            ],
+        )
     assert str(refused.value).startswith(f"--output_dir {folder} is in use by ")
     assert f"PID {process.pid}" in str(refused.value)
     assert not list(folder.glob("checkpoint-*"))

@@ -82,8 +82,11 @@ def infer(train_labels, config, ignore=False, with_train=True):
 def test_a_checkpoint_fine_tuned_on_the_same_classes_keeps_its_ids_and_other_classes_are_refused():
     assert infer(["neg", "pos"], Config()).label_names == ("neg", "pos")  # pretrained: the data's sorted classes
     assert infer(["neg", "pos"], Config({0: "pos", 1: "neg"})).label_names == ("pos", "neg")
-    with pytest.raises(InputError, match=r"ckpt was fine-tuned on the classes \['a', 'b'\], and train.csv has the "
-                                         r"classes \['neg', 'pos'\]: pass --ignore_mismatched_sizes"):
+    with pytest.raises(
+        InputError,
+        match=r"ckpt was fine-tuned on the classes \['a', 'b'\], and train.csv has the "
+        r"classes \['neg', 'pos'\]: pass --ignore_mismatched_sizes",
+    ):
         infer(["neg", "pos"], Config({0: "a", 1: "b"}))
     assert infer(["neg", "pos"], Config({0: "a", 1: "b"}), ignore=True).label_names == ("neg", "pos")
     with pytest.raises(InputError, match=r"fine-tuned on regression, and train.csv has the classes"):
@@ -99,10 +102,15 @@ def test_labels_encode_to_the_task_ids_and_an_unknown_or_missing_label_names_fil
     task = OwnTask(("text",), ("neg", "pos"))
     encoded = task.encode_labels(Dataset.from_dict({"text": ["a", "b"], "label": ["pos", " neg"]}), "dev.csv")
     assert encoded["label"] == [1, 0]
-    assert OwnTask(("t",), ("1", "2", "10")).encode_labels(Dataset.from_dict({"label": [10, 1]}), "x")["label"] == \
-        [2, 0]
-    with pytest.raises(InputError, match=r"dev.csv: row 1: label 'neutral' is not among the training labels "
-                                         r"\['neg', 'pos'\]"):
+    assert OwnTask(("t",), ("1", "2", "10")).encode_labels(Dataset.from_dict({"label": [10, 1]}), "x")["label"] == [
+        2,
+        0,
+    ]
+    with pytest.raises(
+        InputError,
+        match=r"dev.csv: row 1: label 'neutral' is not among the training labels "
+        r"\['neg', 'pos'\]",
+    ):
         task.encode_labels(Dataset.from_dict({"label": ["pos", "neutral"]}), "dev.csv")
     with pytest.raises(InputError, match="dev.csv: row 0: label 'high' is not a number"):
         OwnTask(("t",), None).encode_labels(Dataset.from_dict({"label": ["high"]}), "dev.csv")
@@ -127,14 +135,30 @@ def test_metrics_hand_worked():
 @pytest.mark.trains
 @pytest.mark.rounding
 def test_a_csv_trains_with_its_label_names_into_config_predictions_card_and_a_pipeline_without_albert_hf(
-        tiny_checkpoint, tmp_path):
+    tiny_checkpoint, tmp_path
+):
     train = write_csv(tmp_path / "train.csv", reviews(200, 0))
     dev = write_csv(tmp_path / "dev.csv", reviews(60, 1))
     test_rows = reviews(20, 2)
     test = write_csv(tmp_path / "test.csv", test_rows, columns=("sentence",))
     out = tmp_path / "out"
-    run_glue(args(tiny_checkpoint, out, "--train_file", train, "--validation_file", dev, "--test_file", test,
-                  "--do_train", "--do_eval", "--do_predict", "--num_train_epochs", 15))
+    run_glue(
+        args(
+            tiny_checkpoint,
+            out,
+            "--train_file",
+            train,
+            "--validation_file",
+            dev,
+            "--test_file",
+            test,
+            "--do_train",
+            "--do_eval",
+            "--do_predict",
+            "--num_train_epochs",
+            15,
+        )
+    )
     results = json.loads((out / "all_results.json").read_text())
     assert results["eval_accuracy"] >= 0.9 and results["eval_macro_f1"] >= 0.9, results
     config = json.loads((out / "config.json").read_text())
@@ -148,9 +172,11 @@ def test_a_csv_trains_with_its_label_names_into_config_predictions_card_and_a_pi
     card = (out / "README.md").read_text()
     assert "['negative', 'positive']" in card and "- glue" not in card and "`train.csv`" in card
     # A fresh process without albert_hf: the pipeline answers with the names, as the predictions file does.
-    code = ("from transformers import pipeline\n"
-            f"classify = pipeline('text-classification', model={str(out)!r}, trust_remote_code=True)\n"
-            f"print('LABELS', [r['label'] for r in classify({[row['sentence'] for row in test_rows]!r})])\n")
+    code = (
+        "from transformers import pipeline\n"
+        f"classify = pipeline('text-classification', model={str(out)!r}, trust_remote_code=True)\n"
+        f"print('LABELS', [r['label'] for r in classify({[row['sentence'] for row in test_rows]!r})])\n"
+    )
     done = run_python(code, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split("LABELS ")[1].strip() == str(predicted)
@@ -169,13 +195,28 @@ def test_float_labels_in_json_are_regression_with_pearson_spearman_and_mse(tiny_
 
     def rows(count):
         words = [rng.choice(list(STARS)) for _ in range(count)]
-        return [{"review": f"The {rng.choice(THINGS)} was {w}.", "id": i, "stars": STARS[w]}
-                for i, w in enumerate(words)]
+        return [
+            {"review": f"The {rng.choice(THINGS)} was {w}.", "id": i, "stars": STARS[w]} for i, w in enumerate(words)
+        ]
 
     train, dev = write_jsonl(tmp_path / "train.jsonl", rows(200)), write_jsonl(tmp_path / "dev.jsonl", rows(60))
     out = tmp_path / "out"
-    run_glue(args(tiny_checkpoint, out, "--train_file", train, "--validation_file", dev, "--label_column_name",
-                  "stars", "--do_train", "--do_eval", "--num_train_epochs", 15))
+    run_glue(
+        args(
+            tiny_checkpoint,
+            out,
+            "--train_file",
+            train,
+            "--validation_file",
+            dev,
+            "--label_column_name",
+            "stars",
+            "--do_train",
+            "--do_eval",
+            "--num_train_epochs",
+            15,
+        )
+    )
     results = json.loads((out / "all_results.json").read_text())
     assert {"eval_pearson", "eval_spearmanr", "eval_mse"} <= set(results)
     assert results["eval_pearson"] > 0.8 and results["eval_mse"] < 1.0, results
@@ -188,13 +229,25 @@ def test_a_dataset_folder_from_save_to_disk_with_classlabels(tiny_checkpoint, tm
     features = Features({"text": Value("string"), "label": ClassLabel(names=["negative", "positive"])})
 
     def split(count, seed):
-        return Dataset.from_list([{"text": r["sentence"], "label": int(r["label"] == "positive")}
-                                  for r in reviews(count, seed)], features=features)
+        return Dataset.from_list(
+            [{"text": r["sentence"], "label": int(r["label"] == "positive")} for r in reviews(count, seed)],
+            features=features,
+        )
 
     DatasetDict({"train": split(120, 0), "validation": split(40, 1)}).save_to_disk(tmp_path / "reviews")
     out = tmp_path / "out"
-    run_glue(args(tiny_checkpoint, out, "--dataset_name", tmp_path / "reviews", "--do_train", "--do_eval",
-                  "--num_train_epochs", 2))
+    run_glue(
+        args(
+            tiny_checkpoint,
+            out,
+            "--dataset_name",
+            tmp_path / "reviews",
+            "--do_train",
+            "--do_eval",
+            "--num_train_epochs",
+            2,
+        )
+    )
     assert json.loads((out / "config.json").read_text())["id2label"] == {"0": "negative", "1": "positive"}
     assert "eval_macro_f1" in json.loads((out / "all_results.json").read_text())
 
@@ -210,35 +263,61 @@ def bad(tiny_checkpoint, tmp_path, *extra):
 def test_bad_own_data_stops_with_one_line(tiny_checkpoint, tmp_path):
     train = write_csv(tmp_path / "train.csv", reviews(20, 0))
     dev_new_label = write_csv(tmp_path / "dev.csv", reviews(5, 1) + [{"sentence": "Meh.", "label": "neutral"}])
-    assert bad(tiny_checkpoint, tmp_path, "--train_file", train, "--validation_file", dev_new_label, "--do_train",
-               "--do_eval") == f"{dev_new_label} (validation): row 5: label 'neutral' is not among the training " \
-                               "labels ['negative', 'positive']"
+    assert (
+        bad(
+            tiny_checkpoint,
+            tmp_path,
+            "--train_file",
+            train,
+            "--validation_file",
+            dev_new_label,
+            "--do_train",
+            "--do_eval",
+        )
+        == f"{dev_new_label} (validation): row 5: label 'neutral' is not among the training "
+        "labels ['negative', 'positive']"
+    )
     no_label = write_csv(tmp_path / "nolabel.csv", reviews(5, 0), columns=("sentence",))
-    assert "no label column 'label' (--label_column_name)" in bad(tiny_checkpoint, tmp_path, "--train_file",
-                                                                   no_label, "--do_train")
-    assert "no label column 'rating'" in bad(tiny_checkpoint, tmp_path, "--train_file", train, "--do_train",
-                                             "--label_column_name", "rating")
-    assert "has no column(s) ['review']" in bad(tiny_checkpoint, tmp_path, "--train_file", train, "--do_train",
-                                                "--text_column_names", "review")
+    assert "no label column 'label' (--label_column_name)" in bad(
+        tiny_checkpoint, tmp_path, "--train_file", no_label, "--do_train"
+    )
+    assert "no label column 'rating'" in bad(
+        tiny_checkpoint, tmp_path, "--train_file", train, "--do_train", "--label_column_name", "rating"
+    )
+    assert "has no column(s) ['review']" in bad(
+        tiny_checkpoint, tmp_path, "--train_file", train, "--do_train", "--text_column_names", "review"
+    )
     empty = tmp_path / "empty.csv"
     empty.write_text("\n")
     assert bad(tiny_checkpoint, tmp_path, "--train_file", empty, "--do_train") == f"{empty}: the file is empty"
     mixed = write_jsonl(tmp_path / "mixed.jsonl", [{"text": "a", "label": 1}, {"text": "b", "label": "positive"}])
-    assert bad(tiny_checkpoint, tmp_path, "--train_file", mixed, "--do_train") == \
-        f"{mixed}: the labels mix types: row 0 is int, row 1 is str (strings or integers for classes, floats for " \
+    assert (
+        bad(tiny_checkpoint, tmp_path, "--train_file", mixed, "--do_train")
+        == f"{mixed}: the labels mix types: row 0 is int, row 1 is str (strings or integers for classes, floats for "
         "regression)"
+    )
     assert "needs validation data: none in --validation_file" in bad(
-        tiny_checkpoint, tmp_path, "--train_file", train, "--do_train", "--do_eval")
+        tiny_checkpoint, tmp_path, "--train_file", train, "--do_train", "--do_eval"
+    )
     assert bad(tiny_checkpoint, tmp_path, "--do_train").startswith("no data: pass --task_name")
-    assert "unsupported extension" in bad(tiny_checkpoint, tmp_path, "--train_file", tmp_path / "x.xlsx",
-                                          "--do_train")
-    assert "--data_dir reads the original GLUE folders" in bad(tiny_checkpoint, tmp_path, "--data_dir", tmp_path,
-                                                               "--do_train")
+    assert "unsupported extension" in bad(tiny_checkpoint, tmp_path, "--train_file", tmp_path / "x.xlsx", "--do_train")
+    assert "--data_dir reads the original GLUE folders" in bad(
+        tiny_checkpoint, tmp_path, "--data_dir", tmp_path, "--do_train"
+    )
     assert "--paper_hparams is the paper's recipe for a GLUE --task_name" in bad(
-        tiny_checkpoint, tmp_path, "--train_file", train, "--do_train", "--paper_hparams")
+        tiny_checkpoint, tmp_path, "--train_file", train, "--do_train", "--paper_hparams"
+    )
     assert "--text_column_names is for your own data" in bad(
-        tiny_checkpoint, tmp_path, "--task_name", "sst2", "--train_file", train, "--do_train",
-        "--text_column_names", "sentence")
+        tiny_checkpoint,
+        tmp_path,
+        "--task_name",
+        "sst2",
+        "--train_file",
+        train,
+        "--do_train",
+        "--text_column_names",
+        "sentence",
+    )
     assert "offline?" in bad(tiny_checkpoint, tmp_path, "--dataset_name", "someone/reviews", "--do_train")
 
 
@@ -263,16 +342,17 @@ def test_the_docs_example_data_reads_as_the_docs_say(tmp_path):
     assert read_conll(tmp_path / "people_test.conll").column_names == ["tokens"]
     from datasets import load_from_disk
 
-    assert load_from_disk(str(tmp_path / "reviews_dataset"))["train"].features["label"].names == ["negative",
-                                                                                                  "positive"]
+    assert load_from_disk(str(tmp_path / "reviews_dataset"))["train"].features["label"].names == [
+        "negative",
+        "positive",
+    ]
 
 
 def test_tsv_and_parquet_files_read_like_csv(tmp_path):
     from albert_hf.tasks.own_data.data import read_file
 
     rows = reviews(5, 0)
-    (tmp_path / "train.tsv").write_text("sentence\tlabel\n" + "".join(f"{r['sentence']}\t{r['label']}\n"
-                                                                       for r in rows))
+    (tmp_path / "train.tsv").write_text("sentence\tlabel\n" + "".join(f"{r['sentence']}\t{r['label']}\n" for r in rows))
     Dataset.from_list(rows).to_parquet(tmp_path / "train.parquet")
     for name in ("train.tsv", "train.parquet"):
         found = read_file(tmp_path / name)

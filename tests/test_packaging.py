@@ -75,10 +75,11 @@ def internal_imports(package_dir) -> dict[str, set[str]]:
             elif isinstance(node, ast.ImportFrom):
                 base = node.module or ""
                 if node.level:
-                    anchor = package.split(".")[:len(package.split(".")) - (node.level - 1)]
+                    anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
                     base = ".".join(anchor + ([node.module] if node.module else []))
-                imported.update(f"{base}.{alias.name}" if f"{base}.{alias.name}" in paths else base
-                                for alias in node.names)
+                imported.update(
+                    f"{base}.{alias.name}" if f"{base}.{alias.name}" in paths else base for alias in node.names
+                )
         graph[name] = {module for module in imported if module in paths and module != name}
     return graph
 
@@ -92,7 +93,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(node)
         for nxt in sorted(graph[node]):
             if state.get(nxt) == "open":
-                return stack[stack.index(nxt):] + [nxt]
+                return stack[stack.index(nxt) :] + [nxt]
             if nxt not in state:
                 found = visit(nxt)
                 if found:
@@ -134,8 +135,13 @@ def test_no_import_cycle_in_albert_hf():
 # inputs for the jobs, so it sits beside them); the paper's analyses read trained models and the jobs' data
 # building, and the checkpoint evaluations read a pretraining run and fine-tune it, so they are on top and no job
 # imports them.
-LAYERS = (("core",), ("runtime",), ("hub", "metrics", "reports"), ("pretraining", "tasks", "convert", "testing"),
-          ("analysis", "checkpoint_evals"))
+LAYERS = (
+    ("core",),
+    ("runtime",),
+    ("hub", "metrics", "reports"),
+    ("pretraining", "tasks", "convert", "testing"),
+    ("analysis", "checkpoint_evals"),
+)
 
 
 def area(module: str, package_dir) -> str:
@@ -203,8 +209,11 @@ def test_each_job_has_its_folder_and_the_top_level_stays_small():
 
 
 # The pretraining job's modules: run.py defines the job's object and builds it, loop.py trains it, job.py saves it.
-PRETRAINING_JOB = ("albert_hf/pretraining/job.py", "albert_hf/pretraining/run.py",
-                   "albert_hf/pretraining/training/loop.py")
+PRETRAINING_JOB = (
+    "albert_hf/pretraining/job.py",
+    "albert_hf/pretraining/run.py",
+    "albert_hf/pretraining/training/loop.py",
+)
 
 
 def test_only_the_job_and_its_loop_see_the_whole_pretraining_job():
@@ -225,8 +234,12 @@ def test_only_the_job_and_its_loop_see_the_whole_pretraining_job():
 
 
 # The pretraining entry: the only modules that see the whole run's arguments (run.py's `Run` holds them).
-PRETRAINING_ENTRY = (*PRETRAINING_JOB, "albert_hf/pretraining/arguments.py", "albert_hf/pretraining/resolution.py",
-                     "albert_hf/pretraining/plan.py")
+PRETRAINING_ENTRY = (
+    *PRETRAINING_JOB,
+    "albert_hf/pretraining/arguments.py",
+    "albert_hf/pretraining/resolution.py",
+    "albert_hf/pretraining/plan.py",
+)
 
 
 def whole_run_arguments(source: str) -> list[str]:
@@ -238,15 +251,20 @@ def whole_run_arguments(source: str) -> list[str]:
             found.append(f"{node.lineno}: imports PretrainingArguments")
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             arguments = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
-            found += [f"{node.lineno}: {node.name}({arg.arg})" for arg in arguments
-                      if arg.annotation is not None and "PretrainingArguments" in ast.unparse(arg.annotation)]
+            found += [
+                f"{node.lineno}: {node.name}({arg.arg})"
+                for arg in arguments
+                if arg.annotation is not None and "PretrainingArguments" in ast.unparse(arg.annotation)
+            ]
     return sorted(found, key=lambda line: int(line.split(":")[0]))
 
 
 def test_the_whole_arguments_finder_catches_a_planted_parameter():
-    planted = ("from .arguments import DataArgs, PretrainingArguments\n"
-               "def build(data: DataArgs, seed: int):\n    pass\n"
-               "def card(args: 'PretrainingArguments'):\n    pass\n")
+    planted = (
+        "from .arguments import DataArgs, PretrainingArguments\n"
+        "def build(data: DataArgs, seed: int):\n    pass\n"
+        "def card(args: 'PretrainingArguments'):\n    pass\n"
+    )
     assert whole_run_arguments(planted) == ["1: imports PretrainingArguments", "4: card(args)"]
 
 
@@ -254,9 +272,12 @@ def test_no_function_below_the_pretraining_entry_takes_the_whole_run_arguments()
     """Each part of the run takes the group of arguments it needs (`DataArgs`, `ModelArgs`, ...) or explicit values;
     only the entry (job.py and loop.py, the job's two modules; arguments.py, which defines them; resolution.py, which
     resolves them; plan.py, --dry_run's plan and the batch-size search) holds the whole `PretrainingArguments`."""
-    found = [f"{path.relative_to(REPO)}:{where}" for path in sorted((REPO / "albert_hf").rglob("*.py"))
-             if path.relative_to(REPO).as_posix() not in PRETRAINING_ENTRY
-             for where in whole_run_arguments(path.read_text())]
+    found = [
+        f"{path.relative_to(REPO)}:{where}"
+        for path in sorted((REPO / "albert_hf").rglob("*.py"))
+        if path.relative_to(REPO).as_posix() not in PRETRAINING_ENTRY
+        for where in whole_run_arguments(path.read_text())
+    ]
     assert not found, found
 
 
@@ -270,22 +291,40 @@ def assignments_to_arguments(source: str) -> list[str]:
     ending in `args`) changed."""
     found = []
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr" \
-                and isinstance(node.args[0], ast.Name) and node.args[0].id.endswith("args"):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "setattr"
+            and isinstance(node.args[0], ast.Name)
+            and node.args[0].id.endswith("args")
+        ):
             found.append(f"{node.lineno}: {ast.unparse(node)}")
-        targets = node.targets if isinstance(node, ast.Assign) else \
-            [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
-        found += [f"{node.lineno}: {ast.unparse(target)}" for target in targets for part in ast.walk(target)
-                  if isinstance(part, ast.Attribute) and isinstance(part.value, ast.Name)
-                  and part.value.id.endswith("args")]
+        targets = (
+            node.targets
+            if isinstance(node, ast.Assign)
+            else [node.target]
+            if isinstance(node, (ast.AugAssign, ast.AnnAssign))
+            else []
+        )
+        found += [
+            f"{node.lineno}: {ast.unparse(target)}"
+            for target in targets
+            for part in ast.walk(target)
+            if isinstance(part, ast.Attribute) and isinstance(part.value, ast.Name) and part.value.id.endswith("args")
+        ]
     return found
 
 
 def test_the_assignment_finder_finds_an_argument_changed_in_a_tuple_target():
-    planted = ("def fit(data_args, config):\n    n, data_args.max_seq_length = 1, 2\n    training_args.seed += 1\n"
-               "    setattr(model_args, 'revision', 'x')\n")
-    assert assignments_to_arguments(planted) == ["2: (n, data_args.max_seq_length)", "3: training_args.seed",
-                                                 "4: setattr(model_args, 'revision', 'x')"]
+    planted = (
+        "def fit(data_args, config):\n    n, data_args.max_seq_length = 1, 2\n    training_args.seed += 1\n"
+        "    setattr(model_args, 'revision', 'x')\n"
+    )
+    assert assignments_to_arguments(planted) == [
+        "2: (n, data_args.max_seq_length)",
+        "3: training_args.seed",
+        "4: setattr(model_args, 'revision', 'x')",
+    ]
 
 
 def test_no_code_changes_the_arguments_after_parsing():
@@ -302,8 +341,13 @@ def long_functions(source: str, limit: int = 60) -> list[str]:
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             first = node.body[0]
-            docstring = first.end_lineno - first.lineno + 1 if isinstance(first, ast.Expr) and \
-                isinstance(first.value, ast.Constant) and isinstance(first.value.value, str) else 0
+            docstring = (
+                first.end_lineno - first.lineno + 1
+                if isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+                else 0
+            )
             length = node.end_lineno - node.lineno + 1 - docstring
             if length > limit:
                 found.append(f"{node.name} ({length} lines)")
@@ -330,8 +374,11 @@ def test_every_arguments_parameter_says_its_type():
     for path in sorted((REPO / "albert_hf").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                found += [f"{path.name}:{node.lineno} {node.name}" for arg in node.args.args + node.args.kwonlyargs
-                          if arg.arg == "args" and arg.annotation is None]
+                found += [
+                    f"{path.name}:{node.lineno} {node.name}"
+                    for arg in node.args.args + node.args.kwonlyargs
+                    if arg.arg == "args" and arg.annotation is None
+                ]
     assert not found, found
 
 
@@ -339,8 +386,9 @@ def pytest_commands(makefile, target: str) -> list[str]:
     """The pytest commands `make TARGET` would run with this Makefile (a dry run: nothing is executed)."""
     import subprocess
 
-    dry = subprocess.run(["make", "-n", "-C", str(REPO), "-f", str(makefile), target], capture_output=True,
-                         text=True, check=True)
+    dry = subprocess.run(
+        ["make", "-n", "-C", str(REPO), "-f", str(makefile), target], capture_output=True, text=True, check=True
+    )
     return [line for line in dry.stdout.replace("\\\n", " ").splitlines() if "-m pytest" in line]
 
 
@@ -357,10 +405,10 @@ def test_make_test_runs_every_pytest_in_a_reduced_environment(tmp_path):
         commands = pytest_commands(REPO / "Makefile", target)
         assert commands and all(map(runs_in_the_reduced_environment, commands)), commands
     planted = tmp_path / "Makefile"
-    planted.write_text((REPO / "Makefile").read_text().replace("PYTEST = $(CLEAN_ENV) $(PYTEST_RUN)",
-                                                               "PYTEST = $(PYTEST_RUN)"))
+    planted.write_text(
+        (REPO / "Makefile").read_text().replace("PYTEST = $(CLEAN_ENV) $(PYTEST_RUN)", "PYTEST = $(PYTEST_RUN)")
+    )
     assert not all(map(runs_in_the_reduced_environment, pytest_commands(planted, "test")))
-
 
 
 def test_a_pytest_run_removes_its_throwaway_folders_when_it_ends(tmp_path):
@@ -378,17 +426,24 @@ def test_a_pytest_run_removes_its_throwaway_folders_when_it_ends(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:]
     assert {path.name for path in temp.iterdir()} <= {f"pytest-of-{getpass.getuser()}"}
 
+
 def path_edits(source: str) -> list[str]:
     """`sys.path.insert/append/extend/remove(...)` and assignments to `sys.path` or a slice of it."""
     found = []
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                and ast.unparse(node.func.value) == "sys.path":
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and ast.unparse(node.func.value) == "sys.path"
+        ):
             found.append(f"{node.lineno}: {ast.unparse(node)}")
         if isinstance(node, (ast.Assign, ast.AugAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            found += [f"{node.lineno}: {ast.unparse(target)} = ..." for target in targets
-                      if ast.unparse(target).startswith("sys.path")]
+            found += [
+                f"{node.lineno}: {ast.unparse(target)} = ..."
+                for target in targets
+                if ast.unparse(target).startswith("sys.path")
+            ]
     return sorted(found, key=lambda line: int(line.split(":")[0]))
 
 
@@ -402,8 +457,12 @@ def test_tests_benchmarks_and_examples_import_by_name_without_path_edits():
     examples and benchmarks share lives in albert_hf.testing. tests/preloaded.py is the one exception: it gives a
     script forked from the preloaded interpreter the sys.path a fresh `python SCRIPT` would have."""
     files = [*REPO.glob("tests/*.py"), *REPO.glob("benchmarks/*.py"), *REPO.glob("examples/*.py")]
-    found = [f"{path.relative_to(REPO)}:{where}" for path in sorted(files) if path.name != "preloaded.py"
-             for where in path_edits(path.read_text())]
+    found = [
+        f"{path.relative_to(REPO)}:{where}"
+        for path in sorted(files)
+        if path.name != "preloaded.py"
+        for where in path_edits(path.read_text())
+    ]
     assert not found, found
 
 
@@ -429,8 +488,11 @@ def test_the_reexport_finder_catches_code_in_an_init():
 def test_each_init_holds_only_reexports_and_a_docstring():
     """A reader finds code in the module named for it: every `__init__.py` of albert_hf re-exports and says what its
     folder holds, nothing else (the Auto-class registration is auto_classes.py, imported by the package)."""
-    found = [f"{path.relative_to(REPO)}:{where}" for path in sorted((REPO / "albert_hf").rglob("__init__.py"))
-             for where in beyond_reexports(path.read_text())]
+    found = [
+        f"{path.relative_to(REPO)}:{where}"
+        for path in sorted((REPO / "albert_hf").rglob("__init__.py"))
+        for where in beyond_reexports(path.read_text())
+    ]
     assert not found, found
 
 
@@ -439,9 +501,13 @@ CHECKOUT_ONLY = {"tests", "benchmarks", "examples"}  # folders of a source check
 
 def checkout_paths(source: str) -> list[str]:
     """Paths built into a folder that only a checkout has: `... / "tests"` (or "benchmarks", "examples")."""
-    return [f"{node.lineno}: {ast.unparse(node)}" for node in ast.walk(ast.parse(source))
-            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div)
-            and any(isinstance(side, ast.Constant) and side.value in CHECKOUT_ONLY for side in (node.left, node.right))]
+    return [
+        f"{node.lineno}: {ast.unparse(node)}"
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.BinOp)
+        and isinstance(node.op, ast.Div)
+        and any(isinstance(side, ast.Constant) and side.value in CHECKOUT_ONLY for side in (node.left, node.right))
+    ]
 
 
 def test_the_checkout_path_finder_catches_a_fixtures_folder():
@@ -452,22 +518,32 @@ def test_the_checkout_path_finder_catches_a_fixtures_folder():
 def test_the_package_reads_nothing_of_the_checkout():
     """albert_hf holds what a wheel's user can run: no module reads the checkout's tests, benchmarks or examples
     (the fuzzing cases, which start from tests/fixtures, live in benchmarks/)."""
-    found = [f"{path.relative_to(REPO)}:{where}" for path in sorted((REPO / "albert_hf").rglob("*.py"))
-             for where in checkout_paths(path.read_text())]
+    found = [
+        f"{path.relative_to(REPO)}:{where}"
+        for path in sorted((REPO / "albert_hf").rglob("*.py"))
+        for where in checkout_paths(path.read_text())
+    ]
     assert not found, found
 
 
 def test_conftest_holds_fixtures_and_no_test_imports_it():
     """Helpers that tests call live in tests/helpers.py; conftest.py is pytest's, holding set-up and fixtures."""
-    importers = [path.name for path in sorted(REPO.glob("tests/*.py")) for node in ast.walk(ast.parse(path.read_text()))
-                 if isinstance(node, (ast.Import, ast.ImportFrom))
-                 and "conftest" in ([alias.name for alias in node.names] if isinstance(node, ast.Import)
-                                    else [node.module])]
+    importers = [
+        path.name
+        for path in sorted(REPO.glob("tests/*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        and "conftest" in ([alias.name for alias in node.names] if isinstance(node, ast.Import) else [node.module])
+    ]
     assert not importers, importers
     tree = ast.parse((REPO / "tests" / "conftest.py").read_text())
     functions = [node for node in tree.body if isinstance(node, ast.FunctionDef)]
-    not_fixtures = [node.name for node in functions if not node.name.startswith("pytest_")
-                    and not any("fixture" in ast.unparse(decorator) for decorator in node.decorator_list)]
+    not_fixtures = [
+        node.name
+        for node in functions
+        if not node.name.startswith("pytest_")
+        and not any("fixture" in ast.unparse(decorator) for decorator in node.decorator_list)
+    ]
     assert not not_fixtures, not_fixtures
 
 
@@ -481,8 +557,18 @@ REFERENCE = re.compile(r"`((?:[A-Za-z_]\w*\.)+[A-Za-z_]\w*)(?:\(.*\)|\[.*\]|\.?â
 FILE_SUFFIXES = {"py", "json", "jsonl", "safetensors", "bin", "txt", "md", "yaml", "model", "index", "pt", "csv", "tsv"}
 # the objects the prose names by their usual variable (a model's `config.sharing`, `accelerator.prepare`), TensorFlow
 # in the official code (`tf.where`) and a checkpoint folder (`step_N.damaged`)
-NOT_MODULES = {"config", "accelerator", "optimizer", "scheduler", "state", "stop", "dataset", "predictions", "tf",
-               "step_N"}
+NOT_MODULES = {
+    "config",
+    "accelerator",
+    "optimizer",
+    "scheduler",
+    "state",
+    "stop",
+    "dataset",
+    "predictions",
+    "tf",
+    "step_N",
+}
 
 
 def prose(source: str) -> list[tuple[int, str]]:
@@ -490,12 +576,19 @@ def prose(source: str) -> list[tuple[int, str]]:
     import io
     import tokenize
 
-    found = [(token.start[0], token.string) for token in tokenize.generate_tokens(io.StringIO(source).readline)
-             if token.type == tokenize.COMMENT]
+    found = [
+        (token.start[0], token.string)
+        for token in tokenize.generate_tokens(io.StringIO(source).readline)
+        if token.type == tokenize.COMMENT
+    ]
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body \
-                and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant) \
-                and isinstance(node.body[0].value.value, str):
+        if (
+            isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+            and isinstance(node.body[0].value.value, str)
+        ):
             found.append((node.body[0].lineno, node.body[0].value.value))
     return found
 
@@ -507,14 +600,21 @@ def defined_names(body: list) -> dict:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names[node.name] = node
         elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-            names.update({part.id: None for target in getattr(node, "targets", [getattr(node, "target", None)])
-                          for part in ast.walk(target) if isinstance(part, ast.Name)})
+            names.update(
+                {
+                    part.id: None
+                    for target in getattr(node, "targets", [getattr(node, "target", None)])
+                    for part in ast.walk(target)
+                    if isinstance(part, ast.Name)
+                }
+            )
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             names.update({(alias.asname or alias.name).split(".")[0]: None for alias in node.names})
         elif isinstance(node, (ast.If, ast.Try, ast.With)):
             blocks = node.body + getattr(node, "orelse", []) + getattr(node, "finalbody", [])
-            names.update(defined_names(blocks + [part for handler in getattr(node, "handlers", [])
-                                                 for part in handler.body]))
+            names.update(
+                defined_names(blocks + [part for handler in getattr(node, "handlers", []) for part in handler.body])
+            )
     return names
 
 
@@ -528,8 +628,9 @@ def local_names(tree, line: int) -> set[str]:
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.lineno <= line <= node.end_lineno:
             arguments = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
             names |= {arg.arg for arg in [*arguments, node.args.vararg, node.args.kwarg] if arg is not None}
-            names |= {part.id for part in ast.walk(node)
-                      if isinstance(part, ast.Name) and isinstance(part.ctx, ast.Store)}
+            names |= {
+                part.id for part in ast.walk(node) if isinstance(part, ast.Name) and isinstance(part.ctx, ast.Store)
+            }
     return names
 
 
@@ -540,8 +641,13 @@ def has_attribute(node, rest: list[str]) -> bool:
         if not isinstance(node, ast.ClassDef):
             return False
         own = defined_names(node.body)
-        assigned = {target.attr for target in ast.walk(node) if isinstance(target, ast.Attribute)
-                    and isinstance(target.ctx, ast.Store) and ast.unparse(target.value) == "self"}
+        assigned = {
+            target.attr
+            for target in ast.walk(node)
+            if isinstance(target, ast.Attribute)
+            and isinstance(target.ctx, ast.Store)
+            and ast.unparse(target.value) == "self"
+        }
         if part not in own and part not in assigned:
             return bool(node.bases)
         node = own.get(part)
@@ -556,10 +662,16 @@ def stale_references(package_dir) -> list[str]:
 
     paths = {module_name(path, package_dir): path for path in sorted(package_dir.rglob("*.py"))}
     trees = {name: ast.parse(path.read_text(encoding="utf-8")) for name, path in paths.items()}
-    known = NOT_MODULES | {node.name for tree in trees.values() for node in ast.walk(tree)
-                           if isinstance(node, ast.ClassDef)}
-    known |= {(alias.asname or alias.name).split(".")[0] for tree in trees.values() for node in ast.walk(tree)
-              if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}
+    known = NOT_MODULES | {
+        node.name for tree in trees.values() for node in ast.walk(tree) if isinstance(node, ast.ClassDef)
+    }
+    known |= {
+        (alias.asname or alias.name).split(".")[0]
+        for tree in trees.values()
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        for alias in node.names
+    }
 
     def resolves(module: str, rest: list[str]) -> bool:
         while rest and f"{module}.{rest[0]}" in paths:
@@ -582,16 +694,20 @@ def stale_references(package_dir) -> list[str]:
                 for end in range(len(parts), 0, -1):
                     named = ".".join(parts[:end])
                     near = [f"{scope}.{named}" for scope in scopes if f"{scope}.{named}" in paths]
-                    candidates = near[:1] or [module for module in paths
-                                              if module == named or module.endswith(f".{named}")]
+                    candidates = near[:1] or [
+                        module for module in paths if module == named or module.endswith(f".{named}")
+                    ]
                     if candidates:
                         break
                 if len(candidates) > 1:
                     found.append(f"{where}: which of {', '.join(candidates)}?")
                 elif candidates and not resolves(candidates[0], parts[end:]):
                     found.append(f"{where}: not in {candidates[0]}")
-                elif not candidates and parts[0] not in known | set(defined_names(trees[name].body)) \
-                        and importlib.util.find_spec(parts[0]) is None:
+                elif (
+                    not candidates
+                    and parts[0] not in known | set(defined_names(trees[name].body))
+                    and importlib.util.find_spec(parts[0]) is None
+                ):
                     found.append(f"{where}: no such module")
     return found
 
@@ -606,18 +722,23 @@ def test_the_reference_check_catches_a_planted_stale_reference(tmp_path):
     (package / "__init__.py").write_text("")
     (package / "pretraining" / "checkpoints.py").write_text(
         "import torch\n\nclass StepCheckpoints:\n    def __init__(self):\n        self.folder = None\n\n"
-        "    def resolve(self):\n        pass\n\ndef save(checkpointing: bool):\n    pass\n")
-    fine = ('"""Checks `checkpoints.StepCheckpoints.resolve`, `StepCheckpoints.folder`, `albert_hf.pretraining`, '
-            '`checkpoints.torch` and `runtime.cli.main()`; writes `model.safetensors`."""\n\n'
-            'def fit(run, checkpoints):\n    """`run.model`, `checkpoints.latest` (the parameter), `os.path`, '
-            '`pretraining.checkpoints.StepCheckpoints.folder`."""\n')
+        "    def resolve(self):\n        pass\n\ndef save(checkpointing: bool):\n    pass\n"
+    )
+    fine = (
+        '"""Checks `checkpoints.StepCheckpoints.resolve`, `StepCheckpoints.folder`, `albert_hf.pretraining`, '
+        '`checkpoints.torch` and `runtime.cli.main()`; writes `model.safetensors`."""\n\n'
+        'def fit(run, checkpoints):\n    """`run.model`, `checkpoints.latest` (the parameter), `os.path`, '
+        '`pretraining.checkpoints.StepCheckpoints.folder`."""\n'
+    )
     (package / "pretraining" / "job.py").write_text(
-        fine + "# `checkpointing.StepCheckpoints`, `checkpoints.StepCheckpoints.load`, `cli.main`, `pretraining.fit`\n")
+        fine + "# `checkpointing.StepCheckpoints`, `checkpoints.StepCheckpoints.load`, `cli.main`, `pretraining.fit`\n"
+    )
     assert stale_references(package) == [
         "albert_hf/pretraining/job.py:5 `checkpointing.StepCheckpoints`: no such module",
         "albert_hf/pretraining/job.py:5 `checkpoints.StepCheckpoints.load`: not in albert_hf.pretraining.checkpoints",
         "albert_hf/pretraining/job.py:5 `cli.main`: which of albert_hf.convert.cli, albert_hf.runtime.cli?",
-        "albert_hf/pretraining/job.py:5 `pretraining.fit`: not in albert_hf.pretraining"]
+        "albert_hf/pretraining/job.py:5 `pretraining.fit`: not in albert_hf.pretraining",
+    ]
     (package / "pretraining" / "job.py").write_text(fine)
     assert stale_references(package) == []
 
@@ -634,8 +755,9 @@ def foreign_loggers(source: str, libraries: set[str]) -> list[str]:
     package imports (`"accelerate"`, whose notices the pretraining log quiets)."""
     found = []
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Call) and (getattr(node.func, "attr", None) == "getLogger"
-                                           or getattr(node.func, "id", None) == "getLogger"):
+        if isinstance(node, ast.Call) and (
+            getattr(node.func, "attr", None) == "getLogger" or getattr(node.func, "id", None) == "getLogger"
+        ):
             argument = node.args[0] if node.args else None
             if isinstance(argument, ast.Name) and argument.id == "__name__":
                 continue
@@ -646,12 +768,17 @@ def foreign_loggers(source: str, libraries: set[str]) -> list[str]:
 
 
 def test_the_logger_check_catches_a_module_logging_under_another_name():
-    planted = ('import logging\nfrom logging import getLogger\n'
-               'logger = logging.getLogger("albert_hf.pretraining.job")\nours = getLogger(__name__)\n'
-               'logging.getLogger("accelerate.utils").setLevel(logging.WARNING)\nroot = logging.getLogger()\n'
-               'other = getLogger(f"{__name__}.x")\n')
-    assert foreign_loggers(planted, {"accelerate"}) == ['3: logging.getLogger(\'albert_hf.pretraining.job\')',
-                                                        "6: logging.getLogger()", "7: getLogger(f'{__name__}.x')"]
+    planted = (
+        "import logging\nfrom logging import getLogger\n"
+        'logger = logging.getLogger("albert_hf.pretraining.job")\nours = getLogger(__name__)\n'
+        'logging.getLogger("accelerate.utils").setLevel(logging.WARNING)\nroot = logging.getLogger()\n'
+        'other = getLogger(f"{__name__}.x")\n'
+    )
+    assert foreign_loggers(planted, {"accelerate"}) == [
+        "3: logging.getLogger('albert_hf.pretraining.job')",
+        "6: logging.getLogger()",
+        "7: getLogger(f'{__name__}.x')",
+    ]
 
 
 def test_every_module_logs_under_its_own_name():
@@ -659,8 +786,11 @@ def test_every_module_logs_under_its_own_name():
     the code from the line and a filter on a package (`albert_hf.pretraining`) takes its modules' lines. Shown to
     catch a module logging under another module's name."""
     libraries = set(imported_top_level_modules(REPO / "albert_hf")) - {"albert_hf", *sys.stdlib_module_names}
-    found = [f"{path.relative_to(REPO)}:{where}" for path in sorted((REPO / "albert_hf").rglob("*.py"))
-             for where in foreign_loggers(path.read_text(), libraries)]
+    found = [
+        f"{path.relative_to(REPO)}:{where}"
+        for path in sorted((REPO / "albert_hf").rglob("*.py"))
+        for where in foreign_loggers(path.read_text(), libraries)
+    ]
     assert not found, found
 
 
@@ -668,16 +798,23 @@ def imports_of_test_files(source: str) -> list[str]:
     """Imports of a test file (a `test_*` module), at module level or inside a function."""
     found = []
     for node in ast.walk(ast.parse(source)):
-        names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else \
-            [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
+        names = (
+            [alias.name for alias in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module or ""]
+            if isinstance(node, ast.ImportFrom) and node.level == 0
+            else []
+        )
         if any(name.split(".")[0].startswith("test_") for name in names):
             found.append(f"{node.lineno}: {ast.unparse(node)}")
     return found
 
 
 def test_the_test_import_finder_catches_an_import_inside_a_test():
-    planted = ("from helpers import REPO\nimport test_glue\nfrom data_fixtures import SQUAD_V1\n\n"
-               "def test_x():\n    from test_squad import write_json\n")
+    planted = (
+        "from helpers import REPO\nimport test_glue\nfrom data_fixtures import SQUAD_V1\n\n"
+        "def test_x():\n    from test_squad import write_json\n"
+    )
     assert imports_of_test_files(planted) == ["2: import test_glue", "6: from test_squad import write_json"]
 
 
@@ -685,16 +822,23 @@ def test_no_test_file_imports_another():
     """What several test files share lives in tests/helpers.py (calls), data_fixtures.py (inputs), pretraining_runs.py
     (pretraining runs) and conftest.py (fixtures): a test file imported by another one runs its module's code there,
     and its fixtures come back as unused imports (shown to catch a planted import)."""
-    found = [f"{path.name}:{where}" for path in sorted(REPO.glob("tests/*.py"))
-             for where in imports_of_test_files(path.read_text())]
+    found = [
+        f"{path.name}:{where}"
+        for path in sorted(REPO.glob("tests/*.py"))
+        for where in imports_of_test_files(path.read_text())
+    ]
     assert not found, found
 
 
 def long_test_names(source: str, limit: int = 100) -> list[str]:
     """The tests (`test_*` functions) whose name is over `limit` characters."""
-    return [f"{node.name} ({len(node.name)})" for node in ast.walk(ast.parse(source))
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test_")
-            and len(node.name) > limit]
+    return [
+        f"{node.name} ({len(node.name)})"
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.name.startswith("test_")
+        and len(node.name) > limit
+    ]
 
 
 def test_the_name_length_finder_catches_a_101_character_test():
@@ -704,8 +848,9 @@ def test_the_name_length_finder_catches_a_101_character_test():
 
 def test_no_test_name_is_over_100_characters():
     """A test's name says what it shows in a line a terminal and a failure report show whole."""
-    found = [f"{path.name}: {name}" for path in sorted(REPO.glob("tests/*.py"))
-             for name in long_test_names(path.read_text())]
+    found = [
+        f"{path.name}: {name}" for path in sorted(REPO.glob("tests/*.py")) for name in long_test_names(path.read_text())
+    ]
     assert not found, found
 
 
@@ -716,13 +861,17 @@ HISTORY = re.compile(
     r"|earlier|later) (session|lease)\b|\bleases?\b|(?<!is )(?<!are )(?<!be )(?<!was )(?<!were )\bused to\b"
     r"|\bonce (hid|ended|did|was|were|had|failed|hung|broke)\b|\bolder versions?\b|\bthe version before\b"
     r"|\bbefore versions\b",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 
 
 def history(prose_parts: list[tuple[int, str]]) -> list[str]:
     """'line: words' for each `HISTORY` match in (line, text) parts of prose, a text's line breaks read as spaces."""
-    return [f"{line}: {match.group(0)}" for line, text in sorted(prose_parts)
-            for match in HISTORY.finditer(" ".join(text.split()))]
+    return [
+        f"{line}: {match.group(0)}"
+        for line, text in sorted(prose_parts)
+        for match in HISTORY.finditer(" ".join(text.split()))
+    ]
 
 
 def makefile_comments(text: str) -> list[tuple[int, str]]:
@@ -730,10 +879,12 @@ def makefile_comments(text: str) -> list[tuple[int, str]]:
 
 
 def test_the_history_finder_catches_sessions_and_what_the_code_used_to_do():
-    planted = ('"""Measured in the fifth\n    session."""\n# the run used to hang here\n'
-               'x = 1  # in a session of its own; released; the lock is used to wait\n'
-               '# BENCHMARKS.md, "second lease"\ndef f():\n'
-               '    """A step once hid a failure; it is no longer finite."""\n')
+    planted = (
+        '"""Measured in the fifth\n    session."""\n# the run used to hang here\n'
+        "x = 1  # in a session of its own; released; the lock is used to wait\n"
+        '# BENCHMARKS.md, "second lease"\ndef f():\n'
+        '    """A step once hid a failure; it is no longer finite."""\n'
+    )
     assert history(prose(planted)) == ["1: fifth session", "3: used to", "5: second lease", "7: once hid"]
     makefile = "# PYTHONUNBUFFERED once hid a test\nX = y  # an older version\n\t@echo used to\n"
     assert history(makefile_comments(makefile)) == ["1: once hid"]
@@ -742,9 +893,11 @@ def test_the_history_finder_catches_sessions_and_what_the_code_used_to_do():
 def test_comments_say_why_the_code_is_so_not_its_history():
     """albert_hf's, the tests' and the Makefile's comments and docstrings explain the code as it is: the work periods
     it was written in, and what it did before, are the commit log's (shown to catch planted history)."""
-    found = [f"{path.relative_to(REPO)}:{where}"
-             for path in sorted([*(REPO / "albert_hf").rglob("*.py"), *REPO.glob("tests/*.py")])
-             for where in history(prose(path.read_text(encoding="utf-8")))]
+    found = [
+        f"{path.relative_to(REPO)}:{where}"
+        for path in sorted([*(REPO / "albert_hf").rglob("*.py"), *REPO.glob("tests/*.py")])
+        for where in history(prose(path.read_text(encoding="utf-8")))
+    ]
     found += [f"Makefile:{where}" for where in history(makefile_comments((REPO / "Makefile").read_text()))]
     assert not found, found
 
@@ -759,15 +912,36 @@ def task_shape_problems(repo) -> list[str]:
     """What breaks the tasks' one shape: a task package without one of TASK_MODULES, a task module left outside
     the packages (tasks/<name>.py other than the shared ones), or a script that does not import its task as
     `from albert_hf.tasks.<task> import data, features, job, recipe`."""
-    found = [f"tasks/{task}/{name}: missing" for task in TASK_PACKAGES for name in TASK_MODULES
-             if not (repo / "albert_hf" / "tasks" / task / name).is_file()]
-    shared = {"__init__.py", "arguments.py", "card.py", "finetuning.py", "paper_hparams.py", "seeds.py", "trainer.py"}
-    found += [f"tasks/{path.name}: a task outside its package" for path in (repo / "albert_hf" / "tasks").glob("*.py")
-              if path.name not in shared]
+    found = [
+        f"tasks/{task}/{name}: missing"
+        for task in TASK_PACKAGES
+        for name in TASK_MODULES
+        if not (repo / "albert_hf" / "tasks" / task / name).is_file()
+    ]
+    shared = {
+        "__init__.py",
+        "arguments.py",
+        "card.py",
+        "finetuning.py",
+        "inputs.py",
+        "outputs.py",
+        "paper_hparams.py",
+        "seeds.py",
+        "trainer.py",
+    }
+    found += [
+        f"tasks/{path.name}: a task outside its package"
+        for path in (repo / "albert_hf" / "tasks").glob("*.py")
+        if path.name not in shared
+    ]
     for script, task in SCRIPT_TASKS.items():
-        imports = [node for node in ast.walk(ast.parse((repo / script).read_text()))
-                   if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("albert_hf.tasks.")
-                   and (node.module or "").split(".")[2] in TASK_PACKAGES]
+        imports = [
+            node
+            for node in ast.walk(ast.parse((repo / script).read_text()))
+            if isinstance(node, ast.ImportFrom)
+            and (node.module or "").startswith("albert_hf.tasks.")
+            and (node.module or "").split(".")[2] in TASK_PACKAGES
+        ]
         shapes = [(node.module, sorted(alias.name for alias in node.names)) for node in imports]
         if shapes != [(f"albert_hf.tasks.{task}", ["data", "features", "job", "recipe"])]:
             found.append(f"{script}: imports its task as {shapes}")
@@ -786,8 +960,10 @@ def test_the_task_shape_check_catches_a_missing_module_a_flat_task_and_a_script_
     (tmp_path / "albert_hf" / "tasks" / "ner.py").write_text("")
     (tmp_path / "run_squad.py").write_text("from albert_hf.tasks.squad.job import SquadTrainer\n")
     assert task_shape_problems(tmp_path) == [
-        "tasks/race/features.py: missing", "tasks/ner.py: a task outside its package",
-        "run_squad.py: imports its task as [('albert_hf.tasks.squad.job', ['SquadTrainer'])]"]
+        "tasks/race/features.py: missing",
+        "tasks/ner.py: a task outside its package",
+        "run_squad.py: imports its task as [('albert_hf.tasks.squad.job', ['SquadTrainer'])]",
+    ]
 
 
 def test_every_task_has_the_same_shape_and_every_script_imports_it_alike():

@@ -25,8 +25,7 @@ from albert_hf.analysis.params import (
 ROWS = {row.label: row for table in TABLES.values() for row in table}
 
 
-def formula(V=30000, E=128, H=768, L=12, I=3072, G=1, K=1,  # noqa: E741 - the paper's symbols
-            sharing="all", project=None, pooler=True, heads=False):
+def formula(V=30000, E=128, H=768, L=12, I=3072, G=1, K=1, sharing="all", project=None, pooler=True, heads=False):  # noqa: E741, E501 - the paper's symbols
     """The spec's per-component formulas (section 2.1), as an independent check on the built modules."""
     embeddings = V * E + 512 * E + 2 * E + 2 * E
     projection = E * H + H if (E != H if project is None else project) else 0
@@ -202,8 +201,12 @@ def printed():
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     root = Path(__file__).resolve().parents[1]
     result = subprocess.run(
-        [sys.executable, "-m", "albert_hf.analysis.params"], cwd=root, env=env, capture_output=True, text=True,
-        timeout=120
+        [sys.executable, "-m", "albert_hf.analysis.params"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
     return result.stdout
@@ -226,6 +229,18 @@ def test_main_prints_every_table(printed):
 
 def test_main_explains_the_mismatches(printed):
     words = " ".join(printed.split())  # the notes are wrapped
-    for text in ("235M", "233M", "222.6M", "223.2M", "transformers documents xxlarge as 223M", "0.74*H^2",
-                 "60M", "59M", "30522", "109,482,240", "31,705,344", "by one of them 21/23"):
+    for text in (
+        "235M",
+        "233M",
+        "222.6M",
+        "223.2M",
+        "transformers documents xxlarge as 223M",
+        "0.74*H^2",
+        "60M",
+        "59M",
+        "30522",
+        "109,482,240",
+        "31,705,344",
+        "by one of them 21/23",
+    ):
         assert text in words, text

@@ -44,8 +44,7 @@ def ddp_reference(tmp_path_factory):
 
 
 @pytest.mark.parametrize("signum, repeat", [(signal.SIGTERM, True), (signal.SIGINT, False), (signal.SIGUSR1, False)])
-def test_a_stop_signal_saves_the_step_and_resuming_equals_the_uninterrupted_run(tmp_path, reference, signum,
-                                                                                 repeat):
+def test_a_stop_signal_saves_the_step_and_resuming_equals_the_uninterrupted_run(tmp_path, reference, signum, repeat):
     run = tmp_path / "run"
     process = pretrain(run, *ARGS, started=tmp_path)
     sent = signal_once_training(run, process, lambda: [psutil.Process(process.pid)], signum, repeat)
@@ -80,8 +79,7 @@ def test_two_processes_stop_after_the_same_step_whichever_process_is_signalled(t
     def targets():
         if target == "launcher":
             return [psutil.Process(launcher.pid)]
-        return [child for child in psutil.Process(launcher.pid).children(recursive=True)
-                if launched_rank(child) == "1"]
+        return [child for child in psutil.Process(launcher.pid).children(recursive=True) if launched_rank(child) == "1"]
 
     launcher = pretrain(run, *ARGS, "--per_device_train_batch_size", "4", launcher=DDP, started=tmp_path)
     assert signal_once_training(run, launcher, targets, signal.SIGTERM) == 1
@@ -92,14 +90,18 @@ def test_two_processes_stop_after_the_same_step_whichever_process_is_signalled(t
     line = next(line for line in stderr.splitlines() if line.startswith("Stopped by SIGTERM after step "))
     step = int(line.split(" after step ")[1].split(" ")[0])
     # both processes wrote their part of the same step's checkpoint (each saves its own random states)
-    assert {path.name for path in (run / f"step_{step}").iterdir()} >= {"random_states_0.pkl", "random_states_1.pkl",
-                                                                          STATE_FILE}
+    assert {path.name for path in (run / f"step_{step}").iterdir()} >= {
+        "random_states_0.pkl",
+        "random_states_1.pkl",
+        STATE_FILE,
+    }
     assert [path.name for path in run.iterdir() if "step_" in path.name] == [f"step_{step}"]
     assert not (run / "model.safetensors").exists()
     if target == "launcher":
         return
-    done = pretrain(run, *ARGS, "--per_device_train_batch_size", "4", "--resume_from_checkpoint", "latest",
-                    launcher=DDP)
+    done = pretrain(
+        run, *ARGS, "--per_device_train_batch_size", "4", "--resume_from_checkpoint", "latest", launcher=DDP
+    )
     assert f"Resumed from {run / f'step_{step}'}: step {step}" in done.stderr
     check_same_weights_and_curve(run, ddp_reference, after_step=0)
 
@@ -122,11 +124,39 @@ FINE_TUNING_STEPS = 60
 
 
 def glue_command(checkpoint, data_dir, output_dir, launcher=None):
-    return [*(launcher or [sys.executable]), str(REPO / "run_glue.py"), "--model_name_or_path", str(checkpoint),
-            "--task_name", "rte", "--data_dir", str(data_dir), "--do_train", "--max_steps", str(FINE_TUNING_STEPS),
-            "--max_seq_length", "32", "--per_device_train_batch_size", "4", "--learning_rate", "1e-3",
-            "--report_to", "none", "--save_strategy", "no", "--seed", "0", "--dataloader_pin_memory", "false",
-            "--disable_tqdm", "true", "--logging_steps", "1", "--output_dir", str(output_dir)]
+    return [
+        *(launcher or [sys.executable]),
+        str(REPO / "run_glue.py"),
+        "--model_name_or_path",
+        str(checkpoint),
+        "--task_name",
+        "rte",
+        "--data_dir",
+        str(data_dir),
+        "--do_train",
+        "--max_steps",
+        str(FINE_TUNING_STEPS),
+        "--max_seq_length",
+        "32",
+        "--per_device_train_batch_size",
+        "4",
+        "--learning_rate",
+        "1e-3",
+        "--report_to",
+        "none",
+        "--save_strategy",
+        "no",
+        "--seed",
+        "0",
+        "--dataloader_pin_memory",
+        "false",
+        "--disable_tqdm",
+        "true",
+        "--logging_steps",
+        "1",
+        "--output_dir",
+        str(output_dir),
+    ]
 
 
 ENV = subprocess_env()
@@ -180,8 +210,11 @@ def test_fine_tuning_under_the_fsdp_config_shards_and_ends_with_the_ddp_weights(
     (ddp, ddp_stderr), (fsdp, fsdp_stderr) = glue_reference("DDP"), glue_reference("FSDP2")
     assert "Fine-tuning: DDP over 2 processes on 1 machine (gloo, cpu: " in ddp_stderr
     start = next(line for line in fsdp_stderr.splitlines() if "Fine-tuning: " in line)
-    assert re.search(r"FSDP2 over 2 processes on 1 machine \(gloo, cpu: [^)]+\): this process holds 50.0% of the "
-                     r"parameters", start)
+    assert re.search(
+        r"FSDP2 over 2 processes on 1 machine \(gloo, cpu: [^)]+\): this process holds 50.0% of the "
+        r"parameters",
+        start,
+    )
     assert "the config's auto-wrap policy TRANSFORMER_BASED_WRAP" in start
     assert "fsdp_cpu_ram_efficient_loading: the first process's weights were sent to the others" in start
     assert "parallel_mode != ParallelMode.DISTRIBUTED" not in ddp_stderr + fsdp_stderr
@@ -197,19 +230,23 @@ def test_fine_tuning_under_the_fsdp_config_shards_and_ends_with_the_ddp_weights(
 @pytest.mark.parametrize("mode", ["DDP", "FSDP2"])
 @pytest.mark.launched
 def test_fine_tuning_stopped_by_a_signal_leaves_a_checkpoint_that_the_same_command_resumes(
-        tmp_path, tiny_checkpoint, rte_folder, glue_launchers, glue_reference, mode):
+    tmp_path, tiny_checkpoint, rte_folder, glue_launchers, glue_reference, mode
+):
     """run_glue.py (any fine-tuning script: the callback is in finetuning.train) over 2 processes: SIGTERM to rank 1
     only saves checkpoint-N and exits 75; the same command resumes from it and ends with the uninterrupted run's
     weights. One process: test_fine_tuning_with_dataloader_workers_stopped_by_a_group_signal_resumes."""
     launcher, env = glue_launchers[mode], ENV
     reference, run = glue_reference(mode)[0], tmp_path / "run"
 
-    process = start_process(glue_command(tiny_checkpoint, rte_folder, run, launcher), env=env,
-                            stdout=tmp_path / "stdout.txt", stderr=tmp_path / "stderr.txt")
+    process = start_process(
+        glue_command(tiny_checkpoint, rte_folder, run, launcher),
+        env=env,
+        stdout=tmp_path / "stdout.txt",
+        stderr=tmp_path / "stderr.txt",
+    )
 
     def targets():
-        return [child for child in psutil.Process(process.pid).children(recursive=True)
-                if launched_rank(child) == "1"]
+        return [child for child in psutil.Process(process.pid).children(recursive=True) if launched_rank(child) == "1"]
 
     deadline = time.time() + 300
     # the first step's log: every process is in the training loop, its handlers in place
@@ -368,8 +405,10 @@ def test_a_stop_before_the_first_step_interrupts_and_one_swallowed_on_its_way_st
             at_stage("reading the corpus")
             signal.raise_signal(signal.SIGUSR1)
             pytest.fail("the signal did not interrupt")
-    assert stop_line() == ("Stopped by SIGUSR1 while reading the corpus, before the first optimizer step: there was "
-                           "nothing to save. Run the same command again")
+    assert stop_line() == (
+        "Stopped by SIGUSR1 while reading the corpus, before the first optimizer step: there was "
+        "nothing to save. Run the same command again"
+    )
 
     class SignalledWhileFinalized:
         def __del__(self):
@@ -425,12 +464,17 @@ def test_a_signal_during_a_forks_hooks_stops_the_run_just_after_them_without_a_t
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1])
 def test_a_group_signal_that_reaches_the_dataloader_workers_stops_after_a_step_and_the_run_resumes(
-        tmp_path, reference, signum):
+    tmp_path, reference, signum
+):
     run = tmp_path / "run"
     process = pretrain(run, *ARGS, *WORKERS, started=tmp_path, new_session=True)
     # the DataLoader workers, in the job's process group (started again at each epoch: wait for them)
-    wait_until(lambda: (run / "metrics.jsonl").exists() and len(psutil.Process(process.pid).children()) == 2,
-               process, tmp_path, "the workers after a logged step")
+    wait_until(
+        lambda: (run / "metrics.jsonl").exists() and len(psutil.Process(process.pid).children()) == 2,
+        process,
+        tmp_path,
+        "the workers after a logged step",
+    )
     signal_job(process.pid, signum)
     stderr = stopped_job(process, tmp_path)
     step = stopped_step(stderr)
@@ -454,7 +498,8 @@ def test_a_group_signal_while_the_dataloader_workers_start_stops_with_one_line(t
     assert "Exception ignored" not in stderr
     assert stderr.strip().splitlines()[-1] == (
         "Stopped by SIGTERM while taking the first step, before the first optimizer step: there was nothing to save. "
-        "Run the same command again")
+        "Run the same command again"
+    )
     assert checkpoints(run) == []
 
 
@@ -464,13 +509,17 @@ def test_a_group_signal_while_preprocessing_workers_build_the_pairs_stops_with_o
     same command then builds the data and trains to the uninterrupted run's weights."""
     run, cache = tmp_path / "run", {"HF_HOME": str(tmp_path / "hf_home")}
     process = pretrain(run, *ARGS, "--preprocessing_num_workers", "2", started=tmp_path, new_session=True, env=cache)
-    wait_until(lambda: len(psutil.Process(process.pid).children()) >= 3, process, tmp_path, "the pool's workers",
-               timeout=120)
+    wait_until(
+        lambda: len(psutil.Process(process.pid).children()) >= 3, process, tmp_path, "the pool's workers", timeout=120
+    )
     signal_job(process.pid, signal.SIGTERM)
     stderr = stopped_job(process, tmp_path)
-    assert re.search(r"^Stopped by SIGTERM while building the (training|held-out) pairs, before the first optimizer "
-                     r"step: there was nothing to save\. Run the same command again$", stderr, re.MULTILINE), \
-        stderr[-2000:]
+    assert re.search(
+        r"^Stopped by SIGTERM while building the (training|held-out) pairs, before the first optimizer "
+        r"step: there was nothing to save\. Run the same command again$",
+        stderr,
+        re.MULTILINE,
+    ), stderr[-2000:]
     assert checkpoints(run) == [] and not (run / "model.safetensors").exists()
 
     pretrain(run, *ARGS, "--preprocessing_num_workers", "2", env=cache)
@@ -488,7 +537,8 @@ def test_a_group_signal_while_torch_compile_compiles_the_first_step_stops_with_o
     stderr = stopped_job(process, tmp_path)
     assert stderr.strip().splitlines()[-1] == (
         "Stopped by SIGTERM while compiling the model (the first step), before the first optimizer step: there was "
-        "nothing to save. Run the same command again")
+        "nothing to save. Run the same command again"
+    )
     assert "torch.compile: the first step took" not in stderr
     assert checkpoints(run) == []
 
@@ -507,26 +557,38 @@ def test_a_group_signal_to_a_launched_run_stops_both_processes_after_the_same_st
     assert launcher.returncode != 0  # torch's launcher reports a signal it received as its own failure
     # the only traceback is the launcher's own report of the signal (torch.distributed.run's SignalException)
     assert stderr.count("Traceback") <= 1 and stderr.count("Traceback") == stderr.count("SignalException: Process")
-    step = int(next(line for line in stderr.splitlines() if line.startswith("Stopped by SIGTERM after step "))
-               .split(" after step ")[1].split(" ")[0])
+    step = int(
+        next(line for line in stderr.splitlines() if line.startswith("Stopped by SIGTERM after step "))
+        .split(" after step ")[1]
+        .split(" ")[0]
+    )
     assert checkpoints(run) == [f"step_{step}"]
-    assert {path.name for path in (run / f"step_{step}").iterdir()} >= {"random_states_0.pkl", "random_states_1.pkl",
-                                                                          STATE_FILE}
+    assert {path.name for path in (run / f"step_{step}").iterdir()} >= {
+        "random_states_0.pkl",
+        "random_states_1.pkl",
+        STATE_FILE,
+    }
     done = pretrain(run, *args, "--resume_from_checkpoint", "latest", launcher=DDP)
     assert f"Resumed from {run / f'step_{step}'}: step {step}" in done.stderr
     check_same_weights_and_curve(run, ddp_reference, after_step=0)
 
 
-def test_fine_tuning_with_dataloader_workers_stopped_by_a_group_signal_resumes(tmp_path, tiny_checkpoint, rte_folder,
-                                                                              glue_reference):
+def test_fine_tuning_with_dataloader_workers_stopped_by_a_group_signal_resumes(
+    tmp_path, tiny_checkpoint, rte_folder, glue_reference
+):
     """run_glue.py in one process with 2 DataLoader workers, SIGTERM to the job: checkpoint-N, status 75, one line;
     the same command resumes from it to the uninterrupted run's weights."""
     run, command = tmp_path / "run", [*glue_command(tiny_checkpoint, rte_folder, tmp_path / "run"), *WORKERS]
-    process = start_process(command, env=ENV, stdout=tmp_path / "stdout.txt", stderr=tmp_path / "stderr.txt",
-                            new_session=True)
+    process = start_process(
+        command, env=ENV, stdout=tmp_path / "stdout.txt", stderr=tmp_path / "stderr.txt", new_session=True
+    )
     # 8 examples make an epoch of 2 steps, and Trainer starts its workers again at each epoch: wait for them
-    wait_until(lambda: "'loss'" in (tmp_path / "stdout.txt").read_text()
-               and len(psutil.Process(process.pid).children()) == 2, process, tmp_path, "the workers after a loss")
+    wait_until(
+        lambda: "'loss'" in (tmp_path / "stdout.txt").read_text() and len(psutil.Process(process.pid).children()) == 2,
+        process,
+        tmp_path,
+        "the workers after a loss",
+    )
     signal_job(process.pid, signal.SIGTERM)
     stderr = stopped_job(process, tmp_path)
     step = int(stderr.strip().splitlines()[-1].split(" after step ")[1].split(" ")[0])
@@ -537,14 +599,17 @@ def test_fine_tuning_with_dataloader_workers_stopped_by_a_group_signal_resumes(t
     done = run_bounded(command, 300, env=ENV)
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"Resuming from {run / f'checkpoint-{step}'}" in done.stderr
-    expected, got = load_file(glue_reference("one process")[0] / "model.safetensors"), load_file(
-        run / "model.safetensors")
+    expected, got = (
+        load_file(glue_reference("one process")[0] / "model.safetensors"),
+        load_file(run / "model.safetensors"),
+    )
     for name in expected:
         torch.testing.assert_close(got[name], expected[name], rtol=0, atol=1e-6, msg=name)
 
 
 def test_group_signals_at_random_moments_lose_no_checkpoint_and_runs_resume_to_the_uninterrupted_weights(
-        tmp_path, reference):
+    tmp_path, reference
+):
     """SIGTERM to the job (2 DataLoader workers, a checkpoint every 10 steps) at random moments of its run, the data
     stage included, until 10 runs were stopped (a run that finished first is drawn again), each stopped run then
     started again with the same command: every stop ends with status 75 and one line, never a traceback; the
@@ -590,8 +655,11 @@ def test_group_signals_at_random_moments_lose_no_checkpoint_and_runs_resume_to_t
             assert checkpoints(run) == [f"step_{n}" for n in sorted({*range(10, step + 1, 10), step})], what
             assert all((run / name / STATE_FILE).is_file() for name in checkpoints(run)), what
         else:  # stopped before the first step
-            assert re.fullmatch(r"Stopped by SIGTERM while [a-z ()-]+, before the first optimizer step: there was "
-                                r"nothing to save\. Run the same command again", last), (what, last)
+            assert re.fullmatch(
+                r"Stopped by SIGTERM while [a-z ()-]+, before the first optimizer step: there was "
+                r"nothing to save\. Run the same command again",
+                last,
+            ), (what, last)
             step = 0
             assert checkpoints(run) == [], what
         stops.append(step)
@@ -621,13 +689,15 @@ run_entry_point(job.main, stage="starting")
 """
 
 
-@pytest.mark.parametrize("owner, stage, extra", [
-    ("loop", "evaluate_and_log", ["--validation_split_percentage", "5", "--eval_steps", "10"]),
-    ("loop", "save_checkpoint", ["--checkpointing_steps", "10"]),
-    ("job", "write_final_folder", []),
-])
-def test_a_signal_during_an_evaluation_a_checkpoint_or_the_final_folder_lets_it_complete(tmp_path, owner, stage,
-                                                                                          extra):
+@pytest.mark.parametrize(
+    "owner, stage, extra",
+    [
+        ("loop", "evaluate_and_log", ["--validation_split_percentage", "5", "--eval_steps", "10"]),
+        ("loop", "save_checkpoint", ["--checkpointing_steps", "10"]),
+        ("job", "write_final_folder", []),
+    ],
+)
+def test_a_signal_during_an_evaluation_a_checkpoint_or_the_final_folder_lets_it_complete(tmp_path, owner, stage, extra):
     """During the held-out evaluation or a checkpoint (at step 10) the run finishes it and stops after that step
     with a complete step_10 and status 75; during the final folder it completes the folder and exits with 0, saying
     the signal came after the run completed."""

@@ -46,8 +46,10 @@ def test_a_served_script_has_its_argv_folder_environment_and_ending(script, tmp_
     assert preloaded.servable([sys.executable, script, "3"], subprocess_env(ALBERT_HF_PROBE="x"), subprocess_env())
     work = tmp_path / "work"
     work.mkdir()
-    runs = [run_bounded([sys.executable, script, "3"], 60, cwd=work, env=subprocess_env(ALBERT_HF_PROBE=str(n)))
-            for n in range(2)]
+    runs = [
+        run_bounded([sys.executable, script, "3"], 60, cwd=work, env=subprocess_env(ALBERT_HF_PROBE=str(n)))
+        for n in range(2)
+    ]
     first, second = map(report, runs)
     assert runs[0].returncode == 3
     assert first["argv"] == [str(script), "3"] and first["name"] == "__main__"
@@ -57,7 +59,10 @@ def test_a_served_script_has_its_argv_folder_environment_and_ending(script, tmp_
     # multiprocessing as in a fresh main process: the platform's default start method (DataLoader workers would
     # otherwise go through the server), no parent
     assert (first["start_method"], first["process"], first["has_parent"]) == (
-        multiprocessing.get_all_start_methods()[0], "MainProcess", False)
+        multiprocessing.get_all_start_methods()[0],
+        "MainProcess",
+        False,
+    )
     assert first["pid"] != second["pid"] and first["random"] != second["random"]  # seeded afresh, as a new process
     assert runs[0].stdout.splitlines()[1:] == ["thread joined", "atexit ran"]  # threads joined, then atexit
     assert runs[0].stderr == "to stderr\n"
@@ -71,8 +76,13 @@ def test_an_uncaught_exception_prints_its_traceback_and_exits_1(script, tmp_path
 
 
 def test_a_signal_reaches_the_served_process(script, tmp_path):
-    process = start_process([sys.executable, script, "wait"], env=subprocess_env(), cwd=tmp_path,
-                            stdout=tmp_path / "out", stderr=tmp_path / "err")
+    process = start_process(
+        [sys.executable, script, "wait"],
+        env=subprocess_env(),
+        cwd=tmp_path,
+        stdout=tmp_path / "out",
+        stderr=tmp_path / "err",
+    )
     assert isinstance(process, preloaded.ForkedProcess)
     deadline = time.time() + 60
     while "pid" not in (tmp_path / "out").read_text():
@@ -92,8 +102,13 @@ def test_a_signal_sent_before_the_script_runs_is_held_for_it(script, tmp_path):
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.default_int_handler)
             for signum in handlers:
-                process = start_process([sys.executable, script, "wait"], env=subprocess_env(), cwd=tmp_path,
-                                        stdout=tmp_path / "out", stderr=tmp_path / "err")
+                process = start_process(
+                    [sys.executable, script, "wait"],
+                    env=subprocess_env(),
+                    cwd=tmp_path,
+                    stdout=tmp_path / "out",
+                    stderr=tmp_path / "err",
+                )
                 process.send_signal(signum)
                 status = process.wait(timeout=60)  # the script would sleep 60 s after its imports
                 assert status != 0 and "atexit ran" not in (tmp_path / "out").read_text(), (signum, status)
@@ -125,10 +140,23 @@ def test_a_served_process_has_the_signals_a_popen_child_has(tmp_path, caller):
             if caller != "as found":
                 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGUSR1})
                 signal.signal(signal.SIGHUP, signal.SIG_IGN)
-            popen = json.loads(subprocess.run([sys.executable, probe], env=subprocess_env(), capture_output=True,
-                                              text=True, check=True, timeout=60).stdout)
-            process = start_process([sys.executable, probe], env=subprocess_env(), cwd=tmp_path,
-                                    stdout=tmp_path / "out", stderr=tmp_path / "err")
+            popen = json.loads(
+                subprocess.run(
+                    [sys.executable, probe],
+                    env=subprocess_env(),
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                    timeout=60,
+                ).stdout
+            )
+            process = start_process(
+                [sys.executable, probe],
+                env=subprocess_env(),
+                cwd=tmp_path,
+                stdout=tmp_path / "out",
+                stderr=tmp_path / "err",
+            )
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
             signal.signal(signal.SIGHUP, hangup)
@@ -142,10 +170,13 @@ def test_a_served_process_has_the_signals_a_popen_child_has(tmp_path, caller):
 
 def test_a_test_that_leaves_a_signal_blocked_or_ignored_fails_and_the_state_is_put_back():
     """The guard every test runs in (conftest): a test that changes the signals later processes inherit fails."""
-    for plant, undo in ((lambda: signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM}),
-                         lambda: signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})),
-                        (lambda: signal.signal(signal.SIGUSR2, signal.SIG_IGN),
-                         lambda: signal.signal(signal.SIGUSR2, signal.SIG_DFL))):
+    for plant, undo in (
+        (
+            lambda: signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM}),
+            lambda: signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM}),
+        ),
+        (lambda: signal.signal(signal.SIGUSR2, signal.SIG_IGN), lambda: signal.signal(signal.SIGUSR2, signal.SIG_DFL)),
+    ):
         try:
             with pytest.raises(pytest.fail.Exception, match="changed this process's signals"):
                 with signals_left_as_found():
@@ -160,9 +191,11 @@ def test_importing_a_script_leaves_the_importers_signals_alone(tmp_path):
     """Run as scripts they hold the stop signals while the libraries load; imported (a test, a notebook) they must
     not: the importer's Ctrl-C, and every process it starts later, would inherit them blocked."""
     probe = tmp_path / "imports.py"
-    probe.write_text(f"import signal, sys\nsys.path.insert(0, {str(REPO)!r})\n"
-                     "import run_glue, run_ner, run_pretraining, run_race, run_squad\n"
-                     "print(sorted(signal.pthread_sigmask(signal.SIG_BLOCK, ())))\n")
+    probe.write_text(
+        f"import signal, sys\nsys.path.insert(0, {str(REPO)!r})\n"
+        "import run_glue, run_ner, run_pretraining, run_race, run_squad\n"
+        "print(sorted(signal.pthread_sigmask(signal.SIG_BLOCK, ())))\n"
+    )
     done = run_bounded([sys.executable, probe], 120, cwd=tmp_path, env=subprocess_env())
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]"
@@ -170,10 +203,16 @@ def test_importing_a_script_leaves_the_importers_signals_alone(tmp_path):
 
 def test_an_environment_read_at_start_up_gets_a_fresh_process(script, tmp_path):
     for variable in ("OMP_NUM_THREADS", "ATEN_CPU_CAPABILITY", "HF_HOME", "PYTHONPATH", "TORCHINDUCTOR_FREEZING"):
-        assert not preloaded.servable([sys.executable, script, "0"], subprocess_env(**{variable: "2"}),
-                                      subprocess_env()), variable
-    process = start_process([sys.executable, script, "0"], env=subprocess_env(OMP_NUM_THREADS="2"), cwd=tmp_path,
-                            stdout=tmp_path / "out", stderr=tmp_path / "err")
+        assert not preloaded.servable(
+            [sys.executable, script, "0"], subprocess_env(**{variable: "2"}), subprocess_env()
+        ), variable
+    process = start_process(
+        [sys.executable, script, "0"],
+        env=subprocess_env(OMP_NUM_THREADS="2"),
+        cwd=tmp_path,
+        stdout=tmp_path / "out",
+        stderr=tmp_path / "err",
+    )
     assert isinstance(process, subprocess.Popen)
     assert process.wait(timeout=120) == 0
     assert json.loads((tmp_path / "out").read_text().splitlines()[0])["threads"] == 2
@@ -207,8 +246,14 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "
 def launch(tmp_path, *args):
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    launcher = start_process([*TORCHRUN, *args[:-1], script, args[-1]], env=subprocess_env(), cwd=tmp_path,
-                             stdout=tmp_path / "out", stderr=tmp_path / "err", new_session=True)
+    launcher = start_process(
+        [*TORCHRUN, *args[:-1], script, args[-1]],
+        env=subprocess_env(),
+        cwd=tmp_path,
+        stdout=tmp_path / "out",
+        stderr=tmp_path / "err",
+        new_session=True,
+    )
     reports = [tmp_path / f"rank{rank}.json" for rank in range(2)]
     deadline = time.time() + 120
     while not all(report.exists() for report in reports):
@@ -232,7 +277,8 @@ def test_a_launchers_workers_are_forked_with_what_torchs_agent_gives_them(tmp_pa
         assert report["ppid"] == launcher.pid and report["sid"] == report["pid"], report  # as Popen(start_new_session)
     tree = psutil.Process(launcher.pid).children(recursive=True)
     assert {preloaded.launched_rank(process): process.pid for process in tree if preloaded.launched_rank(process)} == {
-        str(rank): report["pid"] for rank, report in enumerate(reports)}
+        str(rank): report["pid"] for rank, report in enumerate(reports)
+    }
     # a scheduler's signal to every process of the job: the workers end, the launcher with them, nothing is left
     assert signal_job(launcher.pid, signal.SIGTERM) == 3
     assert launcher.wait(timeout=60) != 0

@@ -15,8 +15,20 @@ from pretraining_runs import SCRIPT, metrics, untimed
 
 DATA = ["--vocab_size", "500", "--max_seq_length", "64", "--dupe_factor", "1", "--max_eval_samples", "64"]
 # --seed seeds the pairs (recorded in the manifest) and, separately, each training run's weights and masks
-TRAINING = ["--per_device_train_batch_size", "8", "--logging_steps", "2", "--max_train_steps", "6",
-            "--eval_steps", "3", "--mixed_precision", "no", "--seed", "7"]
+TRAINING = [
+    "--per_device_train_batch_size",
+    "8",
+    "--logging_steps",
+    "2",
+    "--max_train_steps",
+    "6",
+    "--eval_steps",
+    "3",
+    "--mixed_precision",
+    "no",
+    "--seed",
+    "7",
+]
 
 
 def run(*arguments):
@@ -51,14 +63,17 @@ def test_training_on_the_prepared_folder_tokenizes_nothing_and_equals_building_t
     run("--output_dir", built, *DATA, *TRAINING)
     from_folder = tmp_path / "from_folder"
     done = run("--output_dir", from_folder, "--prepared_data", prepared, *TRAINING)
-    assert (f"Training on the pairs prepared in {prepared} (no tokenizing); from its manifest: --max_seq_length 64, "
-            "--dupe_factor 1, --max_eval_samples 64") in done.stderr
+    assert (
+        f"Training on the pairs prepared in {prepared} (no tokenizing); from its manifest: --max_seq_length 64, "
+        "--dupe_factor 1, --max_eval_samples 64"
+    ) in done.stderr
     for building in ("albert_hf.tokenization", "albert_hf.pretraining.data.pairs", "Splitting and tokenizing"):
         assert building not in done.stderr
     expected, got = load_file(built / "model.safetensors"), load_file(from_folder / "model.safetensors")
     assert expected.keys() == got.keys()
     for name in expected:
         torch.testing.assert_close(got[name], expected[name], rtol=0, atol=0, msg=name)
+
     def curve(folder):  # every logged loss and accuracy, training and held-out (the speed aside)
         return untimed(metrics(folder))
 
@@ -66,16 +81,27 @@ def test_training_on_the_prepared_folder_tokenizes_nothing_and_equals_building_t
     assert (from_folder / "fill_mask_examples.json").is_file()  # the held-out documents came along
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--max_seq_length", "128"], "--max_seq_length 128 disagrees with --prepared_data {p}, which was "
-                                  "prepared with --max_seq_length 64: drop the flag, or prepare the data again"),
-    (["--task", "nsp"], "--task nsp disagrees with --prepared_data {p}, which was prepared with --task sop"),
-    (["--train_files", "corpus/"], "--train_files cannot be combined with --prepared_data {p}: the pairs and "
-                                   "the tokenizer come from that folder"),
-    (["--vocab_size", "500"], "--vocab_size cannot be combined with --prepared_data {p}"),
-    (["--preprocess_only"], "pass --preprocess_only (to prepare a folder) or --prepared_data (to train on "
-                            "one), not both"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (
+            ["--max_seq_length", "128"],
+            "--max_seq_length 128 disagrees with --prepared_data {p}, which was "
+            "prepared with --max_seq_length 64: drop the flag, or prepare the data again",
+        ),
+        (["--task", "nsp"], "--task nsp disagrees with --prepared_data {p}, which was prepared with --task sop"),
+        (
+            ["--train_files", "corpus/"],
+            "--train_files cannot be combined with --prepared_data {p}: the pairs and "
+            "the tokenizer come from that folder",
+        ),
+        (["--vocab_size", "500"], "--vocab_size cannot be combined with --prepared_data {p}"),
+        (
+            ["--preprocess_only"],
+            "pass --preprocess_only (to prepare a folder) or --prepared_data (to train on one), not both",
+        ),
+    ],
+)
 def test_arguments_that_disagree_with_the_prepared_folder_stop_with_one_line(tmp_path, prepared, flags, message):
     with pytest.raises(InputError) as stop:
         parse_args(["--output_dir", str(tmp_path / "run"), "--prepared_data", str(prepared), *flags])
@@ -90,13 +116,15 @@ def test_a_folder_that_was_not_prepared_stops_with_one_line(tmp_path):
 
 
 def test_an_explicit_value_equal_to_the_manifest_is_accepted(tmp_path, prepared):
-    args = parse_args(["--output_dir", str(tmp_path / "run"), "--prepared_data", str(prepared),
-                       "--max_seq_length", "64"])
+    args = parse_args(
+        ["--output_dir", str(tmp_path / "run"), "--prepared_data", str(prepared), "--max_seq_length", "64"]
+    )
     assert args.data.max_seq_length == 64 and args.data.dupe_factor == 1 and "--max_seq_length 64" not in args.adopted
 
 
 def test_a_stop_signal_while_the_folder_is_moved_into_place_waits_for_the_folder_to_be_complete(
-        tmp_path, prepared, monkeypatch):
+    tmp_path, prepared, monkeypatch
+):
     """SIGTERM (the run still has nothing to save) at the first of the moves that put the prepared folder in
     place: the moves finish, the manifest last, and only then does the run stop."""
     import os

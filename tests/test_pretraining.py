@@ -10,12 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 from albert_hf.pretraining.resolution import parse_args
-from helpers import (
-    DDP,
-    check_tokenizer_loads_without_prompt,
-    run_python,
-    tiny_config,
-)
+from helpers import DDP, check_tokenizer_loads_without_prompt, run_python, tiny_config
 from pretraining_runs import FAST, metrics, pretrain, pretrain_runs
 
 
@@ -25,8 +20,17 @@ def test_end_to_end_run_saves_a_model_that_loads_without_albert_hf(tmp_path):
     done = pretrain(out, "--max_train_steps", "6", "--eval_steps", "3", "--with_tracking")
     assert "Pretraining done." in done.stdout and "AutoModel -> AlbertHFModel" in done.stdout
     files = {p.name for p in out.iterdir()}
-    assert {"model.safetensors", "config.json", "tokenizer.json", "README.md", "all_results.json",
-            "modeling_albert_hf.py", "configuration_albert_hf.py", "metrics.jsonl", "fill_mask_examples.json"} <= files
+    assert {
+        "model.safetensors",
+        "config.json",
+        "tokenizer.json",
+        "README.md",
+        "all_results.json",
+        "modeling_albert_hf.py",
+        "configuration_albert_hf.py",
+        "metrics.jsonl",
+        "fill_mask_examples.json",
+    } <= files
     check_fill_mask_examples(out, done.stdout, held_out_texts(tmp_path))
     assert not any(name.startswith(".tmp") for name in files)
     rows = metrics(out)
@@ -50,8 +54,15 @@ def test_end_to_end_run_saves_a_model_that_loads_without_albert_hf(tmp_path):
         accumulator.Reload()
         scalars |= set(accumulator.Tags()["scalars"])
     # the run's cost and health beside its losses (no mfu: a CPU has no peak without --peak_tflops)
-    assert {"train_mlm_loss", "model_tflops_per_second", "grad_norm", "data_wait", "peak_memory_gib",
-            "total_model_flops", "mean_model_tflops_per_second"} <= scalars and "mfu" not in scalars, scalars
+    assert {
+        "train_mlm_loss",
+        "model_tflops_per_second",
+        "grad_norm",
+        "data_wait",
+        "peak_memory_gib",
+        "total_model_flops",
+        "mean_model_tflops_per_second",
+    } <= scalars and "mfu" not in scalars, scalars
     loaded = run_python(
         "import transformers, sys\n"
         f"m = transformers.AutoModelForPreTraining.from_pretrained({str(out)!r}, trust_remote_code=True)\n"
@@ -101,8 +112,12 @@ def test_two_processes_and_accumulation_follow_the_same_loss_curve_as_one(tmp_pa
     single, accumulated = tmp_path / "single", tmp_path / "accumulated"
     # same global batch: 2 processes x 4 = 1 process x 8 = 1 process x 4 x 2 accumulation steps (one process
     # for the two one-process runs; the curve is all they are compared by)
-    results, _ = pretrain_runs([(single, args), (accumulated, [*args, "--per_device_train_batch_size", "4",
-                                                               "--gradient_accumulation_steps", "2"])])
+    results, _ = pretrain_runs(
+        [
+            (single, args),
+            (accumulated, [*args, "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2"]),
+        ]
+    )
     assert [result["status"] for result in results] == [0, 0], results
     double = tmp_path / "double"
     done = pretrain(double, *args, "--per_device_train_batch_size", "4", launcher=DDP)
@@ -132,8 +147,20 @@ def test_streaming_jsonl_corpus(tmp_path, tiny_checkpoint):
         for row in embedded().select(range(1500)):
             f.write(json.dumps({"body": row["text"]}) + "\n")
     out = tmp_path / "run"
-    done = pretrain(out, "--train_files", str(corpus), "--text_column", "body", "--streaming",
-                    "--tokenizer_name", str(tiny_checkpoint), "--max_train_steps", "4", "--eval_steps", "4")
+    done = pretrain(
+        out,
+        "--train_files",
+        str(corpus),
+        "--text_column",
+        "body",
+        "--streaming",
+        "--tokenizer_name",
+        str(tiny_checkpoint),
+        "--max_train_steps",
+        "4",
+        "--eval_steps",
+        "4",
+    )
     assert "Pretraining done." in done.stdout
     rows = metrics(out)
     assert rows[-1]["step"] == 4 and "eval_mlm_accuracy" in rows[-1] and "eval_sop_accuracy" in rows[-1]
@@ -145,8 +172,19 @@ def test_streaming_jsonl_corpus(tmp_path, tiny_checkpoint):
 def test_nsp_run_names_its_metrics_nsp(tmp_path, tiny_checkpoint):
     """With --task nsp the 2-way head's loss and accuracy are logged as nsp_*, never as sop_*."""
     out = tmp_path / "run"
-    pretrain(out, "--task", "nsp", "--tokenizer_name", str(tiny_checkpoint), "--max_train_steps", "2",
-             "--logging_steps", "1", "--eval_steps", "2")
+    pretrain(
+        out,
+        "--task",
+        "nsp",
+        "--tokenizer_name",
+        str(tiny_checkpoint),
+        "--max_train_steps",
+        "2",
+        "--logging_steps",
+        "1",
+        "--eval_steps",
+        "2",
+    )
     rows = metrics(out)
     train, evals = [r for r in rows if "train_mlm_loss" in r], [r for r in rows if "eval_mlm_loss" in r]
     assert train and evals
@@ -212,17 +250,40 @@ def test_push_to_hub_uploads_the_final_folder_without_step_checkpoints(tmp_path,
         return RepoUrl(f"https://huggingface.co/{repo_id}")
 
     def upload_folder(self, repo_id, folder_path, commit_message=None, ignore_patterns=None, **kwargs):
-        uploads.append(dict(repo_id=repo_id, files=sorted(p.name for p in Path(folder_path).iterdir()),
-                            message=commit_message, ignore=ignore_patterns))
+        uploads.append(
+            dict(
+                repo_id=repo_id,
+                files=sorted(p.name for p in Path(folder_path).iterdir()),
+                message=commit_message,
+                ignore=ignore_patterns,
+            )
+        )
         return mock.MagicMock(commit_url="https://huggingface.co/fake/commit")
 
     out = tmp_path / "run"
     with mock.patch.object(HfApi, "create_repo", create_repo), mock.patch.object(HfApi, "upload_folder", upload_folder):
-        main(["--output_dir", str(out), *FAST, "--max_train_steps", "4", "--checkpointing_steps", "2",
-              "--eval_steps", "0", "--push_to_hub", "--hub_model_id", "someone/tiny-albert", "--hub_token", "x"])
+        main(
+            [
+                "--output_dir",
+                str(out),
+                *FAST,
+                "--max_train_steps",
+                "4",
+                "--checkpointing_steps",
+                "2",
+                "--eval_steps",
+                "0",
+                "--push_to_hub",
+                "--hub_model_id",
+                "someone/tiny-albert",
+                "--hub_token",
+                "x",
+            ]
+        )
     assert len(uploads) == 1 and uploads[0]["repo_id"] == "someone/tiny-albert"
     assert {"model.safetensors", "config.json", "tokenizer.json", "README.md", "modeling_albert_hf.py"} <= set(
-        uploads[0]["files"])
+        uploads[0]["files"]
+    )
     assert "step_*" in uploads[0]["ignore"] and (out / "step_2").is_dir()  # present locally, not uploaded
 
 
@@ -237,8 +298,12 @@ def test_running_metric_counts_hold_no_autograd_graph():
     input_ids = torch.randint(5, 1000, (4, 16))
     labels = torch.full_like(input_ids, -100)
     labels[:, 3::4] = input_ids[:, 3::4]
-    batch = dict(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), labels=labels,
-                 sentence_order_label=torch.tensor([0, 1, 0, 1]))
+    batch = dict(
+        input_ids=input_ids,
+        attention_mask=torch.ones_like(input_ids),
+        labels=labels,
+        sentence_order_label=torch.tensor([0, 1, 0, 1]),
+    )
     outputs = model(**batch)
     outputs.loss.backward()
     for counts in (example_counts(outputs, batch).sum(0), step_counts(outputs, batch)):
@@ -259,8 +324,12 @@ def test_training_counts_from_the_model_losses_equal_the_per_token_recount():
     labels = torch.full_like(input_ids, -100)
     labels[:, 2::5] = input_ids[:, 2::5]
     labels[0, :] = -100  # an example without masked tokens
-    batch = dict(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), labels=labels,
-                 sentence_order_label=torch.tensor([0, 1, 1, 0, 1, 0]))
+    batch = dict(
+        input_ids=input_ids,
+        attention_mask=torch.ones_like(input_ids),
+        labels=labels,
+        sentence_order_label=torch.tensor([0, 1, 1, 0, 1, 0]),
+    )
     with torch.no_grad():
         outputs = model(**batch)
     recount, counts = example_counts(outputs, batch).sum(0), step_counts(outputs, batch)

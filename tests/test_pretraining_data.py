@@ -43,8 +43,12 @@ def synthetic_documents(num_docs, seed, max_sentences=12, max_len=40):
 def as_tokenized_dataset(docs):
     ids = [[t for sentence in doc for t in sentence] for doc in docs]
     offsets = [list(np.cumsum([0] + [len(s) for s in doc])) for doc in docs]
-    features = datasets.Features({"input_ids": datasets.List(datasets.Value("int32")),
-                                  "sentence_offsets": datasets.List(datasets.Value("int32"))})
+    features = datasets.Features(
+        {
+            "input_ids": datasets.List(datasets.Value("int32")),
+            "sentence_offsets": datasets.List(datasets.Value("int32")),
+        }
+    )
     return datasets.Dataset.from_dict({"input_ids": ids, "sentence_offsets": offsets}, features=features)
 
 
@@ -120,13 +124,20 @@ def test_same_instances_as_the_official_algorithm(random_next_sentence, max_seq_
         ours_rng, official_rng = random.Random(seed), random.Random(seed)
         for index in range(len(docs)):
             for _ in range(2):  # two dupe passes share one stream, as officially
-                expected = official_instances(docs, index, max_seq_length, short_seq_prob,
-                                              random_next_sentence, official_rng)
+                expected = official_instances(
+                    docs, index, max_seq_length, short_seq_prob, random_next_sentence, official_rng
+                )
                 ours = [
-                    (a[0][a[1]:a[2]].tolist(), b[0][b[1]:b[2]].tolist(), label)
+                    (a[0][a[1] : a[2]].tolist(), b[0][b[1] : b[2]].tolist(), label)
                     for a, b, label in instances_from_document(
-                        index, *arrays[index], pool, ours_rng, max_seq_length=max_seq_length,
-                        short_seq_prob=short_seq_prob, random_next_sentence=random_next_sentence)
+                        index,
+                        *arrays[index],
+                        pool,
+                        ours_rng,
+                        max_seq_length=max_seq_length,
+                        short_seq_prob=short_seq_prob,
+                        random_next_sentence=random_next_sentence,
+                    )
                 ]
                 assert ours == expected
                 total += len(ours)
@@ -151,8 +162,15 @@ def sentences_of(segment):
 
 def test_sop_pairs_are_in_order_or_swapped_never_foreign():
     docs = synthetic_documents(150, seed=1)
-    pairs = create_pretraining_pairs(as_tokenized_dataset(docs), FAKE_TOKENIZER, max_seq_length=128,
-                                     dupe_factor=4, one_chunk="skip", min_sentences=2, seed=7)
+    pairs = create_pretraining_pairs(
+        as_tokenized_dataset(docs),
+        FAKE_TOKENIZER,
+        max_seq_length=128,
+        dupe_factor=4,
+        one_chunk="skip",
+        min_sentences=2,
+        seed=7,
+    )
     labels = np.array(pairs["sentence_order_label"])
     assert len(labels) > 500
     assert abs(labels.mean() - 0.5) < 4 * 0.5 / np.sqrt(len(labels))
@@ -170,8 +188,9 @@ def test_sop_pairs_are_in_order_or_swapped_never_foreign():
 
 def test_nsp_negatives_come_from_other_documents():
     docs = synthetic_documents(150, seed=2)
-    pairs = create_pretraining_pairs(as_tokenized_dataset(docs), FAKE_TOKENIZER, max_seq_length=96,
-                                     dupe_factor=2, task="nsp", seed=3)
+    pairs = create_pretraining_pairs(
+        as_tokenized_dataset(docs), FAKE_TOKENIZER, max_seq_length=96, dupe_factor=2, task="nsp", seed=3
+    )
     labels = np.array(pairs["sentence_order_label"])
     foreign = []
     for ids, types, label in zip(pairs["input_ids"], pairs["token_type_ids"], labels):
@@ -206,8 +225,9 @@ def test_one_chunk_quirk_is_kept_by_default_and_can_be_skipped():
 
 def test_truncation_keeps_both_sides_and_the_limit():
     docs = [[[token(d, s, j) for j in range(90)] for s in range(6)] for d in range(30)]  # long sentences
-    pairs = create_pretraining_pairs(as_tokenized_dataset(docs), FAKE_TOKENIZER, max_seq_length=64,
-                                     dupe_factor=2, short_seq_prob=0.0)
+    pairs = create_pretraining_pairs(
+        as_tokenized_dataset(docs), FAKE_TOKENIZER, max_seq_length=64, dupe_factor=2, short_seq_prob=0.0
+    )
     lengths = [len(ids) for ids in pairs["input_ids"]]
     assert max(lengths) == 64 and min(lengths) == 64  # every pair needed cutting, to exactly the limit
     for ids, types in zip(pairs["input_ids"], pairs["token_type_ids"]):
@@ -220,11 +240,23 @@ def test_truncation_keeps_both_sides_and_the_limit():
 
 def test_short_seq_prob_draws_short_targets():
     docs = [[[token(d, s, j) for j in range(5)] for s in range(400)] for d in range(200)]
-    long_only = create_pretraining_pairs(as_tokenized_dataset(docs), FAKE_TOKENIZER, max_seq_length=128,
-                                         short_seq_prob=0.0, dupe_factor=1, one_chunk="skip")
+    long_only = create_pretraining_pairs(
+        as_tokenized_dataset(docs),
+        FAKE_TOKENIZER,
+        max_seq_length=128,
+        short_seq_prob=0.0,
+        dupe_factor=1,
+        one_chunk="skip",
+    )
     assert min(len(ids) for ids in long_only["input_ids"]) >= 125 - 5
-    mixed = create_pretraining_pairs(as_tokenized_dataset(docs), FAKE_TOKENIZER, max_seq_length=128,
-                                     short_seq_prob=0.5, dupe_factor=1, one_chunk="skip")
+    mixed = create_pretraining_pairs(
+        as_tokenized_dataset(docs),
+        FAKE_TOKENIZER,
+        max_seq_length=128,
+        short_seq_prob=0.5,
+        dupe_factor=1,
+        one_chunk="skip",
+    )
     short = np.mean([len(ids) < 120 for ids in mixed["input_ids"]])
     assert short > 0.3  # a short target makes many short pairs out of its document
 
@@ -265,8 +297,7 @@ def test_short_documents_are_skipped_and_counted(caplog):
     docs[0], docs[21] = [[token(0, 0, 0), token(0, 0, 1)]], []  # one sentence; empty
     expected_short = sum(1 for d in docs if len(d) == 1)
     with caplog.at_level(logging.INFO, logger="albert_hf"):
-        pairs = create_pretraining_pairs(as_tokenized_dataset(docs), FAKE_TOKENIZER, max_seq_length=64,
-                                         dupe_factor=1)
+        pairs = create_pretraining_pairs(as_tokenized_dataset(docs), FAKE_TOKENIZER, max_seq_length=64, dupe_factor=1)
     assert f"skipped 1 empty and {expected_short} with fewer than 2 sentences" in caplog.text
     used_docs = {origin(t)[0] for ids in pairs["input_ids"] for t in ids if t > SEP}
     assert not used_docs & {d for d, doc in enumerate(docs) if len(doc) < 2}
@@ -277,19 +308,30 @@ def test_one_document_warns_only_when_a_random_segment_can_be_drawn(caplog):
     for task, one_chunk, warns in (("nsp", "skip", True), ("sop", "random_next", True), ("sop", "skip", False)):
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="albert_hf"):
-            create_pretraining_pairs(one, FAKE_TOKENIZER, max_seq_length=64, dupe_factor=1, task=task,
-                                     one_chunk=one_chunk)
+            create_pretraining_pairs(
+                one, FAKE_TOKENIZER, max_seq_length=64, dupe_factor=1, task=task, one_chunk=one_chunk
+            )
         assert ("Only one usable document" in caplog.text) is warns, (task, one_chunk)
 
 
-@pytest.mark.parametrize("make_documents, options, message", [
-    (lambda: as_tokenized_dataset(synthetic_documents(5, seed=19)), {"max_seq_length": 600},
-     "max_seq_length=600 exceeds .*512"),
-    (lambda: as_tokenized_dataset(synthetic_documents(5, seed=19)), {"task": "mlm"}, "task"),
-    (lambda: datasets.Dataset.from_dict({"input_ids": [[1, 2]]}), {}, "sentence_offsets"),
-    (lambda: as_tokenized_dataset([[[token(d, 0, 0)]] for d in range(4)]), {},
-     "No document has 2 or more sentences"),
-], ids=["too long", "unknown task", "not sentence-split", "one sentence each"])
+@pytest.mark.parametrize(
+    "make_documents, options, message",
+    [
+        (
+            lambda: as_tokenized_dataset(synthetic_documents(5, seed=19)),
+            {"max_seq_length": 600},
+            "max_seq_length=600 exceeds .*512",
+        ),
+        (lambda: as_tokenized_dataset(synthetic_documents(5, seed=19)), {"task": "mlm"}, "task"),
+        (lambda: datasets.Dataset.from_dict({"input_ids": [[1, 2]]}), {}, "sentence_offsets"),
+        (
+            lambda: as_tokenized_dataset([[[token(d, 0, 0)]] for d in range(4)]),
+            {},
+            "No document has 2 or more sentences",
+        ),
+    ],
+    ids=["too long", "unknown task", "not sentence-split", "one sentence each"],
+)
 def test_bad_documents_or_options_are_a_clear_error(make_documents, options, message):
     with pytest.raises(ValueError, match=message):
         create_pretraining_pairs(make_documents(), FAKE_TOKENIZER, **options)
@@ -331,8 +373,9 @@ def test_real_pairs_from_the_embedded_corpus():
 def test_streaming_corpus_builds_pairs_from_each_batch():
     docs = synthetic_documents(50, seed=21)
     streamed = as_tokenized_dataset(docs).to_iterable_dataset()
-    pairs = list(create_pretraining_pairs(streamed, FAKE_TOKENIZER, max_seq_length=64, dupe_factor=1,
-                                          batch_size=10, task="nsp"))
+    pairs = list(
+        create_pretraining_pairs(streamed, FAKE_TOKENIZER, max_seq_length=64, dupe_factor=1, batch_size=10, task="nsp")
+    )
     assert len(pairs) > 50
     for row in pairs:
         a, b = split_instance(row["input_ids"], row["token_type_ids"])

@@ -40,10 +40,15 @@ def batch(rows: int, seq: int = 16, seed: int = 0) -> dict:
     labels = torch.full_like(input_ids, -100)
     labels[:, 1:4] = input_ids[:, 1:4]
     positions, weights = fixed_size_positions(labels.numpy(), 4)
-    return dict(input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
-                token_type_ids=torch.zeros_like(input_ids), labels=labels,
-                sentence_order_label=torch.randint(0, 2, (rows,), generator=generator),
-                masked_lm_positions=torch.from_numpy(positions), masked_lm_weights=torch.from_numpy(weights))
+    return dict(
+        input_ids=input_ids,
+        attention_mask=torch.ones_like(input_ids),
+        token_type_ids=torch.zeros_like(input_ids),
+        labels=labels,
+        sentence_order_label=torch.randint(0, 2, (rows,), generator=generator),
+        masked_lm_positions=torch.from_numpy(positions),
+        masked_lm_weights=torch.from_numpy(weights),
+    )
 
 
 def training_run(accelerator):
@@ -53,25 +58,34 @@ def training_run(accelerator):
     return model, optimizer, get_official_schedule(optimizer, num_warmup_steps=2, num_training_steps=10)
 
 
-def test_a_replayed_step_trains_as_the_eager_loop_also_after_eager_steps_and_across_shapes(fresh_accelerate_state,
-                                                                                          caplog):
+def test_a_replayed_step_trains_as_the_eager_loop_also_after_eager_steps_and_across_shapes(
+    fresh_accelerate_state, caplog
+):
     from accelerate import Accelerator
 
     accelerator = Accelerator(cpu=True)
     # two steps of two micro-batches of 4 rows, then one of 3 rows (an epoch's last), then 4 rows again
-    steps = [[batch(4, seed=1), batch(4, seed=2)], [batch(4, seed=3), batch(4, seed=4)], [batch(3, seed=5)],
-             [batch(4, seed=6), batch(4, seed=7)]]
+    steps = [
+        [batch(4, seed=1), batch(4, seed=2)],
+        [batch(4, seed=3), batch(4, seed=4)],
+        [batch(3, seed=5)],
+        [batch(4, seed=6), batch(4, seed=7)],
+    ]
     eager_model, eager_optimizer, eager_schedule = training_run(accelerator)
     graph_model, graph_optimizer, graph_schedule = training_run(accelerator)
     expected, got = [], []
     for micro_batches in [[batch(4, seed=9), batch(4, seed=8)], *steps]:
         expected.append(training_step(eager_model, micro_batches, eager_optimizer, eager_schedule, accelerator, 1.0))
     # the first step eager, so that the optimizer has state when the graph is captured (a resumed run has too)
-    got.append(training_step(graph_model, [batch(4, seed=9), batch(4, seed=8)], graph_optimizer, graph_schedule,
-                             accelerator, 1.0))
+    got.append(
+        training_step(
+            graph_model, [batch(4, seed=9), batch(4, seed=8)], graph_optimizer, graph_schedule, accelerator, 1.0
+        )
+    )
     before = [p.detach().clone() for p in graph_model.parameters()]
-    graph = StepGraph(graph_model, graph_optimizer, accelerator, 1.0, "global",
-                      graph_factory=lambda: RunsAtCapture(graph_model))
+    graph = StepGraph(
+        graph_model, graph_optimizer, accelerator, 1.0, "global", graph_factory=lambda: RunsAtCapture(graph_model)
+    )
     with caplog.at_level(logging.INFO, logger="albert_hf"):
         for micro_batches in steps:
             got.append(graph(micro_batches))
@@ -104,17 +118,22 @@ def ddp_steps(report: str):
     rank = accelerator.process_index
     # each process its own batches; an epoch's shorter last step runs eagerly, through DDP's reducer
     steps = [[batch(4, seed=10 * rank + k), batch(4, seed=10 * rank + k + 1)] for k in (1, 3)] + [
-        [batch(3, seed=10 * rank + 5)], [batch(4, seed=10 * rank + 6), batch(4, seed=10 * rank + 7)]]
+        [batch(3, seed=10 * rank + 5)],
+        [batch(4, seed=10 * rank + 6), batch(4, seed=10 * rank + 7)],
+    ]
     first = [batch(4, seed=10 * rank + 8), batch(4, seed=10 * rank + 9)]
     eager_model, eager_optimizer, eager_schedule = training_run(accelerator)
     graph_model, graph_optimizer, graph_schedule = training_run(accelerator)
     eager_model, eager_optimizer = accelerator.prepare(eager_model, eager_optimizer)
     graph_model, graph_optimizer = accelerator.prepare(graph_model, graph_optimizer)
-    expected = [training_step(eager_model, micro_batches, eager_optimizer, eager_schedule, accelerator, 1.0)
-                for micro_batches in [first, *steps]]
+    expected = [
+        training_step(eager_model, micro_batches, eager_optimizer, eager_schedule, accelerator, 1.0)
+        for micro_batches in [first, *steps]
+    ]
     got = [training_step(graph_model, first, graph_optimizer, graph_schedule, accelerator, 1.0)]
-    graph = StepGraph(graph_model, graph_optimizer, accelerator, 1.0, "global",
-                      graph_factory=lambda: RunsAtCapture(graph_model))
+    graph = StepGraph(
+        graph_model, graph_optimizer, accelerator, 1.0, "global", graph_factory=lambda: RunsAtCapture(graph_model)
+    )
     for micro_batches in steps:
         got.append(graph(micro_batches))
         graph_schedule.step()
@@ -129,8 +148,10 @@ def ddp_steps(report: str):
         assert torch.equal(gathered[0], gathered[1]), name
         worst = max(worst, float((have - want).abs().max()))
     if rank == 0:
-        moved = max(float((p - q).abs().max()) for p, q in zip(graph_model.parameters(),
-                                                             training_run(accelerator)[0].parameters()))
+        moved = max(
+            float((p - q).abs().max())
+            for p, q in zip(graph_model.parameters(), training_run(accelerator)[0].parameters())
+        )
         Path(report).write_text(json.dumps({"worst": worst, "moved": moved, "reductions": len(reductions)}))
 
 
@@ -169,16 +190,25 @@ def test_lamb_takes_a_device_learning_rate_that_the_schedule_fills(foreach):
 def accelerator_like(distributed="NO", device="cuda", precision="bf16"):
     from accelerate.utils import DistributedType
 
-    return SimpleNamespace(distributed_type=DistributedType[distributed], device=torch.device(device),
-                           mixed_precision=precision)
+    return SimpleNamespace(
+        distributed_type=DistributedType[distributed], device=torch.device(device), mixed_precision=precision
+    )
 
 
-@pytest.mark.parametrize("accelerator, checkpointing, says", [
-    (accelerator_like("FSDP"), False, "this run shards the model with FSDP, whose collectives the graph does not hold"),
-    (accelerator_like("DEEPSPEED"), False, "shards the model with DeepSpeed"),
-    (accelerator_like(device="cpu"), False, "this run is on cpu, not a CUDA device"),
-    (accelerator_like(precision="fp16"), False, "fp16's loss scaler reads the device every step"),
-    (accelerator_like(), True, "activation checkpointing (--gradient_checkpointing or the FSDP config's)")])
+@pytest.mark.parametrize(
+    "accelerator, checkpointing, says",
+    [
+        (
+            accelerator_like("FSDP"),
+            False,
+            "this run shards the model with FSDP, whose collectives the graph does not hold",
+        ),
+        (accelerator_like("DEEPSPEED"), False, "shards the model with DeepSpeed"),
+        (accelerator_like(device="cpu"), False, "this run is on cpu, not a CUDA device"),
+        (accelerator_like(precision="fp16"), False, "fp16's loss scaler reads the device every step"),
+        (accelerator_like(), True, "activation checkpointing (--gradient_checkpointing or the FSDP config's)"),
+    ],
+)
 def test_what_cannot_be_captured_is_refused_in_one_line(accelerator, checkpointing, says):
     reason = refusal(accelerator, checkpointing)
     assert reason.startswith(f"--torch_compile_mode {MODE} captures the training step as a CUDA graph: ")
@@ -196,27 +226,48 @@ def test_the_script_on_a_cpu_stops_with_the_reason_and_writes_nothing(tmp_path):
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert done.stderr.strip().splitlines()[-1] == (
         f"error: --torch_compile_mode {MODE} captures the training step as a CUDA graph: this run is on "
-        "cpu, not a CUDA device; drop it or use another mode")
+        "cpu, not a CUDA device; drop it or use another mode"
+    )
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("device, processes, sharding, precision, checkpointing, rollback, mode, says", [
-    ("cpu", 1, None, "bf16", False, False, None, None),  # CPUs keep the eager step, and nothing is said of it
-    ("cpu", 2, "FSDP", "no", False, False, None, None),
-    ("cuda", 1, None, "bf16", False, False, MODE, None),  # the fastest measured step
-    ("cuda", 1, None, "no", False, False, MODE, None),
-    ("cuda", 8, None, "bf16", False, False, None, f"under DDP (8 processes) the graph is not yet the default, not "
-     f"having run on GPUs: --torch_compile_mode {MODE} asks for it"),
-    ("cuda", 2, "FSDP", "bf16", False, False, None,
-     "this run shards the model with FSDP, whose collectives the graph does not hold"),
-    ("cuda", 2, "DeepSpeed", "bf16", False, False, None, "this run shards the model with DeepSpeed"),
-    ("cuda", 1, None, "fp16", False, False, None, "fp16's loss scaler reads the device every step"),
-    ("cuda", 1, None, "bf16", True, False, None, "activation checkpointing"),
-    ("cuda", 1, None, "bf16", False, True, None, "--on_divergence rollback loads checkpoints"),
-])
-def test_the_default_step_is_the_whole_step_graph_where_it_can_run_on_a_cuda_device(device, processes, sharding,
-                                                                                    precision, checkpointing,
-                                                                                    rollback, mode, says):
+@pytest.mark.parametrize(
+    "device, processes, sharding, precision, checkpointing, rollback, mode, says",
+    [
+        ("cpu", 1, None, "bf16", False, False, None, None),  # CPUs keep the eager step, and nothing is said of it
+        ("cpu", 2, "FSDP", "no", False, False, None, None),
+        ("cuda", 1, None, "bf16", False, False, MODE, None),  # the fastest measured step
+        ("cuda", 1, None, "no", False, False, MODE, None),
+        (
+            "cuda",
+            8,
+            None,
+            "bf16",
+            False,
+            False,
+            None,
+            f"under DDP (8 processes) the graph is not yet the default, not "
+            f"having run on GPUs: --torch_compile_mode {MODE} asks for it",
+        ),
+        (
+            "cuda",
+            2,
+            "FSDP",
+            "bf16",
+            False,
+            False,
+            None,
+            "this run shards the model with FSDP, whose collectives the graph does not hold",
+        ),
+        ("cuda", 2, "DeepSpeed", "bf16", False, False, None, "this run shards the model with DeepSpeed"),
+        ("cuda", 1, None, "fp16", False, False, None, "fp16's loss scaler reads the device every step"),
+        ("cuda", 1, None, "bf16", True, False, None, "activation checkpointing"),
+        ("cuda", 1, None, "bf16", False, True, None, "--on_divergence rollback loads checkpoints"),
+    ],
+)
+def test_the_default_step_is_the_whole_step_graph_where_it_can_run_on_a_cuda_device(
+    device, processes, sharding, precision, checkpointing, rollback, mode, says
+):
     from albert_hf.pretraining.training.step_graph import default_mode
 
     chosen, note = default_mode(device, processes, sharding, precision, checkpointing, rollback)
@@ -228,15 +279,18 @@ def test_the_default_step_is_the_whole_step_graph_where_it_can_run_on_a_cuda_dev
         assert note.endswith("(--torch_compile_mode none asks for eager and silences this)") and "\n" not in note
 
 
-@pytest.mark.parametrize("flags, device, compiled, mode", [
-    ([], "cuda", True, MODE),  # nothing asked: the default on a CUDA device
-    ([], "cpu", False, None),  # ... and on a CPU
-    (["--torch_compile_mode", "none"], "cuda", False, None),  # eager asked for
-    (["--torch_compile"], "cuda", True, None),  # --torch_compile alone: the blocks compiled, as before
-    (["--torch_compile", "false"], "cuda", False, None),  # an explicit no to compiling is eager
-    (["--torch_compile_mode", "default"], "cuda", True, "default"),
-    (["--gradient_checkpointing"], "cuda", False, None),
-])
+@pytest.mark.parametrize(
+    "flags, device, compiled, mode",
+    [
+        ([], "cuda", True, MODE),  # nothing asked: the default on a CUDA device
+        ([], "cpu", False, None),  # ... and on a CPU
+        (["--torch_compile_mode", "none"], "cuda", False, None),  # eager asked for
+        (["--torch_compile"], "cuda", True, None),  # --torch_compile alone: the blocks compiled, as before
+        (["--torch_compile", "false"], "cuda", False, None),  # an explicit no to compiling is eager
+        (["--torch_compile_mode", "default"], "cuda", True, "default"),
+        (["--gradient_checkpointing"], "cuda", False, None),
+    ],
+)
 def test_an_explicit_choice_of_step_wins_over_the_default(tmp_path, flags, device, compiled, mode):
     from albert_hf.pretraining.resolution import choose_step, parse_args
     from albert_hf.runtime.hardware import Precision
@@ -249,14 +303,18 @@ def test_an_explicit_choice_of_step_wins_over_the_default(tmp_path, flags, devic
     assert len(notes) == (1 if "--gradient_checkpointing" in flags else 0)
 
 
-
-@pytest.mark.parametrize("env, flags, mode, says", [
-    ({"WORLD_SIZE": "2"}, [], None, "under DDP (2 processes) the graph is not yet the default"),
-    ({"WORLD_SIZE": "2"}, ["--torch_compile_mode", MODE], MODE, None),  # asked for: DDP's graph
-    ({"WORLD_SIZE": "2", "ACCELERATE_USE_FSDP": "true"}, [], None, "this run shards the model with FSDP"),
-    ({"WORLD_SIZE": "2", "ACCELERATE_USE_DEEPSPEED": "true"}, [], None, "this run shards the model with DeepSpeed")])
+@pytest.mark.parametrize(
+    "env, flags, mode, says",
+    [
+        ({"WORLD_SIZE": "2"}, [], None, "under DDP (2 processes) the graph is not yet the default"),
+        ({"WORLD_SIZE": "2"}, ["--torch_compile_mode", MODE], MODE, None),  # asked for: DDP's graph
+        ({"WORLD_SIZE": "2", "ACCELERATE_USE_FSDP": "true"}, [], None, "this run shards the model with FSDP"),
+        ({"WORLD_SIZE": "2", "ACCELERATE_USE_DEEPSPEED": "true"}, [], None, "this run shards the model with DeepSpeed"),
+    ],
+)
 def test_a_launch_of_several_processes_on_cuda_devices_gets_the_eager_step_by_default_and_says_why(
-        tmp_path, monkeypatch, env, flags, mode, says):
+    tmp_path, monkeypatch, env, flags, mode, says
+):
     from albert_hf.pretraining.resolution import choose_step, parse_args
     from albert_hf.runtime.hardware import Precision
 
@@ -267,6 +325,7 @@ def test_a_launch_of_several_processes_on_cuda_devices_gets_the_eager_step_by_de
     _, chosen_mode, notes = choose_step(args, SimpleNamespace(device="cuda"), Precision("bf16", "test"))
     assert chosen_mode == mode
     assert (notes == []) if says is None else (len(notes) == 1 and says in notes[0])
+
 
 if __name__ == "__main__":  # launched by test_a_ddp_step_captured_averages_its_own_gradients_and_trains_as_ddp
     ddp_steps(sys.argv[1])

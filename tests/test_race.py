@@ -29,16 +29,36 @@ from helpers import (
 REPO = Path(__file__).resolve().parents[1]
 SHARED_RACE = SHARED_DATA / "race"
 
-TINY_ARGS = ["--max_seq_length", "64", "--max_qa_length", "16", "--report_to", "none", "--seed", "0",
-             "--per_device_eval_batch_size", "8", "--dataloader_pin_memory", "false"]
+TINY_ARGS = [
+    "--max_seq_length",
+    "64",
+    "--max_qa_length",
+    "16",
+    "--report_to",
+    "none",
+    "--seed",
+    "0",
+    "--per_device_eval_batch_size",
+    "8",
+    "--dataloader_pin_memory",
+    "false",
+]
 
 
 def hub_rows(levels: dict) -> list[dict]:
     """The Hub's flattened `race` rows (one per question, example_id = the article id)."""
-    return [{"example_id": record["id"], "article": record["article"], "question": question, "options": options,
-             "answer": answer}
-            for files in levels.values() for record in files.values()
-            for question, options, answer in zip(record["questions"], record["options"], record["answers"])]
+    return [
+        {
+            "example_id": record["id"],
+            "article": record["article"],
+            "question": question,
+            "options": options,
+            "answer": answer,
+        }
+        for files in levels.values()
+        for record in files.values()
+        for question, options, answer in zip(record["questions"], record["options"], record["answers"])
+    ]
 
 
 def write_jsonl(path: Path, rows) -> Path:
@@ -55,8 +75,10 @@ def run_race(argv):
 
 
 def test_fill_option_fills_every_blank_or_appends_the_option():
-    assert (race_features.fill_option("The girls wear skirts in that _ .", "school")
-            == "The girls wear skirts in that school .")
+    assert (
+        race_features.fill_option("The girls wear skirts in that _ .", "school")
+        == "The girls wear skirts in that school ."
+    )
     assert race_features.fill_option("_ is to _ as day is to night", "black") == "black is to black as day is to night"
     assert race_features.fill_option("What's the best title?", "New Rules") == "What's the best title? New Rules"
 
@@ -67,8 +89,9 @@ def test_choice_input_keeps_the_last_qa_tokens_and_cuts_the_passage_from_its_end
     # qa keeps its last 4 (22..25); the passage gets 12 - 3 - 4 = 5 tokens (10..14)
     assert ids == [2, 10, 11, 12, 13, 14, 3, 22, 23, 24, 25, 3]
     assert types == [0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1]
-    ids, types = race_features.build_choice_input([10, 11], [20], cls_id=2, sep_id=3, max_seq_length=12,
-                                                  max_qa_length=4)
+    ids, types = race_features.build_choice_input(
+        [10, 11], [20], cls_id=2, sep_id=3, max_seq_length=12, max_qa_length=4
+    )
     assert ids == [2, 10, 11, 3, 20, 3] and types == [0, 0, 0, 0, 1, 1]
 
 
@@ -84,9 +107,14 @@ def test_encoded_inputs_follow_the_official_layout_with_the_real_tokenizer(tiny_
     passage = tokenizer(record["article"], add_special_tokens=False)["input_ids"]
     for choice, option in enumerate(record["options"][0]):
         qa = tokenizer(record["questions"][0].replace("_", option), add_special_tokens=False)["input_ids"][-12:]
-        kept_passage = passage[:40 - 3 - len(qa)]
-        assert encoded["input_ids"][choice] == [tokenizer.cls_token_id, *kept_passage, tokenizer.sep_token_id, *qa,
-                                                tokenizer.sep_token_id]
+        kept_passage = passage[: 40 - 3 - len(qa)]
+        assert encoded["input_ids"][choice] == [
+            tokenizer.cls_token_id,
+            *kept_passage,
+            tokenizer.sep_token_id,
+            *qa,
+            tokenizer.sep_token_id,
+        ]
         assert encoded["token_type_ids"][choice] == [0] * (len(kept_passage) + 2) + [1] * (len(qa) + 1)
     assert len(encoded["input_ids"][0]) == 40  # the long option filled the qa budget: 12 tokens
     assert encoded["label"] == 1 and encoded["example_id"] == "high1.txt-0" and encoded["subset"] == "high"
@@ -98,15 +126,16 @@ def test_short_inputs_cap_the_qa_part_so_one_passage_token_fits(max_seq_length):
     for passage_length in (1, 3, 40):
         for qa_length in (1, 2, max_seq_length - 4, max_seq_length, 200):
             passage, qa = list(range(1000, 1000 + passage_length)), list(range(5000, 5000 + qa_length))
-            ids, types = race_features.build_choice_input(passage, qa, cls_id=2, sep_id=3,
-                                                          max_seq_length=max_seq_length, max_qa_length=128)
+            ids, types = race_features.build_choice_input(
+                passage, qa, cls_id=2, sep_id=3, max_seq_length=max_seq_length, max_qa_length=128
+            )
             assert len(ids) == len(types) <= max_seq_length
             assert len(ids) == max_seq_length or (passage_length + qa_length + 3 <= max_seq_length)
             first_sep = ids.index(3)
-            kept_passage, kept_qa = ids[1:first_sep], ids[first_sep + 1:-1]
+            kept_passage, kept_qa = ids[1:first_sep], ids[first_sep + 1 : -1]
             assert ids[0] == 2 and ids[-1] == 3 and 3 not in kept_qa  # [CLS] passage [SEP] qa [SEP]
-            assert kept_passage == passage[:len(kept_passage)] and len(kept_passage) >= 1
-            assert kept_qa == qa[-len(kept_qa):]  # the qa part keeps its LAST tokens
+            assert kept_passage == passage[: len(kept_passage)] and len(kept_passage) >= 1
+            assert kept_qa == qa[-len(kept_qa) :]  # the qa part keeps its LAST tokens
             assert len(kept_qa) == min(qa_length, max_seq_length - 4, 128)
             assert types == [0] * (len(kept_passage) + 2) + [1] * (len(kept_qa) + 1)
 
@@ -115,8 +144,11 @@ def test_short_max_seq_length_is_accepted_and_an_impossible_one_names_the_flags(
     assert RaceDataArguments(max_seq_length=128).max_qa_length == 128  # the defaults compose
     assert RaceDataArguments(max_seq_length=5, max_qa_length=300).max_seq_length == 5
     for length in (4, 1):
-        with pytest.raises(ValueError, match=rf"^--max_seq_length {length} is too short for RACE: .*at least 5 "
-                                             r"tokens \(--max_qa_length is capped at max_seq_length - 4"):
+        with pytest.raises(
+            ValueError,
+            match=rf"^--max_seq_length {length} is too short for RACE: .*at least 5 "
+            r"tokens \(--max_qa_length is capped at max_seq_length - 4",
+        ):
             RaceDataArguments(max_seq_length=length)
     with pytest.raises(ValueError, match=r"--max_qa_length 0: "):
         RaceDataArguments(max_qa_length=0)
@@ -142,8 +174,7 @@ def test_a_capped_max_qa_length_is_logged_once(tiny_checkpoint, caplog):
 
 def test_accuracy_overall_and_per_level_by_hand():
     metrics = race_recipe.accuracy_by_subset([0, 1, 2, 3, 0], [0, 1, 0, 3, 1], ["high", "high", "middle", "middle", ""])
-    assert metrics == {"accuracy": 0.6, "accuracy_high": 1.0, "num_high": 2, "accuracy_middle": 0.5,
-                       "num_middle": 2}
+    assert metrics == {"accuracy": 0.6, "accuracy_high": 1.0, "num_high": 2, "accuracy_middle": 0.5, "num_middle": 2}
     assert race_recipe.accuracy_by_subset([1, 2], [1, 1], ["", ""]) == {"accuracy": 0.5}
 
 
@@ -155,11 +186,13 @@ def test_official_layout_folder_and_hub_rows_give_the_same_questions(tmp_path):
     root = write_official_layout(tmp_path / "RACE")
     official = race_data.load_race_split(RaceDataArguments(data_dir=str(tmp_path)), "validation")  # holds RACE/
     flat = race_data.load_race_split(
-        RaceDataArguments(validation_file=str(write_jsonl(tmp_path / "dev.jsonl", hub_rows(DEV)))), "validation")
+        RaceDataArguments(validation_file=str(write_jsonl(tmp_path / "dev.jsonl", hub_rows(DEV)))), "validation"
+    )
     folder = race_data.load_race_split(RaceDataArguments(validation_file=str(root / "dev")), "validation")
     articles = [record for files in DEV.values() for record in files.values()]
     article_lines = race_data.load_race_split(  # official fields, one article per line
-        RaceDataArguments(validation_file=str(write_jsonl(tmp_path / "articles.jsonl", articles))), "validation")
+        RaceDataArguments(validation_file=str(write_jsonl(tmp_path / "articles.jsonl", articles))), "validation"
+    )
     for questions in (official, flat, folder, article_lines):
         rows = {row["example_id"]: row for row in questions}
         assert len(rows) == 8
@@ -173,8 +206,9 @@ def test_subset_selects_one_level_and_refuses_data_without_levels(tmp_path):
     write_official_layout(tmp_path)
     high = race_data.load_race_split(RaceDataArguments(data_dir=str(tmp_path), subset="high"), "validation")
     assert sorted(high["example_id"]) == ["high5.txt-0", "high5.txt-1", "high5.txt-2", "high6.txt-0"]
-    middle = race_data.load_race_split(RaceDataArguments(validation_file=str(tmp_path / "dev"), subset="middle"),
-                                  "validation")
+    middle = race_data.load_race_split(
+        RaceDataArguments(validation_file=str(tmp_path / "dev"), subset="middle"), "validation"
+    )
     assert set(middle["subset"]) == {"middle"} and len(middle) == 4
     no_levels = tmp_path / "nolevels"
     no_levels.mkdir()
@@ -197,12 +231,15 @@ def test_hub_dataset_name_loads_the_subset_config_and_split(monkeypatch):
     assert set(questions["subset"]) == {"high"} and questions["label"] == [0, 1, 2, 3]
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda record: record["answers"].__setitem__(1, "E"), r"question 1: answer 'E' is not one of A, B, C, D"),
-    (lambda record: record["options"][0].pop(), r"question 0: 3 options; RACE questions have exactly 4"),
-    (lambda record: record.pop("article"), r"missing field\(s\) \['article'\]"),
-    (lambda record: record["answers"].pop(), r"3 questions, 3 option lists and 2 answers"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda record: record["answers"].__setitem__(1, "E"), r"question 1: answer 'E' is not one of A, B, C, D"),
+        (lambda record: record["options"][0].pop(), r"question 0: 3 options; RACE questions have exactly 4"),
+        (lambda record: record.pop("article"), r"missing field\(s\) \['article'\]"),
+        (lambda record: record["answers"].pop(), r"3 questions, 3 option lists and 2 answers"),
+    ],
+)
 def test_bad_articles_stop_with_the_file_named(tmp_path, change, message):
     write_official_layout(tmp_path)
     bad = tmp_path / "dev" / "middle" / "9.txt"
@@ -235,22 +272,52 @@ def test_bad_flat_rows_and_missing_folders_are_named(tmp_path):
 def trained_on_official_layout(tiny_checkpoint, tmp_path_factory):
     root = write_official_layout(tmp_path_factory.mktemp("race_data") / "RACE")
     out = tmp_path_factory.mktemp("race_out")
-    results = run_race(["--model_name_or_path", tiny_checkpoint, "--data_dir", root.parent, "--do_train",
-                        "--do_eval", "--do_predict", "--output_dir", out, "--per_device_train_batch_size", "8",
-                        "--learning_rate", "3e-3", "--num_train_epochs", "8", "--warmup_steps", "0",
-                        "--logging_steps", "100", "--save_strategy", "no", *TINY_ARGS])
+    results = run_race(
+        [
+            "--model_name_or_path",
+            tiny_checkpoint,
+            "--data_dir",
+            root.parent,
+            "--do_train",
+            "--do_eval",
+            "--do_predict",
+            "--output_dir",
+            out,
+            "--per_device_train_batch_size",
+            "8",
+            "--learning_rate",
+            "3e-3",
+            "--num_train_epochs",
+            "8",
+            "--warmup_steps",
+            "0",
+            "--logging_steps",
+            "100",
+            "--save_strategy",
+            "no",
+            *TINY_ARGS,
+        ]
+    )
     return root, out, results
 
 
 def right_letters(levels: dict) -> dict:
     """Per question id, the letter of the fixture's RIGHT option (what a model that learned the fixture picks)."""
-    return {f"{record['id']}-{i}": "ABCD"[options.index(RIGHT)] for files in levels.values()
-            for record in files.values() for i, options in enumerate(record["options"])}
+    return {
+        f"{record['id']}-{i}": "ABCD"[options.index(RIGHT)]
+        for files in levels.values()
+        for record in files.values()
+        for i, options in enumerate(record["options"])
+    }
 
 
 def gold_letters(levels: dict) -> dict:
-    return {f"{record['id']}-{i}": answer for files in levels.values() for record in files.values()
-            for i, answer in enumerate(record["answers"])}
+    return {
+        f"{record['id']}-{i}": answer
+        for files in levels.values()
+        for record in files.values()
+        for i, answer in enumerate(record["answers"])
+    }
 
 
 def check_learned_and_scored(predictions: dict, metrics: dict, prefix: str, levels: dict = DEV):
@@ -297,11 +364,34 @@ def test_a_short_max_seq_length_runs_with_the_default_max_qa_length(tiny_checkpo
     record = json.loads((root / "dev" / "high" / "6.txt").read_text())
     record["options"][0][2] = "walked very slowly to the old school with many books and friends " * 20  # > 128
     (root / "dev" / "high" / "6.txt").write_text(json.dumps(record))
-    results = run_race(["--model_name_or_path", tiny_checkpoint, "--data_dir", root.parent, "--do_train",
-                        "--do_eval", "--output_dir", tmp_path / "out", "--max_steps", "2",
-                        "--per_device_train_batch_size", "8", "--save_strategy", "no", "--max_seq_length", "128",
-                        "--report_to", "none", "--seed", "0", "--per_device_eval_batch_size", "8",
-                        "--dataloader_pin_memory", "false"])
+    results = run_race(
+        [
+            "--model_name_or_path",
+            tiny_checkpoint,
+            "--data_dir",
+            root.parent,
+            "--do_train",
+            "--do_eval",
+            "--output_dir",
+            tmp_path / "out",
+            "--max_steps",
+            "2",
+            "--per_device_train_batch_size",
+            "8",
+            "--save_strategy",
+            "no",
+            "--max_seq_length",
+            "128",
+            "--report_to",
+            "none",
+            "--seed",
+            "0",
+            "--per_device_eval_batch_size",
+            "8",
+            "--dataloader_pin_memory",
+            "false",
+        ]
+    )
     assert results["validation"]["eval_samples"] == 8 and 0 <= results["validation"]["eval_accuracy"] <= 1
     assert json.loads((tmp_path / "out" / "train_results.json").read_text())["train_samples"] == 24
     predictions = json.loads((tmp_path / "out" / "predictions_validation.json").read_text())
@@ -317,8 +407,9 @@ def applied_recipe(tmp_path, *flags):
 
     argv = ["--model_name_or_path", "m", "--output_dir", str(tmp_path), "--paper_hparams", *flags]
     model_args, data_args, training_args = parse_arguments(RaceDataArguments, argv)
-    model_args, data_args, training_args, _ = apply_paper_hparams(*race_recipe.paper_recipe(data_args), model_args,
-                                                                  data_args, training_args, argv)
+    model_args, data_args, training_args, _ = apply_paper_hparams(
+        *race_recipe.paper_recipe(data_args), model_args, data_args, training_args, argv
+    )
     return model_args, data_args, training_args, json.loads((tmp_path / "paper_hparams.json").read_text())
 
 
@@ -326,41 +417,102 @@ def test_paper_hparams_race_rows_for_v2_and_v1_models(tmp_path):
     # v2 models (the official run_race.py defaults and README): lr 1e-5, batch 32, 12000 steps, 1000 warm-up,
     # 512 tokens with the question+option at 128, ALBERT dropout 0 (hidden and attention), head dropout 0.1.
     model_args, data_args, args, written = applied_recipe(tmp_path)
-    assert written == {"learning_rate": 1e-5, "per_device_train_batch_size": 32, "gradient_accumulation_steps": 1,
-                       "max_steps": 12000, "warmup_steps": 1000, "hidden_dropout_prob": 0.0,
-                       "attention_probs_dropout_prob": 0.0, "max_seq_length": 512, "max_qa_length": 128,
-                       "classifier_dropout_prob": 0.1, **OFFICIAL_OPTIMIZER}
+    assert written == {
+        "learning_rate": 1e-5,
+        "per_device_train_batch_size": 32,
+        "gradient_accumulation_steps": 1,
+        "max_steps": 12000,
+        "warmup_steps": 1000,
+        "hidden_dropout_prob": 0.0,
+        "attention_probs_dropout_prob": 0.0,
+        "max_seq_length": 512,
+        "max_qa_length": 128,
+        "classifier_dropout_prob": 0.1,
+        **OFFICIAL_OPTIMIZER,
+    }
     assert (args.learning_rate, args.max_steps, args.warmup_steps, args.official_optimizer) == (1e-5, 12000, 1000, True)
-    assert (data_args.max_seq_length, data_args.max_qa_length, model_args.attention_probs_dropout_prob) == \
-        (512, 128, 0.0)
+    assert (data_args.max_seq_length, data_args.max_qa_length, model_args.attention_probs_dropout_prob) == (
+        512,
+        128,
+        0.0,
+    )
     # v1 models (the paper's row): lr 2e-5 and ALBERT dropout 0.1; the batch 32 over 4 accumulation steps
     model_args, _, args, written = applied_recipe(tmp_path, "--race_recipe", "v1", "--gradient_accumulation_steps", "4")
-    assert (written["learning_rate"], written["per_device_train_batch_size"], written["hidden_dropout_prob"],
-            written["attention_probs_dropout_prob"], written["max_steps"]) == (2e-5, 8, 0.1, 0.1, 12000)
-    assert (args.learning_rate, model_args.hidden_dropout_prob, model_args.attention_probs_dropout_prob) == \
-        (2e-5, 0.1, 0.1)
+    assert (
+        written["learning_rate"],
+        written["per_device_train_batch_size"],
+        written["hidden_dropout_prob"],
+        written["attention_probs_dropout_prob"],
+        written["max_steps"],
+    ) == (2e-5, 8, 0.1, 0.1, 12000)
+    assert (args.learning_rate, model_args.hidden_dropout_prob, model_args.attention_probs_dropout_prob) == (
+        2e-5,
+        0.1,
+        0.1,
+    )
 
 
 def test_race_recipe_without_paper_hparams_names_the_flag(tmp_path):
-    with pytest.raises(InputError, match=r"^--race_recipe v1 chooses the row --paper_hparams applies: pass "
-                                         r"--paper_hparams too$"):
-        run_race(["--model_name_or_path", "m", "--data_dir", tmp_path, "--do_eval", "--output_dir", tmp_path / "out",
-                  "--race_recipe", "v1"])
+    with pytest.raises(
+        InputError,
+        match=r"^--race_recipe v1 chooses the row --paper_hparams applies: pass "
+        r"--paper_hparams too$",
+    ):
+        run_race(
+            [
+                "--model_name_or_path",
+                "m",
+                "--data_dir",
+                tmp_path,
+                "--do_eval",
+                "--output_dir",
+                tmp_path / "out",
+                "--race_recipe",
+                "v1",
+            ]
+        )
 
 
 @pytest.mark.trains
 def test_paper_hparams_run_trains_with_the_recipe_dropouts_and_records_it(tiny_checkpoint, tmp_path):
     root = write_official_layout(tmp_path / "data" / "RACE")
     out = tmp_path / "out"
-    run_race(["--model_name_or_path", tiny_checkpoint, "--data_dir", root.parent, "--do_train", "--output_dir", out,
-              "--paper_hparams", "--race_recipe", "v1", "--max_steps", "2", "--per_device_train_batch_size", "8",
-              "--save_strategy", "no", *TINY_ARGS])
+    run_race(
+        [
+            "--model_name_or_path",
+            tiny_checkpoint,
+            "--data_dir",
+            root.parent,
+            "--do_train",
+            "--output_dir",
+            out,
+            "--paper_hparams",
+            "--race_recipe",
+            "v1",
+            "--max_steps",
+            "2",
+            "--per_device_train_batch_size",
+            "8",
+            "--save_strategy",
+            "no",
+            *TINY_ARGS,
+        ]
+    )
     config = json.loads((out / "config.json").read_text())  # the tiny model's own dropouts are 0
-    assert (config["hidden_dropout_prob"], config["attention_probs_dropout_prob"],
-            config["classifier_dropout_prob"]) == (0.1, 0.1, 0.1)
+    assert (
+        config["hidden_dropout_prob"],
+        config["attention_probs_dropout_prob"],
+        config["classifier_dropout_prob"],
+    ) == (0.1, 0.1, 0.1)
     written = json.loads((out / "paper_hparams.json").read_text())
-    assert (written["learning_rate"], written["max_steps"], written["per_device_train_batch_size"],
-            written["max_seq_length"], written["max_qa_length"], written["warmup_steps"]) == (2e-5, 2, 8, 64, 16, 1000)
+    assert (
+        written["learning_rate"],
+        written["max_steps"],
+        written["per_device_train_batch_size"],
+        written["max_seq_length"],
+        written["max_qa_length"],
+        written["warmup_steps"],
+    ) == (2e-5, 2, 8, 64, 16, 1000)
     card = (out / "README.md").read_text()
     assert "ALBERT's fine-tuning recipe for RACE, v1 models" in card and "| max_qa_length | 16 (explicit) |" in card
 
@@ -368,20 +520,55 @@ def test_paper_hparams_run_trains_with_the_recipe_dropouts_and_records_it(tiny_c
 @pytest.mark.trains
 @pytest.mark.rounding
 def test_flat_json_trains_and_evaluates_and_the_trained_model_agrees_across_formats(
-        trained_on_official_layout, tiny_checkpoint, tmp_path):
+    trained_on_official_layout, tiny_checkpoint, tmp_path
+):
     root, trained, _ = trained_on_official_layout
     train_file = write_jsonl(tmp_path / "train.jsonl", hub_rows(TRAIN))
     dev_file = write_jsonl(tmp_path / "dev.jsonl", hub_rows(DEV))
-    results = run_race(["--model_name_or_path", tiny_checkpoint, "--train_file", train_file, "--validation_file",
-                        dev_file, "--do_train", "--do_eval", "--output_dir", tmp_path / "flat",
-                        "--per_device_train_batch_size", "8", "--learning_rate", "3e-3", "--num_train_epochs", "8",
-                        "--warmup_steps", "0", "--save_strategy", "no", *TINY_ARGS])
-    check_learned_and_scored(json.loads((tmp_path / "flat" / "predictions_validation.json").read_text()),
-                             results["validation"], "eval")  # levels from the "middle7.txt" id prefix
+    results = run_race(
+        [
+            "--model_name_or_path",
+            tiny_checkpoint,
+            "--train_file",
+            train_file,
+            "--validation_file",
+            dev_file,
+            "--do_train",
+            "--do_eval",
+            "--output_dir",
+            tmp_path / "flat",
+            "--per_device_train_batch_size",
+            "8",
+            "--learning_rate",
+            "3e-3",
+            "--num_train_epochs",
+            "8",
+            "--warmup_steps",
+            "0",
+            "--save_strategy",
+            "no",
+            *TINY_ARGS,
+        ]
+    )
+    check_learned_and_scored(
+        json.loads((tmp_path / "flat" / "predictions_validation.json").read_text()), results["validation"], "eval"
+    )  # levels from the "middle7.txt" id prefix
     # The model trained on the official layout, evaluated on the flat rows with --subset middle only: the same
     # letters as it wrote for those questions from the official files.
-    results = run_race(["--model_name_or_path", trained, "--validation_file", dev_file, "--subset", "middle",
-                        "--do_eval", "--output_dir", tmp_path / "eval_only", *TINY_ARGS])
+    results = run_race(
+        [
+            "--model_name_or_path",
+            trained,
+            "--validation_file",
+            dev_file,
+            "--subset",
+            "middle",
+            "--do_eval",
+            "--output_dir",
+            tmp_path / "eval_only",
+            *TINY_ARGS,
+        ]
+    )
     assert "eval_accuracy_high" not in results["validation"]
     middle = json.loads((tmp_path / "eval_only" / "predictions_validation.json").read_text())
     official = json.loads((trained / "predictions_validation.json").read_text())
@@ -407,15 +594,34 @@ def real_accuracy(predictions: dict, folder: Path) -> float:
 @pytest.mark.trains
 def test_real_official_layout_sample_end_to_end(tiny_checkpoint, tmp_path):
     sample = shared_data("race", "official_layout_sample")
-    results = run_race(["--model_name_or_path", tiny_checkpoint, "--data_dir", sample, "--do_train", "--do_eval",
-                        "--do_predict", "--output_dir", tmp_path, "--max_steps", "3",
-                        "--per_device_train_batch_size", "4", "--save_strategy", "no", *TINY_ARGS])
+    results = run_race(
+        [
+            "--model_name_or_path",
+            tiny_checkpoint,
+            "--data_dir",
+            sample,
+            "--do_train",
+            "--do_eval",
+            "--do_predict",
+            "--output_dir",
+            tmp_path,
+            "--max_steps",
+            "3",
+            "--per_device_train_batch_size",
+            "4",
+            "--save_strategy",
+            "no",
+            *TINY_ARGS,
+        ]
+    )
     # dev: high73 (1) + high80 (5) questions; middle13 (5) + middle34 (4) + middle73 (2)
     assert (results["validation"]["eval_num_high"], results["validation"]["eval_num_middle"]) == (6, 11)
     # test: high98 (5) + high122 (3); middle1 (4) + middle70 (5) + middle9 (5)
     assert (results["test"]["predict_num_high"], results["test"]["predict_num_middle"]) == (8, 14)
-    for split, folder, last_question, prefix in (("validation", "dev", "high80.txt-4", "eval"),
-                                                 ("test", "test", "middle9.txt-4", "predict")):
+    for split, folder, last_question, prefix in (
+        ("validation", "dev", "high80.txt-4", "eval"),
+        ("test", "test", "middle9.txt-4", "predict"),
+    ):
         predictions = json.loads((tmp_path / f"predictions_{split}.json").read_text())
         assert len(predictions) == results[split][f"{prefix}_samples"] and last_question in predictions
         assert set(predictions.values()) <= set("ABCD")
@@ -424,8 +630,20 @@ def test_real_official_layout_sample_end_to_end(tiny_checkpoint, tmp_path):
 
 def test_real_reshuffled_folder_evaluates_and_refuses_a_level_it_cannot_know(tiny_checkpoint, tmp_path):
     dev = shared_data("race", "asc_reshuffled", "dev")
-    results = run_race(["--model_name_or_path", tiny_checkpoint, "--validation_file", dev, "--do_eval",
-                        "--max_eval_samples", "48", "--output_dir", tmp_path, *TINY_ARGS])
+    results = run_race(
+        [
+            "--model_name_or_path",
+            tiny_checkpoint,
+            "--validation_file",
+            dev,
+            "--do_eval",
+            "--max_eval_samples",
+            "48",
+            "--output_dir",
+            tmp_path,
+            *TINY_ARGS,
+        ]
+    )
     predictions = json.loads((tmp_path / "predictions_validation.json").read_text())
     assert len(predictions) == 48 and results["validation"]["eval_samples"] == 48
     assert all(question.startswith("asc") and question.rsplit("-", 1)[1].isdigit() for question in predictions)
@@ -444,11 +662,39 @@ def test_two_seeds_summarise_accuracy_and_keep_the_best_checkpoint_by_accuracy(t
 
     root = write_official_layout(tmp_path / "data" / "RACE")
     out = tmp_path / "out"
-    summary = run_race(["--model_name_or_path", tiny_checkpoint, "--data_dir", root.parent, "--do_train",
-                        "--do_eval", "--output_dir", out, "--per_device_train_batch_size", "8", "--learning_rate",
-                        "3e-3", "--num_train_epochs", "8", "--warmup_steps", "0", "--eval_strategy", "steps",
-                        "--eval_steps", "6", "--save_strategy", "steps", "--save_steps", "6",
-                        "--load_best_model_at_end", "--seeds", "1", "2", *TINY_ARGS])
+    summary = run_race(
+        [
+            "--model_name_or_path",
+            tiny_checkpoint,
+            "--data_dir",
+            root.parent,
+            "--do_train",
+            "--do_eval",
+            "--output_dir",
+            out,
+            "--per_device_train_batch_size",
+            "8",
+            "--learning_rate",
+            "3e-3",
+            "--num_train_epochs",
+            "8",
+            "--warmup_steps",
+            "0",
+            "--eval_strategy",
+            "steps",
+            "--eval_steps",
+            "6",
+            "--save_strategy",
+            "steps",
+            "--save_steps",
+            "6",
+            "--load_best_model_at_end",
+            "--seeds",
+            "1",
+            "2",
+            *TINY_ARGS,
+        ]
+    )
     check_seed_summary(out, [1, 2], "eval_accuracy", AutoModelForMultipleChoice)
     assert summary["baseline"] == {"metric": "accuracy", "value": 0.25, "name": "chance (1 of 4 options)"}
     assert {"eval_accuracy", "eval_accuracy_high", "eval_accuracy_middle"} <= set(summary["metrics"])

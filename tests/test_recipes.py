@@ -10,8 +10,21 @@ from helpers import REPO
 
 RECIPES = REPO / "recipes"
 PAPER = ("base", "large", "xlarge", "xxlarge")
-DEMO_FLAGS = ["--overwrite_output_dir", "--model_config", "small", "--max_seq_length", "64", "--learning_rate", "5e-3",
-              "--adam_beta2", "0.98", "--max_train_steps", "700", "--eval_steps", "175"]
+DEMO_FLAGS = [
+    "--overwrite_output_dir",
+    "--model_config",
+    "small",
+    "--max_seq_length",
+    "64",
+    "--learning_rate",
+    "5e-3",
+    "--adam_beta2",
+    "0.98",
+    "--max_train_steps",
+    "700",
+    "--eval_steps",
+    "175",
+]
 
 
 def test_every_recipe_is_read_by_the_argument_parser(tmp_path, monkeypatch, tiny_checkpoint):
@@ -34,7 +47,11 @@ def test_the_continued_recipe_replays_general_text_beside_the_domain(tmp_path, m
     assert args.sources.sources[1].dataset_name == "wikimedia/wikipedia"
     flat = args.flat()
     assert (flat["global_batch_size"], flat["max_train_steps"], flat["num_warmup_steps"], flat["optimizer"]) == (
-        2048, 12_500, 750, "lamb")
+        2048,
+        12_500,
+        750,
+        "lamb",
+    )
     assert flat["learning_rate"] == pytest.approx(0.00176 * (2048 / 4096) ** 0.5, rel=0.01)
 
 
@@ -51,10 +68,19 @@ def test_the_paper_recipes_have_the_paper_values(tmp_path, monkeypatch, name):
     assert resolved.sources.sources[0].dataset_name == "wikimedia/wikipedia" and args["streaming"]
     assert args["global_batch_size"] == 4096
     assert args["per_device_train_batch_size"] * processes * args["gradient_accumulation_steps"] == 4096
-    assert tuple(args[name] for name in ("model_config", "max_seq_length", "optimizer", "learning_rate",
-                                         "max_train_steps", "num_warmup_steps", "max_ngram",
-                                         "max_predictions_per_seq")) == (
-        name, 512, "lamb", 0.00176, 125_000, 3125, 3, 20)
+    assert tuple(
+        args[name]
+        for name in (
+            "model_config",
+            "max_seq_length",
+            "optimizer",
+            "learning_rate",
+            "max_train_steps",
+            "num_warmup_steps",
+            "max_ngram",
+            "max_predictions_per_seq",
+        )
+    ) == (name, 512, "lamb", 0.00176, 125_000, 3125, 3, 20)
 
 
 def test_the_demo_recipe_is_what_make_pretrain_passed_as_flags(tmp_path, monkeypatch):

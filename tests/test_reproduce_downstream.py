@@ -12,8 +12,13 @@ import pytest
 from albert_hf.testing.glue_folders import write_glue_folders
 from helpers import REPO
 
-METRICS = {"sst2": ("accuracy",), "cola": ("matthews_correlation",), "mrpc": ("accuracy", "f1"),
-           "stsb": ("pearson", "spearmanr"), "rte": ("accuracy",)}
+METRICS = {
+    "sst2": ("accuracy",),
+    "cola": ("matthews_correlation",),
+    "mrpc": ("accuracy", "f1"),
+    "stsb": ("pearson", "spearmanr"),
+    "rte": ("accuracy",),
+}
 MAIN = {task: metrics[0] for task, metrics in METRICS.items()}
 
 
@@ -31,18 +36,24 @@ def test_learning_rate_selection_and_standard_errors(reproduction):
     assert reproduction.select_learning_rate(runs, "accuracy") == 1e-4
     assert reproduction.select_learning_rate({3e-4: [{"accuracy": 0.6}], 1e-4: [{"accuracy": 0.6}]}, "accuracy") == 3e-4
 
-    row = reproduction.summarise([{"accuracy": 0.7, "f1": 0.8}, {"accuracy": 0.8, "f1": 0.8},
-                                  {"accuracy": 0.9, "f1": 0.8}], ("accuracy", "f1"), 3e-4)
-    assert row == pytest.approx({"accuracy": 0.8, "accuracy_std": 0.1, "f1": 0.8, "f1_std": 0.0,
-                                 "learning_rate": 3e-4, "seeds": 3})
+    row = reproduction.summarise(
+        [{"accuracy": 0.7, "f1": 0.8}, {"accuracy": 0.8, "f1": 0.8}, {"accuracy": 0.9, "f1": 0.8}],
+        ("accuracy", "f1"),
+        3e-4,
+    )
+    assert row == pytest.approx(
+        {"accuracy": 0.8, "accuracy_std": 0.1, "f1": 0.8, "f1_std": 0.0, "learning_rate": 3e-4, "seeds": 3}
+    )
     assert reproduction.summarise([{"pearson": 0.5}], ("pearson",), 1e-4)["pearson_std"] == 0.0
 
     # GLUE avg: (80 + 20 + 70 + 50 + 60) / 5 = 56; se = sqrt(3^2/3 + 6^2/3 + 4^2/4) / 5 = sqrt(19) / 5.
-    rows = {"sst2": {"accuracy": 0.8, "accuracy_std": 0.03, "seeds": 3},
-            "cola": {"matthews_correlation": 0.2, "matthews_correlation_std": 0.06, "seeds": 3},
-            "mrpc": {"accuracy": 0.7, "accuracy_std": 0.0, "f1": 0.1, "f1_std": 0.5, "seeds": 3},
-            "stsb": {"pearson": 0.5, "pearson_std": 0.04, "spearmanr": 0.9, "spearmanr_std": 0.0, "seeds": 4},
-            "rte": {"accuracy": 0.6, "accuracy_std": 0.0, "seeds": 3}}
+    rows = {
+        "sst2": {"accuracy": 0.8, "accuracy_std": 0.03, "seeds": 3},
+        "cola": {"matthews_correlation": 0.2, "matthews_correlation_std": 0.06, "seeds": 3},
+        "mrpc": {"accuracy": 0.7, "accuracy_std": 0.0, "f1": 0.1, "f1_std": 0.5, "seeds": 3},
+        "stsb": {"pearson": 0.5, "pearson_std": 0.04, "spearmanr": 0.9, "spearmanr_std": 0.0, "seeds": 4},
+        "rte": {"accuracy": 0.6, "accuracy_std": 0.0, "seeds": 3},
+    }
     average, se = reproduction.average(rows)
     assert average == pytest.approx(56.0) and se == pytest.approx(math.sqrt(19) / 5)
 
@@ -50,9 +61,15 @@ def test_learning_rate_selection_and_standard_errors(reproduction):
     assert reproduction.difference(results, "a", "b") == pytest.approx((10.0, 5.0))
     # A constant STS-B prediction has no Pearson correlation: scored 0, as its MCC would be.
     assert reproduction.read_scores({"eval_pearson": math.nan, "eval_spearmanr": 0.25}, "stsb") == {
-        "pearson": 0.0, "spearmanr": 0.25}
-    assert [reproduction.sst2_label(n) for n in (1000, 5000, 20000, 32)] == ["sst2_1k", "sst2_5k", "sst2_20k",
-                                                                             "sst2_32"]
+        "pearson": 0.0,
+        "spearmanr": 0.25,
+    }
+    assert [reproduction.sst2_label(n) for n in (1000, 5000, 20000, 32)] == [
+        "sst2_1k",
+        "sst2_5k",
+        "sst2_20k",
+        "sst2_32",
+    ]
 
 
 def test_glue_dir_is_checked_before_any_training(reproduction, tmp_path):
@@ -112,8 +129,11 @@ def test_smoke_run_writes_every_result_and_reuses_finished_runs(reproduction, tm
     assert saved["albert_sop"]["pretraining"]["parameters"] == saved["no_pretraining"]["pretraining"]["parameters"]
 
     points = json.loads((out / "downstream_curve.json").read_text())
-    assert [(p["steps"], p["run"]) for p in points] == [(0, "no_pretraining"), (10, "albert_sop_steps10"),
-                                                        (20, "albert_sop")]
+    assert [(p["steps"], p["run"]) for p in points] == [
+        (0, "no_pretraining"),
+        (10, "albert_sop_steps10"),
+        (20, "albert_sop"),
+    ]
     assert points[0]["tokens"] < points[1]["tokens"] < points[2]["tokens"]
     assert all(list(p["tasks"]) == ["sst2", "mrpc", "stsb"] and math.isfinite(p["score"]) for p in points)
     assert points[2]["tasks"]["sst2"] == saved["albert_sop"]["sst2"]  # the same runs, reused
@@ -123,8 +143,15 @@ def test_smoke_run_writes_every_result_and_reuses_finished_runs(reproduction, tm
         assert [e["true_word"] for e in examples] == ["door", "wine", "nation", "sea"]
         assert all(e["masked_sentence"].count("[MASK]") == 1 and len(e["predictions"]) == 5 for e in examples)
     printed = capsys.readouterr().out
-    for line in ("| albert_sop | ", "| no_pretraining | ", "Dose-response", "| 10 | ", "sst2_64 (N=64)",
-                 "too slow on 2 cores", "goal (albert_sop beats no_pretraining"):
+    for line in (
+        "| albert_sop | ",
+        "| no_pretraining | ",
+        "Dose-response",
+        "| 10 | ",
+        "sst2_64 (N=64)",
+        "too slow on 2 cores",
+        "goal (albert_sop beats no_pretraining",
+    ):
         assert line in printed
     assert " MET " in printed.splitlines()[-1] or " not met " in printed.splitlines()[-1]
 
@@ -153,8 +180,16 @@ def test_gpu_mode_at_smoke_size_writes_curve_pairs_gap_and_timings(reproduction,
     # --gpu's pipeline on the CPU at smoke size (20 steps, one task, one seed): the shape of what it writes and
     # prints, not its numbers.
     out = tmp_path / "out"
-    argv = ["--gpu", "--smoke", "--glue_tasks", "rte", "--glue_dir", str(write_glue_folders(tmp_path / "glue")),
-            "--output_dir", str(out)]
+    argv = [
+        "--gpu",
+        "--smoke",
+        "--glue_tasks",
+        "rte",
+        "--glue_dir",
+        str(write_glue_folders(tmp_path / "glue")),
+        "--output_dir",
+        str(out),
+    ]
     results = reproduction.main(argv)
     saved = json.loads((out / "gpu_results.json").read_text())
     assert saved == json.loads(json.dumps(results))
@@ -175,20 +210,33 @@ def test_gpu_mode_at_smoke_size_writes_curve_pairs_gap_and_timings(reproduction,
         assert row["seeds"] == 1 and row["learning_rate"] == 1e-3
         assert set(saved["average"][model]) == {"glue_avg", "glue_avg_se"}
     gap = saved["tasks"]["rte"]["gap"]
-    assert gap == pytest.approx(100 * (saved["tasks"]["rte"]["albert_sop"]["accuracy"]
-                                       - saved["tasks"]["rte"]["no_pretraining"]["accuracy"]))
+    assert gap == pytest.approx(
+        100 * (saved["tasks"]["rte"]["albert_sop"]["accuracy"] - saved["tasks"]["rte"]["no_pretraining"]["accuracy"])
+    )
     assert saved["average"]["tasks"] == ["rte"] and saved["average"]["gap"] == pytest.approx(gap)
     assert isinstance(saved["average"]["exceeds_2se"], bool) and saved["skipped"] == []
     timings = saved["timings"]
-    for phase in ("tokenizer_and_pairs_seconds", "pretraining_loop_seconds", "random_init_seconds",
-                  "finetuning_seconds", "total_seconds"):
+    for phase in (
+        "tokenizer_and_pairs_seconds",
+        "pretraining_loop_seconds",
+        "random_init_seconds",
+        "finetuning_seconds",
+        "total_seconds",
+    ):
         assert timings[phase] >= 0
     assert timings["total_seconds"] >= timings["pretraining_phase_seconds"] + timings["finetuning_seconds"]
 
     printed = capsys.readouterr().out
-    for line in ("=== GPU mode", "| step | tokens | held-out MLM acc | held-out SOP acc |", "| 20 | 20,480 | ",
-                 "real tokens/s", "| RTE acc | ", "| GLUE avg (rte) | ", "wall times: tokenizer + pairs",
-                 "skipped runs (deadline 6.5 min): none"):
+    for line in (
+        "=== GPU mode",
+        "| step | tokens | held-out MLM acc | held-out SOP acc |",
+        "| 20 | 20,480 | ",
+        "real tokens/s",
+        "| RTE acc | ",
+        "| GLUE avg (rte) | ",
+        "wall times: tokenizer + pairs",
+        "skipped runs (deadline 6.5 min): none",
+    ):
         assert line in printed
     assert " MET " in printed.splitlines()[-1] or " not met " in printed.splitlines()[-1]
 

@@ -11,18 +11,14 @@ import pytest
 from albert_hf.errors import InputError
 from albert_hf.pretraining.output.checkpoints import STATE_FILE, StepCheckpoints, remove_partial
 from albert_hf.pretraining.resolution import parse_args
-from helpers import (
-    DDP,
-    run_bounded,
-    subprocess_env,
-)
+from albert_hf.pretraining.training.state import checked_position
+from helpers import DDP, run_bounded, subprocess_env
 from pretraining_runs import RESUME_ARGS, check_same_weights_and_curve, metrics, pretrain, pretrain_runs
 
 
 @pytest.mark.parametrize("step", [3, 9])
 @pytest.mark.trains
-def test_resume_from_a_checkpoint_inside_a_logging_window_logs_the_uninterrupted_curve(tmp_path, reference_run,
-                                                                                      step):
+def test_resume_from_a_checkpoint_inside_a_logging_window_logs_the_uninterrupted_curve(tmp_path, reference_run, step):
     """Checkpoints at odd steps fall inside a 2-step logging window: the window's sums travel with the checkpoint,
     so the first row logged after the resume covers the same steps as the uninterrupted run's."""
     resumed = tmp_path / "resumed"
@@ -37,8 +33,7 @@ def test_dataloader_workers_change_nothing_but_the_speed(tmp_path, reference_run
     when resumed from one of its checkpoints (masks are keyed on seed, epoch and example, not on a worker)."""
     workers = [*RESUME_ARGS, "--dataloader_num_workers", "2"]
     resumed = [*workers, "--resume_from_checkpoint", str(reference_run / "step_6")]
-    results, done = pretrain_runs([(tmp_path / "workers", workers), (tmp_path / "resumed", resumed)],
-                                  steps_only=False)
+    results, done = pretrain_runs([(tmp_path / "workers", workers), (tmp_path / "resumed", resumed)], steps_only=False)
     assert [result["status"] for result in results] == [0, 0], results
     assert done.stderr.count("; 2 DataLoader workers") == 2  # in each start line
     for row in metrics(tmp_path / "workers"):  # the main process waits on the workers' batches
@@ -92,19 +87,21 @@ def test_a_training_state_is_checked_once_on_load_position_and_window_alike(tmp_
     position = {"step": 4, "epoch": 0, "batches_in_epoch": 4}
     window = {"window": [1.0] * COUNTS, "window_tokens": 512, "window_seconds": 0.5}
     for name, state, problem in (
-            ("good", {**position, **window}, None), ("no_window", position, None),
-            ("short", {**position, **window, "window": [1.0] * (COUNTS - 1)}, "the logging window"),
-            ("text", {**position, **window, "window_tokens": "512"}, "the logging window"),
-            ("negative", {**position, "step": -1}, "does not hold the loop's position"),
-            ("totals", {**position, **window, "window_data_wait": 0.1, "run_tokens": 1e6, "run_seconds": 3}, None),
-            ("nan_seconds", {**position, "run_seconds": float("nan")}, "the run's totals"),
-            ("negative_wait", {**position, **window, "window_data_wait": -0.1}, "the run's totals"),
-            ("text_tokens", {**position, "run_tokens": "1e6"}, "the run's totals")):
+        ("good", {**position, **window}, None),
+        ("no_window", position, None),
+        ("short", {**position, **window, "window": [1.0] * (COUNTS - 1)}, "the logging window"),
+        ("text", {**position, **window, "window_tokens": "512"}, "the logging window"),
+        ("negative", {**position, "step": -1}, "does not hold the loop's position"),
+        ("totals", {**position, **window, "window_data_wait": 0.1, "run_tokens": 1e6, "run_seconds": 3}, None),
+        ("nan_seconds", {**position, "run_seconds": float("nan")}, "the run's totals"),
+        ("negative_wait", {**position, **window, "window_data_wait": -0.1}, "the run's totals"),
+        ("text_tokens", {**position, "run_tokens": "1e6"}, "the run's totals"),
+    ):
         if problem is None:
-            assert StepCheckpoints.position(tmp_path / name, state, COUNTS) == state
+            assert checked_position(tmp_path / name, state, COUNTS) == state
         else:
             with pytest.raises(InputError, match=f"^--resume_from_checkpoint {tmp_path / name}: .*{problem}"):
-                StepCheckpoints.position(tmp_path / name, state, COUNTS)
+                checked_position(tmp_path / name, state, COUNTS)
 
 
 def test_a_checkpoint_that_cannot_be_resumed_stops_with_one_line_naming_the_flag(tmp_path):
@@ -118,11 +115,24 @@ def test_a_checkpoint_that_cannot_be_resumed_stops_with_one_line_naming_the_flag
 
     # a folder that looks complete but lacks the saved state: found out when loading, still one line
     (incomplete / STATE_FILE).write_text(json.dumps({"step": 5, "epoch": 0, "batches_in_epoch": 5}))
-    done = pretrain(tmp_path / "run", "--max_train_steps", "6", "--eval_steps", "0", "--validation_split_percentage",
-                    "0", "--resume_from_checkpoint", str(incomplete), check=False)
+    done = pretrain(
+        tmp_path / "run",
+        "--max_train_steps",
+        "6",
+        "--eval_steps",
+        "0",
+        "--validation_split_percentage",
+        "0",
+        "--resume_from_checkpoint",
+        str(incomplete),
+        check=False,
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
-    assert done.stderr.strip().splitlines()[-1].startswith(
-        f"error: --resume_from_checkpoint {incomplete}: random_states_0.pkl: missing")
+    assert (
+        done.stderr.strip()
+        .splitlines()[-1]
+        .startswith(f"error: --resume_from_checkpoint {incomplete}: random_states_0.pkl: missing")
+    )
     assert not (tmp_path / "run" / "model.safetensors").exists()
 
 
@@ -155,8 +165,7 @@ def test_checkpoint_save_takes_the_same_collective_path_on_every_process(tmp_pat
     script = tmp_path / "delayed_save.py"
     script.write_text(DELAYED_SAVE)
     env = subprocess_env()
-    done = run_bounded(DDP + [str(script), str(tmp_path / "out"), str(tmp_path)], timeout=120, env=env,
-                       cwd=tmp_path)
+    done = run_bounded(DDP + [str(script), str(tmp_path / "out"), str(tmp_path)], timeout=120, env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = sorted(line for rank in (0, 1) for line in (tmp_path / f"rank_{rank}.txt").read_text().splitlines())
     assert lines == [f"rank {rank} step {step} total 3.0" for rank in (0, 1) for step in (1, 1, 2)]

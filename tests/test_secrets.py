@@ -30,16 +30,47 @@ def files_holding(root: Path, secret: str) -> list[str]:
 
 
 def test_secret_names_and_the_command_line_mask_only_credentials():
-    assert [name for name in ("hub_token", "--hub-token", "api_key", "wandb_secret", "password", "push_to_hub_token",
-                              "tokenizer_name", "max_tokens", "keep_linebreaks", "hub_model_id", "seed")
-            if is_secret(name)] == ["hub_token", "--hub-token", "api_key", "wandb_secret", "password",
-                                    "push_to_hub_token"]
-    assert command_line(["run.py", "--hub_token", "hf_a", "--hub-token=hf_b", "--hub_tok", "hf_c", "--api_key", "k",
-                         "--tokenizer_name", "t", "--seed", "1"]) == (
+    assert [
+        name
+        for name in (
+            "hub_token",
+            "--hub-token",
+            "api_key",
+            "wandb_secret",
+            "password",
+            "push_to_hub_token",
+            "tokenizer_name",
+            "max_tokens",
+            "keep_linebreaks",
+            "hub_model_id",
+            "seed",
+        )
+        if is_secret(name)
+    ] == ["hub_token", "--hub-token", "api_key", "wandb_secret", "password", "push_to_hub_token"]
+    assert command_line(
+        [
+            "run.py",
+            "--hub_token",
+            "hf_a",
+            "--hub-token=hf_b",
+            "--hub_tok",
+            "hf_c",
+            "--api_key",
+            "k",
+            "--tokenizer_name",
+            "t",
+            "--seed",
+            "1",
+        ]
+    ) == (
         "run.py --hub_token <HUB_TOKEN> --hub-token=<HUB_TOKEN> --hub_tok <HUB_TOK> --api_key <API_KEY> "
-        "--tokenizer_name t --seed 1")
+        "--tokenizer_name t --seed 1"
+    )
     assert without_secrets({"hub_token": "hf_a", "hub_model_id": "me/x", "api_key": None}) == {
-        "hub_token": "<HUB_TOKEN>", "hub_model_id": "me/x", "api_key": None}
+        "hub_token": "<HUB_TOKEN>",
+        "hub_model_id": "me/x",
+        "api_key": None,
+    }
 
 
 def test_pickled_training_arguments_hold_the_mask_while_copies_keep_the_token(tmp_path, token):
@@ -56,14 +87,20 @@ def test_pickled_training_arguments_hold_the_mask_while_copies_keep_the_token(tm
     assert copy.deepcopy(args).hub_token == token and copy.copy(args).hub_token == token and args.hub_token == token
 
 
-HOLD = ("import sys, time\nfrom albert_hf.runtime import output_lock\n"
-        "output_lock.acquire(sys.argv[1], '--output_dir')\nprint('held', flush=True)\ntime.sleep(120)\n")
+HOLD = (
+    "import sys, time\nfrom albert_hf.runtime import output_lock\n"
+    "output_lock.acquire(sys.argv[1], '--output_dir')\nprint('held', flush=True)\ntime.sleep(120)\n"
+)
 
 
 def test_the_lock_and_a_second_runs_refusal_show_the_command_with_the_token_masked(tmp_path, token):
     folder = tmp_path / "run"
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(folder), "--hub_token", token, "--seed", "3"],
-                              stdout=subprocess.PIPE, text=True, env=subprocess_env())
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(folder), "--hub_token", token, "--seed", "3"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=subprocess_env(),
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         lock = (folder / LOCK_FILE).read_text()
@@ -78,7 +115,8 @@ def test_the_lock_and_a_second_runs_refusal_show_the_command_with_the_token_mask
 
 @pytest.mark.trains
 def test_a_tracked_pretraining_run_pushed_to_the_hub_and_its_prepared_data_hold_no_token(
-        tmp_path, token, capfd, fresh_accelerate_state):
+    tmp_path, token, capfd, fresh_accelerate_state
+):
     """--with_tracking (TensorBoard: hparams and events), a checkpoint, the final folder pushed to a fake Hub, and
     --preprocess_only's manifest: the token is in no file and no printed line."""
     from albert_hf.pretraining.job import main
@@ -86,9 +124,29 @@ def test_a_tracked_pretraining_run_pushed_to_the_hub_and_its_prepared_data_hold_
 
     hub = FakeHub(tmp_path / "hub")
     with hub.patched():
-        main(["--output_dir", str(tmp_path / "run"), *FAST, "--max_train_steps", "4", "--checkpointing_steps", "2",
-              "--eval_steps", "0", "--with_tracking", "--report_to", "tensorboard", "--push_to_hub",
-              "--hub_strategy", "checkpoint", "--hub_model_id", "someone/tiny-albert", "--hub_token", token])
+        main(
+            [
+                "--output_dir",
+                str(tmp_path / "run"),
+                *FAST,
+                "--max_train_steps",
+                "4",
+                "--checkpointing_steps",
+                "2",
+                "--eval_steps",
+                "0",
+                "--with_tracking",
+                "--report_to",
+                "tensorboard",
+                "--push_to_hub",
+                "--hub_strategy",
+                "checkpoint",
+                "--hub_model_id",
+                "someone/tiny-albert",
+                "--hub_token",
+                token,
+            ]
+        )
     reset_accelerate_state()  # a second in-process run builds its own Accelerator
     main(["--output_dir", str(tmp_path / "prepared"), *FAST, "--preprocess_only", "--hub_token", token])
     assert list((tmp_path / "run" / "runs").rglob("events.out.tfevents.*"))  # the tracker wrote its files
@@ -102,17 +160,41 @@ def test_a_tracked_pretraining_run_pushed_to_the_hub_and_its_prepared_data_hold_
 
 @pytest.mark.trains
 def test_a_fine_tuning_run_pushed_to_the_hub_holds_no_token_in_its_folders_checkpoints_and_commits(
-        tiny_checkpoint, tmp_path, token, capfd):
+    tiny_checkpoint, tmp_path, token, capfd
+):
     from albert_hf.testing.glue_folders import write_glue_folders
     from helpers import glue_args
 
     hub = FakeHub(tmp_path / "hub")
     root, out = write_glue_folders(tmp_path / "glue"), tmp_path / "out"
     with hub.patched():
-        run_script("run_glue", [*glue_args(tiny_checkpoint, out, "--task_name", "rte", "--data_dir", root / "RTE",
-                                             "--do_train", "--max_steps", 2, "--push_to_hub", "--hub_model_id",
-                                             "someone/albert-rte", "--hub_token", token),
-                                "--save_strategy", "steps", "--save_steps", 1, "--report_to", "tensorboard"])
+        run_script(
+            "run_glue",
+            [
+                *glue_args(
+                    tiny_checkpoint,
+                    out,
+                    "--task_name",
+                    "rte",
+                    "--data_dir",
+                    root / "RTE",
+                    "--do_train",
+                    "--max_steps",
+                    2,
+                    "--push_to_hub",
+                    "--hub_model_id",
+                    "someone/albert-rte",
+                    "--hub_token",
+                    token,
+                ),
+                "--save_strategy",
+                "steps",
+                "--save_steps",
+                1,
+                "--report_to",
+                "tensorboard",
+            ],
+        )
     assert (out / "checkpoint-2" / "training_args.bin").is_file() and (out / "training_args.bin").is_file()
     assert list(tmp_path.rglob("events.out.tfevents.*"))  # the tracker wrote its files
     assert hub.commits and "training_args.bin" in hub.commits[-1].files

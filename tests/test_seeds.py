@@ -54,8 +54,9 @@ def test_baselines_by_hand():
     assert glue_baseline(TASKS["cola"], None) == Baseline("matthews_correlation", 0.0, "a constant prediction")
     assert glue_baseline(TASKS["stsb"], None).value == 0.1
     # SQuAD v2.0: 1 of 4 questions has no answer, so answering "no answer" everywhere scores F1 25
-    questions = Dataset.from_dict({"answers": [{"text": ["a"], "answer_start": [0]}] * 3
-                                   + [{"text": [], "answer_start": []}]})
+    questions = Dataset.from_dict(
+        {"answers": [{"text": ["a"], "answer_start": [0]}] * 3 + [{"text": [], "answer_start": []}]}
+    )
     assert squad_baseline(questions, True).value == 25.0 and squad_baseline(questions, False).value == 0.0
 
 
@@ -63,8 +64,14 @@ def test_paper_recipes_score_checkpoints_on_dev_when_the_run_has_a_dev_set_and_n
     recipe = {"learning_rate": 1e-5, "best_checkpoint_every": 200}
     assert recipe_arguments(recipe, set(), 1, None, with_dev_set=False) == {"learning_rate": 1e-5}
     assert recipe_arguments(recipe, set(), 1, None, with_dev_set=True) == {
-        "learning_rate": 1e-5, "eval_strategy": "steps", "eval_steps": 200, "save_strategy": "steps",
-        "save_steps": 200, "load_best_model_at_end": True, "save_total_limit": 2}
+        "learning_rate": 1e-5,
+        "eval_strategy": "steps",
+        "eval_steps": 200,
+        "save_strategy": "steps",
+        "save_steps": 200,
+        "load_best_model_at_end": True,
+        "save_total_limit": 2,
+    }
     # A schedule flag of the user's makes the schedule theirs, as given: none of the recipe's is added.
     for flag in ("save_strategy", "eval_steps", "load_best_model_at_end"):
         assert recipe_arguments(recipe, {flag}, 1, None, with_dev_set=True) == {"learning_rate": 1e-5}
@@ -77,9 +84,12 @@ def run_glue(argv):
 def dev_rows():
     """40 reviews, and 16 whose word is in neither list, labelled alternately: seeds that learned the lists score
     above the majority class and differ on these."""
-    neutral = [{"sentence": f"The {thing} was {word} and I said so.", "label": ["positive", "negative"][i % 2]}
-               for i, (thing, word) in enumerate((t, w) for t in ("film", "book", "meal", "trip")
-                                                 for w in ("fine", "okay", "long", "new"))]
+    neutral = [
+        {"sentence": f"The {thing} was {word} and I said so.", "label": ["positive", "negative"][i % 2]}
+        for i, (thing, word) in enumerate(
+            (t, w) for t in ("film", "book", "meal", "trip") for w in ("fine", "okay", "long", "new")
+        )
+    ]
     return reviews(40, 1) + neutral
 
 
@@ -88,15 +98,36 @@ def data(tmp_path):
 
 
 def seed_args(checkpoint, out, train, dev, *extra):
-    args = finetuning_args(checkpoint, out, "--train_file", train, "--validation_file", dev, "--do_train",
-                           "--do_eval", "--num_train_epochs", 12, *extra, learning_rate=2e-3)
+    args = finetuning_args(
+        checkpoint,
+        out,
+        "--train_file",
+        train,
+        "--validation_file",
+        dev,
+        "--do_train",
+        "--do_eval",
+        "--num_train_epochs",
+        12,
+        *extra,
+        learning_rate=2e-3,
+    )
     args.remove("--overwrite_output_dir")
     return args
 
 
 # Scored on dev every 40 steps, the best checkpoint loaded at the end, without --metric_for_best_model.
-BEST_CHECKPOINT = ["--eval_strategy", "steps", "--eval_steps", 40, "--save_strategy", "steps", "--save_steps", 40,
-                   "--load_best_model_at_end"]
+BEST_CHECKPOINT = [
+    "--eval_strategy",
+    "steps",
+    "--eval_steps",
+    40,
+    "--save_strategy",
+    "steps",
+    "--save_steps",
+    40,
+    "--load_best_model_at_end",
+]
 
 
 BAD_SEEDS = [
@@ -119,30 +150,45 @@ def test_a_bad_seed_list_is_refused_in_one_line_before_any_work(tmp_path, extra,
 
 def test_seed_lists_argparse_and_files_refuse_with_the_flag_named(tmp_path, capsys):
     out = tmp_path / "out"
-    for extra, message in [(["--seeds", 1, "two"], "argument --seeds: invalid int value: 'two'"),
-                           (["--seeds"], "argument --seeds: expected at least one argument")]:
+    for extra, message in [
+        (["--seeds", 1, "two"], "argument --seeds: invalid int value: 'two'"),
+        (["--seeds"], "argument --seeds: expected at least one argument"),
+    ]:
         with pytest.raises(SystemExit) as stop:
             run_glue(seed_args("no-such-model", out, "train.csv", "dev.csv", *extra))
         assert stop.value.code == 2 and message in capsys.readouterr().err
     for seeds, message in [([], "--seeds: no seed given"), ([1, 2.5], "seeds: [1, 2.5] is not of type")]:
         path = tmp_path / "args.json"
-        path.write_text(json.dumps({"model_name_or_path": "m", "output_dir": str(out), "train_file": "t.csv",
-                                    "validation_file": "d.csv", "do_train": True, "do_eval": True, "seeds": seeds}))
+        path.write_text(
+            json.dumps(
+                {
+                    "model_name_or_path": "m",
+                    "output_dir": str(out),
+                    "train_file": "t.csv",
+                    "validation_file": "d.csv",
+                    "do_train": True,
+                    "do_eval": True,
+                    "seeds": seeds,
+                }
+            )
+        )
         with pytest.raises((InputError, SystemExit)) as stop:
             run_glue([path])
         said = str(stop.value) if stop.type is InputError else capsys.readouterr().err
         assert message in said
     # Seeds are compared on the dev set: a run that does not train and evaluate is refused.
     with pytest.raises(InputError, match="pass --do_train and --do_eval"):
-        run_glue(["--model_name_or_path", "m", "--output_dir", out, "--train_file", "t.csv", "--do_train",
-                  "--seeds", 1, 2])
+        run_glue(
+            ["--model_name_or_path", "m", "--output_dir", out, "--train_file", "t.csv", "--do_train", "--seeds", 1, 2]
+        )
     assert not out.exists()
 
 
 @pytest.mark.trains
 @pytest.mark.rounding
 def test_three_seeds_give_a_summary_the_best_model_on_top_and_a_collapsed_seed_is_replaced(
-        tiny_checkpoint, tmp_path, monkeypatch, caplog):
+    tiny_checkpoint, tmp_path, monkeypatch, caplog
+):
     """Seed 2 is made to collapse (a test hook: after training its head answers the dev set's majority class
     whatever the input, as ALBERT's failed runs do): it is marked `did not learn`, seed 4 replaces it, and the
     statistics are over 1, 3 and 4."""
@@ -163,13 +209,17 @@ def test_three_seeds_give_a_summary_the_best_model_on_top_and_a_collapsed_seed_i
     monkeypatch.setattr(transformers.Trainer, "train", collapse_seed_2)
     caplog.set_level(logging.INFO, logger="albert_hf")
     out = tmp_path / "out"
-    summary = run_glue(seed_args(tiny_checkpoint, out, train, dev, "--seeds", 1, 2, 3, "--retry_failed_seeds", 1,
-                                 *BEST_CHECKPOINT))
+    summary = run_glue(
+        seed_args(tiny_checkpoint, out, train, dev, "--seeds", 1, 2, 3, "--retry_failed_seeds", 1, *BEST_CHECKPOINT)
+    )
     sentences = [row["sentence"] for row in dev_rows()]
     check_seed_summary(out, [1, 2, 3, 4], "eval_accuracy", AutoModelForSequenceClassification)
     assert summary["did_not_learn"] == [2] and summary["learned"] == 3
-    assert summary["baseline"] == {"metric": "accuracy", "value": dev_labels.count(majority) / len(dev_labels),
-                                   "name": f"the majority class ({majority})"}
+    assert summary["baseline"] == {
+        "metric": "accuracy",
+        "value": dev_labels.count(majority) / len(dev_labels),
+        "name": f"the majority class ({majority})",
+    }
     assert [run["learned"] for run in summary["runs"]] == [True, False, True, True]
     share = dev_labels.count(majority) / len(dev_labels)
     assert f"Seed 2 did not learn: dev accuracy {share:.4g} is at or below {share:.4g}" in caplog.text
@@ -181,8 +231,7 @@ def test_three_seeds_give_a_summary_the_best_model_on_top_and_a_collapsed_seed_i
     tokenizer = AutoTokenizer.from_pretrained(out)
     model = AutoModelForSequenceClassification.from_pretrained(out, trust_remote_code=True).eval()
     with torch.no_grad():
-        logits = model(**tokenizer(sentences, truncation=True, max_length=32, padding=True,
-                                   return_tensors="pt")).logits
+        logits = model(**tokenizer(sentences, truncation=True, max_length=32, padding=True, return_tensors="pt")).logits
     predicted = [model.config.id2label[i] for i in logits.argmax(-1).tolist()]
     accuracy = float(np.mean([p == gold for p, gold in zip(predicted, dev_labels)]))
     assert accuracy == pytest.approx(json.loads((out / "eval_results.json").read_text())["eval_accuracy"])
@@ -194,8 +243,9 @@ def test_three_seeds_give_a_summary_the_best_model_on_top_and_a_collapsed_seed_i
     assert "| eval_accuracy |" in card
 
 
-def test_an_interrupted_run_resumes_with_the_seeds_still_missing(tiny_checkpoint, tmp_path, monkeypatch, caplog,
-                                                                 capsys):
+def test_an_interrupted_run_resumes_with_the_seeds_still_missing(
+    tiny_checkpoint, tmp_path, monkeypatch, caplog, capsys
+):
     """SIGTERM during seed 2's training: seed 1 is done, seed 2 leaves a checkpoint and the run exits PREEMPTED.
     The same command then keeps seed 1 as it is, resumes seed 2 and runs seed 3."""
     train, dev = data(tmp_path)
@@ -235,6 +285,7 @@ def test_an_interrupted_run_resumes_with_the_seeds_still_missing(tiny_checkpoint
 def fake_seed_run(scores: dict, baseline: Baseline):
     """A script's main for run_seeds without training: the seed's folder gets a model file and eval_results.json
     with the score `scores` gives that seed."""
+
     def main(argv, seed_run):
         seed, folder = seed_run.seed, seed_run.output_dir
         os.makedirs(folder, exist_ok=True)
@@ -264,8 +315,9 @@ def test_retries_take_the_next_unused_seeds_and_no_model_goes_on_top_when_none_l
     coin = Baseline("accuracy", 0.5, "the majority class (yes)")
     out = tmp_path / "out"
     # Seeds 3 and 9 fail; two retries take 10 and 11 (after every seed used), 10 fails too and stays failed.
-    summary = run_seeds(fake_seed_run({3: 0.5, 9: 0.4, 5: 0.8, 10: 0.5, 11: 0.7}, coin), [],
-                        Arguments(out, [3, 9, 5], retries=2))
+    summary = run_seeds(
+        fake_seed_run({3: 0.5, 9: 0.4, 5: 0.8, 10: 0.5, 11: 0.7}, coin), [], Arguments(out, [3, 9, 5], retries=2)
+    )
     assert summary["seeds"] == [3, 9, 5, 10, 11] and summary["did_not_learn"] == [3, 9, 10]
     assert summary["best_seed"] == 5 and summary["metrics"]["eval_accuracy"]["median"] == pytest.approx(0.75)
     assert "eval_runtime" not in summary["metrics"]
@@ -307,11 +359,14 @@ def test_push_to_hub_uploads_the_best_seed_once_without_the_seed_folders(tmp_pat
         return mock.MagicMock(commit_url="https://huggingface.co/fake/commit")
 
     arguments = Arguments(tmp_path / "out", [1, 2])
-    arguments.push_to_hub, arguments.hub_model_id, arguments.hub_token, arguments.hub_private_repo = \
-        True, "someone/reviews", "x", None
+    arguments.push_to_hub, arguments.hub_model_id, arguments.hub_token, arguments.hub_private_repo = (
+        True,
+        "someone/reviews",
+        "x",
+        None,
+    )
     with mock.patch.object(HfApi, "create_repo", create_repo), mock.patch.object(HfApi, "upload_folder", upload_folder):
-        run_seeds(fake_seed_run({1: 0.7, 2: 0.9}, Baseline("accuracy", 0.5, "the majority class (yes)")), [],
-                  arguments)
+        run_seeds(fake_seed_run({1: 0.7, 2: 0.9}, Baseline("accuracy", 0.5, "the majority class (yes)")), [], arguments)
     assert len(uploads) == 1
     repo, folder, ignored, files = uploads[0]
     assert (repo, folder) == ("someone/reviews", str(tmp_path / "out")) and {"seed_*", "seed_*/**"} <= set(ignored)
@@ -327,17 +382,46 @@ def test_a_seed_run_parses_its_own_seed_and_folder_and_pushes_nothing(tmp_path):
     from albert_hf.tasks.glue.data import GlueDataArguments
     from albert_hf.tasks.paper_hparams import apply_paper_hparams
 
-    argv = ["--model_name_or_path", "m", "--task_name", "mrpc", "--output_dir", str(tmp_path), "--seeds", "1", "7",
-            "--retry_failed_seeds", "1", "--do_train", "--do_eval", "--push_to_hub", "--hub_model_id", "someone/x",
-            "--report_to", "none", "--hub_strategy", "checkpoint", "--load_best_model_at_end", "--eval_strategy",
-            "steps", "--save_steps", "500"]
+    argv = [
+        "--model_name_or_path",
+        "m",
+        "--task_name",
+        "mrpc",
+        "--output_dir",
+        str(tmp_path),
+        "--seeds",
+        "1",
+        "7",
+        "--retry_failed_seeds",
+        "1",
+        "--do_train",
+        "--do_eval",
+        "--push_to_hub",
+        "--hub_model_id",
+        "someone/x",
+        "--report_to",
+        "none",
+        "--hub_strategy",
+        "checkpoint",
+        "--load_best_model_at_end",
+        "--eval_strategy",
+        "steps",
+        "--save_steps",
+        "500",
+    ]
     seed_run = SeedRun(7, str(tmp_path / "seed_7"))
     model_args, data_args, args = parse_arguments(GlueDataArguments, argv, seed_run)
-    recipe_args = apply_paper_hparams(*data_args.task_data.paper_recipe(), model_args, data_args, args, argv,
-                                      seed_run)[2]
+    recipe_args = apply_paper_hparams(*data_args.task_data.paper_recipe(), model_args, data_args, args, argv, seed_run)[
+        2
+    ]
     for parsed in (args, recipe_args):
-        assert (parsed.seed, parsed.output_dir, parsed.seed_list, parsed.retry_failed_seeds, parsed.push_to_hub) == \
-            (7, str(tmp_path / "seed_7"), None, 0, False)
+        assert (parsed.seed, parsed.output_dir, parsed.seed_list, parsed.retry_failed_seeds, parsed.push_to_hub) == (
+            7,
+            str(tmp_path / "seed_7"),
+            None,
+            0,
+            False,
+        )
         # Trainer's own choice (the loss) is not taken for the user's: the task's main metric still replaces it
         assert not parsed.metric_for_best_model_given and not parsed.greater_is_better_given
 

@@ -25,10 +25,21 @@ REPO = Path(__file__).resolve().parents[1]
 
 def flattened_rows(official):
     """The Hub layout of an official file, written out by hand here (not by the code under test)."""
-    return [{"id": qa["id"], "title": article["title"], "context": paragraph["context"], "question": qa["question"],
-             "answers": {"text": [a["text"] for a in qa["answers"]],
-                         "answer_start": [a["answer_start"] for a in qa["answers"]]}}
-            for article in official["data"] for paragraph in article["paragraphs"] for qa in paragraph["qas"]]
+    return [
+        {
+            "id": qa["id"],
+            "title": article["title"],
+            "context": paragraph["context"],
+            "question": qa["question"],
+            "answers": {
+                "text": [a["text"] for a in qa["answers"]],
+                "answer_start": [a["answer_start"] for a in qa["answers"]],
+            },
+        }
+        for article in official["data"]
+        for paragraph in article["paragraphs"]
+        for qa in paragraph["qas"]
+    ]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -65,16 +76,23 @@ def test_question_without_id_or_repeated_id_stops_with_file_and_place(tmp_path):
 
 def test_untrainable_questions_are_counted_in_the_log_and_left_out(caplog):
     rows = flattened_rows(SQUAD_V1) + [
-        {"id": "shifted", "title": "", "context": FOX, "question": "?",
-         "answers": {"text": ["Paris"], "answer_start": [60]}},  # "Paris" is at 67
+        {
+            "id": "shifted",
+            "title": "",
+            "context": FOX,
+            "question": "?",
+            "answers": {"text": ["Paris"], "answer_start": [60]},
+        },  # "Paris" is at 67
         {"id": "empty", "title": "", "context": "  ", "question": "?", "answers": {"text": ["x"], "answer_start": [0]}},
         {"id": "none", "title": "", "context": FOX, "question": "?", "answers": {"text": [], "answer_start": []}},
     ]
     with caplog.at_level(logging.WARNING, logger="albert_hf"):
         kept = select_trainable(Dataset.from_list(rows), version_2=False, where="train.json")
     assert kept["id"] == ["q1", "q2", "q3"]
-    assert "train.json: skipped 1 of 6 training questions with an answer text that is not at its answer_start " \
-           "(e.g. id shifted)" in caplog.text
+    assert (
+        "train.json: skipped 1 of 6 training questions with an answer text that is not at its answer_start "
+        "(e.g. id shifted)" in caplog.text
+    )
     assert "skipped 1 of 6 training questions with an empty context" in caplog.text
     assert "no answer (v2.0 data? pass --version_2_with_negative)" in caplog.text
     # in v2.0 mode the question without answers is a valid unanswerable question
@@ -112,8 +130,9 @@ def check_layout(tok, features, i, length=24):
     assert ids[used - 1] == tok.sep_token_id and all(t == tok.pad_token_id for t in ids[used:])
     assert features["token_type_ids"][i] == [0] * first_context + [1] * (used - first_context) + [0] * (length - used)
     # p_mask: 0 on [CLS] and the context, 1 on the question, both [SEP] and the padding
-    assert features["p_mask"][i] == [0] + [1] * (first_context - 1) + [0] * (used - 1 - first_context) + \
-        [1] * (length - used + 1)
+    assert features["p_mask"][i] == [0] + [1] * (first_context - 1) + [0] * (used - 1 - first_context) + [1] * (
+        length - used + 1
+    )
     return ids, first_context, used
 
 
@@ -122,18 +141,22 @@ def test_training_windows_point_at_the_answer_or_at_cls():
     question = "Where is the river bank?"
     question_pieces = tok(question, add_special_tokens=False)["input_ids"]
     assert len(question_pieces) > 4
-    answerable = {"id": ["q"], "question": ["  " + question], "context": [FOX],
-                  "answers": [{"text": ["river bank"], "answer_start": [FOX.index("river bank")]}]}
+    answerable = {
+        "id": ["q"],
+        "question": ["  " + question],
+        "context": [FOX],
+        "answers": [{"text": ["river bank"], "answer_start": [FOX.index("river bank")]}],
+    }
     features = build_features(answerable, tok, data_args(max_query_length=4), training=True)
     with_answer = 0
     for i in range(len(features["input_ids"])):
         ids, first_context, used = check_layout(tok, features, i)
-        assert ids[1:first_context - 1] == question_pieces[:4]  # the question is cut to max_query_length
+        assert ids[1 : first_context - 1] == question_pieces[:4]  # the question is cut to max_query_length
         start, end = features["start_positions"][i], features["end_positions"][i]
         if start > 0:
             with_answer += 1
             assert first_context <= start <= end < used - 1
-            assert tok.decode(ids[start:end + 1]).strip() == "river bank"
+            assert tok.decode(ids[start : end + 1]).strip() == "river bank"
             assert features["is_impossible"][i] == 0.0
         else:
             assert (start, end, features["is_impossible"][i]) == (0, 0, 1.0)
@@ -155,12 +178,13 @@ def test_evaluation_windows_map_context_pieces_back_to_characters():
     features = build_features(examples, tok, data_args(), training=False)
     assert set(features["example_id"]) == {"q"}
     covered, n_flags = set(), 0
-    for offsets, ids, max_context in zip(features["offset_mapping"], features["input_ids"],
-                                         features["token_is_max_context"]):
+    for offsets, ids, max_context in zip(
+        features["offset_mapping"], features["input_ids"], features["token_is_max_context"]
+    ):
         first_context = ids.index(tok.sep_token_id) + 1
         assert offsets[:first_context] == [None] * first_context
         context_offsets = [o for o in offsets if o is not None]
-        assert offsets[first_context:first_context + len(context_offsets)] == context_offsets
+        assert offsets[first_context : first_context + len(context_offsets)] == context_offsets
         assert all(not flag for flag, o in zip(max_context, offsets) if o is None)
         covered |= {(a, b) for (a, b), flag in zip(context_offsets, max_context[first_context:]) if flag}
         n_flags += sum(max_context)
@@ -176,22 +200,32 @@ def test_evaluation_windows_map_context_pieces_back_to_characters():
 
 CONTEXT = "alpha beta gamma"
 # two windows of one question: [CLS] q [SEP] alpha beta gamma [SEP] / [CLS] q [SEP] beta gamma [SEP]
-WINDOWS = Dataset.from_list([
-    {"example_id": "x", "offset_mapping": [None, None, None, [0, 5], [6, 10], [11, 16], None],
-     "token_is_max_context": [False, False, False, True, True, False, False]},
-    {"example_id": "x", "offset_mapping": [None, None, None, [6, 10], [11, 16], None, None],
-     "token_is_max_context": [False, False, False, False, True, False, False]},
-])
+WINDOWS = Dataset.from_list(
+    [
+        {
+            "example_id": "x",
+            "offset_mapping": [None, None, None, [0, 5], [6, 10], [11, 16], None],
+            "token_is_max_context": [False, False, False, True, True, False, False],
+        },
+        {
+            "example_id": "x",
+            "offset_mapping": [None, None, None, [6, 10], [11, 16], None, None],
+            "token_is_max_context": [False, False, False, False, True, False, False],
+        },
+    ]
+)
 EXAMPLES = Dataset.from_list([{"id": "x", "context": CONTEXT, "answers": {"text": ["beta"], "answer_start": [6]}}])
 
 
 def test_span_post_processing_by_hand():
-    start_logits = [[1.0, 0, 0, 5.0, 2.0, 0, 9.0],   # 9.0 on [SEP]: not in the context, never chosen
-                    [0.5, 0, 0, 8.0, 1.0, 0, 0]]     # 8.0 on "beta" in window 2, which is not its max context
-    end_logits = [[1.0, 0, 0, 0.0, 6.0, 3.0, 9.0],
-                  [0.0, 0, 0, 4.0, 2.0, 0, 0]]
+    start_logits = [
+        [1.0, 0, 0, 5.0, 2.0, 0, 9.0],  # 9.0 on [SEP]: not in the context, never chosen
+        [0.5, 0, 0, 8.0, 1.0, 0, 0],
+    ]  # 8.0 on "beta" in window 2, which is not its max context
+    end_logits = [[1.0, 0, 0, 0.0, 6.0, 3.0, 9.0], [0.0, 0, 0, 4.0, 2.0, 0, 0]]
     best, nbest, null_odds = postprocess_span_predictions(
-        EXAMPLES, WINDOWS, start_logits, end_logits, n_best_size=3, max_answer_length=2, version_2=True)
+        EXAMPLES, WINDOWS, start_logits, end_logits, n_best_size=3, max_answer_length=2, version_2=True
+    )
     assert best == {"x": "alpha beta"}
     # window 1, top-3 starts (positions 6, 3, 4) x top-3 ends (6, 4, 5): (alpha, beta) 5+6 = 11, (beta, beta) 2+6 = 8,
     # (beta, gamma) 2+3 = 5; (alpha..gamma) is 3 pieces > 2. Window 2: "beta" is not its max context; (gamma,
@@ -205,7 +239,8 @@ def test_span_post_processing_keeps_the_null_in_the_nbest_and_its_probabilities(
     start_logits = [[3.0, 0, 0, 2.0, 0, 0, 0], [9.0, 0, 0, 0, 0, 0, 0]]
     end_logits = [[3.0, 0, 0, 0, 1.0, 0, 0], [9.0, 0, 0, 0, 0, 0, 0]]
     best, nbest, null_odds = postprocess_span_predictions(
-        EXAMPLES, WINDOWS, start_logits, end_logits, n_best_size=2, max_answer_length=30, version_2=True)
+        EXAMPLES, WINDOWS, start_logits, end_logits, n_best_size=2, max_answer_length=30, version_2=True
+    )
     # null = min(3+3, 9+9) = 6; the only valid pair among the top-2 starts/ends: (alpha, beta) 2+1 = 3; odds 6 - 3
     assert null_odds["x"] == pytest.approx(3.0)
     assert best["x"] == "alpha beta"
@@ -223,8 +258,18 @@ def test_beam_post_processing_by_hand():
     end_top_index = [[4, 3, 0, 3], [4, 3, 4, 4]]  # i * end_n_top + j
     cls_logits = [0.7, -0.4]
     best, nbest, null_odds = postprocess_beam_predictions(
-        EXAMPLES, WINDOWS, start_top_log_probs, start_top_index, end_top_log_probs, end_top_index, cls_logits,
-        start_n_top=2, end_n_top=2, n_best_size=5, max_answer_length=30)
+        EXAMPLES,
+        WINDOWS,
+        start_top_log_probs,
+        start_top_index,
+        end_top_log_probs,
+        end_top_index,
+        cls_logits,
+        start_n_top=2,
+        end_n_top=2,
+        n_best_size=5,
+        max_answer_length=30,
+    )
     # window 1: (3,4) -2.0 "alpha beta"; (3,3) -2.5 "alpha"; [CLS] starts are not answers.
     # window 2: position 3 is "beta" but not its max context; (4,4) "gamma" -3 + -1 = -4.0 (twice: one entry)
     assert [e["text"] for e in nbest["x"]] == ["alpha beta", "alpha", "gamma"]
@@ -251,7 +296,7 @@ def test_masked_log_softmax_by_hand():
     from albert_hf.modeling_albert_hf import masked_log_softmax
 
     result = masked_log_softmax(torch.tensor([[1.0, 2.0, 3.0]]), torch.tensor([[0.0, 1.0, 0.0]]))
-    denominator = math.log(math.e + math.e ** 3)
+    denominator = math.log(math.e + math.e**3)
     assert result[0, 0].item() == pytest.approx(1 - denominator)
     assert result[0, 2].item() == pytest.approx(3 - denominator)
     assert result[0, 1].exp().item() == 0.0
@@ -263,8 +308,9 @@ def test_answerability_head_loss_is_half_span_nll_plus_half_bce(answerability_mo
     p_mask = torch.zeros(3, 10)
     p_mask[:, 1:4] = 1  # the question
     starts, ends, impossible = torch.tensor([5, 0, 7]), torch.tensor([6, 0, 9]), torch.tensor([0.0, 1.0, 0.0])
-    out = answerability_model(input_ids, p_mask=p_mask, start_positions=starts, end_positions=ends,
-                              is_impossible=impossible)
+    out = answerability_model(
+        input_ids, p_mask=p_mask, start_positions=starts, end_positions=ends, is_impossible=impossible
+    )
     rows = torch.arange(3)
     start_nll = -out.start_log_probs[rows, starts].mean()
     end_nll = -out.end_log_probs[rows, ends].mean()
@@ -294,8 +340,8 @@ def test_answerability_head_beam_is_the_top_ends_of_each_top_start(answerability
         for i in range(3):  # the training path conditioned on the i-th start gives the same ends
             forced = answerability_model(input_ids, p_mask=p_mask, start_positions=beam.start_top_index[:, i])
             top = forced.end_log_probs.topk(2, dim=-1)
-            assert torch.equal(top.indices, beam.end_top_index[:, 2 * i:2 * i + 2])
-            assert torch.allclose(top.values, beam.end_top_log_probs[:, 2 * i:2 * i + 2], atol=1e-6)
+            assert torch.equal(top.indices, beam.end_top_index[:, 2 * i : 2 * i + 2])
+            assert torch.allclose(top.values, beam.end_top_log_probs[:, 2 * i : 2 * i + 2], atol=1e-6)
             assert torch.allclose(forced.cls_logits, beam.cls_logits)
 
 
@@ -330,11 +376,20 @@ def squad_recipe(tmp_path, *flags):
     from albert_hf.tasks.paper_hparams import apply_paper_hparams
     from albert_hf.tasks.squad.recipe import paper_recipe
 
-    argv = ["--model_name_or_path", "m", "--output_dir", str(tmp_path), "--validation_file", "dev.json",
-            "--paper_hparams", *flags]
+    argv = [
+        "--model_name_or_path",
+        "m",
+        "--output_dir",
+        str(tmp_path),
+        "--validation_file",
+        "dev.json",
+        "--paper_hparams",
+        *flags,
+    ]
     model_args, data_args, training_args = parse_arguments(SquadDataArguments, argv)
-    model_args, data_args, training_args, _ = apply_paper_hparams(*paper_recipe(data_args), model_args, data_args,
-                                                                  training_args, argv)
+    model_args, data_args, training_args, _ = apply_paper_hparams(
+        *paper_recipe(data_args), model_args, data_args, training_args, argv
+    )
     return model_args, data_args, training_args, json.loads((tmp_path / "paper_hparams.json").read_text())
 
 
@@ -345,34 +400,75 @@ def test_paper_hparams_squad_v1_row(tmp_path):
     model_args, data_args, args, written = squad_recipe(tmp_path)
     # The paper's SQuAD v1.1 row: lr 5e-5, batch 48, 3649 steps (2 epochs), 365 warm-up, 384 tokens; stride 128,
     # questions 64, n-best 20, answers 30; the official optimizer; the config's own dropout.
-    assert written == {"learning_rate": 5e-5, "per_device_train_batch_size": 48, "gradient_accumulation_steps": 1,
-                       "max_steps": 3649, "warmup_steps": 365, "max_seq_length": 384, "doc_stride": 128,
-                       "max_query_length": 64, "n_best_size": 20, "max_answer_length": 30, **OFFICIAL_OPTIMIZER}
-    assert (args.learning_rate, args.per_device_train_batch_size, args.max_steps, args.warmup_steps) == \
-        (5e-5, 48, 3649, 365)
+    assert written == {
+        "learning_rate": 5e-5,
+        "per_device_train_batch_size": 48,
+        "gradient_accumulation_steps": 1,
+        "max_steps": 3649,
+        "warmup_steps": 365,
+        "max_seq_length": 384,
+        "doc_stride": 128,
+        "max_query_length": 64,
+        "n_best_size": 20,
+        "max_answer_length": 30,
+        **OFFICIAL_OPTIMIZER,
+    }
+    assert (args.learning_rate, args.per_device_train_batch_size, args.max_steps, args.warmup_steps) == (
+        5e-5,
+        48,
+        3649,
+        365,
+    )
     assert (args.official_optimizer, args.adam_epsilon, args.weight_decay) == (True, 1e-6, 0.01)
-    assert (data_args.max_seq_length, data_args.answerability_head, data_args.tune_null_threshold) == \
-        (384, False, False)
+    assert (data_args.max_seq_length, data_args.answerability_head, data_args.tune_null_threshold) == (
+        384,
+        False,
+        False,
+    )
     assert (model_args.hidden_dropout_prob, model_args.attention_probs_dropout_prob) == (None, None)
 
 
 def test_paper_hparams_squad_v2_row_with_the_answerability_head_and_explicit_flags_kept(tmp_path):
-    model_args, data_args, args, written = squad_recipe(tmp_path, "--version_2_with_negative",
-                                                        "--gradient_accumulation_steps", "3")
+    model_args, data_args, args, written = squad_recipe(
+        tmp_path, "--version_2_with_negative", "--gradient_accumulation_steps", "3"
+    )
     # The paper's SQuAD v2.0 row: lr 3e-5, batch 48 (here 16 x 3), 8144 steps (3 epochs), 814 warm-up, 512 tokens;
     # the official run_squad_v2.py: the answerability head (dropout 0.1, beams 5 x 5), the threshold tuned on dev.
-    assert written == {"learning_rate": 3e-5, "per_device_train_batch_size": 16, "gradient_accumulation_steps": 3,
-                       "max_steps": 8144, "warmup_steps": 814, "max_seq_length": 512, "answerability_head": True,
-                       "tune_null_threshold": True, "start_n_top": 5, "end_n_top": 5, "classifier_dropout_prob": 0.1,
-                       "doc_stride": 128, "max_query_length": 64, "n_best_size": 20, "max_answer_length": 30,
-                       **OFFICIAL_OPTIMIZER}
-    assert (data_args.answerability_head, data_args.tune_null_threshold, model_args.classifier_dropout_prob) == \
-        (True, True, 0.1)
+    assert written == {
+        "learning_rate": 3e-5,
+        "per_device_train_batch_size": 16,
+        "gradient_accumulation_steps": 3,
+        "max_steps": 8144,
+        "warmup_steps": 814,
+        "max_seq_length": 512,
+        "answerability_head": True,
+        "tune_null_threshold": True,
+        "start_n_top": 5,
+        "end_n_top": 5,
+        "classifier_dropout_prob": 0.1,
+        "doc_stride": 128,
+        "max_query_length": 64,
+        "n_best_size": 20,
+        "max_answer_length": 30,
+        **OFFICIAL_OPTIMIZER,
+    }
+    assert (data_args.answerability_head, data_args.tune_null_threshold, model_args.classifier_dropout_prob) == (
+        True,
+        True,
+        0.1,
+    )
     # explicit flags win, also a switch turned off
-    _, data_args, args, written = squad_recipe(tmp_path, "--version_2_with_negative", "--answerability_head", "false",
-                                               "--max_seq_length", "384", "--learning_rate", "1e-5")
-    assert (data_args.answerability_head, data_args.tune_null_threshold, data_args.max_seq_length) == \
-        (False, True, 384)
+    _, data_args, args, written = squad_recipe(
+        tmp_path,
+        "--version_2_with_negative",
+        "--answerability_head",
+        "false",
+        "--max_seq_length",
+        "384",
+        "--learning_rate",
+        "1e-5",
+    )
+    assert (data_args.answerability_head, data_args.tune_null_threshold, data_args.max_seq_length) == (False, True, 384)
     assert (written["answerability_head"], written["max_seq_length"], written["learning_rate"]) == (False, 384, 1e-5)
 
 
@@ -409,8 +505,17 @@ def test_v1_end_to_end_learns_the_fixture_answers(tiny_checkpoint, tmp_path):
     seeds and not others (a near tie, which other kernels' rounding could tip); 60 reached it with each of six."""
     path = write_json(tmp_path / "train-v1.1.json", SQUAD_V1)
     out = tmp_path / "out"
-    run_squad(["--train_file", path, "--validation_file", path, "--do_train", "--do_eval",
-               *squad_args(tiny_checkpoint, out, steps=MEMORIZED)])
+    run_squad(
+        [
+            "--train_file",
+            path,
+            "--validation_file",
+            path,
+            "--do_train",
+            "--do_eval",
+            *squad_args(tiny_checkpoint, out, steps=MEMORIZED),
+        ]
+    )
     outputs = read_outputs(out)
     assert outputs["predictions.json"] == {"q1": "quick brown fox", "q2": "Paris", "q3": "1911"}
     assert "null_odds.json" not in outputs
@@ -434,8 +539,22 @@ def test_v2_end_to_end_learns_answers_and_no_answers(tiny_checkpoint, tmp_path, 
     out = tmp_path / "out"
     extra = ["--answerability_head"] if head == "answerability" else []
     test_file = write_json(tmp_path / "test-v2.0.json", without_answers(SQUAD_V2))
-    run_squad(["--train_file", path, "--validation_file", path, "--do_train", "--do_eval", "--version_2_with_negative",
-               "--do_predict", "--test_file", test_file, *extra, *squad_args(tiny_checkpoint, out, steps=40, seq=64)])
+    run_squad(
+        [
+            "--train_file",
+            path,
+            "--validation_file",
+            path,
+            "--do_train",
+            "--do_eval",
+            "--version_2_with_negative",
+            "--do_predict",
+            "--test_file",
+            test_file,
+            *extra,
+            *squad_args(tiny_checkpoint, out, steps=40, seq=64),
+        ]
+    )
     outputs = read_outputs(out)
     assert outputs["predictions.json"] == {"p1": "quick brown fox", "p2": "", "p3": "1911", "p4": ""}
     # --do_predict on the same questions without answers: the same predictions and null odds under transformers'
@@ -463,14 +582,25 @@ def test_v2_paper_hparams_run_uses_the_answerability_head_and_tunes_the_threshol
     threshold tuning and optimizer are what the run uses, and paper_hparams.json and the card say so."""
     path = write_json(tmp_path / "train-v2.0.json", SQUAD_V2)
     out = tmp_path / "out"
-    run_squad(["--train_file", path, "--validation_file", path, "--do_train", "--do_eval", "--version_2_with_negative",
-               "--paper_hparams", *squad_args(tiny_checkpoint, out, steps=30, seq=64)])
+    run_squad(
+        [
+            "--train_file",
+            path,
+            "--validation_file",
+            path,
+            "--do_train",
+            "--do_eval",
+            "--version_2_with_negative",
+            "--paper_hparams",
+            *squad_args(tiny_checkpoint, out, steps=30, seq=64),
+        ]
+    )
     outputs = read_outputs(out)
     assert json.loads((out / "config.json").read_text())["architectures"] == [
-        "AlbertHFForQuestionAnsweringWithAnswerability"]
+        "AlbertHFForQuestionAnsweringWithAnswerability"
+    ]
     # the beam post-processing of that head: start and end log-probabilities, not logits
-    assert all("start_log_prob" in entry for entries in outputs["nbest_predictions.json"].values()
-               for entry in entries)
+    assert all("start_log_prob" in entry for entries in outputs["nbest_predictions.json"].values() for entry in entries)
     metrics = outputs["eval_results.json"]
     threshold = metrics["eval_null_threshold"]
     assert threshold == metrics["eval_best_f1_thresh"]  # tuned on the dev set
@@ -481,10 +611,23 @@ def test_v2_paper_hparams_run_uses_the_answerability_head_and_tunes_the_threshol
     official = squad_v2_metrics(golds, outputs["predictions.json"], null_odds)
     assert (metrics["eval_exact"], metrics["eval_f1"]) == (official["exact"], official["f1"])
     assert json.loads((out / "paper_hparams.json").read_text()) == {
-        "learning_rate": 5e-3, "per_device_train_batch_size": 8, "gradient_accumulation_steps": 1, "max_steps": 30,
-        "warmup_steps": 0.1, "max_seq_length": 64, "answerability_head": True, "tune_null_threshold": True,
-        "start_n_top": 5, "end_n_top": 5, "classifier_dropout_prob": 0.1, "doc_stride": 16, "max_query_length": 16,
-        "n_best_size": 20, "max_answer_length": 30, **OFFICIAL_OPTIMIZER}
+        "learning_rate": 5e-3,
+        "per_device_train_batch_size": 8,
+        "gradient_accumulation_steps": 1,
+        "max_steps": 30,
+        "warmup_steps": 0.1,
+        "max_seq_length": 64,
+        "answerability_head": True,
+        "tune_null_threshold": True,
+        "start_n_top": 5,
+        "end_n_top": 5,
+        "classifier_dropout_prob": 0.1,
+        "doc_stride": 16,
+        "max_query_length": 16,
+        "n_best_size": 20,
+        "max_answer_length": 30,
+        **OFFICIAL_OPTIMIZER,
+    }
     card = (out / "README.md").read_text()
     assert "ALBERT's fine-tuning recipe for SQuAD v2.0" in card and "| answerability_head | True |" in card
     assert "| max_seq_length | 64 (explicit) |" in card
@@ -494,7 +637,8 @@ def test_v2_paper_hparams_run_uses_the_answerability_head_and_tunes_the_threshol
 @pytest.mark.trains
 @pytest.mark.rounding
 def test_eval_strategy_steps_scores_every_evaluation_and_keeps_the_checkpoint_with_the_best_f1(
-        tiny_checkpoint, tmp_path):
+    tiny_checkpoint, tmp_path
+):
     """--eval_strategy steps with the SQuAD metrics (post-processed, "eval_" keys), and --load_best_model_at_end
     keeps the best of them by F1, the task's main metric, without --metric_for_best_model. The dev golds are spans
     the training answers are NOT: the untrained model's long spans overlap them, and as it learns the training
@@ -511,9 +655,25 @@ def test_eval_strategy_steps_scores_every_evaluation_and_keeps_the_checkpoint_wi
     dev_file = write_json(tmp_path / "dev-v1.1.json", dev)
     assert FOX[26:].startswith("over the lazy dog near the river bank")
     out = tmp_path / "out"
-    run_squad(["--train_file", train_file, "--validation_file", dev_file, "--do_train",
-               *squad_args(tiny_checkpoint, out, steps=6), "--eval_strategy", "steps", "--eval_steps", 1,
-               "--save_strategy", "steps", "--save_steps", 1, "--load_best_model_at_end"])
+    run_squad(
+        [
+            "--train_file",
+            train_file,
+            "--validation_file",
+            dev_file,
+            "--do_train",
+            *squad_args(tiny_checkpoint, out, steps=6),
+            "--eval_strategy",
+            "steps",
+            "--eval_steps",
+            1,
+            "--save_strategy",
+            "steps",
+            "--save_steps",
+            1,
+            "--load_best_model_at_end",
+        ]
+    )
     state = json.loads((out / "trainer_state.json").read_text())
     evaluations = [entry for entry in state["log_history"] if "eval_f1" in entry]
     assert [entry["step"] for entry in evaluations] == [1, 2, 3, 4, 5, 6]
@@ -544,9 +704,23 @@ def test_do_predict_writes_test_predictions_and_metrics_and_all_results_has_ever
     labelled.write_text("\n".join(json.dumps(row) for row in test_rows))
     out = tmp_path / "out"
     # (with persistent loader workers, Trainer caches the dev set's loader: the test set must not get it)
-    run_squad(["--train_file", train_file, "--validation_file", train_file, "--test_file", labelled, "--do_train",
-               "--do_eval", "--do_predict", *squad_args(tiny_checkpoint, out, steps=MEMORIZED),
-               "--dataloader_num_workers", 1, "--dataloader_persistent_workers"])
+    run_squad(
+        [
+            "--train_file",
+            train_file,
+            "--validation_file",
+            train_file,
+            "--test_file",
+            labelled,
+            "--do_train",
+            "--do_eval",
+            "--do_predict",
+            *squad_args(tiny_checkpoint, out, steps=MEMORIZED),
+            "--dataloader_num_workers",
+            1,
+            "--dataloader_persistent_workers",
+        ]
+    )
     outputs = read_outputs(out, prefix="predict_")
     assert outputs["predict_predictions.json"] == {"q2": "Paris", "q3": "1911"}
     assert outputs["predict_nbest_predictions.json"]["q3"][0]["text"] == "1911"
@@ -562,9 +736,26 @@ def test_do_predict_writes_test_predictions_and_metrics_and_all_results_has_ever
     # the trained model on a test file without answers (the Hub rows without the column): predictions, no metrics
     unlabelled = tmp_path / "unlabelled.jsonl"
     unlabelled.write_text("\n".join(json.dumps({k: v for k, v in row.items() if k != "answers"}) for row in test_rows))
-    run_squad(["--model_name_or_path", out, "--test_file", unlabelled, "--do_predict", "--output_dir",
-               tmp_path / "predict_only", "--max_seq_length", 48, "--max_query_length", 16, "--doc_stride", 16,
-               "--use_cpu", "--report_to", "none"])
+    run_squad(
+        [
+            "--model_name_or_path",
+            out,
+            "--test_file",
+            unlabelled,
+            "--do_predict",
+            "--output_dir",
+            tmp_path / "predict_only",
+            "--max_seq_length",
+            48,
+            "--max_query_length",
+            16,
+            "--doc_stride",
+            16,
+            "--use_cpu",
+            "--report_to",
+            "none",
+        ]
+    )
     predicted = read_outputs(tmp_path / "predict_only", prefix="predict_")
     assert predicted["predict_predictions.json"] == {"q2": "Paris", "q3": "1911"}
     assert "predict_results.json" not in predicted and "all_results.json" not in predicted
@@ -573,8 +764,17 @@ def test_do_predict_writes_test_predictions_and_metrics_and_all_results_has_ever
 def test_do_predict_without_a_test_set_names_test_file(tmp_path):
     path = write_json(tmp_path / "dev.json", SQUAD_V1)
     with pytest.raises(InputError, match=r"^--do_predict needs a test set: give --test_file"):
-        run_squad(["--model_name_or_path", "unused", "--validation_file", path, "--do_predict",
-                   "--output_dir", tmp_path / "out"])
+        run_squad(
+            [
+                "--model_name_or_path",
+                "unused",
+                "--validation_file",
+                path,
+                "--do_predict",
+                "--output_dir",
+                tmp_path / "out",
+            ]
+        )
 
 
 def test_v2_data_without_the_v2_flag_is_refused_at_evaluation(tiny_checkpoint, tmp_path):
@@ -604,9 +804,22 @@ def test_real_dev_articles_end_to_end(tiny_checkpoint, tmp_path, version):
     else:
         path, extra = shared_data("squad", "v2.0_dev_half", "dev-v2.0.json"), ["--version_2_with_negative"]
     out = tmp_path / "out"
-    run_squad(["--train_file", path, "--validation_file", path, "--do_train", "--do_eval", *extra,
-               "--max_train_samples", 48, "--max_eval_samples", 30,
-               *squad_args(tiny_checkpoint, out, steps=3, seq=128, query=32, stride=64)])
+    run_squad(
+        [
+            "--train_file",
+            path,
+            "--validation_file",
+            path,
+            "--do_train",
+            "--do_eval",
+            *extra,
+            "--max_train_samples",
+            48,
+            "--max_eval_samples",
+            30,
+            *squad_args(tiny_checkpoint, out, steps=3, seq=128, query=32, stride=64),
+        ]
+    )
     outputs = read_outputs(out)
     examples = read_squad_file(path).select(range(30))
     contexts = dict(zip(examples["id"], examples["context"]))
@@ -635,10 +848,23 @@ def test_two_seeds_summarise_exact_match_and_f1(tiny_checkpoint, tmp_path):
 
     path = write_json(tmp_path / "train-v1.1.json", SQUAD_V1)
     out = tmp_path / "out"
-    summary = run_squad(["--train_file", path, "--validation_file", path, "--do_train", "--do_eval",
-                         *squad_args(tiny_checkpoint, out, steps=MEMORIZED), "--seeds", 1, 2])
+    summary = run_squad(
+        [
+            "--train_file",
+            path,
+            "--validation_file",
+            path,
+            "--do_train",
+            "--do_eval",
+            *squad_args(tiny_checkpoint, out, steps=MEMORIZED),
+            "--seeds",
+            1,
+            2,
+        ]
+    )
     check_seed_summary(out, [1, 2], "eval_f1", AutoModelForQuestionAnswering)
     assert summary["baseline"] == {"metric": "f1", "value": 0.0, "name": "the empty answer"}
     assert {"eval_exact_match", "eval_f1"} <= set(summary["metrics"])
-    assert json.loads((out / "predictions.json").read_text()) == \
-        json.loads((out / f"seed_{summary['best_seed']}" / "predictions.json").read_text())
+    assert json.loads((out / "predictions.json").read_text()) == json.loads(
+        (out / f"seed_{summary['best_seed']}" / "predictions.json").read_text()
+    )

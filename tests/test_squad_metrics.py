@@ -64,7 +64,10 @@ def test_v2_overall_and_has_ans_no_ans_breakdown_by_hand():
     assert result["f1"] == pytest.approx(100 * (2 + 2 / 3) / 3)
     assert result["total"] == 3
     assert (result["HasAns_exact"], result["HasAns_f1"], result["HasAns_total"]) == (
-        50.0, pytest.approx(100 * (1 + 2 / 3) / 2), 2)
+        50.0,
+        pytest.approx(100 * (1 + 2 / 3) / 2),
+        2,
+    )
     assert (result["NoAns_exact"], result["NoAns_f1"], result["NoAns_total"]) == (100.0, 100.0, 1)
     assert "best_f1" not in result  # only with no-answer probabilities
 
@@ -111,16 +114,35 @@ def test_v2_names_missing_predictions_and_probabilities():
 
 
 def test_command_line_on_official_files(tmp_path, capsys):
-    data = {"version": "v2.0", "data": [{"title": "t", "paragraphs": [{"context": "Paris is big.", "qas": [
-        {"id": "a", "question": "Where?", "answers": [{"text": "Paris", "answer_start": 0}], "is_impossible": False},
-        {"id": "b", "question": "Why?", "answers": [], "is_impossible": True},
-    ]}]}]}
+    data = {
+        "version": "v2.0",
+        "data": [
+            {
+                "title": "t",
+                "paragraphs": [
+                    {
+                        "context": "Paris is big.",
+                        "qas": [
+                            {
+                                "id": "a",
+                                "question": "Where?",
+                                "answers": [{"text": "Paris", "answer_start": 0}],
+                                "is_impossible": False,
+                            },
+                            {"id": "b", "question": "Why?", "answers": [], "is_impossible": True},
+                        ],
+                    }
+                ],
+            }
+        ],
+    }
     (tmp_path / "dev.json").write_text(json.dumps(data))
     (tmp_path / "pred.json").write_text(json.dumps({"a": "Paris", "b": "big"}))
     (tmp_path / "odds.json").write_text(json.dumps({"a": -1.0, "b": 2.0}))
     assert golds_from_official_json(data) == {"a": ["Paris"], "b": []}
-    result = main([str(tmp_path / "dev.json"), str(tmp_path / "pred.json"),
-                   "--na-prob-file", str(tmp_path / "odds.json")])
+    result = main(
+        [str(tmp_path / "dev.json"), str(tmp_path / "pred.json"), "--na-prob-file", str(tmp_path / "odds.json")]
+    )
     # b's odds 2.0 > 1.0: scored as no-answer, which is right for b
     assert result["exact"] == 100.0 and result["NoAns_exact"] == 100.0
     assert json.loads(capsys.readouterr().out)["total"] == 2
@@ -128,7 +150,8 @@ def test_command_line_on_official_files(tmp_path, capsys):
     data["version"] = "1.1"
     data["data"][0]["paragraphs"][0]["qas"].pop()  # v1.1 has no unanswerable questions
     data["data"][0]["paragraphs"][0]["qas"].append(
-        {"id": "c", "question": "What?", "answers": [{"text": "big", "answer_start": 9}]})
+        {"id": "c", "question": "What?", "answers": [{"text": "big", "answer_start": 9}]}
+    )
     (tmp_path / "dev11.json").write_text(json.dumps(data))
     (tmp_path / "pred11.json").write_text(json.dumps({"a": "the Paris"}))
     result = main([str(tmp_path / "dev11.json"), str(tmp_path / "pred11.json")])

@@ -21,7 +21,10 @@ def _fresh_process(script: str, **env) -> str:
     """Run `script` in a new interpreter that cannot import sentencepiece and has no Hub access."""
     code = "import sys; sys.modules['sentencepiece'] = None\n" + textwrap.dedent(script)
     result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **env},
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -99,8 +102,14 @@ def _spm_model(sentences, **flags) -> bytes:
 
 
 ALBERT_SPM_FLAGS = dict(
-    model_type="unigram", vocab_size=600, pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,
-    control_symbols=["[CLS]", "[SEP]", "[MASK]"], user_defined_symbols=["(", ")", '"', "-", "."],
+    model_type="unigram",
+    vocab_size=600,
+    pad_id=0,
+    unk_id=1,
+    bos_id=-1,
+    eos_id=-1,
+    control_symbols=["[CLS]", "[SEP]", "[MASK]"],
+    user_defined_symbols=["(", ")", '"', "-", "."],
 )
 
 
@@ -162,16 +171,38 @@ def test_training_reads_a_bounded_sample_of_the_sentences(caplog):
 
 
 # Strings where normalisation, whitespace or added tokens could make two encoders part ways.
-TRICKY = ["", "   ", "Hello world.", "``Quoted'' text", "Ünïcödé naïve café", "non\u00a0breaking\tand\ttabs",
-          "zero\u200bwidth", "ﬁne ligatures ﬂow", "İstanbul straße ΣΊΣΥΦΟΣ", "ｒｅｔｕｒｎ ｔｈｅ", "漢字とかな",
-          "emoji 🙂 here", "a <unk> b", "[MASK] at the start", "x▁y", "e\u0301 combining", "control\x07bell",
-          "dashes – and — £5 €3 (brackets)", "a  b   c", "ǅ ǈ ǋ title case", "ﬀ ﬃ Ⅻ ½", "***START***",
-          "_______ regiment", "Hahahaha!", "1000000 dollars..."]
+TRICKY = [
+    "",
+    "   ",
+    "Hello world.",
+    "``Quoted'' text",
+    "Ünïcödé naïve café",
+    "non\u00a0breaking\tand\ttabs",
+    "zero\u200bwidth",
+    "ﬁne ligatures ﬂow",
+    "İstanbul straße ΣΊΣΥΦΟΣ",
+    "ｒｅｔｕｒｎ ｔｈｅ",
+    "漢字とかな",
+    "emoji 🙂 here",
+    "a <unk> b",
+    "[MASK] at the start",
+    "x▁y",
+    "e\u0301 combining",
+    "control\x07bell",
+    "dashes – and — £5 €3 (brackets)",
+    "a  b   c",
+    "ǅ ǈ ǋ title case",
+    "ﬀ ﬃ Ⅻ ½",
+    "***START***",
+    "_______ regiment",
+    "Hahahaha!",
+    "1000000 dollars...",
+]
 
 
 def test_the_sentencepiece_encoder_gives_the_tokenizers_ids():
     from albert_hf.pretraining.data.sentences import plain_backend
-    from albert_hf.tokenization import SentencePieceEncoder
+    from albert_hf.pretraining.data.spm_encoder import SentencePieceEncoder
 
     tok = tokenizer()
     backend = plain_backend(tok)
@@ -186,7 +217,7 @@ def test_the_sentencepiece_encoder_gives_the_tokenizers_ids():
 def test_the_sentencepiece_encoder_gives_the_tokenizers_ids_on_the_real_corpus():
     from albert_hf.pretraining.data.corpus import find_text_files, read_text_documents
     from albert_hf.pretraining.data.sentences import plain_backend
-    from albert_hf.tokenization import SentencePieceEncoder
+    from albert_hf.pretraining.data.spm_encoder import SentencePieceEncoder
 
     files = find_text_files(shared_data("corpus"))
     tok = tokenizer()
@@ -202,7 +233,7 @@ def test_the_sentencepiece_encoder_is_only_used_where_it_agrees_by_construction(
     from transformers import AlbertTokenizer, AutoTokenizer
 
     from albert_hf.pretraining.data.sentences import BackendEncoder, plain_backend, sentence_encoder
-    from albert_hf.tokenization import SentencePieceEncoder
+    from albert_hf.pretraining.data.spm_encoder import SentencePieceEncoder
 
     tok = tokenizer()
     # the same pieces without their spiece.model, or with other normalisation (accents kept, case kept)
@@ -221,7 +252,7 @@ def test_the_sentencepiece_encoder_is_only_used_where_it_agrees_by_construction(
 
 def test_roots_with_two_powers_in_the_vocabulary_are_sent_to_the_backend():
     """Equal-score segmentations come from pieces that are powers of one root: such text takes the backend's."""
-    from albert_hf.tokenization import _repeated_roots
+    from albert_hf.pretraining.data.spm_encoder import _repeated_roots
 
     pieces = ["ha", "haha", "*", "**", "▁x", "▁x▁x", "abab", "ab", "xyz", "xyzxyz0", "aa", "a", "cdcd", "cdcdcd"]
     # single characters ("*", "a") are caught by the run-of-three rule; "▁" pieces cannot repeat inside a word

@@ -46,8 +46,9 @@ def _as_dataset(documents, text_column="text"):
     return datasets.Dataset.from_dict({text_column: documents})
 
 
-def build_intrinsic_sets(documents, tokenizer, *, max_seq_length=128, max_examples=2000, seed=12345,
-                         layout="document_per_file", tasks=SETS) -> dict:
+def build_intrinsic_sets(
+    documents, tokenizer, *, max_seq_length=128, max_examples=2000, seed=12345, layout="document_per_file", tasks=SETS
+) -> dict:
     """{"nsp": pairs, "sop": pairs} (or only the `tasks` asked for), each at most `max_examples` pairs (the
     first of the seeded shuffle).
 
@@ -57,8 +58,14 @@ def build_intrinsic_sets(documents, tokenizer, *, max_seq_length=128, max_exampl
     sets = {}
     for task in tasks:
         pairs = build_pretraining_dataset(
-            corpus, tokenizer, sentence_per_line=layout == "sentence_per_line", max_seq_length=max_seq_length,
-            dupe_factor=1, task=task, seed=seed, one_chunk="skip",
+            corpus,
+            tokenizer,
+            sentence_per_line=layout == "sentence_per_line",
+            max_seq_length=max_seq_length,
+            dupe_factor=1,
+            task=task,
+            seed=seed,
+            one_chunk="skip",
         )
         if len(pairs) == 0:
             raise NoPairsError(f"The documents give no {task.upper()} pair (too short?)")
@@ -85,8 +92,10 @@ def evaluate_pairs(model, tokenizer, pairs, *, batch_size=32, seed=12345, autoca
             # labels make the head run at the masked positions only: (num_masked, vocab) logits
             outputs = model(**batch)
         if getattr(outputs, "sop_logits", None) is None:
-            raise ValueError(f"{type(model).__name__} has no 2-way sentence head (sop_logits); load the "
-                             "pretraining model, e.g. AutoModelForPreTraining")
+            raise ValueError(
+                f"{type(model).__name__} has no 2-way sentence head (sop_logits); load the "
+                "pretraining model, e.g. AutoModelForPreTraining"
+            )
         targets = batch["labels"][batch["labels"] != -100]
         counts["mlm_correct"] += int((outputs.prediction_logits.argmax(-1) == targets).sum())
         counts["mlm_tokens"] += int(targets.numel())
@@ -95,8 +104,18 @@ def evaluate_pairs(model, tokenizer, pairs, *, batch_size=32, seed=12345, autoca
     return counts
 
 
-def evaluate_intrinsic(model, tokenizer, documents, *, max_seq_length=128, max_examples=2000, seed=12345,
-                       batch_size=32, autocast_dtype=None, sets=None) -> dict:
+def evaluate_intrinsic(
+    model,
+    tokenizer,
+    documents,
+    *,
+    max_seq_length=128,
+    max_examples=2000,
+    seed=12345,
+    batch_size=32,
+    autocast_dtype=None,
+    sets=None,
+) -> dict:
     """Paper Table 5 accuracies on held-out `documents`: {"mlm", "nsp", "sop"} in [0, 1], plus the sizes
     "mlm_tokens", "nsp_examples", "sop_examples". Deterministic for a given seed. Pass `sets` (from
     `build_intrinsic_sets`) to evaluate several models on the same pairs without rebuilding them.
@@ -124,12 +143,14 @@ def evaluate_intrinsic(model, tokenizer, documents, *, max_seq_length=128, max_e
         ValueError: a model without `sop_logits`.
     """
     if sets is None:
-        sets = build_intrinsic_sets(documents, tokenizer, max_seq_length=max_seq_length,
-                                    max_examples=max_examples, seed=seed)
+        sets = build_intrinsic_sets(
+            documents, tokenizer, max_seq_length=max_seq_length, max_examples=max_examples, seed=seed
+        )
     result, mlm_correct, mlm_tokens = {}, 0, 0
     for task in SETS:
-        counts = evaluate_pairs(model, tokenizer, sets[task], batch_size=batch_size, seed=seed,
-                                autocast_dtype=autocast_dtype)
+        counts = evaluate_pairs(
+            model, tokenizer, sets[task], batch_size=batch_size, seed=seed, autocast_dtype=autocast_dtype
+        )
         result[task] = counts["pair_correct"] / counts["pairs"]
         result[f"{task}_examples"] = counts["pairs"]
         mlm_correct += counts["mlm_correct"]
@@ -139,8 +160,18 @@ def evaluate_intrinsic(model, tokenizer, documents, *, max_seq_length=128, max_e
     return {k: result[k] for k in ("mlm", "nsp", "sop", "mlm_tokens", "nsp_examples", "sop_examples")}
 
 
-def sop_by_document(model, tokenizer, documents, names=None, *, max_seq_length=128, max_examples=600, seed=12345,
-                    batch_size=32, autocast_dtype=None) -> dict:
+def sop_by_document(
+    model,
+    tokenizer,
+    documents,
+    names=None,
+    *,
+    max_seq_length=128,
+    max_examples=600,
+    seed=12345,
+    batch_size=32,
+    autocast_dtype=None,
+) -> dict:
     """SOP accuracy on each document alone: {name: {"sop", "sop_examples"}}, names defaulting to "0", "1", ...
 
     A pooled held-out score is dominated by whichever documents it draws from (books differ by 10 points and
@@ -165,17 +196,20 @@ def sop_by_document(model, tokenizer, documents, names=None, *, max_seq_length=1
     result, too_short = {}, []
     for name, text in zip(names, documents):
         try:
-            pairs = build_intrinsic_sets([text], tokenizer, max_seq_length=max_seq_length, max_examples=max_examples,
-                                         seed=seed, tasks=("sop",))["sop"]
+            pairs = build_intrinsic_sets(
+                [text], tokenizer, max_seq_length=max_seq_length, max_examples=max_examples, seed=seed, tasks=("sop",)
+            )["sop"]
         except NoPairsError:  # empty, or too short for a pair; bad arguments still raise
             too_short.append(name)
             continue
-        counts = evaluate_pairs(model, tokenizer, pairs, batch_size=batch_size, seed=seed,
-                                autocast_dtype=autocast_dtype)
+        counts = evaluate_pairs(
+            model, tokenizer, pairs, batch_size=batch_size, seed=seed, autocast_dtype=autocast_dtype
+        )
         result[name] = {"sop": counts["pair_correct"] / counts["pairs"], "sop_examples": counts["pairs"]}
     if too_short:
-        logger.warning("SOP by document: skipped %d documents that give no SOP pair: %s",
-                       len(too_short), ", ".join(too_short[:10]))
+        logger.warning(
+            "SOP by document: skipped %d documents that give no SOP pair: %s", len(too_short), ", ".join(too_short[:10])
+        )
     return result
 
 
@@ -220,23 +254,37 @@ def document_names(documents) -> list[str]:
     return names
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description="Paper Table 5: MLM, NSP and SOP accuracy of pretrained models "
-                                     "on pairs built from held-out documents.")
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of `python -m albert_hf.analysis.intrinsic`."""
+    parser = argparse.ArgumentParser(
+        description="Paper Table 5: MLM, NSP and SOP accuracy of pretrained models "
+        "on pairs built from held-out documents."
+    )
     parser.add_argument("--model", action="append", required=True, help="saved model folder (repeat for several)")
-    parser.add_argument("--documents", nargs="+", required=True,
-                        help="held-out text files or folders (never seen in pretraining)")
-    parser.add_argument("--layout", default="document_per_file",
-                        choices=["document_per_file", "blank_line_separated", "sentence_per_line"])
+    parser.add_argument(
+        "--documents", nargs="+", required=True, help="held-out text files or folders (never seen in pretraining)"
+    )
+    parser.add_argument(
+        "--layout",
+        default="document_per_file",
+        choices=["document_per_file", "blank_line_separated", "sentence_per_line"],
+    )
     parser.add_argument("--max_seq_length", type=int, default=128)
     parser.add_argument("--max_examples", type=int, default=2000, help="pairs per set (NSP and SOP)")
     parser.add_argument("--seed", type=int, default=12345)
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast (fast on CPUs with AMX)")
-    parser.add_argument("--per_document", action="store_true",
-                        help="also the SOP accuracy on each document alone (at most --max_examples pairs each)")
+    parser.add_argument(
+        "--per_document",
+        action="store_true",
+        help="also the SOP accuracy on each document alone (at most --max_examples pairs each)",
+    )
     parser.add_argument("--json", default=None, help="also write the results here")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
     from ..pretraining.data.corpus import load_corpus
 
     for path in args.documents:
@@ -249,20 +297,30 @@ def main(argv=None):
     for directory in args.model:
         try:
             model, tokenizer = load_pretraining_model(directory)
-            options = dict(max_seq_length=args.max_seq_length, max_examples=args.max_examples, seed=args.seed,
-                           batch_size=args.batch_size, autocast_dtype=torch.bfloat16 if args.bf16 else None)
+            options = dict(
+                max_seq_length=args.max_seq_length,
+                max_examples=args.max_examples,
+                seed=args.seed,
+                batch_size=args.batch_size,
+                autocast_dtype=torch.bfloat16 if args.bf16 else None,
+            )
             rows[directory] = evaluate_intrinsic(model, tokenizer, documents, **options)
             if args.per_document:
                 rows[directory]["sop_by_document"] = sop_by_document(
-                    model, tokenizer, documents["text"], document_names(documents), **options)
+                    model, tokenizer, documents["text"], document_names(documents), **options
+                )
         except (FileNotFoundError, ValueError) as error:
             raise InputError(first_line(error)) from None
     print(format_table(rows, paper=None).replace("objective", "model    "))
     if args.per_document:
         print("\nSOP accuracy (%) per document (pairs)")
         for directory, row in rows.items():
-            print(f"{directory}: " + ", ".join(f"{name} {100 * r['sop']:.1f} ({r['sop_examples']})"
-                                                for name, r in row["sop_by_document"].items()))
+            print(
+                f"{directory}: "
+                + ", ".join(
+                    f"{name} {100 * r['sop']:.1f} ({r['sop_examples']})" for name, r in row["sop_by_document"].items()
+                )
+            )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
     return rows

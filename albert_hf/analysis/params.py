@@ -46,11 +46,7 @@ def count_parameters(config: AlbertHFConfig, heads: bool = False, pooler: bool =
 
 
 # The three counting conventions. "incl. pooler" is transformers' AlbertModel.
-CONVENTIONS = {
-    "incl. pooler": dict(),
-    "excl. pooler": dict(pooler=False),
-    "+ MLM/SOP heads": dict(heads=True),
-}
+CONVENTIONS = {"incl. pooler": dict(), "excl. pooler": dict(pooler=False), "+ MLM/SOP heads": dict(heads=True)}
 
 
 @dataclass(frozen=True)
@@ -214,32 +210,40 @@ def notes(measured: dict) -> str:
         if row.label.startswith("BERT"):
             real, value = row.counts(vocab_size=30522), row.paper[0][0]
             verdict = "still rounds" if row.rounds_to_paper(real[excl], value) else "no longer rounds"
-            bert_lines.append(f"    {row.label}: {real[incl]:,} incl. / {real[excl]:,} excl. pooler; "
-                              f"{verdict} to the paper's {value:g}M")
+            bert_lines.append(
+                f"    {row.label}: {real[incl]:,} incl. / {real[excl]:,} excl. pooler; "
+                f"{verdict} to the paper's {value:g}M"
+            )
 
     projected = count_parameters(AlbertHFConfig.from_preset("base", embedding_size=768, project_when_equal=True))
 
-    return "\n".join([
-        "Notes",
-        f"- ALBERT-xlarge is {xlarge[incl] / 1e6:.1f}M ({xlarge[heads] / 1e6:.1f}M with heads): "
-        "the 59M of the first arXiv version.",
-        "  The final paper's 60M is about 1M too high under every convention.",
-        f"- ALBERT-xxlarge is {xxlarge[incl] / 1e6:.1f}M ({xxlarge[heads] / 1e6:.1f}M with heads), "
-        "not the paper's 235M (233M in arXiv v1).",
-        f"  The gap is +{gap / 1e6:.1f}M (+{gap_v1 / 1e6:.1f}M), about {gap / hidden**2:.2f}*H^2. "
-        "No standard component has that size:",
-        textwrap.fill(", ".join(f"{name} {n / 1e6:.2f}M" for name, n in parts.items()) + ".", 110,
-                      initial_indent="  ", subsequent_indent="  "),
-        "  The released config cannot give 235M. transformers documents xxlarge as 223M; we report 223M and",
-        "  footnote the paper's 235M.",
-        f"- BERT-xlarge: {measured['BERT-xlarge'][excl] / 1e6:.1f}M is quoted as 1270M (3 significant figures), "
-        "so that row is checked to 10M.",
-        "- BERT's real WordPiece vocab has V = 30522, not 30000, which adds 522*H parameters:",
-        *bert_lines,
-        "  Only BERT-base tells the two apart, and it rounds to 108M only with V = 30000 (ALBERT's vocab).",
-        f"- With transformers' always-on E->H projection, E=768 all-shared would be {projected:,}. That rounds",
-        "  to 32M, not the paper's 31M, so the paper counted no projection when E = H.",
-    ])
+    return "\n".join(
+        [
+            "Notes",
+            f"- ALBERT-xlarge is {xlarge[incl] / 1e6:.1f}M ({xlarge[heads] / 1e6:.1f}M with heads): "
+            "the 59M of the first arXiv version.",
+            "  The final paper's 60M is about 1M too high under every convention.",
+            f"- ALBERT-xxlarge is {xxlarge[incl] / 1e6:.1f}M ({xxlarge[heads] / 1e6:.1f}M with heads), "
+            "not the paper's 235M (233M in arXiv v1).",
+            f"  The gap is +{gap / 1e6:.1f}M (+{gap_v1 / 1e6:.1f}M), about {gap / hidden**2:.2f}*H^2. "
+            "No standard component has that size:",
+            textwrap.fill(
+                ", ".join(f"{name} {n / 1e6:.2f}M" for name, n in parts.items()) + ".",
+                110,
+                initial_indent="  ",
+                subsequent_indent="  ",
+            ),
+            "  The released config cannot give 235M. transformers documents xxlarge as 223M; we report 223M and",
+            "  footnote the paper's 235M.",
+            f"- BERT-xlarge: {measured['BERT-xlarge'][excl] / 1e6:.1f}M is quoted as 1270M (3 significant figures), "
+            "so that row is checked to 10M.",
+            "- BERT's real WordPiece vocab has V = 30522, not 30000, which adds 522*H parameters:",
+            *bert_lines,
+            "  Only BERT-base tells the two apart, and it rounds to 108M only with V = 30000 (ALBERT's vocab).",
+            f"- With transformers' always-on E->H projection, E=768 all-shared would be {projected:,}. That rounds",
+            "  to 32M, not the paper's 31M, so the paper counted no projection when E = H.",
+        ]
+    )
 
 
 def summary(all_measured: dict) -> str:

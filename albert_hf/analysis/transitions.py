@@ -38,8 +38,12 @@ def transition_sums(hidden_states, attention_mask=None) -> dict:
     l2 = (y - x).norm(dim=-1)  # (layers, batch, seq)
     cosine = torch.nn.functional.cosine_similarity(x, y, dim=-1, eps=1e-12).clamp(-1.0, 1.0)
     angle = torch.rad2deg(torch.arccos(cosine))
-    return {"l2": l2[:, real].sum(-1).double(), "cosine": cosine[:, real].sum(-1).double(),
-            "angle": angle[:, real].sum(-1).double(), "tokens": int(real.sum())}
+    return {
+        "l2": l2[:, real].sum(-1).double(),
+        "cosine": cosine[:, real].sum(-1).double(),
+        "angle": angle[:, real].sum(-1).double(),
+        "tokens": int(real.sum()),
+    }
 
 
 def layer_transitions(hidden_states, attention_mask=None) -> dict:
@@ -65,8 +69,12 @@ def _means(sums: dict) -> dict:
     if sums["tokens"] == 0:
         raise ValueError("No real token: every position is padding")
     n = sums["tokens"]
-    return {"l2": (sums["l2"] / n).tolist(), "cosine": (sums["cosine"] / n).tolist(),
-            "angle_degrees": (sums["angle"] / n).tolist(), "tokens": n}
+    return {
+        "l2": (sums["l2"] / n).tolist(),
+        "cosine": (sums["cosine"] / n).tolist(),
+        "angle_degrees": (sums["angle"] / n).tolist(),
+        "tokens": n,
+    }
 
 
 @torch.no_grad()
@@ -152,8 +160,16 @@ def write_csv(results: dict, path) -> None:
         writer.writeheader()
         for name, r in results.items():
             for layer, (l2, cos, angle) in enumerate(zip(r["l2"], r["cosine"], r["angle_degrees"]), start=1):
-                writer.writerow({"model": name, "layer": layer, "l2": f"{l2:.6g}", "cosine": f"{cos:.6g}",
-                                 "angle_degrees": f"{angle:.6g}", "tokens": r["tokens"]})
+                writer.writerow(
+                    {
+                        "model": name,
+                        "layer": layer,
+                        "l2": f"{l2:.6g}",
+                        "cosine": f"{cos:.6g}",
+                        "angle_degrees": f"{angle:.6g}",
+                        "tokens": r["tokens"],
+                    }
+                )
 
 
 def plot(results: dict, path, title: str | None = None) -> None:
@@ -190,8 +206,9 @@ def format_table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def run(model_dirs, texts_path, out, csv_path=None, names=None, max_seq_length=128, batch_size=16,
-        max_texts=None) -> dict:
+def run(
+    model_dirs, texts_path, out, csv_path=None, names=None, max_seq_length=128, batch_size=16, max_texts=None
+) -> dict:
     """Measure every model on the same texts, write the PNG and CSV, return {name: transitions}."""
     texts = read_texts(texts_path)[:max_texts]
     names = names or [Path(d).name or str(d) for d in model_dirs]
@@ -212,8 +229,10 @@ def run(model_dirs, texts_path, out, csv_path=None, names=None, max_seq_length=1
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description="Paper Figure 1: L2 distance and cosine similarity between the "
-                                     "input and output embedding of every layer, one line per model.")
+    parser = argparse.ArgumentParser(
+        description="Paper Figure 1: L2 distance and cosine similarity between the "
+        "input and output embedding of every layer, one line per model."
+    )
     parser.add_argument("--model", action="append", required=True, help="saved model folder (repeat for several)")
     parser.add_argument("--name", action="append", default=None, help="legend name per --model (default: folder)")
     parser.add_argument("--texts", required=True, help="text file, one text per line")
@@ -224,8 +243,9 @@ def main(argv=None):
     parser.add_argument("--max_texts", type=int, default=None)
     args = parser.parse_args(argv)
     try:
-        results = run(args.model, args.texts, args.out, args.csv, args.name, args.max_seq_length, args.batch_size,
-                      args.max_texts)
+        results = run(
+            args.model, args.texts, args.out, args.csv, args.name, args.max_seq_length, args.batch_size, args.max_texts
+        )
     except (FileNotFoundError, ValueError) as error:
         raise InputError(first_line(error)) from None
     print(format_table(results))

@@ -34,10 +34,16 @@ def summary(rows: list[dict], main_metrics: dict[str, str]) -> dict[str, dict[in
         for row in rows:
             if row["task"] == task and row["metric"] == metric:
                 by_step.setdefault(row["step"], []).append(row)
-        found[task] = {step: {"tokens": group[0].get("tokens"), "median": statistics.median(r["value"] for r in group),
-                              "min": min(r["value"] for r in group), "max": max(r["value"] for r in group),
-                              "seeds": len(group)}
-                       for step, group in sorted(by_step.items())}
+        found[task] = {
+            step: {
+                "tokens": group[0].get("tokens"),
+                "median": statistics.median(r["value"] for r in group),
+                "min": min(r["value"] for r in group),
+                "max": max(r["value"] for r in group),
+                "seeds": len(group),
+            }
+            for step, group in sorted(by_step.items())
+        }
     return found
 
 
@@ -52,8 +58,12 @@ def table(rows: list[dict], main_metrics: dict[str, str]) -> str:
         cells = []
         for task in main_metrics:
             cell = found[task].get(step)
-            cells.append("-" if cell is None else f"{cell['median']:.4f} ({cell['min']:.4f}-{cell['max']:.4f}, "
-                                                  f"{cell['seeds']} seed{'s' * (cell['seeds'] != 1)})")
+            cells.append(
+                "-"
+                if cell is None
+                else f"{cell['median']:.4f} ({cell['min']:.4f}-{cell['max']:.4f}, "
+                f"{cell['seeds']} seed{'s' * (cell['seeds'] != 1)})"
+            )
         seen = tokens.get(step)
         lines.append(f"| {step} | {'-' if seen is None else f'{seen:,.0f}'} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -75,8 +85,12 @@ def plot(rows: list[dict], main_metrics: dict[str, str], path: Path) -> dict[str
         if not by_step:
             continue
         x = [cell["tokens"] if by_tokens else step for step, cell in by_step.items()]
-        series = {"x": x, "median": [cell["median"] for cell in by_step.values()],
-                  "min": [cell["min"] for cell in by_step.values()], "max": [cell["max"] for cell in by_step.values()]}
+        series = {
+            "x": x,
+            "median": [cell["median"] for cell in by_step.values()],
+            "min": [cell["min"] for cell in by_step.values()],
+            "max": [cell["max"] for cell in by_step.values()],
+        }
         axis.plot(x, series["median"], marker="o", label=f"{task} ({main_metrics[task]})")
         axis.fill_between(x, series["min"], series["max"], alpha=0.2)
         drawn[task] = series
@@ -98,6 +112,13 @@ def into_card(card: Path, text: str) -> None:
         start = lines.index(CARD_SECTION)
         end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
         lines[start:end] = []
-    section = [CARD_SECTION, "", "Fine-tuned from each checkpoint of this run (`run_checkpoint_evals.py`): the dev "
-               "score's median over seeds, with its range.", "", text.rstrip("\n"), ""]
+    section = [
+        CARD_SECTION,
+        "",
+        "Fine-tuned from each checkpoint of this run (`run_checkpoint_evals.py`): the dev "
+        "score's median over seeds, with its range.",
+        "",
+        text.rstrip("\n"),
+        "",
+    ]
     card.write_text("\n".join(lines).rstrip("\n") + "\n\n" + "\n".join(section))

@@ -50,8 +50,10 @@ def steps_and_tokens(folder: Path) -> tuple[int | None, float | None]:
     if not isinstance(results, dict):
         return None, None
     steps, tokens = results.get("train_steps"), results.get("total_tokens")
-    return (steps if type(steps) is int else None,
-            float(tokens) if isinstance(tokens, (int, float)) and not isinstance(tokens, bool) else None)
+    return (
+        steps if type(steps) is int else None,
+        float(tokens) if isinstance(tokens, (int, float)) and not isinstance(tokens, bool) else None,
+    )
 
 
 def final_source(run_dir: Path) -> Source | None:
@@ -82,14 +84,16 @@ def hub_sources(repo: str, into: Path, token: str | None = None) -> list[Source]
     from huggingface_hub import HfApi
 
     api = HfApi(token=token)
-    steps = sorted(int(match.group(1)) for branch in api.list_repo_refs(repo).branches
-                   if (match := HUB_BRANCH.match(branch.name)))
+    steps = sorted(
+        int(match.group(1)) for branch in api.list_repo_refs(repo).branches if (match := HUB_BRANCH.match(branch.name))
+    )
     found = []
     for step in steps:
         folder = into / f"step_{step}"
         if not (folder / "all_results.json").is_file():
-            api.snapshot_download(repo, revision=f"step-{step}", local_dir=str(folder),
-                                  allow_patterns=["all_results.json"])
+            api.snapshot_download(
+                repo, revision=f"step-{step}", local_dir=str(folder), allow_patterns=["all_results.json"]
+            )
         found.append(Source(step, steps_and_tokens(folder)[1], repo, f"step-{step}"))
     return found
 

@@ -6,17 +6,31 @@ from pathlib import Path
 from ..hub.model_card import CardContent, folder_name, hub_model_name, write_model_card
 
 # architecture suffix -> (pipeline tag, Auto class)
-_HEADS = {"ForPreTraining": ("fill-mask", "AutoModelForPreTraining"),
-          "ForMaskedLM": ("fill-mask", "AutoModelForMaskedLM"),
-          "ForSequenceClassification": ("text-classification", "AutoModelForSequenceClassification"),
-          "ForMultipleChoice": ("multiple-choice", "AutoModelForMultipleChoice"),
-          "ForQuestionAnswering": ("question-answering", "AutoModelForQuestionAnswering"),
-          "ForQuestionAnsweringWithAnswerability": ("question-answering", "AutoModelForQuestionAnswering"),
-          "ForTokenClassification": ("token-classification", "AutoModelForTokenClassification")}
+_HEADS = {
+    "ForPreTraining": ("fill-mask", "AutoModelForPreTraining"),
+    "ForMaskedLM": ("fill-mask", "AutoModelForMaskedLM"),
+    "ForSequenceClassification": ("text-classification", "AutoModelForSequenceClassification"),
+    "ForMultipleChoice": ("multiple-choice", "AutoModelForMultipleChoice"),
+    "ForQuestionAnswering": ("question-answering", "AutoModelForQuestionAnswering"),
+    "ForQuestionAnsweringWithAnswerability": ("question-answering", "AutoModelForQuestionAnswering"),
+    "ForTokenClassification": ("token-classification", "AutoModelForTokenClassification"),
+}
 
 
-def write_converted_card(out_dir, *, source: str, target: str, model, tokenizer_copied: bool,
-                         license: str | None = None) -> Path:
+def carried_metadata(source: Path) -> dict:
+    """The metadata of a local source's card carried over to the converted one (the weights being the same)."""
+    from huggingface_hub import ModelCard
+
+    if not (source / "README.md").is_file():
+        return {}
+    data = ModelCard.load(source / "README.md", ignore_metadata_errors=True).data
+    keys = ("license", "datasets", "language", "base_model", "eval_results")
+    return {key: getattr(data, key, None) for key in keys if getattr(data, key, None)}
+
+
+def write_converted_card(
+    out_dir, *, source: str, target: str, model, tokenizer_copied: bool, license: str | None = None
+) -> Path:
     """The card of a `python -m albert_hf.convert` output. A local source's card metadata (license, datasets,
     language, base model, model-index) is carried over, the weights being the same; a Hub source becomes the
     base model (its card is not fetched: nothing here goes online).
@@ -33,31 +47,53 @@ def write_converted_card(out_dir, *, source: str, target: str, model, tokenizer_
     Returns:
         `Path`: the card written, out_dir/README.md.
     """
-    from huggingface_hub import ModelCard
-
     architecture = (model.config.architectures or [type(model).__name__])[0]
     head = next((suffix for suffix in sorted(_HEADS, key=len, reverse=True) if architecture.endswith(suffix)), None)
     pipeline_tag, auto_class = _HEADS.get(head, ("feature-extraction", "AutoModel"))
-    carried, source_card = {}, Path(source) / "README.md"
-    if source_card.is_file():
-        data = ModelCard.load(source_card, ignore_metadata_errors=True).data
-        carried = {key: getattr(data, key, None) for key in ("license", "datasets", "language", "base_model",
-                                                             "eval_results") if getattr(data, key, None)}
+    carried = carried_metadata(Path(source))
     found = carried.get("eval_results") or []
-    formats = {"albert_hf": "albert_hf (model_type `albert_hf`, code shipped with the checkpoint)",
-               "transformers": "transformers' ALBERT (model_type `albert`)"}
-    summary = (f"`{folder_name(source) if Path(source).exists() else source}` converted to {formats[target]} with "
-               "`python -m albert_hf.convert`: the same weights under a translated config.")
+    formats = {
+        "albert_hf": "albert_hf (model_type `albert_hf`, code shipped with the checkpoint)",
+        "transformers": "transformers' ALBERT (model_type `albert`)",
+    }
+    summary = (
+        f"`{folder_name(source) if Path(source).exists() else source}` converted to {formats[target]} with "
+        "`python -m albert_hf.convert`: the same weights under a translated config."
+    )
     if carried:
-        summary += (" The source's card metadata (license, datasets, base model, evaluation results) is carried "
-                    "over; see the source's card for how it was trained.")
-    metrics = {f"{r.dataset_name} {r.dataset_split or ''} {r.metric_name or r.metric_type}".replace("  ", " "):
-               r.metric_value for r in found} if found else None
-    return write_model_card(out_dir, model, CardContent(
-        title=f"{architecture} (converted by albert_hf)", summary=summary, pipeline_tag=pipeline_tag,
-        tags=(pipeline_tag, "converted"), usage_class=auto_class, remote_code=target == "albert_hf", metrics=metrics,
-        tokenizer_from=None if tokenizer_copied else hub_model_name(source) or f"<tokenizer of {folder_name(source)}>",
-        license=license or carried.get("license"), base_model=carried.get("base_model") or hub_model_name(source),
-        datasets=carried.get("datasets"), language=carried.get("language"), eval_results=found or None,
-        model_name=Path(out_dir).absolute().name,
-    ))
+        summary += (
+            " The source's card metadata (license, datasets, base model, evaluation results) is carried "
+            "over; see the source's card for how it was trained."
+        )
+    metrics = (
+        {
+            f"{r.dataset_name} {r.dataset_split or ''} {r.metric_name or r.metric_type}".replace(
+                "  ", " "
+            ): r.metric_value
+            for r in found
+        }
+        if found
+        else None
+    )
+    return write_model_card(
+        out_dir,
+        model,
+        CardContent(
+            title=f"{architecture} (converted by albert_hf)",
+            summary=summary,
+            pipeline_tag=pipeline_tag,
+            tags=(pipeline_tag, "converted"),
+            usage_class=auto_class,
+            remote_code=target == "albert_hf",
+            metrics=metrics,
+            tokenizer_from=None
+            if tokenizer_copied
+            else hub_model_name(source) or f"<tokenizer of {folder_name(source)}>",
+            license=license or carried.get("license"),
+            base_model=carried.get("base_model") or hub_model_name(source),
+            datasets=carried.get("datasets"),
+            language=carried.get("language"),
+            eval_results=found or None,
+            model_name=Path(out_dir).absolute().name,
+        ),
+    )

@@ -30,9 +30,11 @@ from .tf_import import SPM_MODEL_NAMES, TF_CONFIG_NAME, TF_HEAD_CHOICES, from_tf
 from .transformers_format import convert
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m albert_hf.convert", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of `python -m albert_hf.convert`."""
+    parser = argparse.ArgumentParser(
+        prog="python -m albert_hf.convert", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("source", nargs="?", help="checkpoint directory (or Hub name) in either format")
     parser.add_argument("out_dir", nargs="?", help="new, empty output directory")
     parser.add_argument(
@@ -40,19 +42,36 @@ def main(argv=None):
         choices=["albert_hf", "transformers"],
         help="target format (default: the other one, read from the source's config.json)",
     )
-    parser.add_argument("--license", default=None,
-                        help="license for the model card, a Hub license id such as apache-2.0 (default: the one on "
-                        "a local source's README.md, if any)")
-    parser.add_argument("--from_tf", metavar="PREFIX_OR_DIR",
-                        help="convert an official TensorFlow ALBERT checkpoint instead: its prefix (model.ckpt-best), "
-                        "one of its files, or its folder; then give only OUT_DIR")
-    parser.add_argument("--config", help=f"with --from_tf: the official config (default: {TF_CONFIG_NAME} beside "
-                        "the checkpoint)")
-    parser.add_argument("--spm_model", help="with --from_tf: the SentencePiece model (default: "
-                        f"{' or '.join(SPM_MODEL_NAMES)} beside the checkpoint)")
-    parser.add_argument("--tf_head", choices=TF_HEAD_CHOICES,
-                        help="with --from_tf, for a one-row output_weights head: RACE (multiple_choice) or a "
-                        "one-label regression classifier")
+    parser.add_argument(
+        "--license",
+        default=None,
+        help="license for the model card, a Hub license id such as apache-2.0 (default: the one on "
+        "a local source's README.md, if any)",
+    )
+    parser.add_argument(
+        "--from_tf",
+        metavar="PREFIX_OR_DIR",
+        help="convert an official TensorFlow ALBERT checkpoint instead: its prefix (model.ckpt-best), "
+        "one of its files, or its folder; then give only OUT_DIR",
+    )
+    parser.add_argument(
+        "--config", help=f"with --from_tf: the official config (default: {TF_CONFIG_NAME} beside the checkpoint)"
+    )
+    parser.add_argument(
+        "--spm_model",
+        help=f"with --from_tf: the SentencePiece model (default: {' or '.join(SPM_MODEL_NAMES)} beside the checkpoint)",
+    )
+    parser.add_argument(
+        "--tf_head",
+        choices=TF_HEAD_CHOICES,
+        help="with --from_tf, for a one-row output_weights head: RACE (multiple_choice) or a "
+        "one-label regression classifier",
+    )
+    return parser
+
+
+def main(argv=None):
+    parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if args.from_tf is not None:
@@ -61,8 +80,14 @@ def main(argv=None):
         if args.to not in (None, "albert_hf"):
             parser.error("--from_tf writes albert_hf; convert its output with --to transformers afterwards")
         try:
-            from_tf_checkpoint(args.from_tf, args.source, config=args.config, spm_model=args.spm_model,
-                               tf_head=args.tf_head, license=args.license)
+            from_tf_checkpoint(
+                args.from_tf,
+                args.source,
+                config=args.config,
+                spm_model=args.spm_model,
+                tf_head=args.tf_head,
+                license=args.license,
+            )
         except (ValueError, OSError) as error:  # ValueError: a config the model's own checks refuse
             raise InputError(first_line(error)) from None
         print(json.dumps({"source": args.from_tf, "out_dir": args.source, "format": "albert_hf"}))

@@ -102,9 +102,14 @@ def crc32c(data) -> int:
     shift0, shift1, shift2, shift3 = _zero_shift_tables(chunk)
     register = 0xFFFFFFFF
     for chunk_register in registers.tolist():
-        register = (shift0[register & 0xFF] ^ shift1[(register >> 8) & 0xFF] ^ shift2[(register >> 16) & 0xFF]
-                    ^ shift3[register >> 24] ^ chunk_register)
-    register = _crc_update_scalar(register, view[chunks * chunk:])
+        register = (
+            shift0[register & 0xFF]
+            ^ shift1[(register >> 8) & 0xFF]
+            ^ shift2[(register >> 16) & 0xFF]
+            ^ shift3[register >> 24]
+            ^ chunk_register
+        )
+    register = _crc_update_scalar(register, view[chunks * chunk :])
     return register ^ 0xFFFFFFFF
 
 
@@ -130,9 +135,9 @@ def _block_entries(block: bytes):
         shared, position = varint(block, position)
         unshared, position = varint(block, position)
         value_length, position = varint(block, position)
-        key = key[:shared] + block[position:position + unshared]
+        key = key[:shared] + block[position : position + unshared]
         position += unshared
-        value = block[position:position + value_length]
+        value = block[position : position + value_length]
         position += value_length
         if position > end:
             raise ValueError("block entry runs past the end of the block")
@@ -213,8 +218,10 @@ def resolve_prefix(path) -> Path:
             names = ", ".join(index.name for index in indexes)
             raise FileNotFoundError(f"the folder holds several checkpoints ({names}); pass the prefix of one")
         raise FileNotFoundError("a folder without a TensorFlow checkpoint (no *.index file)")
-    raise FileNotFoundError(f"no such TensorFlow checkpoint (expected {path.name}.index and {path.name}.data-*, "
-                            "a folder holding them, or one of those files)")
+    raise FileNotFoundError(
+        f"no such TensorFlow checkpoint (expected {path.name}.index and {path.name}.data-*, "
+        "a folder holding them, or one of those files)"
+    )
 
 
 class TFCheckpoint:
@@ -236,10 +243,10 @@ class TFCheckpoint:
         end = offset + size + BLOCK_TRAILER_SIZE
         if end > len(table):
             raise self._fail(f"truncated: the {what} block ends at byte {end}, the file has {len(table)} bytes")
-        block = table[offset:offset + size]
+        block = table[offset : offset + size]
         compression = table[offset + size]
         (stored,) = struct.unpack_from("<I", table, offset + size + 1)
-        if masked_crc32c(table[offset:offset + size + 1]) != stored:
+        if masked_crc32c(table[offset : offset + size + 1]) != stored:
             raise self._fail(f"corrupted: checksum mismatch in the {what} block at byte {offset}")
         if compression != 0:
             raise self._fail(f"compressed table blocks (type {compression}) are not supported")
@@ -252,8 +259,10 @@ class TFCheckpoint:
         footer = table[-FOOTER_SIZE:]
         (magic,) = struct.unpack_from("<Q", footer, FOOTER_SIZE - 8)
         if magic != TABLE_MAGIC:
-            raise self._fail("not a TensorFlow checkpoint index (no table magic at its end: truncated, corrupted, "
-                             "or a V1 checkpoint)")
+            raise self._fail(
+                "not a TensorFlow checkpoint index (no table magic at its end: truncated, corrupted, "
+                "or a V1 checkpoint)"
+            )
         try:
             _, position = varint(footer, 0)  # the metaindex block handle (offset, size): unused by TensorFlow
             _, start = varint(footer, position)
@@ -298,8 +307,10 @@ class TFCheckpoint:
         dtype = DTYPES[entry.dtype]
         expected = math.prod(entry.shape) * dtype.itemsize
         if expected != entry.size:
-            raise self._fail(f"corrupted: {name} has shape {list(entry.shape)} ({expected} bytes of {dtype}) but "
-                             f"the index gives {entry.size} bytes")
+            raise self._fail(
+                f"corrupted: {name} has shape {list(entry.shape)} ({expected} bytes of {dtype}) but "
+                f"the index gives {entry.size} bytes"
+            )
         shard = self.shard_path(entry.shard)
         if not shard.is_file():
             raise TFCheckpointError(f"{shard}: missing (the data shard holding {name})")
@@ -309,8 +320,9 @@ class TFCheckpoint:
         if len(data) != entry.size:
             have = shard.stat().st_size
             end = entry.offset + entry.size
-            raise TFCheckpointError(f"{shard}: truncated: {name} needs bytes {entry.offset}..{end} but the file has "
-                                    f"{have} bytes")
+            raise TFCheckpointError(
+                f"{shard}: truncated: {name} needs bytes {entry.offset}..{end} but the file has {have} bytes"
+            )
         if entry.crc is not None and masked_crc32c(data) != entry.crc:
             raise TFCheckpointError(f"{shard}: corrupted: the bytes of {name} do not match their checksum")
         return np.frombuffer(data, dtype=dtype).reshape(entry.shape).copy()

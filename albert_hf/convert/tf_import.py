@@ -73,8 +73,11 @@ TF_BLOCK = re.compile(r"bert/encoder/transformer/group_(\d+)/inner_group_(\d+)/(
 # Layouts that are not google-research/albert's: brightmart/albert_zh's own modeling.py, and BERT.
 TF_FOREIGN = re.compile(r"bert/embeddings/word_embeddings_2$|bert/encoder/layer_shared/|bert/encoder/layer_\d+/")
 TF_HEAD_SCOPES = {  # the variables that tell which fine-tuning or pretraining head a checkpoint has
-    "mlm": ("cls/predictions/",), "sop": ("cls/seq_relationship/",), "classifier": ("output_weights", "output_bias"),
-    "squad_v1": ("cls/squad/",), "squad_v2": ("start_logits/", "end_logits/", "answer_class/"),
+    "mlm": ("cls/predictions/",),
+    "sop": ("cls/seq_relationship/",),
+    "classifier": ("output_weights", "output_bias"),
+    "squad_v1": ("cls/squad/",),
+    "squad_v2": ("start_logits/", "end_logits/", "answer_class/"),
 }
 TF_HEAD_CHOICES = ("multiple_choice", "regression")
 
@@ -103,9 +106,12 @@ def tf_variable_names(config: AlbertHFConfig) -> dict[str, str]:
     """albert_hf state-dict key -> official variable name, for every name the mapping knows at this config's size
     (the inverse of `tf_state_dict_key`, to name what a checkpoint lacks in the official terms)."""
     candidates = list(TF_WHOLE_NAMES)
-    scopes = list(TF_SCOPES) + [f"bert/encoder/transformer/group_{group}/inner_group_{inner}/{scope}"
-                                for group in range(config.num_hidden_groups)
-                                for inner in range(config.inner_group_num) for scope in TF_BLOCK_SCOPES]
+    scopes = list(TF_SCOPES) + [
+        f"bert/encoder/transformer/group_{group}/inner_group_{inner}/{scope}"
+        for group in range(config.num_hidden_groups)
+        for inner in range(config.inner_group_num)
+        for scope in TF_BLOCK_SCOPES
+    ]
     for scope in scopes:
         leaves = ("gamma", "beta") if scope.rpartition("/")[2].startswith("LayerNorm") else ("kernel", "bias")
         candidates += [f"{scope}/{leaf}" for leaf in leaves]
@@ -118,11 +124,16 @@ def tf_variable_names(config: AlbertHFConfig) -> dict[str, str]:
 
 def _tf_head(checkpoint: TFCheckpoint, names: list[str], tf_head: str | None) -> tuple[str, dict]:
     """The albert_hf class for the head variables found, and the config fields it needs."""
-    found = {head for head, scopes in TF_HEAD_SCOPES.items()
-             if any(name == scope or name.startswith(scope) for name in names for scope in scopes)}
+    found = {
+        head
+        for head, scopes in TF_HEAD_SCOPES.items()
+        if any(name == scope or name.startswith(scope) for name in names for scope in scopes)
+    }
     if tf_head and found != {"classifier"}:
-        raise InputError(f"--tf_head {tf_head}: only for a checkpoint with the one-row output_weights of run_race "
-                         f"or a regression task; this one has {', '.join(sorted(found)) or 'no head'}")
+        raise InputError(
+            f"--tf_head {tf_head}: only for a checkpoint with the one-row output_weights of run_race "
+            f"or a regression task; this one has {', '.join(sorted(found)) or 'no head'}"
+        )
     if found == {"classifier"}:
         if "output_weights" not in names:
             raise InputError("the checkpoint has output_bias without output_weights")
@@ -133,9 +144,11 @@ def _tf_head(checkpoint: TFCheckpoint, names: list[str], tf_head: str | None) ->
             return "AlbertHFForMultipleChoice", {}
         if tf_head == "regression":
             return "AlbertHFForSequenceClassification", {"num_labels": 1, "problem_type": "regression"}
-        raise InputError("output_weights has one row: a RACE (multiple-choice) head or a one-label regression "
-                         "classifier (STS-B), which the names do not tell apart; pass --tf_head multiple_choice or "
-                         "--tf_head regression")
+        raise InputError(
+            "output_weights has one row: a RACE (multiple-choice) head or a one-label regression "
+            "classifier (STS-B), which the names do not tell apart; pass --tf_head multiple_choice or "
+            "--tf_head regression"
+        )
     heads = {
         frozenset(): ("AlbertHFModel", {}),
         frozenset({"mlm", "sop"}): ("AlbertHFForPreTraining", {}),
@@ -144,8 +157,14 @@ def _tf_head(checkpoint: TFCheckpoint, names: list[str], tf_head: str | None) ->
         frozenset({"squad_v2"}): ("AlbertHFForQuestionAnsweringWithAnswerability", {}),
     }
     if frozenset(found) not in heads:
-        scopes = sorted({scope for head in found for scope in TF_HEAD_SCOPES[head]
-                         if any(name == scope or name.startswith(scope) for name in names)})
+        scopes = sorted(
+            {
+                scope
+                for head in found
+                for scope in TF_HEAD_SCOPES[head]
+                if any(name == scope or name.startswith(scope) for name in names)
+            }
+        )
         raise InputError(f"no albert_hf head holds this mix of head variables: {', '.join(scopes)}")
     return heads[frozenset(found)]
 
@@ -159,8 +178,9 @@ def _read_tf_config(path: Path) -> dict:
         raise InputError(f"--config {path}: not a JSON object")
     activation = values.get("hidden_act", "gelu")
     if activation not in TF_ACTIVATIONS:
-        raise InputError(f"--config {path}: hidden_act {activation!r} is none of the official code's "
-                         f"{sorted(TF_ACTIVATIONS)}")
+        raise InputError(
+            f"--config {path}: hidden_act {activation!r} is none of the official code's {sorted(TF_ACTIVATIONS)}"
+        )
     values["hidden_act"] = TF_ACTIVATIONS[activation]
     return values
 
@@ -209,13 +229,15 @@ def _checked_names(reader: TFCheckpoint, prefix) -> tuple[list[str], set[str]]:
             f"{prefix}: not google-research/albert's layout but brightmart/albert_zh's original (or BERT's): "
             f"{', '.join(foreign)} means BERT-named layers and a bias-free E->H projection of the word embedding "
             "alone, before H-wide position/token-type embeddings; ALBERT adds E-wide embeddings, then projects with a "
-            "bias, so these weights cannot be loaded into it (albert_zh's *_google_zh releases convert)")
+            "bias, so these weights cannot be loaded into it (albert_zh's *_google_zh releases convert)"
+        )
     skipped = {name for name in names if name in TF_SKIPPED_NAMES or name.rpartition("/")[2] in TF_SKIPPED_SLOTS}
     return [name for name in names if name not in skipped], skipped
 
 
-def _place_variables(reader: TFCheckpoint, names: list[str], model, class_name: str, config_path: Path,
-                     prefix) -> tuple[dict, list[str]]:
+def _place_variables(
+    reader: TFCheckpoint, names: list[str], model, class_name: str, config_path: Path, prefix
+) -> tuple[dict, list[str]]:
     """({state-dict key: (TF variable, transposed)}, variables the model does not use) for `model`; any variable
     without a place, missing or of the wrong shape stops the conversion, all named in one line."""
     expected = model.state_dict()
@@ -258,8 +280,10 @@ def _tf_tokenizer(spm_path: Path | None, vocab_path: Path | None, vocab_size: in
     if spm_path is not None:
         from ..tokenization import tokenizer_from_spm_proto
 
-        tokenizer, where = tokenizer_from_spm_proto(spm_path.read_bytes(), source=str(spm_path)), \
-            f"--spm_model {spm_path}"
+        tokenizer, where = (
+            tokenizer_from_spm_proto(spm_path.read_bytes(), source=str(spm_path)),
+            f"--spm_model {spm_path}",
+        )
     elif vocab_path is not None:
         # What albert_zh tells its users to load it with: BERT's tokenizer, lower-cased, one piece per CJK character.
         pieces = vocab_path.read_text(encoding="utf-8").splitlines()
@@ -272,8 +296,14 @@ def _tf_tokenizer(spm_path: Path | None, vocab_path: Path | None, vocab_size: in
     return tokenizer
 
 
-def from_tf_checkpoint(checkpoint, out_dir: str, config: str | None = None, spm_model: str | None = None,
-                       tf_head: str | None = None, license: str | None = None):
+def from_tf_checkpoint(
+    checkpoint,
+    out_dir: str,
+    config: str | None = None,
+    spm_model: str | None = None,
+    tf_head: str | None = None,
+    license: str | None = None,
+):
     """Convert an official TensorFlow ALBERT checkpoint (a prefix, one of its files, or its folder) into an albert_hf
     folder; returns the model. Raises InputError with one line saying what is wrong, before anything is written.
 
@@ -323,11 +353,27 @@ def from_tf_checkpoint(checkpoint, out_dir: str, config: str | None = None, spm_
     if spm_path is not None:
         shutil.copyfile(spm_path, Path(out_dir) / "spiece.model")
     if tokenizer is None:
-        logger.warning("no SentencePiece model (%s) or %s beside %s and no --spm_model: the folder has no tokenizer",
-                       ", ".join(SPM_MODEL_NAMES), WORDPIECE_VOCAB, prefix)
-    write_converted_card(out_dir, source=str(prefix.parent), target="albert_hf", model=model,
-                         tokenizer_copied=tokenizer is not None, license=license)
-    logger.info("converted %s (%d variables; skipped %d optimizer slots and global_step entries%s) -> %s (%s)",
-                prefix, len(state), len(skipped), f"; unused: {', '.join(unused)}" if unused else "", out_dir,
-                class_name)
+        logger.warning(
+            "no SentencePiece model (%s) or %s beside %s and no --spm_model: the folder has no tokenizer",
+            ", ".join(SPM_MODEL_NAMES),
+            WORDPIECE_VOCAB,
+            prefix,
+        )
+    write_converted_card(
+        out_dir,
+        source=str(prefix.parent),
+        target="albert_hf",
+        model=model,
+        tokenizer_copied=tokenizer is not None,
+        license=license,
+    )
+    logger.info(
+        "converted %s (%d variables; skipped %d optimizer slots and global_step entries%s) -> %s (%s)",
+        prefix,
+        len(state),
+        len(skipped),
+        f"; unused: {', '.join(unused)}" if unused else "",
+        out_dir,
+        class_name,
+    )
     return model

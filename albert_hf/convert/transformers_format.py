@@ -123,7 +123,6 @@ def convert(source: str, out_dir: str, to: str | None = None, license: str | Non
     new_out_dir(out_dir)
     model = (to_albert_hf if to == "albert_hf" else to_transformers)(source, out_dir, **hub_kwargs)
     copied = copy_tokenizer_files(source, out_dir)
-    write_converted_card(out_dir, source=source, target=to, model=model, tokenizer_copied=bool(copied),
-                         license=license)
+    write_converted_card(out_dir, source=source, target=to, model=model, tokenizer_copied=bool(copied), license=license)
     logger.info("converted %s (%s) -> %s (%s); tokenizer files copied: %s", source, source_type, out_dir, to, copied)
     return to

@@ -13,8 +13,13 @@ from ..errors import InputError, first_line
 FOLDER_JSON_FIELDS = {
     "config.json": {"model_type": (str,), "architectures": (list,), "auto_map": (dict,)},
     "tokenizer.json": {"added_tokens": (list,)},
-    "tokenizer_config.json": {"tokenizer_class": (str,), "auto_map": (dict, list), "model_max_length": (int, float),
-                              "added_tokens_decoder": (dict,), "extra_special_tokens": (dict, list)},
+    "tokenizer_config.json": {
+        "tokenizer_class": (str,),
+        "auto_map": (dict, list),
+        "model_max_length": (int, float),
+        "added_tokens_decoder": (dict,),
+        "extra_special_tokens": (dict, list),
+    },
     "special_tokens_map.json": {},
     "generation_config.json": {},
 }
@@ -36,13 +41,17 @@ def check_folder_files(folder: Path, flag: str, name) -> None:
             raise InputError(f"{where} holds a {type(value).__name__}, not a JSON object")
         for key, kinds in fields.items():
             if key in value and not isinstance(value[key], kinds):
-                raise InputError(f"{where}: {key} {value[key]!r:.40} is not of type "
-                                 f"{' or '.join(kind.__name__ for kind in kinds)}")
+                raise InputError(
+                    f"{where}: {key} {value[key]!r:.40} is not of type {' or '.join(kind.__name__ for kind in kinds)}"
+                )
         for key in ("dtype", "torch_dtype") if file_name == "config.json" else ():
             if value.get(key) not in (None, *CONFIG_DTYPES):
                 raise InputError(f"{where}: {key} {value[key]!r:.40} is none of {CONFIG_DTYPES}")
-        if not all(isinstance(token, dict) and type(token.get("id")) is int and isinstance(token.get("content"), str)
-                   for token in value.get("added_tokens", []) if file_name == "tokenizer.json"):
+        if not all(
+            isinstance(token, dict) and type(token.get("id")) is int and isinstance(token.get("content"), str)
+            for token in value.get("added_tokens", [])
+            if file_name == "tokenizer.json"
+        ):
             raise InputError(f"{where}: added_tokens are not all tokens with an integer id and a content string")
 
 
@@ -50,8 +59,10 @@ def check_tokenizer(tokenizer, flag: str, name):
     """Stop with one line when a tokenizer loaded but its settings are damaged (a tokenizer_config.json edited by
     hand): transformers takes them as they are, and fails later, while encoding."""
     if type(tokenizer.model_max_length) is not int or tokenizer.model_max_length < 1:
-        raise InputError(f"{flag} {name}: model_max_length {tokenizer.model_max_length!r:.40} in its "
-                         "tokenizer_config.json is not a positive integer")
+        raise InputError(
+            f"{flag} {name}: model_max_length {tokenizer.model_max_length!r:.40} in its "
+            "tokenizer_config.json is not a positive integer"
+        )
     for token in ("cls_token", "sep_token", "pad_token", "mask_token", "unk_token"):
         value = getattr(tokenizer, token, None)
         if value is not None and not isinstance(value, str):
@@ -82,16 +93,19 @@ def loading(flag: str, name):
     """
     folder = Path(str(name))
     if folder.is_dir() and (folder / CHECKPOINT_STATE).is_file() and not (folder / "config.json").is_file():
-        raise InputError(f"{flag} {name}: a run_pretraining.py checkpoint written without the model's files (config, "
-                         "tokenizer, code); make it loadable with: python -m albert_hf.pretraining.output.loadable "
-                         f"{name}")
+        raise InputError(
+            f"{flag} {name}: a run_pretraining.py checkpoint written without the model's files (config, "
+            "tokenizer, code); make it loadable with: python -m albert_hf.pretraining.output.loadable "
+            f"{name}"
+        )
     if folder.is_dir():
         check_folder_files(folder, flag, name)
     try:
         yield
     except BaseException as error:  # noqa: B036 - Rust panics are BaseExceptions, one class per extension
-        if isinstance(error, InputError) or not (isinstance(error, library_errors()) or type(error) is Exception
-                                                 or type(error).__name__ == "PanicException"):
+        if isinstance(error, InputError) or not (
+            isinstance(error, library_errors()) or type(error) is Exception or type(error).__name__ == "PanicException"
+        ):
             raise  # ours already, a bug, or KeyboardInterrupt / SystemExit
         from huggingface_hub import constants
 

@@ -15,17 +15,35 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 # Older Hub names of the datasets the scripts read -> the ids they live under now (listed under `datasets`).
-HUB_DATASET_IDS = {"glue": "nyu-mll/glue", "squad": "rajpurkar/squad", "squad_v2": "rajpurkar/squad_v2",
-                   "race": "ehovy/race"}
-TASK_NAMES = {"fill-mask": "Fill-Mask", "text-classification": "Text Classification",
-              "question-answering": "Question Answering", "multiple-choice": "Multiple Choice",
-              "token-classification": "Token Classification", "feature-extraction": "Feature Extraction"}
+HUB_DATASET_IDS = {
+    "glue": "nyu-mll/glue",
+    "squad": "rajpurkar/squad",
+    "squad_v2": "rajpurkar/squad_v2",
+    "race": "ehovy/race",
+}
+TASK_NAMES = {
+    "fill-mask": "Fill-Mask",
+    "text-classification": "Text Classification",
+    "question-answering": "Question Answering",
+    "multiple-choice": "Multiple Choice",
+    "token-classification": "Token Classification",
+    "feature-extraction": "Feature Extraction",
+}
 # model-index `dataset.type` for data that is no Hub dataset (arbitrary local files, the embedded corpus)
 LOCAL_DATASET_TYPE = "local"
 PLACEHOLDER = "<this repo or folder>"
 # result keys (after the eval_/predict_ prefix) that count or time things rather than measure the model
-_BOOKKEEPING = {"runtime", "samples_per_second", "steps_per_second", "samples", "features", "epoch", "total",
-                "combined_score", "null_threshold"}
+_BOOKKEEPING = {
+    "runtime",
+    "samples_per_second",
+    "steps_per_second",
+    "samples",
+    "features",
+    "epoch",
+    "total",
+    "combined_score",
+    "null_threshold",
+}
 _ABBREVIATIONS = {"mlm": "MLM", "sop": "SOP", "nsp": "NSP"}
 
 
@@ -88,7 +106,7 @@ class CardDataset:
         """("validation", "accuracy") for "eval_accuracy"; (None, None) for keys of no evaluated split."""
         for prefix, split in self.splits.items():
             if key.startswith(prefix):
-                name = key[len(prefix):]
+                name = key[len(prefix) :]
                 for suffix, other in self.suffixes.items():
                     if name.endswith(suffix):
                         return other, name[: -len(suffix)]
@@ -118,8 +136,14 @@ def metric_name(name: str) -> str:
     return " ".join(_ABBREVIATIONS.get(word, word) for word in name.split("_"))
 
 
-def eval_results(results: dict, dataset: CardDataset, task_type: str, task_name: str | None = None,
-                 with_loss: bool = False, keep=lambda metric: True) -> list:
+def eval_results(
+    results: dict,
+    dataset: CardDataset,
+    task_type: str,
+    task_name: str | None = None,
+    with_loss: bool = False,
+    keep=lambda metric: True,
+) -> list:
     """EvalResults (the model-index) of the metrics among `results` (all_results.json keys) that `dataset` has a
     split for; `keep(metric name)` narrows them further."""
     from huggingface_hub import EvalResult
@@ -127,14 +151,28 @@ def eval_results(results: dict, dataset: CardDataset, task_type: str, task_name:
     found = []
     for key, value in results.items():
         split, name = dataset.split_and_metric(key)
-        if (split is None or not is_metric(name, with_loss) or not keep(name) or isinstance(value, bool)
-                or not isinstance(value, (int, float)) or not math.isfinite(value)):
+        if (
+            split is None
+            or not is_metric(name, with_loss)
+            or not keep(name)
+            or isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+        ):
             continue
-        found.append(EvalResult(
-            task_type=task_type, task_name=task_name or TASK_NAMES.get(task_type, task_type),
-            dataset_type=dataset.hub_id or LOCAL_DATASET_TYPE, dataset_name=dataset.name,
-            dataset_config=dataset.config, dataset_split=split, metric_type=_metric_type(name),
-            metric_name=metric_name(name), metric_value=value))
+        found.append(
+            EvalResult(
+                task_type=task_type,
+                task_name=task_name or TASK_NAMES.get(task_type, task_type),
+                dataset_type=dataset.hub_id or LOCAL_DATASET_TYPE,
+                dataset_name=dataset.name,
+                dataset_config=dataset.config,
+                dataset_split=split,
+                metric_type=_metric_type(name),
+                metric_name=metric_name(name),
+                metric_value=value,
+            )
+        )
     return found
 
 
@@ -144,16 +182,27 @@ def _usage(auto_class: str, repo: str, remote_code: bool, tokenizer_from: str | 
     # asks "Do you wish to run the custom code?". The tokenizer itself is transformers' AlbertTokenizer, which
     # loads the folder directly, with no remote code and no question.
     tokenizer_class = "AlbertTokenizer" if remote_code else "AutoTokenizer"
-    lines = ["## Usage", "", "```python", f"from transformers import {auto_class}, {tokenizer_class}", "",
-             f'tokenizer = {tokenizer_class}.from_pretrained("{tokenizer_from or repo}")',
-             f'model = {auto_class}.from_pretrained("{repo}"{trust})', "```", ""]
+    lines = [
+        "## Usage",
+        "",
+        "```python",
+        f"from transformers import {auto_class}, {tokenizer_class}",
+        "",
+        f'tokenizer = {tokenizer_class}.from_pretrained("{tokenizer_from or repo}")',
+        f'model = {auto_class}.from_pretrained("{repo}"{trust})',
+        "```",
+        "",
+    ]
     if tokenizer_from:
         lines += [f"No tokenizer files came with the weights: use the source's, `{tokenizer_from}`.", ""]
     if remote_code:
-        lines += ["The model code ships with the checkpoint (`modeling_albert_hf.py`, hence `trust_remote_code=True`), "
-                  "so `albert_hf` need not be installed. The tokenizer is transformers' own `AlbertTokenizer` and "
-                  "needs no remote code; `AutoTokenizer` works too, with `trust_remote_code=True` (it reads the "
-                  "model's config first, and would otherwise ask whether to run the config's code).", ""]
+        lines += [
+            "The model code ships with the checkpoint (`modeling_albert_hf.py`, hence `trust_remote_code=True`), "
+            "so `albert_hf` need not be installed. The tokenizer is transformers' own `AlbertTokenizer` and "
+            "needs no remote code; `AutoTokenizer` works too, with `trust_remote_code=True` (it reads the "
+            "model's config first, and would otherwise ask whether to run the config's code).",
+            "",
+        ]
     else:
         lines += ["A transformers ALBERT checkpoint (model_type `albert`): no remote code is needed.", ""]
     return lines
@@ -161,14 +210,23 @@ def _usage(auto_class: str, repo: str, remote_code: bool, tokenizer_from: str | 
 
 def _architecture(model) -> dict:
     config = model.config
-    rows = {"architecture": (config.architectures or [type(model).__name__])[0],
-            "parameters": f"{sum(p.numel() for p in model.parameters()):,}"}
-    for key, attribute in [("vocab_size (V)", "vocab_size"), ("embedding_size (E)", "embedding_size"),
-                           ("hidden_size (H)", "hidden_size"), ("num_hidden_layers (L)", "num_hidden_layers"),
-                           ("num_hidden_groups (G)", "num_hidden_groups"), ("inner_group_num (K)", "inner_group_num"),
-                           ("num_attention_heads", "num_attention_heads"), ("intermediate_size", "intermediate_size"),
-                           ("sharing", "sharing"), ("hidden_act", "hidden_act"),
-                           ("max_position_embeddings", "max_position_embeddings")]:
+    rows = {
+        "architecture": (config.architectures or [type(model).__name__])[0],
+        "parameters": f"{sum(p.numel() for p in model.parameters()):,}",
+    }
+    for key, attribute in [
+        ("vocab_size (V)", "vocab_size"),
+        ("embedding_size (E)", "embedding_size"),
+        ("hidden_size (H)", "hidden_size"),
+        ("num_hidden_layers (L)", "num_hidden_layers"),
+        ("num_hidden_groups (G)", "num_hidden_groups"),
+        ("inner_group_num (K)", "inner_group_num"),
+        ("num_attention_heads", "num_attention_heads"),
+        ("intermediate_size", "intermediate_size"),
+        ("sharing", "sharing"),
+        ("hidden_act", "hidden_act"),
+        ("max_position_embeddings", "max_position_embeddings"),
+    ]:
         if getattr(config, attribute, None) is not None:
             rows[key] = getattr(config, attribute)
     return rows
@@ -230,9 +288,13 @@ def write_model_card(output_dir, model, card: CardContent) -> Path:
     if card.eval_results and not model_name:
         model_name = Path(output_dir).absolute().name
     card_data = ModelCardData(
-        library_name="transformers", pipeline_tag=card.pipeline_tag, tags=["albert", "albert_hf", *card.tags],
-        license=card.license or None, base_model=card.base_model or None,
-        datasets=list(card.datasets) if card.datasets else None, language=card.language or None,
+        library_name="transformers",
+        pipeline_tag=card.pipeline_tag,
+        tags=["albert", "albert_hf", *card.tags],
+        license=card.license or None,
+        base_model=card.base_model or None,
+        datasets=list(card.datasets) if card.datasets else None,
+        language=card.language or None,
         model_name=model_name if card.eval_results else None,
         eval_results=list(card.eval_results) if card.eval_results else None,
     )
@@ -271,8 +333,11 @@ CURVES_SECTION = ("Training curves", "![Training curves](training_curves.png)")
 
 
 def limits(data_args, wanted) -> str:
-    caps = [(split, getattr(data_args, f"max_{kind}_samples", None))
-            for split, kind in (("train", "train"), ("validation", "eval"), ("test", "predict")) if split in wanted]
+    caps = [
+        (split, getattr(data_args, f"max_{kind}_samples", None))
+        for split, kind in (("train", "train"), ("validation", "eval"), ("test", "predict"))
+        if split in wanted
+    ]
     caps = [f"{split}: the first {cap}" for split, cap in caps if cap]
     return f" Only part of the data was used ({'; '.join(caps)} examples)." if caps else ""
 
@@ -297,8 +362,11 @@ def user_data(data_args, wanted, extra: str) -> CardDataset:
     files = {split: getattr(data_args, f"{split}_file") for split in wanted}
     local = any(files.values()) or Path(data_args.dataset_name).exists()
     hub_id = None if local else hub_dataset_id(data_args.dataset_name)
-    sources = {split: (hub_id, f"`{Path(path).name}`" if path else f"`{data_args.dataset_name}` ({split})")
-               for split, path in files.items() if path or data_args.dataset_name}
+    sources = {
+        split: (hub_id, f"`{Path(path).name}`" if path else f"`{data_args.dataset_name}` ({split})")
+        for split, path in files.items()
+        if path or data_args.dataset_name
+    }
     if hub_id:
         return from_sources(data_args.dataset_name, sources, data_args.dataset_config_name, extra)
     read = "; ".join(f"{split}: {how}" for split, (_, how) in sources.items())

@@ -16,12 +16,21 @@ logger = logging.getLogger(__name__)
 HUB_STRATEGIES = ("end", "every_save", "checkpoint", "all_checkpoints")
 
 # Training state that stays local: step checkpoints and trackers' logs.
-UPLOAD_IGNORE = ["step_*", "step_*/**", ".tmp*", ".tmp*/**", "runs/**", "checkpoint-*", "checkpoint-*/**",
-                 LOCK_FILE]  # the pushing run still holds its lock
+UPLOAD_IGNORE = [
+    "step_*",
+    "step_*/**",
+    ".tmp*",
+    ".tmp*/**",
+    "runs/**",
+    "checkpoint-*",
+    "checkpoint-*/**",
+    LOCK_FILE,
+]  # the pushing run still holds its lock
 
 
-def push_folder(output_dir, repo_id: str, token=None, commit_message: str = "Upload model", private=None,
-                ignore=()) -> str:
+def push_folder(
+    output_dir, repo_id: str, token=None, commit_message: str = "Upload model", private=None, ignore=()
+) -> str:
     """Create the Hub repo if needed and upload the folder, without step checkpoints nor the `ignore` patterns.
     Returns the commit URL."""
     from huggingface_hub import HfApi
@@ -29,7 +38,9 @@ def push_folder(output_dir, repo_id: str, token=None, commit_message: str = "Upl
     api = HfApi(token=token)
     repo_id = api.create_repo(repo_id, exist_ok=True, private=private).repo_id
     commit = api.upload_folder(
-        repo_id=repo_id, folder_path=str(output_dir), commit_message=commit_message,
+        repo_id=repo_id,
+        folder_path=str(output_dir),
+        commit_message=commit_message,
         ignore_patterns=[*UPLOAD_IGNORE, *ignore],
     )
     logger.info("Pushed %s to %s", output_dir, repo_id)
@@ -40,6 +51,7 @@ def push_folder(output_dir, repo_id: str, token=None, commit_message: str = "Upl
 class Upload:
     """One upload: `send()` does its Hub calls; `discard()` frees what it would have sent (its staged files), after
     it ran or when a newer upload replaced it."""
+
     label: str
     send: Callable[[], None]
     discard: Callable[[], None] = lambda: None
@@ -74,8 +86,11 @@ class BackgroundUploads:
         with self._lock:
             if self._thread is not None:
                 if self._waiting is not None:
-                    logger.info("Hub: %s replaces %s, which was waiting for the upload in flight", upload.label,
-                                self._waiting.label)
+                    logger.info(
+                        "Hub: %s replaces %s, which was waiting for the upload in flight",
+                        upload.label,
+                        self._waiting.label,
+                    )
                     self._waiting.discard()
                 else:
                     logger.info("Hub: %s waits for the upload in flight", upload.label)
@@ -91,8 +106,11 @@ class BackgroundUploads:
                 upload.send()
             except Exception as failure:  # noqa: BLE001 - any failure of an upload is reported, and the run goes on
                 error = f"{type(failure).__name__}: {first_line(failure)}"
-                logger.warning("Hub: the upload of %s failed (%s); the run goes on, and the next save uploads again",
-                               upload.label, error)
+                logger.warning(
+                    "Hub: the upload of %s failed (%s); the run goes on, and the next save uploads again",
+                    upload.label,
+                    error,
+                )
             finally:
                 upload.discard()
             with self._lock:

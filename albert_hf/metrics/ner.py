@@ -34,10 +34,19 @@ def entity_scores(gold: list[list[str]], predicted: list[list[str]], per_type: b
         warnings.simplefilter("ignore", RuntimeWarning)  # numpy's mean of no types, where there is no entity
         report = classification_report(gold, predicted, output_dict=True, zero_division=0)
     totals = report.get("micro avg", {"precision": 0.0, "recall": 0.0, "f1-score": 0.0})  # none without entities
-    result = {"precision": totals["precision"], "recall": totals["recall"], "f1": totals["f1-score"],
-              "accuracy": accuracy_score(gold, predicted)}
+    result = {
+        "precision": totals["precision"],
+        "recall": totals["recall"],
+        "f1": totals["f1-score"],
+        "accuracy": accuracy_score(gold, predicted),
+    }
     if per_type:
         for kind in sorted(name for name in report if not name.endswith(" avg")):
-            result.update({f"{kind}_precision": report[kind]["precision"], f"{kind}_recall": report[kind]["recall"],
-                           f"{kind}_f1": report[kind]["f1-score"]})
+            result.update(
+                {
+                    f"{kind}_precision": report[kind]["precision"],
+                    f"{kind}_recall": report[kind]["recall"],
+                    f"{kind}_f1": report[kind]["f1-score"],
+                }
+            )
     return {name: float(value) for name, value in result.items()}

@@ -1,7 +1,6 @@
 """Scores for GLUE (the `evaluate` module shipped in glue/, loaded offline) and for your own data: accuracy and
 macro-F1 of classes, correlations and the squared error of scores."""
 
-
 from pathlib import Path
 
 GLUE_METRIC_DIR = Path(__file__).resolve().parent / "glue"
@@ -22,8 +21,10 @@ def classification_metrics(predictions, references) -> dict:
     from sklearn.metrics import f1_score
 
     predictions, references = np.asarray(predictions), np.asarray(references)
-    return {"accuracy": float(np.mean(predictions == references)),
-            "macro_f1": float(f1_score(references, predictions, average="macro", zero_division=0.0))}
+    return {
+        "accuracy": float(np.mean(predictions == references)),
+        "macro_f1": float(f1_score(references, predictions, average="macro", zero_division=0.0)),
+    }
 
 
 def regression_metrics(predictions, references) -> dict:

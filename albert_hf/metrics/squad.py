@@ -74,8 +74,10 @@ def squad_v1_metrics(golds: dict, predictions: dict) -> dict:
     exact_match = f1 = 0.0
     for question_id, gold_answers in golds.items():
         if not gold_answers:
-            raise InputError(f"Question {question_id!r} has no gold answer: SQuAD v1.1 needs one for every "
-                             "question (unanswerable questions are SQuAD v2.0: use the v2 metric)")
+            raise InputError(
+                f"Question {question_id!r} has no gold answer: SQuAD v1.1 needs one for every "
+                "question (unanswerable questions are SQuAD v2.0: use the v2 metric)"
+            )
         if question_id not in predictions:
             continue  # the official script scores it 0 and keeps it in the total
         prediction = predictions[question_id]
@@ -135,8 +137,9 @@ def find_best_threshold(predictions: dict, scores: dict, na_probs: dict, has_ans
     return 100.0 * best / len(scores), best_threshold
 
 
-def squad_v2_metrics(golds: dict, predictions: dict, na_probs: dict | None = None,
-                     na_prob_thresh: float = OFFICIAL_NA_PROB_THRESH) -> dict:
+def squad_v2_metrics(
+    golds: dict, predictions: dict, na_probs: dict | None = None, na_prob_thresh: float = OFFICIAL_NA_PROB_THRESH
+) -> dict:
     """The dict evaluate-v2.0.py prints: exact, f1, total, HasAns_*, NoAns_*; with `na_probs` also
     best_exact, best_exact_thresh, best_f1, best_f1_thresh.
 
@@ -149,8 +152,10 @@ def squad_v2_metrics(golds: dict, predictions: dict, na_probs: dict | None = Non
     if missing:  # the official script fails on these with a KeyError; say which
         raise InputError(f"{len(missing)} question(s) have no prediction, e.g. {missing[:3]}")
     if na_probs is not None and golds.keys() - na_probs.keys():
-        raise InputError(f"{len(golds.keys() - na_probs.keys())} question(s) have no no-answer probability, "
-                         f"e.g. {sorted(golds.keys() - na_probs.keys())[:3]}")
+        raise InputError(
+            f"{len(golds.keys() - na_probs.keys())} question(s) have no no-answer probability, "
+            f"e.g. {sorted(golds.keys() - na_probs.keys())[:3]}"
+        )
     has_answer = {q: bool(answers) for q, answers in golds.items()}
     exact_raw, f1_raw = raw_scores_v2(golds, predictions)
     used_na_probs = na_probs if na_probs is not None else {q: 0.0 for q in predictions}
@@ -163,7 +168,8 @@ def squad_v2_metrics(golds: dict, predictions: dict, na_probs: dict | None = Non
             result.update({f"{prefix}_{key}": value for key, value in _summary(exact, f1, question_ids).items()})
     if na_probs is not None:
         result["best_exact"], result["best_exact_thresh"] = find_best_threshold(
-            predictions, exact_raw, na_probs, has_answer)
+            predictions, exact_raw, na_probs, has_answer
+        )
         result["best_f1"], result["best_f1_thresh"] = find_best_threshold(predictions, f1_raw, na_probs, has_answer)
     return result
 

@@ -33,10 +33,7 @@ from ..reports.curves import CURVES_FILE, pretraining_curves
 from ..reports.fill_mask import format_fill_mask
 from ..runtime import output_lock
 from ..runtime.cli import is_first_process, run_entry_point
-from ..runtime.distributed import (
-    end_distributed,
-    gather_full_model,
-)
+from ..runtime.distributed import end_distributed, gather_full_model
 from ..runtime.preemption import PREEMPTED, StopOnSignal, at_stage
 from ..runtime.storage import StorageError, agreed, fault_line, refused
 from ..runtime.throughput import cost_rows
@@ -45,7 +42,7 @@ from .data import prepared_data
 from .data.inputs import build_data, build_mixed_data
 from .output.card import source_rows
 from .output.checkpoints import FILL_MASK_FILE
-from .output.final_folder import held_out_fill_mask, save_final_model, where_trained
+from .output.final_folder import held_out_fill_mask
 from .output.folder import clear_earlier_run
 from .output.log import format_value, start_logging
 from .plan import dry_run
@@ -68,16 +65,29 @@ def finish(run: Run, eval_metrics: dict, completed_steps: int, cost: dict):
     fill-mask examples, and the Hub push."""
     accelerator, output_dir = run.accelerator, run.output_dir
     accelerator.wait_for_everyone()
-    check_weights(run.model, accelerator, completed_steps, current_lr(run), lambda: newest_checkpoint(run),
-                  "the final model folder")
+    check_weights(
+        run.model,
+        accelerator,
+        completed_steps,
+        current_lr(run),
+        lambda: newest_checkpoint(run),
+        "the final model folder",
+    )
     final = gather_full_model(accelerator, run.model)
     fault = None
     if accelerator.is_main_process:
         fault = refused(lambda: write_final_folder(run, final, eval_metrics, completed_steps, cost))
     fault = agreed(accelerator, fault, main_only=True)  # every process stops, none waits
     if fault is not None:
-        raise StorageError(fault_line(fault, "the final model folder", output_dir, run.checkpoints.expected_bytes // 3,
-                                    run.checkpoints.intact()))
+        raise StorageError(
+            fault_line(
+                fault,
+                "the final model folder",
+                output_dir,
+                run.checkpoints.expected_bytes // 3,
+                run.checkpoints.intact(),
+            )
+        )
     unpushed = None
     if accelerator.is_main_process and run.hub is not None:
         run.hub.wait("before the final folder")
@@ -94,20 +104,18 @@ def finish(run: Run, eval_metrics: dict, completed_steps: int, cost: dict):
         raise unpushed
 
 
-
 def write_final_folder(run: Run, final, eval_metrics: dict, completed_steps: int, cost: dict):
     """On the main process, at the end (`finish`): the held-out baselines, the curves, the final folder
     (`save_final_model`, with the run's `cost`: `Throughput.totals`), reloaded with AutoModel as a check, and the
     summary with fill-mask examples."""
-    accelerator, parsed, output_dir = run.accelerator, run.args, run.output_dir
+    parsed, output_dir = run.args, run.output_dir
     pair_task = parsed.objective.task if parsed.objective.task != "none" else None
-    if run.eval_dataloader is not None and eval_metrics:
-        # on the evaluation's own pairs and static masks (the unprepared dataset and collator)
-        eval_metrics = {**eval_metrics, **heldout_baselines(
-            run.eval_dataloader.dataset, run.eval_dataloader.collate_fn, len(run.tokenizer),
-            run.tokenizer.all_special_ids, pair_task)}
-    rows = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()
-            ] if (output_dir / "metrics.jsonl").is_file() else []
+    eval_metrics = {**eval_metrics, **held_out_baselines(run, eval_metrics, pair_task)}
+    rows = (
+        [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
+        if (output_dir / "metrics.jsonl").is_file()
+        else []
+    )
     names = run.mix.held_out if run.mix is not None else ()  # those held out only too
     # a continued run's starting point (its step-0 evaluation), beside the end in all_results.json and the card
     start = next((row for row in rows if row["step"] == 0 and "eval_mlm_loss" in row), {})
@@ -115,28 +123,44 @@ def write_final_folder(run: Run, final, eval_metrics: dict, completed_steps: int
     curves = None
     if not parsed.output.no_plots:
         curves = pretraining_curves(rows, eval_metrics, output_dir / CURVES_FILE, pair_task, names)
-    save_final_model(final, run.tokenizer, output_dir,
-                     run.card(),
-                     {**eval_metrics, **started, **(run.vocabulary.results() if run.vocabulary else {})},
-                     run.global_batch, accelerator.num_processes, curves=curves is not None,
-                     where=where_trained(run.plan.hardware, run.plan.precision, accelerator.num_processes),
-                     cost=cost)
+    results = {**eval_metrics, **started, **(run.vocabulary.results() if run.vocabulary else {})}
+    run.write_model_folder(final, output_dir, results, cost, curves=curves is not None)
     reloaded = AutoModel.from_pretrained(output_dir, trust_remote_code=True)
-    summary = {"output_dir": str(output_dir), "parameters": run.num_parameters, "steps": completed_steps,
-               "global_batch": run.global_batch, **cost_rows(cost),
-               **source_rows(cost, run.mix.names if run.mix is not None else ()),
-               "reloaded_with": f"AutoModel -> {type(reloaded).__name__}",
-               **({"training_curves": str(curves)} if curves else {})}
+    summary = {
+        "output_dir": str(output_dir),
+        "parameters": run.num_parameters,
+        "steps": completed_steps,
+        "global_batch": run.global_batch,
+        **cost_rows(cost),
+        **source_rows(cost, run.mix.names if run.mix is not None else ()),
+        "reloaded_with": f"AutoModel -> {type(reloaded).__name__}",
+        **({"training_curves": str(curves)} if curves else {}),
+    }
     # after the save: the examples are a look at the saved model, not part of it (nor of all_results.json)
-    examples = held_out_fill_mask(final, run.tokenizer, run.eval_documents, seed=parsed.optimization.seed,
-                                  max_length=parsed.data.max_seq_length,
-                                  sentence_per_line=parsed.data.layout == "sentence_per_line")
+    examples = held_out_fill_mask(
+        final,
+        run.tokenizer,
+        run.eval_documents,
+        seed=parsed.optimization.seed,
+        max_length=parsed.data.max_seq_length,
+        sentence_per_line=parsed.data.layout == "sentence_per_line",
+    )
     if examples:
         (output_dir / FILL_MASK_FILE).write_text(json.dumps(examples, indent=2, ensure_ascii=False) + "\n")
-    print("\n".join(["", "Pretraining done."] + [f"  {k}: {format_value(v)}" for k, v in summary.items()]
-                    + [f"  {k}: {text}" for k, text in with_baselines(eval_metrics)]
-                    + (since_step_0(start, eval_metrics, names) if start and eval_metrics else [])
-                    + format_fill_mask(examples)))
+    lines = [f"  {k}: {format_value(v)}" for k, v in summary.items()] + [
+        f"  {k}: {text}" for k, text in with_baselines(eval_metrics)
+    ]
+    since = since_step_0(start, eval_metrics, names) if start and eval_metrics else []
+    print("\n".join(["", "Pretraining done.", *lines, *since, *format_fill_mask(examples)]))
+
+
+def held_out_baselines(run: Run, eval_metrics: dict, pair_task: str | None) -> dict:
+    """The held-out baselines beside the final evaluation (reports/baselines.py), on its own pairs and static masks
+    (the unprepared dataset and collator); none without an evaluation."""
+    if run.eval_dataloader is None or not eval_metrics:
+        return {}
+    loader, tokenizer = run.eval_dataloader, run.tokenizer
+    return heldout_baselines(loader.dataset, loader.collate_fn, len(tokenizer), tokenizer.all_special_ids, pair_task)
 
 
 def since_step_0(start: dict, end: dict, names) -> list[str]:
@@ -147,7 +171,6 @@ def since_step_0(start: dict, end: dict, names) -> list[str]:
     if forgot:
         lines.append(f"  forgetting: the held-out MLM accuracy of {', '.join(forgot)} fell since step 0")
     return lines
-
 
 
 def main(argv=None):
@@ -171,17 +194,22 @@ def preprocess(args: PretrainingArguments):
     if args.output.overwrite_output_dir:
         clear_earlier_run(output_dir)
     if args.sources is not None:
-        data = build_mixed_data(args.data, args.sources, args.objective.task, args.optimization.seed,
-                                args.model.model_name_or_path)
+        data = build_mixed_data(
+            args.data, args.sources, args.objective.task, args.optimization.seed, args.model.model_name_or_path
+        )
     else:
         data = build_data(args.data, args.objective.task, args.optimization.seed, args.model.model_name_or_path)
     at_stage(f"writing the prepared pairs to {output_dir}")
     manifest = prepared_data.save(data, output_dir, args.flat(), args.sources)
-    per_source = "".join(f"\n  {entry['name']}: {entry['train_pairs']:,} training pairs, {entry['train_tokens']:,} "
-                         f"tokens, {entry.get('validation_pairs', 0):,} held-out pairs"
-                         for entry in manifest.get("sources", ()))
-    print(f"\nPrepared {manifest['train_pairs']:,} training and {manifest.get('validation_pairs', 0):,} held-out "
-          f"pairs in {output_dir}. Train on them with: run_pretraining.py --prepared_data {output_dir} ...{per_source}")
+    per_source = "".join(
+        f"\n  {entry['name']}: {entry['train_pairs']:,} training pairs, {entry['train_tokens']:,} "
+        f"tokens, {entry.get('validation_pairs', 0):,} held-out pairs"
+        for entry in manifest.get("sources", ())
+    )
+    print(
+        f"\nPrepared {manifest['train_pairs']:,} training and {manifest.get('validation_pairs', 0):,} held-out "
+        f"pairs in {output_dir}. Train on them with: run_pretraining.py --prepared_data {output_dir} ...{per_source}"
+    )
 
 
 def pretrain(args: PretrainingArguments) -> dict:
@@ -207,14 +235,23 @@ def pretrain(args: PretrainingArguments) -> dict:
             if accelerator.is_main_process:
                 # a recipe that clears the folder (the demo's) would refuse the resume: the line says so
                 again = "--resume_from_checkpoint latest" + (
-                    " --overwrite_output_dir false" if args.output.overwrite_output_dir else "")
-                print(f"Stopped by {result.stopped_by} after step {result.steps} of "
-                      f"{args.optimization.max_train_steps}: the full training state is in {result.checkpoint}. To "
-                      f"continue, run the same command with {again}", file=sys.stderr, flush=True)
+                    " --overwrite_output_dir false" if args.output.overwrite_output_dir else ""
+                )
+                print(
+                    f"Stopped by {result.stopped_by} after step {result.steps} of "
+                    f"{args.optimization.max_train_steps}: the full training state is in {result.checkpoint}. To "
+                    f"continue, run the same command with {again}",
+                    file=sys.stderr,
+                    flush=True,
+                )
             raise SystemExit(PREEMPTED)
         if stop.received is not None and accelerator.is_main_process:
-            print(f"{stop.name} received while the final folder was written: the run is complete in "
-                  f"{args.output.output_dir}", file=sys.stderr, flush=True)
+            print(
+                f"{stop.name} received while the final folder was written: the run is complete in "
+                f"{args.output.output_dir}",
+                file=sys.stderr,
+                flush=True,
+            )
     return result.eval_metrics
 
 

@@ -77,18 +77,32 @@ def synthetic_batch(vocab_size: int, batch: int, seq: int, masked: int, device, 
     """A batch of the run's shape: two segments, `masked` masked positions a row, a sentence-order label."""
     input_ids = torch.randint(5, vocab_size, (batch, seq), generator=generator)
     token_type_ids = torch.zeros_like(input_ids)
-    token_type_ids[:, seq // 2:] = 1
+    token_type_ids[:, seq // 2 :] = 1
     labels = torch.full_like(input_ids, -100)
     for row in range(batch):
         positions = torch.randperm(seq - 2, generator=generator)[:masked] + 1
         labels[row, positions] = input_ids[row, positions]
-    found = dict(input_ids=input_ids, token_type_ids=token_type_ids, attention_mask=torch.ones_like(input_ids),
-                 labels=labels, sentence_order_label=torch.randint(0, 2, (batch,), generator=generator))
+    found = dict(
+        input_ids=input_ids,
+        token_type_ids=token_type_ids,
+        attention_mask=torch.ones_like(input_ids),
+        labels=labels,
+        sentence_order_label=torch.randint(0, 2, (batch,), generator=generator),
+    )
     return {key: value.to(device) for key, value in found.items()}
 
 
-def measure_steps(config: AlbertHFConfig, micro_batch: int, seq: int, masked: int, optimization, device,
-                  autocast_dtype: torch.dtype | None, checkpointing: bool, steps: int = 4) -> StepMeasure:
+def measure_steps(
+    config: AlbertHFConfig,
+    micro_batch: int,
+    seq: int,
+    masked: int,
+    optimization,
+    device,
+    autocast_dtype: torch.dtype | None,
+    checkpointing: bool,
+    steps: int = 4,
+) -> StepMeasure:
     """`steps` training steps of the run's model at its micro-batch (the first one builds the optimizer state and
     is not timed), measured as the module docstring says. `optimization`: the run's OptimizationArgs."""
     torch.manual_seed(0)
@@ -118,10 +132,13 @@ def measure_steps(config: AlbertHFConfig, micro_batch: int, seq: int, masked: in
             step()
             seconds.append(time.perf_counter() - began)
     peak = torch.cuda.max_memory_allocated(device) if cuda else sampler.peak
-    tensors = [*model.parameters(), *(value for state in optimizer.state.values() for value in state.values()
-                                      if isinstance(value, torch.Tensor))]
+    tensors = [
+        *model.parameters(),
+        *(value for state in optimizer.state.values() for value in state.values() if isinstance(value, torch.Tensor)),
+    ]
     static = sum(t.numel() * t.element_size() for t in tensors) + sum(
-        p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)  # the gradients
+        p.numel() * p.element_size() for p in model.parameters() if p.requires_grad
+    )  # the gradients
     return StepMeasure(peak, static, statistics.median(seconds[1:]) if steps > 1 else seconds[0])
 
 
@@ -130,8 +147,10 @@ def batch_split(global_batch: int, processes: int, micro: int, accumulation: int
     accumulation`."""
     if processes == 1 and accumulation == 1:
         return f"global batch {global_batch}"
-    return (f"global batch {global_batch} = {processes} process{'es' * (processes > 1)} x {micro} x {accumulation} "
-            "accumulation")
+    return (
+        f"global batch {global_batch} = {processes} process{'es' * (processes > 1)} x {micro} x {accumulation} "
+        "accumulation"
+    )
 
 
 def gib(count: float) -> str:
@@ -156,9 +175,21 @@ def available_bytes(device) -> tuple[int, str]:
     raise OSError("/proc/meminfo has no MemAvailable")
 
 
-def plan_lines(config: AlbertHFConfig, *, micro_batch: int, accumulation: int, processes: int, seq: int,
-               masked: int, max_train_steps: int, optimization, device, autocast_dtype, checkpointing: bool,
-               where: str) -> tuple[list[str], dict]:
+def plan_lines(
+    config: AlbertHFConfig,
+    *,
+    micro_batch: int,
+    accumulation: int,
+    processes: int,
+    seq: int,
+    masked: int,
+    max_train_steps: int,
+    optimization,
+    device,
+    autocast_dtype,
+    checkpointing: bool,
+    where: str,
+) -> tuple[list[str], dict]:
     """The plan as printed lines, and the same numbers as a dict (for scripts and tests)."""
     parameters = count_parameters(config)
     measured = measure_steps(config, micro_batch, seq, masked, optimization, device, autocast_dtype, checkpointing)
@@ -166,10 +197,16 @@ def plan_lines(config: AlbertHFConfig, *, micro_batch: int, accumulation: int, p
     available, source = available_bytes(device)
     tokens_per_second = micro_batch * seq / measured.micro_batch_seconds
     total_seconds = max_train_steps * accumulation * measured.micro_batch_seconds
-    numbers = {"parameters": parameters, "peak_bytes": measured.peak_bytes, "static_bytes": measured.static_bytes,
-               "peak_bytes_other_checkpointing": other.peak_bytes, "available_bytes": available,
-               "fits": measured.peak_bytes <= available, "tokens_per_second": tokens_per_second,
-               "projected_seconds": total_seconds}
+    numbers = {
+        "parameters": parameters,
+        "peak_bytes": measured.peak_bytes,
+        "static_bytes": measured.static_bytes,
+        "peak_bytes_other_checkpointing": other.peak_bytes,
+        "available_bytes": available,
+        "fits": measured.peak_bytes <= available,
+        "tokens_per_second": tokens_per_second,
+        "projected_seconds": total_seconds,
+    }
     flip = "without" if checkpointing else "with"
     lines = [
         f"Plan of this run on {where} (from real training steps on synthetic batches; nothing written):",
@@ -180,9 +217,12 @@ def plan_lines(config: AlbertHFConfig, *, micro_batch: int, accumulation: int, p
         f"optimizer's moments {gib(measured.static_bytes)}; {flip} activation checkpointing: "
         f"{gib(other.peak_bytes)}",
         f"  fits: {'yes' if numbers['fits'] else 'NO'}, {gib(measured.peak_bytes)} of {gib(available)} ({source})"
-        + ("" if numbers["fits"] else "; try a smaller --per_device_train_batch_size"
-           + (" or --gradient_checkpointing" if not checkpointing and other.peak_bytes < measured.peak_bytes
-              else "")),
+        + (
+            ""
+            if numbers["fits"]
+            else "; try a smaller --per_device_train_batch_size"
+            + (" or --gradient_checkpointing" if not checkpointing and other.peak_bytes < measured.peak_bytes else "")
+        ),
         f"  speed: {tokens_per_second:,.0f} tokens/s a process (a micro-batch's forward, backward and update)",
         f"  time to --max_train_steps {max_train_steps:,}: {duration(total_seconds)} ({accumulation} micro-batch"
         f"{'es' * (accumulation > 1)} a step{'; the processes assumed to scale linearly' if processes > 1 else ''})",
@@ -190,8 +230,17 @@ def plan_lines(config: AlbertHFConfig, *, micro_batch: int, accumulation: int, p
     return lines, numbers
 
 
-def find_micro_batch(config: AlbertHFConfig, largest: int, per_process: int, seq: int, masked: int, optimization,
-                     device, autocast_dtype, checkpointing: bool) -> tuple[int, list[str]]:
+def find_micro_batch(
+    config: AlbertHFConfig,
+    largest: int,
+    per_process: int,
+    seq: int,
+    masked: int,
+    optimization,
+    device,
+    autocast_dtype,
+    checkpointing: bool,
+) -> tuple[int, list[str]]:
     """--auto_find_batch_size: the largest micro-batch of at most `largest` that divides `per_process` (the global
     batch's share of a process, so that the accumulation keeps the global batch) and whose training step runs here.
 
@@ -204,8 +253,9 @@ def find_micro_batch(config: AlbertHFConfig, largest: int, per_process: int, seq
     refused, cuda = [], torch.device(device).type == "cuda"
     if not cuda:
         before = anonymous_bytes()
-        small = measure_steps(config, candidates[-1], seq, masked, optimization, device, autocast_dtype,
-                              checkpointing, steps=2)
+        small = measure_steps(
+            config, candidates[-1], seq, masked, optimization, device, autocast_dtype, checkpointing, steps=2
+        )
         per_example = max(small.peak_bytes - before - small.static_bytes, 0) / candidates[-1]
         limit = 0.9 * available_bytes(device)[0]
         fitting = [size for size in candidates if before + small.static_bytes + per_example * size <= limit]
@@ -221,8 +271,10 @@ def find_micro_batch(config: AlbertHFConfig, largest: int, per_process: int, seq
             if cuda:
                 torch.cuda.empty_cache()
             candidates = [smaller for smaller in candidates if smaller <= size // 2]
-    raise InputError("--auto_find_batch_size: no micro-batch down to 1 runs a training step on this device (out of "
-                     "memory): try --gradient_checkpointing or a smaller --max_seq_length")
+    raise InputError(
+        "--auto_find_batch_size: no micro-batch down to 1 runs a training step on this device (out of "
+        "memory): try --gradient_checkpointing or a smaller --max_seq_length"
+    )
 
 
 def planned_config(args: PretrainingArguments) -> AlbertHFConfig:
@@ -245,20 +297,31 @@ def auto_micro_batch(args: PretrainingArguments, accelerator, precision) -> tupl
     answer), the accumulation that keeps the global batch, the start line's note)."""
     optimization = args.optimization
     if accelerator.is_fsdp2 or accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED):
-        raise InputError("--auto_find_batch_size measures the unsharded model's step, not an FSDP or DeepSpeed "
-                         "shard's: pass --auto_find_batch_size false (after a recipe file) and a "
-                         "--per_device_train_batch_size")
+        raise InputError(
+            "--auto_find_batch_size measures the unsharded model's step, not an FSDP or DeepSpeed "
+            "shard's: pass --auto_find_batch_size false (after a recipe file) and a "
+            "--per_device_train_batch_size"
+        )
     processes = accelerator.num_processes
     total = optimization.global_batch_size or (
-        optimization.per_device_train_batch_size * optimization.gradient_accumulation_steps * processes)
+        optimization.per_device_train_batch_size * optimization.gradient_accumulation_steps * processes
+    )
     size, refused = find_micro_batch(
-        planned_config(args), optimization.per_device_train_batch_size, total // processes,
-        args.data.max_seq_length, args.objective.max_predictions_per_seq, optimization, accelerator.device,
-        precision.autocast_dtype, args.model.gradient_checkpointing)
+        planned_config(args),
+        optimization.per_device_train_batch_size,
+        total // processes,
+        args.data.max_seq_length,
+        args.objective.max_predictions_per_seq,
+        optimization,
+        accelerator.device,
+        precision.autocast_dtype,
+        args.model.gradient_checkpointing,
+    )
     size = int(accelerator.gather(torch.tensor([size], device=accelerator.device)).min())
     accumulation = total // (processes * size)
-    note = (f"--auto_find_batch_size: micro-batch {size} x {accumulation} accumulation"
-            + (f" ({', '.join(refused)} did not fit)" if refused else ""))
+    note = f"--auto_find_batch_size: micro-batch {size} x {accumulation} accumulation" + (
+        f" ({', '.join(refused)} did not fit)" if refused else ""
+    )
     return size, accumulation, [note]
 
 
@@ -273,15 +336,23 @@ def dry_run(args: PretrainingArguments) -> dict:
     except InputError as error:  # a tokenizer out of reach here (offline): the plan goes on with the config's
         config, unknown = args.config, first_line(error)
     lines, numbers = plan_lines(
-        config, micro_batch=optimization.per_device_train_batch_size,
-        accumulation=optimization.gradient_accumulation_steps, processes=args.processes,
-        seq=args.data.max_seq_length, masked=args.objective.max_predictions_per_seq,
-        max_train_steps=optimization.max_train_steps, optimization=optimization, device=device,
-        autocast_dtype=precision.autocast_dtype, checkpointing=args.model.gradient_checkpointing,
-        where=f"{hardware.describe()}; {precision.describe()}")
+        config,
+        micro_batch=optimization.per_device_train_batch_size,
+        accumulation=optimization.gradient_accumulation_steps,
+        processes=args.processes,
+        seq=args.data.max_seq_length,
+        masked=args.objective.max_predictions_per_seq,
+        max_train_steps=optimization.max_train_steps,
+        optimization=optimization,
+        device=device,
+        autocast_dtype=precision.autocast_dtype,
+        checkpointing=args.model.gradient_checkpointing,
+        where=f"{hardware.describe()}; {precision.describe()}",
+    )
     if unknown:
-        lines.insert(2, f"  vocabulary: the config's ({config.vocab_size:,}); the tokenizer's is unknown here: "
-                        f"{unknown}")
+        lines.insert(
+            2, f"  vocabulary: the config's ({config.vocab_size:,}); the tokenizer's is unknown here: {unknown}"
+        )
     if args.sources is not None and is_first_process():
         lines += mix_plan(args)
     if is_first_process():
@@ -300,15 +371,16 @@ def mix_plan(args: PretrainingArguments) -> list[str]:
     if data.prepared_data:
         mix = prepared_data.load(data.prepared_data, args.sources).mix  # memory-mapped: no pairs read
     else:
-        mix = build_mixed_data(data, args.sources, args.objective.task, optimization.seed,
-                               args.model.model_name_or_path).mix
+        mix = build_mixed_data(
+            data, args.sources, args.objective.task, optimization.seed, args.model.model_name_or_path
+        ).mix
     batch = optimization.per_device_train_batch_size * optimization.gradient_accumulation_steps * args.processes
     streamed = any(size is None for size in mix.sizes.values())
     if streamed:  # each process draws its own micro-batches on the schedule
         batch //= args.processes
     plan = MixPlan.start(mix.names, mix.sizes, mix.weights, batch)
     where = " per process" if streamed and args.processes > 1 else ""
-    return [f"  sources ({len(mix.names)}, weights {mix.weighting}; over {optimization.max_train_steps:,} steps of "
-            f"{batch:,} pairs{where}):"] + [f"    {line}" for line in plan_lines(plan, optimization.max_train_steps
-                                                                                   * batch) + held_out_lines(mix)]
-
+    return [
+        f"  sources ({len(mix.names)}, weights {mix.weighting}; over {optimization.max_train_steps:,} steps of "
+        f"{batch:,} pairs{where}):"
+    ] + [f"    {line}" for line in plan_lines(plan, optimization.max_train_steps * batch) + held_out_lines(mix)]

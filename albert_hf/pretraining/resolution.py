@@ -49,8 +49,9 @@ def parse_args(argv=None) -> PretrainingArguments:
     adopted = ()
     if values["prepared_data"]:
         if values["preprocess_only"]:
-            raise InputError("pass --preprocess_only (to prepare a folder) or --prepared_data (to train on "
-                             "one), not both")
+            raise InputError(
+                "pass --preprocess_only (to prepare a folder) or --prepared_data (to train on one), not both"
+            )
         manifest = prepared_data.read_manifest(values["prepared_data"])
         recorded = prepared_data.adopt_manifest(values, manifest, explicit)
         adopted = tuple(f"--{name} {value}" for name, value in recorded.items() if values[name] != value)
@@ -60,8 +61,9 @@ def parse_args(argv=None) -> PretrainingArguments:
     if sources is not None:
         adopted_too, shaping = prepared_sources(sources, values, explicit)
         adopted += adopted_too
-        model, data, objective, optimization, output = with_values((model, data, objective, optimization, output),
-                                                                   shaping)
+        model, data, objective, optimization, output = with_values(
+            (model, data, objective, optimization, output), shaping
+        )
     processes = int(os.environ.get("WORLD_SIZE", "1"))  # the launch's processes, read here only
     optimization = split_global_batch(optimization, explicit, processes)
     check_args(model, data, optimization, output)
@@ -82,8 +84,10 @@ def resolve_sources(data: DataArgs, explicit: set[str], output: OutputArgs) -> S
     """--sources checked (data/sources.py), or a --prepared_data folder's own sources (the weights of --sources, when
     given, replace the folder's); None for a run of one corpus."""
     if data.drop_sources and not output.resume_from_checkpoint:
-        raise InputError("--drop_sources says which sources of a checkpoint a resumed run goes on without: pass "
-                         "--resume_from_checkpoint too, or drop it")
+        raise InputError(
+            "--drop_sources says which sources of a checkpoint a resumed run goes on without: pass "
+            "--resume_from_checkpoint too, or drop it"
+        )
     recorded = prepared_data.manifest_sources(data.prepared_data) if data.prepared_data else None
     if not data.sources:
         return recorded
@@ -93,19 +97,28 @@ def resolve_sources(data: DataArgs, explicit: set[str], output: OutputArgs) -> S
     sources = parse_sources(data.sources, data.layout, data.text_column)
     held_out_only = [name for name in sources.names if name not in sources.trained]
     if held_out_only and (data.preprocess_only or not data.validation_split_percentage):
-        raise InputError(f"source {held_out_only[0]} has weight 0 (held out only): "
-                         + ("--preprocess_only prepares every source's training pairs; give it its weight when "
-                            "training on the folder" if data.preprocess_only else
-                            "with --validation_split_percentage 0 nothing of it would be evaluated"))
+        raise InputError(
+            f"source {held_out_only[0]} has weight 0 (held out only): "
+            + (
+                "--preprocess_only prepares every source's training pairs; give it its weight when "
+                "training on the folder"
+                if data.preprocess_only
+                else "with --validation_split_percentage 0 nothing of it would be evaluated"
+            )
+        )
     if data.prepared_data and recorded is None:
-        raise InputError(f"--prepared_data {data.prepared_data} holds one corpus, and --sources mixes several: name "
-                         f"the folder as a source (name=...,weight=...,prepared_data={data.prepared_data}) instead")
+        raise InputError(
+            f"--prepared_data {data.prepared_data} holds one corpus, and --sources mixes several: name "
+            f"the folder as a source (name=...,weight=...,prepared_data={data.prepared_data}) instead"
+        )
     if recorded is not None:
         if [(s.name, s.where()) for s in sources.sources] != [(s.name, s.where()) for s in recorded.sources]:
-            raise InputError(f"--prepared_data {data.prepared_data} was written for the sources "
-                             f"{', '.join(recorded.names)} ({'; '.join(s.where() for s in recorded.sources)}), and "
-                             "--sources names another mix: name the same sources (their weights may change), or "
-                             "prepare the folder again")
+            raise InputError(
+                f"--prepared_data {data.prepared_data} was written for the sources "
+                f"{', '.join(recorded.names)} ({'; '.join(s.where() for s in recorded.sources)}), and "
+                "--sources names another mix: name the same sources (their weights may change), or "
+                "prepare the folder again"
+            )
     return sources
 
 
@@ -117,18 +130,23 @@ def prepared_sources(sources: Sources, values: dict, explicit: set[str]) -> tupl
     if not folders:
         return (), {}
     if values["tokenizer_name"] and "tokenizer_name" in explicit:
-        raise InputError(f"--tokenizer_name with source {folders[0][0]} (prepared_data {folders[0][1]}): a prepared "
-                         "folder's pairs are its own tokenizer's; drop --tokenizer_name")
+        raise InputError(
+            f"--tokenizer_name with source {folders[0][0]} (prepared_data {folders[0][1]}): a prepared "
+            "folder's pairs are its own tokenizer's; drop --tokenizer_name"
+        )
     first_name, first_folder = folders[0]
     first = prepared_data.read_manifest(first_folder, f"source {first_name}: prepared_data")
     for name, folder in folders[1:]:
         other = prepared_data.read_manifest(folder, f"source {name}: prepared_data")
         different = prepared_data.difference(first, first_folder, other, folder)
         if different:
-            raise InputError(f"source {first_name} (prepared_data {first_folder}) and source {name} (prepared_data "
-                             f"{folder}) were prepared with {different}: prepare them alike")
-    recorded = prepared_data.adopt_manifest({**values, "prepared_data": first_folder}, first, explicit,
-                                            sources_only=True)
+            raise InputError(
+                f"source {first_name} (prepared_data {first_folder}) and source {name} (prepared_data "
+                f"{folder}) were prepared with {different}: prepare them alike"
+            )
+    recorded = prepared_data.adopt_manifest(
+        {**values, "prepared_data": first_folder}, first, explicit, sources_only=True
+    )
     adopted = tuple(f"--{name} {value}" for name, value in recorded.items() if values[name] != value)
     return adopted, recorded
 
@@ -147,13 +165,18 @@ def split_global_batch(optimization: OptimizationArgs, explicit: set[str], proce
     if "gradient_accumulation_steps" in explicit:
         accumulation = optimization.gradient_accumulation_steps
         if processes * micro * accumulation != total:
-            raise InputError(f"--global_batch_size {total} disagrees with {split} x --gradient_accumulation_steps "
-                             f"{accumulation} = {processes * micro * accumulation}: give one of the two")
+            raise InputError(
+                f"--global_batch_size {total} disagrees with {split} x --gradient_accumulation_steps "
+                f"{accumulation} = {processes * micro * accumulation}: give one of the two"
+            )
         return optimization
     if total % (processes * micro):
         fitting = [size for size in range(micro, 0, -1) if total % (processes * size) == 0][:3]
-        hint = (f"; --per_device_train_batch_size {' or '.join(map(str, fitting))} would" if fitting else
-                f"; {total} is not a multiple of the {processes} processes")
+        hint = (
+            f"; --per_device_train_batch_size {' or '.join(map(str, fitting))} would"
+            if fitting
+            else f"; {total} is not a multiple of the {processes} processes"
+        )
         raise InputError(f"--global_batch_size {total} is not a multiple of {split} = {processes * micro}{hint}")
     return dataclasses.replace(optimization, gradient_accumulation_steps=total // (processes * micro))
 
@@ -163,8 +186,12 @@ def check_args(model: ModelArgs, data: DataArgs, optimization: OptimizationArgs,
     check_writable(Path(output.output_dir), "--output_dir")
     if data.train_files and data.dataset_name:
         raise InputError("pass --train_files or --dataset_name, not both")
-    for group, name in ((optimization, "max_train_steps"), (optimization, "per_device_train_batch_size"),
-                        (optimization, "gradient_accumulation_steps"), (data, "max_seq_length")):
+    for group, name in (
+        (optimization, "max_train_steps"),
+        (optimization, "per_device_train_batch_size"),
+        (optimization, "gradient_accumulation_steps"),
+        (data, "max_seq_length"),
+    ):
         if getattr(group, name) < 1:
             raise InputError(f"--{name} must be at least 1")
     check_train_files(data.train_files)
@@ -178,34 +205,57 @@ def check_args(model: ModelArgs, data: DataArgs, optimization: OptimizationArgs,
     if output.resume_from_checkpoint and output.overwrite_output_dir:
         raise InputError("pass --resume_from_checkpoint or --overwrite_output_dir, not both")
     if data.preprocess_only and data.streaming:
-        raise InputError("--preprocess_only writes every pair to disk, and --streaming builds them as training "
-                         "goes: drop one of them")
+        raise InputError(
+            "--preprocess_only writes every pair to disk, and --streaming builds them as training "
+            "goes: drop one of them"
+        )
     check_peak_tflops(output.peak_tflops)
     if data.dataloader_num_workers is not None and data.dataloader_num_workers < 0:
         raise InputError("--dataloader_num_workers must be 0 or more")
     if optimization.max_consecutive_skips < 0:
         raise InputError("--max_consecutive_skips must be 0 (never stop for skipped steps) or more")
-    if optimization.on_divergence == "rollback":
-        if not output.checkpointing_steps:
-            raise InputError("--on_divergence rollback needs --checkpointing_steps: the checkpoints it rolls back to")
-        if model.torch_compile_mode == step_graph.MODE:
-            raise InputError(f"--on_divergence rollback with --torch_compile_mode {step_graph.MODE}: loading a "
-                             "checkpoint replaces the optimizer state the captured step reads; drop one of them")
-        if optimization.max_rollbacks < 1:
-            raise InputError("--max_rollbacks must be at least 1 with --on_divergence rollback")
+    check_rollback(model, optimization, output)
     if data.streaming and data.dataloader_num_workers:
-        raise InputError("--dataloader_num_workers with --streaming: the stream is read in the training process, "
-                         "whose position each checkpoint records; drop --dataloader_num_workers")
+        raise InputError(
+            "--dataloader_num_workers with --streaming: the stream is read in the training process, "
+            "whose position each checkpoint records; drop --dataloader_num_workers"
+        )
     if data.preprocess_only and output.resume_from_checkpoint:
         raise InputError("--preprocess_only trains nothing: drop --resume_from_checkpoint")
     hub_source(output.resume_from_checkpoint, output)  # a malformed hub:REPO[@REVISION] stops here
-    if output.hub_strategy != "end":
-        if not output.push_to_hub:
-            raise InputError(f"--hub_strategy {output.hub_strategy} says what --push_to_hub uploads during the run: "
-                             "pass --push_to_hub too")
-        if not output.checkpointing_steps:
-            raise InputError(f"--hub_strategy {output.hub_strategy} uploads at each checkpoint, and this run saves "
-                             "none: pass --checkpointing_steps N")
+    check_hub_strategy(output)
+
+
+def check_rollback(model: ModelArgs, optimization: OptimizationArgs, output: OutputArgs) -> None:
+    """--on_divergence rollback's needs: checkpoints to roll back to, a step that reads no optimizer state captured
+    before, and at least one rollback."""
+    if optimization.on_divergence != "rollback":
+        return
+    if not output.checkpointing_steps:
+        raise InputError("--on_divergence rollback needs --checkpointing_steps: the checkpoints it rolls back to")
+    if model.torch_compile_mode == step_graph.MODE:
+        raise InputError(
+            f"--on_divergence rollback with --torch_compile_mode {step_graph.MODE}: loading a "
+            "checkpoint replaces the optimizer state the captured step reads; drop one of them"
+        )
+    if optimization.max_rollbacks < 1:
+        raise InputError("--max_rollbacks must be at least 1 with --on_divergence rollback")
+
+
+def check_hub_strategy(output: OutputArgs) -> None:
+    """--hub_strategy other than end: it says what --push_to_hub uploads at each checkpoint, so both are needed."""
+    if output.hub_strategy == "end":
+        return
+    if not output.push_to_hub:
+        raise InputError(
+            f"--hub_strategy {output.hub_strategy} says what --push_to_hub uploads during the run: "
+            "pass --push_to_hub too"
+        )
+    if not output.checkpointing_steps:
+        raise InputError(
+            f"--hub_strategy {output.hub_strategy} uploads at each checkpoint, and this run saves "
+            "none: pass --checkpointing_steps N"
+        )
 
 
 def check_vocabulary(model: ModelArgs, data: DataArgs, sources: Sources | None) -> None:
@@ -213,49 +263,68 @@ def check_vocabulary(model: ModelArgs, data: DataArgs, sources: Sources | None) 
     to learn from (one corpus, or the source --extend_vocabulary_from names), not pairs already tokenized."""
     if data.extend_vocabulary is None:
         if data.extend_vocabulary_from:
-            raise InputError("--extend_vocabulary_from names the source --extend_vocabulary learns from: pass "
-                             "--extend_vocabulary N too, or drop it")
+            raise InputError(
+                "--extend_vocabulary_from names the source --extend_vocabulary learns from: pass "
+                "--extend_vocabulary N too, or drop it"
+            )
         return
     if data.extend_vocabulary <= 0:
         raise InputError(f"--extend_vocabulary {data.extend_vocabulary}: give the number of pieces to add (1 or more)")
     if not model.model_name_or_path:
-        raise InputError("--extend_vocabulary extends a loaded model's vocabulary: pass --model_name_or_path (a new "
-                         "model's tokenizer is trained on its corpus, --vocab_size pieces)")
+        raise InputError(
+            "--extend_vocabulary extends a loaded model's vocabulary: pass --model_name_or_path (a new "
+            "model's tokenizer is trained on its corpus, --vocab_size pieces)"
+        )
     if data.prepared_data or data.preprocess_only:
-        raise InputError(f"--extend_vocabulary with --{'prepared_data' if data.prepared_data else 'preprocess_only'}: "
-                         "prepared pairs are tokenized once, before training; extend the vocabulary in a run that "
-                         "reads its corpus")
+        raise InputError(
+            f"--extend_vocabulary with --{'prepared_data' if data.prepared_data else 'preprocess_only'}: "
+            "prepared pairs are tokenized once, before training; extend the vocabulary in a run that "
+            "reads its corpus"
+        )
     names = sources.names if sources is not None else []
     if len(names) > 1 and not data.extend_vocabulary_from:
-        raise InputError(f"--extend_vocabulary with {len(names)} sources: name the domain to learn the pieces from "
-                         f"with --extend_vocabulary_from (one of {', '.join(names)})")
+        raise InputError(
+            f"--extend_vocabulary with {len(names)} sources: name the domain to learn the pieces from "
+            f"with --extend_vocabulary_from (one of {', '.join(names)})"
+        )
     if data.extend_vocabulary_from and data.extend_vocabulary_from not in names:
-        raise InputError(f"--extend_vocabulary_from {data.extend_vocabulary_from}: no such source"
-                         + (f" (the sources: {', '.join(names)})" if names else " (this run reads one corpus)"))
+        raise InputError(
+            f"--extend_vocabulary_from {data.extend_vocabulary_from}: no such source"
+            + (f" (the sources: {', '.join(names)})" if names else " (this run reads one corpus)")
+        )
     domain = sources.sources[names.index(data.extend_vocabulary_from or names[0])] if names else None
     if domain is not None and domain.prepared_data:
-        raise InputError(f"--extend_vocabulary: source {domain.name} is a prepared folder, its pairs tokenized "
-                         "already; learn the pieces from a source of text")
+        raise InputError(
+            f"--extend_vocabulary: source {domain.name} is a prepared folder, its pairs tokenized "
+            "already; learn the pieces from a source of text"
+        )
 
 
 def hardware_and_precision(optimization: OptimizationArgs) -> tuple[Hardware, Precision]:
     """This machine, and the precision the run takes on it (--mixed_precision, the launcher's, --tf32), in force."""
     hardware = detect()
-    precision = choose_precision(hardware, optimization.mixed_precision,
-                                 os.environ.get("ACCELERATE_MIXED_PRECISION"), optimization.tf32)
+    precision = choose_precision(
+        hardware, optimization.mixed_precision, os.environ.get("ACCELERATE_MIXED_PRECISION"), optimization.tf32
+    )
     use_tf32(precision)
     return hardware, precision
 
 
-def choose_step(args: PretrainingArguments, hardware: Hardware, precision: Precision) -> tuple[bool, str | None,
-                                                                                                 list[str]]:
+def choose_step(
+    args: PretrainingArguments, hardware: Hardware, precision: Precision
+) -> tuple[bool, str | None, list[str]]:
     """The step the run takes: (compiled, torch.compile's mode or the whole-step graph, the start line's note).
     --torch_compile_mode auto is resolved for this run's device, processes and precision (`step_graph.default_mode`),
     with a note when that is not the default's fastest; any other mode is the arguments'."""
     model = args.model
     if model.torch_compile_mode != AUTO:
         return model.torch_compile, model.torch_compile_mode, []
-    mode, note = step_graph.default_mode(hardware.device, args.processes, requested_sharding(),
-                                         precision.mixed_precision, model.gradient_checkpointing,
-                                         rollback=args.optimization.on_divergence == "rollback")
+    mode, note = step_graph.default_mode(
+        hardware.device,
+        args.processes,
+        requested_sharding(),
+        precision.mixed_precision,
+        model.gradient_checkpointing,
+        rollback=args.optimization.on_divergence == "rollback",
+    )
     return mode is not None, mode, [note] if note else []

@@ -10,42 +10,27 @@ import datasets
 import torch
 import transformers
 from accelerate import Accelerator
-from accelerate.utils import (
-    AutocastKwargs,
-    DataLoaderConfiguration,
-    DistributedType,
-    ProjectConfiguration,
-    set_seed,
-)
+from accelerate.utils import AutocastKwargs, DataLoaderConfiguration, DistributedType, ProjectConfiguration, set_seed
 from torch.utils.data import DataLoader
 
 from ..errors import InputError
 from ..flops import training_flops_per_token
 from ..optimization import get_official_schedule
-from ..runtime.distributed import (
-    FsdpRequest,
-    check_deepspeed,
-    describe,
-    make_accelerator,
-)
-from ..runtime.hardware import (
-    Hardware,
-    Precision,
-    attention_kernel,
-    enable_cpu_fp16,
-    mfu_peak,
-)
+from ..runtime.distributed import FsdpRequest, check_deepspeed, describe, make_accelerator
+from ..runtime.hardware import Hardware, Precision, attention_kernel, enable_cpu_fp16, mfu_peak
 from ..runtime.preemption import at_stage
 from ..runtime.storage import check_free_space
 from ..runtime.throughput import Throughput
 from .arguments import OutputArgs, PretrainingArguments
 from .data.collator import DataCollatorForAlbertPretraining, masking_budget
 from .data.inputs import build_inputs
-from .data.mixture import Mix, MixedPairs, MixedStream, held_out_lines, start_lines
+from .data.mixed_pairs import MixedPairs, MixedStream, start_lines
+from .data.mixture import Mix, held_out_lines
 from .data.vocabulary import VocabularyExtension
 from .machine import MachinePlan
 from .output.card import CardFacts, card_run
 from .output.checkpoints import StepCheckpoints, remove_partial
+from .output.final_folder import save_final_model, where_trained
 from .output.folder import clear_earlier_run
 from .output.hub_push import HubPush
 from .output.loadable import ModelFiles
@@ -88,11 +73,30 @@ class Run:
     def output_dir(self) -> Path:
         return Path(self.args.output.output_dir)
 
+    def write_model_folder(self, model, folder: Path, metrics: dict, cost: dict, curves: bool = False) -> None:
+        """A loadable model folder of this run, with its card and results (output/final_folder.py): the final
+        folder, and each checkpoint --hub_strategy pushes, alike."""
+        processes = self.accelerator.num_processes
+        where = where_trained(self.plan.hardware, self.plan.precision, processes)
+        save_final_model(
+            model,
+            self.tokenizer,
+            folder,
+            self.card(),
+            metrics,
+            self.global_batch,
+            processes,
+            curves=curves,
+            where=where,
+            cost=cost,
+        )
+
     def card(self) -> CardFacts:
         """What the model card of a checkpoint or of the final folder says of the run."""
         parsed = self.args
-        return card_run(parsed.model, parsed.data, parsed.objective, parsed.optimization, parsed.output,
-                        parsed.sources, self.plan)
+        return card_run(
+            parsed.model, parsed.data, parsed.objective, parsed.optimization, parsed.output, parsed.sources, self.plan
+        )
 
     @property
     def stream(self) -> datasets.IterableDataset | MixedStream | None:
@@ -143,8 +147,10 @@ def setup(args: PretrainingArguments) -> Setup:
     )
     start_logging(accelerator.is_main_process)
     if graphed:
-        reason = step_graph.refusal(accelerator, args.model.gradient_checkpointing or (
-            fsdp_request is not None and fsdp_request.activation_checkpointing))
+        reason = step_graph.refusal(
+            accelerator,
+            args.model.gradient_checkpointing or (fsdp_request is not None and fsdp_request.activation_checkpointing),
+        )
         if reason:
             raise InputError(reason)
     if precision.warning and accelerator.is_main_process:  # first, before the data is built: stop a slow run early
@@ -159,8 +165,9 @@ def setup(args: PretrainingArguments) -> Setup:
         notes += batch_notes
     set_seed(optimization.seed)
     prepare_output_dir(args, accelerator)
-    return Setup(MachinePlan(hardware, precision, compiled, mode, micro, accumulation), accelerator, fsdp_request,
-                 notes)
+    return Setup(
+        MachinePlan(hardware, precision, compiled, mode, micro, accumulation), accelerator, fsdp_request, notes
+    )
 
 
 def prepare_output_dir(args: PretrainingArguments, accelerator: Accelerator) -> None:
@@ -183,16 +190,82 @@ def prepare(args: PretrainingArguments) -> Run:
     """`setup`, the inputs (pretraining/data/inputs.py), the model (sharded under FSDP), the optimizer and the schedule,
     all prepared by accelerate; logs the start line."""
     ready = setup(args)
+    plan, accelerator = ready.plan, ready.accelerator
+    inputs = build_inputs(
+        args.data,
+        args.objective,
+        accelerator,
+        seed=args.optimization.seed,
+        model_name_or_path=args.model.model_name_or_path,
+        adopted=args.adopted,
+        batch_sizes=(plan.micro_batch, args.output.per_device_eval_batch_size),
+        sources=args.sources,
+        accumulation=plan.accumulation,
+        max_train_steps=args.optimization.max_train_steps,
+    )
+    model, notes, throughput = built_model(args, ready, inputs)
+    optimizer = make_optimizer(model, args.optimization)
+    # The schedule counts optimizer steps; it is stepped by hand (not prepared), once per update, so that it
+    # follows the official formula whatever the number of processes.
+    scheduler = get_official_schedule(optimizer, args.optimization.num_warmup_steps, args.optimization.max_train_steps)
+    checkpoints = step_checkpoints(
+        args.output, accelerator, accelerator.unwrap_model(model), inputs.tokenizer, scheduler
+    )
+    model, optimizer, train_dataloader, eval_dataloader = prepared(accelerator, model, optimizer, inputs)
+    global_batch = log_start(args, plan, accelerator, model, notes)
+    graph = (
+        step_graph.StepGraph(
+            model, optimizer, accelerator, args.optimization.max_grad_norm, args.optimization.loss_normalization
+        )
+        if plan.compile_mode == step_graph.MODE
+        else None
+    )
+    hub = (
+        HubPush(args.output, Path(args.output.output_dir), accelerator.is_main_process)
+        if args.output.push_to_hub
+        else None
+    )
+    log_mix(inputs.mix, train_dataloader.dataset, args.optimization.max_train_steps, global_batch)
+    return Run(
+        args=args,
+        plan=plan,
+        accelerator=accelerator,
+        tokenizer=inputs.tokenizer,
+        model=model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        collate=inputs.collate,
+        train_dataloader=train_dataloader,
+        eval_dataloader=eval_dataloader,
+        eval_documents=inputs.eval_documents,
+        checkpoints=checkpoints,
+        num_parameters=sum(p.numel() for p in accelerator.unwrap_model(model).parameters()),
+        global_batch=global_batch,
+        throughput=throughput,
+        step_graph=graph,
+        hub=hub,
+        mix=inputs.mix,
+        vocabulary=inputs.vocabulary,
+    )
+
+
+def built_model(args: PretrainingArguments, ready: Setup, inputs) -> tuple:
+    """The run's model (training/model.py, on `ready`'s plan), the start line's notes so far, and its `Throughput`
+    (the model FLOPs a token and the peak MFU is measured against)."""
     plan, accelerator, fsdp_request = ready.plan, ready.accelerator, ready.fsdp_request
-    inputs = build_inputs(args.data, args.objective, accelerator, seed=args.optimization.seed,
-                          model_name_or_path=args.model.model_name_or_path, adopted=args.adopted,
-                          batch_sizes=(plan.micro_batch, args.output.per_device_eval_batch_size),
-                          sources=args.sources, accumulation=plan.accumulation,
-                          max_train_steps=args.optimization.max_train_steps)
     at_stage("building the model")
-    model, model_notes = build_run_model(args.model, args.config, args.objective.task, inputs.tokenizer, accelerator,
-                                         fsdp_request, args.optimization.num_warmup_steps, inputs.vocabulary,
-                                         compile=plan.compile, compile_mode=plan.compile_mode)
+    model, model_notes = build_run_model(
+        args.model,
+        args.config,
+        args.objective.task,
+        inputs.tokenizer,
+        accelerator,
+        fsdp_request,
+        args.optimization.num_warmup_steps,
+        inputs.vocabulary,
+        compile=plan.compile,
+        compile_mode=plan.compile_mode,
+    )
     notes = [*ready.notes, *(fsdp_request.notes if fsdp_request is not None else ()), *inputs.notes]
     if args.objective.task == "none":
         notes.append("--task none: the pooler and the sentence-order head are frozen (no loss trains them)")
@@ -200,26 +273,7 @@ def prepare(args: PretrainingArguments) -> Run:
     config, dtype = accelerator.unwrap_model(model).config, plan.precision.autocast_dtype or torch.float32
     throughput, peak_note = run_throughput(args, config, accelerator, plan.hardware, plan.precision)
     notes += [attention_kernel(config, accelerator.device, dtype, args.data.max_seq_length), peak_note]
-    optimizer = make_optimizer(model, args.optimization)
-    # The schedule counts optimizer steps; it is stepped by hand (not prepared), once per update, so that it
-    # follows the official formula whatever the number of processes.
-    scheduler = get_official_schedule(optimizer, args.optimization.num_warmup_steps, args.optimization.max_train_steps)
-    checkpoints = step_checkpoints(args.output, accelerator, accelerator.unwrap_model(model), inputs.tokenizer,
-                                   scheduler)
-    model, optimizer, train_dataloader, eval_dataloader = prepared(accelerator, model, optimizer, inputs)
-    global_batch = log_start(args, plan, accelerator, model, notes)
-    graph = (step_graph.StepGraph(model, optimizer, accelerator, args.optimization.max_grad_norm,
-                                  args.optimization.loss_normalization)
-             if plan.compile_mode == step_graph.MODE else None)
-    hub = (HubPush(args.output, Path(args.output.output_dir), accelerator.is_main_process)
-           if args.output.push_to_hub else None)
-    log_mix(inputs.mix, train_dataloader.dataset, args.optimization.max_train_steps, global_batch)
-    return Run(args=args, plan=plan, accelerator=accelerator, tokenizer=inputs.tokenizer, model=model,
-               optimizer=optimizer, scheduler=scheduler, collate=inputs.collate, train_dataloader=train_dataloader,
-               eval_dataloader=eval_dataloader, eval_documents=inputs.eval_documents, checkpoints=checkpoints,
-               num_parameters=sum(p.numel() for p in accelerator.unwrap_model(model).parameters()),
-               global_batch=global_batch, throughput=throughput, step_graph=graph, hub=hub, mix=inputs.mix,
-               vocabulary=inputs.vocabulary)
+    return model, notes, throughput
 
 
 def prepared(accelerator: Accelerator, model, optimizer, inputs) -> tuple:
@@ -243,16 +297,22 @@ def log_start(args: PretrainingArguments, plan: MachinePlan, accelerator: Accele
     optimization = args.optimization
     global_batch = plan.global_batch(accelerator.num_processes)
     if optimization.global_batch_size not in (None, global_batch):  # split for the launch's WORLD_SIZE
-        raise InputError(f"--global_batch_size {optimization.global_batch_size} was split for {args.processes} "
-                         f"processes, but the run has {accelerator.num_processes}")
+        raise InputError(
+            f"--global_batch_size {optimization.global_batch_size} was split for {args.processes} "
+            f"processes, but the run has {accelerator.num_processes}"
+        )
     if args.output.with_tracking:
         start_tracking(accelerator, args.output.report_to, args.flat())
-    logger.info("%s parameters; %s, %d tokens each; %d steps; %s; %s%s",
-                f"{sum(p.numel() for p in accelerator.unwrap_model(model).parameters()):,}",
-                batch_split(global_batch, accelerator.num_processes, plan.micro_batch, plan.accumulation),
-                args.data.max_seq_length, optimization.max_train_steps,
-                describe(accelerator, model, plan.hardware), plan.precision.describe(),
-                "".join(f"; {note}" for note in notes))
+    logger.info(
+        "%s parameters; %s, %d tokens each; %d steps; %s; %s%s",
+        f"{sum(p.numel() for p in accelerator.unwrap_model(model).parameters()):,}",
+        batch_split(global_batch, accelerator.num_processes, plan.micro_batch, plan.accumulation),
+        args.data.max_seq_length,
+        optimization.max_train_steps,
+        describe(accelerator, model, plan.hardware),
+        plan.precision.describe(),
+        "".join(f"; {note}" for note in notes),
+    )
     return global_batch
 
 
@@ -262,23 +322,38 @@ def log_mix(mix, dataset, max_train_steps: int, global_batch: int) -> None:
     if mix is None:
         return
     apart = f" (and {len(mix.held_out_only)} held out only)" if mix.held_out_only else ""
-    logger.info("Mixing %d source%s%s, weights %s: %s", len(mix.names), "s" * (len(mix.names) > 1), apart,
-                mix.weighting, "; ".join(start_lines(dataset, max_train_steps, global_batch) + held_out_lines(mix)))
+    logger.info(
+        "Mixing %d source%s%s, weights %s: %s",
+        len(mix.names),
+        "s" * (len(mix.names) > 1),
+        apart,
+        mix.weighting,
+        "; ".join(start_lines(dataset, max_train_steps, global_batch) + held_out_lines(mix)),
+    )
 
 
 def step_checkpoints(output: OutputArgs, accelerator: Accelerator, model, tokenizer, scheduler) -> StepCheckpoints:
     """The run's step_N checkpoints: with the schedule they save, their size (the weights and the optimizer's two
     moments, for the line a failed write gives) and, on the main process, the files that make each one loadable as
     a model (pretraining/output/loadable.py)."""
-    model_files = (ModelFiles(Path(output.output_dir), model, tokenizer)
-                   if output.checkpointing_steps and accelerator.is_main_process else None)
-    return StepCheckpoints(output.output_dir, accelerator, output.checkpoints_total_limit, schedule=scheduler,
-                           model_files=model_files,
-                           expected_bytes=3 * sum(p.numel() * p.element_size() for p in model.parameters()))
+    model_files = (
+        ModelFiles(Path(output.output_dir), model, tokenizer)
+        if output.checkpointing_steps and accelerator.is_main_process
+        else None
+    )
+    return StepCheckpoints(
+        output.output_dir,
+        accelerator,
+        output.checkpoints_total_limit,
+        schedule=scheduler,
+        model_files=model_files,
+        expected_bytes=3 * sum(p.numel() * p.element_size() for p in model.parameters()),
+    )
 
 
-def run_throughput(args: PretrainingArguments, config, accelerator: Accelerator, hardware: Hardware,
-                   precision: Precision) -> tuple[Throughput, str]:
+def run_throughput(
+    args: PretrainingArguments, config, accelerator: Accelerator, hardware: Hardware, precision: Precision
+) -> tuple[Throughput, str]:
     """The model FLOPs per token of this run's step (a full-length sequence with its masking budget of predicted
     positions) and the peak its MFU is measured against, with the start line's note naming both (and, under
     DeepSpeed, that the rows have no gradient norm)."""
@@ -289,6 +364,5 @@ def run_throughput(args: PretrainingArguments, config, accelerator: Accelerator,
     if accelerator.distributed_type == DistributedType.DEEPSPEED:
         note += "; no grad_norm in the logged rows: DeepSpeed clips inside its engine and does not return the norm"
     return Throughput(flops, accelerator.num_processes, peak), (
-        f"{flops / 1e6:.4g} model MFLOPs a token ({predicted} of {length} predicted); {note}")
-
-
+        f"{flops / 1e6:.4g} model MFLOPs a token ({predicted} of {length} predicted); {note}"
+    )

@@ -18,8 +18,9 @@ from torch.utils.data import DataLoader
 BASELINE_SUFFIX = "_baseline"  # eval_mlm_accuracy -> eval_mlm_accuracy_baseline
 
 
-def heldout_baselines(eval_pairs, collator, vocab_size: int, special_ids, pair_task: str | None,
-                      prefix: str = "eval_") -> dict:
+def heldout_baselines(
+    eval_pairs, collator, vocab_size: int, special_ids, pair_task: str | None, prefix: str = "eval_"
+) -> dict:
     """{f"{prefix}{metric}{BASELINE_SUFFIX}": value} for mlm_accuracy, mlm_loss and, with a pair task, its
     accuracy. `collator` must be the evaluation's (static masks)."""
     counts = np.zeros(vocab_size, np.int64)
@@ -48,8 +49,12 @@ def heldout_baselines(eval_pairs, collator, vocab_size: int, special_ids, pair_t
 
 
 # What each baseline is, for the end-of-run summary.
-BASELINE_NAMES = {"mlm_accuracy": "always the most frequent piece", "mlm_loss": "unigram cross-entropy",
-                  "sop_accuracy": "majority label", "nsp_accuracy": "majority label"}
+BASELINE_NAMES = {
+    "mlm_accuracy": "always the most frequent piece",
+    "mlm_loss": "unigram cross-entropy",
+    "sop_accuracy": "majority label",
+    "nsp_accuracy": "majority label",
+}
 
 
 def with_baselines(metrics: dict) -> list[tuple[str, str]]:

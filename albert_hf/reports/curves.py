@@ -34,8 +34,7 @@ def _series(rows: list[dict], key: str):
     return [step for step, _ in points], [value for _, value in points]
 
 
-def pretraining_curves(rows: list[dict], baselines: dict, path: Path, pair_task: str | None,
-                       sources=()) -> Path | None:
+def pretraining_curves(rows: list[dict], baselines: dict, path: Path, pair_task: str | None, sources=()) -> Path | None:
     """`rows`: metrics.jsonl's rows (train_*, eval_*, lr per step). A mixed run's `sources` each get a held-out
     line of their own (eval_<name>_*): which source the model learns and which it forgets. None when there is
     nothing to draw."""
@@ -68,8 +67,16 @@ def pretraining_curves(rows: list[dict], baselines: dict, path: Path, pair_task:
 def trainer_curves(log_history: list[dict], path: Path) -> Path | None:
     """Training loss, the evaluation metrics (eval_* but runtime and speed) and the learning rate of Trainer's
     state.log_history (its TrainerState). None when nothing was logged."""
-    evaluated = sorted({key for row in log_history for key in row if key.startswith("eval_")
-                        and not key.endswith(("_runtime", "_per_second", "_samples")) and key != "eval_epoch"})
+    evaluated = sorted(
+        {
+            key
+            for row in log_history
+            for key in row
+            if key.startswith("eval_")
+            and not key.endswith(("_runtime", "_per_second", "_samples"))
+            and key != "eval_epoch"
+        }
+    )
     panels = [key for key in ["loss", *evaluated, "learning_rate"] if _series(log_history, key)[0]]
     if not panels:
         return None

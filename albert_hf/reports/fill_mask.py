@@ -12,7 +12,8 @@ import torch
 FUNCTION_WORDS = frozenset(
     "that this these those with from into onto than then when where which while what whether there their they them "
     "have been being will would should could must does were also only such each other some more most very just "
-    "about after before because".split())
+    "about after before because".split()
+)
 
 
 def maskable(word: str, tokenizer) -> bool:
@@ -56,7 +57,7 @@ def fill_mask_examples(model, tokenizer, sentences, top_k=5) -> list[dict]:
     position. The word should be one piece (`maskable`): a single [MASK] replaces it, so a longer word would be
     scored against its first piece only. One padded batch, in eval mode; the model's mode is restored."""
     words = [sentence.split() for sentence, _ in sentences]
-    masked = [" ".join(w[:i] + [tokenizer.mask_token] + w[i + 1:]) for w, (_, i) in zip(words, sentences)]
+    masked = [" ".join(w[:i] + [tokenizer.mask_token] + w[i + 1 :]) for w, (_, i) in zip(words, sentences)]
     if not masked:
         return []
     was_training = model.training
@@ -69,12 +70,18 @@ def fill_mask_examples(model, tokenizer, sentences, top_k=5) -> list[dict]:
     first = [positions[rows == row][0] for row in range(len(masked))]  # the first [MASK] of each sentence
     probabilities = logits[torch.arange(len(masked)), torch.stack(first)].float().softmax(-1)
     top = probabilities.topk(top_k)
-    return [{"masked_sentence": text, "true_word": w[i],
-             # a piece that decodes to nothing (SentencePiece's bare word start "▁") is shown as itself
-             "predictions": [tokenizer.decode([token]).strip() or tokenizer.convert_ids_to_tokens(token)
-                             for token in ids.tolist()],
-             "probabilities": [round(p, 4) for p in values.tolist()]}
-            for text, w, (_, i), ids, values in zip(masked, words, sentences, top.indices, top.values)]
+    return [
+        {
+            "masked_sentence": text,
+            "true_word": w[i],
+            # a piece that decodes to nothing (SentencePiece's bare word start "▁") is shown as itself
+            "predictions": [
+                tokenizer.decode([token]).strip() or tokenizer.convert_ids_to_tokens(token) for token in ids.tolist()
+            ],
+            "probabilities": [round(p, 4) for p in values.tolist()],
+        }
+        for text, w, (_, i), ids, values in zip(masked, words, sentences, top.indices, top.values)
+    ]
 
 
 def format_fill_mask(examples: list[dict]) -> list[str]:
@@ -82,6 +89,8 @@ def format_fill_mask(examples: list[dict]) -> list[str]:
         return []
     lines = [f"  fill-mask (held-out sentences; true word, then the model's top {len(examples[0]['predictions'])}):"]
     for example in examples:
-        lines.append(f"    \"{example['masked_sentence']}\" — true: {example['true_word']}; "
-                     f"predicted: {' | '.join(example['predictions'])}")  # not commas: "," is often one
+        lines.append(
+            f'    "{example["masked_sentence"]}" — true: {example["true_word"]}; '
+            f"predicted: {' | '.join(example['predictions'])}"
+        )  # not commas: "," is often one
     return lines

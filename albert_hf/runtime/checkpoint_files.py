@@ -41,15 +41,20 @@ def sha256(path: Path) -> str:
 def files_in(folder: Path, leave_out: tuple[str, ...] = ()) -> list[str]:
     """The files under `folder`, as sorted relative POSIX paths, but those named in `leave_out`."""
     folder = Path(folder)
-    return sorted(path.relative_to(folder).as_posix() for path in folder.rglob("*")
-                  if path.is_file() and path.relative_to(folder).as_posix() not in leave_out)
+    return sorted(
+        path.relative_to(folder).as_posix()
+        for path in folder.rglob("*")
+        if path.is_file() and path.relative_to(folder).as_posix() not in leave_out
+    )
 
 
 def record(folder: Path, leave_out: tuple[str, ...] = ()) -> dict[str, dict]:
     """{relative path: {"bytes": size, "sha256": digest}} for every file under `folder` but `leave_out`."""
     folder = Path(folder)
-    return {name: {"bytes": (folder / name).stat().st_size, "sha256": sha256(folder / name)}
-            for name in files_in(folder, leave_out)}
+    return {
+        name: {"bytes": (folder / name).stat().st_size, "sha256": sha256(folder / name)}
+        for name in files_in(folder, leave_out)
+    }
 
 
 def link_files(source: Path, folder: Path) -> None:
@@ -117,10 +122,17 @@ def newest_intact(earlier: list[Path], damage_of) -> str:
 def valid_record(files) -> bool:
     """Whether `files` (read from a checkpoint) is a record as `record` writes it, naming files inside the folder."""
     return isinstance(files, dict) and all(
-        isinstance(name, str) and name and not name.startswith("/") and ".." not in name.split("/")
-        and isinstance(entry, dict) and type(entry.get("bytes")) is int and entry["bytes"] >= 0
-        and isinstance(entry.get("sha256"), str) and len(entry["sha256"]) == 64
-        for name, entry in files.items())
+        isinstance(name, str)
+        and name
+        and not name.startswith("/")
+        and ".." not in name.split("/")
+        and isinstance(entry, dict)
+        and type(entry.get("bytes")) is int
+        and entry["bytes"] >= 0
+        and isinstance(entry.get("sha256"), str)
+        and len(entry["sha256"]) == 64
+        for name, entry in files.items()
+    )
 
 
 def damage(folder: Path, files: dict[str, dict], leave_out: tuple[str, ...] = ()) -> str | None:
@@ -136,8 +148,10 @@ def damage(folder: Path, files: dict[str, dict], leave_out: tuple[str, ...] = ()
             return f"{name}: missing"
         size = path.stat().st_size
         if size != entry["bytes"]:
-            return (f"{name}: {size:,} bytes where {entry['bytes']:,} were written "
-                    f"({'cut short' if size < entry['bytes'] else 'larger than written'})")
+            return (
+                f"{name}: {size:,} bytes where {entry['bytes']:,} were written "
+                f"({'cut short' if size < entry['bytes'] else 'larger than written'})"
+            )
     for name, entry in files.items():
         if sha256(folder / name) != entry["sha256"]:
             return f"{name}: changed since it was written (its sha256 differs from the record)"
@@ -147,11 +161,25 @@ def damage(folder: Path, files: dict[str, dict], leave_out: tuple[str, ...] = ()
 # What the `.metadata` of a sharded (torch.distributed.checkpoint) checkpoint may name: its own dataclasses, torch's
 # sizes, dtypes and layouts, and paths. torch reads that file with a plain pickle.load, which runs whatever it names.
 DCP_METADATA_GLOBALS = {
-    *(("torch.distributed.checkpoint.metadata", name) for name in (
-        "Metadata", "TensorStorageMetadata", "BytesStorageMetadata", "ChunkStorageMetadata", "TensorProperties",
-        "MetadataIndex", "StorageMeta", "_MEM_FORMAT_ENCODING")),
-    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"), ("torch", "Size"),
-    ("torch.serialization", "_get_layout"), ("pathlib", "PosixPath"), ("pathlib", "PurePosixPath")}
+    *(
+        ("torch.distributed.checkpoint.metadata", name)
+        for name in (
+            "Metadata",
+            "TensorStorageMetadata",
+            "BytesStorageMetadata",
+            "ChunkStorageMetadata",
+            "TensorProperties",
+            "MetadataIndex",
+            "StorageMeta",
+            "_MEM_FORMAT_ENCODING",
+        )
+    ),
+    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+    ("torch", "Size"),
+    ("torch.serialization", "_get_layout"),
+    ("pathlib", "PosixPath"),
+    ("pathlib", "PurePosixPath"),
+}
 
 
 class DataOnlyUnpickler(pickle.Unpickler):
@@ -161,11 +189,13 @@ class DataOnlyUnpickler(pickle.Unpickler):
     def find_class(self, module, name):
         import torch
 
-        if (module, name) in DCP_METADATA_GLOBALS or (module == "torch" and isinstance(getattr(torch, name, None),
-                                                                                         torch.dtype)):
+        if (module, name) in DCP_METADATA_GLOBALS or (
+            module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)
+        ):
             return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"{module}.{name}: not data of a sharded checkpoint's metadata (loading it "
-                                     "would run code): not loaded")
+        raise pickle.UnpicklingError(
+            f"{module}.{name}: not data of a sharded checkpoint's metadata (loading it would run code): not loaded"
+        )
 
 
 class _DataOnlyPickle:

@@ -35,8 +35,9 @@ def read_argument_file(path: Path) -> dict:
     return yaml.safe_load(text) if path.suffix in (".yaml", ".yml") else json.loads(text)
 
 
-def parse_into_dataclasses(parser: HfArgumentParser, argv=None, defaults: dict | None = None,
-                           mapping_lists=()) -> tuple:
+def parse_into_dataclasses(
+    parser: HfArgumentParser, argv=None, defaults: dict | None = None, mapping_lists=()
+) -> tuple:
     """The dataclasses of `parser` from `argv` (default: the command line), or from the .json/.yaml file it starts
     with and the flags after it (which override the file's values); `defaults` (argument name -> value) replace the
     dataclasses' own defaults, and what argv gives wins. `mapping_lists`: the arguments a file may give as a list of
@@ -53,8 +54,9 @@ def parse_into_dataclasses(parser: HfArgumentParser, argv=None, defaults: dict |
             if not isinstance(values, dict):
                 parser.error(f"{path}: expected a mapping of argument names to values, found {type(values).__name__}")
             check_value_types(parser, values, path, mapping_lists)
-            known = {field.name for dataclass_type in parser.dataclass_types
-                     for field in dataclasses.fields(dataclass_type)}
+            known = {
+                field.name for dataclass_type in parser.dataclass_types for field in dataclasses.fields(dataclass_type)
+            }
             unknown = sorted(set(values) - known)
             if unknown:
                 parser.error(f"{path}: unknown argument(s) {unknown[:5]}")
@@ -117,8 +119,11 @@ def check_value_types(parser: HfArgumentParser, values: dict, path: Path, mappin
             if field.name not in values or field.name not in hints:
                 continue
             value = values[field.name]
-            if field.name in mapping_lists and isinstance(value, list) and all(
-                    isinstance(item, dict) for item in value):
+            if (
+                field.name in mapping_lists
+                and isinstance(value, list)
+                and all(isinstance(item, dict) for item in value)
+            ):
                 continue  # a list of mappings, checked by the job that reads it (pretraining's `sources:`)
             if not _matches(value, hints[field.name]):
                 parser.error(f"{path}: {field.name}: {value!r:.60} is not of type {typing_name(hints[field.name])}")

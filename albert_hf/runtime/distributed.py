@@ -40,8 +40,13 @@ from ..errors import InputError
 from ..modeling_albert_hf import AlbertHFLayer
 
 FSDP_CPU_CONFIG = "examples/accelerate_configs/fsdp_cpu.yaml"
-_MODE_NAMES = {DistributedType.NO: "one process", DistributedType.MULTI_CPU: "DDP", DistributedType.MULTI_GPU: "DDP",
-               DistributedType.FSDP: "FSDP2", DistributedType.DEEPSPEED: "DeepSpeed"}
+_MODE_NAMES = {
+    DistributedType.NO: "one process",
+    DistributedType.MULTI_CPU: "DDP",
+    DistributedType.MULTI_GPU: "DDP",
+    DistributedType.FSDP: "FSDP2",
+    DistributedType.DEEPSPEED: "DeepSpeed",
+}
 
 logger = logging.getLogger(__name__)
 
@@ -92,29 +97,39 @@ def fsdp_plugin_from_launcher() -> tuple[FullyShardedDataParallelPlugin, FsdpReq
         if strategy.isdigit() and 1 <= int(strategy) <= len(_FSDP1_STRATEGIES):
             strategy = _FSDP1_STRATEGIES[int(strategy) - 1]
         if strategy == "NO_SHARD":
-            _stop("the accelerate config asks for FSDP version 1 with NO_SHARD, which replicates the model as DDP "
-                  "does: use a DDP config (distributed_type: MULTI_GPU) instead")
+            _stop(
+                "the accelerate config asks for FSDP version 1 with NO_SHARD, which replicates the model as DDP "
+                "does: use a DDP config (distributed_type: MULTI_GPU) instead"
+            )
         if strategy not in _FSDP1_AS_FSDP2:
-            _stop(f"the accelerate config asks for FSDP version 1 with {strategy}, which shards within a machine and "
-                  "replicates across machines (a 2-D device mesh); albert_hf runs FSDP2 over one mesh: use "
-                  "FULL_SHARD or SHARD_GRAD_OP")
+            _stop(
+                f"the accelerate config asks for FSDP version 1 with {strategy}, which shards within a machine and "
+                "replicates across machines (a 2-D device mesh); albert_hf runs FSDP2 over one mesh: use "
+                "FULL_SHARD or SHARD_GRAD_OP"
+            )
         reshard = _FSDP1_AS_FSDP2[strategy]
-        request.notes.append(f"the config's FSDP version 1 ({strategy}) runs as FSDP2 with reshard_after_forward "
-                             f"{str(reshard).lower()}")
+        request.notes.append(
+            f"the config's FSDP version 1 ({strategy}) runs as FSDP2 with reshard_after_forward {str(reshard).lower()}"
+        )
     elif version == 2:
         reshard = reshard not in ("false", "0", "no")
     else:
         _stop(f"the accelerate config asks for FSDP version {version}; there are versions 1 and 2")
     # Everything but version, resharding and prefetch (version 1 only) as accelerate reads it from the environment.
-    plugin = FullyShardedDataParallelPlugin(fsdp_version=2, reshard_after_forward=reshard,
-                                            backward_prefetch="NO_PREFETCH")
+    plugin = FullyShardedDataParallelPlugin(
+        fsdp_version=2, reshard_after_forward=reshard, backward_prefetch="NO_PREFETCH"
+    )
     if plugin.auto_wrap_policy is not None:
         policy = env.get("FSDP_AUTO_WRAP_POLICY", "")
-        detail = {"TRANSFORMER_BASED_WRAP": env.get("FSDP_TRANSFORMER_CLS_TO_WRAP") or "_no_split_modules",
-                  "SIZE_BASED_WRAP": f"min_num_params {env.get('FSDP_MIN_NUM_PARAMS', '0')}"}.get(policy)
-        request.notes.append(f"the config's auto-wrap policy {policy}{f' ({detail})' if detail else ''} is replaced "
-                             "by ALBERT's units: each distinct AlbertHFLayer, the word table with the MLM head, the "
-                             "root")
+        detail = {
+            "TRANSFORMER_BASED_WRAP": env.get("FSDP_TRANSFORMER_CLS_TO_WRAP") or "_no_split_modules",
+            "SIZE_BASED_WRAP": f"min_num_params {env.get('FSDP_MIN_NUM_PARAMS', '0')}",
+        }.get(policy)
+        request.notes.append(
+            f"the config's auto-wrap policy {policy}{f' ({detail})' if detail else ''} is replaced "
+            "by ALBERT's units: each distinct AlbertHFLayer, the word table with the MLM head, the "
+            "root"
+        )
         plugin.auto_wrap_policy, plugin.transformer_cls_names_to_wrap, plugin.min_num_params = None, None, None
     if plugin.activation_checkpointing:
         request.activation_checkpointing = True
@@ -141,8 +156,10 @@ def requested_mode() -> tuple[FullyShardedDataParallelPlugin | None, FsdpRequest
     what it carries out itself (None, None without FSDP); InputError for what cannot be had."""
     has_gpu = torch.cuda.is_available()
     if _asked("ACCELERATE_USE_DEEPSPEED") and not has_gpu:
-        _stop("the accelerate config asks for DeepSpeed, which needs CUDA GPUs, and this machine has none; on CPUs "
-              f"use FSDP (--config_file {FSDP_CPU_CONFIG}) or DDP (--multi_gpu)")
+        _stop(
+            "the accelerate config asks for DeepSpeed, which needs CUDA GPUs, and this machine has none; on CPUs "
+            f"use FSDP (--config_file {FSDP_CPU_CONFIG}) or DDP (--multi_gpu)"
+        )
     if not _asked("ACCELERATE_USE_FSDP"):
         return None, None
     fsdp, request = fsdp_plugin_from_launcher()
@@ -164,22 +181,28 @@ def use_fsdp(accelerator: Accelerator, fsdp: FullyShardedDataParallelPlugin):
         _enable_fsdp2_on_cpu(accelerator, fsdp)
     if accelerator.distributed_type != DistributedType.FSDP:
         mode = _MODE_NAMES.get(accelerator.distributed_type, accelerator.distributed_type.value)
-        _stop(f"the accelerate config asks for FSDP, but this run is {mode}: start it with "
-              "`accelerate launch --config_file ...`")
+        _stop(
+            f"the accelerate config asks for FSDP, but this run is {mode}: start it with "
+            "`accelerate launch --config_file ...`"
+        )
 
 
 def check_deepspeed(gradient_accumulation_steps: int, optimizer: str):
     """What run_pretraining.py cannot do under DeepSpeed (with these flags' values), refused in one line before any
     work."""
     if gradient_accumulation_steps > 1:
-        raise InputError("--gradient_accumulation_steps under DeepSpeed: DeepSpeed accumulates by its own count and "
-                         "scaling, which would undo the step-wide loss weighting of training_step; use an FSDP or "
-                         "DDP config, or a larger --per_device_train_batch_size")
+        raise InputError(
+            "--gradient_accumulation_steps under DeepSpeed: DeepSpeed accumulates by its own count and "
+            "scaling, which would undo the step-wide loss weighting of training_step; use an FSDP or "
+            "DDP config, or a larger --per_device_train_batch_size"
+        )
     if optimizer == "lamb":
-        raise InputError("--optimizer lamb under DeepSpeed: ZeRO and DeepSpeed's mixed-precision optimizers hand the "
-                         "optimizer one flat partition per parameter group, so LAMB's per-parameter trust ratio "
-                         "would become one ratio per partition, which is not LAMB; use --optimizer adamw, or an "
-                         "FSDP or DDP config for LAMB")
+        raise InputError(
+            "--optimizer lamb under DeepSpeed: ZeRO and DeepSpeed's mixed-precision optimizers hand the "
+            "optimizer one flat partition per parameter group, so LAMB's per-parameter trust ratio "
+            "would become one ratio per partition, which is not LAMB; use --optimizer adamw, or an "
+            "FSDP or DDP config for LAMB"
+        )
 
 
 def cpu_processes_without_gpus():
@@ -198,7 +221,6 @@ def make_accelerator(**kwargs) -> tuple[Accelerator, FsdpRequest | None]:
     if fsdp is not None:
         use_fsdp(accelerator, fsdp)
     return accelerator, request
-
 
 
 def _stop(reason: str):
@@ -229,16 +251,21 @@ def shard_for_fsdp2(model: torch.nn.Module, plugin: FullyShardedDataParallelPlug
     Returns:
         `torch.nn.Module`: `model` itself, now an FSDP module.
     """
-    options = {"mp_policy": plugin.mixed_precision_policy or MixedPrecisionPolicy(),
-               "offload_policy": plugin.cpu_offload}
+    options = {
+        "mp_policy": plugin.mixed_precision_policy or MixedPrecisionPolicy(),
+        "offload_policy": plugin.cpu_offload,
+    }
     layers = {id(module): module for module in model.modules() if isinstance(module, AlbertHFLayer)}
     config = getattr(model, "config", None)
     if getattr(config, "sharing", "all") in ("attention", "ffn"):
         # Every block applies block 0's attention (or FFN), so it is a unit of its own, gathered by each block that
         # uses it; inside block 0's unit it would be resharded when block 0 ends, before the next block reads it.
         first = next(iter(layers.values()))
-        shared = ([first.attention] if config.sharing == "attention"
-                  else [first.ffn, first.ffn_output, first.full_layer_layer_norm])
+        shared = (
+            [first.attention]
+            if config.sharing == "attention"
+            else [first.ffn, first.ffn_output, first.full_layer_layer_norm]
+        )
         fully_shard(shared, reshard_after_forward=plugin.reshard_after_forward, **options)
     for layer in layers.values():
         fully_shard(layer, reshard_after_forward=plugin.reshard_after_forward, **options)
@@ -254,8 +281,9 @@ def shard_model(accelerator: Accelerator, model: torch.nn.Module, send_first_pro
     """`shard_for_fsdp2` with the run's plugin, before the optimizer is built. With `send_first_process_weights`
     (fsdp_cpu_ram_efficient_loading and a checkpoint to start from) the first process's weights are then sent
     to the others, whose model may be on the meta device (`load_on_first_process`)."""
-    full_weights = dict(model.named_parameters()) if send_first_process_weights and accelerator.is_main_process \
-        else None
+    full_weights = (
+        dict(model.named_parameters()) if send_first_process_weights and accelerator.is_main_process else None
+    )
     shard_for_fsdp2(model, accelerator.state.fsdp_plugin)
     if send_first_process_weights:
         send_weights_from_first_process(accelerator, model, full_weights)
@@ -283,8 +311,11 @@ def send_weights_from_first_process(accelerator: Accelerator, model: torch.nn.Mo
         model.to_empty(device=accelerator.device)
     with torch.no_grad():
         for name, param in model.named_parameters():  # the same order on every process
-            full = (full_weights[name].to(param.device, param.dtype) if full_weights is not None
-                    else torch.empty(param.shape, dtype=param.dtype, device=param.device))
+            full = (
+                full_weights[name].to(param.device, param.dtype)
+                if full_weights is not None
+                else torch.empty(param.shape, dtype=param.dtype, device=param.device)
+            )
             shard = distribute_tensor(full, param.device_mesh, param.placements, src_data_rank=0)
             param.to_local().copy_(shard.to_local())
         for _, buffer in model.named_buffers():
@@ -319,12 +350,14 @@ def describe(accelerator: Accelerator, model: torch.nn.Module, hardware=None) ->
     if n == 1:
         return f"{mode} ({device})"
     machines = n // int(os.environ.get("LOCAL_WORLD_SIZE", n))
-    text = (f"{mode} over {n} processes on {machines} machine{'s' * (machines > 1)} "
-            f"({accelerator.state.backend}, {device})")
+    text = (
+        f"{mode} over {n} processes on {machines} machine{'s' * (machines > 1)} ({accelerator.state.backend}, {device})"
+    )
     if accelerator.distributed_type == DistributedType.FSDP:
         reshard = str(accelerator.state.fsdp_plugin.reshard_after_forward).lower()
-        text += (f": this process holds {100 * local_share(model):.1f}% of the parameters "
-                 f"(reshard_after_forward {reshard})")
+        text += (
+            f": this process holds {100 * local_share(model):.1f}% of the parameters (reshard_after_forward {reshard})"
+        )
     return text
 
 

@@ -62,7 +62,7 @@ class Hardware:
         """The precisions with hardware units here, fastest first."""
         if self.device == "cuda":
             major = self.gpu_capability[0] if self.gpu_capability else 0
-            return (("bf16",) * self.gpu_bf16 + ("fp16",) * (major >= 7) + ("tf32",) * self.tf32 + ("fp32",))
+            return ("bf16",) * self.gpu_bf16 + ("fp16",) * (major >= 7) + ("tf32",) * self.tf32 + ("fp32",)
         return ("bf16",) * bool(self.cpu_bf16_units) + ("fp32",)
 
     def describe(self) -> str:
@@ -129,12 +129,20 @@ def detect() -> Hardware:
     gpu = {}
     if torch.cuda.is_available():
         index = torch.cuda.current_device()
-        gpu = dict(gpu_name=torch.cuda.get_device_name(index), gpu_capability=torch.cuda.get_device_capability(index),
-                   gpu_bf16=torch.cuda.is_bf16_supported(including_emulation=False),
-                   gpu_count=torch.cuda.device_count())
-    return Hardware(cpu_model=cpu_model(), cpu_capability=torch.backends.cpu.get_cpu_capability(),
-                    cpu_bf16_units=cpu_bf16_units(), threads=torch.get_num_threads(),
-                    cpu_fp16_units=torch.cpu._is_amx_fp16_supported() and _onednn_isa_allows_bf16(), **gpu)
+        gpu = dict(
+            gpu_name=torch.cuda.get_device_name(index),
+            gpu_capability=torch.cuda.get_device_capability(index),
+            gpu_bf16=torch.cuda.is_bf16_supported(including_emulation=False),
+            gpu_count=torch.cuda.device_count(),
+        )
+    return Hardware(
+        cpu_model=cpu_model(),
+        cpu_capability=torch.backends.cpu.get_cpu_capability(),
+        cpu_bf16_units=cpu_bf16_units(),
+        threads=torch.get_num_threads(),
+        cpu_fp16_units=torch.cpu._is_amx_fp16_supported() and _onednn_isa_allows_bf16(),
+        **gpu,
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -163,8 +171,9 @@ class Precision:
         return f"{PRECISION_NAMES[self.mixed_precision]}{' (TF32 matmuls)' * self.tf32}: {self.reason}"
 
 
-def choose_precision(hardware: Hardware, flag: str | None = "auto", launcher: str | None = None,
-                     tf32: bool | None = None) -> Precision:
+def choose_precision(
+    hardware: Hardware, flag: str | None = "auto", launcher: str | None = None, tf32: bool | None = None
+) -> Precision:
     """The run's precision from `flag` (--mixed_precision: auto, no, bf16, fp16), `launcher` (the mixed_precision
     `accelerate launch` passes on from its config or flags, ACCELERATE_MIXED_PRECISION) and `tf32` (--tf32; None:
     on wherever the GPU has it).
@@ -195,17 +204,22 @@ def choose_precision(hardware: Hardware, flag: str | None = "auto", launcher: st
     else:
         requested = source = None
     if requested == "fp8":
-        raise InputError("the accelerate config asks for mixed_precision fp8, which albert_hf does not run (it "
-                          "needs fp8 GPU units and an fp8 library); use bf16, fp16 or no")
+        raise InputError(
+            "the accelerate config asks for mixed_precision fp8, which albert_hf does not run (it "
+            "needs fp8 GPU units and an fp8 library); use bf16, fp16 or no"
+        )
     tf32_on = hardware.tf32 and tf32 is not False
     if requested is None:
         mode, reason = _auto(hardware)
         if launcher == "no" and mode != "no":
-            reason += " (the launcher's mixed_precision 'no', accelerate's default, is read as no preference; " \
-                      "--mixed_precision no insists on fp32)"
+            reason += (
+                " (the launcher's mixed_precision 'no', accelerate's default, is read as no preference; "
+                "--mixed_precision no insists on fp32)"
+            )
         return Precision(mode, reason, tf32=tf32_on)
-    return Precision(requested, f"asked for by {source}", _slow_request_warning(hardware, requested, source),
-                     tf32=tf32_on)
+    return Precision(
+        requested, f"asked for by {source}", _slow_request_warning(hardware, requested, source), tf32=tf32_on
+    )
 
 
 def _auto(hardware: Hardware) -> tuple[str, str]:
@@ -224,20 +238,36 @@ def _slow_request_warning(hardware: Hardware, requested: str, source: str, train
     wins over auto, so that one needs an explicit flag; the fine-tuning scripts have transformers' flags."""
     from_config = source.startswith("the accelerate config")
     if requested == "bf16" and hardware.device == "cpu" and not hardware.cpu_bf16_units:
-        fix = ("without --bf16 it trains in fp32" if trainer else "--mixed_precision no trains in fp32" if from_config
-               else "--mixed_precision auto (or no) trains in fp32")
-        return (f"{source} on a CPU without bf16 units ({hardware.cpu_capability}): torch emulates bf16 there, "
-                "matmuls run tens of times slower than fp32 (59x on a 2-core AVX2 EPYC), so expect a run many "
-                f"times slower; {fix}")
+        fix = (
+            "without --bf16 it trains in fp32"
+            if trainer
+            else "--mixed_precision no trains in fp32"
+            if from_config
+            else "--mixed_precision auto (or no) trains in fp32"
+        )
+        return (
+            f"{source} on a CPU without bf16 units ({hardware.cpu_capability}): torch emulates bf16 there, "
+            "matmuls run tens of times slower than fp32 (59x on a 2-core AVX2 EPYC), so expect a run many "
+            f"times slower; {fix}"
+        )
     if requested == "bf16" and hardware.device == "cuda" and not hardware.gpu_bf16:
-        fix = ("--fp16 avoids it" if trainer else "--mixed_precision fp16 avoids it" if from_config
-               else "--mixed_precision auto (fp16 with loss scaling) avoids it")
-        return (f"{source} on the {hardware.gpu_name}, which has no bf16 units: torch emulates bf16 there, "
-                f"much slower than fp16; {fix}")
+        fix = (
+            "--fp16 avoids it"
+            if trainer
+            else "--mixed_precision fp16 avoids it"
+            if from_config
+            else "--mixed_precision auto (fp16 with loss scaling) avoids it"
+        )
+        return (
+            f"{source} on the {hardware.gpu_name}, which has no bf16 units: torch emulates bf16 there, "
+            f"much slower than fp16; {fix}"
+        )
     if requested == "fp16" and hardware.device == "cpu" and not hardware.cpu_fp16_units:
         fix = "--mixed_precision no trains in fp32" if from_config else "--mixed_precision auto picks the fast one"
-        return (f"{source} on a CPU without fp16 matmul units: slower than fp32 (useful for parity with GPU runs "
-                f"only); {fix}")
+        return (
+            f"{source} on a CPU without fp16 matmul units: slower than fp32 (useful for parity with GPU runs "
+            f"only); {fix}"
+        )
     return None
 
 
@@ -260,12 +290,19 @@ def use_tf32(precision: Precision):
 # (words of the name, the name said, 16-bit tensor cores, TF32 tensor cores, plain fp32). T4 and V100 have no bf16
 # (their 16-bit figure is fp16's) and no TF32 (that column repeats fp32's).
 GPU_PEAK_TFLOPS = [
-    (("H200", "NVL"), "H200 NVL", 835.0, 417.5, 60.0), (("H200",), "H200 SXM", 989.0, 494.5, 67.0),
-    (("H100", "PCIe"), "H100 PCIe", 756.0, 378.0, 51.0), (("H100", "NVL"), "H100 NVL", 835.0, 417.5, 60.0),
-    (("H100",), "H100 SXM", 989.0, 494.5, 67.0), (("A100",), "A100", 312.0, 156.0, 19.5),
-    (("L40S",), "L40S", 362.0, 183.0, 91.6), (("L40",), "L40", 181.0, 90.5, 90.5), (("L4",), "L4", 121.0, 60.0, 30.3),
-    (("T4",), "T4", 65.0, 8.1, 8.1), (("V100", "PCIe"), "V100 PCIe", 112.0, 14.0, 14.0),
-    (("V100",), "V100 SXM", 125.0, 15.7, 15.7)]
+    (("H200", "NVL"), "H200 NVL", 835.0, 417.5, 60.0),
+    (("H200",), "H200 SXM", 989.0, 494.5, 67.0),
+    (("H100", "PCIe"), "H100 PCIe", 756.0, 378.0, 51.0),
+    (("H100", "NVL"), "H100 NVL", 835.0, 417.5, 60.0),
+    (("H100",), "H100 SXM", 989.0, 494.5, 67.0),
+    (("A100",), "A100", 312.0, 156.0, 19.5),
+    (("L40S",), "L40S", 362.0, 183.0, 91.6),
+    (("L40",), "L40", 181.0, 90.5, 90.5),
+    (("L4",), "L4", 121.0, 60.0, 30.3),
+    (("T4",), "T4", 65.0, 8.1, 8.1),
+    (("V100", "PCIe"), "V100 PCIe", 112.0, 14.0, 14.0),
+    (("V100",), "V100 SXM", 125.0, 15.7, 15.7),
+]
 
 
 @dataclass(frozen=True)
@@ -306,16 +343,22 @@ def mfu_peak(hardware: Hardware, precision: Precision, peak_tflops: float | None
     elif hardware.device == "cuda":
         peak = gpu_peak(hardware.gpu_name, precision.mixed_precision, precision.tf32)
         if peak is None:
-            return None, (f"no MFU: the {hardware.gpu_name} is not in albert_hf's table of GPU peaks "
-                          "(--peak_tflops sets one)")
+            return None, (
+                f"no MFU: the {hardware.gpu_name} is not in albert_hf's table of GPU peaks (--peak_tflops sets one)"
+            )
     else:
         return None, "no MFU: a CPU has no peak in albert_hf's table (--peak_tflops sets one)"
     return peak, f"MFU against {peak.describe()}"
 
 
 # torch's names of its SDPA kernels (torch.nn.attention.SDPBackend), as a start line says them
-SDPA_KERNELS = {"FLASH_ATTENTION": "flash", "EFFICIENT_ATTENTION": "memory-efficient", "CUDNN_ATTENTION": "cuDNN",
-                "MATH": "math (unfused)", "OVERRIDEABLE": "device-specific"}
+SDPA_KERNELS = {
+    "FLASH_ATTENTION": "flash",
+    "EFFICIENT_ATTENTION": "memory-efficient",
+    "CUDNN_ATTENTION": "cuDNN",
+    "MATH": "math (unfused)",
+    "OVERRIDEABLE": "device-specific",
+}
 
 
 def attention_kernel(config, device: torch.device, dtype: torch.dtype, seq_len: int, training: bool = True) -> str:
@@ -332,8 +375,10 @@ def attention_kernel(config, device: torch.device, dtype: torch.dtype, seq_len: 
     heads, head_size = config.num_attention_heads, config.hidden_size // config.num_attention_heads
     probe = torch.zeros(1, heads, seq_len, head_size, device=device, dtype=dtype)
     if use_matmul_attention(config, probe, training):
-        return ("attention: matmul + softmax (SDPA's stand-in when training on a CPU at up to "
-                f"{MATMUL_ATTENTION_MAX_LENGTH} tokens)")
+        return (
+            "attention: matmul + softmax (SDPA's stand-in when training on a CPU at up to "
+            f"{MATMUL_ATTENTION_MAX_LENGTH} tokens)"
+        )
     mask = torch.ones(1, 1, 1, seq_len, device=device, dtype=torch.bool)
     dropout = config.attention_probs_dropout_prob if training else 0.0
     chosen = SDPBackend(torch._fused_sdp_choice(probe, probe, probe, mask, dropout, False)).name

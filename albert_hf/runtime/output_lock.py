@@ -42,8 +42,13 @@ def process_start(pid: int) -> str | None:
 
 
 def this_process() -> dict:
-    return {"host": socket.gethostname(), "pid": os.getpid(), "process_start": process_start(os.getpid()),
-            "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "command": command_line(sys.argv)[:500]}
+    return {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "process_start": process_start(os.getpid()),
+        "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "command": command_line(sys.argv)[:500],
+    }
 
 
 def alive(holder: dict) -> bool | None:
@@ -61,8 +66,10 @@ def alive(holder: dict) -> bool | None:
 
 
 def describe(holder: dict) -> str:
-    return (f"{holder.get('command') or 'a run'} (host {holder.get('host')}, PID {holder.get('pid')}, since "
-            f"{holder.get('started')})")
+    return (
+        f"{holder.get('command') or 'a run'} (host {holder.get('host')}, PID {holder.get('pid')}, since "
+        f"{holder.get('started')})"
+    )
 
 
 def read(path: Path) -> dict | None:
@@ -136,11 +143,18 @@ def take_over_line(path: Path, flag: str, take_over: bool) -> None:
     if state:  # the message itself, not in_use's reading of the file, which skips this PID and other ranks
         raise InputError(busy_line(folder, flag, holder))
     if state is None and not take_over:
-        raise InputError(f"{flag} {folder} is locked by {describe(holder)}, on another host, which cannot be "
-                         f"checked from here; if that run has ended, pass --take_over_lock")
+        raise InputError(
+            f"{flag} {folder} is locked by {describe(holder)}, on another host, which cannot be "
+            f"checked from here; if that run has ended, pass --take_over_lock"
+        )
     reason = "on another host, taken over as asked" if state is None else "which has ended"
-    logger.warning("%s %s: took over the lock of %s, %s", flag, folder, describe(holder) if holder else
-                   "an unreadable lock", reason)
+    logger.warning(
+        "%s %s: took over the lock of %s, %s",
+        flag,
+        folder,
+        describe(holder) if holder else "an unreadable lock",
+        reason,
+    )
     path.unlink(missing_ok=True)
 
 

@@ -163,8 +163,11 @@ class StopOnSignal:
         elif self.interrupted or self.stage is not None:
             logger.warning("%s received again: already stopping", name)
         else:
-            logger.warning("%s received again: already stopping; the checkpoint is being written (SIGKILL stops at "
-                           "once, and the previous checkpoints stay whole)", name)
+            logger.warning(
+                "%s received again: already stopping; the checkpoint is being written (SIGKILL stops at "
+                "once, and the previous checkpoints stay whole)",
+                name,
+            )
 
     def _swallowed(self, unraisable) -> None:
         """An interruption raised inside a finalizer or a weakref callback (a garbage collection can run one at any
@@ -240,8 +243,10 @@ def stop_line() -> str | None:
     stop = _ended_by
     if stop is None or stop.interrupted is None:
         return None
-    return (f"Stopped by {stop.name} while {stop.interrupted}, before the first optimizer step: there was nothing "
-            "to save. Run the same command again")
+    return (
+        f"Stopped by {stop.name} while {stop.interrupted}, before the first optimizer step: there was nothing "
+        "to save. Run the same command again"
+    )
 
 
 def end_children() -> None:
@@ -259,8 +264,9 @@ def shield_child(parent: int, parent_interrupting: mmap.mmap) -> None:
     multiprocessing's way of ending workers) and when the parent is gone, and ignores the others: the parent decides
     when the run stops."""
     signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # threads started later inherit the mask
-    threading.Thread(target=_wait_for_parent, args=(parent, parent_interrupting), name="albert_hf stop signals",
-                     daemon=True).start()
+    threading.Thread(
+        target=_wait_for_parent, args=(parent, parent_interrupting), name="albert_hf stop signals", daemon=True
+    ).start()
 
 
 # How long a worker waits for its parent's SIGTERM after one from another process that may have absorbed it.

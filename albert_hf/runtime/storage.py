@@ -20,10 +20,20 @@ from pathlib import Path
 
 from ..errors import InputError, first_line
 
-FAULTS = {errno.ENOSPC: "no space left", errno.EDQUOT: "disk quota exceeded", errno.EROFS: "read-only file system",
-          errno.EACCES: "permission denied", errno.EPERM: "operation not permitted"}
-FULL_DISK_MESSAGES = ("No space left on device", "os error 28", "unexpected pos", "PytorchStreamWriter failed writing",
-                      "Disk quota exceeded")
+FAULTS = {
+    errno.ENOSPC: "no space left",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "read-only file system",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+}
+FULL_DISK_MESSAGES = (
+    "No space left on device",
+    "os error 28",
+    "unexpected pos",
+    "PytorchStreamWriter failed writing",
+    "Disk quota exceeded",
+)
 
 
 class StorageError(InputError):
@@ -131,16 +141,19 @@ def check_writable(folder: Path, flag: str) -> None:
         fault = fault_of(error)
         if fault is None:
             raise
-        raise StorageError(f"{flag} {folder}: {fault} on {mount_point(target)}; choose a folder this process "
-                           "can write") from None
+        raise StorageError(
+            f"{flag} {folder}: {fault} on {mount_point(target)}; choose a folder this process can write"
+        ) from None
 
 
 def check_free_space(folder: Path, needed: int, what: str, flag: str) -> None:
     """Stops with one line when `folder`'s file system has less free space than `needed` bytes for `what`."""
     free = free_bytes(folder)
     if free < needed:
-        raise StorageError(f"{flag} {folder}: {megabytes(free)} free on {mount_point(folder)}, less than "
-                           f"{what} needs ({megabytes(needed)}); free space or choose another folder")
+        raise StorageError(
+            f"{flag} {folder}: {megabytes(free)} free on {mount_point(folder)}, less than "
+            f"{what} needs ({megabytes(needed)}); free space or choose another folder"
+        )
 
 
 def unplaced_fault(error: BaseException) -> str | None:

@@ -60,8 +60,14 @@ class Throughput:
 
 # what a run's summaries hold of its cost (all_results.json, the card's training table): the steps, `Throughput.totals`
 # and `peak_said`
-COST_FIELDS = ("train_steps", "total_tokens", "total_model_flops", "mean_model_tflops_per_second", "mean_mfu",
-               "mfu_peak")
+COST_FIELDS = (
+    "train_steps",
+    "total_tokens",
+    "total_model_flops",
+    "mean_model_tflops_per_second",
+    "mean_mfu",
+    "mfu_peak",
+)
 
 
 def cost_rows(cost: dict) -> dict:

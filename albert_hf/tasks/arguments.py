@@ -45,8 +45,11 @@ class ModelArguments:
         default=None, metadata={"help": "ALBERT dropout for fine-tuning (the paper's 'ALBERT DR'); default: config's"}
     )
     attention_probs_dropout_prob: float | None = field(
-        default=None, metadata={"help": "dropout on the attention probabilities for fine-tuning; default: config's "
-                                        "(--paper_hparams sets it with --hidden_dropout_prob to the one ALBERT DR)"}
+        default=None,
+        metadata={
+            "help": "dropout on the attention probabilities for fine-tuning; default: config's "
+            "(--paper_hparams sets it with --hidden_dropout_prob to the one ALBERT DR)"
+        },
     )
     classifier_dropout_prob: float | None = field(
         default=None, metadata={"help": "dropout before the task head (official: 0.1); default: config's"}
@@ -67,53 +70,71 @@ class AlbertTrainingArguments(SecretsNotPickled, TrainingArguments):
         default=False, metadata={"help": "start over even if output_dir holds a checkpoint of an earlier run"}
     )
     take_over_lock: bool = field(
-        default=False, metadata={"help": "take output_dir's lock even if a run on another host holds it (which "
-                                 "cannot be checked from here); a lock of this host's ended run is taken over "
-                                 "without it"}
+        default=False,
+        metadata={
+            "help": "take output_dir's lock even if a run on another host holds it (which "
+            "cannot be checked from here); a lock of this host's ended run is taken over "
+            "without it"
+        },
     )
     official_optimizer: bool = field(
         default=False,
-        metadata={"help": "the official fine-tuning optimizer: AdamWeightDecay (Adam without bias correction, "
-                  "decoupled weight decay, LayerNorm/bias excluded) and linear warmup then linear decay counted "
-                  "from step 0, instead of Trainer's AdamW and schedule"},
+        metadata={
+            "help": "the official fine-tuning optimizer: AdamWeightDecay (Adam without bias correction, "
+            "decoupled weight decay, LayerNorm/bias excluded) and linear warmup then linear decay counted "
+            "from step 0, instead of Trainer's AdamW and schedule"
+        },
     )
     compile_blocks: bool = field(
         default=False,
-        metadata={"help": "torch.compile each transformer block (the model's compile_blocks) instead of the whole "
-                  "model as --torch_compile does: compiled in seconds, and padding removal and the last-block "
-                  "selection stay on"},
+        metadata={
+            "help": "torch.compile each transformer block (the model's compile_blocks) instead of the whole "
+            "model as --torch_compile does: compiled in seconds, and padding removal and the last-block "
+            "selection stay on"
+        },
     )
     paper_hparams: bool = field(
         default=False,
-        metadata={"help": "ALBERT's fine-tuning recipe for the task (docs/official_recipe.md): learning rate, total "
-                  "batch, steps, warm-up, maximum lengths, dropout and the official optimizer; SQuAD v2.0 also the "
-                  "answerability head and the dev-tuned null threshold. Flags given explicitly are kept; the values "
-                  f"used are written to OUTPUT_DIR/{PAPER_HPARAMS_FILE} and the model card"},
+        metadata={
+            "help": "ALBERT's fine-tuning recipe for the task (docs/official_recipe.md): learning rate, total "
+            "batch, steps, warm-up, maximum lengths, dropout and the official optimizer; SQuAD v2.0 also the "
+            "answerability head and the dev-tuned null threshold. Flags given explicitly are kept; the values "
+            f"used are written to OUTPUT_DIR/{PAPER_HPARAMS_FILE} and the model card"
+        },
     )
     peak_tflops: float | None = field(
         default=None,
-        metadata={"help": "the TFLOP/s of one device that the logged mfu divides by (default: a known GPU's dense "
-                  "spec peak for the precision in use; a CPU has none)"},
+        metadata={
+            "help": "the TFLOP/s of one device that the logged mfu divides by (default: a known GPU's dense "
+            "spec peak for the precision in use; a CPU has none)"
+        },
     )
     no_plots: bool = field(
         default=False,
-        metadata={"help": "do not draw OUTPUT_DIR/training_curves.png (training loss, evaluation metrics and learning "
-                  "rate from the log history; the model card shows it)"},
+        metadata={
+            "help": "do not draw OUTPUT_DIR/training_curves.png (training loss, evaluation metrics and learning "
+            "rate from the log history; the model card shows it)"
+        },
     )
     seeds: list[int] | None = field(
         default=None,
-        metadata={"help": "fine-tune once per seed, one after another, each in OUTPUT_DIR/seed_N; then the median, "
-                  "mean +- standard error, minimum and maximum of every dev metric over the seeds that learned go to "
-                  "OUTPUT_DIR/all_seeds_results.json, and the best seed's model (by --metric_for_best_model, else "
-                  "the task's main metric) to OUTPUT_DIR. Needs --do_train and --do_eval"},
+        metadata={
+            "help": "fine-tune once per seed, one after another, each in OUTPUT_DIR/seed_N; then the median, "
+            "mean +- standard error, minimum and maximum of every dev metric over the seeds that learned go to "
+            "OUTPUT_DIR/all_seeds_results.json, and the best seed's model (by --metric_for_best_model, else "
+            "the task's main metric) to OUTPUT_DIR. Needs --do_train and --do_eval"
+        },
     )
     num_seeds: int | None = field(
-        default=None, metadata={"help": "as --seeds, with the N seeds --seed, --seed + 1, ..."})
+        default=None, metadata={"help": "as --seeds, with the N seeds --seed, --seed + 1, ..."}
+    )
     retry_failed_seeds: int = field(
         default=0,
-        metadata={"help": "with --seeds / --num_seeds: replace a seed that did not learn (its dev score at or below "
-                  "the task's trivial baseline: the majority class, MCC 0, correlation 0.1, the empty answer, "
-                  "chance) by a new seed, up to this many times"},
+        metadata={
+            "help": "with --seeds / --num_seeds: replace a seed that did not learn (its dev score at or below "
+            "the task's trivial baseline: the majority class, MCC 0, correlation 0.1, the empty answer, "
+            "chance) by a new seed, up to this many times"
+        },
     )
 
     def __post_init__(self):
@@ -122,8 +143,12 @@ class AlbertTrainingArguments(SecretsNotPickled, TrainingArguments):
         # (`best_by_task_metric`), where Trainer would take the loss.
         self.metric_for_best_model_given = self.metric_for_best_model is not None
         self.greater_is_better_given = self.greater_is_better is not None
-        if (self.bf16 or self.bf16_full_eval) and not self.use_cpu and not torch.cuda.is_available() \
-                and not transformers.utils.is_torch_bf16_gpu_available():
+        if (
+            (self.bf16 or self.bf16_full_eval)
+            and not self.use_cpu
+            and not torch.cuda.is_available()
+            and not transformers.utils.is_torch_bf16_gpu_available()
+        ):
             # transformers refuses --bf16 without a bf16 GPU unless --use_cpu is given (a traceback); on a machine
             # without CUDA the CPU is where the run trains anyway (the start line names it, and warns if slow)
             self.use_cpu = True
@@ -135,11 +160,18 @@ class AlbertTrainingArguments(SecretsNotPickled, TrainingArguments):
     def for_seed(self, seed_run: SeedRun) -> "AlbertTrainingArguments":
         """A checked copy for one seed of a --seeds run: its seed and folder, no seeds of its own, and no push (the
         whole run pushes its best seed)."""
-        return replace(self, seed=seed_run.seed, output_dir=seed_run.output_dir, seeds=None, num_seeds=None,
-                       retry_failed_seeds=0, push_to_hub=False,
-                       # as the user gave them: TrainingArguments fills them in, and the copy must tell them apart
-                       metric_for_best_model=self.metric_for_best_model if self.metric_for_best_model_given else None,
-                       greater_is_better=self.greater_is_better if self.greater_is_better_given else None)
+        return replace(
+            self,
+            seed=seed_run.seed,
+            output_dir=seed_run.output_dir,
+            seeds=None,
+            num_seeds=None,
+            retry_failed_seeds=0,
+            push_to_hub=False,
+            # as the user gave them: TrainingArguments fills them in, and the copy must tell them apart
+            metric_for_best_model=self.metric_for_best_model if self.metric_for_best_model_given else None,
+            greater_is_better=self.greater_is_better if self.greater_is_better_given else None,
+        )
 
     @property
     def seed_list(self) -> list[int] | None:
@@ -167,9 +199,12 @@ class AlbertTrainingArguments(SecretsNotPickled, TrainingArguments):
                 raise InputError("--retry_failed_seeds replaces seeds of a --seeds / --num_seeds run: pass one")
             return
         if not (self.do_train and self.do_eval):
-            raise InputError("--seeds / --num_seeds fine-tune once per seed and compare them on the dev set: pass "
-                             "--do_train and --do_eval")
+            raise InputError(
+                "--seeds / --num_seeds fine-tune once per seed and compare them on the dev set: pass "
+                "--do_train and --do_eval"
+            )
         if self.resume_from_checkpoint:
-            raise InputError("--resume_from_checkpoint names one run's checkpoint; a --seeds run resumes each seed "
-                             "folder's last checkpoint by itself: run the same command again")
-
+            raise InputError(
+                "--resume_from_checkpoint names one run's checkpoint; a --seeds run resumes each seed "
+                "folder's last checkpoint by itself: run the same command again"
+            )

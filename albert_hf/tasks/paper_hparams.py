@@ -40,8 +40,9 @@ class PaperRecipe:
     explicit: list  # the names whose value the user gave explicitly
 
 
-def recipe_arguments(recipe: dict, explicit: set[str], batch_divisor: int, hidden_dropout_prob: float,
-                     with_dev_set: bool = False) -> dict:
+def recipe_arguments(
+    recipe: dict, explicit: set[str], batch_divisor: int, hidden_dropout_prob: float, with_dev_set: bool = False
+) -> dict:
     """A task's recipe as the arguments it sets, in the recipe's order.
 
     `recipe` holds argument values by name, and two values of the recipe tables:
@@ -70,9 +71,11 @@ def recipe_arguments(recipe: dict, explicit: set[str], batch_divisor: int, hidde
     batch_size = recipe.pop("batch_size", None)
     if batch_size is not None:
         if "per_device_train_batch_size" not in explicit and batch_size % batch_divisor:
-            raise InputError(f"--paper_hparams: the total batch {batch_size} is not divisible by "
-                             f"gradient_accumulation_steps x processes = {batch_divisor}; give "
-                             "--per_device_train_batch_size")
+            raise InputError(
+                f"--paper_hparams: the total batch {batch_size} is not divisible by "
+                f"gradient_accumulation_steps x processes = {batch_divisor}; give "
+                "--per_device_train_batch_size"
+            )
         recipe["per_device_train_batch_size"] = batch_size // batch_divisor
     if "albert_dropout" in recipe:
         dropout = recipe.pop("albert_dropout")
@@ -82,13 +85,20 @@ def recipe_arguments(recipe: dict, explicit: set[str], batch_divisor: int, hidde
         recipe.pop("max_steps", None)
     every = recipe.pop("best_checkpoint_every", None)
     if every is not None and with_dev_set and not explicit & EVALUATION_SCHEDULE:
-        recipe.update(eval_strategy="steps", eval_steps=every, save_strategy="steps", save_steps=every,
-                      load_best_model_at_end=True, save_total_limit=2)
+        recipe.update(
+            eval_strategy="steps",
+            eval_steps=every,
+            save_strategy="steps",
+            save_steps=every,
+            load_best_model_at_end=True,
+            save_total_limit=2,
+        )
     return recipe
 
 
-def apply_paper_hparams(name: str, recipe: dict, model_args, data_args, training_args, argv=None,
-                        seed_run=None) -> tuple:
+def apply_paper_hparams(
+    name: str, recipe: dict, model_args, data_args, training_args, argv=None, seed_run=None
+) -> tuple:
     """--paper_hparams in a script: the arguments parsed again from `argv` with the recipe's values as their
     defaults, so that explicit flags win and every argument check runs once on the values the run uses; those
     values are logged and written to OUTPUT_DIR/paper_hparams.json (TrainingArguments' names).
@@ -107,8 +117,13 @@ def apply_paper_hparams(name: str, recipe: dict, model_args, data_args, training
     """
     types = (type(model_args), type(data_args), type(training_args))
     explicit = explicit_arguments(argv, types)
-    arguments = recipe_arguments(recipe, explicit, training_args.gradient_accumulation_steps * training_args.world_size,
-                                 model_args.hidden_dropout_prob, training_args.do_train and training_args.do_eval)
+    arguments = recipe_arguments(
+        recipe,
+        explicit,
+        training_args.gradient_accumulation_steps * training_args.world_size,
+        model_args.hidden_dropout_prob,
+        training_args.do_train and training_args.do_eval,
+    )
     applied = {argument: value for argument, value in arguments.items() if argument not in explicit}
     parsed = parse_into_dataclasses(HfArgumentParser(types), argv, defaults=applied)
     names = list(arguments)
@@ -116,11 +131,16 @@ def apply_paper_hparams(name: str, recipe: dict, model_args, data_args, training
         names.append("gradient_accumulation_steps")
     if "num_train_epochs" in explicit:
         names.append("num_train_epochs")
-    values = {argument: next(getattr(args, argument) for args in parsed if hasattr(args, argument))
-              for argument in names}
+    values = {
+        argument: next(getattr(args, argument) for args in parsed if hasattr(args, argument)) for argument in names
+    }
     resolved = PaperRecipe(name, values, sorted(explicit & set(values)))
-    logger.info("--paper_hparams (%s) set: %s; kept your explicit %s", name,
-                ", ".join(f"{k}={v}" for k, v in applied.items()), resolved.explicit or "nothing")
+    logger.info(
+        "--paper_hparams (%s) set: %s; kept your explicit %s",
+        name,
+        ", ".join(f"{k}={v}" for k, v in applied.items()),
+        resolved.explicit or "nothing",
+    )
     model_args, data_args, training_args = parsed
     if seed_run is not None:
         training_args = training_args.for_seed(seed_run)

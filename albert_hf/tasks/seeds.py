@@ -41,8 +41,16 @@ logger = logging.getLogger(__name__)
 SUMMARY_FILE = "all_seeds_results.json"
 SEED_FOLDER = "seed_{}"
 # Per-run bookkeeping that says nothing about how well a seed did.
-NOT_SUMMARISED = ("_runtime", "_per_second", "_samples", "_features", "_num_high", "_num_middle", "_total",
-                  "_threshold")
+NOT_SUMMARISED = (
+    "_runtime",
+    "_per_second",
+    "_samples",
+    "_features",
+    "_num_high",
+    "_num_middle",
+    "_total",
+    "_threshold",
+)
 
 
 @dataclass(frozen=True)
@@ -81,15 +89,21 @@ def run_seeds(main, argv, training_args) -> dict:
         The summary, as written to OUTPUT_DIR/all_seeds_results.json.
     """
     if training_args.world_size > 1:
-        raise InputError("--seeds / --num_seeds run the seeds one after another in one process: start the script "
-                         "without accelerate launch, or launch one run per seed with its own --seed")
+        raise InputError(
+            "--seeds / --num_seeds run the seeds one after another in one process: start the script "
+            "without accelerate launch, or launch one run per seed with its own --seed"
+        )
     start_logging(training_args)
     output_dir = claim_output_dir(training_args)  # each seed claims its own folder too
     recorded = previous_runs(output_dir, training_args.overwrite_output_dir)
     queue, retries_left = list(training_args.seed_list), training_args.retry_failed_seeds
     runs = []
-    logger.info("Fine-tuning %d seeds (%s), each in %s", len(queue), ", ".join(map(str, queue)),
-                output_dir / SEED_FOLDER.format("N"))
+    logger.info(
+        "Fine-tuning %d seeds (%s), each in %s",
+        len(queue),
+        ", ".join(map(str, queue)),
+        output_dir / SEED_FOLDER.format("N"),
+    )
     while queue:
         seed = queue.pop(0)
         if seed in recorded:
@@ -101,27 +115,36 @@ def run_seeds(main, argv, training_args) -> dict:
         if not run["learned"]:
             baseline = run["baseline"]
             score = run["eval"]["eval_" + baseline["metric"]]
-            line = (f"Seed {seed} did not learn: dev {baseline['metric']} {score:.4g} is at or below "
-                    f"{baseline['value']:.4g}, that of {baseline['name']}")
+            line = (
+                f"Seed {seed} did not learn: dev {baseline['metric']} {score:.4g} is at or below "
+                f"{baseline['value']:.4g}, that of {baseline['name']}"
+            )
             if retries_left:
                 used = [r["seed"] for r in runs] + queue + list(training_args.seed_list)
                 queue.append(max(used) + 1)
                 retries_left -= 1
-                line += f"; replaced by seed {queue[-1]} (retry {training_args.retry_failed_seeds - retries_left} of " \
-                        f"{training_args.retry_failed_seeds})"
+                line += (
+                    f"; replaced by seed {queue[-1]} (retry {training_args.retry_failed_seeds - retries_left} of "
+                    f"{training_args.retry_failed_seeds})"
+                )
             logger.warning(line)
         summary = summarise(runs, training_args)
         write_json(output_dir / SUMMARY_FILE, summary)
     log_table(summary)
     if summary["best_seed"] is None:
-        raise NothingProduced(f"No seed learned: {output_dir / SUMMARY_FILE} holds the runs, and no model was put "
-                              f"in {output_dir}")
+        raise NothingProduced(
+            f"No seed learned: {output_dir / SUMMARY_FILE} holds the runs, and no model was put in {output_dir}"
+        )
     put_best_on_top(output_dir, summary)
     if training_args.push_to_hub:
-        push_folder(output_dir, training_args.hub_model_id or output_dir.absolute().name,
-                    token=training_args.hub_token, private=training_args.hub_private_repo,
-                    commit_message=f"Best of {len(runs)} seeds: seed {summary['best_seed']}",
-                    ignore=[SEED_FOLDER.format("*"), SEED_FOLDER.format("*") + "/**"])
+        push_folder(
+            output_dir,
+            training_args.hub_model_id or output_dir.absolute().name,
+            token=training_args.hub_token,
+            private=training_args.hub_private_repo,
+            commit_message=f"Best of {len(runs)} seeds: seed {summary['best_seed']}",
+            ignore=[SEED_FOLDER.format("*"), SEED_FOLDER.format("*") + "/**"],
+        )
     return summary
 
 
@@ -148,8 +171,14 @@ def run_one_seed(main, argv, seed: int, folder: Path) -> dict:
     logger.info("Seed %d: fine-tuning in %s", seed, folder)
     results = main(argv, SeedRun(seed, str(folder)))
     baseline = results["baseline"]
-    return {"seed": seed, "output_dir": folder.name, "learned": baseline.learned(results["validation"]),
-            "eval": results["validation"], "predict": results.get("test", {}), "baseline": asdict(baseline)}
+    return {
+        "seed": seed,
+        "output_dir": folder.name,
+        "learned": baseline.learned(results["validation"]),
+        "eval": results["validation"],
+        "predict": results.get("test", {}),
+        "baseline": asdict(baseline),
+    }
 
 
 def best_metric(runs: list[dict], metric_for_best_model: str | None) -> str:
@@ -161,26 +190,38 @@ def best_metric(runs: list[dict], metric_for_best_model: str | None) -> str:
 def summarise(runs: list[dict], training_args) -> dict:
     """The summary of the runs so far (see the module's docstring); `best_seed` is None when none learned."""
     learned = [run for run in runs if run["learned"]]
-    by = best_metric(runs, training_args.metric_for_best_model if training_args.metric_for_best_model_given
-                     else None)
+    by = best_metric(runs, training_args.metric_for_best_model if training_args.metric_for_best_model_given else None)
     metrics = {}
     for kind in ("eval", "predict"):
-        keys = [key for key in (learned[0][kind] if learned else {})
-                if not key.endswith(NOT_SUMMARISED) and key != "epoch"
-                and all(isinstance(run[kind].get(key), (int, float)) for run in learned)]
+        keys = [
+            key
+            for key in (learned[0][kind] if learned else {})
+            if not key.endswith(NOT_SUMMARISED)
+            and key != "epoch"
+            and all(isinstance(run[kind].get(key), (int, float)) for run in learned)
+        ]
         for key in sorted(keys, key=lambda key: (key != by, key)):  # the one the best seed is chosen by first
             metrics[key] = statistics_of({run["seed"]: float(run[kind][key]) for run in learned})
     greater = training_args.greater_is_better if training_args.greater_is_better_given else not by.endswith("loss")
     best = None
     if learned:
         if by not in learned[0]["eval"]:
-            raise InputError(f"--metric_for_best_model {by}: the dev results have no such key; they have "
-                             f"{sorted(k for k in learned[0]['eval'] if not k.endswith(NOT_SUMMARISED))}")
+            raise InputError(
+                f"--metric_for_best_model {by}: the dev results have no such key; they have "
+                f"{sorted(k for k in learned[0]['eval'] if not k.endswith(NOT_SUMMARISED))}"
+            )
         best = (max if greater else min)(learned, key=lambda run: run["eval"][by])["seed"]
-    return {"seeds": [run["seed"] for run in runs], "learned": len(learned),
-            "did_not_learn": [run["seed"] for run in runs if not run["learned"]],
-            "baseline": runs[0]["baseline"], "best_seed": best, "best_by": by, "greater_is_better": greater,
-            "metrics": metrics, "runs": runs}
+    return {
+        "seeds": [run["seed"] for run in runs],
+        "learned": len(learned),
+        "did_not_learn": [run["seed"] for run in runs if not run["learned"]],
+        "baseline": runs[0]["baseline"],
+        "best_seed": best,
+        "best_by": by,
+        "greater_is_better": greater,
+        "metrics": metrics,
+        "runs": runs,
+    }
 
 
 def statistics_of(values: dict[int, float]) -> dict:
@@ -189,13 +230,19 @@ def statistics_of(values: dict[int, float]) -> dict:
     run, as the best seed is chosen)."""
     seeds = sorted(values, key=lambda seed: values[seed])  # stable: equal values keep the order the seeds ran in
     n = len(seeds)
-    middle = seeds[(n - 1) // 2: n // 2 + 1]
+    middle = seeds[(n - 1) // 2 : n // 2 + 1]
     low, high = min(values.values()), max(values.values())
-    return {"n": n, "median": statistics.median(values.values()), "median_seeds": middle,
-            "mean": statistics.fmean(values.values()),
-            "standard_error": statistics.stdev(values.values()) / math.sqrt(n) if n > 1 else None,
-            "min": low, "min_seed": next(seed for seed in values if values[seed] == low),
-            "max": high, "max_seed": next(seed for seed in values if values[seed] == high)}
+    return {
+        "n": n,
+        "median": statistics.median(values.values()),
+        "median_seeds": middle,
+        "mean": statistics.fmean(values.values()),
+        "standard_error": statistics.stdev(values.values()) / math.sqrt(n) if n > 1 else None,
+        "min": low,
+        "min_seed": next(seed for seed in values if values[seed] == low),
+        "max": high,
+        "max_seed": next(seed for seed in values if values[seed] == high),
+    }
 
 
 def table(summary: dict) -> list[str]:
@@ -203,8 +250,10 @@ def table(summary: dict) -> list[str]:
     rows = ["| metric | median | mean ± SE | min (seed) | max (seed) |", "|---|---|---|---|---|"]
     for key, s in summary["metrics"].items():
         se = "" if s["standard_error"] is None else f" ± {s['standard_error']:.4g}"
-        rows.append(f"| {key} | {s['median']:.4g} | {s['mean']:.4g}{se} | {s['min']:.4g} ({s['min_seed']}) | "
-                    f"{s['max']:.4g} ({s['max_seed']}) |")
+        rows.append(
+            f"| {key} | {s['median']:.4g} | {s['mean']:.4g}{se} | {s['min']:.4g} ({s['min_seed']}) | "
+            f"{s['max']:.4g} ({s['max_seed']}) |"
+        )
     return rows
 
 
@@ -212,9 +261,11 @@ def verdict(summary: dict) -> str:
     n, failed = len(summary["seeds"]), summary["did_not_learn"]
     line = f"{summary['learned']} of {n} seeds learned"
     if failed:
-        line += (f"; did not learn: seed {', '.join(map(str, failed))} (dev {summary['baseline']['metric']} at or "
-                 f"below {summary['baseline']['value']:.4g}, that of {summary['baseline']['name']}), left out of "
-                 "the statistics")
+        line += (
+            f"; did not learn: seed {', '.join(map(str, failed))} (dev {summary['baseline']['metric']} at or "
+            f"below {summary['baseline']['value']:.4g}, that of {summary['baseline']['name']}), left out of "
+            "the statistics"
+        )
     return line
 
 
@@ -238,12 +289,25 @@ def put_best_on_top(output_dir: Path, summary: dict) -> None:
             os.replace(partial, output_dir / path.name)
     card = output_dir / "README.md"
     if card.is_file():
-        chosen = (f"This is seed {summary['best_seed']}, the best by dev `{summary['best_by']}` among "
-                  f"{summary['learned']} seeds that learned ({', '.join(map(str, summary['seeds']))} were run; "
-                  f"each is in `{SEED_FOLDER.format('N')}/`). {verdict(summary)}. Statistics over the seeds that "
-                  f"learned (also in `{SUMMARY_FILE}`):")
-        card.write_text(card.read_text(encoding="utf-8").rstrip() + "\n\n## Seeds\n\n" + chosen + "\n\n"
-                        + "\n".join(table(summary)) + "\n", encoding="utf-8")
-    logger.info("The best seed, %d (dev %s %.4g), is in %s", summary["best_seed"], summary["best_by"],
-                next(run for run in summary["runs"] if run["seed"] == summary["best_seed"])["eval"][summary["best_by"]],
-                output_dir)
+        chosen = (
+            f"This is seed {summary['best_seed']}, the best by dev `{summary['best_by']}` among "
+            f"{summary['learned']} seeds that learned ({', '.join(map(str, summary['seeds']))} were run; "
+            f"each is in `{SEED_FOLDER.format('N')}/`). {verdict(summary)}. Statistics over the seeds that "
+            f"learned (also in `{SUMMARY_FILE}`):"
+        )
+        card.write_text(
+            card.read_text(encoding="utf-8").rstrip()
+            + "\n\n## Seeds\n\n"
+            + chosen
+            + "\n\n"
+            + "\n".join(table(summary))
+            + "\n",
+            encoding="utf-8",
+        )
+    logger.info(
+        "The best seed, %d (dev %s %.4g), is in %s",
+        summary["best_seed"],
+        summary["best_by"],
+        next(run for run in summary["runs"] if run["seed"] == summary["best_seed"])["eval"][summary["best_by"]],
+        output_dir,
+    )

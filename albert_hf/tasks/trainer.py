@@ -30,6 +30,7 @@ from ..runtime.throughput import flop_rates
 
 logger = logging.getLogger(__name__)
 
+
 def checkpoint_damage(folder: Path) -> str | None:
     """What keeps checkpoint-N `folder` from being resumed as data ('FILE: what'), or None: a file that differs from
     its record (runtime/checkpoint_files.py), or, in a checkpoint without one, a file Trainer would load that is not
@@ -38,8 +39,14 @@ def checkpoint_damage(folder: Path) -> str | None:
         return checkpoint_files.recorded_damage(folder)
     logger.warning("%s: its files are not checked, only read as data", checkpoint_files.unrecorded(folder))
     # what Trainer reads; training_args.bin (the arguments as a pickled object) is never read
-    return checkpoint_files.unreadable(folder, [name for name in checkpoint_files.files_in(folder)
-                                                if name not in (TRAINING_ARGS_NAME, checkpoint_files.record_part())])
+    return checkpoint_files.unreadable(
+        folder,
+        [
+            name
+            for name in checkpoint_files.files_in(folder)
+            if name not in (TRAINING_ARGS_NAME, checkpoint_files.record_part())
+        ],
+    )
 
 
 def step_of(path: Path) -> int | None:
@@ -58,9 +65,11 @@ def check_checkpoint(folder) -> None:
     if damage is None:
         return
     step = step_of(folder)
-    earlier = sorted((step_of(path), path) for path in folder.parent.glob(f"{PREFIX_CHECKPOINT_DIR}-*")
-                     if path.is_dir() and path != folder and step_of(path) is not None
-                     and (step is None or step_of(path) < step))
+    earlier = sorted(
+        (step_of(path), path)
+        for path in folder.parent.glob(f"{PREFIX_CHECKPOINT_DIR}-*")
+        if path.is_dir() and path != folder and step_of(path) is not None and (step is None or step_of(path) < step)
+    )
     beside = checkpoint_files.newest_intact([path for _, path in earlier], checkpoint_damage)
     raise InputError(f"--resume_from_checkpoint {folder}: {damage}; {beside}")
 
@@ -86,7 +95,8 @@ class AlbertTrainer(Trainer):
             self.model.compile_blocks()
         if self.is_fsdp_enabled:  # before the optimizer is built: it must hold the sharded parameters
             self.model = self.model_wrapped = shard_model(
-                self.accelerator, self.model, send_first_process_weights=self.fsdp_request.ram_efficient_loading)
+                self.accelerator, self.model, send_first_process_weights=self.fsdp_request.ram_efficient_loading
+            )
         precision = Precision(self.mixed_precision, "as asked", tf32=torch.backends.cuda.matmul.allow_tf32)
         self.mfu_peak, self.mfu_note = mfu_peak(detect(), precision, getattr(self.args, "peak_tflops", None))
         self.model_flops = ModelFlopsCallback(self.model)
@@ -111,8 +121,7 @@ class AlbertTrainer(Trainer):
         folder = run_dir / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
         limit, self.args.save_total_limit = self.args.save_total_limit, None  # rotated below, once recorded
         try:
-            fault = agreed(self.accelerator, refused(lambda: super(AlbertTrainer, self)._save_checkpoint(model,
-                                                                                                         trial)))
+            fault = agreed(self.accelerator, refused(lambda: super(AlbertTrainer, self)._save_checkpoint(model, trial)))
         finally:
             self.args.save_total_limit = limit
         if fault is None and self.is_world_process_zero():  # every process has written its files: recorded last
@@ -120,17 +129,26 @@ class AlbertTrainer(Trainer):
         fault = agreed(self.accelerator, fault, main_only=True)
         if fault is None:
             if self.args.should_save:  # the checkpoints before it go only now that its record is in place
-                rotate_checkpoints(output_dir=str(run_dir), save_total_limit=limit,
-                                   best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=True)
+                rotate_checkpoints(
+                    output_dir=str(run_dir),
+                    save_total_limit=limit,
+                    best_model_checkpoint=self.state.best_model_checkpoint,
+                    use_mtime=True,
+                )
             return
         written = folder_bytes(folder)
         if self.is_world_process_zero():
             shutil.rmtree(folder, ignore_errors=True)
         self.accelerator.wait_for_everyone()
         complete = get_last_checkpoint(str(run_dir)) if run_dir.is_dir() else None
-        intact = (f"{Path(complete).name} is complete: free space (or fix the folder), then run the same command "
-                  "again: it resumes from there") if complete else \
-            "no checkpoint is complete yet: free space (or fix the folder), then run again"
+        intact = (
+            (
+                f"{Path(complete).name} is complete: free space (or fix the folder), then run the same command "
+                "again: it resumes from there"
+            )
+            if complete
+            else "no checkpoint is complete yet: free space (or fix the folder), then run again"
+        )
         needed = max(written, folder_bytes(Path(complete)) if complete else 0)
         raise StorageError(fault_line(fault, f"the step-{self.state.global_step} checkpoint", run_dir, needed, intact))
 
@@ -162,8 +180,11 @@ class AlbertTrainer(Trainer):
         if self.is_fsdp_enabled and self.fsdp_request.ram_efficient_loading:
             notes.append("fsdp_cpu_ram_efficient_loading: the first process's weights were sent to the others")
         precision = PRECISION_NAMES[self.mixed_precision]
-        notes.append(self.mfu_note if self.model_flops.head is not None else
-                     f"no model TFLOP/s or MFU: albert_hf counts no FLOPs for a {type(self.model).__name__}")
+        notes.append(
+            self.mfu_note
+            if self.model_flops.head is not None
+            else f"no model TFLOP/s or MFU: albert_hf counts no FLOPs for a {type(self.model).__name__}"
+        )
         return f"{describe(self.accelerator, self.model, detect())}; {precision}" + "".join(f"; {n}" for n in notes)
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
@@ -181,7 +202,7 @@ class AlbertTrainer(Trainer):
             torch.save(self.args, output_dir / TRAINING_ARGS_NAME)
 
     def create_model_card(self, *args, card: Callable[[], None] | None = None, **kwargs):
-        """Trainer.push_to_hub writes README.md with this just before uploading: `card` (`finetuning.finish` passes
+        """Trainer.push_to_hub writes README.md with this just before uploading: `card` (`outputs.finish` passes
         ours, `push_to_hub(card=...)`) writes it instead of Trainer's draft."""
         if card is None:
             return super().create_model_card(*args, **kwargs)
@@ -200,8 +221,12 @@ class AlbertTrainer(Trainer):
         if not getattr(self.args, "official_optimizer", False) or self.optimizer is not None:
             return super().create_optimizer(model)
         groups = parameter_groups(self.model if model is None else model, weight_decay=self.args.weight_decay)
-        self.optimizer = AdamWeightDecay(groups, lr=self.args.learning_rate,
-                                         betas=(self.args.adam_beta1, self.args.adam_beta2), eps=self.args.adam_epsilon)
+        self.optimizer = AdamWeightDecay(
+            groups,
+            lr=self.args.learning_rate,
+            betas=(self.args.adam_beta1, self.args.adam_beta2),
+            eps=self.args.adam_epsilon,
+        )
         return self.optimizer
 
     def create_scheduler(self, num_training_steps, optimizer=None):
@@ -209,8 +234,12 @@ class AlbertTrainer(Trainer):
             return super().create_scheduler(num_training_steps, optimizer)
         warmup_steps = self.args.get_warmup_steps(num_training_steps)
         if warmup_steps > num_training_steps:
-            logger.warning("warmup_steps %d > training steps %d: warming up over all %d steps", warmup_steps,
-                           num_training_steps, num_training_steps)
+            logger.warning(
+                "warmup_steps %d > training steps %d: warming up over all %d steps",
+                warmup_steps,
+                num_training_steps,
+                num_training_steps,
+            )
             warmup_steps = num_training_steps
         self.lr_scheduler = get_official_schedule(optimizer or self.optimizer, warmup_steps, num_training_steps)
         self._created_lr_scheduler = True  # as Trainer marks a schedule it made: a second train() builds a new one
@@ -246,8 +275,9 @@ class ModelFlopsCallback(TrainerCallback):
         shape = ids.shape if ids is not None else kwargs["inputs_embeds"].shape[:-1]
         length = shape[-1]
         if length not in self.per_token:
-            self.per_token[length] = finetuning_flops_per_token(self.config, length, self.head,
-                                                                getattr(self.config, "num_labels", 2))
+            self.per_token[length] = finetuning_flops_per_token(
+                self.config, length, self.head, getattr(self.config, "num_labels", 2)
+            )
         self.flops += shape.numel() * self.per_token[length]
 
     def take(self) -> tuple[float, float]:

@@ -84,6 +84,8 @@ class Glue(evaluate.Metric):
         if task == "stsb":
             return correlations(predictions.astype(np.float64), references.astype(np.float64))
         if task in ("mrpc", "qqp"):  # F1 of the positive class, 0.0 where nothing is predicted or gold positive
-            return {"accuracy": accuracy(predictions, references),
-                    "f1": float(f1_score(references, predictions, pos_label=1, zero_division=0.0))}
+            return {
+                "accuracy": accuracy(predictions, references),
+                "f1": float(f1_score(references, predictions, pos_label=1, zero_division=0.0)),
+            }
         return {"accuracy": accuracy(predictions, references)}

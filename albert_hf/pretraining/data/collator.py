@@ -245,8 +245,11 @@ class DataCollatorForAlbertPretraining:
 
     def state_dict(self) -> dict:
         """For `accelerator.register_for_checkpointing(collator)`: the epoch key and the stream's position."""
-        return {"epoch": self._epoch, "worker_key": self._rng_key,
-                "bit_generator": self._generator().bit_generator.state}
+        return {
+            "epoch": self._epoch,
+            "worker_key": self._rng_key,
+            "bit_generator": self._generator().bit_generator.state,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self._epoch, self._rng, self._rng_key = state["epoch"], np.random.default_rng(), state["worker_key"]
@@ -373,9 +376,12 @@ class DataCollatorForAlbertPretraining:
         batch, width = input_ids.shape
         if self._epoch is None:
             rng = self._generator()
-            return (rng.random((batch, max_words)),
-                    rng.choice(self.max_ngram, size=(batch, max_words), p=self.ngram_p) + 1,
-                    rng.random((batch, width)), rng.integers(0, self.vocab_size, size=(batch, width)))
+            return (
+                rng.random((batch, max_words)),
+                rng.choice(self.max_ngram, size=(batch, max_words), p=self.ngram_p) + 1,
+                rng.random((batch, width)),
+                rng.integers(0, self.vocab_size, size=(batch, width)),
+            )
         keys, u = np.ones((batch, max_words)), np.ones((batch, width))
         ngram, random_ids = np.ones((batch, max_words), np.int64), np.zeros((batch, width), np.int64)
         for i in range(batch):
@@ -402,9 +408,17 @@ class DataCollatorForAlbertPretraining:
             digest.update(str(features[i].get("sentence_order_label", "")).encode())
             key = int.from_bytes(digest.digest(), "little")
             output, positions = official_masked_lm_predictions(
-                ids.tolist(), self.word_start, never, self.mask_id, self.vocab_size,
-                random.Random(key), np.random.RandomState(key % 2**32),
-                self.mlm_probability, self.max_predictions_per_seq, self.max_ngram, self.favor_shorter_ngram,
+                ids.tolist(),
+                self.word_start,
+                never,
+                self.mask_id,
+                self.vocab_size,
+                random.Random(key),
+                np.random.RandomState(key % 2**32),
+                self.mlm_probability,
+                self.max_predictions_per_seq,
+                self.max_ngram,
+                self.favor_shorter_ngram,
             )
             masked_ids[i, :n] = output
             labels[i, positions] = ids[positions]

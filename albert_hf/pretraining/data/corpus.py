@@ -35,6 +35,7 @@ LAYOUTS = ("document_per_file", "blank_line_separated", "sentence_per_line")
 TEXT_FILE_SUFFIXES = (".txt", ".text", ".raw")
 DATASET_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv", ".tsv": "csv"}
 
+
 def decode_text(data: bytes) -> tuple[str, int]:
     """Decode UTF-8, replacing undecodable bytes by U+FFFD (real Gutenberg files are partly cp1252).
 
@@ -95,8 +96,9 @@ def first_few(names: list[str], shown: int = 3) -> str:
     return ", ".join(names[:shown]) + more
 
 
-def read_text_documents(files, layout: str = "document_per_file", held_out: dict | None = None,
-                        report: bool = True) -> Iterator[dict]:
+def read_text_documents(
+    files, layout: str = "document_per_file", held_out: dict | None = None, report: bool = True
+) -> Iterator[dict]:
     """Yield {"text", "source"} per document. Files skipped or repaired are summarised at the end (a count and the
     first few names; every file at debug level), so a corpus of 100k files does not print 100k warnings.
 
@@ -122,23 +124,31 @@ def read_text_documents(files, layout: str = "document_per_file", held_out: dict
         if not docs:
             empty_files.append(str(file))
             continue
-        for doc in docs[held_out.get(str(file), 0):]:
+        for doc in docs[held_out.get(str(file), 0) :]:
             documents += 1
             yield {"text": doc, "source": str(file)}
     logger.log(
         logging.INFO if report else logging.DEBUG,
         "Read %d documents from %d files; skipped %d empty and %d binary files; "
         "%d files had %d undecodable byte sequences",
-        documents, len(files), len(empty_files), len(binary_files), len(replaced), sum(replaced.values()),
+        documents,
+        len(files),
+        len(empty_files),
+        len(binary_files),
+        len(replaced),
+        sum(replaced.values()),
     )
     if not report:
         return
     if binary_files:
         logger.warning("Skipped %d file(s) with NUL bytes (not text): %s", len(binary_files), first_few(binary_files))
     if replaced:
-        logger.warning("%d file(s) hold byte sequences that are not valid UTF-8 (cp1252?), %d in all, replaced by "
-                       "U+FFFD: %s", len(replaced), sum(replaced.values()),
-                       first_few([f"{name} ({count})" for name, count in replaced.items()]))
+        logger.warning(
+            "%d file(s) hold byte sequences that are not valid UTF-8 (cp1252?), %d in all, replaced by U+FFFD: %s",
+            len(replaced),
+            sum(replaced.values()),
+            first_few([f"{name} ({count})" for name, count in replaced.items()]),
+        )
     if empty_files:
         logger.warning("Skipped %d empty file(s): %s", len(empty_files), first_few(empty_files))
 
@@ -217,12 +227,15 @@ def _text_file_passes(files, layout, seed, held_out, passes):
             read += 1
             yield {"text": row["text"]}
         if not read:
-            raise InputError(f"No text to stream in {len(files)} file(s) ({first_few([str(f) for f in files])}): "
-                             "all are empty, binary or held out for evaluation")
+            raise InputError(
+                f"No text to stream in {len(files)} file(s) ({first_few([str(f) for f in files])}): "
+                "all are empty, binary or held out for evaluation"
+            )
 
 
-def text_file_stream(files, layout: str = "document_per_file", *, seed: int = 0, held_out: dict | None = None,
-                     endless: bool = True):
+def text_file_stream(
+    files, layout: str = "document_per_file", *, seed: int = 0, held_out: dict | None = None, endless: bool = True
+):
     """Plain-text files as a `datasets.IterableDataset` of {"text"} documents, read file by file as iterated:
     the plain-text side of --streaming. Nothing is read before the first document is asked for.
 
@@ -237,10 +250,17 @@ def text_file_stream(files, layout: str = "document_per_file", *, seed: int = 0,
 
     features = datasets.Features({"text": datasets.Value("string")})
     return datasets.IterableDataset.from_generator(
-        _text_file_passes, features=features,
+        _text_file_passes,
+        features=features,
         # a tuple, so that datasets keeps one generator over all the files (a list would be split into shards)
-        gen_kwargs={"files": tuple(str(f) for f in files), "layout": layout, "seed": seed,
-                    "held_out": dict(held_out or {}), "passes": None if endless else 1})
+        gen_kwargs={
+            "files": tuple(str(f) for f in files),
+            "layout": layout,
+            "seed": seed,
+            "held_out": dict(held_out or {}),
+            "passes": None if endless else 1,
+        },
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -322,8 +342,7 @@ def load_text_dataset(
         # Arrow keeps the bytes of a parquet string as they are; invalid UTF-8 would fail later, in tokenizing
         import pyarrow
 
-        with input_errors(f"Dataset {where}: its text column {text_column!r} is not valid UTF-8",
-                          pyarrow.ArrowInvalid):
+        with input_errors(f"Dataset {where}: its text column {text_column!r} is not valid UTF-8", pyarrow.ArrowInvalid):
             dataset.data.table.column(text_column).validate(full=True)
     if columns is not None and text_column != "text":
         if "text" in columns:

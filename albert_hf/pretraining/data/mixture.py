@@ -17,9 +17,8 @@ source's position `offsets` (its pairs drawn before). A resume with other weight
 or another global batch opens a new segment whose offsets are the positions reached, so no pair of a source repeats
 before its epoch ends and none is skipped. The plan is saved in every checkpoint as JSON.
 
-The pairs are read through `MixedPairs` (a map-style dataset: item i is the run's pair number `first + i`, which
-accelerate's loader splits over the processes as it splits one source's) or, under --streaming, `MixedStream`
-(each process draws its own micro-batches' pairs from its own streams of each source, on the same schedule).
+The pairs are read on this schedule by mixed_pairs.py (`mixed_pairs.MixedPairs`, and under --streaming
+`mixed_pairs.MixedStream`).
 """
 
 from __future__ import annotations
@@ -30,7 +29,6 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 
 from ...errors import InputError
 from ...tokenization import split_sentences
@@ -136,8 +134,10 @@ class MixPlan:
 
     def epochs(self, pairs: int) -> dict[str, float | None]:
         """Each source's epochs after the run's first `pairs` pairs (None: a stream, its size unknown)."""
-        return {name: (count / self.sizes[name] if self.sizes.get(name) else None)
-                for name, count in self.drawn(pairs).items()}
+        return {
+            name: (count / self.sizes[name] if self.sizes.get(name) else None)
+            for name, count in self.drawn(pairs).items()
+        }
 
     def batch(self, pair: int, seed: int) -> tuple[np.ndarray, np.ndarray, int]:
         """The global batch that starts at `pair`: (its sources' indices into `names`, each pair's position in its
@@ -158,9 +158,13 @@ class MixPlan:
 
     def state(self, pairs: int) -> dict:
         """The plan as data, with the position after `pairs` pairs (a checkpoint's)."""
-        return {"pairs": pairs, "names": list(self.names), "sizes": self.sizes,
-                "drawn": self.drawn(pairs),
-                "segments": [vars(segment) for segment in self.segments if segment.start <= pairs]}
+        return {
+            "pairs": pairs,
+            "names": list(self.names),
+            "sizes": self.sizes,
+            "drawn": self.drawn(pairs),
+            "segments": [vars(segment) for segment in self.segments if segment.start <= pairs],
+        }
 
     @classmethod
     def from_state(cls, state, where: str) -> tuple["MixPlan", int]:
@@ -168,52 +172,90 @@ class MixPlan:
         try:
             names = tuple(state["names"])
             sizes = {str(n): (None if v is None else int(v)) for n, v in state["sizes"].items()}
-            segments = [Segment(int(s["start"]), int(s["step"]), int(s["batch"]),
-                                {str(n): float(w) for n, w in s["weights"].items()},
-                                {str(n): int(o) for n, o in s["offsets"].items()}) for s in state["segments"]]
+            segments = [
+                Segment(
+                    int(s["start"]),
+                    int(s["step"]),
+                    int(s["batch"]),
+                    {str(n): float(w) for n, w in s["weights"].items()},
+                    {str(n): int(o) for n, o in s["offsets"].items()},
+                )
+                for s in state["segments"]
+            ]
             pairs = int(state["pairs"])
-            ok = (segments and segments[0].start == 0 and pairs >= segments[-1].start and all(
-                s.batch > 0 and s.weights and set(s.weights) == set(s.offsets) <= set(names)
-                and all(w > 0 and math.isfinite(w) for w in s.weights.values())
-                and all(o >= 0 for o in s.offsets.values()) for s in segments))
+            ok = (
+                segments
+                and segments[0].start == 0
+                and pairs >= segments[-1].start
+                and all(
+                    s.batch > 0
+                    and s.weights
+                    and set(s.weights) == set(s.offsets) <= set(names)
+                    and all(w > 0 and math.isfinite(w) for w in s.weights.values())
+                    and all(o >= 0 for o in s.offsets.values())
+                    for s in segments
+                )
+            )
         except (KeyError, TypeError, ValueError, AttributeError):
             ok = False
         if not ok:
             raise InputError(f"{where}: its mix of sources is not a valid plan (names, sizes, segments, pairs)")
         return cls(names, sizes, segments), pairs
 
-    def resumed(self, pairs: int, step: int, names, sizes: dict, weights: dict, batch: int, dropped=(),
-                where: str = "the checkpoint") -> tuple["MixPlan", str | None]:
+    def resumed(
+        self,
+        pairs: int,
+        step: int,
+        names,
+        sizes: dict,
+        weights: dict,
+        batch: int,
+        dropped=(),
+        where: str = "the checkpoint",
+    ) -> tuple["MixPlan", str | None]:
         """This plan continued at `pairs` (optimizer `step`) with the run's sources and weights: (the plan, the
         line that says what changed, or None). A source of the checkpoint missing from the run stops the run unless
         `dropped` names it; a source whose size changed stops it too (its position would mean other pairs)."""
         for name in self.names:
             if name in names and self.sizes.get(name) != sizes.get(name):
-                raise InputError(f"source {name}: {sizes.get(name) or 'a stream of'} pairs now, "
-                                 f"{self.sizes.get(name) or 'a stream'} in {where}: its position cannot be "
-                                 "continued; prepare it as it was, or start a new run")
+                raise InputError(
+                    f"source {name}: {sizes.get(name) or 'a stream of'} pairs now, "
+                    f"{self.sizes.get(name) or 'a stream'} in {where}: its position cannot be "
+                    "continued; prepare it as it was, or start a new run"
+                )
         current = self.segment_of(pairs)
         missing = [name for name in current.weights if name not in names and name not in dropped]
         if missing:
-            raise InputError(f"source {missing[0]} is in {where} but not in --sources: give it again, or pass "
-                             f"--drop_sources {missing[0]} to go on without it")
+            raise InputError(
+                f"source {missing[0]} is in {where} but not in --sources: give it again, or pass "
+                f"--drop_sources {missing[0]} to go on without it"
+            )
         unknown = [name for name in dropped if name not in current.weights]
         if unknown:
-            raise InputError(f"--drop_sources {unknown[0]}: {where} has no such source (it has "
-                             f"{', '.join(current.weights)})")
+            raise InputError(
+                f"--drop_sources {unknown[0]}: {where} has no such source (it has {', '.join(current.weights)})"
+            )
         position = self.positions(pairs)
-        same = (list(current.weights) == list(names) and current.batch == batch
-                and all(math.isclose(current.weights[n], weights[n], rel_tol=1e-12) for n in names))
+        same = (
+            list(current.weights) == list(names)
+            and current.batch == batch
+            and all(math.isclose(current.weights[n], weights[n], rel_tol=1e-12) for n in names)
+        )
         all_names = tuple(dict.fromkeys([*self.names, *names]))
-        plan = MixPlan(all_names, {**self.sizes, **sizes},
-                       [segment for segment in self.segments if segment.start <= pairs])
+        plan = MixPlan(
+            all_names, {**self.sizes, **sizes}, [segment for segment in self.segments if segment.start <= pairs]
+        )
         if same:
             return plan, None
         plan.segments = [segment for segment in plan.segments if segment.start < pairs]
-        plan.segments.append(Segment(pairs, step, batch, dict(weights),
-                                     {name: position.get(name, 0) for name in names}))
-        changes = [f"{n} {current.weights[n]:.3g} → {weights[n]:.3g}" for n in names
-                   if n in current.weights and not math.isclose(current.weights[n], weights[n], rel_tol=1e-12)]
+        plan.segments.append(
+            Segment(pairs, step, batch, dict(weights), {name: position.get(name, 0) for name in names})
+        )
+        changes = [
+            f"{n} {current.weights[n]:.3g} → {weights[n]:.3g}"
+            for n in names
+            if n in current.weights and not math.isclose(current.weights[n], weights[n], rel_tol=1e-12)
+        ]
         changes += [f"{n} added at {weights[n]:.3g}" for n in names if n not in current.weights]
         changes += [f"{n} dropped (was {current.weights[n]:.3g})" for n in current.weights if n not in names]
         if current.batch != batch:
@@ -258,9 +300,11 @@ def resolve_weights(sources: Sources, sizes: dict[str, float | None], unit: str 
         return normalised({source.name: source.weight for source in sources.sources if source.weight})
     unknown = [name for name, size in sizes.items() if not size]
     if unknown:
-        raise InputError(f"source {unknown[0]}: weight {'size' if sources.alpha == 1 else f'size^{sources.alpha:g}'}"
-                         f", but its size in {unit} is not known before it is read (a stream of a Hub dataset "
-                         "without its size in the dataset's info): give every source a number as its weight")
+        raise InputError(
+            f"source {unknown[0]}: weight {'size' if sources.alpha == 1 else f'size^{sources.alpha:g}'}"
+            f", but its size in {unit} is not known before it is read (a stream of a Hub dataset "
+            "without its size in the dataset's info): give every source a number as its weight"
+        )
     return normalised({name: float(sizes[name]) ** sources.alpha for name in sources.names})
 
 
@@ -273,156 +317,11 @@ def plan_lines(plan: MixPlan, pairs: int, start_pairs: int = 0, sizes_unit: str 
         size = plan.sizes.get(name)
         drawn = end[name] - begin.get(name, 0)
         epochs = f"×{end[name] / size:.3g} epochs" if size else "epochs unknown (a stream)"
-        lines.append(f"{name}: weight {segment.weights[name]:.3g}, {f'{size:,} {sizes_unit}' if size else 'streamed'}"
-                     f", {drawn:,} pairs drawn, {epochs}")
+        lines.append(
+            f"{name}: weight {segment.weights[name]:.3g}, {f'{size:,} {sizes_unit}' if size else 'streamed'}"
+            f", {drawn:,} pairs drawn, {epochs}"
+        )
     return lines
-
-
-def start_lines(dataset, max_train_steps: int, global_batch: int) -> list[str]:
-    """The plan per source over the run (`plan_lines`), for the start line: a `MixedPairs`' global one, or a
-    `MixedStream`'s (its pairs per process)."""
-    if isinstance(dataset, MixedStream):
-        batch = dataset.plan.segments[-1].batch
-        return [f"{line} (per process)" for line in plan_lines(dataset.plan, max_train_steps * batch)]
-    return plan_lines(dataset.plan, max_train_steps * global_batch)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# The mixed pairs
-
-
-class SourcePermutations:
-    """Each source's pair at a position: epoch by epoch, a seeded permutation of its pairs (the last two kept)."""
-
-    def __init__(self, names, sizes, seed: int):
-        self.names, self.sizes, self.seed, self.cache = list(names), list(sizes), seed, {}
-
-    def indices(self, source: int, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(index into the source's pairs, epoch) of each position."""
-        epochs, within = np.divmod(positions, self.sizes[source])
-        index = np.empty_like(positions)
-        for epoch in np.unique(epochs):
-            key = (source, int(epoch))
-            if key not in self.cache:
-                if len(self.cache) > 2 * len(self.names):
-                    self.cache.pop(next(iter(self.cache)))
-                rng = np.random.default_rng(permutation_seed(self.seed, "source", self.names[source], int(epoch)))
-                self.cache[key] = rng.permutation(self.sizes[source])
-            chosen = epochs == epoch
-            index[chosen] = self.cache[key][within[chosen]]
-        return index, epochs
-
-
-class MixedPairs(torch.utils.data.Dataset):
-    """The run's training pairs from several sources: item i is the run's pair number `first + i` (`MixPlan`),
-    with its source's index ("source") and its epoch in that source ("mask_epoch": the collator's masks differ
-    from epoch to epoch). `first` is the pairs drawn before this loader (a resume's)."""
-
-    def __init__(self, sources: list, plan: MixPlan, seed: int, total_pairs: int):
-        self.plan, self.seed = plan, seed
-        self.first, self.total = 0, total_pairs
-        self._batch = (None, None, None)
-        self.use(sources)
-
-    def use(self, sources: list) -> None:
-        """The sources' pairs, in the order of the plan's names (None for a source dropped at a resume). Pairs of
-        one shape are read as one table (a micro-batch is then one read, whatever its sources)."""
-        import datasets
-
-        self.sources = sources
-        present = [pairs for pairs in sources if pairs is not None]
-        self.pool, self.offsets = None, np.zeros(len(sources), np.int64)
-        if len({repr(pairs.features) for pairs in present}) == 1:
-            self.pool = datasets.concatenate_datasets(present)
-            sizes = [0 if pairs is None else len(pairs) for pairs in sources]
-            self.offsets = np.concatenate(([0], np.cumsum(sizes)[:-1]))
-        self.permutations = SourcePermutations(self.plan.names, [1 if pairs is None else len(pairs)
-                                                                 for pairs in sources], self.seed)
-
-    def __len__(self) -> int:
-        return max(0, self.total - self.first)
-
-    def align(self, built) -> None:
-        """After a resume: the sources' pairs in the order of the continued plan's names (`built`: the names
-        they were built in; a dropped source has none)."""
-        by_name = dict(zip(built, self.sources))
-        self.use([by_name.get(name) for name in self.plan.names])
-
-    def _batch_start(self, pair: int) -> tuple[int, int]:
-        """(the first pair of the global batch that holds `pair`, that batch's size)."""
-        segment = self.plan.segment_of(pair)
-        return pair - (pair - segment.start) % segment.batch, segment.batch
-
-    def _layout(self, start: int):
-        """The sources and positions of the global batch that begins at pair `start` (the last one kept)."""
-        if self._batch[0] != start:
-            sources, positions, _ = self.plan.batch(start, self.seed)
-            self._batch = (start, sources, positions)
-        return self._batch[1], self._batch[2]
-
-    def __getitems__(self, indices) -> list[dict]:
-        pairs = self.first + np.asarray(indices, dtype=np.int64)
-        sources, positions = np.empty_like(pairs), np.empty_like(pairs)
-        start, batch = self._batch_start(int(pairs[0]))
-        within = pairs - start
-        if ((within >= 0) & (within < batch)).all():  # a micro-batch within one global batch: one lookup
-            layout = self._layout(start)
-            sources[:], positions[:] = layout[0][within], layout[1][within]
-        else:
-            for i, pair in enumerate(pairs.tolist()):
-                start, _ = self._batch_start(pair)
-                layout = self._layout(start)
-                sources[i], positions[i] = layout[0][pair - start], layout[1][pair - start]
-        index, epochs = np.empty_like(pairs), np.empty_like(pairs)
-        for source in np.unique(sources):
-            chosen = np.flatnonzero(sources == source)
-            index[chosen], epochs[chosen] = self.permutations.indices(int(source), positions[chosen])
-        if self.pool is not None:
-            fetched = self.pool.__getitems__((self.offsets[sources] + index).tolist())
-        else:
-            fetched = [self.sources[s].__getitems__([int(i)])[0] for s, i in zip(sources, index)]
-        return [{**row, "source": int(source), "mask_epoch": int(epoch)}
-                for row, source, epoch in zip(fetched, sources, epochs)]
-
-    def __getitem__(self, i: int) -> dict:
-        return self.__getitems__([i])[0]
-
-
-class MixedStream(torch.utils.data.IterableDataset):
-    """--streaming: this process's pairs from its own endless stream of each source. The process draws its
-    micro-batches' pairs on the same schedule (`MixPlan`, on its own draws: each process's share is the mix), in
-    groups of `batch` (its micro-batch x the accumulation). Its position is its draws and each stream's own
-    `state_dict()` (JSON), saved with each checkpoint."""
-
-    def __init__(self, streams: list, plan: MixPlan, seed: int, process_index: int):
-        self.streams, self.plan, self.seed, self.process_index = streams, plan, seed, process_index
-        self.draws = 0  # this process's pairs taken so far
-
-    def __iter__(self):
-        iterators = [None if stream is None else iter(stream) for stream in self.streams]
-        while True:
-            sources, _, _ = self.plan.batch(self.draws, self.seed + self.process_index)
-            for source in sources:
-                row = next(iterators[source])
-                self.draws += 1
-                yield {**row, "source": int(source), "mask_epoch": 0}
-
-    def align(self, built) -> None:
-        """After a resume: the streams in the order of the continued plan's names (`built`: the names they were
-        built in; a dropped source has none)."""
-        by_name = dict(zip(built, self.streams))
-        self.streams = [by_name.get(name) for name in self.plan.names]
-
-    def state_dict(self) -> dict:
-        return {"draws": self.draws, "plan": self.plan.state(self.draws),
-                "streams": {name: stream.state_dict() for name, stream in zip(self.plan.names, self.streams)
-                            if stream is not None}}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.draws = state["draws"]
-        for name, stream in zip(self.plan.names, self.streams):
-            if stream is not None and name in state["streams"]:
-                stream.load_state_dict(state["streams"][name])
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -438,8 +337,14 @@ def sentences_of(documents, layout: str):
                 yield sentence
 
 
-def tokenizer_sample(documents: dict, weights: dict[str, float] | None, layouts: dict[str, str], sample_size: int,
-                     seed: int, alpha: float | None = None) -> tuple[list[str], dict[str, int]]:
+def tokenizer_sample(
+    documents: dict,
+    weights: dict[str, float] | None,
+    layouts: dict[str, str],
+    sample_size: int,
+    seed: int,
+    alpha: float | None = None,
+) -> tuple[list[str], dict[str, int]]:
     """The sentences a tokenizer is trained on, each source giving its weight's share of them: (the sentences,
     one a string, and how many each source gave). At most `sample_size` in all, and no more than the sources hold
     together; a source with fewer sentences than its share repeats them. `weights` None: each source's sentences
@@ -450,7 +355,7 @@ def tokenizer_sample(documents: dict, weights: dict[str, float] | None, layouts:
         empty = [name for name, count in counts.items() if not count]
         if empty:
             raise InputError(f"source {empty[0]}: its training documents hold no sentence")
-        weights = normalised({name: count ** alpha for name, count in counts.items()})
+        weights = normalised({name: count**alpha for name, count in counts.items()})
     reservoirs, counts = {}, {}
     for name, docs in documents.items():
         keep = max(1, math.ceil(weights[name] * sample_size))
@@ -478,5 +383,4 @@ def tokenizer_sample(documents: dict, weights: dict[str, float] | None, layouts:
     return sample, given
 
 
-__all__ = ["Mix", "MixPlan", "MixedPairs", "MixedStream", "drawn_counts", "resolve_weights", "tokenizer_sample",
-           "plan_lines", "start_lines"]
+__all__ = ["Mix", "MixPlan", "drawn_counts", "resolve_weights", "tokenizer_sample", "plan_lines"]

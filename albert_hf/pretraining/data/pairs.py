@@ -53,6 +53,7 @@ TASKS = ("sop", "nsp")
 class NoPairsError(InputError):
     """The documents are empty or too short to give a single sentence pair (as opposed to bad arguments)."""
 
+
 ONE_CHUNK_POLICIES = ("random_next", "skip")
 STREAM_BATCH = 64  # documents per pair-building batch of a stream: its random-document pool and mixing window
 PAIRS_VERSION = 1  # bump when the output of the pair builder changes, to invalidate cached maps
@@ -191,14 +192,17 @@ def instances_from_document(
         i += 1
 
 
-def _pairs_batch(batch, indices, documents, cls_id, sep_id, seed, dupe_factor, min_sentences, options, arrow=True,
-                 mix=False):
+def _pairs_batch(
+    batch, indices, documents, cls_id, sep_id, seed, dupe_factor, min_sentences, options, arrow=True, mix=False
+):
     input_ids, token_type_ids, labels = [], [], []
     cls, sep = np.array([cls_id], np.int32), np.array([sep_id], np.int32)
     streaming = documents is None
     if streaming:  # random documents come from this batch
-        docs = [(np.asarray(t, np.int32), np.asarray(o, np.int32)) for t, o in
-                zip(batch["input_ids"], batch["sentence_offsets"])]
+        docs = [
+            (np.asarray(t, np.int32), np.asarray(o, np.int32))
+            for t, o in zip(batch["input_ids"], batch["sentence_offsets"])
+        ]
         keep = [k for k, (_, o) in enumerate(docs) if len(o) - 1 >= min_sentences]
         documents = BatchDocuments([docs[k] for k in keep], [indices[k] for k in keep])
     for k, row in enumerate(indices):
@@ -223,13 +227,21 @@ def _pairs_batch(batch, indices, documents, cls_id, sep_id, seed, dupe_factor, m
         order = np.random.default_rng([seed, indices[0] if indices else 0]).permutation(len(labels))
         input_ids, token_type_ids = [input_ids[i] for i in order], [token_type_ids[i] for i in order]
         labels = [labels[i] for i in order]
-    return as_output(pa.table({"input_ids": list_column(input_ids, np.int32),
-                                "token_type_ids": list_column(token_type_ids, np.int8),
-                                "sentence_order_label": pa.array(labels, pa.int8())}), arrow)
+    return as_output(
+        pa.table(
+            {
+                "input_ids": list_column(input_ids, np.int32),
+                "token_type_ids": list_column(token_type_ids, np.int8),
+                "sentence_order_label": pa.array(labels, pa.int8()),
+            }
+        ),
+        arrow,
+    )
 
 
-def _check_pair_options(tokenized, tokenizer, max_seq_length: int, dupe_factor: int, min_sentences: int, task: str,
-                        one_chunk: str) -> None:
+def _check_pair_options(
+    tokenized, tokenizer, max_seq_length: int, dupe_factor: int, min_sentences: int, task: str, one_chunk: str
+) -> None:
     """`create_pretraining_pairs`' arguments: what the user set stops with one line, a caller's mistake with
     ValueError."""
     if task not in TASKS:
@@ -238,8 +250,10 @@ def _check_pair_options(tokenized, tokenizer, max_seq_length: int, dupe_factor: 
         raise ValueError(f"one_chunk must be one of {ONE_CHUNK_POLICIES}, got {one_chunk!r}")
     limit = getattr(tokenizer, "model_max_length", None)
     if limit is not None and limit < 10**9 and max_seq_length > limit:
-        raise InputError(f"max_seq_length={max_seq_length} exceeds the tokenizer's model_max_length={limit} "
-                         "(ALBERT has 512 position embeddings)")
+        raise InputError(
+            f"max_seq_length={max_seq_length} exceeds the tokenizer's model_max_length={limit} "
+            "(ALBERT has 512 position embeddings)"
+        )
     if max_seq_length < 5:
         raise InputError(f"max_seq_length={max_seq_length} leaves no room for [CLS] A [SEP] B [SEP]")
     if dupe_factor < 1 or min_sentences < 1:
@@ -258,8 +272,11 @@ def _usable_documents(tokenized, min_sentences: int, draws_random_next: bool) ->
     logger.info(
         "Pair building: %d documents, %d used; skipped %d empty and %d with fewer than %d sentences "
         "(too short to make a pair)",
-        len(num_sentences), len(rows), int((num_sentences <= 0).sum()),
-        int(((num_sentences > 0) & (num_sentences < min_sentences)).sum()), min_sentences,
+        len(num_sentences),
+        len(rows),
+        int((num_sentences <= 0).sum()),
+        int(((num_sentences > 0) & (num_sentences < min_sentences)).sum()),
+        min_sentences,
     )
     if len(rows) == 0:
         raise NoPairsError(f"No document has {min_sentences} or more sentences; cannot build sentence pairs")
@@ -268,16 +285,25 @@ def _usable_documents(tokenized, min_sentences: int, draws_random_next: bool) ->
     return rows
 
 
-def _dataset_pairs(tokenized, fn_kwargs: dict, features, task: str, one_chunk: str, batch_size: int | None,
-                   num_proc: int | None, shuffle: bool):
+def _dataset_pairs(
+    tokenized,
+    fn_kwargs: dict,
+    features,
+    task: str,
+    one_chunk: str,
+    batch_size: int | None,
+    num_proc: int | None,
+    shuffle: bool,
+):
     """`create_pretraining_pairs` for a `datasets.Dataset`: the usable documents' pairs by a cached, batched map
     (any `num_proc`), then shuffled."""
     from datasets.fingerprint import Hasher
 
     if tokenized._indices is not None:
         tokenized = tokenized.flatten_indices()  # row numbers must be Arrow rows for random access
-    rows = _usable_documents(tokenized, fn_kwargs["min_sentences"],
-                             draws_random_next=task == "nsp" or one_chunk == "random_next")
+    rows = _usable_documents(
+        tokenized, fn_kwargs["min_sentences"], draws_random_next=task == "nsp" or one_chunk == "random_next"
+    )
 
     fingerprint = Hasher.hash([tokenized._fingerprint, PAIRS_VERSION, fn_kwargs, fn_kwargs["cls_id"]])
     pairs = tokenized.map(
@@ -293,8 +319,13 @@ def _dataset_pairs(tokenized, fn_kwargs: dict, features, task: str, one_chunk: s
         desc=f"Building {task.upper()} pairs",
     )
     labels = np.asarray(pairs.data.column("sentence_order_label").combine_chunks())
-    logger.info("Built %d %s pairs (dupe_factor=%d), %.1f%% with label 1",
-                len(pairs), task.upper(), fn_kwargs["dupe_factor"], 100 * labels.mean() if len(labels) else 0.0)
+    logger.info(
+        "Built %d %s pairs (dupe_factor=%d), %.1f%% with label 1",
+        len(pairs),
+        task.upper(),
+        fn_kwargs["dupe_factor"],
+        100 * labels.mean() if len(labels) else 0.0,
+    )
     return pairs.shuffle(seed=fn_kwargs["seed"]) if shuffle else pairs
 
 
@@ -354,8 +385,12 @@ def create_pretraining_pairs(
 
     _check_pair_options(tokenized, tokenizer, max_seq_length, dupe_factor, min_sentences, task, one_chunk)
 
-    options = dict(max_seq_length=max_seq_length, short_seq_prob=short_seq_prob,
-                   random_next_sentence=task == "nsp", one_chunk=one_chunk)
+    options = dict(
+        max_seq_length=max_seq_length,
+        short_seq_prob=short_seq_prob,
+        random_next_sentence=task == "nsp",
+        one_chunk=one_chunk,
+    )
     features = datasets.Features(
         {
             "input_ids": datasets.List(datasets.Value("int32")),
@@ -363,24 +398,38 @@ def create_pretraining_pairs(
             "sentence_order_label": datasets.Value("int8"),
         }
     )
-    fn_kwargs = dict(cls_id=tokenizer.cls_token_id, sep_id=tokenizer.sep_token_id, seed=seed,
-                     dupe_factor=dupe_factor, min_sentences=min_sentences, options=options)
+    fn_kwargs = dict(
+        cls_id=tokenizer.cls_token_id,
+        sep_id=tokenizer.sep_token_id,
+        seed=seed,
+        dupe_factor=dupe_factor,
+        min_sentences=min_sentences,
+        options=options,
+    )
 
     if not isinstance(tokenized, datasets.Dataset):  # streaming: no random access, no counts, no cache
         # Each batch's pairs come out mixed (see _pairs_batch), and nothing else is shuffled: what the stream
         # yields then depends on its position only, which `state_dict()` restores exactly.
-        return tokenized.map(_pairs_batch, with_indices=True, batched=True, batch_size=batch_size or STREAM_BATCH,
-                             remove_columns=tokenized.column_names, features=features,
-                             fn_kwargs={**fn_kwargs, "documents": None, "arrow": False, "mix": shuffle})
+        return tokenized.map(
+            _pairs_batch,
+            with_indices=True,
+            batched=True,
+            batch_size=batch_size or STREAM_BATCH,
+            remove_columns=tokenized.column_names,
+            features=features,
+            fn_kwargs={**fn_kwargs, "documents": None, "arrow": False, "mix": shuffle},
+        )
 
     return _dataset_pairs(tokenized, fn_kwargs, features, task, one_chunk, batch_size, num_proc, shuffle)
 
 
-def build_pretraining_dataset(corpus, tokenizer, *, text_column="text", sentence_per_line=False, num_proc=None,
-                              **pair_kwargs):
+def build_pretraining_dataset(
+    corpus, tokenizer, *, text_column="text", sentence_per_line=False, num_proc=None, **pair_kwargs
+):
     """Corpus -> tokenized documents -> shuffled sentence pairs, both steps cached `datasets.map`s."""
-    tokenized = tokenize_documents(corpus, tokenizer, text_column=text_column,
-                                   sentence_per_line=sentence_per_line, num_proc=num_proc)
+    tokenized = tokenize_documents(
+        corpus, tokenizer, text_column=text_column, sentence_per_line=sentence_per_line, num_proc=num_proc
+    )
     return create_pretraining_pairs(tokenized, tokenizer, num_proc=num_proc, **pair_kwargs)
 
 

@@ -42,11 +42,26 @@ FORMAT_VERSION = 1
 EVAL_DOCUMENTS_KEPT = 50  # the fill-mask examples read the first 50 held-out documents
 
 # What shaped the pairs: recorded, and taken from the manifest by a run that trains on them.
-SHAPING_ARGUMENTS = ("max_seq_length", "short_seq_prob", "dupe_factor", "task", "layout",
-                     "validation_split_percentage", "max_eval_samples")
+SHAPING_ARGUMENTS = (
+    "max_seq_length",
+    "short_seq_prob",
+    "dupe_factor",
+    "task",
+    "layout",
+    "validation_split_percentage",
+    "max_eval_samples",
+)
 # Where the text and the tokenizer came from: recorded; a training run must not name others.
-SOURCE_ARGUMENTS = ("train_files", "dataset_name", "dataset_config_name", "text_column", "tokenizer_name",
-                    "vocab_size", "tokenizer_sample_sentences", "streaming")
+SOURCE_ARGUMENTS = (
+    "train_files",
+    "dataset_name",
+    "dataset_config_name",
+    "text_column",
+    "tokenizer_name",
+    "vocab_size",
+    "tokenizer_sample_sentences",
+    "streaming",
+)
 
 
 @dataclass
@@ -70,8 +85,7 @@ def save(data: PreparedPairs, folder: Path, arguments: dict, sources: Sources | 
     size in pairs and tokens; the held-out pairs of all sources are one set, each pair with its source's index."""
     trains = data.train_pairs if isinstance(data.train_pairs, dict) else {None: data.train_pairs}
     if not all(isinstance(pairs, datasets.Dataset) for pairs in trains.values()):
-        raise InputError("--preprocess_only writes Arrow shards and needs the corpus materialised: drop "
-                         "--streaming")
+        raise InputError("--preprocess_only writes Arrow shards and needs the corpus materialised: drop --streaming")
     folder = Path(folder)
     tmp = folder / ".tmp-prepared"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -93,9 +107,12 @@ def save(data: PreparedPairs, folder: Path, arguments: dict, sources: Sources | 
             for entry, count in zip(listed, held_out.tolist()):
                 entry["validation_pairs"] = count
     manifest = {
-        "format_version": FORMAT_VERSION, "pairs_version": PAIRS_VERSION,
+        "format_version": FORMAT_VERSION,
+        "pairs_version": PAIRS_VERSION,
         "arguments": {name: arguments[name] for name in (*SHAPING_ARGUMENTS, *SOURCE_ARGUMENTS, "seed")},
-        "tokenizer_size": len(data.tokenizer), "tokenizer_sha256": file_sha256(tmp / "tokenizer.json"), **counts,
+        "tokenizer_size": len(data.tokenizer),
+        "tokenizer_sha256": file_sha256(tmp / "tokenizer.json"),
+        **counts,
         **({"sources": listed} if listed else {}),
     }
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
@@ -125,25 +142,32 @@ def read_manifest(folder, label: str = "--prepared_data") -> dict:
     if not Path(folder).is_dir():
         raise InputError(f"{label} {folder}: no such folder")
     if not path.is_file():
-        raise InputError(f"{label} {folder}: no {MANIFEST} (a folder written by run_pretraining.py "
-                         "--preprocess_only has one)")
+        raise InputError(
+            f"{label} {folder}: no {MANIFEST} (a folder written by run_pretraining.py --preprocess_only has one)"
+        )
     try:
         manifest = json.loads(path.read_text())
         arguments = manifest["arguments"]
     except (ValueError, KeyError, TypeError) as error:
         raise InputError(f"{label} {folder}: {MANIFEST} is not readable ({error})")
     if manifest.get("format_version") != FORMAT_VERSION or manifest.get("pairs_version") != PAIRS_VERSION:
-        raise InputError(f"{label} {folder} was written by another version of albert_hf's pair "
-                         "builder; prepare it again with --preprocess_only")
+        raise InputError(
+            f"{label} {folder} was written by another version of albert_hf's pair "
+            "builder; prepare it again with --preprocess_only"
+        )
     if not isinstance(arguments, dict):
         raise InputError(f"{label} {folder}: {MANIFEST} has no arguments")
     missing = [name for name in SHAPING_ARGUMENTS if name not in arguments]
     if missing:
-        raise InputError(f"{label} {folder}: {MANIFEST} does not record {', '.join(missing)}; prepare it again with "
-                         "--preprocess_only")
+        raise InputError(
+            f"{label} {folder}: {MANIFEST} does not record {', '.join(missing)}; prepare it again with "
+            "--preprocess_only"
+        )
     if label != "--prepared_data" and "sources" in manifest:
-        raise InputError(f"{label} {folder} holds a mix of sources itself ({len(manifest['sources'])}): train on it "
-                         "with --prepared_data, or name its sources' own folders")
+        raise InputError(
+            f"{label} {folder} holds a mix of sources itself ({len(manifest['sources'])}): train on it "
+            "with --prepared_data, or name its sources' own folders"
+        )
     return manifest
 
 
@@ -162,8 +186,10 @@ def manifest_sources(folder) -> Sources | None:
 
 def difference(first: dict, first_folder, other: dict, other_folder) -> str | None:
     """What two prepared folders' manifests differ in (the tokenizer, or a shaping argument), or None."""
-    tokenizers = [manifest.get("tokenizer_sha256") or file_sha256(Path(folder) / "tokenizer.json")
-                  for manifest, folder in ((first, first_folder), (other, other_folder))]
+    tokenizers = [
+        manifest.get("tokenizer_sha256") or file_sha256(Path(folder) / "tokenizer.json")
+        for manifest, folder in ((first, first_folder), (other, other_folder))
+    ]
     if tokenizers[0] != tokenizers[1] or first.get("tokenizer_size") != other.get("tokenizer_size"):
         return "different tokenizers"
     for name in SHAPING_ARGUMENTS:
@@ -188,15 +214,19 @@ def adopt_manifest(arguments: dict, manifest: dict, explicit: set[str], sources_
     recorded, folder = manifest["arguments"], arguments["prepared_data"]
     for name in () if sources_only else SOURCE_ARGUMENTS:
         if name in explicit:
-            raise InputError(f"--{name} cannot be combined with --prepared_data {folder}: the "
-                             f"pairs and the tokenizer come from that folder (prepared with --{name} "
-                             f"{recorded.get(name)})")
+            raise InputError(
+                f"--{name} cannot be combined with --prepared_data {folder}: the "
+                f"pairs and the tokenizer come from that folder (prepared with --{name} "
+                f"{recorded.get(name)})"
+            )
     for name in SHAPING_ARGUMENTS:
         value = recorded.get(name)
         if name in explicit and arguments[name] != value:
-            raise InputError(f"--{name} {arguments[name]} disagrees with --prepared_data "
-                             f"{folder}, which was prepared with --{name} {value}: drop the flag, or "
-                             "prepare the data again")
+            raise InputError(
+                f"--{name} {arguments[name]} disagrees with --prepared_data "
+                f"{folder}, which was prepared with --{name} {value}: drop the flag, or "
+                "prepare the data again"
+            )
     return {name: recorded.get(name) for name in SHAPING_ARGUMENTS}
 
 

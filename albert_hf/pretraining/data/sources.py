@@ -30,8 +30,17 @@ from dataclasses import asdict, dataclass
 from ...errors import InputError
 from .corpus import LAYOUTS
 
-KEYS = ("name", "weight", "train_files", "dataset_name", "dataset_config_name", "split", "text_column", "layout",
-        "prepared_data")
+KEYS = (
+    "name",
+    "weight",
+    "train_files",
+    "dataset_name",
+    "dataset_config_name",
+    "split",
+    "text_column",
+    "layout",
+    "prepared_data",
+)
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,39}")  # it names metrics (eval_<name>_mlm_accuracy) and folders
 SIZE = re.compile(r"size(?:\^(.+))?")
 
@@ -55,8 +64,9 @@ class Source:
         if self.prepared_data:
             return f"prepared_data {self.prepared_data}"
         if self.dataset_name:
-            return f"dataset_name {self.dataset_name}" + (f" ({self.dataset_config_name})"
-                                                          if self.dataset_config_name else "")
+            return f"dataset_name {self.dataset_name}" + (
+                f" ({self.dataset_config_name})" if self.dataset_config_name else ""
+            )
         files = " ".join(self.train_files[:3]) + (" ..." if len(self.train_files) > 3 else "")
         return f"train_files {files}"
 
@@ -64,8 +74,11 @@ class Source:
         """The recipe's form of the source (as `sources:` writes it), without the keys left at their defaults."""
         values = asdict(self)
         values["train_files"] = list(self.train_files)
-        return {key: value for key, value in values.items()
-                if key in ("name", "weight") or value not in (None, (), [], "train", "text", "document_per_file")}
+        return {
+            key: value
+            for key, value in values.items()
+            if key in ("name", "weight") or value not in (None, (), [], "train", "text", "document_per_file")
+        }
 
 
 @dataclass(frozen=True)
@@ -120,13 +133,18 @@ def parse_sources(items, layout: str = "document_per_file", text_column: str = "
             raise InputError(f"--sources: two sources are named {source.name}; give each its own name")
         seen.add(source.name)
     if not any(source.weight != 0 for source in sources):
-        raise InputError("--sources: every source has weight 0 (held out only, never trained on): give the sources to "
-                         "train on a weight above 0")
+        raise InputError(
+            "--sources: every source has weight 0 (held out only, never trained on): give the sources to "
+            "train on a weight above 0"
+        )
     if len(shortcuts) > 1:
-        kinds = sorted("a number" if kind is None else ("size" if kind == 1 else f"size^{kind:g}")
-                       for kind in shortcuts)
-        raise InputError(f"--sources: the weights mix {' and '.join(kinds)}; give every source a number, or every "
-                         "source the same size shortcut")
+        kinds = sorted(
+            "a number" if kind is None else ("size" if kind == 1 else f"size^{kind:g}") for kind in shortcuts
+        )
+        raise InputError(
+            f"--sources: the weights mix {' and '.join(kinds)}; give every source a number, or every "
+            "source the same size shortcut"
+        )
     return Sources(tuple(sources), shortcuts.pop())
 
 
@@ -159,8 +177,9 @@ def make_source(values: dict, number: int, layout: str, text_column: str) -> tup
     if unknown:
         raise InputError(f"{label}: unknown key(s) {', '.join(map(str, unknown))}; a source takes {', '.join(KEYS)}")
     if not isinstance(name, str) or not NAME.fullmatch(name):
-        raise InputError(f"{label}: needs a name of letters, digits, '_', '-' or '.' (at most 40), which names its "
-                         "metrics")
+        raise InputError(
+            f"{label}: needs a name of letters, digits, '_', '-' or '.' (at most 40), which names its metrics"
+        )
     if "weight" not in values:
         raise InputError(f"{label}: needs a weight (a number >= 0, size or size^A)")
     weight, alpha = parse_weight(values["weight"], label)
@@ -173,18 +192,27 @@ def make_source(values: dict, number: int, layout: str, text_column: str) -> tup
             raise InputError(f"{label}: {key} must be a non-empty string")
     given = [key for key in ("train_files", "dataset_name", "prepared_data") if values.get(key)]
     if len(given) != 1:
-        raise InputError(f"{label}: give one of train_files, dataset_name or prepared_data"
-                         + (f", not {' and '.join(given)}" if given else ""))
+        raise InputError(
+            f"{label}: give one of train_files, dataset_name or prepared_data"
+            + (f", not {' and '.join(given)}" if given else "")
+        )
     source_layout = values.get("layout") or layout
     if source_layout not in LAYOUTS:
         raise InputError(f"{label}: layout {source_layout!r} is not one of {', '.join(LAYOUTS)}")
     if values.get("prepared_data") and set(values) - {"name", "weight", "prepared_data"}:
         extra = sorted(set(values) - {"name", "weight", "prepared_data"})
         raise InputError(f"{label}: a prepared_data folder holds its pairs already; drop {', '.join(extra)}")
-    source = Source(name=name, weight=weight, train_files=tuple(files), dataset_name=values.get("dataset_name"),
-                    dataset_config_name=values.get("dataset_config_name"), split=values.get("split") or "train",
-                    text_column=values.get("text_column") or text_column, layout=source_layout,
-                    prepared_data=values.get("prepared_data"))
+    source = Source(
+        name=name,
+        weight=weight,
+        train_files=tuple(files),
+        dataset_name=values.get("dataset_name"),
+        dataset_config_name=values.get("dataset_config_name"),
+        split=values.get("split") or "train",
+        text_column=values.get("text_column") or text_column,
+        layout=source_layout,
+        prepared_data=values.get("prepared_data"),
+    )
     return source, alpha
 
 
@@ -201,8 +229,10 @@ def parse_weight(value, label: str) -> tuple[float | None, float | None]:
             except ValueError:
                 alpha = math.nan
             if not 0 <= alpha <= 1:
-                raise InputError(f"{label}: weight {value}: the temperature's exponent must be a number in [0, 1] "
-                                 "(1: by size; 0: all sources alike; multilingual models take 0.3 to 0.7)")
+                raise InputError(
+                    f"{label}: weight {value}: the temperature's exponent must be a number in [0, 1] "
+                    "(1: by size; 0: all sources alike; multilingual models take 0.3 to 0.7)"
+                )
             return None, alpha
         try:
             value = float(value)
@@ -211,8 +241,9 @@ def parse_weight(value, label: str) -> tuple[float | None, float | None]:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InputError(f"{label}: weight {value!r:.40} is not a number, size or size^A")
     if not math.isfinite(value) or value < 0:
-        raise InputError(f"{label}: weight {value:g} must be a finite number >= 0 (0: held out only, evaluated and "
-                         "never trained on)")
+        raise InputError(
+            f"{label}: weight {value:g} must be a finite number >= 0 (0: held out only, evaluated and never trained on)"
+        )
     return float(value), None
 
 

@@ -39,10 +39,21 @@ class CorpusSplits:
     stream_shares: str | None = None  # how the processes share a stream, for the log
 
 
-def corpus_splits(source=None, *, layout: str = "document_per_file", text_column: str = "text",
-                  config_name: str | None = None, streaming: bool = False, held_out_percentage: float = 0.0,
-                  seed: int = 0, process_index: int = 0, num_processes: int = 1,
-                  name: str = "the corpus", split: str = "train", hub_name: bool = False) -> CorpusSplits:
+def corpus_splits(
+    source=None,
+    *,
+    layout: str = "document_per_file",
+    text_column: str = "text",
+    config_name: str | None = None,
+    streaming: bool = False,
+    held_out_percentage: float = 0.0,
+    seed: int = 0,
+    process_index: int = 0,
+    num_processes: int = 1,
+    name: str = "the corpus",
+    split: str = "train",
+    hub_name: bool = False,
+) -> CorpusSplits:
     """The training and held-out documents of a corpus, read whole or streamed.
 
     Args:
@@ -66,8 +77,15 @@ def corpus_splits(source=None, *, layout: str = "document_per_file", text_column
         return _text_file_stream_splits(source, layout, held_out_percentage, seed, process_index, num_processes)
     if streaming and source is None:
         logger.warning("--streaming: the embedded corpus is not streamed (it is small)")
-    documents = load_corpus(source, layout=layout, text_column=text_column, config_name=config_name,
-                            streaming=streaming, split=split, hub_name=hub_name)  # None: the embedded corpus
+    documents = load_corpus(
+        source,
+        layout=layout,
+        text_column=text_column,
+        config_name=config_name,
+        streaming=streaming,
+        split=split,
+        hub_name=hub_name,
+    )  # None: the embedded corpus
     train, held_out = hold_out_documents(documents, held_out_percentage, seed, name)
     if not streaming or source is None:
         return CorpusSplits(train, held_out, train)
@@ -81,9 +99,11 @@ def corpus_splits(source=None, *, layout: str = "document_per_file", text_column
     elif shards % num_processes == 0:
         shares = f"each of the {num_processes} processes reads its own {shards // num_processes} of {shards} shards"
     else:  # datasets' split_dataset_by_node
-        shares = (f"each of the {num_processes} processes reads all {shards} shard(s) and keeps every "
-                  f"{num_processes}th document (a number of shards, i.e. files, divisible by {num_processes} "
-                  "lets each read its own)")
+        shares = (
+            f"each of the {num_processes} processes reads all {shards} shard(s) and keeps every "
+            f"{num_processes}th document (a number of shards, i.e. files, divisible by {num_processes} "
+            "lets each read its own)"
+        )
     return CorpusSplits(own.repeat(None), held_out, train, stream_shares=shares)
 
 
@@ -105,14 +125,17 @@ def hold_out_documents(documents, percentage: float, seed: int, name: str = "the
         train = documents.filter(lambda row: text_digest(row["text"]) not in held_out)
         return train, datasets.Dataset.from_dict({"text": texts[:count]})
     if len(documents) < 2:
-        raise InputError(f"{name}: {len(documents)} document(s); evaluation needs at least 2 "
-                         "(or pass --validation_split_percentage 0)")
+        raise InputError(
+            f"{name}: {len(documents)} document(s); evaluation needs at least 2 "
+            "(or pass --validation_split_percentage 0)"
+        )
     split = documents.train_test_split(test_size=percentage / 100, seed=seed)
     return split["train"], split["test"]
 
 
-def _text_file_stream_splits(source, layout: str, held_out_percentage: float, seed: int, process_index: int,
-                             num_processes: int) -> CorpusSplits:
+def _text_file_stream_splits(
+    source, layout: str, held_out_percentage: float, seed: int, process_index: int, num_processes: int
+) -> CorpusSplits:
     """Plain-text files streamed: every process streams files of its own (files[process::processes]), endlessly,
     pass after pass in a reshuffled file order. The first documents of the corpus (in file order) are held out, and
     skipped by the training streams."""
@@ -120,9 +143,11 @@ def _text_file_stream_splits(source, layout: str, held_out_percentage: float, se
 
     files = find_text_files(source)
     if len(files) < num_processes:
-        raise InputError(f"--streaming: --train_files has {len(files)} text file(s) for {num_processes} "
-                         "processes, and each process streams files of its own: split the corpus into at least "
-                         f"{num_processes} files, or drop --streaming")
+        raise InputError(
+            f"--streaming: --train_files has {len(files)} text file(s) for {num_processes} "
+            "processes, and each process streams files of its own: split the corpus into at least "
+            f"{num_processes} files, or drop --streaming"
+        )
     held_out_documents, held_out = None, {}
     if held_out_percentage:
         count = streamed_held_out_count(held_out_percentage)
@@ -132,13 +157,23 @@ def _text_file_stream_splits(source, layout: str, held_out_percentage: float, se
         held_out_documents = datasets.Dataset.from_dict({"text": texts})
     fingerprint = hashlib.sha256(json.dumps([files_fingerprint(files, layout), held_out]).encode()).hexdigest()
     own = files[process_index::num_processes]
-    check_two_sentences(text_file_stream(own, layout, held_out=held_out, endless=False), layout,
-                        f"--train_files: the files of process {process_index} ({first_few(list(map(str, own)))})")
-    shares = (f"{len(files)} files" if num_processes == 1 else
-              f"each of the {num_processes} processes reads its own files, this one {len(own)} of {len(files)}")
-    return CorpusSplits(text_file_stream(own, layout, seed=seed, held_out=held_out), held_out_documents,
-                        text_file_stream(files, layout, held_out=held_out, endless=False), fingerprint,
-                        f"{shares}, each pass in a new file order")
+    check_two_sentences(
+        text_file_stream(own, layout, held_out=held_out, endless=False),
+        layout,
+        f"--train_files: the files of process {process_index} ({first_few(list(map(str, own)))})",
+    )
+    shares = (
+        f"{len(files)} files"
+        if num_processes == 1
+        else f"each of the {num_processes} processes reads its own files, this one {len(own)} of {len(files)}"
+    )
+    return CorpusSplits(
+        text_file_stream(own, layout, seed=seed, held_out=held_out),
+        held_out_documents,
+        text_file_stream(files, layout, held_out=held_out, endless=False),
+        fingerprint,
+        f"{shares}, each pass in a new file order",
+    )
 
 
 def check_two_sentences(documents, layout: str, where: str) -> None:
@@ -148,8 +183,10 @@ def check_two_sentences(documents, layout: str, where: str) -> None:
     for row in documents:
         if len(split_sentences(row["text"] or "", sentence_per_line=layout == "sentence_per_line")) >= 2:
             return
-    raise InputError(f"{where} holds no document of two sentences or more (the held-out ones left out), so it "
-                     "gives no sentence pair to train on")
+    raise InputError(
+        f"{where} holds no document of two sentences or more (the held-out ones left out), so it "
+        "gives no sentence pair to train on"
+    )
 
 
 def streamed_held_out_count(percentage: float) -> int:
@@ -159,9 +196,11 @@ def streamed_held_out_count(percentage: float) -> int:
 
 
 def too_few_to_hold_out(count: int, found: int) -> str:
-    return (f"--streaming holds out the corpus's first {count} documents for evaluation "
-            f"(--validation_split_percentage x 20), and the corpus has only {found}: pass a smaller "
-            "--validation_split_percentage, or 0")
+    return (
+        f"--streaming holds out the corpus's first {count} documents for evaluation "
+        f"(--validation_split_percentage x 20), and the corpus has only {found}: pass a smaller "
+        "--validation_split_percentage, or 0"
+    )
 
 
 def text_digest(text: str) -> bytes:

@@ -53,15 +53,21 @@ class VocabularyExtension:
 
     def note(self) -> str:
         """The start line's account."""
-        line = (f"--extend_vocabulary {self.asked}: {len(self.pieces)} pieces learned from {self.domain} added "
-                f"({self.base_size:,} -> {self.base_size + len(self.pieces):,})")
+        line = (
+            f"--extend_vocabulary {self.asked}: {len(self.pieces)} pieces learned from {self.domain} added "
+            f"({self.base_size:,} -> {self.base_size + len(self.pieces):,})"
+        )
         if len(self.pieces) < self.asked:
             line += f", all the domain's SentencePiece model had that the vocabulary lacks ({self.asked} asked)"
         if self.pieces_per_word:
-            line += (f"; pieces per word on its held-out documents {self.pieces_per_word[0]:.3f} -> "
-                     f"{self.pieces_per_word[1]:.3f}")
-        return line + ("; each new embedding row starts as the mean of the rows of the pieces the loaded vocabulary "
-                       "split it into, its output bias as their biases' mean")
+            line += (
+                f"; pieces per word on its held-out documents {self.pieces_per_word[0]:.3f} -> "
+                f"{self.pieces_per_word[1]:.3f}"
+            )
+        return line + (
+            "; each new embedding row starts as the mean of the rows of the pieces the loaded vocabulary "
+            "split it into, its output bias as their biases' mean"
+        )
 
     def results(self) -> dict:
         """The all_results.json entries."""
@@ -71,8 +77,17 @@ class VocabularyExtension:
         return found
 
 
-def extend_vocabulary(tokenizer, n: int, domain: str, documents, layout: str, held_out, sample_sentences: int,
-                      seed: int, fingerprint: str | None = None):
+def extend_vocabulary(
+    tokenizer,
+    n: int,
+    domain: str,
+    documents,
+    layout: str,
+    held_out,
+    sample_sentences: int,
+    seed: int,
+    fingerprint: str | None = None,
+):
     """(the extended tokenizer, its `VocabularyExtension`): `n` pieces learned from `documents` (the domain's
     training documents, "text" column) added to `tokenizer`. Built once per (tokenizer, documents, n, seed) and
     cached beside the trained tokenizers, the documents known by `fingerprint` (a text-file stream's), a dataset's
@@ -83,8 +98,19 @@ def extend_vocabulary(tokenizer, n: int, domain: str, documents, layout: str, he
     base = base_model_proto(tokenizer, domain)
     fingerprint = fingerprint or getattr(documents, "_fingerprint", None)
     sample = None
-    key = hashlib.sha256(json.dumps([tokenizer.backend_tokenizer.to_str(), n, seed, sample_sentences, layout,
-                                     fingerprint, VOCABULARY_CACHE_VERSION]).encode())
+    key = hashlib.sha256(
+        json.dumps(
+            [
+                tokenizer.backend_tokenizer.to_str(),
+                n,
+                seed,
+                sample_sentences,
+                layout,
+                fingerprint,
+                VOCABULARY_CACHE_VERSION,
+            ]
+        ).encode()
+    )
     if fingerprint is None:  # the documents are known by their sample alone (read once, here)
         sample, _ = tokenizer_sample({domain: documents}, {domain: 1.0}, {domain: layout}, sample_sentences, seed)
         for sentence in sample:
@@ -106,8 +132,9 @@ def extend_vocabulary(tokenizer, n: int, domain: str, documents, layout: str, he
     pieces = tuple(extended.convert_ids_to_tokens(list(range(len(tokenizer), len(extended)))))
     model = tokenizer.backend_tokenizer.model  # the loaded vocabulary's segmentation of each new piece, as is
     splits = tuple(tuple(token.id for token in model.tokenize(piece)) for piece in pieces)
-    extension = VocabularyExtension(domain, n, len(tokenizer), pieces, splits,
-                                    pieces_per_word(tokenizer, extended, held_out))
+    extension = VocabularyExtension(
+        domain, n, len(tokenizer), pieces, splits, pieces_per_word(tokenizer, extended, held_out)
+    )
     return extended, extension
 
 
@@ -119,8 +146,10 @@ def base_model_proto(tokenizer, domain: str):
     config = json.loads(tokenizer.backend_tokenizer.to_str())
     model = config.get("model") or {}
     if model.get("type") != "Unigram":
-        raise InputError(f"--extend_vocabulary adds SentencePiece unigram pieces, and the tokenizer of this run is "
-                         f"a {model.get('type')} one")
+        raise InputError(
+            f"--extend_vocabulary adds SentencePiece unigram pieces, and the tokenizer of this run is "
+            f"a {model.get('type')} one"
+        )
     vocab = [(piece, float(score)) for piece, score in model["vocab"]]
     proto = sentencepiece_model_pb2.ModelProto()
     path = getattr(tokenizer, "vocab_file", None)
@@ -134,10 +163,12 @@ def base_model_proto(tokenizer, domain: str):
         proto.Clear()
     steps = (config.get("normalizer") or {}).get("normalizers") or []
     charsmap = next((step.get("precompiled_charsmap") for step in steps if step.get("type") == "Precompiled"), None)
-    if not charsmap or [piece for piece, _ in vocab[:len(SPECIAL_TOKENS)]] != SPECIAL_TOKENS:
-        raise InputError("--extend_vocabulary: the tokenizer of this run is not ALBERT's SentencePiece form (its "
-                         f"first pieces {[piece for piece, _ in vocab[:5]]}, a precompiled normaliser), and there is "
-                         "no spiece.model beside it")
+    if not charsmap or [piece for piece, _ in vocab[: len(SPECIAL_TOKENS)]] != SPECIAL_TOKENS:
+        raise InputError(
+            "--extend_vocabulary: the tokenizer of this run is not ALBERT's SentencePiece form (its "
+            f"first pieces {[piece for piece, _ in vocab[:5]]}, a precompiled normaliser), and there is "
+            "no spiece.model beside it"
+        )
     spec = proto.trainer_spec
     spec.model_type, spec.vocab_size = spec.UNIGRAM, len(vocab)
     spec.pad_id, spec.unk_id, spec.bos_id, spec.eos_id = 0, 1, -1, -1
@@ -148,8 +179,15 @@ def base_model_proto(tokenizer, domain: str):
         entry = proto.pieces.add()
         entry.piece, entry.score = piece, score
         # spm_train's types: <unk>; the control symbols; the user-defined ones, the only others scored 0
-        entry.type = (entry.UNKNOWN if piece == UNK else entry.CONTROL if piece in SPECIAL_TOKENS
-                      else entry.USER_DEFINED if score == 0 else entry.NORMAL)
+        entry.type = (
+            entry.UNKNOWN
+            if piece == UNK
+            else entry.CONTROL
+            if piece in SPECIAL_TOKENS
+            else entry.USER_DEFINED
+            if score == 0
+            else entry.NORMAL
+        )
     return proto
 
 
@@ -160,8 +198,16 @@ def domain_pieces(sample: list[str], loaded, n: int, vocab_size: int, seed: int)
     model has fewer."""
     import sentencepiece as spm
 
-    proto = train_spm_model(sample, "text", True, vocab_size, character_coverage=0.99995,
-                            input_sentence_size=len(sample), seed=seed, hard_vocab_limit=False)
+    proto = train_spm_model(
+        sample,
+        "text",
+        True,
+        vocab_size,
+        character_coverage=0.99995,
+        input_sentence_size=len(sample),
+        seed=seed,
+        hard_vocab_limit=False,
+    )
     processor = spm.SentencePieceProcessor(model_proto=proto)
     uses = collections.Counter()
     normalizer = tokenizer_from_spm_proto(proto).backend_tokenizer.normalizer  # what spm was trained on
@@ -183,9 +229,11 @@ def check_extension(tokenizer, extended, domain: str) -> None:
     old, new = json.loads(tokenizer.backend_tokenizer.to_str()), json.loads(extended.backend_tokenizer.to_str())
     for part in ("normalizer", "pre_tokenizer", "post_processor", "decoder"):
         if old.get(part) != new.get(part):
-            raise InputError(f"--extend_vocabulary: the tokenizer of this run has a {part} of its own, which an "
-                             f"extended SentencePiece model would not keep (learning from {domain})")
-    if new["model"]["vocab"][:len(old["model"]["vocab"])] != old["model"]["vocab"]:
+            raise InputError(
+                f"--extend_vocabulary: the tokenizer of this run has a {part} of its own, which an "
+                f"extended SentencePiece model would not keep (learning from {domain})"
+            )
+    if new["model"]["vocab"][: len(old["model"]["vocab"])] != old["model"]["vocab"]:
         raise InputError("--extend_vocabulary: the SentencePiece model does not hold the tokenizer's pieces in order")
 
 
@@ -214,6 +262,8 @@ def pieces_per_word(tokenizer, extended, held_out) -> tuple[float, float] | None
     words = sum(len(text.split()) for text in texts)
     if not words:
         return None
-    counts = [sum(len(encoding.ids) for encoding in plain_backend(t).encode_batch(texts, add_special_tokens=False))
-              for t in (tokenizer, extended)]
+    counts = [
+        sum(len(encoding.ids) for encoding in plain_backend(t).encode_batch(texts, add_special_tokens=False))
+        for t in (tokenizer, extended)
+    ]
     return counts[0] / words, counts[1] / words

@@ -45,29 +45,48 @@ class CardFacts:
     sources: tuple[str, ...] = ()  # a mixed run's source names: the training table gives each one's share
 
 
-def card_run(model: ModelArgs, data: DataArgs, objective: ObjectiveArgs, optimization: OptimizationArgs,
-             output: OutputArgs, sources: Sources | None, plan: MachinePlan) -> CardFacts:
+def card_run(
+    model: ModelArgs,
+    data: DataArgs,
+    objective: ObjectiveArgs,
+    optimization: OptimizationArgs,
+    output: OutputArgs,
+    sources: Sources | None,
+    plan: MachinePlan,
+) -> CardFacts:
     """What the model card says of this run (its micro-batch: the one the machine took, `plan`'s)."""
     return CardFacts(
         dataset=corpus_card_dataset(data) if sources is None else sources_card_dataset(data, sources),
-        task=objective.task, max_ngram=objective.max_ngram,
-        max_train_steps=optimization.max_train_steps, max_seq_length=data.max_seq_length,
+        task=objective.task,
+        max_ngram=objective.max_ngram,
+        max_train_steps=optimization.max_train_steps,
+        max_seq_length=data.max_seq_length,
         micro_batch=f"{plan.micro_batch} a process x {plan.accumulation} accumulation"
-                    + (" (found by --auto_find_batch_size)" if optimization.auto_find_batch_size else ""),
-        optimizer=optimization.optimizer, learning_rate=optimization.learning_rate,
-        num_warmup_steps=optimization.num_warmup_steps, mixed_precision=optimization.mixed_precision,
-        seed=optimization.seed, architecture=model.model_config if not model.config_name else "custom",
-        base_model=model.model_name_or_path, hub_model_id=output.hub_model_id, license=output.license,
-        output_dir=output.output_dir, sources=sources.names if sources is not None else ())
+        + (" (found by --auto_find_batch_size)" if optimization.auto_find_batch_size else ""),
+        optimizer=optimization.optimizer,
+        learning_rate=optimization.learning_rate,
+        num_warmup_steps=optimization.num_warmup_steps,
+        mixed_precision=optimization.mixed_precision,
+        seed=optimization.seed,
+        architecture=model.model_config if not model.config_name else "custom",
+        base_model=model.model_name_or_path,
+        hub_model_id=output.hub_model_id,
+        license=output.license,
+        output_dir=output.output_dir,
+        sources=sources.names if sources is not None else (),
+    )
 
 
 def sources_card_dataset(data: DataArgs, sources: Sources) -> CardDataset:
     """A mixed run's sources as the Data section describes them (their shares: the training table)."""
     held_out = f"{data.validation_split_percentage:g}% of each source's documents held out for evaluation"
     listed = "; ".join(f"`{source.name}`: {source.where()}" for source in sources.sources)
-    return CardDataset(f"{len(sources.sources)} sources mixed ({held_out})",
-                       f"{len(sources.sources)} sources mixed, weights {sources.weighting()} (the training table "
-                       f"gives each one's realised share): {listed}; {held_out}.", splits={"eval_": "held-out"})
+    return CardDataset(
+        f"{len(sources.sources)} sources mixed ({held_out})",
+        f"{len(sources.sources)} sources mixed, weights {sources.weighting()} (the training table "
+        f"gives each one's realised share): {listed}; {held_out}.",
+        splits={"eval_": "held-out"},
+    )
 
 
 def source_rows(results: dict, names) -> dict:
@@ -78,8 +97,10 @@ def source_rows(results: dict, names) -> dict:
         if get("pairs") is None:
             continue
         epochs = f", ×{get('epochs'):.3g} epochs" if get("epochs") is not None else ""
-        rows[f"source {name}"] = (f"weight {get('weight'):.3g}, share {get('share'):.3g} of the pairs; "
-                                  f"{get('pairs'):,} pairs, {get('tokens'):,.0f} tokens{epochs}")
+        rows[f"source {name}"] = (
+            f"weight {get('weight'):.3g}, share {get('share'):.3g} of the pairs; "
+            f"{get('pairs'):,} pairs, {get('tokens'):,.0f} tokens{epochs}"
+        )
     return rows
 
 
@@ -89,19 +110,36 @@ def corpus_card_dataset(data: DataArgs) -> CardDataset:
     if data.dataset_name:
         hub_id = hub_dataset_id(data.dataset_name)
         config = f", config `{data.dataset_config_name}`" if data.dataset_config_name else ""
-        return CardDataset(f"{hub_id} ({held_out})", f"Hub dataset [{hub_id}](https://huggingface.co/datasets/"
-                           f"{hub_id}){config}, column `{data.text_column}`; {held_out}.", hub_id,
-                           data.dataset_config_name, {"eval_": "train"})
+        return CardDataset(
+            f"{hub_id} ({held_out})",
+            f"Hub dataset [{hub_id}](https://huggingface.co/datasets/"
+            f"{hub_id}){config}, column `{data.text_column}`; {held_out}.",
+            hub_id,
+            data.dataset_config_name,
+            {"eval_": "train"},
+        )
     if data.train_files:
         names = ", ".join(f"`{Path(path).name}`" for path in data.train_files)
-        return CardDataset(f"local text files ({held_out})", f"Local files (not a Hub dataset): {names}, layout "
-                           f"`{data.layout}`; {held_out}.", splits={"eval_": "held-out"})
-    return CardDataset(f"embedded corpus ({held_out})", "The embedded corpus (docstrings of the Python standard "
-                       f"library; not a Hub dataset); {held_out}.", splits={"eval_": "held-out"})
+        return CardDataset(
+            f"local text files ({held_out})",
+            f"Local files (not a Hub dataset): {names}, layout `{data.layout}`; {held_out}.",
+            splits={"eval_": "held-out"},
+        )
+    return CardDataset(
+        f"embedded corpus ({held_out})",
+        f"The embedded corpus (docstrings of the Python standard library; not a Hub dataset); {held_out}.",
+        splits={"eval_": "held-out"},
+    )
 
 
-def pretraining_card(results: dict, facts: CardFacts, global_batch: int, num_processes: int,
-                     curves: bool = False, where: dict | None = None) -> CardContent:
+def pretraining_card(
+    results: dict,
+    facts: CardFacts,
+    global_batch: int,
+    num_processes: int,
+    curves: bool = False,
+    where: dict | None = None,
+) -> CardContent:
     """The card of a `run_pretraining.py` model: its held-out `results` (all_results.json, the baselines among them,
     `*_baseline`) and, with `curves`, training_curves.png.
 
@@ -118,39 +156,82 @@ def pretraining_card(results: dict, facts: CardFacts, global_batch: int, num_pro
     pair = {"sop": "sentence-order prediction", "nsp": "next-sentence prediction"}.get(facts.task)
     objective = "masked language modelling with n-gram masking" + (f" and {pair}" if pair else "")
     # the model-index lists the model's results; the baselines stay in the Results table beside them
-    found = eval_results(results, dataset, "fill-mask", "Masked language modelling", with_loss=True,
-                         keep=lambda name: name.startswith("mlm") and not name.endswith("_baseline"))
+    found = eval_results(
+        results,
+        dataset,
+        "fill-mask",
+        "Masked language modelling",
+        with_loss=True,
+        keep=lambda name: name.startswith("mlm") and not name.endswith("_baseline"),
+    )
     if pair:  # the 2-way head classifies a pair of segments
-        found += eval_results(results, dataset, "text-classification", pair.capitalize(), with_loss=True,
-                              keep=lambda name: name.startswith(facts.task) and not name.endswith("_baseline"))
-    summary = (f"An ALBERT model (Lan et al., ICLR 2020) pretrained with albert_hf's `run_pretraining.py`: "
-               f"{objective}.")
+        found += eval_results(
+            results,
+            dataset,
+            "text-classification",
+            pair.capitalize(),
+            with_loss=True,
+            keep=lambda name: name.startswith(facts.task) and not name.endswith("_baseline"),
+        )
+    summary = f"An ALBERT model (Lan et al., ICLR 2020) pretrained with albert_hf's `run_pretraining.py`: {objective}."
     if facts.base_model:
         summary += f" Pretraining continued from {describe_checkpoint(facts.base_model)}."
-    training = {"objective": f"MLM (n-gram, max n={facts.max_ngram}) + {facts.task.upper()}"
-                if facts.task != "none" else "MLM only",
-                "steps": facts.max_train_steps, "global batch": global_batch, "micro-batch": facts.micro_batch,
-                "sequence length": facts.max_seq_length,
-                "optimizer": facts.optimizer.upper(), "peak learning rate": facts.learning_rate,
-                "warmup steps": facts.num_warmup_steps, "processes": num_processes,
-                "mixed precision": (where or {}).get("precision", facts.mixed_precision), "seed": facts.seed,
-                **({"hardware": where["hardware"]} if where else {}), **cost_rows(results),
-                **source_rows(results, facts.sources)}
+    training = training_table(results, facts, global_batch, num_processes, where)
     return CardContent(
-        title=f"ALBERT ({facts.architecture}) pretrained with albert_hf", summary=summary, pipeline_tag="fill-mask",
-        tags=("pretraining", facts.task), usage_class="AutoModelForPreTraining", data=dataset.description,
-        training=training, repo=facts.hub_model_id,
-        metrics={key: value for key, value in results.items()  # not where or at what cost it ran, nor the mix
-                 if not isinstance(value, str) and key not in COST_FIELDS and not key.startswith("source_")},
-        license=facts.license, base_model=hub_model_name(facts.base_model),
-        datasets=[dataset.hub_id] if dataset.hub_id else None, eval_results=found,
+        title=f"ALBERT ({facts.architecture}) pretrained with albert_hf",
+        summary=summary,
+        pipeline_tag="fill-mask",
+        tags=("pretraining", facts.task),
+        usage_class="AutoModelForPreTraining",
+        data=dataset.description,
+        training=training,
+        repo=facts.hub_model_id,
+        metrics={
+            key: value
+            for key, value in results.items()  # not where or at what cost it ran, nor the mix
+            if not isinstance(value, str) and key not in COST_FIELDS and not key.startswith("source_")
+        },
+        license=facts.license,
+        base_model=hub_model_name(facts.base_model),
+        datasets=[dataset.hub_id] if dataset.hub_id else None,
+        eval_results=found,
         model_name=(facts.hub_model_id or Path(facts.output_dir).absolute().name).split("/")[-1],
         sections=((CURVES_SECTION,) if curves else ()) + (("Framework versions", framework_versions()),),
     )
 
 
-def write_pretraining_card(output_dir, model, facts: CardFacts, global_batch: int, num_processes: int,
-                           curves: bool = False, where: dict | None = None) -> Path:
+def training_table(results: dict, facts: CardFacts, global_batch: int, num_processes: int, where: dict | None) -> dict:
+    """The card's Training table: the objective and optimisation, where it ran, what it cost, the sources' shares."""
+    return {
+        "objective": f"MLM (n-gram, max n={facts.max_ngram}) + {facts.task.upper()}"
+        if facts.task != "none"
+        else "MLM only",
+        "steps": facts.max_train_steps,
+        "global batch": global_batch,
+        "micro-batch": facts.micro_batch,
+        "sequence length": facts.max_seq_length,
+        "optimizer": facts.optimizer.upper(),
+        "peak learning rate": facts.learning_rate,
+        "warmup steps": facts.num_warmup_steps,
+        "processes": num_processes,
+        "mixed precision": (where or {}).get("precision", facts.mixed_precision),
+        "seed": facts.seed,
+        **({"hardware": where["hardware"]} if where else {}),
+        **cost_rows(results),
+        **source_rows(results, facts.sources),
+    }
+
+
+def write_pretraining_card(
+    output_dir,
+    model,
+    facts: CardFacts,
+    global_batch: int,
+    num_processes: int,
+    curves: bool = False,
+    where: dict | None = None,
+) -> Path:
     """The card of a `run_pretraining.py` model into output_dir/README.md, with its all_results.json."""
-    return write_model_card(output_dir, model, pretraining_card(read_results(output_dir), facts, global_batch,
-                                                                num_processes, curves, where))
+    return write_model_card(
+        output_dir, model, pretraining_card(read_results(output_dir), facts, global_batch, num_processes, curves, where)
+    )

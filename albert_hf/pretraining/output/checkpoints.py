@@ -8,7 +8,6 @@ resume restores is restored, or the run stops with one line naming the file."""
 
 import json
 import logging
-import math
 import os
 import pickle
 import random
@@ -26,11 +25,11 @@ from ...runtime import checkpoint_files
 from ...runtime.checkpoint_files import RECORD_FILE
 from ...runtime.storage import StorageError, agreed, fault_line, folder_bytes, refused
 from ..training.divergence import newest_finite
+from ..training.state import STATE_FILE, checked_position
 
 logger = logging.getLogger(__name__)
 
 STEP_DIR = re.compile(r"^step_(\d+)$")
-STATE_FILE = "training_state.json"  # written last: a step_N folder without it is not a checkpoint
 STREAM_STATE_FILE = "stream_state_{}.json"  # --streaming: each process's position in its stream (datasets' state)
 SCHEDULE_FILE = "schedule.json"  # the learning-rate schedule's position (its state_dict, all numbers)
 # The schedule's position in a checkpoint without SCHEDULE_FILE: accelerate's pickle of a registered object, which
@@ -51,8 +50,15 @@ class StepCheckpoints:
     previous checkpoints untouched and never a half-written `step_N`.
     """
 
-    def __init__(self, output_dir, accelerator, total_limit: int | None = None, schedule=None, model_files=None,
-                 expected_bytes: int | None = None):
+    def __init__(
+        self,
+        output_dir,
+        accelerator,
+        total_limit: int | None = None,
+        schedule=None,
+        model_files=None,
+        expected_bytes: int | None = None,
+    ):
         """`schedule`: the learning-rate schedule, saved and restored with the state (as JSON, not accelerate's
         pickle); `model_files`: the config, tokenizer and code linked into each (`loadable.ModelFiles`, on the main
         process); `expected_bytes`: a checkpoint's size before the first is written, for the line a failed write
@@ -93,8 +99,10 @@ class StepCheckpoints:
         if not path.is_dir():
             return "not a folder"
         if not (path / STATE_FILE).is_file():
-            return (f"not a complete checkpoint (no {STATE_FILE}; a save that was interrupted leaves such a folder, "
-                    "and step_N folders written by this script end with it)")
+            return (
+                f"not a complete checkpoint (no {STATE_FILE}; a save that was interrupted leaves such a folder, "
+                "and step_N folders written by this script end with it)"
+            )
         return None
 
     def resolve(self, value: str) -> Path | None:
@@ -118,18 +126,24 @@ class StepCheckpoints:
         # the weights are read once, by the first process, not by every process of the run
         newest = broadcast_object_list([newest_finite(found) if self.accelerator.is_main_process else None])[0]
         if newest is None and found:
-            raise InputError(f"--resume_from_checkpoint latest: every checkpoint in {self.output_dir} holds "
-                             "non-finite weights (a run that diverged): pass --overwrite_output_dir to start over")
+            raise InputError(
+                f"--resume_from_checkpoint latest: every checkpoint in {self.output_dir} holds "
+                "non-finite weights (a run that diverged): pass --overwrite_output_dir to start over"
+            )
         if newest is None:
             logger.info("--resume_from_checkpoint latest: no checkpoint in %s, starting from scratch", self.output_dir)
             return None
-        passed = found[found.index(newest) + 1:]
+        passed = found[found.index(newest) + 1 :]
         self.accelerator.wait_for_everyone()  # every process has read them before one is renamed
         if passed and self.accelerator.is_main_process:
             for path in passed:
                 path.rename(path.with_name(f"{path.name}.non-finite"))
-            logger.warning("--resume_from_checkpoint latest: %s held non-finite weights (a run that diverged): "
-                           "renamed *.non-finite; resuming from %s", ", ".join(p.name for p in passed), newest.name)
+            logger.warning(
+                "--resume_from_checkpoint latest: %s held non-finite weights (a run that diverged): "
+                "renamed *.non-finite; resuming from %s",
+                ", ".join(p.name for p in passed),
+                newest.name,
+            )
         self.accelerator.wait_for_everyone()
         return newest
 
@@ -139,8 +153,9 @@ class StepCheckpoints:
         while found and (damage := self.damage(found[-1])) is not None:
             path = found.pop()
             path.rename(path.with_name(f"{path.name}.damaged"))
-            logger.warning("--resume_from_checkpoint latest: passed over %s (%s), renamed %s.damaged", path.name,
-                           damage, path.name)
+            logger.warning(
+                "--resume_from_checkpoint latest: passed over %s (%s), renamed %s.damaged", path.name, damage, path.name
+            )
         self._checked = found[-1] if found else None
         return found
 
@@ -159,8 +174,12 @@ class StepCheckpoints:
         if named != RECORD_FILE:
             return f"{STATE_FILE}: '{RECORD}' names {named!r}, not {RECORD_FILE}"
         if not (path / RECORD_FILE).is_file():
-            logger.warning("%s: its record (%s) was never written (the run ended while hashing the files): its files "
-                           "are not checked", path, RECORD_FILE)
+            logger.warning(
+                "%s: its record (%s) was never written (the run ended while hashing the files): its files "
+                "are not checked",
+                path,
+                RECORD_FILE,
+            )
             return None
         return checkpoint_files.recorded_damage(path)
 
@@ -176,12 +195,17 @@ class StepCheckpoints:
         BENCHMARKS.md, "The checkpoint record") and writes the record last; only then are the checkpoints beyond
         --checkpoints_total_limit removed, so a kill while hashing leaves the one before in place. A failure to
         write the record is a line, and the checkpoint resumes unchecked (the older ones stay)."""
+
         def write():
             try:
                 checkpoint_files.write_record(folder, RECORD_FILE)
             except OSError as error:
-                logger.warning("%s: its record of the files could not be written (%s): it resumes unchecked, and the "
-                               "checkpoints before it are kept", folder, first_line(error))
+                logger.warning(
+                    "%s: its record of the files could not be written (%s): it resumes unchecked, and the "
+                    "checkpoints before it are kept",
+                    folder,
+                    first_line(error),
+                )
                 return
             self._rotate()
 
@@ -205,19 +229,32 @@ class StepCheckpoints:
             fault = agreed(self.accelerator, self._unreadable_random_state(path))
         if fault is not None:
             raise InputError(fault)
-        legacy_schedule = (self.schedule is not None and not (path / SCHEDULE_FILE).exists()
-                           and (path / LEGACY_SCHEDULE_FILE).is_file())
+        legacy_schedule = (
+            self.schedule is not None
+            and not (path / SCHEDULE_FILE).exists()
+            and (path / LEGACY_SCHEDULE_FILE).is_file()
+        )
         if legacy_schedule:  # accelerate reads it into the schedule, as data (weights_only_loads)
             self.accelerator.register_for_checkpointing(self.schedule)
         try:
             with checkpoint_files.weights_only_loads():
                 self.accelerator.load_state(str(path))
             state = json.loads((path / STATE_FILE).read_text())
-        except (OSError, RuntimeError, ValueError, KeyError, EOFError, pickle.UnpicklingError, SafetensorError,
-                CheckpointException) as error:  # CheckpointException: a sharded state's reader failed
+        except (
+            OSError,
+            RuntimeError,
+            ValueError,
+            KeyError,
+            EOFError,
+            pickle.UnpicklingError,
+            SafetensorError,
+            CheckpointException,
+        ) as error:  # CheckpointException: a sharded state's reader failed
             culprit = checkpoint_files.unreadable(path)
-            raise InputError(f"--resume_from_checkpoint {path}: cannot load {culprit or f'it: {first_line(error)}'}"
-                             f"{self.earlier_than(path)}") from None
+            raise InputError(
+                f"--resume_from_checkpoint {path}: cannot load {culprit or f'it: {first_line(error)}'}"
+                f"{self.earlier_than(path)}"
+            ) from None
         finally:
             if legacy_schedule:  # saved as data from now on (save)
                 self.accelerator._custom_objects.remove(self.schedule)
@@ -227,48 +264,18 @@ class StepCheckpoints:
         fault = agreed(self.accelerator, fault)
         if fault is not None:
             raise InputError(f"--resume_from_checkpoint {path}: {fault}")
-        return self.position(path, state, window_length)
-
-    @staticmethod
-    def position(path: Path, state, window_length: int) -> dict:
-        """The loop's position in `state` (read from `path`'s STATE_FILE), checked: the position, and the logging
-        window of `window_length` sums when saved."""
-        positions = ("step", "epoch", "batches_in_epoch")
-        if not isinstance(state, dict) or not all(type(state.get(key)) is int and state[key] >= 0 for key in positions):
-            raise InputError(f"--resume_from_checkpoint {path}: {STATE_FILE} does not hold the loop's position "
-                             f"({', '.join(positions)}: integers >= 0)")
-        if "window" in state:
-            sums = state["window"]
-            if not (isinstance(sums, list) and len(sums) == window_length and all(
-                    type(v) in (int, float) for v in [*sums, state.get("window_tokens"), state.get("window_seconds")])):
-                raise InputError(f"--resume_from_checkpoint {path}: the logging window in its training state is "
-                                 f"not {window_length} + 2 numbers")
-        skips = ("skipped_steps", "window_skipped", "consecutive_skips")  # written since skipped steps were counted
-        if not all(type(state.get(key, 0)) is int and state.get(key, 0) >= 0 for key in skips):
-            raise InputError(f"--resume_from_checkpoint {path}: {STATE_FILE}: the skipped-step counts "
-                             f"({', '.join(skips)}) are not integers >= 0")
-        totals = ("window_data_wait", "run_tokens", "run_seconds")  # 0 where a checkpoint has none
-        if not all(type(state.get(key, 0)) in (int, float) and math.isfinite(state.get(key, 0))
-                   and state.get(key, 0) >= 0 for key in totals):
-            raise InputError(f"--resume_from_checkpoint {path}: {STATE_FILE}: the run's totals ({', '.join(totals)}) "
-                             "are not finite numbers >= 0")
-        counts = state.get("sources", {})  # a mixed run's [tokens, pairs] of each source (its plan: "mix")
-        if not (isinstance(counts, dict) and all(
-                isinstance(pair, dict) and all(
-                    isinstance(pair.get(key), list) and len(pair[key]) == 2 and all(
-                        type(v) in (int, float) and math.isfinite(v) and v >= 0 for v in pair[key])
-                    for key in ("window", "run")) for pair in counts.values())):
-            raise InputError(f"--resume_from_checkpoint {path}: {STATE_FILE}: the sources' counts are not [tokens, "
-                             "pairs] of the window and of the run for each source")
-        return state
+        return checked_position(path, state, window_length)
 
     @classmethod
     def earlier_than(cls, path: Path) -> str:
         """'; the newest earlier intact checkpoint is ...: --resume_from_checkpoint ...', or that there is none."""
         match = STEP_DIR.match(Path(path).name)
         step = int(match.group(1)) if match else None
-        earlier = [found for n, found in cls.complete_in(Path(path).parent)
-                   if found != Path(path) and (step is None or n < step)]
+        earlier = [
+            found
+            for n, found in cls.complete_in(Path(path).parent)
+            if found != Path(path) and (step is None or n < step)
+        ]
         return f"; {checkpoint_files.newest_intact(earlier, cls.damage)}"
 
     def _random_states(self, path: Path):
@@ -283,8 +290,10 @@ class StepCheckpoints:
         debug line: exact resume would be lost in silence)."""
         name = RANDOM_STATE_FILE.format(self.accelerator.process_index)
         if not (path / name).is_file():
-            return (f"--resume_from_checkpoint {path}: {name}: missing (process {self.accelerator.process_index}'s "
-                    "random states; resume with the number of processes that wrote it)")
+            return (
+                f"--resume_from_checkpoint {path}: {name}: missing (process {self.accelerator.process_index}'s "
+                "random states; resume with the number of processes that wrote it)"
+            )
         try:
             states = self._random_states(path)
         except Exception:  # noqa: BLE001 - named by what cannot be read
@@ -297,14 +306,20 @@ class StepCheckpoints:
     def _random_state_not_restored(self, path: Path) -> str | None:
         """After accelerate's load: its generators hold the saved states, or the line of which did not."""
         saved = self._random_states(path)
-        restored = {"random_state": random.getstate() == saved["random_state"],
-                    "numpy_random_seed": all(np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b
-                                             for a, b in zip(np.random.get_state(), saved["numpy_random_seed"])),
-                    "torch_manual_seed": torch.equal(torch.get_rng_state(), saved["torch_manual_seed"])}
+        restored = {
+            "random_state": random.getstate() == saved["random_state"],
+            "numpy_random_seed": all(
+                np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b
+                for a, b in zip(np.random.get_state(), saved["numpy_random_seed"])
+            ),
+            "torch_manual_seed": torch.equal(torch.get_rng_state(), saved["torch_manual_seed"]),
+        }
         lost = [key for key, same in restored.items() if not same]
         if lost:
-            return (f"{RANDOM_STATE_FILE.format(self.accelerator.process_index)}: could not be restored "
-                    f"({', '.join(lost)}): the run would not continue as it would have")
+            return (
+                f"{RANDOM_STATE_FILE.format(self.accelerator.process_index)}: could not be restored "
+                f"({', '.join(lost)}): the run would not continue as it would have"
+            )
         return None
 
     def _restore_schedule(self, path: Path) -> str | None:
@@ -326,8 +341,11 @@ class StepCheckpoints:
                 return isinstance(value, list) and len(value) == len(like) and all(map(same_shape, value, like))
             return value == like  # the schedule's function: made from the arguments, never read from the file
 
-        if not (isinstance(saved, dict) and saved.keys() == current.keys()
-                and all(same_shape(saved[key], current[key]) for key in current)):
+        if not (
+            isinstance(saved, dict)
+            and saved.keys() == current.keys()
+            and all(same_shape(saved[key], current[key]) for key in current)
+        ):
             return f"{SCHEDULE_FILE}: not the state of this run's learning-rate schedule ({', '.join(current)})"
         self.schedule.load_state_dict(saved)
         return None
@@ -337,9 +355,11 @@ class StepCheckpoints:
         file = path / STREAM_STATE_FILE.format(self.accelerator.process_index)
         if not file.is_file():
             written = len(list(path.glob(STREAM_STATE_FILE.format("*"))))
-            raise InputError(f"--resume_from_checkpoint {path}: it holds the stream positions of {written} "
-                             f"process(es), none for process {self.accelerator.process_index}: resume a --streaming "
-                             "run with --streaming and the number of processes that wrote it")
+            raise InputError(
+                f"--resume_from_checkpoint {path}: it holds the stream positions of {written} "
+                f"process(es), none for process {self.accelerator.process_index}: resume a --streaming "
+                "run with --streaming and the number of processes that wrote it"
+            )
         try:
             state = json.loads(file.read_text())
         except (OSError, ValueError) as error:
@@ -399,8 +419,7 @@ class StepCheckpoints:
                 shutil.rmtree(tmp, ignore_errors=True)  # the space it holds is free again at once
             self.accelerator.wait_for_everyone()
             needed = max(written, self.expected_bytes or 0, self.newest_bytes())
-            raise StorageError(fault_line(fault, f"the step-{step} checkpoint", self.output_dir, needed,
-                                        self.intact()))
+            raise StorageError(fault_line(fault, f"the step-{step} checkpoint", self.output_dir, needed, self.intact()))
         if self.accelerator.is_main_process:
             self._record_in_background(final)
         self.accelerator.wait_for_everyone()

@@ -16,8 +16,18 @@ from .card import CardFacts, write_pretraining_card
 logger = logging.getLogger(__name__)
 
 
-def save_final_model(model, tokenizer, output_dir: Path, facts: CardFacts, eval_metrics, global_batch,
-                     num_processes, curves: bool = False, where: dict | None = None, cost: dict | None = None):
+def save_final_model(
+    model,
+    tokenizer,
+    output_dir: Path,
+    facts: CardFacts,
+    eval_metrics,
+    global_batch,
+    num_processes,
+    curves: bool = False,
+    where: dict | None = None,
+    cost: dict | None = None,
+):
     """Weights, tokenizer, remote code, model card: written into a temporary folder, then moved into place.
     `where` (hardware and precision, `where_trained`) and `cost` (the run's model FLOPs and mean MFU, with its peak:
     runtime/throughput.py) go into all_results.json and the card."""
@@ -27,8 +37,15 @@ def save_final_model(model, tokenizer, output_dir: Path, facts: CardFacts, eval_
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         write_json(tmp / "all_results.json", {**eval_metrics, **(cost or {}), **(where or {})})
-        write_pretraining_card(tmp, model, facts, global_batch, num_processes, curves,  # metrics: all_results.json
-                               where=where)
+        write_pretraining_card(
+            tmp,
+            model,
+            facts,
+            global_batch,
+            num_processes,
+            curves,  # metrics: all_results.json
+            where=where,
+        )
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)  # a failed write (a full disk) frees its space at once
         raise
@@ -39,13 +56,17 @@ def save_final_model(model, tokenizer, output_dir: Path, facts: CardFacts, eval_
 
 def where_trained(hardware: Hardware, precision: Precision, num_processes: int) -> dict:
     """The hardware and precision of the run, for all_results.json and the model card."""
-    return {"hardware": hardware.describe() + (f", {num_processes} processes" if num_processes > 1 else ""),
-            "fast_precisions": ", ".join(hardware.fast_precisions), "mixed_precision": precision.mixed_precision,
-            "precision": precision.describe()}
+    return {
+        "hardware": hardware.describe() + (f", {num_processes} processes" if num_processes > 1 else ""),
+        "fast_precisions": ", ".join(hardware.fast_precisions),
+        "mixed_precision": precision.mixed_precision,
+        "precision": precision.describe(),
+    }
 
 
-def held_out_fill_mask(model, tokenizer, eval_documents, *, seed: int, max_length: int, sentence_per_line: bool,
-                       count=4, documents_read=50) -> list[dict]:
+def held_out_fill_mask(
+    model, tokenizer, eval_documents, *, seed: int, max_length: int, sentence_per_line: bool, count=4, documents_read=50
+) -> list[dict]:
     """`fill_mask_examples` on sentences of the first held-out documents (a seeded sample already, or the
     first documents of a stream); [] when there is nothing to show."""
     if eval_documents is None:  # --validation_split_percentage 0: no held-out sentence to show
@@ -54,9 +75,13 @@ def held_out_fill_mask(model, tokenizer, eval_documents, *, seed: int, max_lengt
         logger.info("No fill-mask examples: the tokenizer has no mask token")
         return []
     texts = [row["text"] for row in islice(eval_documents, documents_read)]  # reads a stream's head only
-    sentences = pick_fill_mask_sentences(texts, tokenizer, count=count, seed=seed, max_length=max_length,
-                                         sentence_per_line=sentence_per_line)
+    sentences = pick_fill_mask_sentences(
+        texts, tokenizer, count=count, seed=seed, max_length=max_length, sentence_per_line=sentence_per_line
+    )
     if not sentences:
-        logger.info("No fill-mask examples: the first %d held-out documents have no sentence of 8 to 30 words with "
-                    "a one-piece content word", documents_read)
+        logger.info(
+            "No fill-mask examples: the first %d held-out documents have no sentence of 8 to 30 words with "
+            "a one-piece content word",
+            documents_read,
+        )
     return fill_mask_examples(model, tokenizer, sentences)

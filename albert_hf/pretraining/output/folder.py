@@ -14,11 +14,29 @@ logger = logging.getLogger(__name__)
 
 # What a run writes into --output_dir: an earlier run is recognised (and, with --overwrite_output_dir, cleared)
 # by these names only, so unrelated files a user keeps there are neither a reason to refuse nor deleted.
-RUN_OUTPUTS = ("step_*", ".tmp-*", MODEL_FILES_DIR, "runs", "metrics.jsonl", "all_results.json", "README.md",
-               "config.json", "model.safetensors", "model-*.safetensors", "model.safetensors.index.json",
-               "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "spiece.model",
-               "configuration_albert_hf.py", "modeling_albert_hf.py", FILL_MASK_FILE, "pairs", "prepared_data.json",
-               "training_curves.png")
+RUN_OUTPUTS = (
+    "step_*",
+    ".tmp-*",
+    MODEL_FILES_DIR,
+    "runs",
+    "metrics.jsonl",
+    "all_results.json",
+    "README.md",
+    "config.json",
+    "model.safetensors",
+    "model-*.safetensors",
+    "model.safetensors.index.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "spiece.model",
+    "configuration_albert_hf.py",
+    "modeling_albert_hf.py",
+    FILL_MASK_FILE,
+    "pairs",
+    "prepared_data.json",
+    "training_curves.png",
+)
 
 
 def previous_run_files(output_dir) -> list[str]:
@@ -48,15 +66,22 @@ def check_output_dir(output_dir, resume_from_checkpoint: str | None, overwrite_o
     if earlier and not overwrite_output_dir:
         has_checkpoint = bool(StepCheckpoints.complete_in(output_dir))
         if resume_from_checkpoint is None:
-            resumable = ("pass --resume_from_checkpoint latest to continue it" if has_checkpoint
-                         else "it left no complete step_N checkpoint for --resume_from_checkpoint latest")
-            raise InputError(f"--output_dir {output_dir} holds an earlier run ({', '.join(earlier[:4])}"
-                             f"{', ...' if len(earlier) > 4 else ''}): {resumable}; pass --overwrite_output_dir to "
-                             "start over, or another --output_dir")
+            resumable = (
+                "pass --resume_from_checkpoint latest to continue it"
+                if has_checkpoint
+                else "it left no complete step_N checkpoint for --resume_from_checkpoint latest"
+            )
+            raise InputError(
+                f"--output_dir {output_dir} holds an earlier run ({', '.join(earlier[:4])}"
+                f"{', ...' if len(earlier) > 4 else ''}): {resumable}; pass --overwrite_output_dir to "
+                "start over, or another --output_dir"
+            )
         if resume_from_checkpoint == "latest" and not has_checkpoint:
-            raise InputError(f"--resume_from_checkpoint latest: --output_dir {output_dir} holds an "
-                             "earlier run but no complete step_N checkpoint to continue from; pass "
-                             "--overwrite_output_dir to start over, or another --output_dir")
+            raise InputError(
+                f"--resume_from_checkpoint latest: --output_dir {output_dir} holds an "
+                "earlier run but no complete step_N checkpoint to continue from; pass "
+                "--overwrite_output_dir to start over, or another --output_dir"
+            )
 
 
 def clear_earlier_run(output_dir) -> list[str]:

@@ -111,19 +111,30 @@ class HubPush:
         fault = refused(stage)
         if fault is not None:  # a full disk: the checkpoint itself is written, and the next one tries again
             discard()
-            logger.warning("Hub: step %d was not staged for upload in %s (%s); the run goes on, and the next save "
-                           "uploads again", step, self.staging, fault)
+            logger.warning(
+                "Hub: step %d was not staged for upload in %s (%s); the run goes on, and the next save uploads again",
+                step,
+                self.staging,
+                fault,
+            )
             return
 
         def send():
             api = self._api()
-            commit = api.upload_folder(repo_id=self.repo_id, folder_path=str(folder),
-                                       commit_message=f"Training in progress, step {step}",
-                                       ignore_patterns=UPLOAD_IGNORE)
+            commit = api.upload_folder(
+                repo_id=self.repo_id,
+                folder_path=str(folder),
+                commit_message=f"Training in progress, step {step}",
+                ignore_patterns=UPLOAD_IGNORE,
+            )
             if self.strategy == "checkpoint":
-                api.upload_folder(repo_id=self.repo_id, folder_path=str(state), path_in_repo=LAST_CHECKPOINT,
-                                  commit_message=f"Training in progress, step {step}: the training state",
-                                  delete_patterns="*")
+                api.upload_folder(
+                    repo_id=self.repo_id,
+                    folder_path=str(state),
+                    path_in_repo=LAST_CHECKPOINT,
+                    commit_message=f"Training in progress, step {step}: the training state",
+                    delete_patterns="*",
+                )
             if self.strategy == "all_checkpoints":
                 api.create_branch(self.repo_id, branch=branch(step), revision=commit.oid, exist_ok=True)
 
@@ -133,8 +144,14 @@ class HubPush:
         """The uploads finished since the last call, as metrics rows (main process)."""
         if self.uploads is None:
             return []
-        return [{"hub_upload": sent.label, "hub_upload_seconds": round(sent.seconds, 3),
-                 **({"hub_upload_error": sent.error} if sent.error else {})} for sent in self.uploads.sent()]
+        return [
+            {
+                "hub_upload": sent.label,
+                "hub_upload_seconds": round(sent.seconds, 3),
+                **({"hub_upload_error": sent.error} if sent.error else {}),
+            }
+            for sent in self.uploads.sent()
+        ]
 
     def wait(self, why: str) -> None:
         """Waits for the uploads in flight or waiting (main process), with a line when there are any."""
@@ -153,7 +170,8 @@ class HubPush:
             raise NothingProduced(
                 f"--push_to_hub: the final folder was not uploaded to {self.repo_id} ({type(failure).__name__}: "
                 f"{first_line(failure)}); it is complete in {self.output_dir}. Push it with: "
-                f"{hand_push_command(self.repo_id, self.output_dir)}") from None
+                f"{hand_push_command(self.repo_id, self.output_dir)}"
+            ) from None
         return url, time.perf_counter() - began
 
 
@@ -163,10 +181,11 @@ def hub_source(value: str | None, output: OutputArgs) -> tuple[str, str | None] 
         return None
     if value == "hub":
         return output.hub_model_id or Path(output.output_dir).name, None
-    repo, at, revision = value[len("hub:"):].partition("@")
+    repo, at, revision = value[len("hub:") :].partition("@")
     if not repo or (at and not revision):
-        raise InputError(f"--resume_from_checkpoint {value}: name the repo as hub:OWNER/NAME or "
-                         "hub:OWNER/NAME@REVISION")
+        raise InputError(
+            f"--resume_from_checkpoint {value}: name the repo as hub:OWNER/NAME or hub:OWNER/NAME@REVISION"
+        )
     return repo, revision or None
 
 
@@ -183,12 +202,14 @@ def download_last_checkpoint(value: str, output: OutputArgs, accelerator) -> Pat
         staging = output_dir / f"{STAGING}-resume"
         shutil.rmtree(staging, ignore_errors=True)
         try:
-            HfApi(token=output.hub_token).snapshot_download(repo_id, revision=revision, local_dir=staging,
-                                                            allow_patterns=[f"{LAST_CHECKPOINT}/*"])
+            HfApi(token=output.hub_token).snapshot_download(
+                repo_id, revision=revision, local_dir=staging, allow_patterns=[f"{LAST_CHECKPOINT}/*"]
+            )
             source = staging / LAST_CHECKPOINT
             if not (source / STATE_FILE).is_file():
-                raise InputError(f"{where} holds no {LAST_CHECKPOINT}/ with a training state (what --hub_strategy "
-                                 "checkpoint pushes)")
+                raise InputError(
+                    f"{where} holds no {LAST_CHECKPOINT}/ with a training state (what --hub_strategy checkpoint pushes)"
+                )
             step = json.loads((source / STATE_FILE).read_text()).get("step")
             if type(step) is not int or step < 0:  # it names the folder the state goes into
                 raise InputError(f"{where}: {LAST_CHECKPOINT}/{STATE_FILE} holds no step (an integer >= 0)")
@@ -196,11 +217,19 @@ def download_last_checkpoint(value: str, output: OutputArgs, accelerator) -> Pat
             if not (found / STATE_FILE).is_file():
                 shutil.rmtree(found, ignore_errors=True)
                 os.replace(source, found)
-            logger.info("--resume_from_checkpoint %s: the training state of %s/%s is in %s", value, where,
-                        LAST_CHECKPOINT, found)
+            logger.info(
+                "--resume_from_checkpoint %s: the training state of %s/%s is in %s",
+                value,
+                where,
+                LAST_CHECKPOINT,
+                found,
+            )
         except Exception as failure:  # noqa: BLE001 - the Hub's errors, the network, a state we cannot read
-            reason = first_line(failure) if isinstance(failure, InputError) else (
-                f"{where}: {type(failure).__name__}: {first_line(failure)}")
+            reason = (
+                first_line(failure)
+                if isinstance(failure, InputError)
+                else (f"{where}: {type(failure).__name__}: {first_line(failure)}")
+            )
             fault = f"--resume_from_checkpoint {value}: {reason}"
         finally:
             shutil.rmtree(staging, ignore_errors=True)

@@ -87,10 +87,15 @@ def model_files_for(checkpoint: Path, given: Path | None) -> Path:
     for folder in candidates:
         if folder.is_dir() and not missing(folder, weights=False):
             return folder
-    where = f"--model_files {given}" if given is not None else (
-        f"{checkpoint.parent / MODEL_FILES_DIR} nor {checkpoint.parent} (the run's final folder)")
-    raise InputError(f"{checkpoint}: neither {where} holds the model's files ({', '.join(REQUIRED)}); pass "
-                     "--model_files with the run's final folder, or a model folder of the same config")
+    where = (
+        f"--model_files {given}"
+        if given is not None
+        else (f"{checkpoint.parent / MODEL_FILES_DIR} nor {checkpoint.parent} (the run's final folder)")
+    )
+    raise InputError(
+        f"{checkpoint}: neither {where} holds the model's files ({', '.join(REQUIRED)}); pass "
+        "--model_files with the run's final folder, or a model folder of the same config"
+    )
 
 
 def make_loadable(checkpoint: Path, given: Path | None = None) -> list[str]:
@@ -105,8 +110,11 @@ def make_loadable(checkpoint: Path, given: Path | None = None) -> list[str]:
         raise InputError(f"{checkpoint}: neither {WEIGHTS} nor {FSDP_SHARDS}/: not a checkpoint of run_pretraining.py")
     source = model_files_for(checkpoint, given)
     taken = allowed(source)
-    added = [path.name for path in sorted(source.iterdir()) if path.is_file() and path.name in taken
-             and not (checkpoint / path.name).exists()]
+    added = [
+        path.name
+        for path in sorted(source.iterdir())
+        if path.is_file() and path.name in taken and not (checkpoint / path.name).exists()
+    ]
     for name in added:
         shutil.copyfile(source / name, checkpoint / name)
     if not (checkpoint / WEIGHTS).is_file():  # FSDP: the shards only
@@ -139,8 +147,10 @@ def gathered_weights(checkpoint: Path, files: Path) -> None:
     except (OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError, CheckpointException) as error:
         raise InputError(f"{checkpoint / FSDP_SHARDS}: cannot be read ({first_line(error)})") from None
     if saved != set(weights):
-        raise InputError(f"{checkpoint / FSDP_SHARDS}: its tensors ({len(saved)}) are not those of the model of "
-                         f"{files / 'config.json'} ({len(weights)}), e.g. {sorted(saved ^ set(weights))[0]}")
+        raise InputError(
+            f"{checkpoint / FSDP_SHARDS}: its tensors ({len(saved)}) are not those of the model of "
+            f"{files / 'config.json'} ({len(weights)}), e.g. {sorted(saved ^ set(weights))[0]}"
+        )
     tmp = checkpoint / ".tmp-weights"
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
@@ -150,19 +160,39 @@ def gathered_weights(checkpoint: Path, files: Path) -> None:
 
 def allowed(source: Path) -> set[str]:
     """The files of a model folder a checkpoint takes: config, code and tokenizer, not weights, cards or results."""
-    return {path.name for path in source.iterdir() if path.suffix in (".json", ".py", ".model", ".txt")
-            and path.name not in ("all_results.json", "fill_mask_examples.json", "metrics.jsonl",
-                                  "prepared_data.json", "model.safetensors.index.json")}
+    return {
+        path.name
+        for path in source.iterdir()
+        if path.suffix in (".json", ".py", ".model", ".txt")
+        and path.name
+        not in (
+            "all_results.json",
+            "fill_mask_examples.json",
+            "metrics.jsonl",
+            "prepared_data.json",
+            "model.safetensors.index.json",
+        )
+    }
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m albert_hf.pretraining.output.loadable", description=(
-        "Make a run_pretraining.py checkpoint (step_N) written without its model files loadable with "
-        "AutoModel.from_pretrained and run_glue.py --model_name_or_path."))
+    parser = argparse.ArgumentParser(
+        prog="python -m albert_hf.pretraining.output.loadable",
+        description=(
+            "Make a run_pretraining.py checkpoint (step_N) written without its model files loadable with "
+            "AutoModel.from_pretrained and run_glue.py --model_name_or_path."
+        ),
+    )
     parser.add_argument("checkpoint", type=Path, help="the step_N folder")
-    parser.add_argument("--model_files", type=Path, default=None, help=(
-        "a folder with the run's config.json, tokenizer and remote code (default: the run's .model_files, or its "
-        "final folder)"))
+    parser.add_argument(
+        "--model_files",
+        type=Path,
+        default=None,
+        help=(
+            "a folder with the run's config.json, tokenizer and remote code (default: the run's .model_files, or its "
+            "final folder)"
+        ),
+    )
     args = parser.parse_args(argv)
     added = make_loadable(args.checkpoint, args.model_files)
     print(f"{args.checkpoint}: loadable ({'added ' + ', '.join(added) if added else 'nothing to add'})")

@@ -18,8 +18,11 @@ logger = logging.getLogger(__name__)
 
 def start_logging(main_process: bool):
     """Our log lines with timestamps (INFO on the main process, warnings only on the others), libraries quieter."""
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S",
-                        level=logging.INFO if main_process else logging.WARNING)
+    logging.basicConfig(
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+        level=logging.INFO if main_process else logging.WARNING,
+    )
     quiet_library_logs()
 
 
@@ -41,10 +44,13 @@ class _DropTiedWeightsNotice(logging.Filter):
 def start_tracking(accelerator: Accelerator, report_to: str, run_config: dict):
     """--with_tracking: the trackers of --report_to, given the run's plain arguments (`run_config`, by flag name)."""
     if not accelerator.log_with:
-        raise InputError(f"--with_tracking: no usable tracker for --report_to {report_to} (for "
-                         "tensorboard: pip install tensorboard, or albert_hf[tracking])")
-    accelerator.init_trackers("albert_pretraining", {k: v for k, v in run_config.items()
-                                                     if isinstance(v, (int, float, str, bool))})
+        raise InputError(
+            f"--with_tracking: no usable tracker for --report_to {report_to} (for "
+            "tensorboard: pip install tensorboard, or albert_hf[tracking])"
+        )
+    accelerator.init_trackers(
+        "albert_pretraining", {k: v for k, v in run_config.items() if isinstance(v, (int, float, str, bool))}
+    )
 
 
 def truncate_metrics_log(path: Path, step: int) -> None:

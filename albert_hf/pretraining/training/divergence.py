@@ -33,9 +33,12 @@ class Diverged(InputError):
 
 
 def stop_line(step: int, what: str, lr: float, newest: Path | None) -> str:
-    back = (f"the newest checkpoint, {newest}, has finite weights: run again with --resume_from_checkpoint {newest} "
-            "and a lower --learning_rate" if newest is not None else
-            "no checkpoint was written before it: start over with a lower --learning_rate")
+    back = (
+        f"the newest checkpoint, {newest}, has finite weights: run again with --resume_from_checkpoint {newest} "
+        "and a lower --learning_rate"
+        if newest is not None
+        else "no checkpoint was written before it: start over with a lower --learning_rate"
+    )
     return f"step {step}: {what} at learning rate {lr:.3g}: the run has diverged; {back}"
 
 

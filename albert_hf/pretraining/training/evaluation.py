@@ -3,16 +3,7 @@ six counts a step or an evaluation sums (`step.COUNTS`)."""
 
 import torch
 
-from .step import (
-    COUNTS,
-    MLM_CORRECT,
-    MLM_COUNT,
-    MLM_LOSS,
-    PAIR_CORRECT,
-    PAIR_COUNT,
-    PAIR_LOSS,
-    mlm_targets,
-)
+from .step import COUNTS, MLM_CORRECT, MLM_COUNT, MLM_LOSS, PAIR_CORRECT, PAIR_COUNT, PAIR_LOSS, mlm_targets
 
 
 @torch.no_grad()
@@ -50,8 +41,9 @@ def metrics_from_counts(totals: torch.Tensor, prefix: str = "", pair_task: str =
     if mlm_n:
         metrics.update({f"{prefix}mlm_loss": mlm_loss / mlm_n, f"{prefix}mlm_accuracy": mlm_correct / mlm_n})
     if pair_n:
-        metrics.update({f"{prefix}{pair_task}_loss": pair_loss / pair_n,
-                        f"{prefix}{pair_task}_accuracy": pair_correct / pair_n})
+        metrics.update(
+            {f"{prefix}{pair_task}_loss": pair_loss / pair_n, f"{prefix}{pair_task}_accuracy": pair_correct / pair_n}
+        )
     return metrics
 
 
@@ -89,8 +81,9 @@ def mixed_metrics(totals: torch.Tensor, names, weights: dict, pair_task: str) ->
         total = sum(weight for weight, _ in held)
         if total:
             overall[f"eval_{key}"] = sum(weight * value for weight, value in held) / total
-    return overall | {f"eval_{name}_{key}": value for name, metrics in per_source.items()
-                      for key, value in metrics.items()}
+    return overall | {
+        f"eval_{name}_{key}": value for name, metrics in per_source.items() for key, value in metrics.items()
+    }
 
 
 START_METRICS = ("mlm_accuracy", "mlm_loss")  # compared with step 0 at the end of a continued run
@@ -102,13 +95,15 @@ def since_start(start: dict, end: dict, sources=()) -> tuple[list[str], list[str
     lines, forgot = [], []
     for name in (None, *sources):
         prefix = "eval_" if name is None else f"eval_{name}_"
-        parts = [f"{metric} {start[prefix + metric]:.4f} → {end[prefix + metric]:.4f} "
-                 f"({end[prefix + metric] - start[prefix + metric]:+.4f})"
-                 for metric in START_METRICS if prefix + metric in start and prefix + metric in end]
+        parts = [
+            f"{metric} {start[prefix + metric]:.4f} → {end[prefix + metric]:.4f} "
+            f"({end[prefix + metric] - start[prefix + metric]:+.4f})"
+            for metric in START_METRICS
+            if prefix + metric in start and prefix + metric in end
+        ]
         if parts:
             lines.append(f"{name or 'overall'}: {', '.join(parts)}")
         accuracy = prefix + "mlm_accuracy"
         if name is not None and accuracy in start and accuracy in end and end[accuracy] < start[accuracy]:
             forgot.append(name)
     return lines, forgot
-

@@ -22,8 +22,8 @@ from tqdm.auto import tqdm
 from ...errors import InputError
 from ...runtime.distributed import gather_full_model
 from ...runtime.preemption import StopOnSignal, at_stage, deferred
-from ..data.mixture import MixedPairs, MixedStream, MixPlan
-from ..output.final_folder import save_final_model, where_trained
+from ..data.mixed_pairs import MixedPairs, MixedStream
+from ..data.mixture import MixPlan
 from ..output.hub_push import download_last_checkpoint, hub_source
 from ..output.log import MetricsLog, format_metrics, truncate_metrics_log
 from .divergence import Diverged, check_losses, check_weights, newest_finite, stop_line
@@ -41,8 +41,15 @@ def optimizer_step(run: Run, micro_batches) -> torch.Tensor:
     """One optimizer step (`training_step`), or with --torch_compile_mode whole-step-graph a replay of the captured
     step and the schedule's step; the six counts of `step_counts` and the gradient norm."""
     if run.step_graph is None:
-        return training_step(run.model, micro_batches, run.optimizer, run.scheduler, run.accelerator,
-                             run.args.optimization.max_grad_norm, run.args.optimization.loss_normalization)
+        return training_step(
+            run.model,
+            micro_batches,
+            run.optimizer,
+            run.scheduler,
+            run.accelerator,
+            run.args.optimization.max_grad_norm,
+            run.args.optimization.loss_normalization,
+        )
     counts = run.step_graph(micro_batches)
     run.scheduler.step()
     return counts
@@ -86,8 +93,9 @@ def fit(run: Run, stop: StopOnSignal | None = None) -> FitResult:
     if state.step == 0 and run.args.model.model_name_or_path and run.eval_dataloader is not None:
         at_stage("evaluating the loaded model (step 0)")  # the starting point: loading against forgetting
         logger.info("step 0 (the loaded model): %s", format_metrics(evaluate_and_log(run, state, log)))
-    progress = tqdm(total=steps, initial=state.step, disable=not accelerator.is_main_process,
-                    desc="pretraining", dynamic_ncols=True)
+    progress = tqdm(
+        total=steps, initial=state.step, disable=not accelerator.is_main_process, desc="pretraining", dynamic_ncols=True
+    )
     eval_metrics, stopped, compiled, rollbacks = {}, None, False, 0
     run.model.train()
     at_stage(first_step_stage(run))  # until the first step is done
@@ -102,8 +110,9 @@ def fit(run: Run, stop: StopOnSignal | None = None) -> FitResult:
                 counts = optimizer_step(run, micro_batches)
                 if run.plan.compile and not compiled:  # the first step compiles
                     compiled = True
-                    logger.info("torch.compile: the first step took %.1f s, compiling included",
-                                time.perf_counter() - began)
+                    logger.info(
+                        "torch.compile: the first step took %.1f s, compiling included", time.perf_counter() - began
+                    )
                 state.add_step(counts, micro_batches, update_gate(run.optimizer, accelerator.device), sources)
                 if stop is not None:
                     stop.saving()  # a step to save from here on: a signal waits for the step boundary
@@ -128,8 +137,9 @@ def fit(run: Run, stop: StopOnSignal | None = None) -> FitResult:
     if run.eval_dataloader is not None and (not output.eval_steps or steps % output.eval_steps):
         eval_metrics = evaluate_and_log(run, state, log)
     sources = mix_summary(run, dict(zip(state.source_names, state.source_run.tolist())), state) if run.mix else {}
-    return FitResult(eval_metrics, state.step, run_tokens=state.run_tokens, run_seconds=state.run_seconds,
-                     sources=sources)
+    return FitResult(
+        eval_metrics, state.step, run_tokens=state.run_tokens, run_seconds=state.run_seconds, sources=sources
+    )
 
 
 def mix_summary(run: Run, counts: dict, state: TrainingState) -> dict:
@@ -140,12 +150,15 @@ def mix_summary(run: Run, counts: dict, state: TrainingState) -> dict:
     epochs = run.mixed.plan.epochs(run.pairs_drawn(state))
     summary = {}
     for name, (tokens, pairs) in counts.items():
-        summary |= {f"source_{name}_weight": weights.get(name, 0.0), f"source_{name}_pairs": int(pairs),
-                    f"source_{name}_tokens": int(tokens), f"source_{name}_share": pairs / total if total else 0.0}
+        summary |= {
+            f"source_{name}_weight": weights.get(name, 0.0),
+            f"source_{name}_pairs": int(pairs),
+            f"source_{name}_tokens": int(tokens),
+            f"source_{name}_share": pairs / total if total else 0.0,
+        }
         if epochs.get(name) is not None:
             summary[f"source_{name}_epochs"] = epochs[name]
     return summary
-
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -166,8 +179,10 @@ def resume(run: Run) -> TrainingState:
     saved = run.checkpoints.load(path, COUNTS)
     if "mix" in saved and run.mixed is None:
         names = saved["mix"].get("names", ()) if isinstance(saved["mix"], dict) else ()
-        raise InputError(f"--resume_from_checkpoint {path}: it was written by a run mixing --sources "
-                         f"{', '.join(map(str, names))}: resume it with its --sources")
+        raise InputError(
+            f"--resume_from_checkpoint {path}: it was written by a run mixing --sources "
+            f"{', '.join(map(str, names))}: resume it with its --sources"
+        )
     stream_state = run.checkpoints.stream_state(path) if run.stream is not None else None
     if run.mixed is not None:
         stream_state = continue_mix(run, saved, stream_state, path)
@@ -179,8 +194,13 @@ def resume(run: Run) -> TrainingState:
         state.epoch, state.batches_in_epoch = 0, 0  # the mixed pairs begin where the checkpoint ended
     if accelerator.is_main_process:
         truncate_metrics_log(run.output_dir / "metrics.jsonl", state.step)
-    logger.info("Resumed from %s: step %d, epoch %d, batch %d of the epoch", path, state.step, state.epoch,
-                state.batches_in_epoch)
+    logger.info(
+        "Resumed from %s: step %d, epoch %d, batch %d of the epoch",
+        path,
+        state.step,
+        state.epoch,
+        state.batches_in_epoch,
+    )
     return state
 
 
@@ -193,9 +213,11 @@ def check_vocabulary_size(run: Run, path: Path) -> None:
         return
     ours = run.accelerator.unwrap_model(run.model).config.vocab_size
     if isinstance(saved, int) and saved != ours:
-        raise InputError(f"--resume_from_checkpoint {path}: its model has {saved:,} pieces and this run's {ours:,}: "
-                         "resume with the vocabulary it was written with (the same --model_name_or_path and "
-                         "--extend_vocabulary)")
+        raise InputError(
+            f"--resume_from_checkpoint {path}: its model has {saved:,} pieces and this run's {ours:,}: "
+            "resume with the vocabulary it was written with (the same --model_name_or_path and "
+            "--extend_vocabulary)"
+        )
 
 
 def continue_mix(run: Run, saved: dict, stream_state: dict | None, path: Path) -> dict | None:
@@ -204,8 +226,10 @@ def continue_mix(run: Run, saved: dict, stream_state: dict | None, path: Path) -
     --drop_sources stops the run). Returns the stream position to load, for a stream."""
     where = f"--resume_from_checkpoint {path}"
     if "mix" not in saved:
-        raise InputError(f"{where}: it was written by a run of one corpus, and this run mixes --sources: resume it "
-                         "as it was, or start the mix in another --output_dir")
+        raise InputError(
+            f"{where}: it was written by a run of one corpus, and this run mixes --sources: resume it "
+            "as it was, or start the mix in another --output_dir"
+        )
     mixed = run.mixed
     if isinstance(mixed, MixedStream):
         if not isinstance(stream_state, dict) or "plan" not in stream_state or "streams" not in stream_state:
@@ -214,8 +238,16 @@ def continue_mix(run: Run, saved: dict, stream_state: dict | None, path: Path) -
     else:
         plan, pairs = MixPlan.from_state(saved["mix"], where)
     first = mixed.plan.segments[0]
-    mixed.plan, changed = plan.resumed(pairs, saved["step"], mixed.plan.names, mixed.plan.sizes, first.weights,
-                                       first.batch, run.args.data.drop_sources or (), where)
+    mixed.plan, changed = plan.resumed(
+        pairs,
+        saved["step"],
+        mixed.plan.names,
+        mixed.plan.sizes,
+        first.weights,
+        first.batch,
+        run.args.data.drop_sources or (),
+        where,
+    )
     if changed and run.accelerator.is_main_process:
         logger.warning(changed)
     mixed.align(first.weights)
@@ -232,16 +264,26 @@ def epoch_batches(run: Run, state: TrainingState):
         run.train_dataloader.set_epoch(state.epoch)
     if run.stream is not None:  # unprepared (see prepare); resumed by its state_dict, not by skipping
         accelerator = run.accelerator
-        return (send_to_device(batch, accelerator.device, non_blocking=accelerator.non_blocking)
-                for batch in run.train_dataloader)
+        return (
+            send_to_device(batch, accelerator.device, non_blocking=accelerator.non_blocking)
+            for batch in run.train_dataloader
+        )
     if state.batches_in_epoch:
         return run.accelerator.skip_first_batches(run.train_dataloader, state.batches_in_epoch)
     return run.train_dataloader
 
 
 # the logged rows' names of the window's fields that are not training means (those get "train_")
-RUN_FIELDS = ("lr", "tokens_per_second", "model_tflops_per_second", "mfu", "grad_norm", "data_wait",
-              "peak_memory_gib", "skipped_steps")
+RUN_FIELDS = (
+    "lr",
+    "tokens_per_second",
+    "model_tflops_per_second",
+    "mfu",
+    "grad_norm",
+    "data_wait",
+    "peak_memory_gib",
+    "skipped_steps",
+)
 SHORT_NAMES = {"model_tflops_per_second": "tflops/s", "peak_memory_gib": "mem_gib"}  # the progress bar's
 
 
@@ -250,10 +292,18 @@ def log_window(run: Run, state: TrainingState, log, progress):
     progress bar and the metrics log; a non-finite loss stops the run (pretraining/training/divergence.py)."""
     metrics = state.window_metrics(run.accelerator, run.args.objective.task, current_lr(run), run.throughput)
     sources = source_fields(run, state) if run.mixed is not None else {}
-    progress.set_postfix({SHORT_NAMES.get(k, k.replace("_accuracy", "_acc")):
-                          "non-finite" if v is None else f"{v:.3g}" for k, v in metrics.items() if k != "lr"}
-                         | {key.replace("run_tokens_", "run_tok_").replace("tokens_", "tok_"): f"{value:.3g}"
-                            for key, value in sources.items() if "tokens_" in key})
+    progress.set_postfix(
+        {
+            SHORT_NAMES.get(k, k.replace("_accuracy", "_acc")): "non-finite" if v is None else f"{v:.3g}"
+            for k, v in metrics.items()
+            if k != "lr"
+        }
+        | {
+            key.replace("run_tokens_", "run_tok_").replace("tokens_", "tok_"): f"{value:.3g}"
+            for key, value in sources.items()
+            if "tokens_" in key
+        }
+    )
     log.write(state.step, {k if k in RUN_FIELDS else f"train_{k}": v for k, v in metrics.items()} | sources)
     check_losses(metrics, state.step, metrics["lr"], lambda: newest_checkpoint(run), "training")
     for row in run.hub.sent_rows() if run.hub is not None else ():  # main process: the uploads done meanwhile
@@ -294,8 +344,7 @@ def after_step(run: Run, state: TrainingState, log, progress) -> dict | None:
     return eval_metrics
 
 
-def roll_back(run: Run, state: TrainingState, log, progress, diverged: Diverged,
-              rollbacks: int) -> TrainingState:
+def roll_back(run: Run, state: TrainingState, log, progress, diverged: Diverged, rollbacks: int) -> TrainingState:
     """--on_divergence rollback: the newest finite checkpoint from before the divergence is loaded (weights,
     optimizer, schedule, step count), and training goes on with the data where it is, so that the batches since
     that checkpoint are not seen again. One line and one metrics row say so. Without a checkpoint to go back to,
@@ -313,9 +362,16 @@ def roll_back(run: Run, state: TrainingState, log, progress, diverged: Diverged,
     if run.accelerator.is_main_process:
         truncate_metrics_log(run.output_dir / "metrics.jsonl", back.step)
     log.write(back.step, {"rollback": rollbacks, "rolled_back_from_step": state.step})
-    logger.warning("%s; rolled back to %s (rollback %d of at most %d): training goes on from step %d with the "
-                   "batches after step %d", diverged, path, rollbacks, optimization.max_rollbacks, back.step,
-                   state.step)
+    logger.warning(
+        "%s; rolled back to %s (rollback %d of at most %d): training goes on from step %d with the "
+        "batches after step %d",
+        diverged,
+        path,
+        rollbacks,
+        optimization.max_rollbacks,
+        back.step,
+        state.step,
+    )
     progress.n = back.step
     progress.refresh()
     return back
@@ -333,9 +389,16 @@ def check_skips(run: Run, state: TrainingState, log, progress):
         skipped = int(state.skips[IN_ALL].cpu())
         # a checkpoint written during the skipped steps holds the weights that lead to them: one from before
         first = state.step - state.consecutive.lag - in_a_row + 1
-        raise Diverged(stop_line(state.step, f"{in_a_row} steps in a row (from step {first}) were skipped, their "
-                                             f"loss or gradients not finite ({skipped} skipped in all)",
-                                 current_lr(run), newest_checkpoint(run, before=first)), before=first)
+        raise Diverged(
+            stop_line(
+                state.step,
+                f"{in_a_row} steps in a row (from step {first}) were skipped, their "
+                f"loss or gradients not finite ({skipped} skipped in all)",
+                current_lr(run),
+                newest_checkpoint(run, before=first),
+            ),
+            before=first,
+        )
 
 
 def evaluate_and_log(run: Run, state: TrainingState, log) -> dict:
@@ -355,28 +418,44 @@ def evaluate_and_log(run: Run, state: TrainingState, log) -> dict:
 
 def save_checkpoint(run: Run, state: TrainingState) -> Path:
     """A collective: every process calls it at the same step. Non-finite weights are not written: the run stops."""
-    check_weights(run.model, run.accelerator, state.step, current_lr(run), lambda: newest_checkpoint(run),
-                  f"the step-{state.step} checkpoint")
+    check_weights(
+        run.model,
+        run.accelerator,
+        state.step,
+        current_lr(run),
+        lambda: newest_checkpoint(run),
+        f"the step-{state.step} checkpoint",
+    )
     pushed = run.hub is not None and run.hub.pushes(state.step)  # --hub_strategy: this step's model (and state)
     sharded = run.accelerator.distributed_type == DistributedType.FSDP  # a checkpoint's weights are shards then
     model = gather_full_model(run.accelerator, run.model) if pushed or sharded else None  # a collective under FSDP
     saved = state.checkpoint_state(run.accelerator)
     if run.mixed is not None:  # the plan and each source's position, as data (a stream's: in its own state)
         saved["mix"] = run.mixed.plan.state(run.pairs_drawn(state))
-    path = run.checkpoints.save(state.step, saved, stream_state=None if run.stream is None else run.stream.state_dict(),
-                                full_model=model if sharded else None)
+    path = run.checkpoints.save(
+        state.step,
+        saved,
+        stream_state=None if run.stream is None else run.stream.state_dict(),
+        full_model=model if sharded else None,
+    )
     if pushed:
         run.checkpoints.wait_for_record()  # uploaded with the state
         if model is not None:  # its all_results.json names the step and tokens (run_checkpoint_evals.py reads them)
-            cost = run.throughput.summary(state.step, saved["run_tokens"] + saved["window_tokens"],
-                                          saved["run_seconds"] + saved["window_seconds"])
+            cost = run.throughput.summary(
+                state.step, saved["run_tokens"] + saved["window_tokens"], saved["run_seconds"] + saved["window_seconds"]
+            )
             if run.mix is not None:  # the closed windows' and the open one's
-                cost |= mix_summary(run, {name: [a + b for a, b in zip(counts["run"], counts["window"])]
-                                          for name, counts in saved["sources"].items()}, state)
-            run.hub.push_checkpoint(state.step, path, lambda folder: save_final_model(
-                model, run.tokenizer, folder, run.card(), run.hub.latest_eval, run.global_batch,
-                run.accelerator.num_processes,
-                where=where_trained(run.plan.hardware, run.plan.precision, run.accelerator.num_processes), cost=cost))
+                cost |= mix_summary(
+                    run,
+                    {
+                        name: [a + b for a, b in zip(counts["run"], counts["window"])]
+                        for name, counts in saved["sources"].items()
+                    },
+                    state,
+                )
+            run.hub.push_checkpoint(
+                state.step, path, lambda folder: run.write_model_folder(model, folder, run.hub.latest_eval, cost)
+            )
     return path
 
 

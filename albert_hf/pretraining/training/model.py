@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # annotations only: arguments.py imports this module
     from ..arguments import ModelArgs, OptimizationArgs
     from ..data.vocabulary import VocabularyExtension
 
+
 def resolve_config(model: "ModelArgs") -> AlbertHFConfig:
     """The model's config, worked out once for the run (`resolution.parse_args`): --model_name_or_path's, or for a
     model built from scratch --config_name or the --model_config preset with --sharing. A model built from scratch
@@ -41,12 +42,20 @@ def check_positions(config: AlbertHFConfig, max_seq_length: int) -> None:
     the one check of that limit for a run (the model, the pair builder and the collator each keep their own for
     callers that use them directly)."""
     if max_seq_length > config.max_position_embeddings:
-        raise InputError(f"--max_seq_length {max_seq_length} exceeds the model's max_position_embeddings="
-                         f"{config.max_position_embeddings}")
+        raise InputError(
+            f"--max_seq_length {max_seq_length} exceeds the model's max_position_embeddings="
+            f"{config.max_position_embeddings}"
+        )
 
 
-def build_model(config: AlbertHFConfig, model_name_or_path: str | None, tokenizer, task: str,
-                gradient_checkpointing: bool = False, vocabulary: "VocabularyExtension | None" = None):
+def build_model(
+    config: AlbertHFConfig,
+    model_name_or_path: str | None,
+    tokenizer,
+    task: str,
+    gradient_checkpointing: bool = False,
+    vocabulary: "VocabularyExtension | None" = None,
+):
     """The weights of --model_name_or_path (with `vocabulary`'s new rows: `extend_embeddings`), or a new model of
     `config` with the tokenizer's vocabulary. A loaded model carries what it took from the folder (`loaded_from`:
     `Continued`)."""
@@ -54,11 +63,13 @@ def build_model(config: AlbertHFConfig, model_name_or_path: str | None, tokenize
     if model_name_or_path:
         with loading("--model_name_or_path", model_name_or_path):
             # mismatched shapes are refused below, naming the part (transformers' own error names none)
-            model, info = AlbertHFForPreTraining.from_pretrained(model_name_or_path, output_loading_info=True,
-                                                                 ignore_mismatched_sizes=True)
+            model, info = AlbertHFForPreTraining.from_pretrained(
+                model_name_or_path, output_loading_info=True, ignore_mismatched_sizes=True
+            )
             saved, _ = PretrainedConfig.get_config_dict(model_name_or_path)  # as written: transformers' or ours
-        continued = Continued.of(model_name_or_path, saved, model.config, info.get("missing_keys", ()),
-                                 info.get("mismatched_keys", ()))
+        continued = Continued.of(
+            model_name_or_path, saved, model.config, info.get("missing_keys", ()), info.get("mismatched_keys", ())
+        )
         if vocabulary is not None:
             extend_embeddings(model, vocabulary, model_name_or_path)
     else:
@@ -76,16 +87,25 @@ def extend_embeddings(model, vocabulary: "VocabularyExtension", source: str) -> 
     (and its logits over the loaded pieces) bit for bit."""
     embeddings, decoder = model.get_input_embeddings(), model.get_output_embeddings()
     if decoder.weight is not embeddings.weight:
-        raise InputError(f"--extend_vocabulary: {source} has an MLM decoder not tied to its word embeddings, whose "
-                         "new rows would have no meaning; continue it without --extend_vocabulary")
+        raise InputError(
+            f"--extend_vocabulary: {source} has an MLM decoder not tied to its word embeddings, whose "
+            "new rows would have no meaning; continue it without --extend_vocabulary"
+        )
     if embeddings.num_embeddings != vocabulary.base_size:
-        raise InputError(f"--extend_vocabulary: {source} has {embeddings.num_embeddings:,} embedding rows and its "
-                         f"tokenizer {vocabulary.base_size:,} pieces; new pieces need the rows to follow the pieces")
+        raise InputError(
+            f"--extend_vocabulary: {source} has {embeddings.num_embeddings:,} embedding rows and its "
+            f"tokenizer {vocabulary.base_size:,} pieces; new pieces need the rows to follow the pieces"
+        )
     rows, biases = embeddings.weight, model.predictions.bias
     new_rows = torch.stack([rows[list(split)].float().mean(0) for split in vocabulary.splits]).to(rows.dtype)
     new_biases = torch.stack([biases[list(split)].float().mean() for split in vocabulary.splits]).to(biases.dtype)
-    grown = torch.nn.Embedding(vocabulary.base_size + len(vocabulary.pieces), rows.shape[1],
-                               padding_idx=embeddings.padding_idx, device=rows.device, dtype=rows.dtype)
+    grown = torch.nn.Embedding(
+        vocabulary.base_size + len(vocabulary.pieces),
+        rows.shape[1],
+        padding_idx=embeddings.padding_idx,
+        device=rows.device,
+        dtype=rows.dtype,
+    )
     grown.weight.copy_(torch.cat([rows, new_rows]))
     head = torch.nn.Linear(rows.shape[1], grown.num_embeddings, device=rows.device, dtype=rows.dtype)
     head.weight = grown.weight
@@ -96,8 +116,12 @@ def extend_embeddings(model, vocabulary: "VocabularyExtension", source: str) -> 
 
 
 # The parts of a pretraining model, by the first names of their weights
-PARTS = (("encoder", ("albert.embeddings.", "albert.encoder.")), ("pooler", ("albert.pooler.",)),
-         ("MLM head", ("predictions.",)), ("pair head", ("sop_classifier.",)))
+PARTS = (
+    ("encoder", ("albert.embeddings.", "albert.encoder.")),
+    ("pooler", ("albert.pooler.",)),
+    ("MLM head", ("predictions.",)),
+    ("pair head", ("sop_classifier.",)),
+)
 MASKED_LM_ONLY = ("AlbertForMaskedLM", "AlbertHFForMaskedLM")  # the Hub's transformers ALBERT folders
 
 
@@ -120,19 +144,27 @@ class Continued:
         saved_as = (saved.get("architectures") or ["a model of unknown class"])[0]
         for key, found, expected in sorted(mismatched):
             if key.startswith(dict(PARTS)["pair head"]):
-                raise InputError(f"--model_name_or_path {source}: its pair head has another shape ({key}: "
-                                 f"{tuple(found)} in the folder) than the SOP or NSP head pretraining trains "
-                                 f"({tuple(expected)}); continue from an ALBERT pretraining or masked-LM folder")
-            raise InputError(f"--model_name_or_path {source}: {key} is {tuple(found)} in the folder and "
-                             f"{tuple(expected)} by its config.json: its weights and config disagree")
+                raise InputError(
+                    f"--model_name_or_path {source}: its pair head has another shape ({key}: "
+                    f"{tuple(found)} in the folder) than the SOP or NSP head pretraining trains "
+                    f"({tuple(expected)}); continue from an ALBERT pretraining or masked-LM folder"
+                )
+            raise InputError(
+                f"--model_name_or_path {source}: {key} is {tuple(found)} in the folder and "
+                f"{tuple(expected)} by its config.json: its weights and config disagree"
+            )
         fresh = tuple(name for name, prefixes in PARTS if any(key.startswith(prefixes) for key in missing_keys))
         if "encoder" in fresh:
-            raise InputError(f"--model_name_or_path {source}: it holds no ALBERT encoder weights (saved as "
-                             f"{saved_as}); continue from a folder of an ALBERT model")
+            raise InputError(
+                f"--model_name_or_path {source}: it holds no ALBERT encoder weights (saved as "
+                f"{saved_as}); continue from a folder of an ALBERT model"
+            )
         reason = ""
         if fresh and saved_as in MASKED_LM_ONLY:
-            reason = ("not in this folder: transformers' AlbertForMaskedLM folders carry none; the original TF "
-                      "checkpoints do (python -m albert_hf.convert --from_tf)")
+            reason = (
+                "not in this folder: transformers' AlbertForMaskedLM folders carry none; the original TF "
+                "checkpoints do (python -m albert_hf.convert --from_tf)"
+            )
         elif fresh:
             reason = f"not in this folder (saved as {saved_as})"
         head_task = getattr(config, "pretraining_task", None)
@@ -145,17 +177,20 @@ class Continued:
         --task, and the optimizer and schedule starting over."""
         pair = {"sop": "SOP head", "nsp": "NSP head"}.get(task, "pair head")
         name = lambda part: pair if part == "pair head" else part  # noqa: E731
-        line = (f"continued from {self.source} (saved as {self.saved_as}): {', '.join(map(name, self.loaded))} "
-                "loaded")
+        line = f"continued from {self.source} (saved as {self.saved_as}): {', '.join(map(name, self.loaded))} loaded"
         if self.fresh:
             line += f"; {' and '.join(map(name, self.fresh))} initialised fresh: {self.reason}"
         if task == "none":
             line += "; the pair head is not trained (--task none)"
         elif self.head_task and self.head_task != task and "pair head" not in self.fresh:
-            line += (f"; its 2-way head was trained for {self.head_task.upper()} and is trained for {task.upper()} "
-                     "from here (--task)")
-        return (line + f"; the optimizer starts fresh and the learning rate warms up again over {num_warmup_steps} "
-                "steps (--num_warmup_steps)")
+            line += (
+                f"; its 2-way head was trained for {self.head_task.upper()} and is trained for {task.upper()} "
+                "from here (--task)"
+            )
+        return (
+            line + f"; the optimizer starts fresh and the learning rate warms up again over {num_warmup_steps} "
+            "steps (--num_warmup_steps)"
+        )
 
 
 def planned_weight_bytes(config: AlbertHFConfig, vocab_size: int | None) -> int:
@@ -191,48 +226,72 @@ def finish_model(model, tokenizer, task: str, gradient_checkpointing: bool):
 
 def make_optimizer(model, optimization: "OptimizationArgs"):
     groups = parameter_groups(model, weight_decay=optimization.weight_decay)
-    return OPTIMIZERS[optimization.optimizer](groups, lr=optimization.learning_rate, eps=optimization.adam_epsilon,
-                                              betas=(optimization.adam_beta1, optimization.adam_beta2))
+    return OPTIMIZERS[optimization.optimizer](
+        groups,
+        lr=optimization.learning_rate,
+        eps=optimization.adam_epsilon,
+        betas=(optimization.adam_beta1, optimization.adam_beta2),
+    )
 
 
 def compile_note(device: torch.device, mode: str | None) -> str:
     """What the start line says of --torch_compile; measured on an H200 (BENCHMARKS.md, "CUDA graphs")."""
     shapes = "static shapes" if device.type == "cuda" else "dynamic shapes"
     if mode == STEP_GRAPH:
-        return (f"torch.compile (mode default, {shapes}) of each distinct block and the MLM head with its loss, and "
-                "the whole training step (forward, backward, clipping, the update) captured as one CUDA graph at the "
-                "first step and replayed")
+        return (
+            f"torch.compile (mode default, {shapes}) of each distinct block and the MLM head with its loss, and "
+            "the whole training step (forward, backward, clipping, the update) captured as one CUDA graph at the "
+            "first step and replayed"
+        )
     note = f"torch.compile (mode {mode or 'default'}, {shapes}) of each distinct block and the MLM head with its loss"
     if device.type == "cuda" and mode in (None, "default"):
-        note += ("; on an H200 this ran no faster than eager where the host limits the step (BENCHMARKS.md, \"CUDA "
-                 "graphs\"); --torch_compile_mode whole-step-graph removes the host's share")
+        note += (
+            '; on an H200 this ran no faster than eager where the host limits the step (BENCHMARKS.md, "CUDA '
+            "graphs\"); --torch_compile_mode whole-step-graph removes the host's share"
+        )
     return note
 
 
-def build_run_model(model_args: "ModelArgs", config: AlbertHFConfig, task: str, tokenizer, accelerator,
-                    fsdp_request, warmup_steps: int = 0, vocabulary: "VocabularyExtension | None" = None,
-                    compile: bool = False, compile_mode: str | None = None) -> tuple[torch.nn.Module, list[str]]:
+def build_run_model(
+    model_args: "ModelArgs",
+    config: AlbertHFConfig,
+    task: str,
+    tokenizer,
+    accelerator,
+    fsdp_request,
+    warmup_steps: int = 0,
+    vocabulary: "VocabularyExtension | None" = None,
+    compile: bool = False,
+    compile_mode: str | None = None,
+) -> tuple[torch.nn.Module, list[str]]:
     """The model of the run and what the start line says of it: built or loaded (under FSDP's RAM-efficient loading,
     read by the first process only), its blocks compiled with `compile` (in `compile_mode`: the step the machine
     takes, `machine.MachinePlan`), sharded under FSDP2. Activations are recomputed
     in backward with --gradient_checkpointing or the FSDP config's activation checkpointing. A continued run's
     notes open with what it took from --model_name_or_path (`Continued.note`, `warmup_steps` its re-warming) and the
     pieces --extend_vocabulary added (`vocabulary`)."""
-    checkpointing = model_args.gradient_checkpointing or (fsdp_request is not None
-                                                          and fsdp_request.activation_checkpointing)
+    checkpointing = model_args.gradient_checkpointing or (
+        fsdp_request is not None and fsdp_request.activation_checkpointing
+    )
     source = model_args.model_name_or_path
     first_process_loads = fsdp_request is not None and fsdp_request.ram_efficient_loading and bool(source)
     notes = []
     if first_process_loads:
         model = load_on_first_process(
-            accelerator, lambda: build_model(config, source, tokenizer, task, checkpointing, vocabulary),
-            lambda loaded: finish_model(AlbertHFForPreTraining(loaded), tokenizer, task, checkpointing))
-        notes.append("fsdp_cpu_ram_efficient_loading: the first process read --model_name_or_path, the others "
-                     "received their shards")
+            accelerator,
+            lambda: build_model(config, source, tokenizer, task, checkpointing, vocabulary),
+            lambda loaded: finish_model(AlbertHFForPreTraining(loaded), tokenizer, task, checkpointing),
+        )
+        notes.append(
+            "fsdp_cpu_ram_efficient_loading: the first process read --model_name_or_path, the others "
+            "received their shards"
+        )
     else:
         if fsdp_request is not None and fsdp_request.ram_efficient_loading:
-            notes.append("fsdp_cpu_ram_efficient_loading: nothing to load (no --model_name_or_path); every "
-                         "process builds the same weights from --seed")
+            notes.append(
+                "fsdp_cpu_ram_efficient_loading: nothing to load (no --model_name_or_path); every "
+                "process builds the same weights from --seed"
+            )
         model = build_model(config, source, tokenizer, task, checkpointing, vocabulary)
     if getattr(model, "loaded_from", None) is not None:  # the first process's, under RAM-efficient loading
         notes.insert(0, model.loaded_from.note(task, warmup_steps))
@@ -241,8 +300,9 @@ def build_run_model(model_args: "ModelArgs", config: AlbertHFConfig, task: str, 
     if compile:  # whole-step-graph: the blocks in the default mode, inside the step's graph
         mode = compile_mode
         # one batch shape on CUDA devices (the collator's static_shapes), a new row count every batch elsewhere
-        model.compile_blocks(dynamic=accelerator.device.type != "cuda",
-                             **({"mode": mode} if mode not in (None, STEP_GRAPH) else {}))
+        model.compile_blocks(
+            dynamic=accelerator.device.type != "cuda", **({"mode": mode} if mode not in (None, STEP_GRAPH) else {})
+        )
         notes.append(compile_note(accelerator.device, mode))
     if accelerator.is_fsdp2:  # before the optimizer is built: it must hold the sharded parameters
         shard_model(accelerator, model, send_first_process_weights=first_process_loads)

@@ -6,13 +6,17 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 
+from ...errors import InputError
 from ...runtime.throughput import Throughput, peak_memory_gib
 from .evaluation import metrics_from_counts
 from .step import COUNTS, GRAD_NORM
+
+STATE_FILE = "training_state.json"  # a checkpoint's copy of the state, written last: a step_N without it is none
 
 # `window_sums`, by index after the six counts: the window's real tokens, its seconds spent waiting for batches, then
 # each source's [tokens, pairs] (SOURCE_TOKENS, SOURCE_PAIRS)
@@ -86,10 +90,14 @@ class TrainingState:
 
     @classmethod
     def start(cls, device: torch.device, source_names=()) -> "TrainingState":
-        state = cls(torch.zeros(COUNTS, dtype=torch.float64, device=device),
-                    torch.zeros((), dtype=torch.float64, device=device), time.perf_counter(),
-                    torch.zeros(3, dtype=torch.float64, device=device), LaggedRead(device),
-                    torch.full((), -1.0, dtype=torch.float64, device=device))
+        state = cls(
+            torch.zeros(COUNTS, dtype=torch.float64, device=device),
+            torch.zeros((), dtype=torch.float64, device=device),
+            time.perf_counter(),
+            torch.zeros(3, dtype=torch.float64, device=device),
+            LaggedRead(device),
+            torch.full((), -1.0, dtype=torch.float64, device=device),
+        )
         state.resize_sources(source_names)
         return state
 
@@ -109,16 +117,21 @@ class TrainingState:
         """The position of a checkpoint's training state (checked by StepCheckpoints.load); its window on the main
         process, which holds the sums; the skip counts in every process."""
         self.step, self.epoch, self.batches_in_epoch = saved["step"], saved["epoch"], saved["batches_in_epoch"]
-        self.skips.copy_(torch.tensor([saved.get("window_skipped", 0), saved.get("consecutive_skips", 0),
-                                       saved.get("skipped_steps", 0)], dtype=torch.float64))
+        self.skips.copy_(
+            torch.tensor(
+                [saved.get("window_skipped", 0), saved.get("consecutive_skips", 0), saved.get("skipped_steps", 0)],
+                dtype=torch.float64,
+            )
+        )
         self.consecutive.record(self.skips[IN_A_ROW], self.step)
         self.run_tokens, self.run_seconds = saved.get("run_tokens", 0.0), saved.get("run_seconds", 0.0)
         counts = saved.get("sources", {})
         for i, name in enumerate(self.source_names):
             self.source_run[i] = counts.get(name, {}).get("run", (0.0, 0.0))
             if main_process:
-                self.source_window[i] = torch.tensor(counts.get(name, {}).get("window", (0.0, 0.0)),
-                                                     dtype=torch.float64)
+                self.source_window[i] = torch.tensor(
+                    counts.get(name, {}).get("window", (0.0, 0.0)), dtype=torch.float64
+                )
         if main_process and "window" in saved:
             self.window = torch.tensor(saved["window"], dtype=torch.float64, device=self.window.device)
             self.window_tokens.fill_(saved["window_tokens"])
@@ -159,8 +172,9 @@ class TrainingState:
         """A collective: the six counts, the real tokens, the seconds spent waiting for batches, then a mixed run's
         [tokens, pairs] of each source, summed over all processes."""
         wait = torch.full((1,), self.window_data_wait, dtype=torch.float64, device=self.window.device)
-        return accelerator.reduce(torch.cat([self.window, self.window_tokens.view(1), wait,
-                                             self.source_window.flatten()]), "sum").cpu()
+        return accelerator.reduce(
+            torch.cat([self.window, self.window_tokens.view(1), wait, self.source_window.flatten()]), "sum"
+        ).cpu()
 
     def run_totals(self, accelerator) -> tuple[float, float]:
         """A collective: the run's real tokens (all processes) and wall seconds of training up to now."""
@@ -205,10 +219,83 @@ class TrainingState:
         sums, tokens, wait = totals[:COUNTS], totals[WINDOW_TOKENS], totals[WINDOW_WAIT]
         sources = totals[WINDOW_SOURCES:]
         window_skipped, consecutive, skipped = self.skips.cpu().tolist()
-        return {"step": self.step, "epoch": self.epoch, "batches_in_epoch": self.batches_in_epoch,
-                "skipped_steps": int(skipped), "window_skipped": int(window_skipped),
-                "consecutive_skips": int(consecutive), "window": sums, "window_tokens": tokens,
-                "window_seconds": time.perf_counter() - self.window_start, "window_data_wait": wait,
-                "run_tokens": self.run_tokens, "run_seconds": self.run_seconds,
-                **({"sources": {name: {"window": sources[2 * i:2 * i + 2], "run": self.source_run[i].tolist()}
-                                for i, name in enumerate(self.source_names)}} if self.source_names else {})}
+        return {
+            "step": self.step,
+            "epoch": self.epoch,
+            "batches_in_epoch": self.batches_in_epoch,
+            "skipped_steps": int(skipped),
+            "window_skipped": int(window_skipped),
+            "consecutive_skips": int(consecutive),
+            "window": sums,
+            "window_tokens": tokens,
+            "window_seconds": time.perf_counter() - self.window_start,
+            "window_data_wait": wait,
+            "run_tokens": self.run_tokens,
+            "run_seconds": self.run_seconds,
+            **(
+                {
+                    "sources": {
+                        name: {"window": sources[2 * i : 2 * i + 2], "run": self.source_run[i].tolist()}
+                        for i, name in enumerate(self.source_names)
+                    }
+                }
+                if self.source_names
+                else {}
+            ),
+        }
+
+
+def checked_position(path: Path, state, window_length: int) -> dict:
+    """The loop's position in `state` (read from `path`'s STATE_FILE), checked: the position, and the logging
+    window of `window_length` sums when saved."""
+    positions = ("step", "epoch", "batches_in_epoch")
+    if not isinstance(state, dict) or not all(type(state.get(key)) is int and state[key] >= 0 for key in positions):
+        raise InputError(
+            f"--resume_from_checkpoint {path}: {STATE_FILE} does not hold the loop's position "
+            f"({', '.join(positions)}: integers >= 0)"
+        )
+    if "window" in state:
+        sums = state["window"]
+        if not (
+            isinstance(sums, list)
+            and len(sums) == window_length
+            and all(type(v) in (int, float) for v in [*sums, state.get("window_tokens"), state.get("window_seconds")])
+        ):
+            raise InputError(
+                f"--resume_from_checkpoint {path}: the logging window in its training state is "
+                f"not {window_length} + 2 numbers"
+            )
+    skips = ("skipped_steps", "window_skipped", "consecutive_skips")  # written since skipped steps were counted
+    if not all(type(state.get(key, 0)) is int and state.get(key, 0) >= 0 for key in skips):
+        raise InputError(
+            f"--resume_from_checkpoint {path}: {STATE_FILE}: the skipped-step counts "
+            f"({', '.join(skips)}) are not integers >= 0"
+        )
+    totals = ("window_data_wait", "run_tokens", "run_seconds")  # 0 where a checkpoint has none
+    if not all(
+        type(state.get(key, 0)) in (int, float) and math.isfinite(state.get(key, 0)) and state.get(key, 0) >= 0
+        for key in totals
+    ):
+        raise InputError(
+            f"--resume_from_checkpoint {path}: {STATE_FILE}: the run's totals ({', '.join(totals)}) "
+            "are not finite numbers >= 0"
+        )
+    counts = state.get("sources", {})  # a mixed run's [tokens, pairs] of each source (its plan: "mix")
+    if not (
+        isinstance(counts, dict)
+        and all(
+            isinstance(pair, dict)
+            and all(
+                isinstance(pair.get(key), list)
+                and len(pair[key]) == 2
+                and all(type(v) in (int, float) and math.isfinite(v) and v >= 0 for v in pair[key])
+                for key in ("window", "run")
+            )
+            for pair in counts.values()
+        )
+    ):
+        raise InputError(
+            f"--resume_from_checkpoint {path}: {STATE_FILE}: the sources' counts are not [tokens, "
+            "pairs] of the window and of the run for each source"
+        )
+    return state

@@ -118,8 +118,9 @@ def weighted_loss(outputs, batch, weights: torch.Tensor) -> torch.Tensor:
     return loss
 
 
-def training_step(model, micro_batches, optimizer, scheduler, accelerator, max_grad_norm,
-                  normalization: str = "global") -> torch.Tensor:
+def training_step(
+    model, micro_batches, optimizer, scheduler, accelerator, max_grad_norm, normalization: str = "global"
+) -> torch.Tensor:
     """One optimizer step over its micro-batches (`accumulate_and_update`), then the schedule's step. Returns the six
     counts of `step_counts`, summed over the micro-batches, and the gradient norm (at GRAD_NORM).
 
@@ -133,8 +134,15 @@ def training_step(model, micro_batches, optimizer, scheduler, accelerator, max_g
     return counts
 
 
-def accumulate_and_update(model, micro_batches, optimizer, accelerator, max_grad_norm,
-                          normalization: str = "global", own_all_reduce: bool = False) -> torch.Tensor:
+def accumulate_and_update(
+    model,
+    micro_batches,
+    optimizer,
+    accelerator,
+    max_grad_norm,
+    normalization: str = "global",
+    own_all_reduce: bool = False,
+) -> torch.Tensor:
     """The device's part of a step: forward and backward of each micro-batch (the processes' gradients are
     synchronised on the last one only), clipping, the update, the gradients freed. Nothing is read back to the
     host, so that the step can be captured as a CUDA graph (`step_graph.StepGraph`).

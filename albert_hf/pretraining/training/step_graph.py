@@ -34,37 +34,49 @@ MODE = "whole-step-graph"  # the --torch_compile_mode that asks for it
 WARMUP_STEPS = 3  # before capture: allocator, optimizer state and compiled kernels settle
 
 
-def obstacle(device_type: str, sharding: str | None, mixed_precision: str, checkpointing: bool,
-             rollback: bool = False) -> tuple[str, str] | None:
+def obstacle(
+    device_type: str, sharding: str | None, mixed_precision: str, checkpointing: bool, rollback: bool = False
+) -> tuple[str, str] | None:
     """What keeps this run's step from being captured as one CUDA graph, and what to do about it; None when it can
     be. One process or DDP can (the step then averages the gradients itself: `accumulate_and_update`); `sharding`
     names FSDP or DeepSpeed, whose collectives run from their own hooks."""
     if sharding:
-        return (f"this run shards the model with {sharding}, whose collectives the graph does not hold",
-                "use DDP, or --torch_compile_mode default or reduce-overhead")
+        return (
+            f"this run shards the model with {sharding}, whose collectives the graph does not hold",
+            "use DDP, or --torch_compile_mode default or reduce-overhead",
+        )
     if device_type != "cuda":
         return f"this run is on {device_type}, not a CUDA device", "drop it or use another mode"
     if mixed_precision == "fp16":
         return "fp16's loss scaler reads the device every step", "use --mixed_precision bf16 or no"
     if checkpointing:
-        return ("activation checkpointing (--gradient_checkpointing or the FSDP config's) is not captured in this "
-                "form", "drop one of them")
+        return (
+            "activation checkpointing (--gradient_checkpointing or the FSDP config's) is not captured in this form",
+            "drop one of them",
+        )
     if rollback:
-        return ("--on_divergence rollback loads checkpoints, replacing the optimizer state the captured step reads",
-                "drop one of them")
+        return (
+            "--on_divergence rollback loads checkpoints, replacing the optimizer state the captured step reads",
+            "drop one of them",
+        )
     return None
 
 
 def refusal(accelerator, checkpointing: bool) -> str | None:
     """Why this run's step cannot be captured as one CUDA graph, in one line; None when it can."""
-    found = obstacle(accelerator.device.type, requested_sharding(accelerator),
-                     accelerator.mixed_precision, checkpointing)
-    return None if found is None else (f"--torch_compile_mode {MODE} captures the training step as a CUDA graph: "
-                                       f"{found[0]}; {found[1]}")
+    found = obstacle(
+        accelerator.device.type, requested_sharding(accelerator), accelerator.mixed_precision, checkpointing
+    )
+    return (
+        None
+        if found is None
+        else (f"--torch_compile_mode {MODE} captures the training step as a CUDA graph: {found[0]}; {found[1]}")
+    )
 
 
-def default_mode(device_type: str, processes: int, sharding: str | None, mixed_precision: str, checkpointing: bool,
-                 rollback: bool) -> tuple[str | None, str | None]:
+def default_mode(
+    device_type: str, processes: int, sharding: str | None, mixed_precision: str, checkpointing: bool, rollback: bool
+) -> tuple[str | None, str | None]:
     """The step a run gets when it asks for none (--torch_compile_mode auto, the default): on one CUDA device the
     whole-step graph of the compiled blocks, the fastest step measured there (BENCHMARKS.md, "CUDA graphs"); where
     that cannot run, and under DDP, whose graph has not yet run on GPUs (asked for, it runs), the eager step and the
@@ -75,18 +87,23 @@ def default_mode(device_type: str, processes: int, sharding: str | None, mixed_p
         return None, None
     found = obstacle(device_type, sharding, mixed_precision, checkpointing, rollback)
     if found is None and processes > 1:
-        found = (f"under DDP ({processes} processes) the graph is not yet the default, not having run on GPUs: "
-                 f"--torch_compile_mode {MODE} asks for it",)
+        found = (
+            f"under DDP ({processes} processes) the graph is not yet the default, not having run on GPUs: "
+            f"--torch_compile_mode {MODE} asks for it",
+        )
     if found is None:
         return MODE, None
-    return None, (f"eager step, not the whole-step graph a CUDA device gets by default: {found[0]} "
-                  "(--torch_compile_mode none asks for eager and silences this)")
+    return None, (
+        f"eager step, not the whole-step graph a CUDA device gets by default: {found[0]} "
+        "(--torch_compile_mode none asks for eager and silences this)"
+    )
 
 
 def shapes(micro_batches) -> tuple:
     """What a replay needs to match: the number of micro-batches and each tensor's name, shape and dtype."""
-    return tuple(tuple((key, tuple(value.shape), value.dtype) for key, value in batch.items())
-                 for batch in micro_batches)
+    return tuple(
+        tuple((key, tuple(value.shape), value.dtype) for key, value in batch.items()) for batch in micro_batches
+    )
 
 
 class CudaGraph:
@@ -154,17 +171,28 @@ class StepGraph:
         return self.counts.clone()  # the next replay writes over the captured output
 
     def body(self) -> torch.Tensor:
-        return accumulate_and_update(self.model, self.static, self.optimizer, self.accelerator, self.max_grad_norm,
-                                     self.normalization, own_all_reduce=True)
+        return accumulate_and_update(
+            self.model,
+            self.static,
+            self.optimizer,
+            self.accelerator,
+            self.max_grad_norm,
+            self.normalization,
+            own_all_reduce=True,
+        )
 
     def eager_step(self, micro_batches) -> torch.Tensor:
         self.eager_steps += 1
         if self.eager_steps == 1:
-            logger.info("%s: a step whose batches differ in shape from the captured one (an epoch's last) runs "
-                        "eagerly; logged once", MODE)
+            logger.info(
+                "%s: a step whose batches differ in shape from the captured one (an epoch's last) runs "
+                "eagerly; logged once",
+                MODE,
+            )
         self.optimizer.zero_grad(set_to_none=True)  # the graph's last gradients are not this step's
-        return accumulate_and_update(self.model, micro_batches, self.optimizer, self.accelerator, self.max_grad_norm,
-                                     self.normalization)
+        return accumulate_and_update(
+            self.model, micro_batches, self.optimizer, self.accelerator, self.max_grad_norm, self.normalization
+        )
 
     def capture(self, micro_batches):
         device = micro_batches[0]["input_ids"].device
@@ -195,8 +223,12 @@ class RunState:
     @classmethod
     def save(cls, model, optimizer, device: torch.device) -> "RunState":
         weights = [param.detach().clone() for param in model.parameters()]
-        optimizer_state = {id(value): value.clone() for state in optimizer.state.values()
-                           for value in state.values() if isinstance(value, torch.Tensor)}
+        optimizer_state = {
+            id(value): value.clone()
+            for state in optimizer.state.values()
+            for value in state.values()
+            if isinstance(value, torch.Tensor)
+        }
         rng = (torch.get_rng_state(), torch.cuda.get_rng_state(device) if device.type == "cuda" else None)
         return cls(weights, optimizer_state, rng)
 

@@ -10,7 +10,7 @@ from typing import Protocol
 
 from ...errors import InputError
 from ...hub.model_card import CardDataset, from_sources, hub_dataset_id, limits
-from ..finetuning import SPLIT_FLAGS, limit, load_checkpoint_config
+from ..inputs import SPLIT_FLAGS, limit, load_checkpoint_config
 from ..own_data import data as own_data
 from .files import READERS, load_raw_splits, local_files, prepare_splits
 from .recipe import GLUE_HUB_DATASET, TASKS, GlueTask, check_checkpoint_labels, get_task, paper_recipe
@@ -22,31 +22,42 @@ logger = logging.getLogger(__name__)
 class GlueDataArguments:
     """Data arguments, named as in transformers' run_glue.py (plus --data_dir)."""
 
-    task_name: str | None = field(default=None, metadata={
-        "help": f"a GLUE task, one of: {', '.join(TASKS)}; leave it out to fine-tune on your own data "
-        "(--train_file / --validation_file / --test_file or --dataset_name)"})
-    data_dir: str | None = field(
+    task_name: str | None = field(
         default=None,
-        metadata={"help": "an original GLUE task folder (e.g. glue_data/MRPC), or glue_data itself"},
+        metadata={
+            "help": f"a GLUE task, one of: {', '.join(TASKS)}; leave it out to fine-tune on your own data "
+            "(--train_file / --validation_file / --test_file or --dataset_name)"
+        },
     )
-    dataset_name: str | None = field(default=None, metadata={
-        "help": "used when no local file is given: for a GLUE task the Hub dataset holding it (default "
-        f"{GLUE_HUB_DATASET}, config = task); for your own data a Hub dataset, a folder of data files or a "
-        "save_to_disk folder"})
+    data_dir: str | None = field(
+        default=None, metadata={"help": "an original GLUE task folder (e.g. glue_data/MRPC), or glue_data itself"}
+    )
+    dataset_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "used when no local file is given: for a GLUE task the Hub dataset holding it (default "
+            f"{GLUE_HUB_DATASET}, config = task); for your own data a Hub dataset, a folder of data files or a "
+            "save_to_disk folder"
+        },
+    )
     dataset_config_name: str | None = field(default=None, metadata={"help": "your own data: the Hub config"})
-    text_column_names: str | None = field(default=None, metadata={
-        "help": "your own data: the one or two text columns, comma-separated (default: sentence1,sentence2 when "
-        "there, else the first one or two text columns)"})
+    text_column_names: str | None = field(
+        default=None,
+        metadata={
+            "help": "your own data: the one or two text columns, comma-separated (default: sentence1,sentence2 when "
+            "there, else the first one or two text columns)"
+        },
+    )
     label_column_name: str = field(default="label", metadata={"help": "your own data: the label column"})
-    train_file: str | None = field(default=None, metadata={
-        "help": "training data: .tsv (GLUE), .csv, .json, .jsonl (and .parquet for your own data)"})
+    train_file: str | None = field(
+        default=None,
+        metadata={"help": "training data: .tsv (GLUE), .csv, .json, .jsonl (and .parquet for your own data)"},
+    )
     validation_file: str | None = field(default=None, metadata={"help": "dev data (MNLI: matched)"})
     validation_mismatched_file: str | None = field(default=None, metadata={"help": "MNLI: dev mismatched"})
     test_file: str | None = field(default=None, metadata={"help": "unlabelled test data (MNLI: matched)"})
     test_mismatched_file: str | None = field(default=None, metadata={"help": "MNLI: test mismatched"})
-    max_seq_length: int = field(
-        default=128, metadata={"help": "pairs are truncated longest-first to this many tokens"}
-    )
+    max_seq_length: int = field(default=128, metadata={"help": "pairs are truncated longest-first to this many tokens"})
     pad_to_max_length: bool = field(
         default=True, metadata={"help": "pad every example to max_seq_length (False: pad per batch)"}
     )
@@ -85,7 +96,7 @@ class TaskData(Protocol):
         """Stop on a data argument this kind of run does not take (InputError)."""
 
     def check_wanted(self, wanted: dict) -> None:
-        """Stop on splits (`finetuning.wanted_samples`) this kind of run cannot give (InputError)."""
+        """Stop on splits (`inputs.wanted_samples`) this kind of run cannot give (InputError)."""
 
     def paper_recipe(self) -> tuple[str, dict]:
         """(name, recipe) for --paper_hparams (`paper_hparams.apply_paper_hparams`), or InputError where there is
@@ -99,6 +110,7 @@ class TaskData(Protocol):
 
     def card_dataset(self, data_args: GlueDataArguments, wanted, task) -> CardDataset:
         """The card's Data section, for the splits `wanted` and the `task` that `read` returned."""
+
 
 @dataclass(frozen=True)
 class GlueTaskData:
@@ -114,16 +126,23 @@ class GlueTaskData:
             raise InputError("--label_column_name is for your own data (no --task_name): GLUE tasks have their own")
         if self.task.name != "mnli" and (data_args.validation_mismatched_file or data_args.test_mismatched_file):
             raise InputError("--validation_mismatched_file / --test_mismatched_file are for --task_name mnli only")
-        for name in ("train_file", "validation_file", "validation_mismatched_file", "test_file",
-                     "test_mismatched_file"):
+        for name in (
+            "train_file",
+            "validation_file",
+            "validation_mismatched_file",
+            "test_file",
+            "test_mismatched_file",
+        ):
             path = getattr(data_args, name)
             if path is not None and Path(path).suffix.lower() not in READERS:
                 raise InputError(f"--{name} {path}: unsupported extension; use one of {', '.join(READERS)}")
 
     def check_wanted(self, wanted: dict) -> None:
         if self.task.predict_only and set(wanted) != {"test"}:
-            raise InputError(f"{self.task.name} is the GLUE diagnostic set (unlabelled): --do_predict only, with a "
-                             "model fine-tuned on MNLI")
+            raise InputError(
+                f"{self.task.name} is the GLUE diagnostic set (unlabelled): --do_predict only, with a "
+                "model fine-tuned on MNLI"
+            )
 
     def paper_recipe(self) -> tuple[str, dict]:
         return paper_recipe(self.task)
@@ -134,9 +153,11 @@ class GlueTaskData:
         raw_splits, sources = load_raw_splits(data_args, task, wanted, model_args.cache_dir, model_args.token)
         for kind in wanted:
             if not any(task.split_kind(split) == kind for split in raw_splits):
-                raise InputError(f"{SPLIT_FLAGS[kind]} needs {kind} data for {task.name}: pass --{kind}_file, or a "
-                                 "--data_dir holding "
-                                 f"{[n for split, n in task.tsv_files.items() if task.split_kind(split) == kind]}")
+                raise InputError(
+                    f"{SPLIT_FLAGS[kind]} needs {kind} data for {task.name}: pass --{kind}_file, or a "
+                    "--data_dir holding "
+                    f"{[n for split, n in task.tsv_files.items() if task.split_kind(split) == kind]}"
+                )
         splits = prepare_splits(raw_splits, sources, task)
         check_checkpoint_labels(load_checkpoint_config(model_args), task)
         return task, raw_splits, sources, splits
@@ -148,8 +169,10 @@ class GlueTaskData:
         """The GLUE task from the Hub or from its files."""
         task = self.task
         mnli = task.name == "mnli"
-        splits = dict(splits={"eval_": "validation_matched" if mnli else "validation", "predict_": "test"},
-                      suffixes={"_mm": "validation_mismatched"} if mnli else {})
+        splits = dict(
+            splits={"eval_": "validation_matched" if mnli else "validation", "predict_": "test"},
+            suffixes={"_mm": "validation_mismatched"} if mnli else {},
+        )
         files = local_files(data_args, task)
         sources = {}
         for split in wanted:
@@ -172,35 +195,47 @@ class OwnData:
 
     def check_arguments(self, data_args: GlueDataArguments) -> None:
         if data_args.data_dir is not None:
-            raise InputError("--data_dir reads the original GLUE folders: pass --task_name with it, or give your "
-                             "own data as --train_file / --validation_file / --test_file")
+            raise InputError(
+                "--data_dir reads the original GLUE folders: pass --task_name with it, or give your "
+                "own data as --train_file / --validation_file / --test_file"
+            )
         if data_args.validation_mismatched_file or data_args.test_mismatched_file:
             raise InputError("--validation_mismatched_file / --test_mismatched_file are for --task_name mnli only")
         files = [name for name in ("train_file", "validation_file", "test_file") if getattr(data_args, name)]
         if not files and not data_args.dataset_name:
-            raise InputError("no data: pass --task_name (a GLUE task), or your own data as --train_file / "
-                             "--validation_file / --test_file or --dataset_name")
+            raise InputError(
+                "no data: pass --task_name (a GLUE task), or your own data as --train_file / "
+                "--validation_file / --test_file or --dataset_name"
+            )
         if files and data_args.dataset_name:
             raise InputError("pass your own data as files (--train_file ...) or as --dataset_name, not both")
         for name in files:
             if Path(getattr(data_args, name)).suffix.lower() not in own_data.FORMATS:
-                raise InputError(f"--{name} {getattr(data_args, name)}: unsupported extension; use one of "
-                                 f"{', '.join(own_data.FORMATS)}")
+                raise InputError(
+                    f"--{name} {getattr(data_args, name)}: unsupported extension; use one of "
+                    f"{', '.join(own_data.FORMATS)}"
+                )
 
     def check_wanted(self, wanted: dict) -> None:
         pass  # any split: the kinds the data lacks stop `read`
 
     def paper_recipe(self) -> tuple[str, dict]:
-        raise InputError("--paper_hparams is the paper's recipe for a GLUE --task_name; for your own data give "
-                         "the hyper-parameters explicitly")
+        raise InputError(
+            "--paper_hparams is the paper's recipe for a GLUE --task_name; for your own data give "
+            "the hyper-parameters explicitly"
+        )
 
     def read(self, data_args: GlueDataArguments, model_args, wanted: dict) -> tuple:
         """The splits read first, then the config, whose labels the task's classes are reconciled with."""
-        raw_splits, sources = own_data.load_raw_splits(data_args, wanted, model_args.cache_dir,
-                                                                  model_args.token)
+        raw_splits, sources = own_data.load_raw_splits(data_args, wanted, model_args.cache_dir, model_args.token)
         task = own_data.infer_task(
-            raw_splits, sources, data_args, load_checkpoint_config(model_args), model_args.source("config")[1],
-            model_args.ignore_mismatched_sizes)
+            raw_splits,
+            sources,
+            data_args,
+            load_checkpoint_config(model_args),
+            model_args.source("config")[1],
+            model_args.ignore_mismatched_sizes,
+        )
         logger.info("Your data: %s", task.describe())
         return task, raw_splits, sources, prepare_splits(raw_splits, sources, task)
 
@@ -220,7 +255,7 @@ def task_and_splits(data_args: GlueDataArguments, model_args, wanted: dict) -> t
         data_args (`GlueDataArguments`): the data arguments and their `task_data`.
         model_args (`arguments.ModelArguments`): the checkpoint (its config), `cache_dir`, `token` and
             `ignore_mismatched_sizes`.
-        wanted (`dict`): split kind -> max_samples (None: every row), from `finetuning.wanted_samples`.
+        wanted (`dict`): split kind -> max_samples (None: every row), from `inputs.wanted_samples`.
 
     Returns:
         `tuple`: (task, raw splits as read (`DatasetDict`), split -> source (`dict`), the prepared splits

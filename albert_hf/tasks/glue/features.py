@@ -13,8 +13,13 @@ def tokenize_function(tokenizer, task: GlueTask, max_seq_length: int, pad_to_max
 
     def tokenize(batch):
         texts = [["" if text is None else text for text in batch[column]] for column in task.text_columns]
-        return tokenizer(*texts, truncation="longest_first", max_length=max_seq_length,
-                         padding="max_length" if pad_to_max_length else False, return_token_type_ids=True)
+        return tokenizer(
+            *texts,
+            truncation="longest_first",
+            max_length=max_seq_length,
+            padding="max_length" if pad_to_max_length else False,
+            return_token_type_ids=True,
+        )
 
     return tokenize
 
@@ -37,7 +42,14 @@ def tokenize_splits(splits: dict, tokenizer, task: GlueTask, data_args: GlueData
     """
     tokenize = tokenize_function(tokenizer, task, data_args.max_seq_length, data_args.pad_to_max_length)
     with main_process_first(desc="tokenizing"):
-        return {split: dataset.map(tokenize, batched=True, num_proc=data_args.preprocessing_num_workers,
-                                   remove_columns=[c for c in dataset.column_names if c != "label"],
-                                   load_from_cache_file=not data_args.overwrite_cache, desc=f"Tokenizing {split}")
-                for split, dataset in splits.items()}
+        return {
+            split: dataset.map(
+                tokenize,
+                batched=True,
+                num_proc=data_args.preprocessing_num_workers,
+                remove_columns=[c for c in dataset.column_names if c != "label"],
+                load_from_cache_file=not data_args.overwrite_cache,
+                desc=f"Tokenizing {split}",
+            )
+            for split, dataset in splits.items()
+        }

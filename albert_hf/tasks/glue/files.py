@@ -19,7 +19,8 @@ from datasets import Dataset, DatasetDict, load_dataset
 
 from ...errors import InputError
 from ...runtime.input_files import check_not_empty, read_with_datasets
-from ..finetuning import check_columns, write_index_predictions
+from ..inputs import check_columns
+from ..outputs import write_index_predictions
 
 logger = logging.getLogger(__name__)
 
@@ -52,8 +53,11 @@ def read_glue_tsv(path, task) -> Dataset:
     try:
         with path.open(encoding="utf-8-sig", newline="") as file:
             # (line number, fields), blank lines left out
-            rows = [(line, row) for line, row in
-                    enumerate(csv.reader(file, delimiter="\t", quoting=csv.QUOTE_NONE), start=1) if row]
+            rows = [
+                (line, row)
+                for line, row in enumerate(csv.reader(file, delimiter="\t", quoting=csv.QUOTE_NONE), start=1)
+                if row
+            ]
     except UnicodeDecodeError as error:
         raise InputError(f"{path}: not UTF-8 text ({error})") from error
     if task.name == "cola" and rows and rows[0][1][0] != "index":
@@ -64,10 +68,14 @@ def read_glue_tsv(path, task) -> Dataset:
         raise InputError(f"{path}: no data rows after the header")
     keep = {position: task.tsv_columns[name] for position, name in enumerate(header) if name in task.tsv_columns}
     if not keep:
-        hint = ("; it is not tab-separated: a comma-separated file needs the .csv extension"
-                if len(header) == 1 and "," in header[0] else "")
-        raise InputError(f"{path}: its header {header} names none of {task.name}'s columns "
-                         f"{list(task.tsv_columns)}{hint}")
+        hint = (
+            "; it is not tab-separated: a comma-separated file needs the .csv extension"
+            if len(header) == 1 and "," in header[0]
+            else ""
+        )
+        raise InputError(
+            f"{path}: its header {header} names none of {task.name}'s columns {list(task.tsv_columns)}{hint}"
+        )
     columns = {name: [] for name in keep.values()}
     malformed = []
     for line, row in rows:
@@ -77,8 +85,13 @@ def read_glue_tsv(path, task) -> Dataset:
         for position, name in keep.items():
             columns[name].append(row[position])
     if malformed:
-        logger.warning("%s: skipped %d malformed row(s) (expected %d tab-separated fields), first at line %d",
-                       path, len(malformed), len(header), malformed[0])
+        logger.warning(
+            "%s: skipped %d malformed row(s) (expected %d tab-separated fields), first at line %d",
+            path,
+            len(malformed),
+            len(header),
+            malformed[0],
+        )
     if not columns or not next(iter(columns.values())):
         raise InputError(f"{path}: no usable rows (header {header})")
     if "idx" in columns and all(value.isdigit() for value in columns["idx"]):
@@ -106,9 +119,13 @@ def task_folder(data_dir: Path, task) -> Path:
 def local_files(data_args, task) -> dict:
     """Split name -> file given on the command line (`data.GlueDataArguments`' --*_file), under `task`'s split names."""
     matched = "_matched" if task.name == "mnli" else ""
-    files = {"train": data_args.train_file, f"validation{matched}": data_args.validation_file,
-             "validation_mismatched": data_args.validation_mismatched_file, f"test{matched}": data_args.test_file,
-             "test_mismatched": data_args.test_mismatched_file}
+    files = {
+        "train": data_args.train_file,
+        f"validation{matched}": data_args.validation_file,
+        "validation_mismatched": data_args.validation_mismatched_file,
+        f"test{matched}": data_args.test_file,
+        "test_mismatched": data_args.test_mismatched_file,
+    }
     return {split: path for split, path in files.items() if path is not None}
 
 
@@ -143,19 +160,26 @@ def load_raw_splits(data_args, task, needed, cache_dir=None, token=None) -> tupl
             if found is not None:
                 sources[split] = found
         if not sources:
-            raise InputError(f"--data_dir {data_args.data_dir}: none of {list(task.tsv_files.values())} "
-                                    f"found for {task.name} (looked in {folder})")
+            raise InputError(
+                f"--data_dir {data_args.data_dir}: none of {list(task.tsv_files.values())} "
+                f"found for {task.name} (looked in {folder})"
+            )
     sources.update({split: Path(path) for split, path in local_files(data_args, task).items()})
     sources = {split: path for split, path in sources.items() if task.split_kind(split) in needed}
 
     if data_args.data_dir is None and not local_files(data_args, task):
-        logger.info("Loading %s/%s from the Hub (pass --data_dir or --*_file to use local files)",
-                    data_args.dataset_name, task.name)
+        logger.info(
+            "Loading %s/%s from the Hub (pass --data_dir or --*_file to use local files)",
+            data_args.dataset_name,
+            task.name,
+        )
         try:
             hub = load_dataset(data_args.dataset_name, task.name, cache_dir=cache_dir, token=token)
         except ConnectionError as error:
-            raise InputError(f"{error}\nOffline? Pass --data_dir (the original GLUE folders) or "
-                                  "--train_file/--validation_file/--test_file") from error
+            raise InputError(
+                f"{error}\nOffline? Pass --data_dir (the original GLUE folders) or "
+                "--train_file/--validation_file/--test_file"
+            ) from error
         splits = DatasetDict({name: split for name, split in hub.items() if task.split_kind(name) in needed})
         return splits, {name: f"{data_args.dataset_name}/{task.name}[{name}]" for name in splits}
 
@@ -186,8 +210,10 @@ def encode_labels(dataset: Dataset, task, where: str) -> Dataset:
     """
     if "label" not in dataset.column_names:
         original = [name for name, column in task.tsv_columns.items() if column == "label"]
-        raise InputError(f"{where}: missing the label column 'label' (original GLUE TSV header: {original}); "
-                         f"found columns {dataset.column_names}")
+        raise InputError(
+            f"{where}: missing the label column 'label' (original GLUE TSV header: {original}); "
+            f"found columns {dataset.column_names}"
+        )
     values = dataset["label"]
     if task.is_regression:
         encoded = []
@@ -210,8 +236,10 @@ def encode_labels(dataset: Dataset, task, where: str) -> Dataset:
                 encoded.append(ids[value.strip()])
             else:
                 allowed = sorted(set(task.labels) | set(task.label_names))
-                raise InputError(f"{where}: row {row}: unknown label {value!r} in column 'label' for {task.name}; "
-                                 f"expected one of {allowed} or an id 0-{len(task.labels) - 1}")
+                raise InputError(
+                    f"{where}: row {row}: unknown label {value!r} in column 'label' for {task.name}; "
+                    f"expected one of {allowed} or an id 0-{len(task.labels) - 1}"
+                )
     # Added before the old column goes: a dataset left with no column would have no rows either.
     return dataset.add_column("label_id", encoded).remove_columns("label").rename_column("label_id", "label")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from ..finetuning import save_results, suffixed
+from ..outputs import save_results, suffixed
 from .recipe import GlueTask
 
 logger = logging.getLogger(__name__)
@@ -25,14 +25,19 @@ def labels_of_test_set(raw, task, where: str):
     if all(missing):
         return None
     if any(missing):
-        logger.warning("%s: %d of %d rows have no label: no metrics (predict_results.json) for it", where,
-                       sum(missing), len(missing))
+        logger.warning(
+            "%s: %d of %d rows have no label: no metrics (predict_results.json) for it",
+            where,
+            sum(missing),
+            len(missing),
+        )
         return None
     return task.encode_labels(raw, where)["label"]
 
 
-def predict_and_write(trainer, task: GlueTask, features: dict, raw_splits, splits: dict, sources: dict,
-                      output_dir) -> dict | None:
+def predict_and_write(
+    trainer, task: GlueTask, features: dict, raw_splits, splits: dict, sources: dict, output_dir
+) -> dict | None:
     """Each test split's predictions file and, for those whose rows all have labels, their `predict_*` metrics.
 
     The files are the task's (`submission_files`: MRPC.tsv, MNLI-m.tsv, ... for GLUE; predict_results.txt for the
@@ -70,5 +75,3 @@ def predict_and_write(trainer, task: GlueTask, features: dict, raw_splits, split
         if labels is not None:
             metrics.update(suffixed({**output.metrics, "predict_samples": len(dataset)}, SUFFIXES.get(split, "")))
     return save_results(trainer, "predict", metrics) if metrics else None
-
-

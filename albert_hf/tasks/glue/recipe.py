@@ -64,7 +64,6 @@ class GlueTask:
         return files.write_submission(path, self, indices, logits)
 
 
-
 _STANDARD_FILES = {"train": "train.tsv", "validation": "dev.tsv", "test": "test.tsv"}
 _INDEX = {"index": "idx"}
 _PAIR = {"sentence1": "sentence1", "sentence2": "sentence2", **_INDEX}
@@ -74,41 +73,126 @@ TASKS = {
     task.name: task
     for task in [
         # CoLA train/dev have no header (source, label, original author's mark, sentence); the test has one.
-        GlueTask("cola", "CoLA", ("sentence",), ("0", "1"), ("unacceptable", "acceptable"),
-                 {"sentence": "sentence", "label": "label", **_INDEX}, _STANDARD_FILES, {"test": "CoLA.tsv"},
-                 "cola"),
-        GlueTask("sst2", "SST-2", ("sentence",), ("0", "1"), ("negative", "positive"),
-                 {"sentence": "sentence", "label": "label", **_INDEX}, _STANDARD_FILES, {"test": "SST-2.tsv"},
-                 "sst2"),
+        GlueTask(
+            "cola",
+            "CoLA",
+            ("sentence",),
+            ("0", "1"),
+            ("unacceptable", "acceptable"),
+            {"sentence": "sentence", "label": "label", **_INDEX},
+            _STANDARD_FILES,
+            {"test": "CoLA.tsv"},
+            "cola",
+        ),
+        GlueTask(
+            "sst2",
+            "SST-2",
+            ("sentence",),
+            ("0", "1"),
+            ("negative", "positive"),
+            {"sentence": "sentence", "label": "label", **_INDEX},
+            _STANDARD_FILES,
+            {"test": "SST-2.tsv"},
+            "sst2",
+        ),
         # MRPC: a UTF-8 BOM before "Quality" (the label), and two sentence-id columns we drop.
-        GlueTask("mrpc", "MRPC", ("sentence1", "sentence2"), ("0", "1"), ("not_equivalent", "equivalent"),
-                 {"Quality": "label", "#1 String": "sentence1", "#2 String": "sentence2", **_INDEX},
-                 _STANDARD_FILES, {"test": "MRPC.tsv"}, "mrpc"),
-        GlueTask("stsb", "STS-B", ("sentence1", "sentence2"), None, None,
-                 {**_PAIR, "score": "label"}, _STANDARD_FILES, {"test": "STS-B.tsv"}, "stsb"),
-        GlueTask("qqp", "QQP", ("question1", "question2"), ("0", "1"), ("not_duplicate", "duplicate"),
-                 {"question1": "question1", "question2": "question2", "is_duplicate": "label", "id": "idx"},
-                 _STANDARD_FILES, {"test": "QQP.tsv"}, "qqp"),
+        GlueTask(
+            "mrpc",
+            "MRPC",
+            ("sentence1", "sentence2"),
+            ("0", "1"),
+            ("not_equivalent", "equivalent"),
+            {"Quality": "label", "#1 String": "sentence1", "#2 String": "sentence2", **_INDEX},
+            _STANDARD_FILES,
+            {"test": "MRPC.tsv"},
+            "mrpc",
+        ),
+        GlueTask(
+            "stsb",
+            "STS-B",
+            ("sentence1", "sentence2"),
+            None,
+            None,
+            {**_PAIR, "score": "label"},
+            _STANDARD_FILES,
+            {"test": "STS-B.tsv"},
+            "stsb",
+        ),
+        GlueTask(
+            "qqp",
+            "QQP",
+            ("question1", "question2"),
+            ("0", "1"),
+            ("not_duplicate", "duplicate"),
+            {"question1": "question1", "question2": "question2", "is_duplicate": "label", "id": "idx"},
+            _STANDARD_FILES,
+            {"test": "QQP.tsv"},
+            "qqp",
+        ),
         # MNLI: the gold label is the last column (annotator labels label1..label5 precede it).
-        GlueTask("mnli", "MNLI", ("premise", "hypothesis"), _NLI_LABELS, _NLI_LABELS,
-                 {"sentence1": "premise", "sentence2": "hypothesis", "gold_label": "label", **_INDEX},
-                 {"train": "train.tsv", "validation_matched": "dev_matched.tsv",
-                  "validation_mismatched": "dev_mismatched.tsv", "test_matched": "test_matched.tsv",
-                  "test_mismatched": "test_mismatched.tsv"},
-                 {"test_matched": "MNLI-m.tsv", "test_mismatched": "MNLI-mm.tsv"}, "mnli"),
-        GlueTask("qnli", "QNLI", ("question", "sentence"), ("entailment", "not_entailment"),
-                 ("entailment", "not_entailment"),
-                 {"question": "question", "sentence": "sentence", "label": "label", **_INDEX},
-                 _STANDARD_FILES, {"test": "QNLI.tsv"}, "qnli"),
-        GlueTask("rte", "RTE", ("sentence1", "sentence2"), ("entailment", "not_entailment"),
-                 ("entailment", "not_entailment"), {**_PAIR, "label": "label"}, _STANDARD_FILES,
-                 {"test": "RTE.tsv"}, "rte"),
-        GlueTask("wnli", "WNLI", ("sentence1", "sentence2"), ("0", "1"), ("not_entailment", "entailment"),
-                 {**_PAIR, "label": "label"}, _STANDARD_FILES, {"test": "WNLI.tsv"}, "wnli"),
+        GlueTask(
+            "mnli",
+            "MNLI",
+            ("premise", "hypothesis"),
+            _NLI_LABELS,
+            _NLI_LABELS,
+            {"sentence1": "premise", "sentence2": "hypothesis", "gold_label": "label", **_INDEX},
+            {
+                "train": "train.tsv",
+                "validation_matched": "dev_matched.tsv",
+                "validation_mismatched": "dev_mismatched.tsv",
+                "test_matched": "test_matched.tsv",
+                "test_mismatched": "test_mismatched.tsv",
+            },
+            {"test_matched": "MNLI-m.tsv", "test_mismatched": "MNLI-mm.tsv"},
+            "mnli",
+        ),
+        GlueTask(
+            "qnli",
+            "QNLI",
+            ("question", "sentence"),
+            ("entailment", "not_entailment"),
+            ("entailment", "not_entailment"),
+            {"question": "question", "sentence": "sentence", "label": "label", **_INDEX},
+            _STANDARD_FILES,
+            {"test": "QNLI.tsv"},
+            "qnli",
+        ),
+        GlueTask(
+            "rte",
+            "RTE",
+            ("sentence1", "sentence2"),
+            ("entailment", "not_entailment"),
+            ("entailment", "not_entailment"),
+            {**_PAIR, "label": "label"},
+            _STANDARD_FILES,
+            {"test": "RTE.tsv"},
+            "rte",
+        ),
+        GlueTask(
+            "wnli",
+            "WNLI",
+            ("sentence1", "sentence2"),
+            ("0", "1"),
+            ("not_entailment", "entailment"),
+            {**_PAIR, "label": "label"},
+            _STANDARD_FILES,
+            {"test": "WNLI.tsv"},
+            "wnli",
+        ),
         # The diagnostic set: unlabelled, scored by the GLUE server; predicted by an MNLI model, MNLI's labels.
-        GlueTask("ax", "diagnostic", ("premise", "hypothesis"), _NLI_LABELS, _NLI_LABELS,
-                 {"sentence1": "premise", "sentence2": "hypothesis", **_INDEX}, {"test": "diagnostic.tsv"},
-                 {"test": "AX.tsv"}, "ax", predict_only=True),
+        GlueTask(
+            "ax",
+            "diagnostic",
+            ("premise", "hypothesis"),
+            _NLI_LABELS,
+            _NLI_LABELS,
+            {"sentence1": "premise", "sentence2": "hypothesis", **_INDEX},
+            {"test": "diagnostic.tsv"},
+            {"test": "AX.tsv"},
+            "ax",
+            predict_only=True,
+        ),
     ]
 }
 GLUE_HUB_DATASET = "nyu-mll/glue"
@@ -140,8 +224,10 @@ def get_task(name: str | None) -> GlueTask:
 def paper_recipe(task: GlueTask) -> tuple[str, dict]:
     """(name, recipe): the task's row with what every task shares, for `paper_hparams.apply_paper_hparams`."""
     if task.name not in PAPER_HPARAMS:
-        raise InputError(f"--paper_hparams: the official run_glue.sh and the paper have no recipe for {task.name} "
-                         f"(tasks: {', '.join(PAPER_HPARAMS)}); give the hyper-parameters explicitly")
+        raise InputError(
+            f"--paper_hparams: the official run_glue.sh and the paper have no recipe for {task.name} "
+            f"(tasks: {', '.join(PAPER_HPARAMS)}); give the hyper-parameters explicitly"
+        )
     return task.name, {**PAPER_HPARAMS[task.name], **PAPER_COMMON}
 
 
@@ -165,9 +251,13 @@ def label_config(task: GlueTask) -> dict:
     """Config fields for the task's head: num_labels, id2label/label2id with the Hub's names, problem type."""
     if task.is_regression:
         return dict(num_labels=1, problem_type="regression", finetuning_task=task.name)
-    return dict(num_labels=task.num_labels, id2label=dict(enumerate(task.label_names)),
-                label2id={name: i for i, name in enumerate(task.label_names)},
-                problem_type="single_label_classification", finetuning_task=task.name)
+    return dict(
+        num_labels=task.num_labels,
+        id2label=dict(enumerate(task.label_names)),
+        label2id={name: i for i, name in enumerate(task.label_names)},
+        problem_type="single_label_classification",
+        finetuning_task=task.name,
+    )
 
 
 def check_checkpoint_labels(config, task: GlueTask) -> None:
@@ -177,8 +267,10 @@ def check_checkpoint_labels(config, task: GlueTask) -> None:
     if task.is_regression or all(name.startswith("LABEL_") for name in names):
         return
     if tuple(names) != task.label_names:
-        raise InputError(f"The checkpoint's labels {names} are not those of {task.name} {list(task.label_names)}; "
-                         "start from a pretrained (or same-task) checkpoint")
+        raise InputError(
+            f"The checkpoint's labels {names} are not those of {task.name} {list(task.label_names)}; "
+            "start from a pretrained (or same-task) checkpoint"
+        )
 
 
 def baseline(task, dev) -> Baseline:

@@ -25,7 +25,7 @@ from datasets import ClassLabel, Dataset, DatasetDict, Sequence
 from ...errors import InputError
 from ...hub.model_card import CardDataset, limits, user_data
 from ...runtime.input_files import check_not_empty, read_with_datasets
-from ..finetuning import SPLIT_FLAGS, limit
+from ..inputs import SPLIT_FLAGS, limit
 from ..own_data.data import load_hub_or_folder
 from ..own_data.features import labels_without_training, reconcile_labels
 
@@ -41,22 +41,30 @@ IGNORED = -100
 class NerDataArguments:
     """Data arguments, named as in transformers' run_ner.py."""
 
-    train_file: str | None = field(default=None, metadata={
-        "help": "a CoNLL file (.conll/.txt/.iob/.bio) or .json/.jsonl"})
+    train_file: str | None = field(
+        default=None, metadata={"help": "a CoNLL file (.conll/.txt/.iob/.bio) or .json/.jsonl"}
+    )
     validation_file: str | None = field(default=None, metadata={"help": "dev data, as --train_file"})
     test_file: str | None = field(default=None, metadata={"help": "test data (its tags, when present, are scored)"})
-    dataset_name: str | None = field(default=None, metadata={
-        "help": "used when no file is given: a Hub dataset (e.g. conll2003), a folder of data files or a "
-        "save_to_disk folder"})
+    dataset_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "used when no file is given: a Hub dataset (e.g. conll2003), a folder of data files or a "
+            "save_to_disk folder"
+        },
+    )
     dataset_config_name: str | None = field(default=None, metadata={"help": "the Hub dataset's config"})
     text_column_name: str = field(default="tokens", metadata={"help": "json/Hub: the column of token lists"})
     label_column_name: str = field(default="ner_tags", metadata={"help": "json/Hub: the column of tag lists"})
     max_seq_length: int = field(default=128, metadata={"help": "pieces per sentence; longer ones are truncated"})
     pad_to_max_length: bool = field(default=False, metadata={"help": "pad every sentence to max_seq_length"})
-    label_all_tokens: bool = field(default=False, metadata={
-        "help": "train on every piece of a word (B-X continues as I-X), not only on its first piece"})
-    return_entity_level_metrics: bool = field(default=False, metadata={
-        "help": "also precision/recall/F1 per entity type (e.g. eval_PER_f1)"})
+    label_all_tokens: bool = field(
+        default=False,
+        metadata={"help": "train on every piece of a word (B-X continues as I-X), not only on its first piece"},
+    )
+    return_entity_level_metrics: bool = field(
+        default=False, metadata={"help": "also precision/recall/F1 per entity type (e.g. eval_PER_f1)"}
+    )
     overwrite_cache: bool = field(default=False, metadata={"help": "recompute the tokenized datasets"})
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "processes for tokenization"})
     max_train_samples: int | None = field(default=None, metadata={"help": "keep only the first N train sentences"})
@@ -69,21 +77,26 @@ class NerDataArguments:
         return []
 
     def card_dataset(self, wanted) -> CardDataset:
-        extra = (f" Sentences of at most {self.max_seq_length} pieces; each word tagged on its "
-                 f"{'pieces' if self.label_all_tokens else 'first piece'}.{limits(self, wanted)}")
+        extra = (
+            f" Sentences of at most {self.max_seq_length} pieces; each word tagged on its "
+            f"{'pieces' if self.label_all_tokens else 'first piece'}.{limits(self, wanted)}"
+        )
         return user_data(self, wanted, extra)
 
     def __post_init__(self):
         files = [name for name in ("train_file", "validation_file", "test_file") if getattr(self, name)]
         if not files and not self.dataset_name:
-            raise InputError("no data: pass --train_file / --validation_file / --test_file (CoNLL or json) or "
-                             "--dataset_name")
+            raise InputError(
+                "no data: pass --train_file / --validation_file / --test_file (CoNLL or json) or --dataset_name"
+            )
         if files and self.dataset_name:
             raise InputError("pass files (--train_file ...) or --dataset_name, not both")
         for name in files:
             if Path(getattr(self, name)).suffix.lower() not in CONLL_SUFFIXES + JSON_SUFFIXES:
-                raise InputError(f"--{name} {getattr(self, name)}: unsupported extension; use a CoNLL file "
-                                 f"({', '.join(CONLL_SUFFIXES)}) or {', '.join(JSON_SUFFIXES)}")
+                raise InputError(
+                    f"--{name} {getattr(self, name)}: unsupported extension; use a CoNLL file "
+                    f"({', '.join(CONLL_SUFFIXES)}) or {', '.join(JSON_SUFFIXES)}"
+                )
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -122,10 +135,14 @@ def read_conll(path) -> Dataset:
             continue
         widths.add(min(len(fields), 2))
         if len(widths) > 1:
-            problem = ("has no tag, where the lines before have one" if len(fields) == 1
-                       else "has a tag, where the lines before have none")
-            raise InputError(f"{path}: line {number}: {line.strip()!r} {problem} (a token and its tag, separated by "
-                             "whitespace)")
+            problem = (
+                "has no tag, where the lines before have one"
+                if len(fields) == 1
+                else "has a tag, where the lines before have none"
+            )
+            raise InputError(
+                f"{path}: line {number}: {line.strip()!r} {problem} (a token and its tag, separated by whitespace)"
+            )
         tokens.append(fields[0])
         tags.append(fields[-1])
     if not sentences:
@@ -146,8 +163,7 @@ def read_file(path, text_column: str, label_column: str) -> Dataset:
 def renamed(dataset, text_column: str, label_column: str, where: str):
     """The token and tag columns as `tokens` / `ner_tags`; a missing token column stops the run."""
     if text_column not in dataset.column_names:
-        raise InputError(f"{where}: no token column {text_column!r} (--text_column_name); found "
-                         f"{dataset.column_names}")
+        raise InputError(f"{where}: no token column {text_column!r} (--text_column_name); found {dataset.column_names}")
     mapping = {text_column: "tokens", label_column: "ner_tags"}
     mapping = {old: new for old, new in mapping.items() if old in dataset.column_names and old != new}
     others = [new for new in mapping.values() if new in dataset.column_names and new not in mapping]
@@ -185,15 +201,20 @@ def load_raw_splits(data_args, needed, cache_dir=None, token=None) -> tuple[Data
         found = load_hub_or_folder(data_args.dataset_name, data_args.dataset_config_name, cache_dir, token)
         for split in sorted(needed):
             if split not in found:
-                raise InputError(f"{SPLIT_FLAGS[split]} needs {split} data: --dataset_name {data_args.dataset_name} "
-                                 f"has the splits {list(found)}")
+                raise InputError(
+                    f"{SPLIT_FLAGS[split]} needs {split} data: --dataset_name {data_args.dataset_name} "
+                    f"has the splits {list(found)}"
+                )
             sources[split] = f"{data_args.dataset_name}[{split}]"
-            splits[split] = renamed(found[split], data_args.text_column_name, data_args.label_column_name,
-                                    sources[split])
+            splits[split] = renamed(
+                found[split], data_args.text_column_name, data_args.label_column_name, sources[split]
+            )
     for split, dataset in splits.items():
         if split != "test" and "ner_tags" not in dataset.column_names:
-            raise InputError(f"{sources[split]}: no tags (CoNLL: a token and its tag per line; json/Hub: the column "
-                             f"{data_args.label_column_name!r}, --label_column_name)")
+            raise InputError(
+                f"{sources[split]}: no tags (CoNLL: a token and its tag per line; json/Hub: the column "
+                f"{data_args.label_column_name!r}, --label_column_name)"
+            )
         logger.info("%s: %d sentences from %s", split, len(dataset), sources[split])
     return splits, sources
 
@@ -219,8 +240,10 @@ def check_row(tokens, tags, row: int, where: str) -> None:
     if not isinstance(tokens, list) or not all(isinstance(token, str) for token in tokens):
         raise InputError(f"{where}: sentence {row}: the tokens are not a list of strings")
     if not isinstance(tags, list) or len(tags) != len(tokens):
-        raise InputError(f"{where}: sentence {row}: {len(tokens)} tokens but "
-                         f"{len(tags) if isinstance(tags, list) else 'no list of'} tags")
+        raise InputError(
+            f"{where}: sentence {row}: {len(tokens)} tokens but "
+            f"{len(tags) if isinstance(tags, list) else 'no list of'} tags"
+        )
 
 
 def encode_tags(dataset: Dataset, names: tuple[str, ...], where: str) -> Dataset:
@@ -240,26 +263,36 @@ def encode_tags(dataset: Dataset, names: tuple[str, ...], where: str) -> Dataset
     return dataset.remove_columns("ner_tags").add_column("ner_tags", encoded)
 
 
-def tags_of(raw_splits: DatasetDict, sources: dict, checkpoint_config, config_name: str,
-            ignore_mismatched_sizes: bool) -> tuple[str, ...]:
+def tags_of(
+    raw_splits: DatasetDict, sources: dict, checkpoint_config, config_name: str, ignore_mismatched_sizes: bool
+) -> tuple[str, ...]:
     """The run's tags in id order: the training data's, reconciled with the checkpoint's labels, or without
     training the checkpoint's."""
     if "train" not in raw_splits:
         names = labels_without_training(checkpoint_config, config_name, what="tags")
     else:
-        names = reconcile_labels(tag_names(raw_splits["train"], sources["train"]), checkpoint_config, config_name,
-                                 sources["train"], ignore_mismatched_sizes, what="tags")
+        names = reconcile_labels(
+            tag_names(raw_splits["train"], sources["train"]),
+            checkpoint_config,
+            config_name,
+            sources["train"],
+            ignore_mismatched_sizes,
+            what="tags",
+        )
     logger.info("Tags: %s", list(names))
     return names
 
 
 def encoded_splits(raw_splits: DatasetDict, sources: dict, names: tuple[str, ...], wanted: dict) -> dict:
     """Each split with its tags as ids into `names` (a test split may have none), cut to its max_samples."""
-    return {split: limit(encode_tags(dataset, names, sources[split]) if "ner_tags" in dataset.column_names
-                         else dataset, wanted[split]) for split, dataset in raw_splits.items()}
+    return {
+        split: limit(
+            encode_tags(dataset, names, sources[split]) if "ner_tags" in dataset.column_names else dataset,
+            wanted[split],
+        )
+        for split, dataset in raw_splits.items()
+    }
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Metrics
-
-

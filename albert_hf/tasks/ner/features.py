@@ -15,8 +15,9 @@ def continuation_ids(names: tuple[str, ...]) -> list[int]:
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "labels")
 
 
-def tokenize_splits(splits: dict, tokenizer, data_args: NerDataArguments, names: tuple[str, ...],
-                    main_process_first) -> tuple[dict, dict]:
+def tokenize_splits(
+    splits: dict, tokenizer, data_args: NerDataArguments, names: tuple[str, ...], main_process_first
+) -> tuple[dict, dict]:
     """(features, inputs) per split: the tokenized sentences with their `first_pieces` (for the metrics and the
     predictions file), and the model's columns only (for Trainer).
 
@@ -33,19 +34,30 @@ def tokenize_splits(splits: dict, tokenizer, data_args: NerDataArguments, names:
         `tuple(dict, dict)`: split -> features (the split's columns plus those of `tokenize_function`), and split ->
         inputs (`input_ids`, `attention_mask`, `token_type_ids` and, when tagged, `labels`).
     """
-    tokenize = tokenize_function(tokenizer, data_args.max_seq_length, data_args.pad_to_max_length,
-                                 data_args.label_all_tokens, names)
+    tokenize = tokenize_function(
+        tokenizer, data_args.max_seq_length, data_args.pad_to_max_length, data_args.label_all_tokens, names
+    )
     with main_process_first(desc="tokenizing"):
-        features = {split: dataset.map(tokenize, batched=True, num_proc=data_args.preprocessing_num_workers,
-                                       load_from_cache_file=not data_args.overwrite_cache, desc=f"Tokenizing {split}")
-                    for split, dataset in splits.items()}
-    inputs = {split: dataset.remove_columns([c for c in dataset.column_names if c not in MODEL_INPUTS])
-              for split, dataset in features.items()}
+        features = {
+            split: dataset.map(
+                tokenize,
+                batched=True,
+                num_proc=data_args.preprocessing_num_workers,
+                load_from_cache_file=not data_args.overwrite_cache,
+                desc=f"Tokenizing {split}",
+            )
+            for split, dataset in splits.items()
+        }
+    inputs = {
+        split: dataset.remove_columns([c for c in dataset.column_names if c not in MODEL_INPUTS])
+        for split, dataset in features.items()
+    }
     return features, inputs
 
 
-def tokenize_function(tokenizer, max_seq_length: int, pad_to_max_length: bool, label_all_tokens: bool,
-                      names: tuple[str, ...]):
+def tokenize_function(
+    tokenizer, max_seq_length: int, pad_to_max_length: bool, label_all_tokens: bool, names: tuple[str, ...]
+):
     """Batched map function: pieces of the pre-split words, `labels` aligned to them (see the module's docstring) when
     the rows have tags, and `first_pieces`, each word's first piece position (-1: not kept).
 
@@ -64,8 +76,14 @@ def tokenize_function(tokenizer, max_seq_length: int, pad_to_max_length: bool, l
     continuation = continuation_ids(names)
 
     def tokenize(batch):
-        encoded = tokenizer(batch["tokens"], is_split_into_words=True, truncation=True, max_length=max_seq_length,
-                            padding="max_length" if pad_to_max_length else False, return_token_type_ids=True)
+        encoded = tokenizer(
+            batch["tokens"],
+            is_split_into_words=True,
+            truncation=True,
+            max_length=max_seq_length,
+            padding="max_length" if pad_to_max_length else False,
+            return_token_type_ids=True,
+        )
         labels, first_pieces = [], []
         for row, tokens in enumerate(batch["tokens"]):
             word_ids = encoded.word_ids(row)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from datasets import Dataset
 
-from ..finetuning import save_results
+from ..outputs import save_results
 from .recipe import compute_metrics_function, word_tags
 
 logger = logging.getLogger(__name__)
@@ -28,8 +28,9 @@ def write_predictions(path, logits, first_pieces, names) -> Path:
     return path
 
 
-def predict_and_write(trainer, features: Dataset, inputs: Dataset, names: tuple[str, ...], per_type: bool,
-                      output_dir) -> dict | None:
+def predict_and_write(
+    trainer, features: Dataset, inputs: Dataset, names: tuple[str, ...], per_type: bool, output_dir
+) -> dict | None:
     """The test split's predictions file and, when its sentences have tags, its `predict_*` metrics.
 
     The file is PREDICTIONS_FILE (predictions.txt) in `output_dir`: one line per sentence, its words' predicted tags
@@ -52,7 +53,8 @@ def predict_and_write(trainer, features: Dataset, inputs: Dataset, names: tuple[
     trainer.compute_metrics = compute_metrics_function(features, names, per_type) if labelled else None
     output = trainer.predict(inputs, metric_key_prefix="predict")
     if trainer.is_world_process_zero():
-        path = write_predictions(Path(output_dir) / PREDICTIONS_FILE, output.predictions, features["first_pieces"],
-                                 names)
+        path = write_predictions(
+            Path(output_dir) / PREDICTIONS_FILE, output.predictions, features["first_pieces"], names
+        )
         logger.info("test predictions: %s", path)
     return save_results(trainer, "predict", {**output.metrics, "predict_samples": len(features)}) if labelled else None

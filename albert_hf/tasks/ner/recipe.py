@@ -18,8 +18,10 @@ BASELINE = Baseline(MAIN_METRIC, 0.0, "no entity found")
 def word_tags(logits, first_pieces, names) -> list[list[str]]:
     """Each sentence's predicted tag per word, from its first piece (`O` for words cut off by truncation)."""
     predictions = np.argmax(logits, axis=-1)
-    return [[names[predictions[row][position]] if position >= 0 else "O" for position in firsts]
-            for row, firsts in enumerate(first_pieces)]
+    return [
+        [names[predictions[row][position]] if position >= 0 else "O" for position in firsts]
+        for row, firsts in enumerate(first_pieces)
+    ]
 
 
 def compute_metrics_function(features: Dataset, names: tuple[str, ...], per_type: bool):

@@ -22,15 +22,20 @@ from datasets import DatasetDict, load_dataset, load_from_disk
 from ...errors import InputError, first_line
 from ...hub.model_card import CardDataset, limits, user_data
 from ...runtime.input_files import read_with_datasets
-from ..finetuning import SPLIT_FLAGS
+from ..inputs import SPLIT_FLAGS
 from .features import choose_text_columns, class_names, labels_without_training, reconcile_labels
 from .recipe import OwnTask
 
 logger = logging.getLogger(__name__)
 
 # file extension -> (datasets builder, its options)
-FORMATS = {".csv": ("csv", {}), ".tsv": ("csv", {"delimiter": "\t"}), ".json": ("json", {}),
-           ".jsonl": ("json", {}), ".parquet": ("parquet", {})}
+FORMATS = {
+    ".csv": ("csv", {}),
+    ".tsv": ("csv", {"delimiter": "\t"}),
+    ".json": ("json", {}),
+    ".jsonl": ("json", {}),
+    ".parquet": ("parquet", {}),
+}
 SPLIT_KINDS = ("train", "validation", "test")
 
 
@@ -48,8 +53,9 @@ def with_label_column(dataset, label_column: str, where: str, required: bool):
     """`label_column` renamed to `label` (a different column already called `label` is dropped, with a note)."""
     if label_column not in dataset.column_names:
         if required:
-            raise InputError(f"{where}: no label column {label_column!r} (--label_column_name); found "
-                             f"{dataset.column_names}")
+            raise InputError(
+                f"{where}: no label column {label_column!r} (--label_column_name); found {dataset.column_names}"
+            )
         return dataset.remove_columns([name for name in ("label",) if name in dataset.column_names])
     if label_column == "label":
         return dataset
@@ -108,8 +114,11 @@ def load_raw_splits(data_args, needed, cache_dir=None, token=None) -> tuple[Data
             splits[kind] = found[kind]
         available = list(found)
     for kind in sorted(set(needed) - set(splits)):
-        where = f"--{kind}_file" if any(files.values()) else f"--dataset_name {data_args.dataset_name} (splits: " \
-            f"{available})"
+        where = (
+            f"--{kind}_file"
+            if any(files.values())
+            else f"--dataset_name {data_args.dataset_name} (splits: {available})"
+        )
         raise InputError(f"{SPLIT_FLAGS[kind]} needs {kind} data: none in {where}")
     for kind in splits:  # a test split may have no labels
         splits[kind] = with_label_column(splits[kind], label_column, sources[kind], required=kind != "test")
@@ -120,8 +129,9 @@ def load_raw_splits(data_args, needed, cache_dir=None, token=None) -> tuple[Data
 # The task the data describes
 
 
-def infer_task(splits: DatasetDict, sources: dict, data_args, checkpoint_config, model_name: str,
-               ignore_mismatched_sizes: bool) -> OwnTask:
+def infer_task(
+    splits: DatasetDict, sources: dict, data_args, checkpoint_config, model_name: str, ignore_mismatched_sizes: bool
+) -> OwnTask:
     """The task of the user's data: text columns, and the classes of the training labels (or the checkpoint's,
     when there is no training data), reconciled with what the checkpoint was fine-tuned on.
 
@@ -147,12 +157,15 @@ def infer_task(splits: DatasetDict, sources: dict, data_args, checkpoint_config,
     if "train" not in splits:
         return OwnTask(text_columns, labels_without_training(checkpoint_config, model_name))
     names = class_names(splits["train"], sources["train"])
-    return OwnTask(text_columns, reconcile_labels(names, checkpoint_config, model_name, sources["train"],
-                                                  ignore_mismatched_sizes))
+    return OwnTask(
+        text_columns, reconcile_labels(names, checkpoint_config, model_name, sources["train"], ignore_mismatched_sizes)
+    )
 
 
 def card_dataset(data_args, task: OwnTask, wanted) -> CardDataset:
     """The card's Data section for run_glue.py on the user's own data, whose task `infer_task` read."""
-    extra = (f" {task.describe().capitalize()}; inputs: at most {data_args.max_seq_length} tokens."
-             f"{limits(data_args, wanted)}")
+    extra = (
+        f" {task.describe().capitalize()}; inputs: at most {data_args.max_seq_length} tokens."
+        f"{limits(data_args, wanted)}"
+    )
     return user_data(data_args, wanted, extra)

@@ -49,21 +49,32 @@ def choose_text_columns(dataset, given: str | None, where: str) -> tuple[str, ..
         names = tuple(name.strip() for name in given.split(",") if name.strip())
         missing = [name for name in names if name not in dataset.column_names]
         if missing or not 1 <= len(names) <= 2:
-            raise InputError(f"--text_column_names {given}: " + (f"{where} has no column(s) {missing}; found "
-                             f"{dataset.column_names}" if missing else "one or two columns, separated by a comma"))
+            raise InputError(
+                f"--text_column_names {given}: "
+                + (
+                    f"{where} has no column(s) {missing}; found {dataset.column_names}"
+                    if missing
+                    else "one or two columns, separated by a comma"
+                )
+            )
         return names
     if "sentence1" in columns and "sentence2" in columns:
         return ("sentence1", "sentence2")
     texts = [name for name in columns if is_text(dataset.features[name])]
     if not texts:
-        raise InputError(f"{where}: no text column besides the label; found {dataset.column_names} "
-                         "(--text_column_names names them)")
+        raise InputError(
+            f"{where}: no text column besides the label; found {dataset.column_names} (--text_column_names names them)"
+        )
     return tuple(texts[:2])
 
 
 def value_kind(value) -> str:
-    for kind, types in (("bool", (bool, np.bool_)), ("int", (int, np.integer)), ("float", (float, np.floating)),
-                        ("str", str)):
+    for kind, types in (
+        ("bool", (bool, np.bool_)),
+        ("int", (int, np.integer)),
+        ("float", (float, np.floating)),
+        ("str", str),
+    ):
         if isinstance(value, types):
             return kind
     return type(value).__name__
@@ -97,8 +108,10 @@ def class_names(dataset, where: str) -> tuple[str, ...] | None:
         kinds.setdefault(value_kind(value), row)
     if len(kinds) > 1:
         first, second = sorted(kinds.items(), key=lambda kind: kind[1])[:2]
-        raise InputError(f"{where}: the labels mix types: row {first[1]} is {first[0]}, row {second[1]} is "
-                         f"{second[0]} (strings or integers for classes, floats for regression)")
+        raise InputError(
+            f"{where}: the labels mix types: row {first[1]} is {first[0]}, row {second[1]} is "
+            f"{second[0]} (strings or integers for classes, floats for regression)"
+        )
     kind = next(iter(kinds))
     if kind == "float":
         return None
@@ -119,13 +132,16 @@ def labels_without_training(checkpoint_config, model_name: str, what: str = "cla
         return None
     fine_tuned = checkpoint_classes(checkpoint_config)
     if fine_tuned is None:
-        raise InputError(f"{model_name} has no {what} of its own (not fine-tuned), and without --do_train no "
-                         "training data says which: fine-tune it first, or pass --train_file")
+        raise InputError(
+            f"{model_name} has no {what} of its own (not fine-tuned), and without --do_train no "
+            "training data says which: fine-tune it first, or pass --train_file"
+        )
     return fine_tuned
 
 
-def reconcile_labels(names, checkpoint_config, model_name: str, where: str, ignore_mismatched_sizes: bool,
-                     what: str = "classes"):
+def reconcile_labels(
+    names, checkpoint_config, model_name: str, where: str, ignore_mismatched_sizes: bool, what: str = "classes"
+):
     """The training data's label `names` (None: regression), in the checkpoint's order when it was fine-tuned on
     the same ones, so that its head keeps its meaning. Other labels than a fine-tuned checkpoint's stop the run,
     unless --ignore_mismatched_sizes.
@@ -155,7 +171,9 @@ def reconcile_labels(names, checkpoint_config, model_name: str, where: str, igno
     had = "regression" if was_regression else f"the {what} {list(fine_tuned)}"
     has = "float labels (regression)" if names is None else f"the {what} {list(names)}"
     if not ignore_mismatched_sizes:
-        raise InputError(f"{model_name} was fine-tuned on {had}, and {where} has {has}: pass "
-                         "--ignore_mismatched_sizes to train a new head, or start from a pretrained checkpoint")
+        raise InputError(
+            f"{model_name} was fine-tuned on {had}, and {where} has {has}: pass "
+            "--ignore_mismatched_sizes to train a new head, or start from a pretrained checkpoint"
+        )
     logger.warning("%s was fine-tuned on %s; --ignore_mismatched_sizes: training on %s", model_name, had, has)
     return names

@@ -12,7 +12,7 @@ from datasets import ClassLabel
 
 from ...errors import InputError
 from ...metrics import classification_metrics, regression_metrics
-from ..finetuning import write_index_predictions
+from ..outputs import write_index_predictions
 from .features import label_key
 
 PREDICTIONS_FILE = "predict_results.txt"  # transformers' run_glue.py: index<TAB>prediction
@@ -42,8 +42,9 @@ class OwnTask:
         return split
 
     def describe(self) -> str:
-        labels = "regression (float labels)" if self.is_regression else \
-            f"{self.num_labels} classes {list(self.label_names)}"
+        labels = (
+            "regression (float labels)" if self.is_regression else f"{self.num_labels} classes {list(self.label_names)}"
+        )
         return f"text columns {list(self.text_columns)}; {labels}"
 
     def encode_labels(self, dataset, where: str):
@@ -58,8 +59,10 @@ class OwnTask:
             for row, value in enumerate(values):
                 number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
                 if not math.isfinite(number):
-                    raise InputError(f"{where}: row {row}: label {value!r} is not a number (the training labels "
-                                     "are floats: regression)")
+                    raise InputError(
+                        f"{where}: row {row}: label {value!r} is not a number (the training labels "
+                        "are floats: regression)"
+                    )
                 encoded.append(float(number))
         else:
             ids = {name: i for i, name in enumerate(self.label_names)}
@@ -68,17 +71,22 @@ class OwnTask:
                     raise InputError(f"{where}: row {row}: no label")
                 key = label_key(value)
                 if key not in ids:
-                    raise InputError(f"{where}: row {row}: label {value!r} is not among the training labels "
-                                     f"{list(self.label_names)}")
+                    raise InputError(
+                        f"{where}: row {row}: label {value!r} is not among the training labels {list(self.label_names)}"
+                    )
                 encoded.append(ids[key])
         return dataset.add_column("label_id", encoded).remove_columns("label").rename_column("label_id", "label")
 
     def label_config(self) -> dict:
         if self.is_regression:
             return dict(num_labels=1, problem_type="regression", finetuning_task="text-classification")
-        return dict(num_labels=self.num_labels, id2label=dict(enumerate(self.label_names)),
-                    label2id={name: i for i, name in enumerate(self.label_names)},
-                    problem_type="single_label_classification", finetuning_task="text-classification")
+        return dict(
+            num_labels=self.num_labels,
+            id2label=dict(enumerate(self.label_names)),
+            label2id={name: i for i, name in enumerate(self.label_names)},
+            problem_type="single_label_classification",
+            finetuning_task="text-classification",
+        )
 
     def compute_metrics_function(self):
         """Trainer `compute_metrics`: accuracy and macro-F1, or Pearson, Spearman and MSE."""

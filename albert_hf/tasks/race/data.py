@@ -29,7 +29,7 @@ from datasets import Dataset, load_dataset
 from ...errors import InputError, datasets_read_errors, input_errors
 from ...hub.model_card import CardDataset, from_sources, hub_dataset_id, limits
 from ...runtime.input_files import check_json_start
-from ..finetuning import check_columns
+from ..inputs import check_columns
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +40,7 @@ ARTICLE_FIELDS = ("id", "article", "questions", "options", "answers")  # officia
 FLAT_FIELDS = ("example_id", "article", "question", "options", "answer")  # the Hub's `race` dataset
 FLAT_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}
 
+
 @dataclass
 class RaceDataArguments:
     """Where the RACE data comes from and how it is turned into model inputs (official defaults)."""
@@ -48,8 +49,11 @@ class RaceDataArguments:
         default=None, metadata={"help": "Hub dataset with RACE's flattened fields, e.g. ehovy/race (needs network)"}
     )
     data_dir: str | None = field(
-        default=None, metadata={"help": "the official layout: a folder holding {train,dev,test}/{high,middle}/*.txt "
-                                        "(or holding RACE/ with them)"}
+        default=None,
+        metadata={
+            "help": "the official layout: a folder holding {train,dev,test}/{high,middle}/*.txt "
+            "(or holding RACE/ with them)"
+        },
     )
     train_file: str | None = field(
         default=None, metadata={"help": "a folder of RACE JSON articles, or a .json/.jsonl/.parquet file of RACE rows"}
@@ -72,9 +76,12 @@ class RaceDataArguments:
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "processes for tokenization"})
     overwrite_cache: bool = field(default=False, metadata={"help": "recompute cached tokenized datasets"})
     race_recipe: Literal["v2", "v1"] = field(
-        default="v2", metadata={"help": "the RACE row --paper_hparams applies: v2 for ALBERT v2 models (official "
-                                        "run_race.py: lr 1e-5, dropout 0) or v1 for v1 models (the paper: lr 2e-5, "
-                                        "dropout 0.1; it makes v2 models diverge)"}
+        default="v2",
+        metadata={
+            "help": "the RACE row --paper_hparams applies: v2 for ALBERT v2 models (official "
+            "run_race.py: lr 1e-5, dropout 0) or v1 for v1 models (the paper: lr 2e-5, "
+            "dropout 0.1; it makes v2 models diverge)"
+        },
     )
 
     PIPELINE_TAG, AUTO_CLASS, SCRIPT = "multiple-choice", "AutoModelForMultipleChoice", "run_race.py"
@@ -94,8 +101,10 @@ class RaceDataArguments:
             elif self.dataset_name:
                 hub_id = hub_dataset_id(self.dataset_name)
                 sources[split] = (hub_id, f"the Hub's {hub_id}")
-        extra = (f" Inputs: at most {self.max_seq_length} tokens, the question and option keeping their last "
-                 f"{self.max_qa_length}.{limits(self, wanted)}")
+        extra = (
+            f" Inputs: at most {self.max_seq_length} tokens, the question and option keeping their last "
+            f"{self.max_qa_length}.{limits(self, wanted)}"
+        )
         return from_sources(name, sources, self.subset, extra)
 
     def __post_init__(self):
@@ -103,9 +112,11 @@ class RaceDataArguments:
             raise InputError("Give either --dataset_name or --data_dir, not both")
         # [CLS] passage [SEP] qa [SEP]: a longer qa part is capped (encode_questions) so that one passage token fits.
         if self.max_seq_length < 5:
-            raise InputError(f"--max_seq_length {self.max_seq_length} is too short for RACE: [CLS] passage [SEP] "
-                             "question+option [SEP] needs at least 5 tokens (--max_qa_length is capped at "
-                             "max_seq_length - 4 to leave the passage one)")
+            raise InputError(
+                f"--max_seq_length {self.max_seq_length} is too short for RACE: [CLS] passage [SEP] "
+                "question+option [SEP] needs at least 5 tokens (--max_qa_length is capped at "
+                "max_seq_length - 4 to leave the passage one)"
+            )
         if self.max_qa_length < 1:
             raise InputError(f"--max_qa_length {self.max_qa_length}: the question+option part needs at least 1 token")
 
@@ -125,8 +136,14 @@ def question_row(where: str, article_id, question_index: int, subset: str, artic
         raise InputError(f"{where}: every option must be a string")
     if not isinstance(answer, str) or answer.strip() not in tuple(ANSWER_LETTERS):
         raise InputError(f"{where}: answer {answer!r} is not one of A, B, C, D")
-    return {"example_id": f"{article_id}-{question_index}", "subset": subset, "article": article,
-            "question": question, "options": list(options), "label": ANSWER_LETTERS.index(answer.strip())}
+    return {
+        "example_id": f"{article_id}-{question_index}",
+        "subset": subset,
+        "article": article,
+        "question": question,
+        "options": list(options),
+        "label": ANSWER_LETTERS.index(answer.strip()),
+    }
 
 
 def article_rows(record, where: str, subset: str):
@@ -140,11 +157,17 @@ def article_rows(record, where: str, subset: str):
     if not (isinstance(questions, list) and isinstance(options, list) and isinstance(answers, list)):
         raise InputError(f"{where}: 'questions', 'options' and 'answers' must be lists")
     if not len(questions) == len(options) == len(answers):
-        raise InputError(f"{where}: {len(questions)} questions, {len(options)} option lists and "
-                         f"{len(answers)} answers; they must match")
+        raise InputError(
+            f"{where}: {len(questions)} questions, {len(options)} option lists and "
+            f"{len(answers)} answers; they must match"
+        )
     subset = subset or subset_from_id(record["id"])
-    return [question_row(f"{where} question {i}", record["id"], i, subset, record["article"], questions[i],
-                         options[i], answers[i]) for i in range(len(questions))]
+    return [
+        question_row(
+            f"{where} question {i}", record["id"], i, subset, record["article"], questions[i], options[i], answers[i]
+        )
+        for i in range(len(questions))
+    ]
 
 
 def subset_from_id(article_id) -> str:
@@ -161,8 +184,9 @@ def read_article_folder(folder: Path, subset: str = "all") -> list[dict]:
     A `high`/`middle` folder on the way gives the subset (official layout); files in the other subset's folder are
     not read at all, as with the official `high_only`/`middle_only`.
     """
-    paths = sorted(p for p in folder.rglob("*") if p.suffix in (".txt", ".json") and p.is_file()
-                   and not p.name.startswith("."))
+    paths = sorted(
+        p for p in folder.rglob("*") if p.suffix in (".txt", ".json") and p.is_file() and not p.name.startswith(".")
+    )
     if not paths:
         raise InputError(f"{folder}: no RACE article files (*.txt or *.json) found")
     rows = []
@@ -187,8 +211,10 @@ def read_official_split(data_dir: Path, split: str, subset: str) -> list[dict]:
         if subset in ("all", level):
             level_dir = data_dir / OFFICIAL_SPLIT_FOLDERS[split] / level
             if not level_dir.is_dir():
-                raise InputError(f"{level_dir}: missing (the official RACE layout is "
-                                        "{train,dev,test}/{high,middle}/*.txt; use --subset for one level)")
+                raise InputError(
+                    f"{level_dir}: missing (the official RACE layout is "
+                    "{train,dev,test}/{high,middle}/*.txt; use --subset for one level)"
+                )
             level_rows = read_article_folder(level_dir)
             for row in level_rows:  # the folder, not the id, says which level a question is
                 row["subset"] = level
@@ -201,8 +227,12 @@ def flat_rows_to_questions(dataset: Dataset, where: str, subset_hint: str = "") 
 
     The question index is the row's position among its article's rows, which the Hub keeps in the file's order.
     """
-    check_columns(dataset, FLAT_FIELDS, where, f"; RACE rows have {list(FLAT_FIELDS)} (or the official article "
-                  f"fields {list(ARTICLE_FIELDS)})")
+    check_columns(
+        dataset,
+        FLAT_FIELDS,
+        where,
+        f"; RACE rows have {list(FLAT_FIELDS)} (or the official article fields {list(ARTICLE_FIELDS)})",
+    )
     seen = Counter()
     question_index = []
     for article_id in dataset["example_id"]:
@@ -211,30 +241,50 @@ def flat_rows_to_questions(dataset: Dataset, where: str, subset_hint: str = "") 
     dataset = dataset.add_column("_question_index", question_index)
 
     def convert(batch, indices):
-        rows = [question_row(f"{where} row {index}", article_id, number, subset_hint or subset_from_id(article_id),
-                             article, question, options, answer)
-                for index, article_id, number, article, question, options, answer in zip(
-                    indices, batch["example_id"], batch["_question_index"], batch["article"], batch["question"],
-                    batch["options"], batch["answer"])]
+        rows = [
+            question_row(
+                f"{where} row {index}",
+                article_id,
+                number,
+                subset_hint or subset_from_id(article_id),
+                article,
+                question,
+                options,
+                answer,
+            )
+            for index, article_id, number, article, question, options, answer in zip(
+                indices,
+                batch["example_id"],
+                batch["_question_index"],
+                batch["article"],
+                batch["question"],
+                batch["options"],
+                batch["answer"],
+            )
+        ]
         return {name: [row[name] for row in rows] for name in rows[0]} if rows else {}
 
-    return dataset.map(convert, batched=True, with_indices=True, remove_columns=dataset.column_names,
-                       desc=f"Checking {where}")
+    return dataset.map(
+        convert, batched=True, with_indices=True, remove_columns=dataset.column_names, desc=f"Checking {where}"
+    )
 
 
 def read_flat_file(path: Path, cache_dir: str | None = None) -> Dataset:
     """A .json/.jsonl/.parquet file of Hub-style rows, or of official articles (one JSON object per line)."""
     builder = FLAT_FILE_BUILDERS.get(path.suffix)
     if builder is None:
-        raise InputError(f"{path}: unsupported file type; give a folder of RACE article files or a "
-                         f"{'/'.join(FLAT_FILE_BUILDERS)} file")
+        raise InputError(
+            f"{path}: unsupported file type; give a folder of RACE article files or a "
+            f"{'/'.join(FLAT_FILE_BUILDERS)} file"
+        )
     if builder == "json":
         check_json_start(path)
     with input_errors(f"{path}: cannot be read as RACE rows ({builder})", *datasets_read_errors()):
         dataset = load_dataset(builder, data_files=str(path), split="train", cache_dir=cache_dir)
     if "questions" in dataset.column_names:  # official article records
-        rows = [row for index, record in enumerate(dataset)
-                for row in article_rows(record, f"{path} line {index + 1}", "")]
+        rows = [
+            row for index, record in enumerate(dataset) for row in article_rows(record, f"{path} line {index + 1}", "")
+        ]
         return questions_dataset(rows)
     return flat_rows_to_questions(dataset, str(path))
 
@@ -243,8 +293,9 @@ def questions_dataset(rows: list[dict]) -> Dataset:
     """The question rows as a Dataset (with its columns even when there are none)."""
     if rows:
         return Dataset.from_list(rows)
-    return Dataset.from_dict({"example_id": [], "subset": [], "article": [], "question": [], "options": [],
-                              "label": []})
+    return Dataset.from_dict(
+        {"example_id": [], "subset": [], "article": [], "question": [], "options": [], "label": []}
+    )
 
 
 def select_subset(questions: Dataset, subset: str, where: str) -> Dataset:
@@ -253,8 +304,10 @@ def select_subset(questions: Dataset, subset: str, where: str) -> Dataset:
         return questions
     unknown = sum(1 for level in questions["subset"] if not level)
     if unknown:
-        raise InputError(f"{where}: --subset {subset} needs each question's level, but {unknown} question(s) have "
-                         "neither a high/ or middle/ folder nor an article id starting with high/middle")
+        raise InputError(
+            f"{where}: --subset {subset} needs each question's level, but {unknown} question(s) have "
+            "neither a high/ or middle/ folder nor an article id starting with high/middle"
+        )
     return questions.filter(lambda level: level == subset, input_columns="subset")
 
 
@@ -279,8 +332,9 @@ def load_race_split(data_args: RaceDataArguments, split: str, cache_dir=None, to
         InputError: the split has no source, a file or folder is missing or not RACE data, --subset needs a level a
             question lacks, or no question is left.
     """
-    explicit = {"train": data_args.train_file, "validation": data_args.validation_file,
-                "test": data_args.test_file}[split]
+    explicit = {"train": data_args.train_file, "validation": data_args.validation_file, "test": data_args.test_file}[
+        split
+    ]
     source = explicit or data_args.data_dir or data_args.dataset_name
     if source is None:
         raise InputError(f"No data for the {split} split: give --data_dir, --dataset_name or --{split}_file")
@@ -298,12 +352,20 @@ def load_race_split(data_args: RaceDataArguments, split: str, cache_dir=None, to
     else:
         # The Hub's configs are the subsets (all, high, middle); its splits are train/validation/test.
         hub = load_dataset(source, data_args.subset, split=split, cache_dir=cache_dir, token=token)
-        questions = flat_rows_to_questions(hub, f"{source}/{data_args.subset} {split}",
-                                           "" if data_args.subset == "all" else data_args.subset)
+        questions = flat_rows_to_questions(
+            hub, f"{source}/{data_args.subset} {split}", "" if data_args.subset == "all" else data_args.subset
+        )
     questions = select_subset(questions, data_args.subset, source)
     if len(questions) == 0:
         raise InputError(f"{source}: no RACE questions for the {split} split (subset {data_args.subset})")
     levels = Counter(questions["subset"])
-    logger.info("RACE %s: %d questions from %s (high %d, middle %d, level unknown %d)", split, len(questions),
-                source, levels["high"], levels["middle"], levels[""])
+    logger.info(
+        "RACE %s: %d questions from %s (high %d, middle %d, level unknown %d)",
+        split,
+        len(questions),
+        source,
+        levels["high"],
+        levels["middle"],
+        levels[""],
+    )
     return questions

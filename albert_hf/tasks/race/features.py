@@ -8,7 +8,7 @@ from datasets import Dataset
 from transformers import DataCollatorForMultipleChoice
 
 from ...errors import InputError
-from ..finetuning import fit_max_seq_length
+from ..inputs import fit_max_seq_length
 from .data import ANSWER_LETTERS, RaceDataArguments
 
 logger = logging.getLogger(__name__)
@@ -47,8 +47,8 @@ def build_choice_input(passage_ids, qa_ids, cls_id: int, sep_id: int, max_seq_le
     """
     if max_seq_length < 5:
         raise InputError(f"max_seq_length {max_seq_length}: [CLS] passage [SEP] qa [SEP] needs at least 5 tokens")
-    qa_ids = list(qa_ids[-min(max_qa_length, max_seq_length - 4):])
-    passage_ids = list(passage_ids[:max_seq_length - 3 - len(qa_ids)])
+    qa_ids = list(qa_ids[-min(max_qa_length, max_seq_length - 4) :])
+    passage_ids = list(passage_ids[: max_seq_length - 3 - len(qa_ids)])
     input_ids = [cls_id, *passage_ids, sep_id, *qa_ids, sep_id]
     token_type_ids = [0] * (len(passage_ids) + 2) + [1] * (len(qa_ids) + 1)
     return input_ids, token_type_ids
@@ -56,7 +56,7 @@ def build_choice_input(passage_ids, qa_ids, cls_id: int, sep_id: int, max_seq_le
 
 def fit_lengths(data_args: RaceDataArguments, config) -> RaceDataArguments:
     """The lengths made to compose: --max_seq_length capped at the model's positions
-    (`finetuning.fit_max_seq_length`); a --max_qa_length that could leave no passage token in the window is
+    (`inputs.fit_max_seq_length`); a --max_qa_length that could leave no passage token in the window is
     named once, since `build_choice_input` then keeps the question+option's last max_seq_length - 4 tokens (a
     warning when the length was given, information for the default, which composes quietly).
 
@@ -73,7 +73,11 @@ def fit_lengths(data_args: RaceDataArguments, config) -> RaceDataArguments:
         explicit = data_args.max_qa_length != RaceDataArguments.max_qa_length
         (logger.warning if explicit else logger.info)(
             "--max_qa_length %d could leave no passage token with --max_seq_length %d: the question+option part keeps "
-            "its last %d tokens", data_args.max_qa_length, data_args.max_seq_length, qa_length)
+            "its last %d tokens",
+            data_args.max_qa_length,
+            data_args.max_seq_length,
+            qa_length,
+        )
     return data_args
 
 
@@ -102,24 +106,41 @@ def encode_questions(questions: Dataset, tokenizer, data_args: RaceDataArguments
     def encode(batch):
         # Articles repeat across their questions: tokenize each distinct one once per batch.
         distinct_articles = list(dict.fromkeys(batch["article"]))
-        article_ids = dict(zip(distinct_articles,
-                               tokenizer(distinct_articles, add_special_tokens=False, verbose=False)["input_ids"]))
-        qa_texts = [fill_option(question, option)
-                    for question, options in zip(batch["question"], batch["options"]) for option in options]
+        article_ids = dict(
+            zip(distinct_articles, tokenizer(distinct_articles, add_special_tokens=False, verbose=False)["input_ids"])
+        )
+        qa_texts = [
+            fill_option(question, option)
+            for question, options in zip(batch["question"], batch["options"])
+            for option in options
+        ]
         qa_ids = tokenizer(qa_texts, add_special_tokens=False, verbose=False)["input_ids"]
         features = {"input_ids": [], "token_type_ids": [], "attention_mask": []}
         for row, article in enumerate(batch["article"]):
-            choices = [build_choice_input(article_ids[article], qa_ids[row * 4 + choice], tokenizer.cls_token_id,
-                                          tokenizer.sep_token_id, data_args.max_seq_length, data_args.max_qa_length)
-                       for choice in range(len(ANSWER_LETTERS))]
+            choices = [
+                build_choice_input(
+                    article_ids[article],
+                    qa_ids[row * 4 + choice],
+                    tokenizer.cls_token_id,
+                    tokenizer.sep_token_id,
+                    data_args.max_seq_length,
+                    data_args.max_qa_length,
+                )
+                for choice in range(len(ANSWER_LETTERS))
+            ]
             features["input_ids"].append([ids for ids, _ in choices])
             features["token_type_ids"].append([types for _, types in choices])
             features["attention_mask"].append([[1] * len(ids) for ids, _ in choices])
         return features
 
-    return questions.map(encode, batched=True, remove_columns=["article", "question", "options"],
-                         num_proc=data_args.preprocessing_num_workers,
-                         load_from_cache_file=not data_args.overwrite_cache, desc=f"Formatting {description} inputs")
+    return questions.map(
+        encode,
+        batched=True,
+        remove_columns=["article", "question", "options"],
+        num_proc=data_args.preprocessing_num_workers,
+        load_from_cache_file=not data_args.overwrite_cache,
+        desc=f"Formatting {description} inputs",
+    )
 
 
 def data_collator(tokenizer, data_args: RaceDataArguments, half_precision: bool = False):

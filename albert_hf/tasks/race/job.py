@@ -11,7 +11,7 @@ from .recipe import accuracy_by_subset
 
 
 def evaluate_and_write_predictions(trainer, split: str, dataset: Dataset, prefix: str = "eval") -> dict:
-    """`finetuning.evaluate_splits`' callback for RACE: the metrics of one set, and its chosen letters in
+    """`outputs.evaluate_splits`' callback for RACE: the metrics of one set, and its chosen letters in
     `predictions_<split>.json` in the trainer's output_dir (question id -> "A" to "D").
 
     Every process calls it (`Trainer.predict` is distributed); only the main process writes the file.
@@ -31,8 +31,12 @@ def evaluate_and_write_predictions(trainer, split: str, dataset: Dataset, prefix
     output = trainer.predict(dataset, metric_key_prefix=prefix)
     predicted = output.predictions.argmax(-1)
     metrics = dict(output.metrics)
-    metrics.update({f"{prefix}_{name}": value for name, value in
-                    accuracy_by_subset(predicted, dataset["label"], dataset["subset"]).items()})
+    metrics.update(
+        {
+            f"{prefix}_{name}": value
+            for name, value in accuracy_by_subset(predicted, dataset["label"], dataset["subset"]).items()
+        }
+    )
     if trainer.is_world_process_zero():
         letters = {example_id: ANSWER_LETTERS[choice] for example_id, choice in zip(dataset["example_id"], predicted)}
         path = Path(trainer.args.output_dir) / f"predictions_{split}.json"

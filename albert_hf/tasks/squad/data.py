@@ -15,7 +15,7 @@ from datasets import Dataset, load_dataset
 from ...errors import InputError, datasets_read_errors, input_errors
 from ...hub.model_card import CardDataset, from_sources, hub_dataset_id, limits
 from ...runtime.input_files import check_json_start
-from ..finetuning import check_columns, limit
+from ..inputs import check_columns, limit
 
 logger = logging.getLogger(__name__)
 
@@ -24,8 +24,12 @@ REQUIRED_COLUMNS = ["id", "question", "context", "answers"]
 
 # Questions in the official SQuAD files: a file in the official JSON format is that dataset only when it holds them
 # all (SQuAD's JSON is the exchange format of many QA sets, and of partial copies such as half of the v2.0 dev set).
-SQUAD_QUESTIONS = {("1.1", "train"): 87599, ("1.1", "validation"): 10570,
-                   ("v2.0", "train"): 130319, ("v2.0", "validation"): 11873}
+SQUAD_QUESTIONS = {
+    ("1.1", "train"): 87599,
+    ("1.1", "validation"): 10570,
+    ("v2.0", "train"): 130319,
+    ("v2.0", "validation"): 11873,
+}
 
 
 def is_official_squad(path: Path, version: str, split: str) -> bool:
@@ -34,8 +38,9 @@ def is_official_squad(path: Path, version: str, split: str) -> bool:
         return False
     try:
         content = json.loads(path.read_text(encoding="utf-8"))
-        return (str(content.get("version")) == version and expected == sum(
-            len(paragraph["qas"]) for article in content["data"] for paragraph in article["paragraphs"]))
+        return str(content.get("version")) == version and expected == sum(
+            len(paragraph["qas"]) for article in content["data"] for paragraph in article["paragraphs"]
+        )
     except (OSError, ValueError, AttributeError, KeyError, TypeError):
         return False
 
@@ -47,34 +52,58 @@ class SquadDataArguments:
     dataset_name: str | None = field(default=None, metadata={"help": "Hub dataset, e.g. squad or squad_v2"})
     dataset_config_name: str | None = field(default=None, metadata={"help": "config of the Hub dataset"})
     train_file: str | None = field(
-        default=None, metadata={"help": "official SQuAD JSON (train-v1.1.json, train-v2.0.json), or the flattened "
-                                        "Hub format as .json/.jsonl/.parquet (id, title, context, question, answers)"})
+        default=None,
+        metadata={
+            "help": "official SQuAD JSON (train-v1.1.json, train-v2.0.json), or the flattened "
+            "Hub format as .json/.jsonl/.parquet (id, title, context, question, answers)"
+        },
+    )
     validation_file: str | None = field(default=None, metadata={"help": "as train_file, e.g. dev-v2.0.json"})
     test_file: str | None = field(
-        default=None, metadata={"help": "as validation_file, for --do_predict (predict_predictions.json); answers "
-                                        "are optional: with them, predict_results.json has the metrics"})
+        default=None,
+        metadata={
+            "help": "as validation_file, for --do_predict (predict_predictions.json); answers "
+            "are optional: with them, predict_results.json has the metrics"
+        },
+    )
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "processes for feature building"})
     max_seq_length: int = field(default=384, metadata={"help": "pieces per window, question and specials included"})
     max_query_length: int = field(default=64, metadata={"help": "the question is cut to this many pieces"})
     doc_stride: int = field(
-        default=128, metadata={"help": "step between the starts of consecutive context windows, in pieces (the "
-                                       "official meaning; run_qa.py passes it to the tokenizer as the overlap)"})
+        default=128,
+        metadata={
+            "help": "step between the starts of consecutive context windows, in pieces (the "
+            "official meaning; run_qa.py passes it to the tokenizer as the overlap)"
+        },
+    )
     max_train_samples: int | None = field(default=None, metadata={"help": "use only the first N training questions"})
     max_eval_samples: int | None = field(default=None, metadata={"help": "use only the first N eval questions"})
     max_predict_samples: int | None = field(default=None, metadata={"help": "use only the first N test questions"})
     version_2_with_negative: bool = field(default=False, metadata={"help": "SQuAD v2.0: some questions have no answer"})
     null_score_diff_threshold: float = field(
-        default=0.0, metadata={"help": "v2.0: predict no answer when the null odds reach this (>=, as the official "
-                                       "code; span head: null score minus best span score; answerability head: the "
-                                       "classifier logit)"})
+        default=0.0,
+        metadata={
+            "help": "v2.0: predict no answer when the null odds reach this (>=, as the official "
+            "code; span head: null score minus best span score; answerability head: the "
+            "classifier logit)"
+        },
+    )
     tune_null_threshold: bool = field(
-        default=False, metadata={"help": "v2.0: use instead the threshold that maximises F1 on the evaluation set "
-                                         "itself (official ALBERT/XLNet practice: the numbers are tuned on dev)"})
+        default=False,
+        metadata={
+            "help": "v2.0: use instead the threshold that maximises F1 on the evaluation set "
+            "itself (official ALBERT/XLNet practice: the numbers are tuned on dev)"
+        },
+    )
     n_best_size: int = field(default=20, metadata={"help": "candidates kept per question (nbest_predictions.json)"})
     max_answer_length: int = field(default=30, metadata={"help": "longest answer, in pieces"})
     answerability_head: bool = field(
-        default=False, metadata={"help": "v2.0: the official ALBERT v2 head (start, end conditioned on the start, "
-                                         "answerability classifier) instead of the plain span head"})
+        default=False,
+        metadata={
+            "help": "v2.0: the official ALBERT v2 head (start, end conditioned on the start, "
+            "answerability classifier) instead of the plain span head"
+        },
+    )
     start_n_top: int = field(default=5, metadata={"help": "answerability head: beam of start positions"})
     end_n_top: int = field(default=5, metadata={"help": "answerability head: end positions per start"})
 
@@ -85,20 +114,25 @@ class SquadDataArguments:
 
     def card_dataset(self, wanted) -> CardDataset:
         v2 = self.version_2_with_negative
-        name, official, version = (("SQuAD v2.0", "rajpurkar/squad_v2", "v2.0") if v2
-                                   else ("SQuAD v1.1", "rajpurkar/squad", "1.1"))
+        name, official, version = (
+            ("SQuAD v2.0", "rajpurkar/squad_v2", "v2.0") if v2 else ("SQuAD v1.1", "rajpurkar/squad", "1.1")
+        )
         sources = {}
         for split in wanted:
             path = getattr(self, f"{split}_file", None)
             if path:
                 found = is_official_squad(Path(path), version, split)
-                sources[split] = (official if found else None,
-                                  f"`{Path(path).name}`" + (f" (the official {name} {split} file)" if found else ""))
+                sources[split] = (
+                    official if found else None,
+                    f"`{Path(path).name}`" + (f" (the official {name} {split} file)" if found else ""),
+                )
             elif self.dataset_name:
                 hub_id = hub_dataset_id(self.dataset_name)
                 sources[split] = (hub_id, f"the Hub's {hub_id}")
-        extra = (f" Windows of {self.max_seq_length} tokens (question: at most {self.max_query_length}), "
-                 f"stride {self.doc_stride}.{limits(self, wanted)}")
+        extra = (
+            f" Windows of {self.max_seq_length} tokens (question: at most {self.max_query_length}), "
+            f"stride {self.doc_stride}.{limits(self, wanted)}"
+        )
         config = self.dataset_config_name if self.dataset_name else None
         return from_sources(name, sources, config, extra)
 
@@ -106,8 +140,9 @@ class SquadDataArguments:
         if self.dataset_name is None and not (self.train_file or self.validation_file or self.test_file):
             raise InputError("Give --dataset_name (e.g. squad_v2) or --train_file/--validation_file/--test_file")
         if self.max_seq_length < 5:
-            raise InputError(f"--max_seq_length {self.max_seq_length}: [CLS] question [SEP] context [SEP] needs at "
-                             "least 5 pieces")
+            raise InputError(
+                f"--max_seq_length {self.max_seq_length}: [CLS] question [SEP] context [SEP] needs at least 5 pieces"
+            )
         if self.max_query_length < 1:
             raise InputError(f"--max_query_length {self.max_query_length}: the question needs at least 1 piece")
         if self.doc_stride <= 0:
@@ -131,8 +166,9 @@ def _flatten_official(data: dict, path) -> list[dict]:
     rows = []
     for a, article in enumerate(data["data"]):
         where = f"{path}: data[{a}]"
-        for p, paragraph in enumerate(_of_type(_of_type(article, dict, where).get("paragraphs", []), list,
-                                               f"{where}.paragraphs")):
+        for p, paragraph in enumerate(
+            _of_type(_of_type(article, dict, where).get("paragraphs", []), list, f"{where}.paragraphs")
+        ):
             where = f"{path}: data[{a}].paragraphs[{p}]"
             if "context" not in _of_type(paragraph, dict, where):
                 raise InputError(f"{where} has no 'context'")
@@ -143,16 +179,23 @@ def _flatten_official(data: dict, path) -> list[dict]:
                 if "question" not in qa:
                     raise InputError(f"{where}.qas[{q}] (id {qa['id']}) has no 'question'")
                 answers = [] if qa.get("is_impossible") else qa.get("answers", [])
-                answers = [_of_type(x, dict, f"{where}.qas[{q}].answers[{i}]")
-                           for i, x in enumerate(_of_type(answers, list, f"{where}.qas[{q}].answers"))]
-                rows.append({
-                    "id": str(qa["id"]),
-                    "title": str(article.get("title", "")),
-                    "context": context,
-                    "question": _of_type(qa["question"], str, f"{where}.qas[{q}].question"),
-                    "answers": _answers_column([x.get("text") for x in answers],
-                                               [x.get("answer_start") for x in answers], f"{where}.qas[{q}].answers"),
-                })
+                answers = [
+                    _of_type(x, dict, f"{where}.qas[{q}].answers[{i}]")
+                    for i, x in enumerate(_of_type(answers, list, f"{where}.qas[{q}].answers"))
+                ]
+                rows.append(
+                    {
+                        "id": str(qa["id"]),
+                        "title": str(article.get("title", "")),
+                        "context": context,
+                        "question": _of_type(qa["question"], str, f"{where}.qas[{q}].question"),
+                        "answers": _answers_column(
+                            [x.get("text") for x in answers],
+                            [x.get("answer_start") for x in answers],
+                            f"{where}.qas[{q}].answers",
+                        ),
+                    }
+                )
     return rows
 
 
@@ -161,8 +204,9 @@ _JSON_TYPE_NAMES = {dict: "object", list: "list", str: "string"}
 
 def _of_type(value, kind: type, where: str):
     if not isinstance(value, kind):
-        raise InputError(f"{where}: expected a JSON {_JSON_TYPE_NAMES[kind]}, found {type(value).__name__} "
-                         f"{value!r:.40}")
+        raise InputError(
+            f"{where}: expected a JSON {_JSON_TYPE_NAMES[kind]}, found {type(value).__name__} {value!r:.40}"
+        )
     return value
 
 
@@ -218,8 +262,9 @@ def read_squad_file(path, answers_required: bool = True) -> Dataset:
         if builder == "json":
             check_json_start(path)
         with input_errors(f"{path}: cannot be read as SQuAD rows ({builder})", *datasets_read_errors()):
-            dataset = load_dataset(builder, data_files=str(path), split="train",
-                                   **({"field": field_name} if builder == "json" else {}))
+            dataset = load_dataset(
+                builder, data_files=str(path), split="train", **({"field": field_name} if builder == "json" else {})
+            )
     if not answers_required and "answers" not in dataset.column_names and len(dataset):
         dataset = dataset.add_column("answers", [{"text": [], "answer_start": []}] * len(dataset))
     check_examples(dataset, str(path))
@@ -245,9 +290,11 @@ def check_examples(dataset: Dataset, where: str) -> None:
 
 
 # split -> (what asks for it, the file argument giving it)
-NEEDS = {"train": ("--do_train", "train_file"),
-         "validation": ("--do_eval (or --eval_strategy steps/epoch)", "validation_file"),
-         "test": ("--do_predict", "test_file")}
+NEEDS = {
+    "train": ("--do_train", "train_file"),
+    "validation": ("--do_eval (or --eval_strategy steps/epoch)", "validation_file"),
+    "test": ("--do_predict", "test_file"),
+}
 
 
 def check_sources(data_args: SquadDataArguments, wanted) -> None:
@@ -255,12 +302,12 @@ def check_sources(data_args: SquadDataArguments, wanted) -> None:
     for split in wanted:
         flag, file_argument = NEEDS[split]
         if data_args.dataset_name is None and getattr(data_args, file_argument) is None:
-            raise InputError(f"{flag} needs a {split} set: give --{file_argument} (or a --dataset_name that "
-                             f"has a {split} split)")
+            raise InputError(
+                f"{flag} needs a {split} set: give --{file_argument} (or a --dataset_name that has a {split} split)"
+            )
 
 
-def load_squad_splits(data_args: SquadDataArguments, wanted: dict | None = None, cache_dir=None,
-                      token=None) -> dict:
+def load_squad_splits(data_args: SquadDataArguments, wanted: dict | None = None, cache_dir=None, token=None) -> dict:
     """The SQuAD splits of a run, from local files or a Hub dataset.
 
     A local file (--train_file, --validation_file, --test_file) replaces the Hub's split of the same name; a test file
@@ -268,7 +315,7 @@ def load_squad_splits(data_args: SquadDataArguments, wanted: dict | None = None,
 
     Args:
         data_args (`SquadDataArguments`): the data arguments (the files, --dataset_name, --dataset_config_name).
-        wanted (`dict`, *optional*): split -> max_samples (None: every row), from `finetuning.wanted_samples`: those
+        wanted (`dict`, *optional*): split -> max_samples (None: every row), from `inputs.wanted_samples`: those
             splits only, each cut to its first max_samples questions. None: every split there is, uncut.
         cache_dir (`str`, *optional*): the `datasets` cache for the Hub dataset.
         token (`str`, *optional*): the Hub token for the Hub dataset.
@@ -287,8 +334,11 @@ def load_squad_splits(data_args: SquadDataArguments, wanted: dict | None = None,
             if name in hub:
                 check_examples(hub[name], f"{data_args.dataset_name}[{name}]")
                 splits[name] = hub[name]
-    for name, path in (("train", data_args.train_file), ("validation", data_args.validation_file),
-                       ("test", data_args.test_file)):
+    for name, path in (
+        ("train", data_args.train_file),
+        ("validation", data_args.validation_file),
+        ("test", data_args.test_file),
+    ):
         if path is not None:
             splits[name] = read_squad_file(path, answers_required=name != "test")
     if wanted is None:
@@ -296,8 +346,10 @@ def load_squad_splits(data_args: SquadDataArguments, wanted: dict | None = None,
     for split in wanted:
         if split not in splits:
             flag, file_argument = NEEDS[split]
-            raise InputError(f"{flag} needs a {split} set: --dataset_name {data_args.dataset_name} has no "
-                             f"{split} split; give --{file_argument}")
+            raise InputError(
+                f"{flag} needs a {split} set: --dataset_name {data_args.dataset_name} has no "
+                f"{split} split; give --{file_argument}"
+            )
     return {split: limit(splits[split], max_samples) for split, max_samples in wanted.items()}
 
 
@@ -315,7 +367,7 @@ def _answer_problem(context: str, answers: dict, version_2: bool) -> str | None:
     start, text = answers["answer_start"][0], answers["text"][0]
     if not text.strip():
         return "an empty answer text"
-    if start is None or start < 0 or context[start:start + len(text)] != text:
+    if start is None or start < 0 or context[start : start + len(text)] != text:
         return "an answer text that is not at its answer_start"
     return None
 
@@ -342,8 +394,14 @@ def select_trainable(dataset: Dataset, version_2: bool, where: str) -> Dataset:
         else:
             problems[problem].append(question_id)
     for problem, ids in problems.items():
-        logger.warning("%s: skipped %d of %d training questions with %s (e.g. id %s)",
-                       where, len(ids), len(dataset), problem, ids[0])
+        logger.warning(
+            "%s: skipped %d of %d training questions with %s (e.g. id %s)",
+            where,
+            len(ids),
+            len(dataset),
+            problem,
+            ids[0],
+        )
     return dataset if len(keep) == len(dataset) else dataset.select(keep)
 
 
@@ -353,13 +411,17 @@ def select_evaluable(dataset: Dataset, version_2: bool, where: str, labelled: bo
     if labelled and not version_2:
         for question_id, answers in zip(dataset["id"], dataset["answers"]):
             if not answers["text"]:
-                raise InputError(f"{where}: question {question_id!r} has no answer: this is SQuAD v2.0 data, pass "
-                                 "--version_2_with_negative")
+                raise InputError(
+                    f"{where}: question {question_id!r} has no answer: this is SQuAD v2.0 data, pass "
+                    "--version_2_with_negative"
+                )
     keep = [row for row, context in enumerate(dataset["context"]) if context.strip()]
     if len(keep) < len(dataset):
-        logger.warning("%s: skipped %d of %d evaluation questions with an empty context (left out of predictions "
-                       "and metrics)", where, len(dataset) - len(keep), len(dataset))
+        logger.warning(
+            "%s: skipped %d of %d evaluation questions with an empty context (left out of predictions and metrics)",
+            where,
+            len(dataset) - len(keep),
+            len(dataset),
+        )
         dataset = dataset.select(keep)
     return dataset
-
-

@@ -11,8 +11,8 @@ from dataclasses import replace
 from datasets import Dataset
 
 from ...errors import InputError
-from ..finetuning import fit_max_seq_length
-from .data import POSTPROCESSING_COLUMNS, SquadDataArguments, has_gold_answers, select_evaluable
+from ..inputs import fit_max_seq_length
+from .data import POSTPROCESSING_COLUMNS, SquadDataArguments, has_gold_answers, select_evaluable, select_trainable
 
 logger = logging.getLogger(__name__)
 
@@ -41,8 +41,10 @@ def max_context_flags(spans: list[tuple[int, int]]) -> list[list[bool]]:
             score = min(position - start, start + length - 1 - position) + 0.01 * length
             if position not in best or score > best[position][0]:
                 best[position] = (score, span_index)
-    return [[best[position][1] == span_index for position in range(start, start + length)]
-            for span_index, (start, length) in enumerate(spans)]
+    return [
+        [best[position][1] == span_index for position in range(start, start + length)]
+        for span_index, (start, length) in enumerate(spans)
+    ]
 
 
 def _answer_token_span(offsets, start_char: int, end_char: int) -> tuple[int, int]:
@@ -97,17 +99,20 @@ def build_features(examples: dict, tokenizer, data_args: SquadDataArguments, tra
                 if answer_tokens is None:  # select_trainable only lets through answers made of visible text
                     raise InputError(f"question {examples['id'][i]!r}: the answer covers no piece of the context")
         for (start, span_length), flags in zip(spans, max_context):
-            ids = [cls, *question, sep, *context_ids[start:start + span_length], sep]
+            ids = [cls, *question, sep, *context_ids[start : start + span_length], sep]
             used = len(ids)
             out["input_ids"].append(ids + [pad] * (length - used))
-            out["token_type_ids"].append([0] * first_context_position + [1] * (used - first_context_position)
-                                         + [0] * (length - used))
+            out["token_type_ids"].append(
+                [0] * first_context_position + [1] * (used - first_context_position) + [0] * (length - used)
+            )
             out["attention_mask"].append([1] * used + [0] * (length - used))
-            out["p_mask"].append([0] + [1] * (first_context_position - 1) + [0] * span_length
-                                 + [1] * (length - used + 1))
+            out["p_mask"].append(
+                [0] + [1] * (first_context_position - 1) + [0] * span_length + [1] * (length - used + 1)
+            )
             if training:
-                inside = (answer_tokens is not None and start <= answer_tokens[0]
-                          and answer_tokens[1] < start + span_length)
+                inside = (
+                    answer_tokens is not None and start <= answer_tokens[0] and answer_tokens[1] < start + span_length
+                )
                 shift = first_context_position - start
                 out["start_positions"].append(answer_tokens[0] + shift if inside else 0)
                 out["end_positions"].append(answer_tokens[1] + shift if inside else 0)
@@ -115,8 +120,9 @@ def build_features(examples: dict, tokenizer, data_args: SquadDataArguments, tra
             else:
                 out["example_id"].append(examples["id"][i])
                 offsets = [None] * length
-                offsets[first_context_position:first_context_position + span_length] = [
-                    list(o) for o in context_offsets[start:start + span_length]]
+                offsets[first_context_position : first_context_position + span_length] = [
+                    list(o) for o in context_offsets[start : start + span_length]
+                ]
                 out["offset_mapping"].append(offsets)
                 after = length - first_context_position - span_length
                 out["token_is_max_context"].append([False] * first_context_position + flags + [False] * after)
@@ -136,7 +142,9 @@ def features_dataset(examples: Dataset, tokenizer, data_args: SquadDataArguments
         `datasets.Dataset`: one row per window, with the columns of `build_features` only.
     """
     return examples.map(
-        build_features, batched=True, remove_columns=examples.column_names,
+        build_features,
+        batched=True,
+        remove_columns=examples.column_names,
         num_proc=data_args.preprocessing_num_workers,
         fn_kwargs=dict(tokenizer=tokenizer, data_args=data_args, training=training),
         desc=f"SQuAD {'training' if training else 'evaluation'} features",
@@ -170,7 +178,7 @@ def model_inputs(features: Dataset) -> Dataset:
 
 def fit_lengths(data_args: SquadDataArguments, config) -> SquadDataArguments:
     """The window lengths made to compose: --max_seq_length capped at the model's positions
-    (`finetuning.fit_max_seq_length`), then a --max_query_length that would leave the context no room in a window
+    (`inputs.fit_max_seq_length`), then a --max_query_length that would leave the context no room in a window
     (the default 64 with --max_seq_length 64) cut to half the window's room, with a warning. Windows advance by
     min(doc_stride, window), as the official loop, so --doc_stride composes with any window.
 
@@ -186,6 +194,22 @@ def fit_lengths(data_args: SquadDataArguments, config) -> SquadDataArguments:
     if data_args.max_query_length < room:
         return data_args
     capped = room // 2
-    logger.warning("--max_query_length %d would leave no context in a --max_seq_length %d window: questions keep "
-                   "their first %d pieces", data_args.max_query_length, data_args.max_seq_length, capped)
+    logger.warning(
+        "--max_query_length %d would leave no context in a --max_seq_length %d window: questions keep "
+        "their first %d pieces",
+        data_args.max_query_length,
+        data_args.max_seq_length,
+        capped,
+    )
     return replace(data_args, max_query_length=capped)
+
+
+def training_features(splits: dict, tokenizer, data_args: SquadDataArguments, training_args) -> tuple:
+    """(the trainable training questions, their windows), or ((), None) without a training split."""
+    if "train" not in splits:
+        return (), None
+    examples = select_trainable(splits["train"], data_args.version_2_with_negative, data_args.train_file or "train")
+    with training_args.main_process_first(desc="training features"):
+        dataset = features_dataset(examples, tokenizer, data_args, training=True)
+    logger.info("%d training questions -> %d windows", len(examples), len(dataset))
+    return examples, dataset

@@ -31,7 +31,9 @@ from dataclasses import dataclass
 from datasets import Dataset
 from transformers.trainer_utils import speed_metrics
 
-from ..finetuning import save_results
+from ... import AlbertHFForQuestionAnswering, AlbertHFForQuestionAnsweringWithAnswerability
+from .. import inputs
+from ..outputs import save_results
 from ..trainer import AlbertTrainer
 from .data import SquadDataArguments, has_gold_answers
 from .features import model_inputs
@@ -60,8 +62,14 @@ class SquadTrainer(AlbertTrainer):
     --do_predict, returning the predictions for the output files too.
     """
 
-    def __init__(self, *args, data_args: SquadDataArguments, eval_examples: Dataset | None = None,
-                 eval_features: Dataset | None = None, **kwargs):
+    def __init__(
+        self,
+        *args,
+        data_args: SquadDataArguments,
+        eval_examples: Dataset | None = None,
+        eval_features: Dataset | None = None,
+        **kwargs,
+    ):
         if (eval_examples is None) != (eval_features is None):
             raise ValueError("SquadTrainer: give eval_examples and eval_features together")
         kwargs["eval_dataset"] = None if eval_features is None else model_inputs(eval_features)
@@ -75,20 +83,29 @@ class SquadTrainer(AlbertTrainer):
         if eval_dataset is None and eval_examples is None:
             eval_dataset, eval_examples = self.eval_features, self.eval_examples
         if eval_dataset is None or eval_examples is None:
-            raise ValueError("SquadTrainer.evaluate needs the evaluation windows and their questions (run_squad.py: "
-                             "--validation_file or a --dataset_name with a validation split)")
+            raise ValueError(
+                "SquadTrainer.evaluate needs the evaluation windows and their questions (run_squad.py: "
+                "--validation_file or a --dataset_name with a validation split)"
+            )
         return self.evaluate_questions(eval_examples, eval_dataset, ignore_keys, metric_key_prefix).metrics
 
-    def evaluate_questions(self, examples: Dataset, features: Dataset, ignore_keys=None,
-                           metric_key_prefix: str = "eval") -> SquadPredictions:
+    def evaluate_questions(
+        self, examples: Dataset, features: Dataset, ignore_keys=None, metric_key_prefix: str = "eval"
+    ) -> SquadPredictions:
         """`evaluate`, returning the predictions as well: logged, and the callbacks' on_evaluate called."""
         result = self._run_questions(examples, features, ignore_keys, metric_key_prefix, "Evaluation")
         self.log(result.metrics)
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, result.metrics)
         return result
 
-    def predict_questions(self, examples: Dataset, features: Dataset, ignore_keys=None,
-                          metric_key_prefix: str = "predict", null_threshold: float | None = None) -> SquadPredictions:
+    def predict_questions(
+        self,
+        examples: Dataset,
+        features: Dataset,
+        ignore_keys=None,
+        metric_key_prefix: str = "predict",
+        null_threshold: float | None = None,
+    ) -> SquadPredictions:
         """The same run for --do_predict (callbacks' on_predict). `null_threshold` replaces the v2.0 threshold
         (and its tuning), e.g. with the one tuned on the dev set."""
         result = self._run_questions(examples, features, ignore_keys, metric_key_prefix, "Prediction", null_threshold)
@@ -104,14 +121,22 @@ class SquadTrainer(AlbertTrainer):
             dataloader = self.get_eval_dataloader()
         else:
             dataloader = self.get_test_dataloader(model_inputs(features))
-        output = self.evaluation_loop(dataloader, description=description, prediction_loss_only=False,
-                                      ignore_keys=ignore_keys, metric_key_prefix=prefix)
+        output = self.evaluation_loop(
+            dataloader,
+            description=description,
+            prediction_loss_only=False,
+            ignore_keys=ignore_keys,
+            metric_key_prefix=prefix,
+        )
         metrics = dict(output.metrics)
         if f"{prefix}_model_preparation_time" in metrics:
             start_time += metrics[f"{prefix}_model_preparation_time"]
         batch_size = self.args.eval_batch_size * self.args.world_size
-        metrics.update(speed_metrics(prefix, start_time, num_samples=len(features),
-                                     num_steps=math.ceil(len(features) / batch_size)))
+        metrics.update(
+            speed_metrics(
+                prefix, start_time, num_samples=len(features), num_steps=math.ceil(len(features) / batch_size)
+            )
+        )
         best, nbest, null_odds = postprocess(examples, features, output.predictions, data_args)
         threshold = data_args.null_score_diff_threshold if null_threshold is None else null_threshold
         if has_gold_answers(examples):
@@ -145,7 +170,7 @@ def evaluate_and_write(trainer: SquadTrainer, examples: Dataset, features: Datas
     Returns:
         `dict`: the `eval_` metrics (`SquadTrainer.evaluate_questions`: runtime, `eval_features` windows and, when the
         questions have answers, those of `squad_metrics`) and `eval_samples`, the number of questions, as written to
-        eval_results.json and all_results.json in the trainer's output_dir (`finetuning.save_results`).
+        eval_results.json and all_results.json in the trainer's output_dir (`outputs.save_results`).
     """
     result = trainer.evaluate_questions(examples, features)
     if trainer.is_world_process_zero():
@@ -153,8 +178,14 @@ def evaluate_and_write(trainer: SquadTrainer, examples: Dataset, features: Datas
     return save_results(trainer, "eval", {**result.metrics, "eval_samples": len(examples)})
 
 
-def predict_and_write(trainer: SquadTrainer, data_args: SquadDataArguments, examples: Dataset, features: Dataset,
-                      tuned_threshold: float | None, output_dir) -> dict | None:
+def predict_and_write(
+    trainer: SquadTrainer,
+    data_args: SquadDataArguments,
+    examples: Dataset,
+    features: Dataset,
+    tuned_threshold: float | None,
+    output_dir,
+) -> dict | None:
     """The test questions' prediction files and, when they have answers, their SQuAD metrics (run_squad.py's
     --do_predict).
 
@@ -183,16 +214,31 @@ def predict_and_write(trainer: SquadTrainer, data_args: SquadDataArguments, exam
             null_threshold = tuned_threshold
             logger.info("Test predictions use the null threshold tuned on the dev set: %.4f", null_threshold)
         elif not has_gold_answers(examples):
-            logger.warning("--tune_null_threshold: no dev evaluation in this run and no answers in the test set to "
-                           "tune on; the test predictions use --null_score_diff_threshold %s",
-                           data_args.null_score_diff_threshold)
+            logger.warning(
+                "--tune_null_threshold: no dev evaluation in this run and no answers in the test set to "
+                "tune on; the test predictions use --null_score_diff_threshold %s",
+                data_args.null_score_diff_threshold,
+            )
     result = trainer.predict_questions(examples, features, null_threshold=null_threshold)
     if trainer.is_world_process_zero():
         write_outputs(output_dir, "predict", result.predictions, result.nbest, result.null_odds)
     if not has_gold_answers(examples):
-        logger.info("%s has no answers: predictions written, no metrics (predict_results.json)",
-                    data_args.test_file or "the test split")
+        logger.info(
+            "%s has no answers: predictions written, no metrics (predict_results.json)",
+            data_args.test_file or "the test split",
+        )
         return None
     return save_results(trainer, "predict", {**result.metrics, "predict_samples": len(examples)})
 
 
+def load_tokenizer_and_model(model_args, data_args: SquadDataArguments):
+    """The tokenizer and the span QA model: the official SQuAD v2.0 head with --answerability_head (its beam sizes
+    from --start_n_top and --end_n_top), else the plain start/end head."""
+    if data_args.answerability_head:
+        return inputs.load_tokenizer_and_model(
+            model_args,
+            AlbertHFForQuestionAnsweringWithAnswerability,
+            start_n_top=data_args.start_n_top,
+            end_n_top=data_args.end_n_top,
+        )
+    return inputs.load_tokenizer_and_model(model_args, AlbertHFForQuestionAnswering)

@@ -39,8 +39,15 @@ def _softmax(scores: list[float]) -> list[float]:
 
 
 def _valid_span(offsets, max_context, start: int, end: int, max_answer_length: int) -> bool:
-    return (start < len(offsets) and end < len(offsets) and offsets[start] is not None and offsets[end] is not None
-            and start <= end and end - start + 1 <= max_answer_length and max_context[start])
+    return (
+        start < len(offsets)
+        and end < len(offsets)
+        and offsets[start] is not None
+        and offsets[end] is not None
+        and start <= end
+        and end - start + 1 <= max_answer_length
+        and max_context[start]
+    )
 
 
 def _nbest(candidates: list[dict], n_best_size: int) -> list[dict]:
@@ -51,8 +58,9 @@ def _nbest(candidates: list[dict], n_best_size: int) -> list[dict]:
     return list(unique.values())[:n_best_size]
 
 
-def postprocess_span_predictions(examples, features, start_logits, end_logits, n_best_size=20, max_answer_length=30,
-                                 version_2=False):
+def postprocess_span_predictions(
+    examples, features, start_logits, end_logits, n_best_size=20, max_answer_length=30, version_2=False
+):
     """Per question: the n-best spans over all its windows, from the span head's logits (BERT/ALBERT v1
     `write_predictions`).
 
@@ -102,18 +110,29 @@ def postprocess_span_predictions(examples, features, start_logits, end_logits, n
                     if not _valid_span(offsets, max_context, s, e, max_answer_length):
                         continue
                     span = (offsets[s][0], offsets[e][1])
-                    candidates.append({"span": span, "text": contexts[row][span[0]:span[1]],
-                                       "start_logit": float(starts[s]), "end_logit": float(ends[e]),
-                                       "score": float(starts[s] + ends[e])})
+                    candidates.append(
+                        {
+                            "span": span,
+                            "text": contexts[row][span[0] : span[1]],
+                            "start_logit": float(starts[s]),
+                            "end_logit": float(ends[e]),
+                            "score": float(starts[s] + ends[e]),
+                        }
+                    )
         entries = _nbest(candidates, n_best_size)
         best_entry = entries[0] if entries else None
         if version_2:
-            entries.append({"text": "", "start_logit": null_score[1], "end_logit": null_score[2],
-                            "score": null_score[0]})
+            entries.append(
+                {"text": "", "start_logit": null_score[1], "end_logit": null_score[2], "score": null_score[0]}
+            )
             entries = sorted(entries, key=lambda c: c["score"], reverse=True)[:n_best_size]
             if not any(entry["text"] == "" for entry in entries):  # keep the null in the n-best it competes with
-                entries[-1] = {"text": "", "start_logit": null_score[1], "end_logit": null_score[2],
-                               "score": null_score[0]}
+                entries[-1] = {
+                    "text": "",
+                    "start_logit": null_score[1],
+                    "end_logit": null_score[2],
+                    "score": null_score[0],
+                }
             null_odds[question_id] = null_score[0] - best_entry["score"] if best_entry else float("inf")
         for entry, probability in zip(entries, _softmax([entry["score"] for entry in entries])):
             entry["probability"] = probability
@@ -122,13 +141,23 @@ def postprocess_span_predictions(examples, features, start_logits, end_logits, n
         nbest[question_id] = entries
         no_span += best_entry is None
     if no_span:
-        logger.info("%d of %d questions have no valid span in their n-best: their answer is \"\"", no_span, len(best))
+        logger.info('%d of %d questions have no valid span in their n-best: their answer is ""', no_span, len(best))
     return best, nbest, null_odds
 
 
-def postprocess_beam_predictions(examples, features, start_top_log_probs, start_top_index, end_top_log_probs,
-                                 end_top_index, cls_logits, start_n_top=5, end_n_top=5, n_best_size=20,
-                                 max_answer_length=30):
+def postprocess_beam_predictions(
+    examples,
+    features,
+    start_top_log_probs,
+    start_top_index,
+    end_top_log_probs,
+    end_top_index,
+    cls_logits,
+    start_n_top=5,
+    end_n_top=5,
+    n_best_size=20,
+    max_answer_length=30,
+):
     """Per question: the n-best spans from the answerability head's beam (official ALBERT v2 `write_predictions_v2`).
 
     Candidates: `start_n_top` starts x `end_n_top` ends per window, scored by start + end log-probability, kept under
@@ -176,8 +205,15 @@ def postprocess_beam_predictions(examples, features, start_top_log_probs, start_
                         continue
                     span = (offsets[s][0], offsets[e][1])
                     start_lp, end_lp = float(start_top_log_probs[f][i]), float(end_top_log_probs[f][i * end_n_top + j])
-                    candidates.append({"span": span, "text": contexts[row][span[0]:span[1]],
-                                       "start_log_prob": start_lp, "end_log_prob": end_lp, "score": start_lp + end_lp})
+                    candidates.append(
+                        {
+                            "span": span,
+                            "text": contexts[row][span[0] : span[1]],
+                            "start_log_prob": start_lp,
+                            "end_log_prob": end_lp,
+                            "score": start_lp + end_lp,
+                        }
+                    )
         entries = _nbest(candidates, n_best_size)
         for entry, probability in zip(entries, _softmax([entry["score"] for entry in entries])):
             entry["probability"] = probability
@@ -256,13 +292,26 @@ def write_outputs(output_dir, prefix: str, predictions: dict, nbest: dict, null_
         path.write_text(json.dumps(content, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         logger.info("Wrote %s", path)
 
+
 def postprocess(examples: Dataset, features: Dataset, outputs, data_args: SquadDataArguments):
     """(best non-null answer, n-best, null odds) per question from the model outputs on its windows, for either head."""
     if data_args.answerability_head:
         return postprocess_beam_predictions(
-            examples, features, *outputs[:5], start_n_top=data_args.start_n_top, end_n_top=data_args.end_n_top,
-            n_best_size=data_args.n_best_size, max_answer_length=data_args.max_answer_length)
+            examples,
+            features,
+            *outputs[:5],
+            start_n_top=data_args.start_n_top,
+            end_n_top=data_args.end_n_top,
+            n_best_size=data_args.n_best_size,
+            max_answer_length=data_args.max_answer_length,
+        )
     start_logits, end_logits = outputs[:2]
     return postprocess_span_predictions(
-        examples, features, start_logits, end_logits, n_best_size=data_args.n_best_size,
-        max_answer_length=data_args.max_answer_length, version_2=data_args.version_2_with_negative)
+        examples,
+        features,
+        start_logits,
+        end_logits,
+        n_best_size=data_args.n_best_size,
+        max_answer_length=data_args.max_answer_length,
+        version_2=data_args.version_2_with_negative,
+    )

@@ -15,15 +15,30 @@ from .data import SquadDataArguments
 # run_squad_v2.py: its answerability head (dropout_prob 0.1, beams of 5 x 5) and the threshold tuned on dev.
 PAPER_HPARAMS = {
     "v1.1": dict(learning_rate=5e-5, batch_size=48, max_steps=3649, warmup_steps=365, max_seq_length=384),
-    "v2.0": dict(learning_rate=3e-5, batch_size=48, max_steps=8144, warmup_steps=814, max_seq_length=512,
-                 answerability_head=True, tune_null_threshold=True, start_n_top=5, end_n_top=5,
-                 classifier_dropout_prob=0.1),
+    "v2.0": dict(
+        learning_rate=3e-5,
+        batch_size=48,
+        max_steps=8144,
+        warmup_steps=814,
+        max_seq_length=512,
+        answerability_head=True,
+        tune_null_threshold=True,
+        start_n_top=5,
+        end_n_top=5,
+        classifier_dropout_prob=0.1,
+    ),
 }
 
 
 # The official run_squad_v* keeps the best F1 checkpoint on dev; how often it scores one is ours.
-PAPER_COMMON = dict(doc_stride=128, max_query_length=64, n_best_size=20, max_answer_length=30, **OFFICIAL_FINETUNING,
-                    **best_on_dev(1000))
+PAPER_COMMON = dict(
+    doc_stride=128,
+    max_query_length=64,
+    n_best_size=20,
+    max_answer_length=30,
+    **OFFICIAL_FINETUNING,
+    **best_on_dev(1000),
+)
 
 
 MAIN_METRIC = "f1"
