@@ -112,10 +112,10 @@ def test_stop_on_signal_restores_the_previous_handlers():
     before = signal.getsignal(signal.SIGTERM)
     with StopOnSignal() as stop:
         assert signal.getsignal(signal.SIGTERM) != before
-        assert stop.agreed() is None
+        assert stop.shared_signal() is None
         signal.raise_signal(signal.SIGUSR1)  # recorded, not fatal
         signal.raise_signal(signal.SIGTERM)  # a second one: the first stays the reason
-        assert stop.agreed() == signal.SIGUSR1 and stop.name == "SIGUSR1"
+        assert stop.shared_signal() == signal.SIGUSR1 and stop.name == "SIGUSR1"
     assert signal.getsignal(signal.SIGTERM) == before
 
 

@@ -35,7 +35,7 @@ from ..runtime import output_lock
 from ..runtime.cli import is_first_process, run_entry_point
 from ..runtime.distributed import end_distributed, gather_full_model
 from ..runtime.preemption import PREEMPTED, StopOnSignal, at_stage
-from ..runtime.storage import StorageError, agreed, fault_line, refused
+from ..runtime.storage import StorageError, fault_line, shared_fault, write_fault
 from ..runtime.throughput import cost_rows
 from .arguments import PretrainingArguments
 from .data import prepared_data
@@ -76,8 +76,8 @@ def finish(run: Run, eval_metrics: dict, completed_steps: int, cost: dict):
     final = gather_full_model(accelerator, run.model)
     fault = None
     if accelerator.is_main_process:
-        fault = refused(lambda: write_final_folder(run, final, eval_metrics, completed_steps, cost))
-    fault = agreed(accelerator, fault, main_only=True)  # every process stops, none waits
+        fault = write_fault(lambda: write_final_folder(run, final, eval_metrics, completed_steps, cost))
+    fault = shared_fault(accelerator, fault, main_only=True)  # every process stops, none waits
     if fault is not None:
         raise StorageError(
             fault_line(

@@ -68,7 +68,7 @@ class StopOnSignal:
     recording: the signal sets `stop.received` (the first signal's number) for the training loop to act on. The
     previous handlers come back on exit, and workers forked meanwhile are shielded (`shield_child`).
 
-    `stop.agreed()` is what a training loop asks at a step boundary: the signal any process received (the same
+    `stop.shared_signal()` is what a training loop asks at a step boundary: the signal any process received (the same
     answer in all of them), or None. It is a collective when torch.distributed is initialised: every process must
     call it at the same points.
     """
@@ -128,7 +128,7 @@ class StopOnSignal:
         return False
 
     def saving(self) -> None:
-        """From now on the run has something to save: a signal is recorded for the training loop (`agreed`), by
+        """From now on the run has something to save: a signal is recorded for the training loop (`shared_signal`), by
         this StopOnSignal and those it is nested in (whose handlers come back when it ends)."""
         self.raise_if_interrupted()
         stop = self
@@ -186,7 +186,7 @@ class StopOnSignal:
         if not self._deferring and self.received is not None and self.stage is not None and not self.interrupted:
             self._interrupt()
 
-    def agreed(self, device=None) -> int | None:
+    def shared_signal(self, device=None) -> int | None:
         """The stop signal received by any process (the highest number if several), or None; with several
         processes, as it stood at the previous call (see the module's docstring)."""
         local = self.received or 0

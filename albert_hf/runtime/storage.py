@@ -58,7 +58,7 @@ def fault_of(error: BaseException) -> str | None:
     return None
 
 
-def refused(write) -> str | None:
+def write_fault(write) -> str | None:
     """Runs `write()`; the fault when the machine refused it (see `fault_of`), None when it was written. Any other
     error is raised as it is."""
     try:
@@ -71,7 +71,7 @@ def refused(write) -> str | None:
     return None
 
 
-def agreed(accelerator, fault: str | None, main_only: bool = False) -> str | None:
+def shared_fault(accelerator, fault: str | None, main_only: bool = False) -> str | None:
     """Every process learns whether any of them (or, `main_only`, the main one) had a write refused: a collective
     every process reaches, so that all stop together and none waits for the others forever."""
     from accelerate.utils import broadcast_object_list, gather_object

@@ -25,7 +25,7 @@ from ..runtime import checkpoint_files
 from ..runtime.distributed import describe, gather_full_model, requested_mode, shard_model, use_fsdp
 from ..runtime.hardware import PRECISION_NAMES, Precision, detect, mfu_peak
 from ..runtime.preemption import StopOnSignal
-from ..runtime.storage import StorageError, agreed, fault_line, folder_bytes, refused
+from ..runtime.storage import StorageError, fault_line, folder_bytes, shared_fault, write_fault
 from ..runtime.throughput import flop_rates
 
 logger = logging.getLogger(__name__)
@@ -121,12 +121,14 @@ class AlbertTrainer(Trainer):
         folder = run_dir / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
         limit, self.args.save_total_limit = self.args.save_total_limit, None  # rotated below, once recorded
         try:
-            fault = agreed(self.accelerator, refused(lambda: super(AlbertTrainer, self)._save_checkpoint(model, trial)))
+            fault = shared_fault(
+                self.accelerator, write_fault(lambda: super(AlbertTrainer, self)._save_checkpoint(model, trial))
+            )
         finally:
             self.args.save_total_limit = limit
         if fault is None and self.is_world_process_zero():  # every process has written its files: recorded last
-            fault = refused(lambda: checkpoint_files.write_record(folder))
-        fault = agreed(self.accelerator, fault, main_only=True)
+            fault = write_fault(lambda: checkpoint_files.write_record(folder))
+        fault = shared_fault(self.accelerator, fault, main_only=True)
         if fault is None:
             if self.args.should_save:  # the checkpoints before it go only now that its record is in place
                 rotate_checkpoints(
@@ -308,6 +310,6 @@ class StopOnSignalCallback(TrainerCallback):
         self.stopped_at: int | None = None  # the step after which it stopped training (the same in every process)
 
     def on_step_end(self, args: TrainingArguments, state, control, **kwargs):
-        if self.stop.agreed(args.device):  # every process asks at every step: they agree on the same step
+        if self.stop.shared_signal(args.device):  # every process asks at every step: they agree on the same step
             control.should_save = control.should_training_stop = True
             self.stopped_at = state.global_step

@@ -23,7 +23,7 @@ from accelerate.utils import broadcast_object_list
 from ...errors import InputError, first_line
 from ...runtime import checkpoint_files
 from ...runtime.checkpoint_files import RECORD_FILE
-from ...runtime.storage import StorageError, agreed, fault_line, folder_bytes, refused
+from ...runtime.storage import StorageError, fault_line, folder_bytes, shared_fault, write_fault
 from ..training.divergence import newest_finite
 from ..training.state import STATE_FILE, checked_position
 
@@ -224,9 +224,9 @@ class StepCheckpoints:
         fault = None
         if self.accelerator.is_main_process and path != self._checked and (damage := self.damage(path)) is not None:
             fault = f"--resume_from_checkpoint {path}: {damage}{self.earlier_than(path)}"
-        fault = agreed(self.accelerator, fault, main_only=True)
+        fault = shared_fault(self.accelerator, fault, main_only=True)
         if fault is None:
-            fault = agreed(self.accelerator, self._unreadable_random_state(path))
+            fault = shared_fault(self.accelerator, self._unreadable_random_state(path))
         if fault is not None:
             raise InputError(fault)
         legacy_schedule = (
@@ -261,7 +261,7 @@ class StepCheckpoints:
         fault = self._random_state_not_restored(path)
         if fault is None and not legacy_schedule and self.schedule is not None:
             fault = self._restore_schedule(path)
-        fault = agreed(self.accelerator, fault)
+        fault = shared_fault(self.accelerator, fault)
         if fault is not None:
             raise InputError(f"--resume_from_checkpoint {path}: {fault}")
         return checked_position(path, state, window_length)
@@ -406,10 +406,10 @@ class StepCheckpoints:
         # the others: the folder is renamed only once all of them have written, or a slower process would write
         # into a folder that is gone (seen with one process delayed). The collective also tells every process
         # whether any write failed.
-        fault = agreed(self.accelerator, refused(write_state))
+        fault = shared_fault(self.accelerator, write_fault(write_state))
         if fault is None and self.accelerator.is_main_process:
-            fault = refused(complete)
-        fault = agreed(self.accelerator, fault, main_only=True)
+            fault = write_fault(complete)
+        fault = shared_fault(self.accelerator, fault, main_only=True)
         if fault is not None:
             written = folder_bytes(tmp)
             # every process has measured it before it goes: a process still walking the folder while the main

@@ -28,9 +28,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from accelerate.utils import broadcast_object_list
+
 from ...errors import InputError, NothingProduced, first_line
 from ...hub.upload import UPLOAD_IGNORE, BackgroundUploads, Upload, push_folder
-from ...runtime.storage import agreed, refused
+from ...runtime.storage import shared_fault, write_fault
 from ..arguments import OutputArgs
 from .checkpoints import STATE_FILE
 from .folder import from_hub
@@ -108,7 +110,7 @@ class HubPush:
             if self.strategy == "checkpoint":
                 link_tree(checkpoint, state)
 
-        fault = refused(stage)
+        fault = write_fault(stage)
         if fault is not None:  # a full disk: the checkpoint itself is written, and the next one tries again
             discard()
             logger.warning(
@@ -233,7 +235,9 @@ def download_last_checkpoint(value: str, output: OutputArgs, accelerator) -> Pat
             fault = f"--resume_from_checkpoint {value}: {reason}"
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-    fault = agreed(accelerator, fault, main_only=True)
+    fault = shared_fault(accelerator, fault, main_only=True)
     if fault is not None:
         raise InputError(fault)
-    return Path(agreed(accelerator, str(found) if found else None, main_only=True))
+    if accelerator.num_processes > 1:  # the main process downloaded it: every process resumes from its folder
+        found = broadcast_object_list([str(found) if found else None])[0]
+    return Path(found)

@@ -125,7 +125,7 @@ def fit(run: Run, stop: StopOnSignal | None = None) -> FitResult:
                     continue
                 if state.step >= steps:
                     break
-                if stop is not None and stop.agreed(accelerator.device):  # returns at once if just saved
+                if stop is not None and stop.shared_signal(accelerator.device):  # returns at once if just saved
                     stopped = FitResult(eval_metrics, state.step, stop.name, save_checkpoint(run, state))
                     break
             else:
