@@ -465,3 +465,9 @@ def check_best_checkpoint(output_dir, metric: str) -> None:
     first_best_step = next(step for score, step in scores if score == best)
     assert state["best_metric"] == best
     assert state["best_model_checkpoint"].endswith(f"checkpoint-{first_best_step}")
+
+
+def module_name(path, package_dir) -> str:
+    """The dotted module name of a file of the package in `package_dir` (an `__init__` named as its package)."""
+    parts = path.relative_to(package_dir.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
