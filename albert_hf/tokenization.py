@@ -135,7 +135,7 @@ def load_spiece_model(path, output_dir=None, model_max_length: int = 512):
 # Training
 
 
-def _albert_normalizer():
+def albert_normalizer():
     # The exact normalisation AlbertTokenizer applies before its model (quotes, NFKD, strip accents, lowercase):
     # the spm model must be trained on text that looks like what it will later be asked to segment.
     from transformers import AlbertTokenizer
@@ -181,7 +181,7 @@ def train_spm_model(
     `hard_vocab_limit`, `vocab_size` is at most the pieces the corpus supports (spm_train's soft limit)."""
     import sentencepiece as spm
 
-    normalizer = _albert_normalizer()
+    normalizer = albert_normalizer()
     counts = {"documents": 0, "sentences": 0}
 
     def sentences():
@@ -301,7 +301,7 @@ def train_tokenizer(
                 tokenizer.save_pretrained(output_dir)
                 (Path(output_dir) / "spiece.model").write_bytes(model)
             return tokenizer
-        _save_to_cache(tokenizer, model, cache_dir)
+        save_to_cache(tokenizer, model, cache_dir)
     else:
         logger.info("Using the cached tokenizer %s", cache_dir)
 
@@ -313,7 +313,7 @@ def train_tokenizer(
     return AutoTokenizer.from_pretrained(str(cache_dir))
 
 
-def _save_to_cache(tokenizer, spm_model: bytes, cache_dir: Path) -> None:
+def save_to_cache(tokenizer, spm_model: bytes, cache_dir: Path) -> None:
     # Save into a temporary sibling and rename it, so a concurrent process never loads half a tokenizer.
     tmp = cache_dir.with_name(f"{cache_dir.name}.tmp{os.getpid()}")
     try:

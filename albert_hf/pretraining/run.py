@@ -212,7 +212,8 @@ def prepare(args: PretrainingArguments) -> Run:
         args.output, accelerator, accelerator.unwrap_model(model), inputs.tokenizer, scheduler
     )
     model, optimizer, train_dataloader, eval_dataloader = prepared(accelerator, model, optimizer, inputs)
-    global_batch = log_start(args, plan, accelerator, model, notes)
+    num_parameters = sum(p.numel() for p in accelerator.unwrap_model(model).parameters())
+    global_batch = log_start(args, plan, accelerator, model, num_parameters, notes)
     graph = (
         step_graph.StepGraph(
             model, optimizer, accelerator, args.optimization.max_grad_norm, args.optimization.loss_normalization
@@ -239,7 +240,7 @@ def prepare(args: PretrainingArguments) -> Run:
         eval_dataloader=eval_dataloader,
         eval_documents=inputs.eval_documents,
         checkpoints=checkpoints,
-        num_parameters=sum(p.numel() for p in accelerator.unwrap_model(model).parameters()),
+        num_parameters=num_parameters,
         global_batch=global_batch,
         throughput=throughput,
         step_graph=graph,
@@ -292,7 +293,14 @@ def prepared(accelerator: Accelerator, model, optimizer, inputs) -> tuple:
     return model, optimizer, train_dataloader, eval_dataloader
 
 
-def log_start(args: PretrainingArguments, plan: MachinePlan, accelerator: Accelerator, model, notes: list[str]) -> int:
+def log_start(
+    args: PretrainingArguments,
+    plan: MachinePlan,
+    accelerator: Accelerator,
+    model,
+    num_parameters: int,
+    notes: list[str],
+) -> int:
     """The start line (the trackers started with the arguments first); returns the global batch."""
     optimization = args.optimization
     global_batch = plan.global_batch(accelerator.num_processes)
@@ -305,7 +313,7 @@ def log_start(args: PretrainingArguments, plan: MachinePlan, accelerator: Accele
         start_tracking(accelerator, args.output.report_to, args.flat())
     logger.info(
         "%s parameters; %s, %d tokens each; %d steps; %s; %s%s",
-        f"{sum(p.numel() for p in accelerator.unwrap_model(model).parameters()):,}",
+        f"{num_parameters:,}",
         batch_split(global_batch, accelerator.num_processes, plan.micro_batch, plan.accumulation),
         args.data.max_seq_length,
         optimization.max_train_steps,

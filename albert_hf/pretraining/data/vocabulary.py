@@ -22,13 +22,19 @@ import collections
 import hashlib
 import json
 import logging
-import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import InputError
-from ...tokenization import SPECIAL_TOKENS, UNK, cache_root, tokenizer_from_spm_proto, train_spm_model
+from ...tokenization import (
+    SPECIAL_TOKENS,
+    UNK,
+    albert_normalizer,
+    cache_root,
+    save_to_cache,
+    tokenizer_from_spm_proto,
+    train_spm_model,
+)
 from .mixture import tokenizer_sample
 from .sentences import plain_backend
 
@@ -127,7 +133,7 @@ def extend_vocabulary(
         proto = base.SerializeToString()
         extended = tokenizer_from_spm_proto(proto, source=domain, model_max_length=tokenizer.model_max_length)
         check_extension(tokenizer, extended, domain)
-        save(extended, proto, folder)
+        save_to_cache(extended, proto, folder)
     extended = AutoTokenizer.from_pretrained(str(folder))
     pieces = tuple(extended.convert_ids_to_tokens(list(range(len(tokenizer), len(extended)))))
     model = tokenizer.backend_tokenizer.model  # the loaded vocabulary's segmentation of each new piece, as is
@@ -210,7 +216,7 @@ def domain_pieces(sample: list[str], loaded, n: int, vocab_size: int, seed: int)
     )
     processor = spm.SentencePieceProcessor(model_proto=proto)
     uses = collections.Counter()
-    normalizer = tokenizer_from_spm_proto(proto).backend_tokenizer.normalizer  # what spm was trained on
+    normalizer = albert_normalizer()  # what spm was trained on (`train_spm_model`)
     for ids in processor.encode([normalizer.normalize_str(sentence) for sentence in sample], num_threads=1):
         uses.update(ids)
     known = loaded.get_vocab(with_added_tokens=True)
@@ -235,23 +241,6 @@ def check_extension(tokenizer, extended, domain: str) -> None:
             )
     if new["model"]["vocab"][: len(old["model"]["vocab"])] != old["model"]["vocab"]:
         raise InputError("--extend_vocabulary: the SentencePiece model does not hold the tokenizer's pieces in order")
-
-
-def save(tokenizer, proto: bytes, folder: Path) -> None:
-    """The tokenizer and its spiece.model into `folder`, whole or not at all (a temporary sibling renamed)."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = folder.with_name(f"{folder.name}.tmp{os.getpid()}")
-    try:
-        tokenizer.save_pretrained(tmp)
-        (tmp / "spiece.model").write_bytes(proto)
-        os.replace(tmp, folder)
-    except OSError:  # another process saved the same tokenizer first
-        shutil.rmtree(tmp, ignore_errors=True)
-        if not (folder / "tokenizer.json").is_file():
-            raise
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def pieces_per_word(tokenizer, extended, held_out) -> tuple[float, float] | None:

@@ -142,7 +142,8 @@ class Continued:
         """From the folder's config as written (`saved`), the loaded one, the weights the folder lacked, and those
         of another shape than its config gives ((name, in the folder, here): refused, naming the part)."""
         saved_as = (saved.get("architectures") or ["a model of unknown class"])[0]
-        for key, found, expected in sorted(mismatched):
+        if mismatched:
+            key, found, expected = min(mismatched)
             if key.startswith(dict(PARTS)["pair head"]):
                 raise InputError(
                     f"--model_name_or_path {source}: its pair head has another shape ({key}: "
