@@ -6,7 +6,7 @@
     python run_glue.py --model_name_or_path MODEL --train_file train.csv --validation_file dev.csv \
         --do_train --do_eval --output_dir out/mine
 
-Without --task_name the data is yours (albert_hf/tasks/own_data/): csv/tsv/json/jsonl/parquet files or a
+Without --task_name the data is yours (`albert_hf.tasks.own_data.data.OwnData`): csv/tsv/json/jsonl/parquet files or a
 --dataset_name, its label names in the saved config, accuracy and macro-F1 (or Pearson, Spearman and MSE for float
 labels), and test predictions with the label names in predict_results.txt.
 
@@ -20,7 +20,7 @@ Data: the Hub's nyu-mll/glue by task name, or local files (--data_dir with the o
 train_results.json, eval_results.json (MNLI's mismatched dev set as `eval_accuracy_mm`, ...), predict_results.json
 when a test file has labels (the GLUE test files have none), and all_results.json with them all; with --do_predict
 the GLUE submission files (MRPC.tsv, MNLI-m.tsv, ...). Task logic: albert_hf/tasks/glue/ (data.py, files.py,
-features.py, recipe.py, job.py); your own data: albert_hf/tasks/own_data/.
+features.py, definition.py, evaluation.py); your own data: albert_hf/tasks/own_data/.
 """
 
 import signal
@@ -35,7 +35,7 @@ from transformers import DataCollatorWithPadding
 from albert_hf import AlbertHFForSequenceClassification
 from albert_hf.tasks.arguments import SeedRun
 from albert_hf.tasks.finetuning import parse_arguments, run_script, setup
-from albert_hf.tasks.glue import data, features, job, recipe
+from albert_hf.tasks.glue import data, definition, evaluation, features
 from albert_hf.tasks.inputs import (
     best_by_task_metric,
     fit_max_seq_length,
@@ -43,7 +43,7 @@ from albert_hf.tasks.inputs import (
     padding_collator,
     wanted_samples,
 )
-from albert_hf.tasks.outputs import evaluate_splits, finish, train_evaluate_predict
+from albert_hf.tasks.outputs import evaluate_splits, finish, stage_results, train
 from albert_hf.tasks.paper_hparams import apply_paper_hparams
 from albert_hf.tasks.seeds import run_seeds
 from albert_hf.tasks.trainer import AlbertTrainer
@@ -54,7 +54,8 @@ def main(argv=None, seed_run: SeedRun | None = None) -> dict:
     if training_args.seed_list is not None:  # --seeds / --num_seeds: this main once per seed, then the summary
         return run_seeds(main, argv, training_args)
     wanted = wanted_samples(training_args, data_args)
-    data_args.task_data.check_wanted(wanted)  # a GLUE task or the user's own data (data.TaskData)
+    # The task's data: a GLUE --task_name (`data.GlueTaskData`) or your own (`OwnData` in albert_hf/tasks/own_data/)
+    data_args.task_data.check_wanted(wanted)
     last_checkpoint = setup(training_args)  # logging first, so that what --paper_hparams sets is logged
     applied = None  # the recipe row --paper_hparams applied
     if training_args.paper_hparams:
@@ -80,23 +81,20 @@ def main(argv=None, seed_run: SeedRun | None = None) -> dict:
         ),
         compute_metrics=task.compute_metrics_function(),
     )
-    results = train_evaluate_predict(
-        trainer,
-        training_args,
-        last_checkpoint,
-        len(inputs.get("train", ())),
-        evaluate=lambda: evaluate_splits(
-            trainer, {split: inputs[split] for split in validation_splits}, suffixes=job.SUFFIXES
-        ),
-        predict=lambda _: job.predict_and_write(
+    if training_args.do_train:
+        train(trainer, training_args, last_checkpoint, len(inputs.get("train", ())), seed_run)
+    validation = test = baseline = None
+    if training_args.do_eval:
+        dev_sets = {split: inputs[split] for split in validation_splits}
+        validation = evaluate_splits(trainer, dev_sets, suffixes=evaluation.SUFFIXES)
+        baseline = definition.baseline(task, inputs[validation_splits[0]])
+    if training_args.do_predict:
+        test = evaluation.predict_and_write(
             trainer, task, inputs, raw_splits, splits, sources, training_args.output_dir
-        ),
-        baseline=lambda: recipe.baseline(task, inputs[validation_splits[0]]),
-        seed_run=seed_run,
-    )
+        )
     if training_args.do_train or training_args.push_to_hub:
         finish(trainer, model_args, training_args, data_args, applied, data_args.card_dataset(wanted, task))
-    return results
+    return stage_results(validation, test, baseline)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ Data: CoNLL files (a token and its tag per line, blank lines between sentences),
 eval_results.json (`eval_precision`, `eval_recall`, `eval_f1` over entities, `eval_accuracy` over words),
 predict_results.json when the test file has tags, predictions.txt (one sentence per line) with --do_predict,
 train_results.json and all_results.json. The task: albert_hf/tasks/ner/ (data.py,
-features.py, recipe.py, job.py).
+features.py, definition.py, evaluation.py).
 """
 
 import signal
@@ -34,8 +34,8 @@ from albert_hf.tasks.inputs import (
     padding_collator,
     wanted_samples,
 )
-from albert_hf.tasks.ner import data, features, job, recipe
-from albert_hf.tasks.outputs import evaluate_splits, finish, train_evaluate_predict
+from albert_hf.tasks.ner import data, definition, evaluation, features
+from albert_hf.tasks.outputs import evaluate_splits, finish, stage_results, train
 from albert_hf.tasks.seeds import run_seeds
 from albert_hf.tasks.trainer import AlbertTrainer
 
@@ -72,7 +72,7 @@ def main(argv=None, seed_run: SeedRun | None = None) -> dict:
     per_type = data_args.return_entity_level_metrics
     trainer = AlbertTrainer(
         model=model,
-        args=best_by_task_metric(training_args, recipe.MAIN_METRIC),
+        args=best_by_task_metric(training_args, definition.MAIN_METRIC),
         train_dataset=inputs.get("train"),
         eval_dataset=inputs.get("validation"),
         processing_class=tokenizer,
@@ -82,24 +82,21 @@ def main(argv=None, seed_run: SeedRun | None = None) -> dict:
             data_args.pad_to_max_length,
             training_args.fp16 or training_args.bf16,
         ),
-        compute_metrics=recipe.compute_metrics_function(words["validation"], names, per_type)
+        compute_metrics=definition.compute_metrics_function(words["validation"], names, per_type)
         if "validation" in words
         else None,
     )
-    results = train_evaluate_predict(
-        trainer,
-        training_args,
-        last_checkpoint,
-        len(inputs.get("train", ())),
-        evaluate=lambda: evaluate_splits(trainer, {"validation": inputs["validation"]}),
-        predict=lambda _: job.predict_and_write(
+    if training_args.do_train:
+        train(trainer, training_args, last_checkpoint, len(inputs.get("train", ())), seed_run)
+    validation = test = None
+    if training_args.do_eval:
+        validation = evaluate_splits(trainer, {"validation": inputs["validation"]})
+    if training_args.do_predict:
+        test = evaluation.predict_and_write(
             trainer, words["test"], inputs["test"], names, per_type, training_args.output_dir
-        ),
-        baseline=lambda: recipe.BASELINE,
-        seed_run=seed_run,
-    )
+        )
     finish(trainer, model_args, training_args, data_args)
-    return results
+    return stage_results(validation, test, definition.BASELINE if validation else None)
 
 
 if __name__ == "__main__":

@@ -28,9 +28,9 @@ from albert_hf.errors import InputError
 from albert_hf.tasks.arguments import SeedRun
 from albert_hf.tasks.finetuning import parse_arguments, run_script, setup
 from albert_hf.tasks.inputs import best_by_task_metric, limit, load_tokenizer_and_model, wanted_samples
-from albert_hf.tasks.outputs import evaluate_splits, finish, train_evaluate_predict
+from albert_hf.tasks.outputs import evaluate_splits, finish, stage_results, train
 from albert_hf.tasks.paper_hparams import apply_paper_hparams
-from albert_hf.tasks.race import data, features, job, recipe
+from albert_hf.tasks.race import data, definition, evaluation, features
 from albert_hf.tasks.seeds import run_seeds
 from albert_hf.tasks.trainer import AlbertTrainer
 
@@ -47,7 +47,7 @@ def main(argv=None, seed_run: SeedRun | None = None) -> dict:
     applied = None  # the recipe row --paper_hparams applied
     if training_args.paper_hparams:
         model_args, data_args, training_args, applied = apply_paper_hparams(
-            *recipe.paper_recipe(data_args), model_args, data_args, training_args, argv, seed_run
+            *definition.paper_recipe(data_args), model_args, data_args, training_args, argv, seed_run
         )
 
     questions = {
@@ -65,31 +65,25 @@ def main(argv=None, seed_run: SeedRun | None = None) -> dict:
 
     trainer = AlbertTrainer(
         model=model,
-        args=best_by_task_metric(training_args, recipe.MAIN_METRIC),
+        args=best_by_task_metric(training_args, definition.MAIN_METRIC),
         train_dataset=inputs.get("train"),
         eval_dataset=inputs.get("validation"),
         processing_class=tokenizer,
         data_collator=features.data_collator(tokenizer, data_args, training_args.fp16 or training_args.bf16),
-        compute_metrics=recipe.compute_accuracy,
+        compute_metrics=definition.compute_accuracy,
     )
 
-    def evaluate(split: str, prefix: str) -> dict:  # also writes the chosen letters, predictions_<split>.json
-        return evaluate_splits(
-            trainer, {split: inputs[split]}, evaluate=job.evaluate_and_write_predictions, prefix=prefix
-        )
-
-    results = train_evaluate_predict(
-        trainer,
-        training_args,
-        last_checkpoint,
-        len(inputs.get("train", ())),
-        evaluate=lambda: evaluate("validation", "eval"),
-        predict=lambda _: evaluate("test", "predict"),
-        baseline=lambda: recipe.BASELINE,
-        seed_run=seed_run,
-    )
+    if training_args.do_train:
+        train(trainer, training_args, last_checkpoint, len(inputs.get("train", ())), seed_run)
+    # Both evaluations also write the chosen letters, predictions_<split>.json.
+    evaluate = evaluation.evaluate_and_write_predictions
+    validation = test = None
+    if training_args.do_eval:
+        validation = evaluate_splits(trainer, {"validation": inputs["validation"]}, evaluate=evaluate, prefix="eval")
+    if training_args.do_predict:
+        test = evaluate_splits(trainer, {"test": inputs["test"]}, evaluate=evaluate, prefix="predict")
     finish(trainer, model_args, training_args, data_args, applied)
-    return results
+    return stage_results(validation, test, definition.BASELINE if validation else None)
 
 
 if __name__ == "__main__":

@@ -14,8 +14,8 @@ Writes predictions.json, nbest_predictions.json (v2.0: null_odds.json) and eval_
 with --do_predict, predict_predictions.json, predict_nbest_predictions.json (v2.0: predict_null_odds.json) and,
 when the test file has answers, predict_results.json; all_results.json holds every result of the run.
 
-The task lives in albert_hf/tasks/squad/: data.py (the arguments, reading), features.py (the windows), recipe.py
-(the paper's rows, F1), job.py (SquadTrainer, the files) and postprocess.py (answers, metrics); the official v2
+The task lives in albert_hf/tasks/squad/: data.py (the arguments, reading), features.py (the windows), definition.py
+(the paper's rows, F1), evaluation.py (SquadTrainer, the files) and postprocess.py (answers, metrics); the official v2
 answerability head is
 AlbertHFForQuestionAnsweringWithAnswerability; the shared flow is albert_hf/tasks/finetuning.py.
 """
@@ -34,10 +34,10 @@ from transformers import default_data_collator
 from albert_hf.tasks.arguments import SeedRun
 from albert_hf.tasks.finetuning import parse_arguments, run_script, setup
 from albert_hf.tasks.inputs import best_by_task_metric, wanted_samples
-from albert_hf.tasks.outputs import finish, train_evaluate_predict
+from albert_hf.tasks.outputs import finish, stage_results, train
 from albert_hf.tasks.paper_hparams import apply_paper_hparams
 from albert_hf.tasks.seeds import run_seeds
-from albert_hf.tasks.squad import data, features, job, recipe
+from albert_hf.tasks.squad import data, definition, evaluation, features
 
 logger = logging.getLogger(__name__)
 
@@ -52,9 +52,9 @@ def main(argv=None, seed_run: SeedRun | None = None) -> dict:
     applied = None  # the recipe row --paper_hparams applied
     if training_args.paper_hparams:
         model_args, data_args, training_args, applied = apply_paper_hparams(
-            *recipe.paper_recipe(data_args), model_args, data_args, training_args, argv, seed_run
+            *definition.paper_recipe(data_args), model_args, data_args, training_args, argv, seed_run
         )
-    tokenizer, model = job.load_tokenizer_and_model(model_args, data_args)
+    tokenizer, model = evaluation.load_tokenizer_and_model(model_args, data_args)
     data_args = features.fit_lengths(data_args, model.config)
     splits = data.load_squad_splits(data_args, wanted, model_args.cache_dir, model_args.token)
 
@@ -65,9 +65,9 @@ def main(argv=None, seed_run: SeedRun | None = None) -> dict:
             eval_examples, eval_features = features.prepare_questions(
                 splits["validation"], tokenizer, data_args, data_args.validation_file or "validation"
             )
-    trainer = job.SquadTrainer(
+    trainer = evaluation.SquadTrainer(
         model=model,
-        args=best_by_task_metric(training_args, recipe.MAIN_METRIC),
+        args=best_by_task_metric(training_args, definition.MAIN_METRIC),
         train_dataset=train_dataset,
         processing_class=tokenizer,
         data_collator=default_data_collator,
@@ -76,26 +76,23 @@ def main(argv=None, seed_run: SeedRun | None = None) -> dict:
         eval_features=eval_features,
     )
 
-    def predict(validation_metrics: dict | None) -> dict | None:
+    if training_args.do_train:
+        train(trainer, training_args, last_checkpoint, len(train_examples), seed_run)
+    validation = test = baseline = None
+    if training_args.do_eval:
+        validation = evaluation.evaluate_and_write(trainer, eval_examples, eval_features, training_args.output_dir)
+        baseline = definition.baseline(eval_examples, data_args.version_2_with_negative)
+    if training_args.do_predict:
         with training_args.main_process_first(desc="test features"):
             test_examples, test_features = features.prepare_questions(
                 splits["test"], tokenizer, data_args, data_args.test_file or "test"
             )
-        tuned = (validation_metrics or {}).get("eval_null_threshold")
-        return job.predict_and_write(trainer, data_args, test_examples, test_features, tuned, training_args.output_dir)
-
-    results = train_evaluate_predict(
-        trainer,
-        training_args,
-        last_checkpoint,
-        len(train_examples),
-        evaluate=lambda: job.evaluate_and_write(trainer, eval_examples, eval_features, training_args.output_dir),
-        predict=predict,
-        baseline=lambda: recipe.baseline(eval_examples, data_args.version_2_with_negative),
-        seed_run=seed_run,
-    )
+        tuned = (validation or {}).get("eval_null_threshold")  # SQuAD 2.0: the dev set's no-answer threshold
+        test = evaluation.predict_and_write(
+            trainer, data_args, test_examples, test_features, tuned, training_args.output_dir
+        )
     finish(trainer, model_args, training_args, data_args, applied)
-    return results
+    return stage_results(validation, test, baseline)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,8 @@ def parameter_groups(model: torch.nn.Module, weight_decay: float = 0.01, no_deca
 
     A parameter whose name matches any of `no_decay_patterns` (`re.search`, as the official code does on TF
     variable names) gets weight_decay 0 and no LAMB trust ratio. With the default patterns this excludes every
-    LayerNorm weight and bias, every bias, and the MLM output bias (`predictions.bias`); the embeddings are decayed.
+    LayerNorm weight and bias, every bias, and the MLM output bias (the parameter predictions.bias); the embeddings
+    are decayed.
     Tied or shared parameters appear once (`named_parameters` deduplicates them). Frozen parameters are left out.
 
     The returned list of dicts works with `Lamb`, `AdamWeightDecay` and `torch.optim.AdamW` alike (the last simply

@@ -273,9 +273,9 @@ def glue_eval_batches(glue_dir, tokenizer_path, batch_size=32, max_seq_length=12
     import datasets
     from transformers import AutoTokenizer, DataCollatorWithPadding
 
+    from albert_hf.tasks.glue.definition import get_task
     from albert_hf.tasks.glue.features import tokenize_function
     from albert_hf.tasks.glue.files import read_glue_tsv
-    from albert_hf.tasks.glue.recipe import get_task
     from albert_hf.tokenization import train_tokenizer
 
     datasets.disable_progress_bars()

@@ -210,7 +210,7 @@ def parse_arguments(argv=None):
 def glue_folder(args) -> Path:
     """--glue_dir, checked now rather than after hours of pretraining; a smoke run without it writes the tests'
     tiny GLUE folders (every original layout, 8 rows per split)."""
-    from albert_hf.tasks.glue.recipe import TASKS
+    from albert_hf.tasks.glue.definition import TASKS
 
     if args.glue_dir:
         missing = [TASKS[t].folder for t in GLUE_TASKS if not (Path(args.glue_dir) / TASKS[t].folder).is_dir()]
@@ -333,7 +333,7 @@ def task_specs(args) -> dict[str, tuple[str, int | None]]:
 
 
 def finetune_argv(args, model_dir: Path, task: str, train_rows, learning_rate: float, seed: int, output_dir: Path):
-    from albert_hf.tasks.glue.recipe import TASKS
+    from albert_hf.tasks.glue.definition import TASKS
 
     data_dir = Path(args.glue_dir) / TASKS[task].folder
     argv = [

@@ -399,7 +399,7 @@ def test_no_function_does_several_jobs_in_over_60_lines():
 TASK_PACKAGES = ("glue", "squad", "race", "ner", "own_data")
 
 
-TASK_MODULES = ("data.py", "features.py", "recipe.py")  # the data arguments and reading; the inputs; recipe, metric
+TASK_MODULES = ("data.py", "features.py", "definition.py")  # the data arguments and reading; the inputs; the task
 
 
 SCRIPT_TASKS = {"run_glue.py": "glue", "run_squad.py": "squad", "run_race.py": "race", "run_ner.py": "ner"}
@@ -408,7 +408,7 @@ SCRIPT_TASKS = {"run_glue.py": "glue", "run_squad.py": "squad", "run_race.py": "
 def task_shape_problems(repo) -> list[str]:
     """What breaks the tasks' one shape: a task package without one of TASK_MODULES, a task module left outside
     the packages (tasks/<name>.py other than the shared ones), or a script that does not import its task as
-    `from albert_hf.tasks.<task> import data, features, job, recipe`."""
+    `from albert_hf.tasks.<task> import data, definition, evaluation, features`."""
     found = [
         f"tasks/{task}/{name}: missing"
         for task in TASK_PACKAGES
@@ -418,7 +418,7 @@ def task_shape_problems(repo) -> list[str]:
     shared = {
         "__init__.py",
         "arguments.py",
-        "card.py",
+        "finetuned_card.py",
         "finetuning.py",
         "inputs.py",
         "outputs.py",
@@ -440,7 +440,7 @@ def task_shape_problems(repo) -> list[str]:
             and (node.module or "").split(".")[2] in TASK_PACKAGES
         ]
         shapes = [(node.module, sorted(alias.name for alias in node.names)) for node in imports]
-        if shapes != [(f"albert_hf.tasks.{task}", ["data", "features", "job", "recipe"])]:
+        if shapes != [(f"albert_hf.tasks.{task}", ["data", "definition", "evaluation", "features"])]:
             found.append(f"{script}: imports its task as {shapes}")
     return found
 
@@ -451,15 +451,15 @@ def test_the_task_shape_check_catches_a_missing_module_a_flat_task_and_a_script_
         for name in TASK_MODULES:
             (tmp_path / "albert_hf" / "tasks" / task / name).write_text("")
     for script, task in SCRIPT_TASKS.items():
-        (tmp_path / script).write_text(f"from albert_hf.tasks.{task} import data, features, job, recipe\n")
+        (tmp_path / script).write_text(f"from albert_hf.tasks.{task} import data, definition, evaluation, features\n")
     assert task_shape_problems(tmp_path) == []
     (tmp_path / "albert_hf" / "tasks" / "race" / "features.py").unlink()
     (tmp_path / "albert_hf" / "tasks" / "ner.py").write_text("")
-    (tmp_path / "run_squad.py").write_text("from albert_hf.tasks.squad.job import SquadTrainer\n")
+    (tmp_path / "run_squad.py").write_text("from albert_hf.tasks.squad.evaluation import SquadTrainer\n")
     assert task_shape_problems(tmp_path) == [
         "tasks/race/features.py: missing",
         "tasks/ner.py: a task outside its package",
-        "run_squad.py: imports its task as [('albert_hf.tasks.squad.job', ['SquadTrainer'])]",
+        "run_squad.py: imports its task as [('albert_hf.tasks.squad.evaluation', ['SquadTrainer'])]",
     ]
 
 

@@ -150,8 +150,8 @@ def test_stsb_metric_matches_scipy_on_real_dev():
     ],
 )
 def test_read_glue_tsv_every_original_layout(glue_root, task_name, split, expected):
+    from albert_hf.tasks.glue.definition import TASKS
     from albert_hf.tasks.glue.files import read_glue_tsv
-    from albert_hf.tasks.glue.recipe import TASKS
 
     task = TASKS[task_name]
     dataset = read_glue_tsv(glue_root / task.folder / split, task)
@@ -161,8 +161,8 @@ def test_read_glue_tsv_every_original_layout(glue_root, task_name, split, expect
 
 
 def test_real_files_read_completely_with_quotes_and_bom():
+    from albert_hf.tasks.glue.definition import TASKS
     from albert_hf.tasks.glue.files import read_glue_tsv
-    from albert_hf.tasks.glue.recipe import TASKS
 
     mrpc_dev = read_glue_tsv(shared_data("glue", "MRPC", "dev.tsv"), TASKS["mrpc"])
     assert len(mrpc_dev) == 408  # 409 lines with the header
@@ -188,8 +188,8 @@ def test_real_files_read_completely_with_quotes_and_bom():
 def test_label_encoding_accepts_file_values_hub_names_and_ids():
     from datasets import Dataset
 
+    from albert_hf.tasks.glue.definition import TASKS
     from albert_hf.tasks.glue.files import encode_labels
-    from albert_hf.tasks.glue.recipe import TASKS
 
     dataset = Dataset.from_dict({"label": ["contradiction", "entailment", "neutral"]})
     assert encode_labels(dataset, TASKS["mnli"], "f")["label"] == [2, 0, 1]  # the Hub's order e/n/c
@@ -290,8 +290,8 @@ def test_bad_input_stops_with_file_and_field(tmp_path, task_name, flag, name, co
 
 def test_a_bad_task_extension_or_header_only_file_stops_with_its_name(tmp_path):
     from albert_hf.tasks.glue.data import GlueDataArguments
+    from albert_hf.tasks.glue.definition import get_task
     from albert_hf.tasks.glue.files import read_glue_tsv
-    from albert_hf.tasks.glue.recipe import get_task
 
     header_only = tmp_path / "header.tsv"
     header_only.write_text("index\tsentence1\tsentence2\tlabel\n")
@@ -304,8 +304,8 @@ def test_a_bad_task_extension_or_header_only_file_stops_with_its_name(tmp_path):
 
 
 def test_malformed_tsv_rows_are_skipped_and_counted(tmp_path, caplog):
+    from albert_hf.tasks.glue.definition import TASKS
     from albert_hf.tasks.glue.files import read_glue_tsv
-    from albert_hf.tasks.glue.recipe import TASKS
 
     path = tmp_path / "train.tsv"
     write_tsv(
@@ -321,8 +321,8 @@ def test_malformed_tsv_rows_are_skipped_and_counted(tmp_path, caplog):
 
 def test_hub_by_task_name_offline_points_to_local_files(caplog, tmp_path):
     from albert_hf.tasks.glue.data import GlueDataArguments
+    from albert_hf.tasks.glue.definition import TASKS
     from albert_hf.tasks.glue.files import load_raw_splits, prepare_splits
-    from albert_hf.tasks.glue.recipe import TASKS
 
     # No local file: the Hub dataset is asked for, which the offline test environment refuses at once.
     with pytest.raises(InputError, match=r"nyu-mll/glue(.|\n)*Offline\? Pass --data_dir"):
@@ -423,8 +423,8 @@ def test_paper_hparams_set_spec_values_and_keep_explicit_flags(tmp_path):
 
 
 def test_write_submission_uses_glue_label_values(tmp_path):
+    from albert_hf.tasks.glue.definition import TASKS
     from albert_hf.tasks.glue.files import write_submission
-    from albert_hf.tasks.glue.recipe import TASKS
 
     logits = np.array([[0.1, 0.9, 0.0], [2.0, 1.0, 0.0], [0.0, 0.0, 3.0]])
     path = write_submission(tmp_path / "MNLI-m.tsv", TASKS["mnli"], [5, 6, 7], logits)
@@ -455,7 +455,7 @@ EXPECTED_KEYS = {
 @pytest.mark.parametrize("task_name", ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli"])
 @pytest.mark.trains
 def test_end_to_end_every_task_from_original_tsv_folders(task_name, glue_root, tiny_checkpoint, tmp_path):
-    from albert_hf.tasks.glue.recipe import TASKS
+    from albert_hf.tasks.glue.definition import TASKS
 
     task = TASKS[task_name]
     run_glue(
@@ -711,8 +711,8 @@ def test_labelled_test_files_are_scored_into_predict_results_and_all_results_has
 def test_test_set_labels_are_used_only_when_every_row_has_one(tmp_path, caplog):
     from datasets import Dataset
 
-    from albert_hf.tasks.glue import job as script
-    from albert_hf.tasks.glue.recipe import TASKS
+    from albert_hf.tasks.glue import evaluation as script
+    from albert_hf.tasks.glue.definition import TASKS
 
     rte = TASKS["rte"]
     assert script.labels_of_test_set(Dataset.from_dict({"sentence1": ["a", "b"]}), rte, "t.tsv") is None

@@ -320,8 +320,8 @@ def test_pretraining_card_metadata_and_model_index_come_from_all_results(tmp_pat
 
 def test_pretraining_card_lists_a_hub_dataset_license_and_base_model_without_going_online(tmp_path, hub_unreachable):
     from albert_hf.pretraining.arguments import DataArgs
-    from albert_hf.pretraining.output.card import CardFacts, corpus_card_dataset
     from albert_hf.pretraining.output.final_folder import save_final_model
+    from albert_hf.pretraining.output.pretraining_card import CardFacts, corpus_card_dataset
     from data_fixtures import tokenizer
 
     data = DataArgs(dataset_name="Salesforce/wikitext", dataset_config_name="wikitext-2-raw-v1")
@@ -511,7 +511,7 @@ def test_card_datasets_are_hub_data_or_its_official_files_only(tmp_path):
     from albert_hf.tasks.glue.data import GlueDataArguments
     from albert_hf.tasks.inputs import wanted_splits
     from albert_hf.tasks.race.data import RaceDataArguments
-    from albert_hf.tasks.squad.job import SquadDataArguments
+    from albert_hf.tasks.squad.evaluation import SquadDataArguments
     from data_fixtures import SQUAD_V1, write_json
 
     train_eval = AlbertTrainingArguments(output_dir=str(tmp_path), do_train=True, do_eval=True, report_to="none")
@@ -543,7 +543,7 @@ def test_card_datasets_are_hub_data_or_its_official_files_only(tmp_path):
 def test_the_card_lists_squad_for_its_complete_official_dev_set_only(tmp_path):
     from albert_hf.tasks.arguments import AlbertTrainingArguments
     from albert_hf.tasks.inputs import wanted_splits
-    from albert_hf.tasks.squad.job import SquadDataArguments
+    from albert_hf.tasks.squad.evaluation import SquadDataArguments
 
     dev = shared_data("squad", "v1.1_dev", "dev-v1.1.json")  # the complete official dev set
     half = shared_data("squad", "v2.0_dev_half", "dev-v2.0.json")  # version "v2.0", but 16 of 35 articles
@@ -560,7 +560,7 @@ def test_convert_writes_a_card_carrying_the_source_card_and_a_license(tmp_path, 
     from transformers import AlbertConfig, AlbertForSequenceClassification
 
     from albert_hf.convert import main as convert_main
-    from albert_hf.convert.card import write_converted_card
+    from albert_hf.convert.converted_card import write_converted_card
 
     source = tmp_path / "theirs"
     AlbertForSequenceClassification(

@@ -12,8 +12,8 @@ from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
 from albert_hf.errors import InputError
 from albert_hf.metrics import classification_metrics, regression_metrics
 from albert_hf.tasks.own_data.data import infer_task
+from albert_hf.tasks.own_data.definition import OwnTask
 from albert_hf.tasks.own_data.features import choose_text_columns, class_names
-from albert_hf.tasks.own_data.recipe import OwnTask
 from data_fixtures import THINGS, reviews, write_csv
 from helpers import finetuning_args, run_python, run_script
 

@@ -13,8 +13,8 @@ from datasets import Dataset
 
 from albert_hf.errors import InputError
 from albert_hf.tasks.race import data as race_data
+from albert_hf.tasks.race import definition as race_definition
 from albert_hf.tasks.race import features as race_features
-from albert_hf.tasks.race import recipe as race_recipe
 from albert_hf.tasks.race.data import RaceDataArguments
 from data_fixtures import DEV, RIGHT, TRAIN, article, write_official_layout
 from helpers import (
@@ -173,9 +173,11 @@ def test_a_capped_max_qa_length_is_logged_once(tiny_checkpoint, caplog):
 
 
 def test_accuracy_overall_and_per_level_by_hand():
-    metrics = race_recipe.accuracy_by_subset([0, 1, 2, 3, 0], [0, 1, 0, 3, 1], ["high", "high", "middle", "middle", ""])
+    metrics = race_definition.accuracy_by_subset(
+        [0, 1, 2, 3, 0], [0, 1, 0, 3, 1], ["high", "high", "middle", "middle", ""]
+    )
     assert metrics == {"accuracy": 0.6, "accuracy_high": 1.0, "num_high": 2, "accuracy_middle": 0.5, "num_middle": 2}
-    assert race_recipe.accuracy_by_subset([1, 2], [1, 1], ["", ""]) == {"accuracy": 0.5}
+    assert race_definition.accuracy_by_subset([1, 2], [1, 1], ["", ""]) == {"accuracy": 0.5}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -408,7 +410,7 @@ def applied_recipe(tmp_path, *flags):
     argv = ["--model_name_or_path", "m", "--output_dir", str(tmp_path), "--paper_hparams", *flags]
     model_args, data_args, training_args = parse_arguments(RaceDataArguments, argv)
     model_args, data_args, training_args, _ = apply_paper_hparams(
-        *race_recipe.paper_recipe(data_args), model_args, data_args, training_args, argv
+        *race_definition.paper_recipe(data_args), model_args, data_args, training_args, argv
     )
     return model_args, data_args, training_args, json.loads((tmp_path / "paper_hparams.json").read_text())
 

@@ -47,9 +47,9 @@ def test_baselines_by_hand():
         baseline.learned({"eval_f1": 0.9})
     from datasets import Dataset
 
-    from albert_hf.tasks.glue.recipe import TASKS
-    from albert_hf.tasks.glue.recipe import baseline as glue_baseline
-    from albert_hf.tasks.squad.recipe import baseline as squad_baseline
+    from albert_hf.tasks.glue.definition import TASKS
+    from albert_hf.tasks.glue.definition import baseline as glue_baseline
+    from albert_hf.tasks.squad.definition import baseline as squad_baseline
 
     assert glue_baseline(TASKS["cola"], None) == Baseline("matthews_correlation", 0.0, "a constant prediction")
     assert glue_baseline(TASKS["stsb"], None).value == 0.1

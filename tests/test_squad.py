@@ -1,4 +1,4 @@
-"""run_squad.py, albert_hf.tasks.squad.job and the answerability head: reading, windows, labels, post-processing, the v2
+"""run_squad.py, albert_hf.tasks.squad and the answerability head: reading, windows, labels, post-processing, the v2
 heads, and end-to-end runs on small official-format fixtures and on real SQuAD dev articles (../shared/data/squad)."""
 
 import json
@@ -14,8 +14,8 @@ from datasets import Dataset
 from albert_hf.errors import InputError
 from albert_hf.metrics.squad import squad_v1_metrics, squad_v2_metrics
 from albert_hf.tasks.squad.data import read_squad_file, select_trainable
+from albert_hf.tasks.squad.evaluation import SquadDataArguments
 from albert_hf.tasks.squad.features import build_features, max_context_flags, window_starts
-from albert_hf.tasks.squad.job import SquadDataArguments
 from albert_hf.tasks.squad.postprocess import postprocess_beam_predictions, postprocess_span_predictions
 from data_fixtures import CURIE, FOX, SQUAD_V1, SQUAD_V2, tokenizer, write_json
 from helpers import check_seed_summary, check_tokenizer_loads_without_prompt, run_squad, shared_data, squad_args
@@ -374,7 +374,7 @@ def test_v2_null_decision_at_the_threshold_and_the_official_rescoring_by_hand():
 def squad_recipe(tmp_path, *flags):
     from albert_hf.tasks.finetuning import parse_arguments
     from albert_hf.tasks.paper_hparams import apply_paper_hparams
-    from albert_hf.tasks.squad.recipe import paper_recipe
+    from albert_hf.tasks.squad.definition import paper_recipe
 
     argv = [
         "--model_name_or_path",

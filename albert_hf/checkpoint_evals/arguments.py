@@ -8,10 +8,10 @@ from pathlib import Path
 from ..errors import InputError
 from ..tasks.arguments import AlbertTrainingArguments, ModelArguments
 from ..tasks.glue.data import GlueDataArguments
-from ..tasks.glue.recipe import TASKS
-from ..tasks.race import recipe as race_recipe
+from ..tasks.glue.definition import TASKS
+from ..tasks.race import definition as race_definition
 from ..tasks.race.data import RaceDataArguments
-from ..tasks.squad import recipe as squad_recipe
+from ..tasks.squad import definition as squad_definition
 from ..tasks.squad.data import SquadDataArguments
 
 DESCRIPTION = "What each checkpoint of a pretraining run is worth downstream."
@@ -20,9 +20,9 @@ OWN_DATA = "own_data"  # the task name of --train_file / --validation_file
 # the tasks beside GLUE's: the script that fine-tunes each, and its dev metric (the table's and the plot's)
 TASK_SCRIPTS = {"squad": "run_squad.py", "squad_v2": "run_squad.py", "race": "run_race.py"}
 OTHER_MAIN_METRICS = {
-    "squad": squad_recipe.MAIN_METRIC,
-    "squad_v2": squad_recipe.MAIN_METRIC,
-    "race": race_recipe.MAIN_METRIC,
+    "squad": squad_definition.MAIN_METRIC,
+    "squad_v2": squad_definition.MAIN_METRIC,
+    "race": race_definition.MAIN_METRIC,
 }
 # --squad_dir: the official file names of each version's train and dev sets; without it, the Hub's datasets
 SQUAD_FILES = {"squad": ("train-v1.1.json", "dev-v1.1.json"), "squad_v2": ("train-v2.0.json", "dev-v2.0.json")}

@@ -26,7 +26,7 @@ from ..errors import InputError, NothingProduced
 from ..pretraining.output.checkpoints import StepCheckpoints
 from ..pretraining.output.loadable import missing
 from ..runtime import output_lock
-from ..tasks.glue.recipe import TASKS
+from ..tasks.glue.definition import TASKS
 from . import report
 from .arguments import (
     HUB_DATASETS,

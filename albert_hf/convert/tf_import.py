@@ -14,7 +14,7 @@ import transformers
 from .. import modeling_albert_hf
 from ..configuration_albert_hf import AlbertHFConfig
 from ..errors import InputError, first_line
-from .card import write_converted_card
+from .converted_card import write_converted_card
 from .tf_checkpoint import TFCheckpoint, resolve_prefix
 from .transformers_format import new_out_dir
 

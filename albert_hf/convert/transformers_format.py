@@ -12,7 +12,7 @@ from transformers import PreTrainedConfig
 from .. import modeling_albert_hf
 from ..configuration_albert_hf import AlbertHFConfig
 from ..errors import InputError
-from .card import write_converted_card
+from .converted_card import write_converted_card
 
 logger = logging.getLogger(__name__)
 

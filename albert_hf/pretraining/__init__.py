@@ -11,5 +11,5 @@
    evaluation and the metrics in `evaluation.py`; a run that diverges in `divergence.py`. A step reads job.py ->
    loop.py -> step.py.
 4. What a run writes, `output/`: the log (`log.py`), the checkpoints (`checkpoints.py`, each a model folder too:
-   `loadable.py`), the final folder (`final_folder.py`), its card (`card.py`) and the Hub (`hub_push.py`).
+   `loadable.py`), the final folder (`final_folder.py`), its card (`pretraining_card.py`) and the Hub (`hub_push.py`).
 """

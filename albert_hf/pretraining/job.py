@@ -40,11 +40,11 @@ from ..runtime.throughput import cost_rows
 from .arguments import PretrainingArguments
 from .data import prepared_data
 from .data.inputs import build_data, build_mixed_data
-from .output.card import source_rows
 from .output.checkpoints import FILL_MASK_FILE
 from .output.final_folder import held_out_fill_mask
 from .output.folder import clear_earlier_run
 from .output.log import format_value, start_logging
+from .output.pretraining_card import source_rows
 from .plan import dry_run
 from .resolution import parse_args
 from .run import Run, prepare

@@ -28,13 +28,13 @@ from .data.mixed_pairs import MixedPairs, MixedStream, start_lines
 from .data.mixture import Mix, held_out_lines
 from .data.vocabulary import VocabularyExtension
 from .machine import MachinePlan
-from .output.card import CardFacts, card_run
 from .output.checkpoints import StepCheckpoints, remove_partial
 from .output.final_folder import save_final_model, where_trained
 from .output.folder import clear_earlier_run
 from .output.hub_push import HubPush
 from .output.loadable import ModelFiles
 from .output.log import start_logging, start_tracking
+from .output.pretraining_card import CardFacts, card_run
 from .plan import auto_micro_batch, batch_split
 from .resolution import choose_step, hardware_and_precision
 from .training import step_graph

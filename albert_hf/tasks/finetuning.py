@@ -1,11 +1,11 @@
 """The flow run_glue.py, run_squad.py, run_race.py and run_ner.py share, by stage: the arguments and the start
 (here: `parse_arguments`, `setup`, `run_script`), the inputs (tasks/inputs.py: the splits asked for, the tokenizer
-and model, lengths fitted to the model), training and its outputs (tasks/outputs.py: `train_evaluate_predict`, the
+and model, lengths fitted to the model), training and its outputs (tasks/outputs.py: `train`, `evaluate_splits`, the
 results files, `finish` with the card and the push). The arguments are in tasks/arguments.py, the Trainer in
 tasks/trainer.py, --paper_hparams in tasks/paper_hparams.py, --seeds in tasks/seeds.py.
 
-Each task is a package of the same shape (tasks/<task>/: `data`, `features`, `recipe`, `job`), and each script's
-`main` is the same skeleton:
+Each task is a package of the same shape (tasks/<task>/: `data`, `features`, `definition`, and `evaluation` where
+the task writes predictions of its own), and each script's `main` is the same skeleton:
 
     arguments = parse_arguments(...)           # --seeds: `run_seeds` runs main once per seed, then the summary
     last_checkpoint = setup(training_args)     # logging, the seed, the output folder's lock, the checkpoint
@@ -13,9 +13,12 @@ Each task is a package of the same shape (tasks/<task>/: `data`, `features`, `re
     rows = the task's data (data.py), as many as the --do_* flags want (`wanted_samples`)
     tokenizer, model = load_tokenizer_and_model(...); lengths fitted to the model
     inputs = the task's features (features.py)
-    trainer = AlbertTrainer(... best_by_task_metric(training_args, recipe.MAIN_METRIC) ...)
-    results = train_evaluate_predict(trainer, ...)  # the task's evaluation and predictions (job.py) where it has some
+    trainer = AlbertTrainer(... best_by_task_metric(training_args, definition.MAIN_METRIC) ...)
+    if training_args.do_train: train(trainer, ...)
+    if training_args.do_eval: validation = evaluate_splits(trainer, ...); baseline = definition.baseline(...)
+    if training_args.do_predict: test = evaluation.predict_and_write(trainer, ...)
     finish(...)                                # the card from all_results.json; the push
+    return stage_results(validation, test, baseline)
 
 and runs it with `run_script(main)` (an `InputError` as one line, the stop signals, the process group freed).
 

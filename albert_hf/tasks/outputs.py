@@ -1,10 +1,9 @@
 """Training and what it leaves: the Trainer's train, evaluation and prediction with the results files transformers'
-examples write (`train_evaluate_predict`, `evaluate_splits`, `save_results`, prediction files), then the card and the
+examples write (`train`, `evaluate_splits`, `save_results`, prediction files, `stage_results`), then the card and the
 push (`finish`)."""
 
 import logging
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +13,7 @@ from ..hub.model_card import CardDataset
 from ..reports.curves import CURVES_FILE, trainer_curves
 from ..runtime.preemption import PREEMPTED, StopOnSignal
 from .arguments import ModelArguments, SeedRun
-from .card import write_finetuned_card
+from .finetuned_card import write_finetuned_card
 from .inputs import wanted_splits
 from .paper_hparams import PaperRecipe
 from .trainer import StopOnSignalCallback
@@ -75,48 +74,18 @@ def train(
     return metrics
 
 
-def train_evaluate_predict(
-    trainer,
-    training_args,
-    last_checkpoint: str | None,
-    num_train_examples: int | None,
-    evaluate: Callable[[], dict],
-    predict: Callable[[dict | None], dict | None],
-    baseline: Callable[[], object] | None = None,
-    seed_run: SeedRun | None = None,
-) -> dict:
-    """The stages every fine-tuning script runs after building its Trainer, in order and as its flags ask:
-    --do_train, --do_eval (the dev set), --do_predict (the test set).
+def stage_results(validation: dict | None, test: dict | None = None, baseline=None) -> dict:
+    """What a fine-tuning script's `main` returns: {"validation": metrics, "test": metrics, "baseline": Baseline}, for
+    the stages that ran and gave metrics (`test` is None for a test set without labels).
 
     Args:
-        trainer: the script's Trainer, its training and evaluation datasets set.
-        training_args: the run's `TrainingArguments` (`do_train`, `do_eval`, `do_predict`).
-        last_checkpoint: the checkpoint training resumes from (`setup`), or None.
-        num_train_examples: the training examples before windowing (questions, sentences), for the start line.
-        evaluate: evaluates the dev set, writes eval_results.json and returns its metrics.
-        predict: given the dev set's metrics (None without --do_eval; SQuAD 2.0 takes its tuned no-answer
-            threshold from them), predicts the test set, writes the task's predictions file and, when the test set
-            has labels, predict_results.json; returns those metrics, or None.
+        validation: the dev set's metrics (--do_eval), or None.
+        test: a labelled test set's metrics (--do_predict), or None.
         baseline: the dev score of a model that learned nothing (`seeds.Baseline`), which a --seeds run compares
-            each seed's with.
-        seed_run: the seed of a --seeds run this run is (`parse_arguments`), or None.
-
-    Returns:
-        {"validation": metrics, "test": metrics, "baseline": Baseline}, for the stages that ran and gave metrics:
-        what `main` returns.
+            each seed's with; None without --do_eval.
     """
-    if training_args.do_train:
-        train(trainer, training_args, last_checkpoint, num_train_examples, seed_run)
-    results = {}
-    if training_args.do_eval:
-        results["validation"] = evaluate()
-        if baseline is not None:
-            results["baseline"] = baseline()
-    if training_args.do_predict:
-        metrics = predict(results.get("validation"))
-        if metrics is not None:
-            results["test"] = metrics
-    return results
+    results = {"validation": validation, "baseline": baseline, "test": test}
+    return {stage: value for stage, value in results.items() if value is not None}
 
 
 def write_index_predictions(path, indices, logits, labels, is_regression: bool) -> Path:
@@ -200,7 +169,7 @@ def finish(
     paper_recipe: PaperRecipe | None = None,
     card_dataset: CardDataset | None = None,
 ) -> None:
-    """Write the model card (README.md: `card.write_finetuned_card`, metrics from all_results.json) and push
+    """Write the model card (README.md: `finetuned_card.write_finetuned_card`, metrics from all_results.json) and push
     the output folder when --push_to_hub is set. Nothing contacts the Hub unless pushing.
 
     Args:

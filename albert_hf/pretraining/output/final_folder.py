@@ -11,7 +11,7 @@ from pathlib import Path
 from ...reports.fill_mask import fill_mask_examples, pick_fill_mask_sentences
 from ...runtime.hardware import Hardware, Precision
 from ...runtime.storage import write_json
-from .card import CardFacts, write_pretraining_card
+from .pretraining_card import CardFacts, write_pretraining_card
 
 logger = logging.getLogger(__name__)
 

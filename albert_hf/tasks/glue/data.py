@@ -11,9 +11,9 @@ from typing import Protocol
 from ...errors import InputError
 from ...hub.model_card import CardDataset, from_sources, hub_dataset_id, limits
 from ..inputs import SPLIT_FLAGS, limit, load_checkpoint_config
-from ..own_data import data as own_data
+from ..own_data.data import OwnData
+from .definition import GLUE_HUB_DATASET, TASKS, GlueTask, check_checkpoint_labels, get_task, paper_recipe
 from .files import READERS, load_raw_splits, local_files, prepare_splits
-from .recipe import GLUE_HUB_DATASET, TASKS, GlueTask, check_checkpoint_labels, get_task, paper_recipe
 
 logger = logging.getLogger(__name__)
 
@@ -187,65 +187,6 @@ class GlueTaskData:
                 sources[split] = (GLUE_HUB_DATASET, f"the original GLUE TSV files in `{Path(data_args.data_dir).name}`")
         extra = f" Inputs: at most {data_args.max_seq_length} tokens.{limits(data_args, wanted)}"
         return from_sources(f"GLUE {task.folder}", sources, task.name, extra, **splits)
-
-
-class OwnData:
-    """The user's own data (no --task_name): its task (`own_data.recipe.OwnTask`) read from it and from the
-    checkpoint's labels."""
-
-    def check_arguments(self, data_args: GlueDataArguments) -> None:
-        if data_args.data_dir is not None:
-            raise InputError(
-                "--data_dir reads the original GLUE folders: pass --task_name with it, or give your "
-                "own data as --train_file / --validation_file / --test_file"
-            )
-        if data_args.validation_mismatched_file or data_args.test_mismatched_file:
-            raise InputError("--validation_mismatched_file / --test_mismatched_file are for --task_name mnli only")
-        files = [name for name in ("train_file", "validation_file", "test_file") if getattr(data_args, name)]
-        if not files and not data_args.dataset_name:
-            raise InputError(
-                "no data: pass --task_name (a GLUE task), or your own data as --train_file / "
-                "--validation_file / --test_file or --dataset_name"
-            )
-        if files and data_args.dataset_name:
-            raise InputError("pass your own data as files (--train_file ...) or as --dataset_name, not both")
-        for name in files:
-            if Path(getattr(data_args, name)).suffix.lower() not in own_data.FORMATS:
-                raise InputError(
-                    f"--{name} {getattr(data_args, name)}: unsupported extension; use one of "
-                    f"{', '.join(own_data.FORMATS)}"
-                )
-
-    def check_wanted(self, wanted: dict) -> None:
-        pass  # any split: the kinds the data lacks stop `read`
-
-    def paper_recipe(self) -> tuple[str, dict]:
-        raise InputError(
-            "--paper_hparams is the paper's recipe for a GLUE --task_name; for your own data give "
-            "the hyper-parameters explicitly"
-        )
-
-    def read(self, data_args: GlueDataArguments, model_args, wanted: dict) -> tuple:
-        """The splits read first, then the config, whose labels the task's classes are reconciled with."""
-        raw_splits, sources = own_data.load_raw_splits(data_args, wanted, model_args.cache_dir, model_args.token)
-        task = own_data.infer_task(
-            raw_splits,
-            sources,
-            data_args,
-            load_checkpoint_config(model_args),
-            model_args.source("config")[1],
-            model_args.ignore_mismatched_sizes,
-        )
-        logger.info("Your data: %s", task.describe())
-        return task, raw_splits, sources, prepare_splits(raw_splits, sources, task)
-
-    def card_tags(self) -> list[str]:
-        return []
-
-    def card_dataset(self, data_args: GlueDataArguments, wanted, task) -> CardDataset:
-        if task is None:
-            raise ValueError("the card of your own data names its task: pass the one task_and_splits returned")
-        return own_data.card_dataset(data_args, task, wanted)
 
 
 def task_and_splits(data_args: GlueDataArguments, model_args, wanted: dict) -> tuple:

@@ -4,7 +4,7 @@ own data."""
 from __future__ import annotations
 
 from .data import GlueDataArguments
-from .recipe import GlueTask
+from .definition import GlueTask
 
 
 def tokenize_function(tokenizer, task: GlueTask, max_seq_length: int, pad_to_max_length: bool):
@@ -30,7 +30,7 @@ def tokenize_splits(splits: dict, tokenizer, task: GlueTask, data_args: GlueData
     Args:
         splits (`dict`): split -> prepared dataset (`task_and_splits`).
         tokenizer (`PreTrainedTokenizerBase`): the model's tokenizer.
-        task (`GlueTask` or `own_data.recipe.OwnTask`): the text columns.
+        task (`GlueTask` or `own_data.definition.OwnTask`): the text columns.
         data_args (`GlueDataArguments`): `max_seq_length`, `pad_to_max_length`, `preprocessing_num_workers` and
             `overwrite_cache`.
         main_process_first (`Callable`): `TrainingArguments.main_process_first`: the main process tokenizes first, the

@@ -3,7 +3,7 @@ labels encoded, and writing the GLUE submission files.
 
 Every source ends in the same schema, the one of the Hub's `nyu-mll/glue`: the task's text columns
 (e.g. `sentence1`, `sentence2`), `label` (an id in the Hub's label order, or a float score for STS-B) and, when the
-file has one, `idx` (the row id the GLUE server expects in a submission). A task is a `recipe.GlueTask`.
+file has one, `idx` (the row id the GLUE server expects in a submission). A task is a `definition.GlueTask`.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def read_glue_tsv(path, task) -> Dataset:
 
     Args:
         path (`str` or `os.PathLike`): the TSV file, e.g. glue_data/MRPC/train.tsv.
-        task (`recipe.GlueTask`): the task whose layout the file has (`tsv_columns`).
+        task (`definition.GlueTask`): the task whose layout the file has (`tsv_columns`).
 
     Returns:
         `datasets.Dataset`: the task's columns the header has, renamed: its text columns, `label` (the values as
@@ -138,7 +138,7 @@ def load_raw_splits(data_args, task, needed, cache_dir=None, token=None) -> tupl
 
     Args:
         data_args (`data.GlueDataArguments`): the data arguments.
-        task (`recipe.GlueTask`): the GLUE task they name.
+        task (`definition.GlueTask`): the GLUE task they name.
         needed (`dict` or `set`): the split kinds to read, "train", "validation", "test" (`wanted`'s keys).
         cache_dir (`str`, *optional*): the `datasets` cache for the Hub dataset.
         token (`str`, *optional*): the Hub token for the Hub dataset.
@@ -198,7 +198,7 @@ def encode_labels(dataset: Dataset, task, where: str) -> Dataset:
 
     Args:
         dataset (`datasets.Dataset`): a labelled split.
-        task (`recipe.GlueTask`): its task (`labels`, `label_names`, regression or not).
+        task (`definition.GlueTask`): its task (`labels`, `label_names`, regression or not).
         where (`str`): the file and split, named in errors.
 
     Returns:
@@ -252,7 +252,7 @@ def prepare_splits(splits: DatasetDict, sources: dict, task) -> DatasetDict:
     Args:
         splits (`DatasetDict`): the raw splits, from `load_raw_splits` (or `own_data.data.load_raw_splits`).
         sources (`dict`): split -> where it came from, named in messages.
-        task (`recipe.GlueTask` or `own_data.recipe.OwnTask`): the text columns and the labels.
+        task (`definition.GlueTask` or `own_data.definition.OwnTask`): the text columns and the labels.
 
     Returns:
         `DatasetDict`: the same splits; test splits without a `label` column, the others with their labels encoded

@@ -1,6 +1,6 @@
 """Token classification's data (named entities, part-of-speech tags) for run_ner.py: its arguments, the files read
-and the tags encoded. The word-to-piece alignment is in features.py, the entity metrics in recipe.py, the
-predictions file in job.py.
+and the tags encoded. The word-to-piece alignment is in features.py, the entity metrics in definition.py,
+the predictions file in evaluation.py.
 
 - Data: CoNLL files (`.conll`, `.txt`, `.iob`, `.bio`: a token and its tag per line, the tag in the last column, a blank
   line between sentences, `-DOCSTART-` lines skipped), `.json`/`.jsonl` rows with a list of tokens and a list of
@@ -9,10 +9,10 @@ predictions file in job.py.
 - Alignment (features.py): each word's tag goes to its first SentencePiece piece, the others are ignored (-100), or with
   --label_all_tokens tagged too (a `B-X` continues as `I-X`). Metrics and predictions are per word, from the first
   piece, whichever is used.
-- Metrics (recipe.py): seqeval's entity precision, recall and F1 in its default mode, which counts entities as the CoNLL
-  evaluation script (conlleval) does and is what transformers' run_ner.py reports: an entity is a maximal span of
-  one type, opened by `B-`/`S-`, or by `I-`/`E-` after another type or `O` (IOB1); plus the word accuracy. A tag
-  without a prefix (`PER`, or a part-of-speech tag) is scored as the inside of its own type."""
+- Metrics (definition.py): seqeval's entity precision, recall and F1 in its default mode, which counts entities as
+  the CoNLL evaluation script (conlleval) does and is what transformers' run_ner.py reports: an entity is a maximal
+  span of one type, opened by `B-`/`S-`, or by `I-`/`E-` after another type or `O` (IOB1); plus the word accuracy.
+  A tag without a prefix (`PER`, or a part-of-speech tag) is scored as the inside of its own type."""
 
 from __future__ import annotations
 

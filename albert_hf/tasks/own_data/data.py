@@ -9,8 +9,8 @@ transformers' run_glue.py reads a user's data.
   ClassLabel keeps its names and order); floats mean regression. A checkpoint already fine-tuned on the same classes
   keeps its mapping; other classes are refused unless --ignore_mismatched_sizes.
 
-The text columns and the labels are chosen in features.py; `OwnTask` (recipe.py) answers what run_glue.py asks of a
-GLUE task (`glue.recipe.GlueTask`): text columns, labels, metrics and the predictions file."""
+The text columns and the labels are chosen in features.py; `OwnTask` (definition.py) answers what run_glue.py asks of a
+GLUE task (`glue.definition.GlueTask`): text columns, labels, metrics and the predictions file."""
 
 from __future__ import annotations
 
@@ -22,9 +22,10 @@ from datasets import DatasetDict, load_dataset, load_from_disk
 from ...errors import InputError, first_line
 from ...hub.model_card import CardDataset, limits, user_data
 from ...runtime.input_files import read_with_datasets
-from ..inputs import SPLIT_FLAGS
+from ..glue.files import prepare_splits
+from ..inputs import SPLIT_FLAGS, load_checkpoint_config
+from .definition import OwnTask
 from .features import choose_text_columns, class_names, labels_without_training, reconcile_labels
-from .recipe import OwnTask
 
 logger = logging.getLogger(__name__)
 
@@ -169,3 +170,61 @@ def card_dataset(data_args, task: OwnTask, wanted) -> CardDataset:
         f"{limits(data_args, wanted)}"
     )
     return user_data(data_args, wanted, extra)
+
+
+class OwnData:
+    """The user's own data (no --task_name): its task (`definition.OwnTask`) read from it and from the
+    checkpoint's labels."""
+
+    def check_arguments(self, data_args) -> None:
+        if data_args.data_dir is not None:
+            raise InputError(
+                "--data_dir reads the original GLUE folders: pass --task_name with it, or give your "
+                "own data as --train_file / --validation_file / --test_file"
+            )
+        if data_args.validation_mismatched_file or data_args.test_mismatched_file:
+            raise InputError("--validation_mismatched_file / --test_mismatched_file are for --task_name mnli only")
+        files = [name for name in ("train_file", "validation_file", "test_file") if getattr(data_args, name)]
+        if not files and not data_args.dataset_name:
+            raise InputError(
+                "no data: pass --task_name (a GLUE task), or your own data as --train_file / "
+                "--validation_file / --test_file or --dataset_name"
+            )
+        if files and data_args.dataset_name:
+            raise InputError("pass your own data as files (--train_file ...) or as --dataset_name, not both")
+        for name in files:
+            if Path(getattr(data_args, name)).suffix.lower() not in FORMATS:
+                raise InputError(
+                    f"--{name} {getattr(data_args, name)}: unsupported extension; use one of {', '.join(FORMATS)}"
+                )
+
+    def check_wanted(self, wanted: dict) -> None:
+        pass  # any split: the kinds the data lacks stop `read`
+
+    def paper_recipe(self) -> tuple[str, dict]:
+        raise InputError(
+            "--paper_hparams is the paper's recipe for a GLUE --task_name; for your own data give "
+            "the hyper-parameters explicitly"
+        )
+
+    def read(self, data_args, model_args, wanted: dict) -> tuple:
+        """The splits read first, then the config, whose labels the task's classes are reconciled with."""
+        raw_splits, sources = load_raw_splits(data_args, wanted, model_args.cache_dir, model_args.token)
+        task = infer_task(
+            raw_splits,
+            sources,
+            data_args,
+            load_checkpoint_config(model_args),
+            model_args.source("config")[1],
+            model_args.ignore_mismatched_sizes,
+        )
+        logger.info("Your data: %s", task.describe())
+        return task, raw_splits, sources, prepare_splits(raw_splits, sources, task)
+
+    def card_tags(self) -> list[str]:
+        return []
+
+    def card_dataset(self, data_args, wanted, task) -> CardDataset:
+        if task is None:
+            raise ValueError("the card of your own data names its task: pass the one task_and_splits returned")
+        return card_dataset(data_args, task, wanted)

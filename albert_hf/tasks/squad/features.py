@@ -1,6 +1,6 @@
 """SQuAD features (transformers' run_qa.py preprocessing): the questions of data.py cut into
 `[CLS] question [SEP] context-window [SEP]` windows with their answer positions (training) or the columns
-post-processing reads (evaluation); see job.py beside it."""
+post-processing reads (evaluation); see evaluation.py beside it."""
 
 from __future__ import annotations
 

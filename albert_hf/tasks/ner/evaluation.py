@@ -9,7 +9,7 @@ from pathlib import Path
 from datasets import Dataset
 
 from ..outputs import save_results
-from .recipe import compute_metrics_function, word_tags
+from .definition import compute_metrics_function, word_tags
 
 logger = logging.getLogger(__name__)
 

@@ -50,7 +50,7 @@ class GlueTask:
     def describe(self) -> str:
         return f"GLUE {self.folder}"
 
-    # What run_glue.py asks of a task; `own_data.recipe.OwnTask` answers the same for a user's own data.
+    # What run_glue.py asks of a task; `own_data.definition.OwnTask` answers the same for a user's own data.
     def encode_labels(self, dataset, where: str):
         return files.encode_labels(dataset, self, where)
 

@@ -1,5 +1,5 @@
 """SQuAD v1.1 / v2.0 for run_squad.py: `SquadTrainer` and the evaluation and prediction files; the data arguments and
-the examples are in data.py, their windowed features in features.py, the paper's rows and F1 in recipe.py, the
+the examples are in data.py, their windowed features in features.py, the paper's rows and F1 in definition.py, the
 post-processing into answers and metrics in postprocess.py (as transformers' run_qa.py, utils_qa.py and
 trainer_qa.py).
 

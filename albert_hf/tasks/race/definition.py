@@ -1,5 +1,5 @@
-"""RACE's recipe for run_race.py: the paper's rows (--paper_hparams, --race_recipe), accuracy (overall and per subset)
-and the baseline. The questions are read in data.py, formatted in features.py; the predictions file is job.py's."""
+"""RACE for run_race.py: the paper's rows (--paper_hparams, --race_recipe), accuracy (overall and per subset) and the
+baseline. The questions are read in data.py, formatted in features.py; the predictions file is evaluation.py's."""
 
 import numpy as np
 

@@ -1,6 +1,6 @@
 """run_glue.py's own steps: the test sets' predictions, the GLUE submission files and the metrics of a test set with
 labels. The data arguments and the splits are in data.py, the tokenizing in features.py, the tasks and their
-recipes, metrics and baselines in recipe.py."""
+recipes, metrics and baselines in definition.py."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import logging
 from pathlib import Path
 
 from ..outputs import save_results, suffixed
-from .recipe import GlueTask
+from .definition import GlueTask
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ def predict_and_write(
 
     Args:
         trainer (`trainer.AlbertTrainer`): the run's trainer, its `compute_metrics` the task's.
-        task (`GlueTask` or `own_data.recipe.OwnTask`): the task (`write_predictions`, `submission_files`).
+        task (`GlueTask` or `own_data.definition.OwnTask`): the task (`write_predictions`, `submission_files`).
         features (`dict`): split -> tokenized dataset (`tokenize_splits`); the test splits among them are predicted.
         raw_splits (`DatasetDict`): the splits as read, whose labels a test split may have.
         splits (`dict`): split -> prepared dataset; its `idx` column, when there is one, gives the row ids written.

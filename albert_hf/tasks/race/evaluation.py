@@ -7,7 +7,7 @@ from pathlib import Path
 from datasets import Dataset
 
 from .data import ANSWER_LETTERS
-from .recipe import accuracy_by_subset
+from .definition import accuracy_by_subset
 
 
 def evaluate_and_write_predictions(trainer, split: str, dataset: Dataset, prefix: str = "eval") -> dict:
