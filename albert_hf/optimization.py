@@ -1,4 +1,4 @@
-"""The optimizers and learning-rate schedule of the official ALBERT code (google-research/albert).
+"""The optimizers and learning-rate schedules: the official ALBERT code's (google-research/albert) and a WSD one.
 
 - `Lamb`: the LAMB optimizer (You et al., 2019, arXiv:1904.00962) exactly as ALBERT's `lamb_optimizer.py` runs it
   for pretraining: no bias correction, decoupled weight decay inside the update, an unclipped trust ratio.
@@ -6,6 +6,7 @@
   without bias correction plus decoupled weight decay.
 - `parameter_groups`: the official exclusions (no weight decay and no trust ratio for LayerNorm and bias).
 - `get_official_schedule`: linear warmup, then polynomial decay counted from step 0.
+- `get_wsd_schedule`: warm-up, the peak held, a 1-sqrt decay at the end (long runs that can be extended or branched).
 
 Gradient clipping is not part of either optimizer: the official code clips the gradients to global norm 1.0
 *before* calling the optimizer, so call `torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)` (or
@@ -22,6 +23,7 @@ Typical use (ALBERT pretraining with the official values; docs/official_recipe.m
 """
 
 import functools
+import math
 import numbers
 import re
 from collections import defaultdict
@@ -350,6 +352,8 @@ class AdamWeightDecay(_UncorrectedAdam):
 
 # --optimizer of run_pretraining.py: the official code's two optimizers by name
 OPTIMIZERS = {"lamb": Lamb, "adamw": AdamWeightDecay}
+# --lr_scheduler_type of run_pretraining.py: `get_official_schedule`, `get_wsd_schedule`
+SCHEDULES = ("official", "wsd")
 
 
 def _official_lr_factor(step: int, num_warmup_steps: int, num_training_steps: int, power: float) -> float:
@@ -405,5 +409,62 @@ def get_official_schedule(
         num_warmup_steps=num_warmup_steps,
         num_training_steps=num_training_steps,
         power=float(power),
+    )
+    return LambdaLR(optimizer, lr_lambda, last_epoch=last_epoch)
+
+
+def _wsd_lr_factor(step: int, num_warmup_steps: int, num_decay_steps: int, num_training_steps: int) -> float:
+    if step < num_warmup_steps:
+        return step / num_warmup_steps
+    decayed = min(step, num_training_steps) - (num_training_steps - num_decay_steps)
+    return 1.0 if decayed <= 0 else 1.0 - math.sqrt(decayed / num_decay_steps)
+
+
+def get_wsd_schedule(
+    optimizer: Optimizer, num_warmup_steps: int, num_decay_steps: int, num_training_steps: int, last_epoch: int = -1
+) -> LambdaLR:
+    """A warmup-stable-decay ("trapezoidal") schedule: the official warm-up, the peak held, then a 1-sqrt decay to 0
+    over the last `num_decay_steps` steps (Hägele et al., 2024, arXiv:2405.18392; ModernBERT's decay).
+
+    At step t (optimizer steps taken so far, from 0, as in `get_official_schedule`), with s = T - D the decay's
+    start, T = num_training_steps, D = num_decay_steps:
+        lr = peak * t / num_warmup_steps                 if t < num_warmup_steps
+        lr = peak                                        if num_warmup_steps <= t <= s
+        lr = peak * (1 - sqrt((min(t, T) - s) / D))      otherwise (0 from step T on)
+    Until the decay starts the learning rate does not depend on T, so a run can be extended (T raised) from any
+    step up to s, and a decay can branch off any step of the stable phase (T = that step + D). The 1-sqrt shape
+    keeps the rate high longer than a linear or cosine decay of the same length and ends lower than either in
+    Hägele et al.'s comparison of cooldowns.
+
+    Args:
+        optimizer (`torch.optim.Optimizer`): its param groups' learning rates are the peak.
+        num_warmup_steps (`int`): steps of linear warm-up, at least 0.
+        num_decay_steps (`int`): the decay's length, positive; warm-up and decay fit in `num_training_steps`.
+        num_training_steps (`int`): the step at which the lr reaches 0 (and stays).
+        last_epoch (`int`, defaults to -1): as `LambdaLR`'s; -1 starts a new schedule.
+
+    Returns:
+        A `torch.optim.lr_scheduler.LambdaLR` that multiplies each group's peak lr by the factor above.
+
+    Raises:
+        ValueError: a step count that is not an int, or out of range.
+    """
+    for name, value, least in (
+        ("num_warmup_steps", num_warmup_steps, 0),
+        ("num_decay_steps", num_decay_steps, 1),
+        ("num_training_steps", num_training_steps, 1),
+    ):
+        if not isinstance(value, numbers.Integral) or value < least:
+            raise ValueError(f"{name} must be an int of at least {least}, got {value!r}")
+    if num_warmup_steps + num_decay_steps > num_training_steps:
+        raise ValueError(
+            f"num_warmup_steps ({num_warmup_steps}) and num_decay_steps ({num_decay_steps}) must fit in "
+            f"num_training_steps ({num_training_steps})"
+        )
+    lr_lambda = functools.partial(
+        _wsd_lr_factor,
+        num_warmup_steps=num_warmup_steps,
+        num_decay_steps=num_decay_steps,
+        num_training_steps=num_training_steps,
     )
     return LambdaLR(optimizer, lr_lambda, last_epoch=last_epoch)

@@ -167,7 +167,7 @@ LAYERS = (
     ("core",),
     ("runtime",),
     ("hub", "metrics", "reports"),
-    ("pretraining", "tasks", "convert", "testing"),
+    ("pretraining", "tasks", "convert", "average", "testing"),
     ("analysis", "checkpoint_evals"),
 )
 

@@ -128,6 +128,27 @@ def test_an_fsdp_checkpoint_of_shards_only_is_made_loadable_with_the_gathered_we
 
 
 @pytest.mark.trains
+def test_the_checkpoints_of_an_fsdp_run_average_and_shards_alone_are_refused_with_the_way_out(tmp_path, fsdp_run):
+    """An FSDP checkpoint holds its gathered weights beside the shards: averaged as any other; one of shards only
+    (written before checkpoints held the model) names the command that makes it averageable."""
+    from albert_hf.average import average_checkpoints
+
+    run = fsdp_run[0]
+    average_checkpoints(tmp_path / "average", [run / "step_9", run / "step_12"])
+    averaged, a, b = (
+        load_file(folder / "model.safetensors") for folder in (tmp_path / "average", run / "step_9", run / "step_12")
+    )
+    for name, tensor in averaged.items():
+        torch.testing.assert_close(tensor.double(), (a[name].double() + b[name].double()) / 2, rtol=0, atol=1e-6)
+    shards_only = tmp_path / "step_6"
+    shutil.copytree(run / "step_6", shards_only, ignore=shutil.ignore_patterns("model.safetensors", "files.json"))
+    with pytest.raises(
+        InputError, match=rf"without its gathered weights; .*albert_hf.pretraining.output.loadable {shards_only}"
+    ):
+        average_checkpoints(tmp_path / "other", [shards_only, run / "step_9"])
+
+
+@pytest.mark.trains
 @pytest.mark.launched
 def test_fsdp_killed_mid_run_resumes_from_latest_to_the_uninterrupted_weights(tmp_path, fsdp_run):
     reference, _ = fsdp_run

@@ -27,16 +27,24 @@ class HostReads(TorchDispatchMode):
 
 
 @pytest.mark.parametrize(
-    "accumulation, padding_removal, mixed", [(1, True, False), (2, True, False), (2, False, False), (2, False, True)]
+    "accumulation, padding_removal, mixed, schedule",
+    [
+        (1, True, False, "official"),
+        (2, True, False, "official"),
+        (2, False, False, "official"),
+        (2, False, True, "official"),
+        (1, False, False, "wsd"),
+    ],
 )
 @pytest.mark.trains
 def test_a_training_step_reads_the_host_only_to_remove_padding(
-    tmp_path, accumulation, padding_removal, mixed, fresh_accelerate_state, monkeypatch, tiny_checkpoint
+    tmp_path, accumulation, padding_removal, mixed, schedule, fresh_accelerate_state, monkeypatch, tiny_checkpoint
 ):
     """Padding removal (CPUs only: RealTokens.pays_on; turned off here as on a GPU) reads whether the batch has
     padding (transformers' create_bidirectional_mask) and where (nonzero): one of each per micro-batch. Without it
     the model builds SDPA's mask itself and reads nothing. A mix of sources (`mixed`) counts each source's tokens
-    and pairs on the device: nothing more is read."""
+    and pairs on the device: nothing more is read. Nor does the WSD schedule (its decay over steps 13 to 22 among
+    the steps counted): its rate is a function of the step count, on the host."""
     from albert_hf.modeling_albert_hf import RealTokens
     from albert_hf.pretraining import job as pretraining
     from albert_hf.pretraining.training import loop
@@ -75,6 +83,9 @@ def test_a_training_step_reads_the_host_only_to_remove_padding(
             "--gradient_accumulation_steps",
             str(accumulation),
             "--no_plots",
+            "--lr_scheduler_type",
+            schedule,
+            *(["--decay_steps", "10"] if schedule == "wsd" else []),
             *sources,
         ]
     )

@@ -2,9 +2,9 @@
 EvalResult. Nothing here contacts the Hub: which names are Hub names and which files hold which dataset is decided
 from local facts only.
 
-A card's content is one `CardContent`, built by each job beside itself (pretraining/output/card.py, tasks/card.py,
-convert/card.py) and rendered here (`write_model_card`). Each fine-tuning script's data arguments say what its card
-needs: `PIPELINE_TAG`, `AUTO_CLASS`, `SCRIPT`,
+A card's content is one `CardContent`, built by each job beside itself (pretraining/output/pretraining_card.py,
+tasks/finetuned_card.py, convert/converted_card.py, average/averaging.py) and rendered here (`write_model_card`).
+Each fine-tuning script's data arguments say what its card needs: `PIPELINE_TAG`, `AUTO_CLASS`, `SCRIPT`,
 `card_tags()` and `card_dataset(wanted)` (what the Data section says, and which Hub dataset it is), beside the
 task's own package (tasks/glue/, tasks/squad/, tasks/race/, tasks/ner/, tasks/own_data/).
 """
@@ -234,8 +234,8 @@ def _architecture(model) -> dict:
 
 @dataclass(frozen=True)
 class CardContent:
-    """What a model card says, built by each job beside itself (pretraining/output/card.py, tasks/card.py,
-    convert/card.py) and rendered by `write_model_card`.
+    """What a model card says, built by each job beside itself (pretraining/output/pretraining_card.py,
+    tasks/finetuned_card.py, convert/converted_card.py, average/averaging.py) and rendered by `write_model_card`.
 
     Fields:
         title: the card's heading. summary: the opening paragraph, markdown.

@@ -14,12 +14,13 @@ from transformers import HfArgumentParser
 
 from ..configuration_albert_hf import PRESETS, SHARING_MODES, AlbertHFConfig
 from ..hub.upload import HUB_STRATEGIES
-from ..optimization import OPTIMIZERS
+from ..optimization import OPTIMIZERS, SCHEDULES
 from ..runtime.hardware import MIXED_PRECISION_CHOICES
 from ..runtime.secrets import without_secrets
 from .data.corpus import LAYOUTS
 from .data.pairs import TASKS as PAIR_TASKS
 from .data.sources import Sources
+from .schedule import SchedulePlan
 from .training.step import LOSS_NORMALIZATIONS
 from .training.step_graph import MODE as STEP_GRAPH
 
@@ -302,6 +303,28 @@ class OptimizationArgs:
     num_warmup_steps: int | None = field(
         default=None, metadata={"help": "default: 2.5%% of --max_train_steps, the official ratio (3125 of 125k)"}
     )
+    lr_scheduler_type: str = field(
+        default="official",
+        metadata={
+            "help": "official: linear warm-up, then linear decay to 0 at --max_train_steps (the paper's); wsd: "
+            "warm-up, the peak held, then a 1-sqrt decay over the last --decay_steps, so that a run can be extended "
+            "(a larger --max_train_steps on resume) and decays branched off it (--decay_from)",
+            "choices": list(SCHEDULES),
+        },
+    )
+    decay_steps: int | None = field(
+        default=None,
+        metadata={
+            "help": "wsd: the decay's length in steps (default: 20%% of --max_train_steps, or the resumed checkpoint's)"
+        },
+    )
+    decay_from: str | None = field(
+        default=None,
+        metadata={
+            "help": "a step_N checkpoint of a wsd run's stable phase: train a decay branch from it, --decay_steps "
+            "steps into a new --output_dir (no --max_train_steps); the branch may take other --sources"
+        },
+    )
     mixed_precision: str = field(
         default="auto",
         metadata={
@@ -358,6 +381,13 @@ class OutputArgs:
         default=None, metadata={"help": "save the full training state into step_N every N steps"}
     )
     checkpoints_total_limit: int | None = field(default=None, metadata={"help": "keep only the newest N step_N"})
+    average_last: int | None = field(
+        default=None,
+        metadata={
+            "help": "at the end, also write OUTPUT_DIR/average_last_K: the mean of the weights of the last K step_N "
+            "checkpoints (python -m albert_hf.average)"
+        },
+    )
     resume_from_checkpoint: str | None = field(
         default=None,
         metadata={
@@ -432,6 +462,8 @@ class PretrainingArguments:
     processes: int = 1
     # --sources (or a --prepared_data folder of several), checked: a mixed run's sources and their weights' rule.
     sources: Sources | None = None
+    # The learning-rate schedule: the arguments', or the one of the checkpoint a resume or a decay branch continues.
+    schedule: SchedulePlan | None = None
 
     def flat(self) -> dict:
         """Every argument by its flag's name, secrets masked (for trackers' run configs and the prepared data's

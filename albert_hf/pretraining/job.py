@@ -21,12 +21,15 @@ off.
 
 import json
 import logging
+import shutil
 import sys
 from pathlib import Path
 
-from accelerate.utils import set_seed
+from accelerate.utils import DistributedType, set_seed
+from safetensors.torch import load_file
 from transformers import AutoModel
 
+from ..average import average_checkpoints
 from ..errors import InputError, NothingProduced
 from ..reports.baselines import heldout_baselines, with_baselines
 from ..reports.curves import CURVES_FILE, pretraining_curves
@@ -35,22 +38,22 @@ from ..runtime import output_lock
 from ..runtime.cli import is_first_process, run_entry_point
 from ..runtime.distributed import end_distributed, gather_full_model
 from ..runtime.preemption import PREEMPTED, StopOnSignal, at_stage
-from ..runtime.storage import StorageError, fault_line, shared_fault, write_fault
+from ..runtime.storage import StorageError, fault_line, shared_fault, write_fault, write_json
 from ..runtime.throughput import cost_rows
 from .arguments import PretrainingArguments
 from .data import prepared_data
 from .data.inputs import build_data, build_mixed_data
-from .output.checkpoints import FILL_MASK_FILE
+from .output.checkpoints import FILL_MASK_FILE, StepCheckpoints
 from .output.final_folder import held_out_fill_mask
-from .output.folder import clear_earlier_run
+from .output.folder import AVERAGE_PREFIX, clear_earlier_run
 from .output.log import format_value, start_logging
 from .output.pretraining_card import source_rows
 from .plan import dry_run
 from .resolution import parse_args
 from .run import Run, prepare
 from .training.divergence import check_weights
-from .training.evaluation import since_start
-from .training.loop import current_lr, fit, metrics_log, newest_checkpoint
+from .training.evaluation import evaluate, since_start
+from .training.loop import current_lr, eval_mix, fit, metrics_log, newest_checkpoint
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +91,8 @@ def finish(run: Run, eval_metrics: dict, completed_steps: int, cost: dict):
                 run.checkpoints.intact(),
             )
         )
+    if run.args.output.average_last:
+        finish_average(run, run.args.output.average_last)
     unpushed = None
     if accelerator.is_main_process and run.hub is not None:
         run.hub.wait("before the final folder")
@@ -124,6 +129,7 @@ def write_final_folder(run: Run, final, eval_metrics: dict, completed_steps: int
     if not parsed.output.no_plots:
         curves = pretraining_curves(rows, eval_metrics, output_dir / CURVES_FILE, pair_task, names)
     results = {**eval_metrics, **started, **(run.vocabulary.results() if run.vocabulary else {})}
+    results |= parsed.schedule.results()
     run.write_model_folder(final, output_dir, results, cost, curves=curves is not None)
     reloaded = AutoModel.from_pretrained(output_dir, trust_remote_code=True)
     summary = {
@@ -152,6 +158,58 @@ def write_final_folder(run: Run, final, eval_metrics: dict, completed_steps: int
     ]
     since = since_step_0(start, eval_metrics, names) if start and eval_metrics else []
     print("\n".join(["", "Pretraining done.", *lines, *since, *format_fill_mask(examples)]))
+
+
+def finish_average(run: Run, count: int) -> None:
+    """A collective, --average_last K: the first process writes the mean of the run's last K checkpoints into
+    OUTPUT_DIR/average_last_K (`average_last`); every process then evaluates it on the held-out pairs, unless the
+    model is sharded, and the figures join its all_results.json."""
+    accelerator, folder = run.accelerator, run.output_dir / f"{AVERAGE_PREFIX}{count}"
+    fault = write_fault(lambda: average_last(run, count)) if accelerator.is_main_process else None
+    fault = shared_fault(accelerator, fault, main_only=True)  # every process stops, none waits
+    if fault is not None:
+        written = "the final model folder is complete"
+        raise StorageError(fault_line(fault, f"the average of the last {count} checkpoints", folder, None, written))
+    if run.eval_dataloader is None or not folder.is_dir():
+        return
+    if accelerator.distributed_type not in (DistributedType.NO, DistributedType.MULTI_CPU, DistributedType.MULTI_GPU):
+        logger.info(
+            "--average_last %d: not evaluated here (the model is sharded); its weights are in %s", count, folder
+        )
+        return
+    load_weights(accelerator.unwrap_model(run.model), folder / "model.safetensors")
+    metrics = evaluate(run.model, run.eval_dataloader, accelerator, run.args.objective.task, eval_mix(run))
+    if accelerator.is_main_process:
+        results = json.loads((folder / "all_results.json").read_text()) | metrics
+        write_json(folder / "all_results.json", results)
+        print(f"  {folder.name}: " + ", ".join(f"{k} {format_value(v)}" for k, v in metrics.items()))
+
+
+def average_last(run: Run, count: int) -> None:
+    """The mean of the run's last `count` checkpoints (their records written) into OUTPUT_DIR/average_last_K,
+    replacing an earlier run's; a line when fewer are there."""
+    run.checkpoints.wait_for_record()
+    found = [path for _, path in StepCheckpoints.complete_in(run.output_dir)][-count:]
+    folder = run.output_dir / f"{AVERAGE_PREFIX}{count}"
+    shutil.rmtree(folder, ignore_errors=True)
+    if len(found) < count:
+        logger.warning(
+            "--average_last %d: %s holds %d complete checkpoints; none averaged", count, run.output_dir, len(found)
+        )
+        return
+    average_checkpoints(folder, found)
+    print(f"  averaged: {folder} (the mean of {', '.join(path.name for path in found)})")
+
+
+def load_weights(model, path: Path) -> None:
+    """`path`'s tensors into `model`: every one a tensor of the model, and every tensor of the model either read or
+    an alias of one read (tied weights)."""
+    state = model.state_dict()
+    loaded = model.load_state_dict(load_file(path), strict=False)
+    read = {state[name].data_ptr() for name in state if name not in loaded.missing_keys}
+    unread = [name for name in loaded.missing_keys if state[name].data_ptr() not in read]
+    if loaded.unexpected_keys or unread:
+        raise InputError(f"{path}: not this run's model ({(loaded.unexpected_keys or unread)[0]})")
 
 
 def held_out_baselines(run: Run, eval_metrics: dict, pair_task: str | None) -> dict:

@@ -353,6 +353,8 @@ def dry_run(args: PretrainingArguments) -> dict:
         lines.insert(
             2, f"  vocabulary: the config's ({config.vocab_size:,}); the tokenizer's is unknown here: {unknown}"
         )
+    schedule = args.schedule
+    lines += [f"  {schedule.describe()}", f"    0 {schedule.sketch()} {schedule.max_train_steps:,} steps"]
     if args.sources is not None and is_first_process():
         lines += mix_plan(args)
     if is_first_process():

@@ -34,6 +34,7 @@ from .data.inputs import check_train_files
 from .data.sources import Sources, parse_sources
 from .output.folder import check_output_dir
 from .output.hub_push import hub_source
+from .schedule import SchedulePlan, resolve_schedule
 from .training import step_graph
 from .training.model import check_positions, resolve_config
 
@@ -75,9 +76,18 @@ def parse_args(argv=None) -> PretrainingArguments:
         model = dataclasses.replace(model, torch_compile_mode=None)  # the user's choice: eager, or --torch_compile's
     elif model.torch_compile_mode not in (None, AUTO):  # as transformers' TrainingArguments: a mode asks to compile
         model = dataclasses.replace(model, torch_compile=True)
-    if optimization.num_warmup_steps is None:
-        optimization = dataclasses.replace(optimization, num_warmup_steps=round(0.025 * optimization.max_train_steps))
-    return PretrainingArguments(model, data, objective, optimization, output, config, adopted, processes, sources)
+    schedule = resolve_schedule(optimization, output, explicit)  # the checkpoint's, for a resume or a decay branch
+    check_average_last(output, schedule)
+    optimization = dataclasses.replace(
+        optimization,
+        lr_scheduler_type=schedule.kind,
+        num_warmup_steps=schedule.num_warmup_steps,
+        max_train_steps=schedule.max_train_steps,
+        decay_steps=schedule.decay_steps,
+    )
+    return PretrainingArguments(
+        model, data, objective, optimization, output, config, adopted, processes, sources, schedule
+    )
 
 
 def resolve_sources(data: DataArgs, explicit: set[str], output: OutputArgs) -> Sources | None:
@@ -255,6 +265,29 @@ def check_hub_strategy(output: OutputArgs) -> None:
         raise InputError(
             f"--hub_strategy {output.hub_strategy} uploads at each checkpoint, and this run saves "
             "none: pass --checkpointing_steps N"
+        )
+
+
+def check_average_last(output: OutputArgs, schedule: SchedulePlan) -> None:
+    """--average_last K: at least two of the checkpoints this run writes, all kept to the end."""
+    count = output.average_last
+    if count is None:
+        return
+    if count < 2:
+        raise InputError("--average_last must be at least 2: the mean of the last K checkpoints")
+    if not output.checkpointing_steps:
+        raise InputError("--average_last averages the run's last step_N checkpoints: pass --checkpointing_steps N")
+    if output.checkpoints_total_limit is not None and output.checkpoints_total_limit < count:
+        raise InputError(
+            f"--average_last {count} needs the last {count} checkpoints, and --checkpoints_total_limit "
+            f"{output.checkpoints_total_limit} keeps fewer"
+        )
+    first = schedule.parent_step or 0  # a decay branch writes its own checkpoints from its parent's step on
+    written = schedule.max_train_steps // output.checkpointing_steps - first // output.checkpointing_steps
+    if written < count:
+        raise InputError(
+            f"--average_last {count}: the run writes {written} checkpoints (every {output.checkpointing_steps} "
+            f"steps to step {schedule.max_train_steps})"
         )
 
 

@@ -15,7 +15,6 @@ from torch.utils.data import DataLoader
 
 from ..errors import InputError
 from ..flops import training_flops_per_token
-from ..optimization import get_official_schedule
 from ..runtime.distributed import FsdpRequest, check_deepspeed, describe, make_accelerator
 from ..runtime.hardware import Hardware, Precision, attention_kernel, enable_cpu_fp16, mfu_peak
 from ..runtime.preemption import at_stage
@@ -37,6 +36,7 @@ from .output.log import start_logging, start_tracking
 from .output.pretraining_card import CardFacts, card_run
 from .plan import auto_micro_batch, batch_split
 from .resolution import choose_step, hardware_and_precision
+from .schedule import SchedulePlan
 from .training import step_graph
 from .training.model import build_run_model, make_optimizer, planned_weight_bytes
 from .training.state import TrainingState
@@ -95,7 +95,14 @@ class Run:
         """What the model card of a checkpoint or of the final folder says of the run."""
         parsed = self.args
         return card_run(
-            parsed.model, parsed.data, parsed.objective, parsed.optimization, parsed.output, parsed.sources, self.plan
+            parsed.model,
+            parsed.data,
+            parsed.objective,
+            parsed.optimization,
+            parsed.output,
+            parsed.sources,
+            self.plan,
+            parsed.schedule.card_line(),
         )
 
     @property
@@ -206,10 +213,10 @@ def prepare(args: PretrainingArguments) -> Run:
     model, notes, throughput = built_model(args, ready, inputs)
     optimizer = make_optimizer(model, args.optimization)
     # The schedule counts optimizer steps; it is stepped by hand (not prepared), once per update, so that it
-    # follows the official formula whatever the number of processes.
-    scheduler = get_official_schedule(optimizer, args.optimization.num_warmup_steps, args.optimization.max_train_steps)
+    # follows its formula whatever the number of processes.
+    scheduler = args.schedule.make(optimizer)
     checkpoints = step_checkpoints(
-        args.output, accelerator, accelerator.unwrap_model(model), inputs.tokenizer, scheduler
+        args.output, accelerator, accelerator.unwrap_model(model), inputs.tokenizer, scheduler, args.schedule
     )
     model, optimizer, train_dataloader, eval_dataloader = prepared(accelerator, model, optimizer, inputs)
     num_parameters = sum(p.numel() for p in accelerator.unwrap_model(model).parameters())
@@ -268,6 +275,7 @@ def built_model(args: PretrainingArguments, ready: Setup, inputs) -> tuple:
         compile_mode=plan.compile_mode,
     )
     notes = [*ready.notes, *(fsdp_request.notes if fsdp_request is not None else ()), *inputs.notes]
+    notes.append(args.schedule.describe())
     if args.objective.task == "none":
         notes.append("--task none: the pooler and the sentence-order head are frozen (no loss trains them)")
     notes += model_notes
@@ -340,10 +348,12 @@ def log_mix(mix, dataset, max_train_steps: int, global_batch: int) -> None:
     )
 
 
-def step_checkpoints(output: OutputArgs, accelerator: Accelerator, model, tokenizer, scheduler) -> StepCheckpoints:
-    """The run's step_N checkpoints: with the schedule they save, their size (the weights and the optimizer's two
-    moments, for the line a failed write gives) and, on the main process, the files that make each one loadable as
-    a model (pretraining/output/loadable.py)."""
+def step_checkpoints(
+    output: OutputArgs, accelerator: Accelerator, model, tokenizer, scheduler, schedule: SchedulePlan
+) -> StepCheckpoints:
+    """The run's step_N checkpoints: with the schedule they save (its position and its plan), their size (the
+    weights and the optimizer's two moments, for the line a failed write gives) and, on the main process, the files
+    that make each one loadable as a model (pretraining/output/loadable.py)."""
     model_files = (
         ModelFiles(Path(output.output_dir), model, tokenizer)
         if output.checkpointing_steps and accelerator.is_main_process
@@ -354,6 +364,7 @@ def step_checkpoints(output: OutputArgs, accelerator: Accelerator, model, tokeni
         accelerator,
         output.checkpoints_total_limit,
         schedule=scheduler,
+        schedule_plan=schedule.record(),
         model_files=model_files,
         expected_bytes=3 * sum(p.numel() * p.element_size() for p in model.parameters()),
     )

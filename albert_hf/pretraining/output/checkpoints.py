@@ -31,7 +31,8 @@ logger = logging.getLogger(__name__)
 
 STEP_DIR = re.compile(r"^step_(\d+)$")
 STREAM_STATE_FILE = "stream_state_{}.json"  # --streaming: each process's position in its stream (datasets' state)
-SCHEDULE_FILE = "schedule.json"  # the learning-rate schedule's position (its state_dict, all numbers)
+SCHEDULE_FILE = "schedule.json"  # the learning-rate schedule's position (its state_dict, all numbers) and plan
+PLAN_KEY = "plan"  # the schedule's plan in SCHEDULE_FILE (pretraining/schedule.py)
 # The schedule's position in a checkpoint without SCHEDULE_FILE: accelerate's pickle of a registered object, which
 # `load` reads as data (weights-only) into the schedule.
 LEGACY_SCHEDULE_FILE = "custom_checkpoint_0.pkl"
@@ -56,17 +57,19 @@ class StepCheckpoints:
         accelerator,
         total_limit: int | None = None,
         schedule=None,
+        schedule_plan: dict | None = None,
         model_files=None,
         expected_bytes: int | None = None,
     ):
         """`schedule`: the learning-rate schedule, saved and restored with the state (as JSON, not accelerate's
-        pickle); `model_files`: the config, tokenizer and code linked into each (`loadable.ModelFiles`, on the main
-        process); `expected_bytes`: a checkpoint's size before the first is written, for the line a failed write
-        gives."""
+        pickle), with `schedule_plan` beside its position (`schedule.SchedulePlan.record`); `model_files`: the
+        config, tokenizer and code linked into each (`loadable.ModelFiles`, on the main process); `expected_bytes`:
+        a checkpoint's size before the first is written, for the line a failed write gives."""
         self.output_dir = Path(output_dir)
         self.accelerator = accelerator
         self.total_limit = total_limit
         self.schedule, self.model_files, self.expected_bytes = schedule, model_files, expected_bytes
+        self.schedule_plan = schedule_plan
         self._recording: threading.Thread | None = None  # the newest checkpoint's record being written (main)
         self._checked: Path | None = None  # the checkpoint `latest` found intact (main): not hashed again by `load`
 
@@ -331,6 +334,8 @@ class StepCheckpoints:
             return f"{SCHEDULE_FILE}: missing (the learning-rate schedule's position)"
         except (OSError, ValueError) as error:
             return f"{SCHEDULE_FILE}: {first_line(error)}"
+        if isinstance(saved, dict):
+            saved.pop(PLAN_KEY, None)  # the run's plan, checked before the run began (pretraining/schedule.py)
 
         def same_shape(value, like) -> bool:
             if isinstance(like, bool) or like is None:
@@ -388,7 +393,8 @@ class StepCheckpoints:
             if stream_state is not None:  # each process's own position in its own stream
                 (tmp / STREAM_STATE_FILE.format(self.accelerator.process_index)).write_text(json.dumps(stream_state))
             if self.schedule is not None and self.accelerator.is_main_process:
-                (tmp / SCHEDULE_FILE).write_text(json.dumps(self.schedule.state_dict()))
+                saved = self.schedule.state_dict() | ({PLAN_KEY: self.schedule_plan} if self.schedule_plan else {})
+                (tmp / SCHEDULE_FILE).write_text(json.dumps(saved))
             if self.accelerator.is_main_process:
                 if full_model is not None:  # FSDP: the state holds shards only
                     full_model.save_pretrained(tmp)

@@ -12,6 +12,8 @@ from .checkpoints import FILL_MASK_FILE, MODEL_FILES_DIR, StepCheckpoints
 logger = logging.getLogger(__name__)
 
 
+AVERAGE_PREFIX = "average_last_"  # --average_last K's folder: OUTPUT_DIR/average_last_K
+
 # What a run writes into --output_dir: an earlier run is recognised (and, with --overwrite_output_dir, cleared)
 # by these names only, so unrelated files a user keeps there are neither a reason to refuse nor deleted.
 RUN_OUTPUTS = (
@@ -36,6 +38,7 @@ RUN_OUTPUTS = (
     "pairs",
     "prepared_data.json",
     "training_curves.png",
+    f"{AVERAGE_PREFIX}*",
 )
 
 

@@ -43,6 +43,7 @@ class CardFacts:
     license: str | None
     output_dir: str
     sources: tuple[str, ...] = ()  # a mixed run's source names: the training table gives each one's share
+    schedule: str = ""  # the learning-rate schedule, and the run a decay branch left (`schedule.SchedulePlan`)
 
 
 def card_run(
@@ -53,6 +54,7 @@ def card_run(
     output: OutputArgs,
     sources: Sources | None,
     plan: MachinePlan,
+    schedule: str = "",
 ) -> CardFacts:
     """What the model card says of this run (its micro-batch: the one the machine took, `plan`'s)."""
     return CardFacts(
@@ -74,6 +76,7 @@ def card_run(
         license=output.license,
         output_dir=output.output_dir,
         sources=sources.names if sources is not None else (),
+        schedule=schedule,
     )
 
 
@@ -213,6 +216,7 @@ def training_table(results: dict, facts: CardFacts, global_batch: int, num_proce
         "optimizer": facts.optimizer.upper(),
         "peak learning rate": facts.learning_rate,
         "warmup steps": facts.num_warmup_steps,
+        **({"learning-rate schedule": facts.schedule} if facts.schedule else {}),
         "processes": num_processes,
         "mixed precision": (where or {}).get("precision", facts.mixed_precision),
         "seed": facts.seed,

@@ -26,6 +26,7 @@ from ..data.mixed_pairs import MixedPairs, MixedStream
 from ..data.mixture import MixPlan
 from ..output.hub_push import download_last_checkpoint, hub_source
 from ..output.log import MetricsLog, format_metrics, truncate_metrics_log
+from ..schedule import check_resumed
 from .divergence import Diverged, check_losses, check_weights, newest_finite, stop_line
 from .evaluation import evaluate
 from .state import IN_ALL, SOURCE_PAIRS, SOURCE_TOKENS, TrainingState
@@ -166,16 +167,18 @@ def mix_summary(run: Run, counts: dict, state: TrainingState) -> dict:
 
 
 def resume(run: Run) -> TrainingState:
-    """A fresh state, or the one of the checkpoint --resume_from_checkpoint names (and the stream's position)."""
+    """A fresh state, or the one of the checkpoint --resume_from_checkpoint names (and the stream's position); a
+    decay branch's first start takes its --decay_from checkpoint's."""
     output, accelerator = run.args.output, run.accelerator
     state = TrainingState.start(accelerator.device, run.mixed.plan.names if run.mixed is not None else ())
-    value = output.resume_from_checkpoint
+    value = output.resume_from_checkpoint or run.args.schedule.parent
     if hub_source(value, output) is not None:  # the state --hub_strategy checkpoint pushed
         value = str(download_last_checkpoint(value, output, accelerator))
     path = run.checkpoints.resolve(value) if value else None
     if path is None:
         return state
     check_vocabulary_size(run, path)
+    check_resumed(run.args.schedule, path)
     saved = run.checkpoints.load(path, COUNTS)
     if "mix" in saved and run.mixed is None:
         names = saved["mix"].get("names", ()) if isinstance(saved["mix"], dict) else ()
@@ -405,15 +408,18 @@ def evaluate_and_log(run: Run, state: TrainingState, log) -> dict:
     """A collective: held-out metrics, logged with the run's model FLOPs and mean MFU up to here (training time, not
     this evaluation's); a non-finite loss stops the run (pretraining/training/divergence.py)."""
     totals = run.throughput.totals(*state.run_totals(run.accelerator))
-    mix = None
-    if run.mix is not None:  # the held-out pairs of the run's sources, weighted as its mix
-        mix = (run.mix.held_out, run.mixed.plan.segments[-1].weights)  # weight 0: apart from the overall
-    metrics = evaluate(run.model, run.eval_dataloader, run.accelerator, run.args.objective.task, mix)
+    metrics = evaluate(run.model, run.eval_dataloader, run.accelerator, run.args.objective.task, eval_mix(run))
     log.write(state.step, {**metrics, **totals})
     if run.hub is not None:
         run.hub.latest_eval = metrics  # the next pushed checkpoint's card shows them
     check_losses(metrics, state.step, current_lr(run), lambda: newest_checkpoint(run), "held-out")
     return metrics
+
+
+def eval_mix(run: Run) -> tuple | None:
+    """A mixed run's held-out sources and the weights its overall figures take (weight 0: apart from the overall);
+    None for one corpus."""
+    return None if run.mix is None else (run.mix.held_out, run.mixed.plan.segments[-1].weights)
 
 
 def save_checkpoint(run: Run, state: TrainingState) -> Path:
