@@ -26,6 +26,7 @@ WSD = ["--lr_scheduler_type", "wsd", "--num_warmup_steps", "2", "--decay_steps",
 TINY = ["--model_config", "tiny", "--eval_steps", "0", "--validation_split_percentage", "0", "--no_plots"]
 EVERY_2 = ["--checkpointing_steps", "2"]
 PEAK = 1e-3
+REFUSED = ("past_the_decay", "official_longer", "official_as_wsd")
 
 
 def wsd_factor(step, warmup, decay, total):
@@ -64,11 +65,30 @@ def long_runs(tmp_path_factory):
             str(root / "branch/step_10"),
         ],
         "official": [*TINY, "--learning_rate", str(PEAK), "--checkpointing_steps", "4", "--max_train_steps", "8"],
+        # refused once the checkpoint's files are checked, before a step
+        "past_the_decay": [
+            *common,
+            *WSD,
+            "--max_train_steps",
+            "16",
+            "--resume_from_checkpoint",
+            f"{root}/short/step_10",
+        ],
+        "official_longer": [*TINY, "--max_train_steps", "12", "--resume_from_checkpoint", f"{root}/official/step_4"],
+        "official_as_wsd": [
+            *TINY,
+            *WSD,
+            "--max_train_steps",
+            "8",
+            "--resume_from_checkpoint",
+            f"{root}/official/step_4",
+        ],
     }
     results, done = pretrain_runs([(root / name, argv, {}, False) for name, argv in runs.items()], timeout=600)
+    lines = {name: result["line"] for name, result in zip(runs, results) if result["status"] == 2}
     for name, result in zip(runs, results):
-        assert result["status"] == 0, (name, result["line"])
-    return {"root": root, "stderr": done.stderr, **{name: root / name for name in runs}}
+        assert result["status"] == (2 if name in REFUSED else 0), (name, result["line"])
+    return {"root": root, "stderr": done.stderr, "lines": lines, **{name: root / name for name in runs}}
 
 
 def parse(*argv):
@@ -149,36 +169,26 @@ def test_a_branch_names_its_parent_its_step_and_its_decay(long_runs):
 
 @pytest.mark.trains
 def test_extending_past_the_start_of_the_decay_names_the_last_stable_checkpoint(long_runs):
-    from albert_hf.errors import InputError
-
     short = long_runs["short"]
-    with pytest.raises(InputError) as refused:
-        parse(
-            "--output_dir", str(short), *WSD, "--max_train_steps", "16", "--resume_from_checkpoint", f"{short}/step_10"
-        )
-    assert "past the start of its decay (step 8)" in str(refused.value)
-    assert f"extend the run from {short / 'step_8'}" in str(refused.value)
+    assert long_runs["lines"]["past_the_decay"] == (
+        f"error: --resume_from_checkpoint {short / 'step_10'}: step 10 is past the start of its decay (step 8), so "
+        f"its length and decay stay 12 and 4 steps; extend the run from {short / 'step_8'}, the last checkpoint of "
+        "its stable phase"
+    )
+    assert not (long_runs["past_the_decay"] / "metrics.jsonl").exists()  # refused before a step
 
 
 @pytest.mark.trains
 def test_the_official_schedule_cannot_be_extended_and_says_why(long_runs):
-    from albert_hf.errors import InputError
-
-    official = long_runs["official"]
-    with pytest.raises(InputError, match=r"depends on the run's length \(8 steps\).*--lr_scheduler_type wsd"):
-        parse(
-            "--output_dir", str(official), "--max_train_steps", "12", "--resume_from_checkpoint", f"{official}/step_4"
-        )
-    with pytest.raises(InputError, match="written under the official schedule: resume it with that schedule"):
-        parse(
-            "--output_dir",
-            str(official),
-            *WSD,
-            "--max_train_steps",
-            "8",
-            "--resume_from_checkpoint",
-            f"{official}/step_4",
-        )
+    official = long_runs["official"] / "step_4"
+    assert long_runs["lines"]["official_longer"] == (
+        f"error: --max_train_steps 12: --resume_from_checkpoint {official} was written under the official schedule, "
+        "whose learning rate at every step depends on the run's length (8 steps): resume with --max_train_steps 8; "
+        "a run that can be extended trains with --lr_scheduler_type wsd"
+    )
+    assert long_runs["lines"]["official_as_wsd"] == (
+        f"error: --resume_from_checkpoint {official}: written under the official schedule: resume it with that schedule"
+    )
 
 
 @pytest.mark.trains
@@ -309,3 +319,37 @@ def test_the_average_command_writes_a_folder_and_refuses_in_one_line(long_runs, 
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [
         f"error: {tmp_path / 'avg'}: already holds something; name a new folder for the average"
     ]
+
+
+@pytest.mark.trains
+def test_a_decay_branch_may_take_another_mix_of_sources(tmp_path, tiny_checkpoint):
+    """mmBERT's and EuroBERT's anneal: the branch goes on from the checkpoint's position in each source with other
+    weights, says the change, and counts its sources under them."""
+    from data_fixtures import embedded
+
+    halves = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
+    for i, half in enumerate(halves):
+        half.write_text("".join(json.dumps({"text": text}) + "\n" for text in embedded()["text"][i:3000:2]))
+
+    def sources(weight_a):
+        return [
+            "--sources",
+            f"name=a,weight={weight_a},train_files={halves[0]}",
+            f"name=b,weight={1 - weight_a:.1f},train_files={halves[1]}",
+            "--tokenizer_name",
+            str(tiny_checkpoint),
+        ]
+
+    common = [*TINY, *EVERY_2, "--learning_rate", str(PEAK)]
+    runs = [
+        (tmp_path / "mixed", [*common, *WSD, "--max_train_steps", "12", *sources(0.7)]),
+        (tmp_path / "annealed", [*common, "--decay_from", str(tmp_path / "mixed/step_6"), *sources(0.2)]),
+    ]
+    results, done = pretrain_runs([(out, argv, {}, False) for out, argv in runs])
+    assert [result["status"] for result in results] == [0, 0], results
+    assert "mix changed at step 6" in done.stderr
+    annealed = json.loads((tmp_path / "annealed" / "all_results.json").read_text())
+    assert (annealed["source_a_weight"], annealed["source_b_weight"]) == (0.2, 0.8)
+    assert annealed["decay_branch_step"] == 6 and annealed["decay_steps"] == 4
+    rows = [row for row in metrics(tmp_path / "annealed") if "lr" in row]
+    assert [row["step"] for row in rows] == [8, 10] and rows[-1]["lr"] == 0.0

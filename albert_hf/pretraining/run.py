@@ -91,6 +91,40 @@ class Run:
             cost=cost,
         )
 
+    def push_checkpoint(self, path: Path, state: TrainingState, saved: dict, model) -> None:
+        """--hub_strategy's upload of checkpoint `path` (its record written first), with the model folder of `model`
+        (gathered, or None: the state alone) whose all_results.json names the step, the tokens and, for a mix, the
+        sources' counts (the closed windows' and the open one's): run_checkpoint_evals.py reads them."""
+        self.checkpoints.wait_for_record()  # uploaded with the state
+        if model is None:
+            return
+        tokens = saved["run_tokens"] + saved["window_tokens"]
+        cost = self.throughput.summary(state.step, tokens, saved["run_seconds"] + saved["window_seconds"])
+        if self.mix is not None:
+            counts = {name: [a + b for a, b in zip(c["run"], c["window"])] for name, c in saved["sources"].items()}
+            cost |= self.mix_summary(counts, state)
+        self.hub.push_checkpoint(
+            state.step, path, lambda folder: self.write_model_folder(model, folder, self.hub.latest_eval, cost)
+        )
+
+    def mix_summary(self, counts: dict, state: TrainingState) -> dict:
+        """A mixed run's per-source fields of all_results.json and the card (source_<name>_*): its weight now, pairs
+        and tokens trained on (`counts`: name -> [tokens, pairs]), its share of the pairs and its epochs."""
+        total = sum(pairs for _, pairs in counts.values())
+        weights = self.mixed.plan.segments[-1].weights
+        epochs = self.mixed.plan.epochs(self.pairs_drawn(state))
+        summary = {}
+        for name, (tokens, pairs) in counts.items():
+            summary |= {
+                f"source_{name}_weight": weights.get(name, 0.0),
+                f"source_{name}_pairs": int(pairs),
+                f"source_{name}_tokens": int(tokens),
+                f"source_{name}_share": pairs / total if total else 0.0,
+            }
+            if epochs.get(name) is not None:
+                summary[f"source_{name}_epochs"] = epochs[name]
+        return summary
+
     def card(self) -> CardFacts:
         """What the model card of a checkpoint or of the final folder says of the run."""
         parsed = self.args
@@ -275,7 +309,8 @@ def built_model(args: PretrainingArguments, ready: Setup, inputs) -> tuple:
         compile_mode=plan.compile_mode,
     )
     notes = [*ready.notes, *(fsdp_request.notes if fsdp_request is not None else ()), *inputs.notes]
-    notes.append(args.schedule.describe())
+    if args.schedule.kind != "official":  # the default schedule goes unsaid (--dry_run draws it)
+        notes.append(args.schedule.describe())
     if args.objective.task == "none":
         notes.append("--task none: the pooler and the sentence-order head are frozen (no loss trains them)")
     notes += model_notes

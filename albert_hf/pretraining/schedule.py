@@ -17,18 +17,19 @@ before plans were recorded ran the official schedule.
 
 import json
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
 
 from ..errors import InputError, first_line
 from ..optimization import SCHEDULES, get_official_schedule, get_wsd_schedule
-from .output.checkpoints import PLAN_KEY, SCHEDULE_FILE, STEP_DIR
+from .output.checkpoints import LEGACY_SCHEDULE_FILE, PLAN_KEY, SCHEDULE_FILE, STEP_DIR
 
 WARMUP_FRACTION = 0.025  # the official ratio (3125 of 125k steps)
 DECAY_FRACTION = 0.2  # wsd's default decay: a fifth of the run (Hägele et al. 2024: then on par with cosine)
 DECAY_SHAPE = "1-sqrt"
+SCHEDULE_FLAGS = frozenset({"max_train_steps", "num_warmup_steps", "decay_steps"})  # what a resume may take from
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,10 @@ class SchedulePlan:
     parent_step: int | None = None
     extended_from: int | None = None
     replaced: str | None = None
+    # A resume's: the plan the arguments asked for and the flags among SCHEDULE_FLAGS they gave, from which the
+    # checkpoint loaded is checked once its files are (`check_resumed`).
+    requested: "SchedulePlan | None" = field(default=None, compare=False, repr=False)
+    given: frozenset = field(default=frozenset(), compare=False, repr=False)
 
     @property
     def decay_start(self) -> int | None:
@@ -139,13 +144,16 @@ class SchedulePlan:
         return "".join(marks[min(len(marks) - 1, math.floor(f * len(marks)))] for f in self.factors(steps))
 
 
-def read_record(checkpoint: Path) -> tuple[SchedulePlan | None, int]:
+def read_record(checkpoint: Path) -> tuple[SchedulePlan | None, int | None]:
     """(The plan recorded in a step_N checkpoint, or None for one written before plans were recorded; the optimizer
-    steps it holds, the schedule's position)."""
+    steps it holds, the schedule's position, None where the schedule is in accelerate's pickle, which only `load`
+    reads, as data)."""
     where = f"{checkpoint / SCHEDULE_FILE}"
     try:
         saved = json.loads((checkpoint / SCHEDULE_FILE).read_text())
     except FileNotFoundError:
+        if (checkpoint / LEGACY_SCHEDULE_FILE).is_file():  # written before the schedule was data: no plan, no step
+            return None, None
         raise InputError(f"{checkpoint}: not a step_N checkpoint of run_pretraining.py (no {SCHEDULE_FILE})") from None
     except (OSError, ValueError) as error:
         raise InputError(f"{where}: {first_line(error)}") from None
@@ -199,12 +207,16 @@ def resolve_schedule(optimization, output, explicit: set[str]) -> SchedulePlan:
         return branch_plan(optimization, output, explicit)
     if optimization.decay_steps is not None and optimization.lr_scheduler_type != "wsd":
         raise InputError("--decay_steps is the decay of --lr_scheduler_type wsd; the official schedule decays all run")
-    requested = requested_plan(optimization)
+    requested = replace(requested_plan(optimization), given=frozenset(explicit & SCHEDULE_FLAGS))
     source = local_resumed(output)
     if source is None:
         return check_fits(requested)
-    recorded, step = read_record(source)
-    return continued(requested, recorded, step, source, explicit)
+    try:  # the checkpoint's plan gives what the command does not (and the start line its change of length)
+        recorded, step = read_record(source)
+        plan = continued(requested, recorded, step, source, requested.given)
+    except InputError:  # said once the checkpoint's files are checked, when it is loaded (`check_resumed`)
+        plan = requested
+    return replace(plan, requested=requested, given=requested.given)
 
 
 def local_resumed(output) -> Path | None:
@@ -317,16 +329,17 @@ def branch_plan(optimization, output, explicit: set[str]) -> SchedulePlan:
 
 
 def check_resumed(plan: SchedulePlan, checkpoint: Path) -> None:
-    """At load: the checkpoint read (a Hub repo's, or the one "latest" chose) fits the run's plan, as
-    `resolve_schedule` saw it; or the run stops with one line."""
+    """Once the checkpoint loaded (the one "latest" chose, a Hub repo's) has had its files checked: its schedule
+    goes on as the run's plan says (`continued` from what the arguments asked, as `resolve_schedule` saw it); or the
+    run stops with one line, a refusal of the resume among them."""
     recorded, step = read_record(checkpoint)
     if plan.parent is not None and checkpoint.resolve() == Path(plan.parent).resolve():
         if step != plan.parent_step:
             raise InputError(f"--decay_from {checkpoint}: it holds step {step}, not {plan.parent_step}")
         return
-    everything = {"num_warmup_steps", "decay_steps", "max_train_steps"}
+    requested, given = (plan.requested, plan.given) if plan.requested is not None else (plan, SCHEDULE_FLAGS)
+    resumed = continued(replace(requested, extended_from=None), recorded, step, checkpoint, given)
     plan = replace(plan, extended_from=None, replaced=None)
-    resumed = continued(plan, recorded, step, checkpoint, everything)
     if replace(resumed, extended_from=None) != plan:
         raise InputError(
             f"--resume_from_checkpoint {checkpoint}: its schedule ({(recorded or plan).describe()}) is not this "

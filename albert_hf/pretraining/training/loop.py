@@ -137,29 +137,10 @@ def fit(run: Run, stop: StopOnSignal | None = None) -> FitResult:
         return stopped
     if run.eval_dataloader is not None and (not output.eval_steps or steps % output.eval_steps):
         eval_metrics = evaluate_and_log(run, state, log)
-    sources = mix_summary(run, dict(zip(state.source_names, state.source_run.tolist())), state) if run.mix else {}
+    sources = run.mix_summary(dict(zip(state.source_names, state.source_run.tolist())), state) if run.mix else {}
     return FitResult(
         eval_metrics, state.step, run_tokens=state.run_tokens, run_seconds=state.run_seconds, sources=sources
     )
-
-
-def mix_summary(run: Run, counts: dict, state: TrainingState) -> dict:
-    """A mixed run's per-source fields of all_results.json and the card (source_<name>_*): its weight now, pairs
-    and tokens trained on (`counts`: name -> [tokens, pairs]), its share of the pairs and its epochs."""
-    total = sum(pairs for _, pairs in counts.values())
-    weights = run.mixed.plan.segments[-1].weights
-    epochs = run.mixed.plan.epochs(run.pairs_drawn(state))
-    summary = {}
-    for name, (tokens, pairs) in counts.items():
-        summary |= {
-            f"source_{name}_weight": weights.get(name, 0.0),
-            f"source_{name}_pairs": int(pairs),
-            f"source_{name}_tokens": int(tokens),
-            f"source_{name}_share": pairs / total if total else 0.0,
-        }
-        if epochs.get(name) is not None:
-            summary[f"source_{name}_epochs"] = epochs[name]
-    return summary
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -178,8 +159,8 @@ def resume(run: Run) -> TrainingState:
     if path is None:
         return state
     check_vocabulary_size(run, path)
-    check_resumed(run.args.schedule, path)
     saved = run.checkpoints.load(path, COUNTS)
+    check_resumed(run.args.schedule, path)  # the checkpoint's files checked first: its plan is read as they were
     if "mix" in saved and run.mixed is None:
         names = saved["mix"].get("names", ()) if isinstance(saved["mix"], dict) else ()
         raise InputError(
@@ -445,23 +426,7 @@ def save_checkpoint(run: Run, state: TrainingState) -> Path:
         full_model=model if sharded else None,
     )
     if pushed:
-        run.checkpoints.wait_for_record()  # uploaded with the state
-        if model is not None:  # its all_results.json names the step and tokens (run_checkpoint_evals.py reads them)
-            cost = run.throughput.summary(
-                state.step, saved["run_tokens"] + saved["window_tokens"], saved["run_seconds"] + saved["window_seconds"]
-            )
-            if run.mix is not None:  # the closed windows' and the open one's
-                cost |= mix_summary(
-                    run,
-                    {
-                        name: [a + b for a, b in zip(counts["run"], counts["window"])]
-                        for name, counts in saved["sources"].items()
-                    },
-                    state,
-                )
-            run.hub.push_checkpoint(
-                state.step, path, lambda folder: run.write_model_folder(model, folder, run.hub.latest_eval, cost)
-            )
+        run.push_checkpoint(path, state, saved, model)
     return path
 
 
@@ -489,4 +454,4 @@ class FitResult:
     checkpoint: Path | None = None  # the step_N written when it stopped
     run_tokens: float = 0.0  # the run's real tokens (all processes) and training seconds, for its summary
     run_seconds: float = 0.0
-    sources: dict = field(default_factory=dict)  # a mixed run's per-source totals (`mix_summary`)
+    sources: dict = field(default_factory=dict)  # a mixed run's per-source totals (`Run.mix_summary`)
