@@ -8,7 +8,9 @@ One module fixture trains the tiny runs, one after the other in one process (`pr
 - extended: short's step_8 resumed with --max_train_steps 16: ends as long;
 - branch: a decay of 4 steps from long's step_8: ends at step 12 as short;
 - branch_resumed: the branch resumed from its own step_10: ends as the branch;
-- official: the official schedule, 8 steps, for the refusals.
+- official: the official schedule, 8 steps, for the refusals;
+- in_place: short again, then extended to 16 steps in its own folder;
+- and three resumes refused once their checkpoint's files are checked.
 """
 
 import json
@@ -83,10 +85,21 @@ def long_runs(tmp_path_factory):
             "--resume_from_checkpoint",
             f"{root}/official/step_4",
         ],
+        # short again, then extended in its own folder, where its step_10 and step_12 are the 12-step plan's
+        "in_place": [*common, *WSD, "--max_train_steps", "12"],
     }
-    results, done = pretrain_runs([(root / name, argv, {}, False) for name, argv in runs.items()], timeout=600)
-    lines = {name: result["line"] for name, result in zip(runs, results) if result["status"] == 2}
-    for name, result in zip(runs, results):
+    extended_in_place = [
+        *common,
+        *WSD,
+        "--max_train_steps",
+        "16",
+        "--resume_from_checkpoint",
+        f"{root}/in_place/step_8",
+    ]
+    order = [*runs.items(), ("in_place", extended_in_place)]
+    results, done = pretrain_runs([(root / name, argv, {}, False) for name, argv in order], timeout=600)
+    lines = {name: result["line"] for (name, _), result in zip(order, results) if result["status"] == 2}
+    for (name, _), result in zip(order, results):
         assert result["status"] == (2 if name in REFUSED else 0), (name, result["line"])
     return {"root": root, "stderr": done.stderr, "lines": lines, **{name: root / name for name in runs}}
 
@@ -147,6 +160,19 @@ def test_the_logged_learning_rates_are_the_formulas(long_runs):
 def test_a_run_extended_from_its_stable_phase_ends_as_the_longer_plan(long_runs):
     check_same_weights_and_curve(long_runs["extended"], long_runs["long"], after_step=8)
     assert "extended from 12 to 16 steps" in long_runs["stderr"]
+
+
+@pytest.mark.trains
+def test_a_run_extended_in_its_own_folder_sets_aside_the_checkpoints_of_its_earlier_plan(long_runs):
+    """Its step_10 and step_12 were the 12-step plan's (decaying): a resume would have taken them as written."""
+    folder = long_runs["in_place"]
+    check_same_weights_and_curve(folder, long_runs["long"], after_step=8)
+    assert "step_10, step_12: written under the run's earlier plan, renamed *.superseded" in long_runs["stderr"]
+    for step in (10, 12):
+        plan = json.loads((folder / f"step_{step}" / "schedule.json").read_text())["plan"]
+        old = json.loads((folder / f"step_{step}.superseded" / "schedule.json").read_text())["plan"]
+        assert (plan["max_train_steps"], old["max_train_steps"]) == (16, 12)
+    assert not (folder / "step_8.superseded").exists() and (folder / "step_16").is_dir()
 
 
 @pytest.mark.trains

@@ -345,3 +345,20 @@ def check_resumed(plan: SchedulePlan, checkpoint: Path) -> None:
             f"--resume_from_checkpoint {checkpoint}: its schedule ({(recorded or plan).describe()}) is not this "
             f"run's ({plan.describe()})"
         )
+
+
+def superseded(folder: Path, plan: SchedulePlan, step: int) -> list[Path]:
+    """The checkpoints in `folder` past `step` that another plan wrote: a run resumed there under a changed plan (an
+    extension) writes its own, which `StepCheckpoints.save` would otherwise take as already written."""
+    found = []
+    for path in sorted(folder.iterdir()):
+        match = STEP_DIR.match(path.name)
+        if not (match and int(match[1]) > step and path.is_dir()):
+            continue
+        try:
+            recorded, _ = read_record(path)
+        except InputError:  # not a checkpoint that can be read: left as it is
+            continue
+        if recorded is not None and recorded.record() != plan.record():  # one written before plans: as before
+            found.append(path)
+    return found

@@ -7,6 +7,7 @@ the checkpoints (output/checkpoints.py), --on_divergence rollback and the --max_
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import time
@@ -26,7 +27,7 @@ from ..data.mixed_pairs import MixedPairs, MixedStream
 from ..data.mixture import MixPlan
 from ..output.hub_push import download_last_checkpoint, hub_source
 from ..output.log import MetricsLog, format_metrics, truncate_metrics_log
-from ..schedule import check_resumed
+from ..schedule import check_resumed, superseded
 from .divergence import Diverged, check_losses, check_weights, newest_finite, stop_line
 from .evaluation import evaluate
 from .state import IN_ALL, SOURCE_PAIRS, SOURCE_TOKENS, TrainingState
@@ -172,6 +173,7 @@ def resume(run: Run) -> TrainingState:
         stream_state = continue_mix(run, saved, stream_state, path)
         state.resize_sources(run.mixed.plan.names)
     state.restore(saved, accelerator.is_main_process)
+    set_aside_superseded(run, path, state.step)
     if run.stream is not None:
         run.stream.load_state_dict(stream_state)
     if isinstance(run.mixed, MixedPairs):
@@ -186,6 +188,23 @@ def resume(run: Run) -> TrainingState:
         state.batches_in_epoch,
     )
     return state
+
+
+def set_aside_superseded(run: Run, path: Path, step: int) -> None:
+    """A run resumed in its own folder under another plan (an extension): the later checkpoints the earlier plan
+    wrote there are renamed step_N.superseded, with a line, so that this run writes its own."""
+    accelerator = run.accelerator
+    if accelerator.is_main_process and path.parent.resolve() == run.output_dir.resolve():
+        passed = superseded(run.output_dir, run.args.schedule, step)
+        for folder in passed:  # a second extension's: .superseded-2, ...
+            names = (f"{folder.name}.superseded{f'-{n}' if n > 1 else ''}" for n in itertools.count(1))
+            folder.rename(next(folder.with_name(name) for name in names if not folder.with_name(name).exists()))
+        if passed:
+            logger.warning(
+                "%s: written under the run's earlier plan, renamed *.superseded: this run writes its own",
+                ", ".join(folder.name for folder in passed),
+            )
+    accelerator.wait_for_everyone()
 
 
 def check_vocabulary_size(run: Run, path: Path) -> None:
