@@ -250,6 +250,8 @@ def test_a_branch_off_the_warm_up_a_decay_or_the_official_schedule_is_refused(lo
         (["--average_last", "3"], "pass --checkpointing_steps N"),
         (["--average_last", "3", "--checkpointing_steps", "10", "--checkpoints_total_limit", "2"], "keeps fewer"),
         (["--average_last", "3", "--checkpointing_steps", "50"], "the run writes 2 checkpoints"),
+        (["--preprocess_only", "--decay_from", "run/step_50"], "--preprocess_only trains nothing: drop --decay_from"),
+        (["--preprocess_only", "--average_last", "2"], "--preprocess_only trains nothing: drop --average_last"),
     ],
 )
 def test_schedule_and_averaging_flags_that_cannot_be_had_are_refused(tmp_path, argv, line):

@@ -230,8 +230,14 @@ def check_args(model: ModelArgs, data: DataArgs, optimization: OptimizationArgs,
             "--dataloader_num_workers with --streaming: the stream is read in the training process, "
             "whose position each checkpoint records; drop --dataloader_num_workers"
         )
-    if data.preprocess_only and output.resume_from_checkpoint:
-        raise InputError("--preprocess_only trains nothing: drop --resume_from_checkpoint")
+    training_only = {
+        "resume_from_checkpoint": output.resume_from_checkpoint,
+        "decay_from": optimization.decay_from,
+        "average_last": output.average_last,
+    }
+    given = [flag for flag, value in training_only.items() if value]
+    if data.preprocess_only and given:
+        raise InputError(f"--preprocess_only trains nothing: drop --{given[0]}")
     hub_source(output.resume_from_checkpoint, output)  # a malformed hub:REPO[@REVISION] stops here
     check_hub_strategy(output)
 
