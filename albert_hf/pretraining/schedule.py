@@ -12,7 +12,9 @@
 
 Each checkpoint records its plan (`SchedulePlan.record`: schedule.json's "plan", beside the schedule's position), so
 that a resume or a branch knows where the checkpoint stands: warming up, stable, or decaying. A checkpoint written
-before plans were recorded ran the official schedule.
+before plans were recorded ran the official schedule. The plan is resolved with the arguments (`resolve_schedule`);
+a resume's refusals come once the checkpoint's files are checked (`check_resumed`), and a run extended in its own
+folder sets aside the later checkpoints of its earlier plan (`superseded`).
 """
 
 import json
