@@ -381,3 +381,16 @@ def test_a_decay_branch_may_take_another_mix_of_sources(tmp_path, tiny_checkpoin
     assert annealed["decay_branch_step"] == 6 and annealed["decay_steps"] == 4
     rows = [row for row in metrics(tmp_path / "annealed") if "lr" in row]
     assert [row["step"] for row in rows] == [8, 10] and rows[-1]["lr"] == 0.0
+
+
+@pytest.mark.quick
+def test_a_checkpoint_set_aside_twice_keeps_both(tmp_path):
+    """A second extension (or a second damaged step_N) sets its checkpoint aside beside the first one's."""
+    from albert_hf.pretraining.output.checkpoints import set_aside
+
+    for run in (1, 2):
+        (tmp_path / "step_10").mkdir()
+        (tmp_path / "step_10" / "run").write_text(str(run))
+        set_aside(tmp_path / "step_10", "superseded")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["step_10.superseded", "step_10.superseded-2"]
+    assert (tmp_path / "step_10.superseded-2" / "run").read_text() == "2"

@@ -18,13 +18,12 @@ from ..configuration_albert_hf import AlbertHFConfig
 from ..errors import InputError, first_line
 from ..hub.model_card import CardContent, write_model_card
 from ..modeling_albert_hf import AlbertHFModel
+from ..pretraining.output.loadable import FSDP_SHARDS, WEIGHTS
 from ..runtime import checkpoint_files
 from ..runtime.storage import check_writable
 
 logger = logging.getLogger(__name__)
 
-WEIGHTS = "model.safetensors"
-FSDP_SHARDS = "pytorch_model_fsdp_0"  # accelerate's folder of an FSDP checkpoint's model shards
 # What a model folder needs beside its weights, and the tokenizer's files where it has them: copied from the first
 # source; the tokenizer's must be the same bytes in every source.
 MODEL_FILES = ("config.json", "configuration_albert_hf.py", "modeling_albert_hf.py")

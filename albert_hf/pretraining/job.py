@@ -43,7 +43,7 @@ from ..runtime.throughput import cost_rows
 from .arguments import PretrainingArguments
 from .data import prepared_data
 from .data.inputs import build_data, build_mixed_data
-from .output.checkpoints import FILL_MASK_FILE, StepCheckpoints
+from .output.checkpoints import FILL_MASK_FILE
 from .output.final_folder import held_out_fill_mask
 from .output.folder import AVERAGE_PREFIX, clear_earlier_run
 from .output.log import format_value, start_logging
@@ -52,8 +52,8 @@ from .plan import dry_run
 from .resolution import parse_args
 from .run import Run, prepare
 from .training.divergence import check_weights
-from .training.evaluation import evaluate, since_start
-from .training.loop import current_lr, eval_mix, fit, metrics_log, newest_checkpoint
+from .training.evaluation import since_start
+from .training.loop import current_lr, fit, held_out_metrics, metrics_log, newest_checkpoint
 
 logger = logging.getLogger(__name__)
 
@@ -165,7 +165,7 @@ def finish_average(run: Run, count: int) -> None:
     OUTPUT_DIR/average_last_K (`average_last`); every process then evaluates it on the held-out pairs, unless the
     model is sharded, and the figures join its all_results.json."""
     accelerator, folder = run.accelerator, run.output_dir / f"{AVERAGE_PREFIX}{count}"
-    fault = write_fault(lambda: average_last(run, count)) if accelerator.is_main_process else None
+    fault = write_fault(lambda: average_last(run, count, folder)) if accelerator.is_main_process else None
     fault = shared_fault(accelerator, fault, main_only=True)  # every process stops, none waits
     if fault is not None:
         written = "the final model folder is complete"
@@ -178,19 +178,18 @@ def finish_average(run: Run, count: int) -> None:
         )
         return
     load_weights(accelerator.unwrap_model(run.model), folder / "model.safetensors")
-    metrics = evaluate(run.model, run.eval_dataloader, accelerator, run.args.objective.task, eval_mix(run))
+    metrics = held_out_metrics(run)
     if accelerator.is_main_process:
         results = json.loads((folder / "all_results.json").read_text()) | metrics
         write_json(folder / "all_results.json", results)
         print(f"  {folder.name}: " + ", ".join(f"{k} {format_value(v)}" for k, v in metrics.items()))
 
 
-def average_last(run: Run, count: int) -> None:
-    """The mean of the run's last `count` checkpoints (their records written) into OUTPUT_DIR/average_last_K,
-    replacing an earlier run's; a line when fewer are there."""
+def average_last(run: Run, count: int, folder: Path) -> None:
+    """The mean of the run's last `count` checkpoints (their records written) into `folder`, replacing an earlier
+    run's; a line when fewer are there."""
     run.checkpoints.wait_for_record()
-    found = [path for _, path in StepCheckpoints.complete_in(run.output_dir)][-count:]
-    folder = run.output_dir / f"{AVERAGE_PREFIX}{count}"
+    found = [path for _, path in run.checkpoints.complete()][-count:]
     shutil.rmtree(folder, ignore_errors=True)
     if len(found) < count:
         logger.warning(

@@ -205,8 +205,6 @@ def check_args(model: ModelArgs, data: DataArgs, optimization: OptimizationArgs,
         if getattr(group, name) < 1:
             raise InputError(f"--{name} must be at least 1")
     check_train_files(data.train_files)
-    if optimization.num_warmup_steps is not None and optimization.num_warmup_steps > optimization.max_train_steps:
-        raise InputError("--num_warmup_steps exceeds --max_train_steps")
     if not 0 <= data.validation_split_percentage < 100:
         raise InputError("--validation_split_percentage must be in [0, 100)")
     for name in ("adam_beta1", "adam_beta2"):

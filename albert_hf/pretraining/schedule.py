@@ -26,7 +26,7 @@ import torch
 
 from ..errors import InputError, first_line
 from ..optimization import SCHEDULES, get_official_schedule, get_wsd_schedule
-from .output.checkpoints import LEGACY_SCHEDULE_FILE, PLAN_KEY, SCHEDULE_FILE, STEP_DIR
+from .output.checkpoints import LEGACY_SCHEDULE_FILE, PLAN_KEY, SCHEDULE_FILE, StepCheckpoints
 
 WARMUP_FRACTION = 0.025  # the official ratio (3125 of 125k steps)
 DECAY_FRACTION = 0.2  # wsd's default decay: a fifth of the run (Hägele et al. 2024: then on par with cosine)
@@ -49,8 +49,8 @@ class SchedulePlan:
     parent_step: int | None = None
     extended_from: int | None = None
     replaced: str | None = None
-    # A resume's: the plan the arguments asked for and the flags among SCHEDULE_FLAGS they gave, from which the
-    # checkpoint loaded is checked once its files are (`check_resumed`).
+    # A resume's: the plan the arguments asked for (with `given`, the flags among SCHEDULE_FLAGS they gave), from
+    # which the checkpoint loaded is checked once its files are (`check_resumed`).
     requested: "SchedulePlan | None" = field(default=None, compare=False, repr=False)
     given: frozenset = field(default=frozenset(), compare=False, repr=False)
 
@@ -167,13 +167,9 @@ def read_record(checkpoint: Path) -> tuple[SchedulePlan | None, int | None]:
 
 
 def last_stable(folder: Path, plan: SchedulePlan) -> Path | None:
-    """The newest checkpoint in `folder` whose step is in `plan`'s stable phase, or None."""
-    steps = sorted(
-        (int(match[1]), path)
-        for path in folder.iterdir()
-        if (match := STEP_DIR.match(path.name)) and path.is_dir() and plan.phase(int(match[1])) == "stable"
-    )
-    return steps[-1][1] if steps else None
+    """The newest complete checkpoint in `folder` whose step is in `plan`'s stable phase, or None."""
+    stable = [path for step, path in StepCheckpoints.complete_in(folder) if plan.phase(step) == "stable"]
+    return stable[-1] if stable else None
 
 
 def requested_plan(optimization) -> SchedulePlan:
@@ -188,6 +184,9 @@ def requested_plan(optimization) -> SchedulePlan:
 
 
 def check_fits(plan: SchedulePlan) -> SchedulePlan:
+    """The plan's warm-up and decay fit in its length (the one check of them, on every plan a run starts with)."""
+    if plan.num_warmup_steps < 0:
+        raise InputError("--num_warmup_steps must be at least 0")
     if plan.num_warmup_steps > plan.max_train_steps:
         raise InputError("--num_warmup_steps exceeds --max_train_steps")
     if plan.kind == "wsd" and plan.num_warmup_steps + plan.decay_steps > plan.max_train_steps:
@@ -218,7 +217,7 @@ def resolve_schedule(optimization, output, explicit: set[str]) -> SchedulePlan:
         plan = continued(requested, recorded, step, source, requested.given)
     except InputError:  # said once the checkpoint's files are checked, when it is loaded (`check_resumed`)
         plan = requested
-    return replace(plan, requested=requested, given=requested.given)
+    return replace(check_fits(plan), requested=requested)
 
 
 def local_resumed(output) -> Path | None:
@@ -230,12 +229,7 @@ def local_resumed(output) -> Path | None:
     if value != "latest":
         path = Path(value)
         return path if (path / SCHEDULE_FILE).is_file() else None
-    folder = Path(output.output_dir)
-    found = sorted(
-        (int(match[1]), path)
-        for path in (folder.iterdir() if folder.is_dir() else ())
-        if (match := STEP_DIR.match(path.name)) and (path / SCHEDULE_FILE).is_file()
-    )
+    found = StepCheckpoints.complete_in(output.output_dir)
     return found[-1][1] if found else None
 
 
@@ -252,14 +246,16 @@ def continued(
     if recorded is None or recorded.kind == "official":
         if requested.kind != "official":
             raise InputError(f"{where}: written under the official schedule: resume it with that schedule")
-        if recorded is not None and requested.max_train_steps != recorded.max_train_steps:
+        if recorded is None:  # written before plans were recorded: its length is not known here
+            return requested
+        if requested.max_train_steps != recorded.max_train_steps:
             raise InputError(
                 f"--max_train_steps {requested.max_train_steps}: {where} was written under the official schedule, "
                 f"whose learning rate at every step depends on the run's length ({recorded.max_train_steps} steps): "
                 f"resume with --max_train_steps {recorded.max_train_steps}; a run that can be extended trains with "
                 "--lr_scheduler_type wsd"
             )
-        if recorded is not None and requested.num_warmup_steps != recorded.num_warmup_steps:
+        if requested.num_warmup_steps != recorded.num_warmup_steps:
             raise InputError(f"--num_warmup_steps: {where} warmed up over {recorded.num_warmup_steps} steps")
         return requested
     if requested.kind != "wsd":
@@ -289,7 +285,7 @@ def continued(
         )
     if plan.max_train_steps != recorded.max_train_steps:
         plan = replace(plan, extended_from=recorded.max_train_steps)
-    return check_fits(plan)
+    return plan
 
 
 def branch_plan(optimization, output, explicit: set[str]) -> SchedulePlan:
@@ -339,8 +335,8 @@ def check_resumed(plan: SchedulePlan, checkpoint: Path) -> None:
         if step != plan.parent_step:
             raise InputError(f"--decay_from {checkpoint}: it holds step {step}, not {plan.parent_step}")
         return
-    requested, given = (plan.requested, plan.given) if plan.requested is not None else (plan, SCHEDULE_FLAGS)
-    resumed = continued(replace(requested, extended_from=None), recorded, step, checkpoint, given)
+    requested = plan.requested or replace(plan, given=SCHEDULE_FLAGS)  # a branch's: as planned
+    resumed = continued(replace(requested, extended_from=None), recorded, step, checkpoint, requested.given)
     plan = replace(plan, extended_from=None, replaced=None)
     if replace(resumed, extended_from=None) != plan:
         raise InputError(
@@ -353,9 +349,8 @@ def superseded(folder: Path, plan: SchedulePlan, step: int) -> list[Path]:
     """The checkpoints in `folder` past `step` that another plan wrote: a run resumed there under a changed plan (an
     extension) writes its own, which `StepCheckpoints.save` would otherwise take as already written."""
     found = []
-    for path in sorted(folder.iterdir()):
-        match = STEP_DIR.match(path.name)
-        if not (match and int(match[1]) > step and path.is_dir()):
+    for later, path in StepCheckpoints.complete_in(folder):
+        if later <= step:
             continue
         try:
             recorded, _ = read_record(path)

@@ -6,6 +6,7 @@ A checkpoint is input when resumed (copied between clusters, downloaded from som
 checked against the record written with it, and read as data only (runtime/checkpoint_files.py); every state a
 resume restores is restored, or the run stops with one line naming the file."""
 
+import itertools
 import json
 import logging
 import os
@@ -42,6 +43,15 @@ RANDOM_STATE_FILE = "random_states_{}.pkl"  # accelerate's: each process's rando
 RECORD = "record"
 FILL_MASK_FILE = "fill_mask_examples.json"  # the summary's fill-mask examples (all_results.json: metrics only)
 MODEL_FILES_DIR = ".model_files"  # the config, tokenizer and code every checkpoint links to (loadable.py)
+
+
+def set_aside(path: Path, why: str) -> Path:
+    """`path` renamed with `why` after its name (step_10.damaged; step_10.damaged-2 where an earlier one took that
+    name), out of the step_N a run resumes from or writes; returns the new path."""
+    names = (f"{path.name}.{why}{f'-{n}' if n > 1 else ''}" for n in itertools.count(1))
+    target = next(path.with_name(name) for name in names if not path.with_name(name).exists())
+    path.rename(target)
+    return target
 
 
 class StepCheckpoints:
@@ -140,7 +150,7 @@ class StepCheckpoints:
         self.accelerator.wait_for_everyone()  # every process has read them before one is renamed
         if passed and self.accelerator.is_main_process:
             for path in passed:
-                path.rename(path.with_name(f"{path.name}.non-finite"))
+                set_aside(path, "non-finite")
             logger.warning(
                 "--resume_from_checkpoint latest: %s held non-finite weights (a run that diverged): "
                 "renamed *.non-finite; resuming from %s",
@@ -155,7 +165,7 @@ class StepCheckpoints:
         `step_N.damaged`, with a line each, so that the resumed run writes its own step_N."""
         while found and (damage := self.damage(found[-1])) is not None:
             path = found.pop()
-            path.rename(path.with_name(f"{path.name}.damaged"))
+            set_aside(path, "damaged")
             logger.warning(
                 "--resume_from_checkpoint latest: passed over %s (%s), renamed %s.damaged", path.name, damage, path.name
             )

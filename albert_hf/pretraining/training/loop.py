@@ -7,7 +7,6 @@ the checkpoints (output/checkpoints.py), --on_divergence rollback and the --max_
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 import time
@@ -25,6 +24,7 @@ from ...runtime.distributed import gather_full_model
 from ...runtime.preemption import StopOnSignal, at_stage, deferred
 from ..data.mixed_pairs import MixedPairs, MixedStream
 from ..data.mixture import MixPlan
+from ..output.checkpoints import set_aside
 from ..output.hub_push import download_last_checkpoint, hub_source
 from ..output.log import MetricsLog, format_metrics, truncate_metrics_log
 from ..schedule import check_resumed, superseded
@@ -196,9 +196,8 @@ def set_aside_superseded(run: Run, path: Path, step: int) -> None:
     accelerator = run.accelerator
     if accelerator.is_main_process and path.parent.resolve() == run.output_dir.resolve():
         passed = superseded(run.output_dir, run.args.schedule, step)
-        for folder in passed:  # a second extension's: .superseded-2, ...
-            names = (f"{folder.name}.superseded{f'-{n}' if n > 1 else ''}" for n in itertools.count(1))
-            folder.rename(next(folder.with_name(name) for name in names if not folder.with_name(name).exists()))
+        for folder in passed:
+            set_aside(folder, "superseded")
         if passed:
             logger.warning(
                 "%s: written under the run's earlier plan, renamed *.superseded: this run writes its own",
@@ -408,7 +407,7 @@ def evaluate_and_log(run: Run, state: TrainingState, log) -> dict:
     """A collective: held-out metrics, logged with the run's model FLOPs and mean MFU up to here (training time, not
     this evaluation's); a non-finite loss stops the run (pretraining/training/divergence.py)."""
     totals = run.throughput.totals(*state.run_totals(run.accelerator))
-    metrics = evaluate(run.model, run.eval_dataloader, run.accelerator, run.args.objective.task, eval_mix(run))
+    metrics = held_out_metrics(run)
     log.write(state.step, {**metrics, **totals})
     if run.hub is not None:
         run.hub.latest_eval = metrics  # the next pushed checkpoint's card shows them
@@ -416,10 +415,11 @@ def evaluate_and_log(run: Run, state: TrainingState, log) -> dict:
     return metrics
 
 
-def eval_mix(run: Run) -> tuple | None:
-    """A mixed run's held-out sources and the weights its overall figures take (weight 0: apart from the overall);
-    None for one corpus."""
-    return None if run.mix is None else (run.mix.held_out, run.mixed.plan.segments[-1].weights)
+def held_out_metrics(run: Run) -> dict:
+    """A collective: the run's model on its held-out pairs (`evaluation.evaluate`); a mixed run's per source too,
+    its overall figures weighted as its mix now weighs the sources (weight 0: apart from the overall)."""
+    mix = None if run.mix is None else (run.mix.held_out, run.mixed.plan.segments[-1].weights)
+    return evaluate(run.model, run.eval_dataloader, run.accelerator, run.args.objective.task, mix)
 
 
 def save_checkpoint(run: Run, state: TrainingState) -> Path:
